@@ -1,0 +1,98 @@
+// backend.h: the operations the model is written in, implemented once per device.
+//
+// The GPT forward/backward (model.cpp) is written once against this interface; the CPU
+// backend (src/cpu/) is the reference and the CUDA backend (kernels/) plugs in beside it,
+// so both run the same graph op by op and can be compared op by op.
+//
+// Conventions: weights are (out, in) row-major; N = rows (B*T). Gradients of parameters
+// are accumulated (+=) so micro-batches add up; gradients of activations are written (=),
+// except layernorm_backward and encoder_backward which add into dinp / dwte / dwpe, because
+// the residual stream gathers gradients from two branches.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common.h"
+
+namespace tg {
+
+// A view of backend memory: a pointer, an element type and a length. Not an owner.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  size_t numel = 0;
+
+  size_t bytes() const { return numel * dtype_size(dtype); }
+  Tensor slice(size_t offset, size_t n) const {
+    return Tensor{static_cast<char*>(data) + offset * dtype_size(dtype), dtype, n};
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+  explicit operator bool() const { return data != nullptr; }
+};
+
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay;
+  float grad_scale;  // multiplies every gradient first (clipping, 1/loss-scale)
+  int step;          // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Memory. Tensors are allocated here; contents start undefined.
+  virtual Tensor alloc(DType dtype, size_t numel) = 0;
+  virtual void free(Tensor t) = 0;
+  virtual void upload(Tensor dst, const void* host) = 0;  // host holds dst.bytes()
+  virtual void download(void* host, Tensor src) = 0;
+  virtual void zero(Tensor t) = 0;
+  virtual size_t bytes_in_use() const = 0;
+  virtual size_t peak_bytes() const = 0;
+
+  // out(B,T,C) = wte[tokens] + wpe[t]
+  virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
+                               int C) = 0;
+  // dwte[tokens] += dout, dwpe[t] += dout
+  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B,
+                                int T, int C) = 0;
+  // out = (inp - mean) * rstd * w + b per row of C; mean and rstd saved for backward
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
+                                 Tensor b, int N, int C) = 0;
+  // dinp += ..., dw += ..., db += ...
+  virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
+                                  Tensor w, Tensor mean, Tensor rstd, int N, int C) = 0;
+  // out(N,OC) = inp(N,C) W(OC,C)^T + bias(OC) (bias may be empty)
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                              int OC) = 0;
+  // dinp = dout W; dw += dout^T inp; dbias += sum_rows dout (dbias may be empty)
+  virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor w, int N, int C, int OC) = 0;
+  // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
+  virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv = ...; scratch has att's size.
+  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv,
+                                  Tensor att, int B, int T, int C, int NH) = 0;
+  // out = gelu(inp), tanh approximation
+  virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout
+  virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) = 0;
+  // out = a + b
+  virtual void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  // Per row of logits(N,Vp): loss = -log softmax(logits[:V])[target]; when dloss != 0 the
+  // logits are replaced by dloss * (softmax - onehot(target)) (zero in the padding).
+  virtual void classifier(Tensor logits, Tensor losses, Tensor targets, float dloss, int N, int V,
+                          int Vp) = 0;
+  // sum of squares of all elements, in fp64 on the CPU, fp32 on devices
+  virtual double sum_squares(Tensor t) = 0;
+  // AdamW on master weights (fp32); params receives the updated weights (may be master).
+  virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                     const AdamWArgs& a) = 0;
+};
+
+}  // namespace tg

@@ -1,0 +1,189 @@
+#include "commands.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "config.h"
+#include "fileio.h"
+#include "prepare.h"
+#include "rng.h"
+#include "sample.h"
+#include "tokenizer.h"
+#include "train.h"
+
+namespace tg {
+
+namespace {
+
+using Extras = std::vector<std::pair<std::string, std::string>>;
+
+std::string extra(const Extras& v, const std::string& name, const std::string& fallback = "") {
+  for (const auto& kv : v)
+    if (kv.first == name) return kv.second;
+  return fallback;
+}
+
+int64_t to_int(const std::string& name, const std::string& s) {
+  char* end = nullptr;
+  long long x = strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end) throw UsageError(strf("option --%s: '%s' is not an integer", name.c_str(), s.c_str()));
+  return x;
+}
+
+double to_double(const std::string& name, const std::string& s) {
+  char* end = nullptr;
+  double x = strtod(s.c_str(), &end);
+  if (s.empty() || *end) throw UsageError(strf("option --%s: '%s' is not a number", name.c_str(), s.c_str()));
+  return x;
+}
+
+void usage() {
+  printf(
+      "train_gpt: train GPT-2 style transformers (CPU reference backend; CUDA planned)\n\n"
+      "usage:\n"
+      "  train_gpt [train] --config FILE [--section.key=value ...]   train (the default)\n"
+      "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
+      "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
+      "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n\n"
+      "`train_gpt <command> --help` lists that command's options; `train_gpt train --help`\n"
+      "lists every config key with its default.\n");
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  Config cfg;
+  if (!config_parse_args(&cfg, argc, argv, "train_gpt train", {}, nullptr)) return 0;
+  run_training(cfg);
+  return 0;
+}
+
+int cmd_prepare(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+      printf("usage: train_gpt prepare toy|text [options]  (see --help of each)\n");
+      return 0;
+    }
+    throw UsageError("prepare: say what to prepare: toy or text");
+  }
+  std::string what = argv[1];
+  Extras ex;
+  if (what == "toy") {
+    std::vector<ExtraOption> opts = {
+        {"out", "output directory", "data/toy"},
+        {"seed", "generator seed", "1337"},
+        {"train_tokens", "training tokens", "1048576"},
+        {"val_tokens", "validation tokens", "65536"}};
+    if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare toy", opts, &ex))
+      return 0;
+    std::string out = extra(ex, "out");
+    prepare_toy(out, uint64_t(to_int("seed", extra(ex, "seed"))),
+                to_int("train_tokens", extra(ex, "train_tokens")),
+                to_int("val_tokens", extra(ex, "val_tokens")));
+    printf("wrote %s/toy_train_000000.bin, toy_val_000000.bin and meta.json (loss floor %.4f)\n",
+           out.c_str(), toy_loss_floor());
+    return 0;
+  }
+  if (what == "text") {
+    std::vector<ExtraOption> opts = {{"input", "text file", ""},
+                                     {"out", "output directory (default data/<name>)", ""},
+                                     {"name", "shard name prefix (default: the input's name)", ""},
+                                     {"val_fraction", "fraction of the text kept for validation", "0.1"},
+                                     {"shard_tokens", "tokens per shard", "100000000"}};
+    if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare text", opts, &ex))
+      return 0;
+    std::string input = extra(ex, "input");
+    if (input.empty()) throw UsageError("prepare text: --input FILE is required");
+    std::string name = extra(ex, "name");
+    if (name.empty()) {
+      name = input.substr(input.find_last_of('/') + 1);
+      name = name.substr(0, name.find('.'));
+      if (name.empty()) name = "text";
+    }
+    std::string out = extra(ex, "out", "");
+    if (out.empty()) out = "data/" + name;
+    prepare_text(input, out, name, to_double("val_fraction", extra(ex, "val_fraction")),
+                 to_int("shard_tokens", extra(ex, "shard_tokens")));
+    printf("wrote %s/%s_{train,val}_*.bin and meta.json\n", out.c_str(), name.c_str());
+    return 0;
+  }
+  throw UsageError(strf("prepare: unknown dataset kind '%s' (toy or text)", what.c_str()));
+}
+
+int cmd_sample(int argc, char** argv) {
+  std::vector<ExtraOption> opts = {
+      {"checkpoint", "checkpoint directory (or a run directory: its latest checkpoint)", ""},
+      {"model", "an llm.c model file instead of a checkpoint", ""},
+      {"tokenizer", "llm.c gpt2_tokenizer.bin for GPT-2 ids (default: bytes)", ""},
+      {"prompt", "prompt text (byte tokenizer)", ""},
+      {"tokens", "tokens to generate", "256"},
+      {"temperature", "softmax temperature (0: greedy)", "1.0"},
+      {"top_k", "sample from the k most likely tokens (0: all)", "0"},
+      {"seed", "sampling seed", "1337"},
+      {"threads", "CPU threads (0: all)", "0"}};
+  Extras ex;
+  if (!config_parse_args(nullptr, argc, argv, "train_gpt sample", opts, &ex)) return 0;
+  Config cfg;
+  std::string ckpt = extra(ex, "checkpoint"), model_path = extra(ex, "model");
+  if (ckpt.empty() == model_path.empty())
+    throw UsageError("sample: give exactly one of --checkpoint DIR or --model FILE");
+  if (!ckpt.empty()) {
+    if (!file_exists(join_path(ckpt, "model.bin"))) {
+      std::vector<std::string> all = list_checkpoints(ckpt);
+      if (all.empty()) throw Error(strf("no checkpoint found in %s", ckpt.c_str()));
+      ckpt = all.back();
+    }
+    model_path = join_path(ckpt, "model.bin");
+  }
+  ModelFile mf = read_model_file(model_path);
+  cfg.train.device = "cpu";
+  cfg.train.threads = int(to_int("threads", extra(ex, "threads")));
+  auto be = make_backend(cfg);
+  GPT model(mf.cfg, *be);
+  model.set_params(mf.params);
+  Tokenizer tok;
+  if (!extra(ex, "tokenizer").empty()) tok = Tokenizer(extra(ex, "tokenizer"));
+  std::vector<int32_t> prompt;
+  std::string prompt_text = extra(ex, "prompt");
+  if (!prompt_text.empty())
+    prompt = tok.encode(prompt_text);
+  else
+    prompt = {tok.byte_level() ? int32_t('\n') : mf.cfg.vocab_size - 1};  // newline / <|endoftext|>
+  for (int32_t id : prompt)
+    if (id >= mf.cfg.vocab_size)
+      throw UsageError(strf("prompt token %d is outside the model's vocabulary", id));
+  Rng rng(uint64_t(to_int("seed", extra(ex, "seed"))));
+  std::vector<int32_t> out = generate(model, prompt, int(to_int("tokens", extra(ex, "tokens"))),
+                                      to_double("temperature", extra(ex, "temperature")),
+                                      int(to_int("top_k", extra(ex, "top_k"))), rng);
+  std::string text;
+  for (int32_t id : out) text += tok.decode(id);
+  printf("%s\n", printable(text).c_str());
+  return 0;
+}
+
+int run_main(int argc, char** argv) {
+  std::string sub = argc > 1 ? argv[1] : "";
+  try {
+    if (sub == "-h" || sub == "--help" || sub == "help") {
+      usage();
+      return 0;
+    }
+    if (sub == "prepare") return cmd_prepare(argc - 1, argv + 1);
+    if (sub == "sample") return cmd_sample(argc - 1, argv + 1);
+    if (sub == "train") return cmd_train(argc - 1, argv + 1);
+    if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
+    throw UsageError(strf("unknown command '%s' (train, prepare, sample; --help)", sub.c_str()));
+  } catch (const UsageError& e) {
+    fprintf(stderr, "train_gpt: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "train_gpt: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace tg

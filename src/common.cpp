@@ -1,0 +1,47 @@
+#include "common.h"
+
+#include <cstdarg>
+#include <vector>
+
+namespace tg {
+
+std::string strf(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::vector<char> buf(n > 0 ? n + 1 : 1);
+  vsnprintf(buf.data(), buf.size(), fmt, ap2);
+  va_end(ap2);
+  return std::string(buf.data(), n > 0 ? n : 0);
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::I32: return 4;
+    case DType::BF16:
+    case DType::F16: return 2;
+    case DType::E4M3:
+    case DType::E5M2: return 1;
+    case DType::F64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::E4M3: return "e4m3";
+    case DType::E5M2: return "e5m2";
+    case DType::F64: return "fp64";
+    case DType::I32: return "int32";
+  }
+  return "?";
+}
+
+}  // namespace tg

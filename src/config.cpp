@@ -1,0 +1,366 @@
+// config.cpp: the key table and everything driven by it.
+#include "config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+namespace {
+
+enum class Kind { Int, Int64, Float, Bool, String, Choice };
+
+struct KeyDef {
+  const char* name;
+  Kind kind;
+  void* (*get)(Config&);  // the field inside Config
+  double lo, hi;  // inclusive range for numbers
+  std::vector<std::string> choices;
+  const char* help;
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+#define TG_OFF(f) [](Config& c) -> void* { return &c.f; }
+
+const std::vector<KeyDef>& table() {
+  static const std::vector<KeyDef> t = {
+      {"model.n_layer", Kind::Int, TG_OFF(model.n_layer), 1, 1024, {}, "transformer blocks"},
+      {"model.n_head", Kind::Int, TG_OFF(model.n_head), 1, 1024, {}, "attention heads"},
+      {"model.n_embd", Kind::Int, TG_OFF(model.n_embd), 1, 65536, {}, "channels (multiple of n_head)"},
+      {"model.max_seq_len", Kind::Int, TG_OFF(model.max_seq_len), 1, 1 << 20, {}, "positions in wpe"},
+      {"model.vocab_size", Kind::Int, TG_OFF(model.vocab_size), 2, 1 << 24, {}, "vocabulary (padded to a multiple of 128 inside)"},
+      {"model.init_from", Kind::String, TG_OFF(model.init_from), 0, 0, {}, "llm.c model file to start from (defines the architecture)"},
+      {"data.train", Kind::String, TG_OFF(data.train), 0, 0, {}, "glob of training shards"},
+      {"data.val", Kind::String, TG_OFF(data.val), 0, 0, {}, "glob of validation shards (empty: no validation)"},
+      {"data.batch_size", Kind::Int, TG_OFF(data.batch_size), 1, 1 << 20, {}, "micro-batch rows per rank (B)"},
+      {"data.seq_len", Kind::Int, TG_OFF(data.seq_len), 1, 1 << 20, {}, "tokens per row (T)"},
+      {"data.total_batch_tokens", Kind::Int64, TG_OFF(data.total_batch_tokens), 0, 1e15, {}, "tokens per optimizer step (0: B*T*ranks; else a multiple of it: gradient accumulation)"},
+      {"data.shuffle", Kind::Bool, TG_OFF(data.shuffle), 0, 0, {}, "shuffle shards and rows each epoch (seeded)"},
+      {"optim.lr", Kind::Float, TG_OFF(optim.lr), 0, 10, {}, "peak learning rate"},
+      {"optim.warmup_steps", Kind::Int, TG_OFF(optim.warmup_steps), 0, 1e9, {}, "linear warmup steps"},
+      {"optim.schedule", Kind::Choice, TG_OFF(optim.schedule), 0, 0, {"cosine", "linear", "constant"}, "decay after warmup"},
+      {"optim.final_lr_frac", Kind::Float, TG_OFF(optim.final_lr_frac), 0, 1, {}, "final lr as a fraction of lr"},
+      {"optim.beta1", Kind::Float, TG_OFF(optim.beta1), 0, 0.999999, {}, "Adam beta1"},
+      {"optim.beta2", Kind::Float, TG_OFF(optim.beta2), 0, 0.999999999, {}, "Adam beta2"},
+      {"optim.eps", Kind::Float, TG_OFF(optim.eps), 0, 1, {}, "Adam epsilon"},
+      {"optim.weight_decay", Kind::Float, TG_OFF(optim.weight_decay), 0, 10, {}, "decoupled weight decay (2-D weights only)"},
+      {"optim.grad_clip", Kind::Float, TG_OFF(optim.grad_clip), 0, kInf, {}, "global gradient norm clip (0: off)"},
+      {"train.steps", Kind::Int, TG_OFF(train.steps), 0, 1e9, {}, "optimizer steps"},
+      {"train.seed", Kind::Int64, TG_OFF(train.seed), 0, 9.007199254740992e15, {}, "seed of init, shuffling and sampling"},
+      {"train.device", Kind::Choice, TG_OFF(train.device), 0, 0, {"auto", "cpu", "cuda"}, "backend (auto: cuda when a GPU is present)"},
+      {"train.threads", Kind::Int, TG_OFF(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"},
+      {"train.out_dir", Kind::String, TG_OFF(train.out_dir), 0, 0, {}, "run directory"},
+      {"train.log_every", Kind::Int, TG_OFF(train.log_every), 1, 1e9, {}, "progress line every N steps"},
+      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32"}, "numeric mode"},
+      {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
+      {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},
+      {"sample.every", Kind::Int, TG_OFF(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"},
+      {"sample.tokens", Kind::Int, TG_OFF(sample.tokens), 0, 1 << 20, {}, "tokens per sample (0: no sampling)"},
+      {"sample.temperature", Kind::Float, TG_OFF(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"},
+      {"sample.top_k", Kind::Int, TG_OFF(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"},
+      {"sample.prompt", Kind::String, TG_OFF(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"},
+      {"checkpoint.every", Kind::Int, TG_OFF(checkpoint.every), 0, 1e9, {}, "checkpoint every N steps (0: at the end only)"},
+      {"checkpoint.keep", Kind::Int, TG_OFF(checkpoint.keep), 1, 1e6, {}, "checkpoints kept (oldest deleted)"},
+      {"checkpoint.resume", Kind::Bool, TG_OFF(checkpoint.resume), 0, 0, {}, "continue from the latest complete checkpoint in out_dir"},
+  };
+  return t;
+}
+#undef TG_OFF
+
+template <typename T>
+T& field(Config& c, const KeyDef& k) {
+  return *static_cast<T*>(k.get(c));
+}
+template <typename T>
+const T& field(const Config& c, const KeyDef& k) {
+  return *static_cast<const T*>(k.get(const_cast<Config&>(c)));
+}
+
+const KeyDef* find_key(const std::string& name) {
+  for (const auto& k : table())
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Int:
+    case Kind::Int64: return "integer";
+    case Kind::Float: return "number";
+    case Kind::Bool: return "boolean";
+    case Kind::String: return "string";
+    case Kind::Choice: return "choice";
+  }
+  return "?";
+}
+
+std::string choices_text(const KeyDef& k) {
+  std::string s;
+  for (const auto& c : k.choices) s += (s.empty() ? "" : "|") + c;
+  return s;
+}
+
+std::string value_text(const Config& c, const KeyDef& k) {
+  switch (k.kind) {
+    case Kind::Int: return std::to_string(field<int>(c, k));
+    case Kind::Int64: return std::to_string(field<int64_t>(c, k));
+    case Kind::Float: {
+      std::ostringstream os;
+      os << field<double>(c, k);
+      return os.str();
+    }
+    case Kind::Bool: return field<bool>(c, k) ? "true" : "false";
+    case Kind::String:
+    case Kind::Choice: return field<std::string>(c, k);
+  }
+  return "";
+}
+
+[[noreturn]] void bad_value(const KeyDef& k, const std::string& what, const std::string& origin) {
+  std::string expect = k.kind == Kind::Choice ? "one of " + choices_text(k) : kind_name(k.kind);
+  throw UsageError(strf("config key '%s'%s: %s (expected %s)", k.name,
+                        origin.empty() ? "" : (" in " + origin).c_str(), what.c_str(),
+                        expect.c_str()));
+}
+
+void check_range(const KeyDef& k, double v, const std::string& origin) {
+  if (!(v >= k.lo && v <= k.hi))
+    throw UsageError(strf("config key '%s'%s: value %g is out of range [%g, %g]", k.name,
+                          origin.empty() ? "" : (" in " + origin).c_str(), v, k.lo, k.hi));
+}
+
+void set_json(Config& c, const KeyDef& k, const json& v, const std::string& origin) {
+  switch (k.kind) {
+    case Kind::Int:
+    case Kind::Int64: {
+      if (!v.is_number_integer()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      double d = v.is_number_unsigned() ? double(v.get<uint64_t>()) : double(v.get<int64_t>());
+      check_range(k, d, origin);
+      if (k.kind == Kind::Int)
+        field<int>(c, k) = int(v.get<int64_t>());
+      else
+        field<int64_t>(c, k) = v.get<int64_t>();
+      break;
+    }
+    case Kind::Float: {
+      if (!v.is_number()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      double d = v.get<double>();
+      check_range(k, d, origin);
+      field<double>(c, k) = d;
+      break;
+    }
+    case Kind::Bool:
+      if (!v.is_boolean()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      field<bool>(c, k) = v.get<bool>();
+      break;
+    case Kind::String:
+      if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      field<std::string>(c, k) = v.get<std::string>();
+      break;
+    case Kind::Choice: {
+      if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      std::string s = v.get<std::string>();
+      bool ok = false;
+      for (const auto& ch : k.choices) ok |= (ch == s);
+      if (!ok) bad_value(k, "'" + s + "' is not allowed", origin);
+      field<std::string>(c, k) = s;
+      break;
+    }
+  }
+}
+
+void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+    const KeyDef* k = find_key(name);
+    if (k) {
+      set_json(c, *k, it.value(), origin);
+    } else if (it.value().is_object()) {
+      bool is_section = false;
+      for (const auto& d : table())
+        is_section |= std::string(d.name).rfind(name + ".", 0) == 0;
+      if (!is_section)
+        throw UsageError(strf("unknown config section '%s' in %s", name.c_str(), origin.c_str()));
+      apply_object(c, it.value(), name, origin);
+    } else {
+      throw UsageError(strf("unknown config key '%s' in %s", name.c_str(), origin.c_str()));
+    }
+  }
+}
+
+}  // namespace
+
+void config_apply_json(Config& cfg, const json& j, const std::string& origin) {
+  if (!j.is_object()) throw UsageError(origin + ": a config must be a JSON object");
+  apply_object(cfg, j, "", origin);
+}
+
+void config_load_file(Config& cfg, const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw UsageError(strf("cannot read config file %s: %s", path.c_str(), strerror(errno)));
+  json j;
+  try {
+    j = json::parse(f, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    throw UsageError(strf("config file %s is not valid JSON: %s", path.c_str(), e.what()));
+  }
+  config_apply_json(cfg, j, "config file " + path);
+}
+
+void config_set(Config& cfg, const std::string& key, const std::string& text) {
+  const KeyDef* k = find_key(key);
+  if (!k) throw UsageError(strf("unknown config key '%s'", key.c_str()));
+  const std::string origin = "on the command line";
+  json v;
+  switch (k->kind) {
+    case Kind::Int:
+    case Kind::Int64: {
+      errno = 0;
+      char* end = nullptr;
+      long long x = strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || errno) bad_value(*k, "'" + text + "' is not an integer", origin);
+      v = int64_t(x);
+      break;
+    }
+    case Kind::Float: {
+      char* end = nullptr;
+      double x = strtod(text.c_str(), &end);
+      if (text.empty() || *end || !std::isfinite(x))
+        bad_value(*k, "'" + text + "' is not a number", origin);
+      v = x;
+      break;
+    }
+    case Kind::Bool:
+      if (text == "true" || text == "1")
+        v = true;
+      else if (text == "false" || text == "0")
+        v = false;
+      else
+        bad_value(*k, "'" + text + "' is not a boolean", origin);
+      break;
+    case Kind::String:
+    case Kind::Choice: v = text; break;
+  }
+  set_json(cfg, *k, v, origin);
+}
+
+void config_validate(const Config& c, int world) {
+  for (const auto& k : table()) {
+    if (k.kind == Kind::Int) check_range(k, field<int>(c, k), "");
+    if (k.kind == Kind::Int64) check_range(k, double(field<int64_t>(c, k)), "");
+    if (k.kind == Kind::Float) check_range(k, field<double>(c, k), "");
+  }
+  auto err = [](const char* key, const std::string& msg) {
+    throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
+  };
+  if (c.model.n_embd % c.model.n_head != 0)
+    err("model.n_embd", strf("%d is not a multiple of model.n_head=%d", c.model.n_embd, c.model.n_head));
+  if (c.data.seq_len > c.model.max_seq_len)
+    err("data.seq_len", strf("%d exceeds model.max_seq_len=%d", c.data.seq_len, c.model.max_seq_len));
+  int64_t micro = int64_t(c.data.batch_size) * c.data.seq_len * world;
+  if (c.data.total_batch_tokens != 0 && c.data.total_batch_tokens % micro != 0)
+    err("data.total_batch_tokens",
+        strf("%lld is not a multiple of batch_size*seq_len*ranks=%lld",
+             (long long)c.data.total_batch_tokens, (long long)micro));
+  if (c.data.train.empty()) err("data.train", "must not be empty");
+  if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
+}
+
+json config_to_json(const Config& c) {
+  json j = json::object();
+  for (const auto& k : table()) {
+    json* node = &j;
+    std::string name = k.name;
+    size_t pos;
+    while ((pos = name.find('.')) != std::string::npos) {
+      node = &(*node)[name.substr(0, pos)];
+      name = name.substr(pos + 1);
+    }
+    switch (k.kind) {
+      case Kind::Int: (*node)[name] = field<int>(c, k); break;
+      case Kind::Int64: (*node)[name] = field<int64_t>(c, k); break;
+      case Kind::Float: (*node)[name] = field<double>(c, k); break;
+      case Kind::Bool: (*node)[name] = field<bool>(c, k); break;
+      case Kind::String:
+      case Kind::Choice: (*node)[name] = field<std::string>(c, k); break;
+    }
+  }
+  return j;
+}
+
+std::vector<ConfigKeyInfo> config_keys() {
+  Config defaults;
+  std::vector<ConfigKeyInfo> out;
+  for (const auto& k : table()) {
+    std::string type = k.kind == Kind::Choice ? choices_text(k) : kind_name(k.kind);
+    out.push_back({k.name, type, k.help, value_text(defaults, k)});
+  }
+  return out;
+}
+
+bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
+                       const std::vector<ExtraOption>& extra,
+                       std::vector<std::pair<std::string, std::string>>* extra_values,
+                       bool* config_file_given) {
+  cxxopts::Options opts(program, "");
+  opts.custom_help(cfg ? "[--config FILE] [--section.key=value ...]" : "[options]");
+  opts.add_options()("h,help", "print this help");
+  if (cfg)
+    opts.add_options()("config", "JSON config file (keys below; command line wins)",
+                       cxxopts::value<std::string>());
+  for (const auto& e : extra) {
+    if (e.is_flag)
+      opts.add_options()(e.name, e.help);
+    else if (e.default_value.empty())
+      opts.add_options()(e.name, e.help, cxxopts::value<std::string>());
+    else
+      opts.add_options()(e.name, e.help, cxxopts::value<std::string>()->default_value(e.default_value));
+  }
+  if (cfg)
+    for (const auto& k : config_keys())
+      opts.add_options("config keys")(k.name, k.help + " [" + k.type + "]",
+                                    cxxopts::value<std::string>()->default_value(k.default_value));
+  cxxopts::ParseResult r;
+  try {
+    r = opts.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (!r.unmatched().empty())
+    throw UsageError(strf("unexpected argument '%s'", r.unmatched()[0].c_str()));
+  if (r.count("help")) {
+    printf("%s\n", opts.help({"", "config keys"}).c_str());
+    return false;
+  }
+  if (cfg) {
+    if (config_file_given) *config_file_given = r.count("config") > 0;
+    if (r.count("config")) config_load_file(*cfg, r["config"].as<std::string>());
+    // Command-line values are applied in table order after the file, so they win.
+    for (const auto& k : table())
+      if (r.count(k.name)) config_set(*cfg, k.name, r[k.name].as<std::string>());
+  }
+  if (extra_values) {
+    for (const auto& e : extra) {
+      if (e.is_flag) {
+        if (r.count(e.name)) extra_values->push_back({e.name, "true"});
+      } else if (r.count(e.name) || !e.default_value.empty()) {
+        extra_values->push_back({e.name, r[e.name].as<std::string>()});
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace tg

@@ -1,0 +1,100 @@
+// config.h: the run configuration, read from JSON and overridden on the command line.
+//
+// Every key lives in one table (config.cpp) with its type, default, range and help text,
+// so JSON parsing, `--section.key=value` overrides, `--help` and validation all agree.
+// Errors name the key and raise UsageError (exit code 2).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace tg {
+
+struct Config {
+  struct Model {
+    int n_layer = 2;
+    int n_head = 4;
+    int n_embd = 64;
+    int max_seq_len = 64;
+    int vocab_size = 256;
+    std::string init_from;  // an llm.c model file; its header then defines the architecture
+  } model;
+  struct Data {
+    std::string train = "data/toy/toy_train_*.bin";
+    std::string val = "data/toy/toy_val_*.bin";
+    int batch_size = 16;
+    int seq_len = 64;
+    int64_t total_batch_tokens = 0;  // 0: one micro-batch per step (B*T*world)
+    bool shuffle = true;
+  } data;
+  struct Optim {
+    double lr = 3e-3;
+    int warmup_steps = 50;
+    std::string schedule = "cosine";
+    double final_lr_frac = 0.1;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+    double grad_clip = 1.0;  // 0 disables clipping
+  } optim;
+  struct Train {
+    int steps = 600;
+    int64_t seed = 1337;
+    std::string device = "auto";
+    int threads = 0;  // 0: all cores
+    std::string out_dir = "runs/default";
+    int log_every = 1;
+  } train;
+  struct Precision {
+    std::string mode = "fp32";
+  } precision;
+  struct Eval {
+    int every = 100;  // 0: only at start and end
+    int batches = 8;
+  } eval;
+  struct Sample {
+    int every = 0;  // 0: only at the end
+    int tokens = 64;
+    double temperature = 1.0;
+    int top_k = 0;  // 0: full distribution
+    std::string prompt;
+  } sample;
+  struct Checkpoint {
+    int every = 0;  // 0: only at the end
+    int keep = 2;
+    bool resume = false;
+  } checkpoint;
+};
+
+// Reads a JSON config file into cfg (keys absent from the file keep their value).
+void config_load_file(Config& cfg, const std::string& path);
+// Applies one JSON object (nested sections) to cfg; `origin` names the source in errors.
+void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& origin);
+// Sets one key from its command-line text.
+void config_set(Config& cfg, const std::string& key, const std::string& value);
+// Range checks of single keys and consistency between keys; `world` is the rank count.
+void config_validate(const Config& cfg, int world = 1);
+nlohmann::json config_to_json(const Config& cfg);
+// All key names, in table order, with help text and default values (for --help).
+struct ConfigKeyInfo {
+  std::string name, type, help, default_value;
+};
+std::vector<ConfigKeyInfo> config_keys();
+
+// Parses `train_gpt <sub> [--config F] [--section.key=value ...]` arguments (argv from
+// the subcommand on) into *cfg; with cfg == nullptr no config keys are accepted. Options
+// of the subcommand itself are declared in `extra` and returned in `extra_values`.
+// Returns false when --help was printed.
+struct ExtraOption {
+  std::string name, help, default_value;
+  bool is_flag = false;
+};
+bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
+                       const std::vector<ExtraOption>& extra,
+                       std::vector<std::pair<std::string, std::string>>* extra_values,
+                       bool* config_file_given = nullptr);
+
+}  // namespace tg

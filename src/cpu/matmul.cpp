@@ -1,0 +1,66 @@
+// matmul: out(N,OC) = inp(N,C) W(OC,C)^T + bias, through BLAS (sgemm / dgemm).
+// Backward: dinp = dout W (overwrites), dW += dout^T inp, dbias += column sums of dout.
+// The bias sums run over a fixed split of rows per thread, added in thread order.
+#include <cblas.h>
+#include <omp.h>
+
+#include <vector>
+
+#include "ops.h"
+
+namespace tg::cpu {
+
+namespace {
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
+          const float* B, int ldb, float beta, float* Cm, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+}
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const double* A, int lda,
+          const double* B, int ldb, double beta, double* Cm, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, Cm, ldc);
+}
+}  // namespace
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  gemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, T(0), out, OC);
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      T* o = out + size_t(n) * OC;
+      for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
+  }
+}
+
+template <typename T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
+                     int C, int OC) {
+  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, T(0), dinp, C);
+  gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, T(1), dw, C);
+  if (dbias) {
+    int nthreads = omp_get_max_threads();
+    std::vector<T> partial(size_t(nthreads) * OC, T(0));
+#pragma omp parallel num_threads(nthreads)
+    {
+      int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      int n0 = int(int64_t(N) * id / nt), n1 = int(int64_t(N) * (id + 1) / nt);
+      T* p = partial.data() + size_t(id) * OC;
+      for (int n = n0; n < n1; n++) {
+        const T* d = dout + size_t(n) * OC;
+        for (int j = 0; j < OC; j++) p[j] += d[j];
+      }
+    }
+    for (int t = 0; t < nthreads; t++)
+      for (int j = 0; j < OC; j++) dbias[j] += partial[size_t(t) * OC + j];
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                    \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);          \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
+TG_INSTANTIATE(float)
+TG_INSTANTIATE(double)
+#undef TG_INSTANTIATE
+
+}  // namespace tg::cpu

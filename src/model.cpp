@@ -1,0 +1,324 @@
+#include "model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "rng.h"
+
+namespace tg {
+
+std::array<size_t, kNumParamTensors> param_sizes(const GPTConfig& c) {
+  size_t C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size, T = c.max_seq_len;
+  return {Vp * C,    T * C,     L * C,         L * C,         L * 3 * C * C, L * 3 * C,
+          L * C * C, L * C,     L * C,         L * C,         L * 4 * C * C, L * 4 * C,
+          L * C * 4 * C, L * C, C,             C};
+}
+
+size_t num_parameters(const GPTConfig& c) {
+  size_t n = 0;
+  for (size_t s : param_sizes(c)) n += s;
+  return n;
+}
+
+const char* param_name(int i) {
+  static const char* names[kNumParamTensors] = {
+      "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+  return names[i];
+}
+
+bool param_decays(int i) {
+  return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
+}
+
+double flops_per_token(const GPTConfig& c, int T) {
+  // Weights: 2 FLOPs per multiply-add, times 3 for forward + two backward GEMMs. The
+  // embedding lookup is not a matmul; the tied lm_head is (Vp x C).
+  double C = c.n_embd, L = c.n_layer;
+  double matmul_params = L * 12.0 * C * C + double(c.padded_vocab_size) * C;
+  // Attention scores and weighted sum: 2 * T * C per layer per token forward (causal
+  // halves it on average, counted in full as is customary for MFU).
+  double attn = L * 2.0 * 2.0 * T * C;
+  return 6.0 * matmul_params + 3.0 * attn;
+}
+
+GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype) : cfg_(cfg), be_(be), dtype_(dtype) {
+  auto sizes = param_sizes(cfg_);
+  num_params_ = num_parameters(cfg_);
+  params_ = be_.alloc(dtype_, num_params_);
+  grads_ = be_.alloc(dtype_, num_params_);
+  m_ = be_.alloc(dtype_, num_params_);
+  v_ = be_.alloc(dtype_, num_params_);
+  be_.zero(params_);
+  be_.zero(grads_);
+  be_.zero(m_);
+  be_.zero(v_);
+  size_t off = 0;
+  for (int i = 0; i < kNumParamTensors; i++) {
+    param_views_[i] = params_.slice(off, sizes[i]);
+    grad_views_[i] = grads_.slice(off, sizes[i]);
+    off += sizes[i];
+  }
+}
+
+GPT::~GPT() {
+  for (Tensor t : {params_, grads_, m_, v_, act_buf_, tokens_, targets_})
+    if (t) be_.free(t);
+}
+
+void GPT::init_random(uint64_t seed) {
+  auto sizes = param_sizes(cfg_);
+  std::vector<double> host(num_params_, 0.0);
+  const double std_base = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
+  size_t off = 0;
+  for (int i = 0; i < kNumParamTensors; i++) {
+    Rng rng = Rng::derive(seed, 0x494E4954ull /*"INIT"*/, uint64_t(i));
+    double* p = host.data() + off;
+    if (i == LN1W || i == LN2W || i == LNFW) {
+      for (size_t k = 0; k < sizes[i]; k++) p[k] = 1.0;
+    } else if (param_decays(i)) {
+      double s = (i == ATTPROJW || i == FCPROJW) ? std_resid : std_base;
+      // Only the real vocabulary rows of wte are drawn; the padding stays zero.
+      size_t n = i == WTE ? size_t(cfg_.vocab_size) * cfg_.n_embd : sizes[i];
+      for (size_t k = 0; k < n; k++) p[k] = float(rng.normal() * s);
+    }
+    off += sizes[i];
+  }
+  set_params(host);
+}
+
+namespace {
+template <typename Dst, typename Src>
+std::vector<Dst> convert(const std::vector<Src>& v) {
+  return std::vector<Dst>(v.begin(), v.end());
+}
+}  // namespace
+
+void GPT::set_params(const std::vector<double>& p) {
+  if (p.size() != num_params_) throw Error("set_params: wrong parameter count");
+  if (dtype_ == DType::F64)
+    be_.upload(params_, p.data());
+  else
+    be_.upload(params_, convert<float>(p).data());
+}
+
+void GPT::set_params(const std::vector<float>& p) {
+  if (p.size() != num_params_) throw Error("set_params: wrong parameter count");
+  if (dtype_ == DType::F64)
+    be_.upload(params_, convert<double>(p).data());
+  else
+    be_.upload(params_, p.data());
+}
+
+namespace {
+std::vector<double> download_f64(Backend& be, Tensor t) {
+  if (t.dtype == DType::F64) {
+    std::vector<double> out(t.numel);
+    be.download(out.data(), t);
+    return out;
+  }
+  std::vector<float> tmp(t.numel);
+  be.download(tmp.data(), t);
+  return convert<double>(tmp);
+}
+}  // namespace
+
+std::vector<double> GPT::params_f64() { return download_f64(be_, params_); }
+std::vector<double> GPT::grads_f64() { return download_f64(be_, grads_); }
+std::vector<float> GPT::params_f32() {
+  if (dtype_ == DType::F64) return convert<float>(params_f64());
+  std::vector<float> out(num_params_);
+  be_.download(out.data(), params_);
+  return out;
+}
+
+void GPT::ensure_acts(int B, int T) {
+  size_t need = layout_acts(B, T, nullptr);
+  if (need > act_capacity_) {
+    if (act_buf_) be_.free(act_buf_);
+    act_buf_ = be_.alloc(dtype_, need);
+    act_capacity_ = need;
+    B_ = T_ = 0;
+  }
+  size_t BT = size_t(B) * T;
+  if (BT > tok_capacity_) {
+    if (tokens_) be_.free(tokens_);
+    if (targets_) be_.free(targets_);
+    tokens_ = be_.alloc(DType::I32, BT);
+    targets_ = be_.alloc(DType::I32, BT);
+    tok_capacity_ = BT;
+  }
+  if (B != B_ || T != T_) {
+    layout_acts(B, T, &acts_);
+    B_ = B;
+    T_ = T;
+  }
+}
+
+size_t GPT::layout_acts(int B, int T, Acts* out) {
+  size_t BT = size_t(B) * T, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head;
+  size_t Vp = cfg_.padded_vocab_size, att = size_t(B) * NH * T * T;
+  size_t off = 0;
+  Acts a;
+  auto take = [&](Tensor& t, size_t n) {
+    if (out) t = act_buf_.slice(off, n);
+    off += n;
+  };
+  take(a.encoded, BT * C);
+  take(a.ln1, L * BT * C);
+  take(a.ln1_mean, L * BT);
+  take(a.ln1_rstd, L * BT);
+  take(a.qkv, L * BT * 3 * C);
+  take(a.atty, L * BT * C);
+  take(a.att, L * att);
+  take(a.attproj, L * BT * C);
+  take(a.residual2, L * BT * C);
+  take(a.ln2, L * BT * C);
+  take(a.ln2_mean, L * BT);
+  take(a.ln2_rstd, L * BT);
+  take(a.fch, L * BT * 4 * C);
+  take(a.fch_gelu, L * BT * 4 * C);
+  take(a.fcproj, L * BT * C);
+  take(a.residual3, L * BT * C);
+  take(a.lnf, BT * C);
+  take(a.lnf_mean, BT);
+  take(a.lnf_rstd, BT);
+  take(a.logits, BT * Vp);
+  take(a.losses, BT);
+  take(a.dresidual, BT * C);
+  take(a.dln, BT * C);
+  take(a.dqkv, BT * 3 * C);
+  take(a.datty, BT * C);
+  take(a.datt, att);
+  take(a.dfch, BT * 4 * C);
+  take(a.dfch_gelu, BT * 4 * C);
+  if (out) *out = a;
+  return off;
+}
+
+double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  if (T > cfg_.max_seq_len)
+    throw Error(strf("sequence of %d tokens exceeds max_seq_len %d", T, cfg_.max_seq_len));
+  for (int i = 0; i < B * T; i++)
+    if (inputs[i] < 0 || inputs[i] >= cfg_.vocab_size)
+      throw Error(strf("token %d out of range for vocab_size %d", inputs[i], cfg_.vocab_size));
+  ensure_acts(B, T);
+  const int BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
+  const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
+  const size_t btc = size_t(BT) * C, att = size_t(B) * NH * T * T;
+  Tensor tok = tokens_.slice(0, BT), tgt = targets_.slice(0, BT);
+  be_.upload(tok, inputs);
+  const auto& P = param_views_;
+  Acts& a = acts_;
+
+  be_.encoder_forward(a.encoded, tok, P[WTE], P[WPE], B, T, C);
+  for (int l = 0; l < L; l++) {
+    Tensor residual = l == 0 ? a.encoded : a.residual3.slice((l - 1) * btc, btc);
+    Tensor ln1 = a.ln1.slice(l * btc, btc), qkv = a.qkv.slice(l * 3 * btc, 3 * btc);
+    Tensor atty = a.atty.slice(l * btc, btc), attl = a.att.slice(l * att, att);
+    Tensor attproj = a.attproj.slice(l * btc, btc), res2 = a.residual2.slice(l * btc, btc);
+    Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
+    Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
+    Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
+    be_.layernorm_forward(ln1, a.ln1_mean.slice(l * BT, BT), a.ln1_rstd.slice(l * BT, BT),
+                          residual, P[LN1W].slice(l * C, C), P[LN1B].slice(l * C, C), BT, C);
+    be_.matmul_forward(qkv, ln1, P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
+                       P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C);
+    be_.attention_forward(atty, attl, qkv, B, T, C, NH);
+    be_.matmul_forward(attproj, atty, P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
+                       P[ATTPROJB].slice(l * C, C), BT, C, C);
+    be_.residual_forward(res2, residual, attproj, btc);
+    be_.layernorm_forward(ln2, a.ln2_mean.slice(l * BT, BT), a.ln2_rstd.slice(l * BT, BT), res2,
+                          P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
+    be_.matmul_forward(fch, ln2, P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                       P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
+    be_.gelu_forward(fchg, fch, 4 * btc);
+    be_.matmul_forward(fcproj, fchg, P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                       P[FCPROJB].slice(l * C, C), BT, 4 * C, C);
+    be_.residual_forward(res3, res2, fcproj, btc);
+  }
+  Tensor last = a.residual3.slice((L - 1) * btc, btc);
+  be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, P[LNFW], P[LNFB], BT, C);
+  be_.matmul_forward(a.logits, a.lnf, P[WTE], Tensor{}, BT, C, Vp);
+  have_dlogits_ = false;
+  if (!targets) return NAN;
+
+  for (int i = 0; i < BT; i++)
+    if (targets[i] < 0 || targets[i] >= V)
+      throw Error(strf("target %d out of range for vocab_size %d", targets[i], V));
+  be_.upload(tgt, targets);
+  be_.classifier(a.logits, a.losses, tgt, dloss / float(BT), BT, V, Vp);
+  have_dlogits_ = dloss != 0;
+  std::vector<double> losses = download_f64(be_, a.losses);
+  double sum = 0;
+  for (double x : losses) sum += x;
+  return sum / BT;
+}
+
+void GPT::backward() {
+  if (!have_dlogits_) throw Error("backward() needs a forward pass with targets and dloss != 0");
+  const int B = B_, T = T_, BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
+  const int Vp = cfg_.padded_vocab_size;
+  const size_t btc = size_t(BT) * C, att = size_t(B) * NH * T * T;
+  const auto& P = param_views_;
+  const auto& G = grad_views_;
+  Acts& a = acts_;
+  Tensor dres = a.dresidual, dln = a.dln;
+
+  be_.matmul_backward(dln, G[WTE], Tensor{}, a.logits, a.lnf, P[WTE], BT, C, Vp);
+  be_.zero(dres);
+  Tensor last = a.residual3.slice((L - 1) * btc, btc);
+  be_.layernorm_backward(dres, G[LNFW], G[LNFB], dln, last, P[LNFW], a.lnf_mean, a.lnf_rstd, BT,
+                         C);
+  for (int l = L - 1; l >= 0; l--) {
+    Tensor residual = l == 0 ? a.encoded : a.residual3.slice((l - 1) * btc, btc);
+    Tensor ln1 = a.ln1.slice(l * btc, btc), qkv = a.qkv.slice(l * 3 * btc, 3 * btc);
+    Tensor atty = a.atty.slice(l * btc, btc), attl = a.att.slice(l * att, att);
+    Tensor res2 = a.residual2.slice(l * btc, btc), ln2 = a.ln2.slice(l * btc, btc);
+    Tensor fch = a.fch.slice(l * 4 * btc, 4 * btc);
+    Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
+    // residual3 = residual2 + fcproj: dres is the gradient of both.
+    be_.matmul_backward(a.dfch_gelu, G[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                        G[FCPROJB].slice(l * C, C), dres, fchg,
+                        P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, 4 * C, C);
+    be_.gelu_backward(a.dfch, fch, a.dfch_gelu, 4 * btc);
+    be_.matmul_backward(dln, G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                        G[FCB].slice(l * 4 * C, 4 * C), a.dfch, ln2,
+                        P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, C, 4 * C);
+    be_.layernorm_backward(dres, G[LN2W].slice(l * C, C), G[LN2B].slice(l * C, C), dln, res2,
+                           P[LN2W].slice(l * C, C), a.ln2_mean.slice(l * BT, BT),
+                           a.ln2_rstd.slice(l * BT, BT), BT, C);
+    // residual2 = residual + attproj: dres is now the gradient of both.
+    be_.matmul_backward(a.datty, G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
+                        G[ATTPROJB].slice(l * C, C), dres, atty,
+                        P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
+    be_.attention_backward(a.dqkv, a.datt, a.datty, qkv, attl, B, T, C, NH);
+    be_.matmul_backward(dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
+                        G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
+                        P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
+    be_.layernorm_backward(dres, G[LN1W].slice(l * C, C), G[LN1B].slice(l * C, C), dln, residual,
+                           P[LN1W].slice(l * C, C), a.ln1_mean.slice(l * BT, BT),
+                           a.ln1_rstd.slice(l * BT, BT), BT, C);
+  }
+  be_.encoder_backward(G[WTE], G[WPE], dres, tokens_.slice(0, BT), B, T, C);
+  have_dlogits_ = false;
+}
+
+void GPT::zero_grad() { be_.zero(grads_); }
+
+double GPT::grad_norm() { return std::sqrt(be_.sum_squares(grads_)); }
+
+void GPT::adamw_step(const AdamWArgs& args) {
+  auto sizes = param_sizes(cfg_);
+  size_t off = 0;
+  for (int i = 0; i < kNumParamTensors; i++) {
+    AdamWArgs a = args;
+    if (!param_decays(i)) a.weight_decay = 0;
+    Tensor p = params_.slice(off, sizes[i]);
+    be_.adamw(p, p, grads_.slice(off, sizes[i]), m_.slice(off, sizes[i]), v_.slice(off, sizes[i]),
+              a);
+    off += sizes[i];
+  }
+}
+
+}  // namespace tg

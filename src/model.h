@@ -1,0 +1,107 @@
+// model.h: GPT-2 (learned positions, pre-LayerNorm blocks, tanh GELU, tied embedding and
+// lm_head, vocabulary padded to a multiple of 128), written once over the Backend ops.
+//
+// Parameters live in one flat buffer in llm.c's order (wte wpe ln1w ln1b qkvw qkvb
+// attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb lnfw lnfb, each stacked over layers),
+// so the model file is that buffer behind a header and the optimizer runs over it whole.
+// Activations are one buffer laid out for the largest (B, T) seen so far; activation
+// gradients need only one layer's worth of scratch, reused from the top layer down.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+
+namespace tg {
+
+struct GPTConfig {
+  int max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0, n_layer = 0, n_head = 0,
+      n_embd = 0;
+};
+inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
+
+enum ParamIndex {
+  WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB,
+  LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB, kNumParamTensors
+};
+std::array<size_t, kNumParamTensors> param_sizes(const GPTConfig& c);
+size_t num_parameters(const GPTConfig& c);
+const char* param_name(int i);
+// Decoupled weight decay applies to the 2-D weights (embeddings and linear weights) only.
+bool param_decays(int i);
+// Floating-point operations of one training step per token (forward + backward: 6N for the
+// weights plus attention), for tokens/s -> FLOP/s.
+double flops_per_token(const GPTConfig& c, int T);
+
+class GPT {
+ public:
+  // dtype: F32 for training, F64 for gradient checks (CPU backend only).
+  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const GPTConfig& config() const { return cfg_; }
+  size_t num_params() const { return num_params_; }
+  Backend& backend() { return be_; }
+
+  // GPT-2 initialisation from a seed: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+  // biases 0, layernorm weights 1, padded vocabulary rows 0.
+  void init_random(uint64_t seed);
+  // Host copies of all parameters (llm.c order), converted to/from the model's dtype.
+  void set_params(const std::vector<double>& p);
+  void set_params(const std::vector<float>& p);
+  std::vector<double> params_f64();
+  std::vector<float> params_f32();
+  std::vector<double> grads_f64();
+
+  // Runs the forward pass on B rows of T tokens. With targets, returns the mean loss; with
+  // dloss != 0 it also leaves the gradient of dloss * (mean loss) with respect to the
+  // logits ready for backward(). Without targets the logits stay in logits() and NaN is
+  // returned.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  // Adds this micro-batch's gradients into grads (after forward with dloss != 0).
+  void backward();
+  void zero_grad();
+  double grad_norm();
+  // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
+  // grad_scale first.
+  void adamw_step(const AdamWArgs& args);
+
+  // Logits of the last forward, (B, T, Vp), on the backend.
+  Tensor logits() const { return acts_.logits; }
+  Tensor params() const { return params_; }
+  Tensor grads() const { return grads_; }
+  Tensor adam_m() const { return m_; }
+  Tensor adam_v() const { return v_; }
+  Tensor param(int i) const { return param_views_[i]; }
+  Tensor grad(int i) const { return grad_views_[i]; }
+
+ private:
+  struct Acts {
+    Tensor encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, residual2, ln2, ln2_mean,
+        ln2_rstd, fch, fch_gelu, fcproj, residual3, lnf, lnf_mean, lnf_rstd, logits, losses;
+    // gradient scratch, one layer's worth
+    Tensor dresidual, dln, dqkv, datty, datt, dfch, dfch_gelu;
+  };
+  void ensure_acts(int B, int T);
+  // Offsets of every activation for (B, T); returns the element count. Fills *out (views
+  // into act_buf_) when given.
+  size_t layout_acts(int B, int T, Acts* out);
+
+  GPTConfig cfg_;
+  Backend& be_;
+  DType dtype_;
+  size_t num_params_ = 0;
+  Tensor params_, grads_, m_, v_;
+  std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
+  Tensor act_buf_, tokens_, targets_;
+  size_t act_capacity_ = 0, tok_capacity_ = 0;
+  Acts acts_;
+  int B_ = 0, T_ = 0;
+  bool have_dlogits_ = false;
+};
+
+}  // namespace tg

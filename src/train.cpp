@@ -1,0 +1,370 @@
+#include "train.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "cpu/cpu_backend.h"
+#include "data.h"
+#include "fileio.h"
+#include "prepare.h"
+#include "rng.h"
+#include "sample.h"
+#include "schedule.h"
+#include "tokenizer.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string fmt_duration(double s) {
+  long t = long(s + 0.5);
+  if (t >= 3600) return strf("%ldh%02ldm", t / 3600, (t / 60) % 60);
+  return strf("%ldm%02lds", t / 60, t % 60);
+}
+
+std::string fmt_rate(double x) {
+  if (x >= 1e6) return strf("%.2fM", x / 1e6);
+  if (x >= 1e3) return strf("%.1fk", x / 1e3);
+  return strf("%.0f", x);
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return size_t(ru.ru_maxrss) * 1024;
+}
+
+json rng_to_json(const Rng& r) { return json::array({r.s[0], r.s[1], r.s[2], r.s[3]}); }
+Rng rng_from_json(const json& j) {
+  Rng r;
+  for (int i = 0; i < 4; i++) r.s[i] = j.at(i).get<uint64_t>();
+  return r;
+}
+
+json nan_to_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+double evaluate(GPT& model, DataLoader& val, int batches, int B, int T) {
+  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+  val.reset();
+  double sum = 0;
+  for (int i = 0; i < batches; i++) {
+    val.next_batch(in.data(), tgt.data());
+    sum += model.forward(in.data(), tgt.data(), B, T, 0.0f);
+  }
+  return sum / batches;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const Config& cfg) {
+  if (cfg.train.device == "cuda")
+    throw UsageError(
+        "config key 'train.device': cuda is not available: this build has no CUDA backend yet "
+        "(use cpu or auto)");
+  int threads = cfg.train.threads > 0 ? cfg.train.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return make_cpu_backend();
+}
+
+GPTConfig model_config(const Config& cfg) {
+  GPTConfig c;
+  c.max_seq_len = cfg.model.max_seq_len;
+  c.vocab_size = cfg.model.vocab_size;
+  c.padded_vocab_size = pad_vocab(c.vocab_size);
+  c.n_layer = cfg.model.n_layer;
+  c.n_head = cfg.model.n_head;
+  c.n_embd = cfg.model.n_embd;
+  return c;
+}
+
+json run_training(const Config& cfg_in) {
+  Config cfg = cfg_in;
+  const auto t_start = Clock::now();
+  std::unique_ptr<Backend> be = make_backend(cfg);
+
+  // Model shape; an llm.c file defines it, and the effective config records it.
+  ModelFile init;
+  if (!cfg.model.init_from.empty()) {
+    init = read_model_file(cfg.model.init_from);
+    cfg.model.n_layer = init.cfg.n_layer;
+    cfg.model.n_head = init.cfg.n_head;
+    cfg.model.n_embd = init.cfg.n_embd;
+    cfg.model.max_seq_len = init.cfg.max_seq_len;
+    cfg.model.vocab_size = init.cfg.vocab_size;
+  }
+  config_validate(cfg);
+  const GPTConfig mc = cfg.model.init_from.empty() ? model_config(cfg) : init.cfg;
+
+  json meta = read_dataset_meta(cfg.data.train);
+  if (meta.contains("vocab_size") && meta["vocab_size"].is_number_integer() &&
+      meta["vocab_size"].get<int>() > mc.vocab_size)
+    throw UsageError(strf("config key 'model.vocab_size': %d is smaller than the dataset's "
+                          "vocabulary (%d, from meta.json)",
+                          mc.vocab_size, meta["vocab_size"].get<int>()));
+  const int B = cfg.data.batch_size, T = cfg.data.seq_len;
+  const int world = 1, rank = 0;
+  const int64_t micro_tokens = int64_t(B) * T * world;
+  const int grad_accum =
+      cfg.data.total_batch_tokens > 0 ? int(cfg.data.total_batch_tokens / micro_tokens) : 1;
+  const int64_t step_tokens = micro_tokens * grad_accum;
+  const double loss_floor = dataset_loss_floor(meta, T);
+  const double ln_vocab = std::log(double(mc.vocab_size));
+
+  DataLoader train_loader(cfg.data.train, "training", B, T, rank, world, cfg.data.shuffle,
+                          uint64_t(cfg.train.seed), mc.vocab_size);
+  std::unique_ptr<DataLoader> val_loader;
+  if (!cfg.data.val.empty())
+    val_loader = std::make_unique<DataLoader>(cfg.data.val, "validation", B, T, rank, world, false,
+                                              uint64_t(cfg.train.seed), mc.vocab_size);
+
+  GPT model(mc, *be);
+  if (!cfg.model.init_from.empty())
+    model.set_params(init.params);
+  else
+    model.init_random(uint64_t(cfg.train.seed));
+
+  make_dirs(cfg.train.out_dir);
+  Rng sample_rng = Rng::derive(uint64_t(cfg.train.seed), 0x53414D50ull /*"SAMP"*/);
+  int start_step = 0;
+  json counters = {{"tokens_seen", 0}, {"train_seconds", 0.0}, {"skipped_steps", 0}};
+  double initial_val_loss = NAN;
+  std::string resumed_from;
+  if (cfg.checkpoint.resume) {
+    std::vector<std::string> ckpts = list_checkpoints(cfg.train.out_dir);
+    if (ckpts.empty()) {
+      printf("checkpoint.resume: no checkpoint in %s, starting from scratch\n",
+             cfg.train.out_dir.c_str());
+    } else {
+      resumed_from = ckpts.back();
+      CheckpointData cd = load_checkpoint(resumed_from, mc);
+      model.set_params(cd.params);
+      be->upload(model.adam_m(), cd.m.data());
+      be->upload(model.adam_v(), cd.v.data());
+      const json& s = cd.state;
+      try {
+        start_step = s.at("step").get<int>();
+        LoaderPosition p;
+        p.epoch = s.at("data").at("epoch").get<uint64_t>();
+        p.shard = s.at("data").at("shard").get<uint64_t>();
+        p.row = s.at("data").at("row").get<uint64_t>();
+        if (s.at("data").at("batch_size").get<int>() != B ||
+            s.at("data").at("seq_len").get<int>() != T ||
+            s.at("data").at("world_size").get<int>() != world)
+          throw Error(strf("checkpoint %s was written with a different batch shape or world "
+                           "size; resume with the same data.batch_size, data.seq_len and ranks",
+                           resumed_from.c_str()));
+        train_loader.set_position(p);
+        sample_rng = rng_from_json(s.at("rng").at("sample"));
+        counters = s.at("counters");
+        initial_val_loss = s.value("initial_val_loss", json(nullptr)).is_number()
+                               ? s["initial_val_loss"].get<double>()
+                               : NAN;
+      } catch (const json::exception& e) {
+        throw Error(strf("checkpoint %s/state.json is missing a field: %s", resumed_from.c_str(),
+                         e.what()));
+      }
+      printf("resumed from %s at step %d\n", resumed_from.c_str(), start_step);
+    }
+  }
+
+  json cfg_json = config_to_json(cfg);
+  write_text_atomic(join_path(cfg.train.out_dir, "config.json"), cfg_json.dump(2) + "\n");
+  LineWriter metrics;
+  metrics.open(join_path(cfg.train.out_dir, "metrics.jsonl"), !resumed_from.empty());
+  LineWriter samples;
+  samples.open(join_path(cfg.train.out_dir, "samples.txt"), !resumed_from.empty());
+
+  printf("config:\n%s\n", cfg_json.dump(2).c_str());
+  printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters\n",
+         mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
+         model.num_params());
+  printf("data: %zu training shard(s), %lld tokens; batch %d x %d, %d micro-step(s) per step = "
+         "%lld tokens/step\n",
+         train_loader.files().size(), (long long)train_loader.total_tokens(), B, T, grad_accum,
+         (long long)step_tokens);
+  printf("device: %s, %d thread(s); precision %s\n", be->name().c_str(), omp_get_max_threads(),
+         cfg.precision.mode.c_str());
+  if (std::isfinite(loss_floor))
+    printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor, ln_vocab);
+  fflush(stdout);
+
+  Tokenizer tokenizer;
+  auto do_sample = [&](int step) {
+    if (cfg.sample.tokens <= 0) return;
+    std::vector<int32_t> prompt;
+    if (!cfg.sample.prompt.empty()) {
+      prompt = tokenizer.encode(cfg.sample.prompt);
+    } else {
+      std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+      DataLoader first(cfg.data.train, "training", B, T, 0, 1, false, 0, mc.vocab_size);
+      first.next_batch(in.data(), tgt.data());
+      prompt = {in[0]};
+    }
+    std::vector<int32_t> out = generate(model, prompt, cfg.sample.tokens, cfg.sample.temperature,
+                                        cfg.sample.top_k, sample_rng);
+    std::string text;
+    for (int32_t id : out) text += tokenizer.decode(id);
+    printf("sample at step %d:\n%s\n", step, printable(text).c_str());
+    samples.write(strf("--- step %d\n%s", step, text.c_str()));
+  };
+
+  auto log_val = [&](int step, double v) {
+    std::string floor_txt;
+    if (std::isfinite(loss_floor))
+      floor_txt = strf(" | floor %.4f | gap closed %.1f%%", loss_floor,
+                       100.0 * (ln_vocab - v) / (ln_vocab - loss_floor));
+    printf("val   step %d | val loss %.4f%s\n", step, v, floor_txt.c_str());
+    fflush(stdout);
+    metrics.write(json({{"kind", "val"}, {"step", step}, {"val_loss", v}}).dump());
+  };
+
+  if (val_loader && start_step == 0) {
+    initial_val_loss = evaluate(model, *val_loader, cfg.eval.batches, B, T);
+    log_val(0, initial_val_loss);
+  }
+
+  auto state_json = [&](int step) {
+    LoaderPosition p = train_loader.position();
+    return json{{"config", cfg_json},
+                {"model", {{"max_seq_len", mc.max_seq_len}, {"vocab_size", mc.vocab_size},
+                           {"padded_vocab_size", mc.padded_vocab_size}, {"n_layer", mc.n_layer},
+                           {"n_head", mc.n_head}, {"n_embd", mc.n_embd}}},
+                {"num_params", model.num_params()},
+                {"data", {{"epoch", p.epoch}, {"shard", p.shard}, {"row", p.row},
+                          {"batch_size", B}, {"seq_len", T}, {"world_size", world}}},
+                {"rng", {{"sample", rng_to_json(sample_rng)}}},
+                {"counters", counters},
+                {"initial_val_loss", nan_to_null(initial_val_loss)},
+                {"completed_steps", step}};
+  };
+  auto save = [&](int step) {
+    std::vector<float> m(model.num_params()), v(model.num_params());
+    be->download(m.data(), model.adam_m());
+    be->download(v.data(), model.adam_v());
+    std::string dir = save_checkpoint(cfg.train.out_dir, step, mc, state_json(step),
+                                      model.params_f32(), m, v, cfg.checkpoint.keep);
+    printf("checkpoint %s\n", dir.c_str());
+    fflush(stdout);
+  };
+
+  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  std::vector<double> recent_losses;
+  double final_val_loss = NAN, last_loss = NAN;
+  double run_train_seconds = 0;
+  int64_t run_tokens = 0;
+  const int steps = cfg.train.steps;
+  for (int step = start_step; step < steps; step++) {
+    const auto t0 = Clock::now();
+    const double lr = lr_at(step, steps, cfg.optim.lr, cfg.optim.warmup_steps,
+                            cfg.optim.schedule, cfg.optim.final_lr_frac);
+    model.zero_grad();
+    double loss = 0;
+    for (int micro = 0; micro < grad_accum; micro++) {
+      train_loader.next_batch(inputs.data(), targets.data());
+      loss += model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(grad_accum)) /
+              grad_accum;
+      model.backward();
+    }
+    const double norm = model.grad_norm();
+    if (!std::isfinite(loss) || !std::isfinite(norm))
+      throw Error(strf("training diverged at step %d: loss %g, gradient norm %g (try a lower "
+                       "optim.lr)",
+                       step + 1, loss, norm));
+    const double clip = cfg.optim.grad_clip;
+    const float grad_scale = (clip > 0 && norm > clip) ? float(clip / norm) : 1.0f;
+    model.adamw_step({float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2),
+                      float(cfg.optim.eps), float(cfg.optim.weight_decay), grad_scale,
+                      step + 1});
+    const double dt = seconds_since(t0);
+    last_loss = loss;
+    recent_losses.push_back(loss);
+    if (recent_losses.size() > 10) recent_losses.erase(recent_losses.begin());
+    counters["tokens_seen"] = counters["tokens_seen"].get<int64_t>() + step_tokens;
+    counters["train_seconds"] = counters["train_seconds"].get<double>() + dt;
+    run_train_seconds += dt;
+    run_tokens += step_tokens;
+    const double tok_s = step_tokens / dt;
+    metrics.write(json({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr},
+                        {"grad_norm", norm}, {"loss_scale", 1.0}, {"skipped", false},
+                        {"ms", dt * 1e3}, {"tokens_per_second", tok_s}})
+                      .dump());
+    if ((step + 1) % cfg.train.log_every == 0 || step + 1 == steps || step == start_step) {
+      double avg = run_train_seconds / (step + 1 - start_step);
+      printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %s tok/s | eta %s\n",
+             int(std::to_string(steps).size()), step + 1, steps, loss, lr, norm, dt * 1e3,
+             fmt_rate(tok_s).c_str(), fmt_duration(avg * (steps - step - 1)).c_str());
+      fflush(stdout);
+    }
+    const bool last = step + 1 == steps;
+    if (val_loader && !last && cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0)
+      log_val(step + 1, evaluate(model, *val_loader, cfg.eval.batches, B, T));
+    if (!last && cfg.sample.every > 0 && (step + 1) % cfg.sample.every == 0) do_sample(step + 1);
+    if (!last && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0)
+      save(step + 1);
+  }
+  if (val_loader) {
+    final_val_loss = evaluate(model, *val_loader, cfg.eval.batches, B, T);
+    log_val(steps, final_val_loss);
+  }
+  if (steps > start_step || resumed_from.empty()) save(steps);
+  do_sample(steps);
+
+  double final_train = NAN;
+  if (!recent_losses.empty()) {
+    final_train = 0;
+    for (double x : recent_losses) final_train += x;
+    final_train /= recent_losses.size();
+  }
+  const double wall = seconds_since(t_start);
+  const double tps = run_train_seconds > 0 ? run_tokens / run_train_seconds : NAN;
+  double gap = NAN;
+  if (std::isfinite(loss_floor) && std::isfinite(final_val_loss))
+    gap = (ln_vocab - final_val_loss) / (ln_vocab - loss_floor);
+  json summary = {{"mode", cfg.precision.mode},
+                  {"device", be->name()},
+                  {"steps", steps},
+                  {"num_params", model.num_params()},
+                  {"tokens_per_step", step_tokens},
+                  {"initial_val_loss", nan_to_null(initial_val_loss)},
+                  {"final_train_loss", nan_to_null(final_train)},
+                  {"last_train_loss", nan_to_null(last_loss)},
+                  {"final_val_loss", nan_to_null(final_val_loss)},
+                  {"loss_floor", nan_to_null(loss_floor)},
+                  {"ln_vocab", ln_vocab},
+                  {"gap_closed", nan_to_null(gap)},
+                  {"tokens_per_second", nan_to_null(tps)},
+                  {"flops_per_token", flops_per_token(mc, T)},
+                  {"peak_memory_bytes", be->peak_bytes()},
+                  {"peak_rss_bytes", peak_rss_bytes()},
+                  {"skipped_steps", counters["skipped_steps"]},
+                  {"final_loss_scale", 1.0},
+                  {"wall_seconds", wall},
+                  {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
+  write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), summary.dump(2) + "\n");
+  printf("summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
+         "| %s\n",
+         final_train, std::isfinite(final_val_loss) ? strf("%.4f", final_val_loss).c_str() : "n/a",
+         fmt_rate(tps).c_str(), be->peak_bytes() / 1048576.0, fmt_duration(wall).c_str());
+  if (std::isfinite(gap))
+    printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
+           final_val_loss, loss_floor, 100 * gap, ln_vocab);
+  printf("run directory: %s\n", cfg.train.out_dir.c_str());
+  fflush(stdout);
+  return summary;
+}
+
+}  // namespace tg

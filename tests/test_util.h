@@ -1,0 +1,60 @@
+// test_util.h: helpers shared by the tests: random fills, finite differences, temp dirs,
+// and running the train_gpt binary.
+#pragma once
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "src/rng.h"
+
+namespace tgt {
+
+inline std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0) {
+  tg::Rng r(seed);
+  std::vector<double> v(n);
+  for (auto& x : v) x = r.normal() * scale;
+  return v;
+}
+
+// Central differences of f with respect to every element of x (restored afterwards),
+// compared with `analytic`. Returns the largest |fd - analytic| / max(1, |fd|, |analytic|)
+// scaled error, so both small and large gradients are held to `tol`.
+inline double fd_max_error(const std::function<double()>& f, std::vector<double>& x,
+                           const std::vector<double>& analytic, double eps = 1e-6,
+                           size_t max_checks = 400) {
+  double worst = 0;
+  size_t stride = x.size() > max_checks ? x.size() / max_checks : 1;
+  for (size_t i = 0; i < x.size(); i += stride) {
+    double keep = x[i];
+    x[i] = keep + eps;
+    double fp = f();
+    x[i] = keep - eps;
+    double fm = f();
+    x[i] = keep;
+    double fd = (fp - fm) / (2 * eps);
+    double denom = std::max({1e-3, std::fabs(fd), std::fabs(analytic[i])});
+    worst = std::max(worst, std::fabs(fd - analytic[i]) / denom);
+  }
+  return worst;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+  return s;
+}
+
+// A fresh, empty directory under /tmp, removed by the destructor.
+struct TempDir {
+  std::string path;
+  TempDir();
+  ~TempDir();
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+// Runs the train_gpt binary (path from $TG_BIN, else ./train_gpt) with the arguments;
+// returns the exit code and collects stdout+stderr into *output.
+int run_binary(const std::string& args, std::string* output = nullptr);
+
+}  // namespace tgt
