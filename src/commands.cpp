@@ -76,15 +76,17 @@ int cmd_prepare(int argc, char** argv) {
         {"out", "output directory", "data/toy"},
         {"seed", "generator seed", "1337"},
         {"train_tokens", "training tokens", "1048576"},
-        {"val_tokens", "validation tokens", "65536"}};
+        {"val_tokens", "validation tokens", "65536"},
+        {"record_len", "tokens per record (even; rows should hold whole records)", "32"}};
     if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare toy", opts, &ex))
       return 0;
     std::string out = extra(ex, "out");
     prepare_toy(out, uint64_t(to_int("seed", extra(ex, "seed"))),
                 to_int("train_tokens", extra(ex, "train_tokens")),
-                to_int("val_tokens", extra(ex, "val_tokens")));
+                to_int("val_tokens", extra(ex, "val_tokens")),
+                int(to_int("record_len", extra(ex, "record_len"))));
     printf("wrote %s/toy_train_000000.bin, toy_val_000000.bin and meta.json (loss floor %.4f)\n",
-           out.c_str(), toy_loss_floor());
+           out.c_str(), toy_loss_floor(int(to_int("record_len", extra(ex, "record_len")))));
     return 0;
   }
   if (what == "text") {

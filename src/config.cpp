@@ -63,6 +63,7 @@ const std::vector<KeyDef>& table() {
       {"train.threads", Kind::Int, TG_OFF(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"},
       {"train.out_dir", Kind::String, TG_OFF(train.out_dir), 0, 0, {}, "run directory"},
       {"train.log_every", Kind::Int, TG_OFF(train.log_every), 1, 1e9, {}, "progress line every N steps"},
+      {"train.stop_at_step", Kind::Int, TG_OFF(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"},
       {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32"}, "numeric mode"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
       {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},

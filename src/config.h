@@ -47,6 +47,7 @@ struct Config {
     int threads = 0;  // 0: all cores
     std::string out_dir = "runs/default";
     int log_every = 1;
+    int stop_at_step = 0;  // end this run early, with a checkpoint (0: run to steps)
   } train;
   struct Precision {
     std::string mode = "fp32";

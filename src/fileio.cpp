@@ -110,13 +110,25 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, text.data(), text.size());
 }
 
-void make_dirs(const std::string& path) {
-  if (path.empty() || dir_exists(path)) return;
+namespace {
+// Returns an empty string on success, else why `path` could not be made.
+std::string make_dirs_impl(const std::string& path) {
+  if (path.empty() || dir_exists(path)) return "";
   std::string parent = dirname_of(path);
-  if (parent != path && parent != "." && parent != "/") make_dirs(parent);
-  if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
-    throw Error(strf("cannot create directory %s: %s", path.c_str(), errstr().c_str()));
-  if (!dir_exists(path)) throw Error(strf("%s exists and is not a directory", path.c_str()));
+  if (parent != path && parent != "." && parent != "/") {
+    std::string why = make_dirs_impl(parent);
+    if (!why.empty()) return why;
+  }
+  if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return path + ": " + errstr();
+  if (!dir_exists(path)) return path + " exists and is not a directory";
+  return "";
+}
+}  // namespace
+
+void make_dirs(const std::string& path) {
+  std::string why = make_dirs_impl(path);
+  if (!why.empty())
+    throw Error(strf("cannot create directory %s (%s)", path.c_str(), why.c_str()));
 }
 
 void remove_tree(const std::string& path) {

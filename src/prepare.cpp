@@ -12,26 +12,29 @@
 namespace tg {
 using json = nlohmann::json;
 
-double toy_loss_floor() { return (15.0 * std::log(16.0) + std::log(2.0)) / kToyRecordLen; }
+double toy_loss_floor(int record_len) {
+  int k = (record_len - 2) / 2;  // letters per half
+  return (k * std::log(16.0) + std::log(2.0)) / record_len;
+}
 
 namespace {
 
-void toy_record(Rng& rng, std::vector<uint32_t>& out) {
-  uint32_t x[15];
-  for (auto& c : x) c = 'a' + uint32_t(rng.below(16));
+void toy_record(Rng& rng, int k, std::vector<uint32_t>& out) {
+  uint32_t x[64];
+  for (int i = 0; i < k; i++) x[i] = 'a' + uint32_t(rng.below(16));
   bool reverse = rng.below(2) == 1;
   out.push_back('|');
-  for (auto c : x) out.push_back(c);
+  for (int i = 0; i < k; i++) out.push_back(x[i]);
   out.push_back(reverse ? '~' : '=');
-  for (int i = 0; i < 15; i++) out.push_back(x[reverse ? 14 - i : i]);
+  for (int i = 0; i < k; i++) out.push_back(x[reverse ? k - 1 - i : i]);
 }
 
-std::vector<uint32_t> toy_stream(uint64_t seed, uint64_t stream, int64_t ntok) {
+std::vector<uint32_t> toy_stream(uint64_t seed, uint64_t stream, int64_t ntok, int record_len) {
   Rng rng = Rng::derive(seed, 0x544F59ull /*"TOY"*/, stream);
   std::vector<uint32_t> out;
-  out.reserve(ntok + 1 + kToyRecordLen);
+  out.reserve(ntok + 1 + record_len);
   // One extra token so that the last full row of T tokens still has its target.
-  while (int64_t(out.size()) < ntok + 1) toy_record(rng, out);
+  while (int64_t(out.size()) < ntok + 1) toy_record(rng, (record_len - 2) / 2, out);
   out.resize(ntok + 1);
   return out;
 }
@@ -43,17 +46,21 @@ void write_meta(const std::string& dir, const json& meta) {
 }  // namespace
 
 void prepare_toy(const std::string& out_dir, uint64_t seed, int64_t train_tokens,
-                 int64_t val_tokens) {
-  if (train_tokens < kToyRecordLen || val_tokens < kToyRecordLen)
-    throw UsageError("prepare toy: --train_tokens and --val_tokens must be at least 32");
+                 int64_t val_tokens, int record_len) {
+  if (record_len < 4 || record_len > 128 || record_len % 2 != 0)
+    throw UsageError("prepare toy: --record_len must be even, in [4, 128]");
+  if (train_tokens < record_len || val_tokens < record_len)
+    throw UsageError("prepare toy: --train_tokens and --val_tokens must be at least one record");
   make_dirs(out_dir);
-  write_shard(join_path(out_dir, "toy_train_000000.bin"), toy_stream(seed, 0, train_tokens));
-  write_shard(join_path(out_dir, "toy_val_000000.bin"), toy_stream(seed, 1, val_tokens));
+  write_shard(join_path(out_dir, "toy_train_000000.bin"),
+              toy_stream(seed, 0, train_tokens, record_len));
+  write_shard(join_path(out_dir, "toy_val_000000.bin"),
+              toy_stream(seed, 1, val_tokens, record_len));
   json meta = {{"vocab_size", 256},
                {"tokenizer", "byte"},
                {"task", "toy: copy or reverse 15 letters; see src/prepare.h"},
-               {"record_len", kToyRecordLen},
-               {"loss_floor", toy_loss_floor()},
+               {"record_len", record_len},
+               {"loss_floor", toy_loss_floor(record_len)},
                {"seed", seed},
                {"train_tokens", train_tokens},
                {"val_tokens", val_tokens}};

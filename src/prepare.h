@@ -19,10 +19,10 @@
 namespace tg {
 
 constexpr int kToyRecordLen = 32;
-double toy_loss_floor();
+double toy_loss_floor(int record_len = kToyRecordLen);
 
 void prepare_toy(const std::string& out_dir, uint64_t seed, int64_t train_tokens,
-                 int64_t val_tokens);
+                 int64_t val_tokens, int record_len = kToyRecordLen);
 void prepare_text(const std::string& input, const std::string& out_dir, const std::string& name,
                   double val_fraction, int64_t shard_tokens);
 

@@ -309,6 +309,16 @@ json run_training(const Config& cfg_in) {
              fmt_rate(tok_s).c_str(), fmt_duration(avg * (steps - step - 1)).c_str());
       fflush(stdout);
     }
+    const bool stop_early = cfg.train.stop_at_step > 0 && step + 1 == cfg.train.stop_at_step;
+    if (stop_early && step + 1 < steps) {
+      save(step + 1);
+      printf("stopping after step %d as train.stop_at_step asks; continue with "
+             "--checkpoint.resume=true\n",
+             step + 1);
+      json partial = {{"stopped_at_step", step + 1}, {"steps", steps}};
+      write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), partial.dump(2) + "\n");
+      return partial;
+    }
     const bool last = step + 1 == steps;
     if (val_loader && !last && cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0)
       log_val(step + 1, evaluate(model, *val_loader, cfg.eval.batches, B, T));

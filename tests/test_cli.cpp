@@ -1,0 +1,203 @@
+// End-to-end tests of the train_gpt binary: subcommands, exit codes, run directory
+// contents, bit-exact resume, llm.c init, and bad input.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "src/checkpoint.h"
+#include "src/data.h"
+#include "src/fileio.h"
+#include "test_util.h"
+
+using json = nlohmann::json;
+using tgt::run_binary;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<json> read_metrics(const std::string& path, const std::string& kind) {
+  std::vector<json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    json j = json::parse(line);
+    if (j["kind"] == kind) out.push_back(j);
+  }
+  return out;
+}
+
+// A small toy dataset shared by the tests in this file.
+const std::string& toy_dir() {
+  static tgt::TempDir dir;
+  static bool made = false;
+  if (!made) {
+    std::string out;
+    REQUIRE(run_binary("prepare toy --out " + dir.path + " --train_tokens 65536 --val_tokens 4096",
+                       &out) == 0);
+    made = true;
+  }
+  return dir.path;
+}
+
+std::string tiny_args(const std::string& out_dir) {
+  const std::string& d = toy_dir();
+  return "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.max_seq_len=32 "
+         "--data.seq_len=32 --data.batch_size=4 --data.train='" + d + "/toy_train_*.bin' "
+         "--data.val='" + d + "/toy_val_*.bin' --eval.batches=2 --eval.every=5 "
+         "--sample.tokens=8 --train.threads=2 --optim.warmup_steps=3 --train.out_dir=" + out_dir;
+}
+
+}  // namespace
+
+TEST_CASE("cli: help and usage errors") {
+  std::string out;
+  CHECK(run_binary("--help", &out) == 0);
+  CHECK(out.find("prepare") != std::string::npos);
+  CHECK(run_binary("train --help", &out) == 0);
+  CHECK(out.find("optim.lr") != std::string::npos);
+  CHECK(out.find("0.003") != std::string::npos);
+  CHECK(run_binary("train --model.n_layerz=3", &out) == 2);
+  CHECK(out.find("n_layerz") != std::string::npos);
+  CHECK(run_binary("train --optim.lr=abc", &out) == 2);
+  CHECK(out.find("'optim.lr'") != std::string::npos);
+  CHECK(run_binary("train --config /nonexistent/c.json", &out) == 2);
+  CHECK(out.find("/nonexistent/c.json") != std::string::npos);
+  CHECK(run_binary("frobnicate", &out) == 2);
+  CHECK(run_binary("prepare text", &out) == 2);
+  CHECK(out.find("--input") != std::string::npos);
+}
+
+TEST_CASE("cli: a short run writes config, metrics, checkpoint, samples and summary") {
+  tgt::TempDir run;
+  std::string out;
+  int rc = run_binary(tiny_args(run.path) + " --train.steps=12 --checkpoint.every=6", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("step 12/12") != std::string::npos);
+  CHECK(out.find("val loss") != std::string::npos);
+  json cfg = json::parse(slurp(run / "config.json"));
+  CHECK(cfg["model"]["n_embd"] == 16);
+  auto train = read_metrics(run / "metrics.jsonl", "train");
+  REQUIRE(train.size() == 12);
+  for (const char* k : {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "ms",
+                        "tokens_per_second"})
+    CHECK(train[0].contains(k));
+  CHECK(read_metrics(run / "metrics.jsonl", "val").size() == 4);  // 0, 5, 10, 12
+  json s = json::parse(slurp(run / "summary.json"));
+  for (const char* k : {"mode", "device", "steps", "initial_val_loss", "final_train_loss",
+                        "final_val_loss", "loss_floor", "tokens_per_second", "peak_memory_bytes",
+                        "skipped_steps", "final_loss_scale", "wall_seconds"})
+    CHECK(s.contains(k));
+  CHECK(s["mode"] == "fp32");
+  CHECK(s["device"] == "cpu");
+  CHECK(s["loss_floor"].get<double>() == doctest::Approx(1.3213).epsilon(1e-3));
+  CHECK(std::fabs(s["initial_val_loss"].get<double>() - std::log(256.0)) < 0.1);
+  CHECK(s["final_val_loss"].get<double>() < s["initial_val_loss"].get<double>());
+  auto ckpts = tg::list_checkpoints(run.path);
+  REQUIRE(ckpts.size() == 2);
+  CHECK(ckpts[1] == run / "ckpt_00000012");
+  CHECK(slurp(run / "samples.txt").find("--- step 12") != std::string::npos);
+  // sample from the run directory
+  CHECK(run_binary("sample --checkpoint " + run.path + " --tokens 5 --prompt '|ab'", &out) == 0);
+  CHECK(out.rfind("|ab", 0) == 0);
+}
+
+TEST_CASE("cli: resuming from a checkpoint gives bit-identical losses") {
+  tgt::TempDir full, part;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(full.path) + " --train.steps=16", &out) == 0);
+  // Stop after 8 steps (with a checkpoint), then resume to 16.
+  REQUIRE(run_binary(tiny_args(part.path) + " --train.steps=16 --train.stop_at_step=8", &out) ==
+          0);
+  CHECK(out.find("stopping after step 8") != std::string::npos);
+  auto ck = tg::list_checkpoints(part.path);
+  REQUIRE(ck.size() == 1);
+  CHECK(ck.back() == part / "ckpt_00000008");
+  int rc = run_binary(tiny_args(part.path) + " --train.steps=16 --checkpoint.resume=true", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("resumed from") != std::string::npos);
+  auto a = read_metrics(full / "metrics.jsonl", "train");
+  auto b = read_metrics(part / "metrics.jsonl", "train");
+  REQUIRE(a.size() == 16);
+  // b holds steps 1..8 of the first part, then 9..16 of the resumed run.
+  REQUIRE(b.size() == 16);
+  for (int s = 1; s <= 16; s++) {
+    CHECK(b[s - 1]["step"] == s);
+    CHECK(b[s - 1]["loss"].get<double>() == a[s - 1]["loss"].get<double>());
+  }
+  auto vb = read_metrics(part / "metrics.jsonl", "val");
+  CHECK(vb.back()["val_loss"].get<double>() ==
+        read_metrics(full / "metrics.jsonl", "val").back()["val_loss"].get<double>());
+  // Final weights are identical too.
+  CHECK(tg::read_model_file(full / "ckpt_00000016/model.bin").params ==
+        tg::read_model_file(part / "ckpt_00000016/model.bin").params);
+}
+
+TEST_CASE("cli: model.init_from starts from an llm.c model file") {
+  tgt::TempDir a, b;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(a.path) + " --train.steps=4", &out) == 0);
+  std::string model = a / "ckpt_00000004/model.bin";
+  // The file defines the architecture; model.* keys given differently are overridden.
+  int rc = run_binary(tiny_args(b.path) + " --train.steps=1 --model.n_embd=32 --model.init_from=" +
+                          model,
+                      &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  json cfg = json::parse(slurp(b / "config.json"));
+  CHECK(cfg["model"]["n_embd"] == 16);
+  auto va = read_metrics(a / "metrics.jsonl", "val");
+  auto vb = read_metrics(b / "metrics.jsonl", "val");
+  // b's initial val loss is a's final val loss: same weights, same val batches.
+  CHECK(vb[0]["val_loss"].get<double>() == va.back()["val_loss"].get<double>());
+}
+
+TEST_CASE("cli: bad input ends with a message naming the file, no checkpoint left behind") {
+  tgt::TempDir run, data;
+  std::string out;
+  // A shard with a token outside the vocabulary.
+  tg::write_shard(data / "bad_train_000.bin", std::vector<uint32_t>(4000, 300));
+  std::string args = "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
+                     "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
+                     "--data.train='" + data.path + "/bad_train_*.bin' --data.val= "
+                     "--train.steps=2 --train.out_dir=" + run.path;
+  CHECK(run_binary(args, &out) == 1);
+  CHECK(out.find("bad_train_000.bin") != std::string::npos);
+  CHECK(out.find("vocab_size") != std::string::npos);
+  CHECK(tg::list_checkpoints(run.path).empty());
+  // Missing data.
+  CHECK(run_binary("train --data.train=/nonexistent/x_*.bin --train.out_dir=" + run.path, &out) ==
+        1);
+  CHECK(out.find("/nonexistent/x_*.bin") != std::string::npos);
+  // An output directory that cannot be created.
+  std::ofstream(data / "file") << "x";
+  CHECK(run_binary(tiny_args(data / "file/sub") + " --train.steps=1", &out) == 1);
+  CHECK(out.find("file/sub") != std::string::npos);
+  // A corrupt checkpoint is named when resuming, and left in place.
+  REQUIRE(run_binary(tiny_args(run.path) + " --train.steps=2", &out) == 0);
+  std::string ck = run / "ckpt_00000002";
+  truncate((ck + "/optim.bin").c_str(), 100);
+  CHECK(run_binary(tiny_args(run.path) + " --train.steps=4 --checkpoint.resume=true", &out) == 1);
+  CHECK(out.find("optim.bin") != std::string::npos);
+  CHECK(tg::dir_exists(ck));
+  // A checkpoint from another architecture.
+  tgt::TempDir run2;
+  REQUIRE(run_binary(tiny_args(run2.path) + " --train.steps=2", &out) == 0);
+  CHECK(run_binary(tiny_args(run2.path) + " --model.n_embd=32 --train.steps=4 "
+                   "--checkpoint.resume=true",
+                   &out) == 1);
+  CHECK(out.find("does not match the config") != std::string::npos);
+}

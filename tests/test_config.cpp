@@ -1,0 +1,124 @@
+// Config: JSON files, command-line overrides, and errors that name the key.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "src/common.h"
+#include "src/config.h"
+#include "test_util.h"
+
+using namespace tg;
+using json = nlohmann::json;
+
+namespace {
+std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("config: JSON sections set keys and the command line wins") {
+  tgt::TempDir d;
+  {
+    std::ofstream f(d / "c.json");
+    f << R"({"model": {"n_layer": 3, "n_embd": 96}, "optim": {"lr": 0.5, "schedule": "linear"},
+            "data": {"shuffle": false, "total_batch_tokens": 4096}, "train": {"seed": 7}})";
+  }
+  Config c;
+  config_load_file(c, d / "c.json");
+  CHECK(c.model.n_layer == 3);
+  CHECK(c.model.n_embd == 96);
+  CHECK(c.model.n_head == Config().model.n_head);
+  CHECK(c.optim.lr == 0.5);
+  CHECK(c.optim.schedule == "linear");
+  CHECK(c.data.shuffle == false);
+  CHECK(c.data.total_batch_tokens == 4096);
+  config_set(c, "model.n_layer", "5");
+  config_set(c, "optim.lr", "1e-4");
+  config_set(c, "data.shuffle", "true");
+  config_set(c, "train.out_dir", "somewhere");
+  CHECK(c.model.n_layer == 5);
+  CHECK(c.optim.lr == 1e-4);
+  CHECK(c.data.shuffle);
+  CHECK(c.train.out_dir == "somewhere");
+  // Round trip through the effective-config JSON.
+  Config c2;
+  config_apply_json(c2, config_to_json(c), "round trip");
+  CHECK(config_to_json(c2) == config_to_json(c));
+}
+
+TEST_CASE("config: errors name the key") {
+  Config c;
+  CHECK(usage_error([&] { config_set(c, "model.n_layers", "3"); }).find("'model.n_layers'") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "model.n_layer", "three"); }).find("'model.n_layer'") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "model.n_layer", "0"); }).find("out of range") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "optim.lr", "-1"); }).find("'optim.lr'") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "optim.schedule", "cosin"); }).find("cosine|linear|constant") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "data.shuffle", "maybe"); }).find("'data.shuffle'") !=
+        std::string::npos);
+  std::string e = usage_error(
+      [&] { config_apply_json(c, json::parse(R"({"model": {"n_layer": "2"}})"), "x.json"); });
+  CHECK(e.find("'model.n_layer'") != std::string::npos);
+  CHECK(e.find("x.json") != std::string::npos);
+  CHECK(e.find("wrong type") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"model": {"n_layer": 2.5}})"), "x.json");
+        }).find("'model.n_layer'") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"modell": {"n_layer": 2}})"), "x.json");
+        }).find("'modell'") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"optim": {"lr": 1, "foo": 2}})"), "x.json");
+        }).find("'optim.foo'") != std::string::npos);
+}
+
+TEST_CASE("config: consistency checks between keys") {
+  Config c;
+  c.model.n_embd = 30;
+  c.model.n_head = 4;
+  CHECK(usage_error([&] { config_validate(c); }).find("'model.n_embd'") != std::string::npos);
+  c = Config();
+  c.data.seq_len = c.model.max_seq_len + 1;
+  CHECK(usage_error([&] { config_validate(c); }).find("'data.seq_len'") != std::string::npos);
+  c = Config();
+  c.data.total_batch_tokens = int64_t(c.data.batch_size) * c.data.seq_len * 3 + 1;
+  CHECK(usage_error([&] { config_validate(c); }).find("'data.total_batch_tokens'") !=
+        std::string::npos);
+  c = Config();
+  CHECK_NOTHROW(config_validate(c));
+}
+
+TEST_CASE("config: bad files") {
+  tgt::TempDir d;
+  {
+    std::ofstream f(d / "bad.json");
+    f << "{ not json";
+  }
+  Config c;
+  std::string e = usage_error([&] { config_load_file(c, d / "bad.json"); });
+  CHECK(e.find("bad.json") != std::string::npos);
+  CHECK(e.find("not valid JSON") != std::string::npos);
+  e = usage_error([&] { config_load_file(c, d / "missing.json"); });
+  CHECK(e.find("missing.json") != std::string::npos);
+}
+
+TEST_CASE("config: every key has a help line and a default") {
+  auto keys = config_keys();
+  CHECK(keys.size() > 30);
+  for (const auto& k : keys) {
+    CHECK(!k.help.empty());
+    CHECK(k.name.find('.') != std::string::npos);
+  }
+}
