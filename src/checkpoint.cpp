@@ -64,13 +64,14 @@ void write_model_file(const std::string& path, const GPTConfig& cfg, const std::
   write_file_atomic(path, buf.data(), buf.size());
 }
 
-ModelFile read_model_file(const std::string& path) {
-  uint64_t size = file_size(path, "model file");
-  if (size < 1024)
-    throw Error(strf("model file %s is truncated: %llu bytes, shorter than the 1024-byte header",
-                     path.c_str(), (unsigned long long)size));
+namespace {
+// Parses a model file already in memory; `path` is for messages.
+ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) {
+  if (b.size() < 1024)
+    throw Error(strf("model file %s is truncated: %zu bytes, shorter than the 1024-byte header",
+                     path.c_str(), b.size()));
   int32_t h[256];
-  read_at(path, 0, h, sizeof(h), "model file");
+  memcpy(h, b.data(), sizeof(h));
   if (h[0] != kModelMagic)
     throw Error(strf("model file %s has bad magic %d (expected %d)", path.c_str(), h[0],
                      kModelMagic));
@@ -94,23 +95,28 @@ ModelFile read_model_file(const std::string& path) {
   size_t n = num_parameters(c);
   int width = h[1] == 3 ? 4 : 2;
   uint64_t expect = 1024 + uint64_t(n) * width;
-  if (size != expect)
-    throw Error(strf("model file %s is %s: the header implies %llu bytes, the file has %llu",
-                     path.c_str(), size < expect ? "truncated" : "corrupt",
-                     (unsigned long long)expect, (unsigned long long)size));
+  if (b.size() != expect)
+    throw Error(strf("model file %s is %s: the header implies %llu bytes, the file has %zu",
+                     path.c_str(), b.size() < expect ? "truncated" : "corrupt",
+                     (unsigned long long)expect, b.size()));
   mf.params.resize(n);
   if (width == 4) {
-    read_at(path, 1024, mf.params.data(), n * 4, "model file");
+    memcpy(mf.params.data(), b.data() + 1024, n * 4);
   } else {
     // bf16 -> fp32 is exact: the bf16 bits are the top half of the fp32 bits.
-    std::vector<uint16_t> raw(n);
-    read_at(path, 1024, raw.data(), n * 2, "model file");
     for (size_t i = 0; i < n; i++) {
-      uint32_t bits = uint32_t(raw[i]) << 16;
+      uint16_t raw;
+      memcpy(&raw, b.data() + 1024 + 2 * i, 2);
+      uint32_t bits = uint32_t(raw) << 16;
       memcpy(&mf.params[i], &bits, 4);
     }
   }
   return mf;
+}
+}  // namespace
+
+ModelFile read_model_file(const std::string& path) {
+  return parse_model_file(path, read_file(path, "model file"));
 }
 
 std::vector<std::string> list_checkpoints(const std::string& out_dir) {
@@ -214,8 +220,7 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg) {
       throw Error(strf("checkpoint file %s is corrupt: checksum mismatch", path.c_str()));
     return bytes;
   };
-  verify("model.bin");  // then parsed by the model-file reader, which checks its header
-  ModelFile mf = read_model_file(join_path(dir, "model.bin"));
+  ModelFile mf = parse_model_file(join_path(dir, "model.bin"), verify("model.bin"));
   check_arch(join_path(dir, "model.bin"), mf.cfg, cfg);
   cd.params = std::move(mf.params);
 

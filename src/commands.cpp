@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench.h"
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
@@ -47,7 +48,8 @@ void usage() {
       "  train_gpt [train] --config FILE [--section.key=value ...]   train (the default)\n"
       "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
       "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
-      "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n\n"
+      "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
+      "  train_gpt bench [--threads N]                                 step-time table\n\n"
       "`train_gpt <command> --help` lists that command's options; `train_gpt train --help`\n"
       "lists every config key with its default.\n");
 }
@@ -177,8 +179,9 @@ int run_main(int argc, char** argv) {
     if (sub == "prepare") return cmd_prepare(argc - 1, argv + 1);
     if (sub == "sample") return cmd_sample(argc - 1, argv + 1);
     if (sub == "train") return cmd_train(argc - 1, argv + 1);
+    if (sub == "bench") return cmd_bench(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
-    throw UsageError(strf("unknown command '%s' (train, prepare, sample; --help)", sub.c_str()));
+    throw UsageError(strf("unknown command '%s' (train, prepare, sample, bench; --help)", sub.c_str()));
   } catch (const UsageError& e) {
     fprintf(stderr, "train_gpt: error: %s\n", e.what());
     return 2;

@@ -31,7 +31,7 @@ struct Config {
   } data;
   struct Optim {
     double lr = 3e-3;
-    int warmup_steps = 50;
+    int warmup_steps = 100;
     std::string schedule = "cosine";
     double final_lr_frac = 0.1;
     double beta1 = 0.9;
@@ -41,30 +41,30 @@ struct Config {
     double grad_clip = 1.0;  // 0 disables clipping
   } optim;
   struct Train {
-    int steps = 600;
+    int steps = 5000;
     int64_t seed = 1337;
     std::string device = "auto";
     int threads = 0;  // 0: all cores
     std::string out_dir = "runs/default";
-    int log_every = 1;
+    int log_every = 100;
     int stop_at_step = 0;  // end this run early, with a checkpoint (0: run to steps)
   } train;
   struct Precision {
     std::string mode = "fp32";
   } precision;
   struct Eval {
-    int every = 100;  // 0: only at start and end
-    int batches = 8;
+    int every = 500;  // 0: only at start and end
+    int batches = 16;
   } eval;
   struct Sample {
     int every = 0;  // 0: only at the end
-    int tokens = 64;
+    int tokens = 63;
     double temperature = 1.0;
     int top_k = 0;  // 0: full distribution
     std::string prompt;
   } sample;
   struct Checkpoint {
-    int every = 0;  // 0: only at the end
+    int every = 1000;  // 0: only at the end
     int keep = 2;
     bool resume = false;
   } checkpoint;

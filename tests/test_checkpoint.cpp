@@ -15,6 +15,7 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgt::error_of;
 
 namespace {
 GPTConfig small_cfg() {
@@ -32,14 +33,6 @@ std::vector<float> random_params(size_t n, uint64_t seed) {
   std::vector<float> p(n);
   for (auto& x : p) x = float(r.normal());
   return p;
-}
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 }  // namespace
 

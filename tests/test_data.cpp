@@ -14,6 +14,7 @@
 #include "test_util.h"
 
 using namespace tg;
+using tgt::error_of;
 
 namespace {
 std::vector<uint32_t> iota_tokens(size_t n, uint32_t mod) {
@@ -24,14 +25,6 @@ std::vector<uint32_t> iota_tokens(size_t n, uint32_t mod) {
 void write_bytes(const std::string& path, const std::vector<char>& b) {
   std::ofstream f(path, std::ios::binary);
   f.write(b.data(), std::streamsize(b.size()));
-}
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 }  // namespace
 

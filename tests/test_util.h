@@ -53,6 +53,16 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
+// The message of the exception f throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Runs the train_gpt binary (path from $TG_BIN, else ./train_gpt) with the arguments;
 // returns the exit code and collects stdout+stderr into *output.
 int run_binary(const std::string& args, std::string* output = nullptr);

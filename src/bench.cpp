@@ -1,0 +1,125 @@
+#include "bench.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "config.h"
+#include "model.h"
+#include "rng.h"
+#include "train.h"
+
+namespace tg {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchCase {
+  const char* name;
+  int L, C, NH, V, maxT, B, T;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of one full training step (forward, backward, norm, AdamW).
+double time_step(Backend& be, const BenchCase& bc, int warmup, int iters) {
+  GPTConfig c;
+  c.n_layer = bc.L;
+  c.n_embd = bc.C;
+  c.n_head = bc.NH;
+  c.vocab_size = bc.V;
+  c.padded_vocab_size = pad_vocab(bc.V);
+  c.max_seq_len = bc.maxT;
+  GPT model(c, be);
+  model.init_random(1);
+  Rng r(2);
+  std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
+  for (size_t i = 0; i < in.size(); i++) {
+    in[i] = int32_t(r.below(bc.V));
+    tg[i] = int32_t(r.below(bc.V));
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < warmup + iters; i++) {
+    auto t0 = Clock::now();
+    model.zero_grad();
+    model.forward(in.data(), tg.data(), bc.B, bc.T, 1.0f);
+    model.backward();
+    double norm = model.grad_norm();
+    model.adamw_step({1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, i + 1});
+    double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (i >= warmup) ms.push_back(t);
+  }
+  return median(ms);
+}
+
+double sgemm_gflops(int M, int N, int K, int iters) {
+  std::vector<float> A(size_t(M) * K, 0.5f), B(size_t(K) * N, 0.25f), C(size_t(M) * N);
+  Rng r(3);
+  for (auto& x : A) x = float(r.normal());
+  for (auto& x : B) x = float(r.normal());
+  std::vector<double> s;
+  for (int i = 0; i < iters + 2; i++) {
+    auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A.data(), K, B.data(), K,
+                0.0f, C.data(), N);
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i >= 2) s.push_back(t);
+  }
+  return 2.0 * M * N * K / median(s) / 1e9;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::vector<ExtraOption> opts = {{"threads", "CPU threads (0: all)", "0"},
+                                   {"iters", "timed steps per model", "20"}};
+  std::vector<std::pair<std::string, std::string>> ex;
+  if (!config_parse_args(nullptr, argc, argv, "train_gpt bench", opts, &ex)) return 0;
+  Config cfg;
+  int iters = 20;
+  for (auto& kv : ex) {
+    if (kv.first == "threads") config_set(cfg, "train.threads", kv.second);
+    if (kv.first == "iters") iters = std::max(3, atoi(kv.second.c_str()));
+  }
+  cfg.train.device = "cpu";
+  auto be = make_backend(cfg);
+
+  const BenchCase cases[] = {
+      {"toy default (L2 C64)", 2, 64, 4, 256, 64, 16, 64},
+      {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
+      {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
+  };
+  printf("train_gpt bench: fp32 training step on %s\n\n", be->name().c_str());
+  printf("| model | params | B x T | ms/step | tokens/s | GFLOP/s |\n");
+  printf("|---|---:|---:|---:|---:|---:|\n");
+  for (const auto& bc : cases) {
+    GPTConfig c;
+    c.n_layer = bc.L;
+    c.n_embd = bc.C;
+    c.n_head = bc.NH;
+    c.vocab_size = bc.V;
+    c.padded_vocab_size = pad_vocab(bc.V);
+    c.max_seq_len = bc.maxT;
+    double ms = time_step(*be, bc, 3, iters);
+    double tps = bc.B * bc.T / (ms / 1e3);
+    printf("| %s | %zu | %d x %d | %.2f | %.0f | %.1f |\n", bc.name, num_parameters(c), bc.B,
+           bc.T, ms, tps, tps * flops_per_token(c, bc.T) / 1e9);
+    fflush(stdout);
+  }
+  printf("\n| sgemm (M x N x K) | GFLOP/s |\n|---|---:|\n");
+  const int shapes[][3] = {{1024, 1024, 1024}, {256, 1024, 96}, {1024, 1024, 256}};
+  for (auto& s : shapes)
+    printf("| %d x %d x %d | %.1f |\n", s[0], s[1], s[2], sgemm_gflops(s[0], s[1], s[2], 10));
+  return 0;
+}
+
+}  // namespace tg
