@@ -76,7 +76,8 @@ std::unique_ptr<Backend> make_backend(const Config& cfg) {
         "(use cpu or auto)");
   int threads = cfg.train.threads > 0 ? cfg.train.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  // The CPU ops split GEMMs across OpenMP threads themselves (src/cpu/matmul.cpp).
+  openblas_set_num_threads(1);
   return make_cpu_backend();
 }
 

@@ -1,5 +1,8 @@
 // matmul: out(N,OC) = inp(N,C) W(OC,C)^T + bias, through BLAS (sgemm / dgemm).
 // Backward: dinp = dout W (overwrites), dW += dout^T inp, dbias += column sums of dout.
+// Each GEMM is split by output rows across the OpenMP threads, every thread calling
+// single-threaded BLAS on its block: one thread pool for everything, instead of OpenMP
+// and OpenBLAS threads spinning against each other (measured: ~40% of a step on 2 cores).
 // The bias sums run over a fixed split of rows per thread, added in thread order.
 #include <cblas.h>
 #include <omp.h>
@@ -21,9 +24,22 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const dou
 }
 }  // namespace
 
+// Rows [r0, r1) of the M output rows that thread `id` of `nt` owns.
+inline void thread_rows(int M, int id, int nt, int* r0, int* r1) {
+  *r0 = int(int64_t(M) * id / nt);
+  *r1 = int(int64_t(M) * (id + 1) / nt);
+}
+
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
-  gemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, T(0), out, OC);
+#pragma omp parallel
+  {
+    int n0, n1;
+    thread_rows(N, omp_get_thread_num(), omp_get_num_threads(), &n0, &n1);
+    if (n1 > n0)
+      gemm(CblasNoTrans, CblasTrans, n1 - n0, OC, C, inp + size_t(n0) * C, C, w, C, T(0),
+           out + size_t(n0) * OC, OC);
+  }
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -36,8 +52,18 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 template <typename T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC) {
-  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, T(0), dinp, C);
-  gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, T(1), dw, C);
+#pragma omp parallel
+  {
+    int id = omp_get_thread_num(), nt = omp_get_num_threads(), r0, r1;
+    thread_rows(N, id, nt, &r0, &r1);
+    if (dinp && r1 > r0)
+      gemm(CblasNoTrans, CblasNoTrans, r1 - r0, C, OC, dout + size_t(r0) * OC, OC, w, C, T(0),
+           dinp + size_t(r0) * C, C);
+    thread_rows(OC, id, nt, &r0, &r1);
+    if (r1 > r0)
+      gemm(CblasTrans, CblasNoTrans, r1 - r0, C, N, dout + r0, OC, inp, C, T(1),
+           dw + size_t(r0) * C, C);
+  }
   if (dbias) {
     int nthreads = omp_get_max_threads();
     std::vector<T> partial(size_t(nthreads) * OC, T(0));
