@@ -58,8 +58,8 @@ class Backend {
   virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                                int C) = 0;
   // dwte[tokens] += dout, dwpe[t] += dout
-  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B,
-                                int T, int C) = 0;
+  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
+                                int C) = 0;
   // out = (inp - mean) * rstd * w + b per row of C; mean and rstd saved for backward
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
                                  Tensor b, int N, int C) = 0;
@@ -76,8 +76,8 @@ class Backend {
   virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
                                  int NH) = 0;
   // dqkv = ...; scratch has att's size.
-  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv,
-                                  Tensor att, int B, int T, int C, int NH) = 0;
+  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor att,
+                                  int B, int T, int C, int NH) = 0;
   // out = gelu(inp), tanh approximation
   virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
   // dinp = gelu'(inp) * dout

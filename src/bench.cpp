@@ -112,8 +112,8 @@ int cmd_bench(int argc, char** argv) {
     c.max_seq_len = bc.maxT;
     double ms = time_step(*be, bc, 3, iters);
     double tps = bc.B * bc.T / (ms / 1e3);
-    printf("| %s | %zu | %d x %d | %.2f | %.0f | %.1f |\n", bc.name, num_parameters(c), bc.B,
-           bc.T, ms, tps, tps * flops_per_token(c, bc.T) / 1e9);
+    printf("| %s | %zu | %d x %d | %.2f | %.0f | %.1f |\n", bc.name, num_parameters(c), bc.B, bc.T,
+           ms, tps, tps * flops_per_token(c, bc.T) / 1e9);
     fflush(stdout);
   }
   // The ceiling: OpenBLAS on all the threads (training calls it single-threaded per thread).

@@ -73,8 +73,8 @@ ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) 
   int32_t h[256];
   memcpy(h, b.data(), sizeof(h));
   if (h[0] != kModelMagic)
-    throw Error(strf("model file %s has bad magic %d (expected %d)", path.c_str(), h[0],
-                     kModelMagic));
+    throw Error(
+        strf("model file %s has bad magic %d (expected %d)", path.c_str(), h[0], kModelMagic));
   if (h[1] != 3 && h[1] != 5)
     throw Error(strf("model file %s has unsupported version %d (expected 3 = fp32 or 5 = bf16)",
                      path.c_str(), h[1]));
@@ -86,10 +86,9 @@ ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) 
   c.n_head = h[5];
   c.n_embd = h[6];
   c.padded_vocab_size = h[7];
-  if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.n_layer <= 0 || c.n_head <= 0 ||
-      c.n_embd <= 0 || c.n_embd % c.n_head != 0 || c.padded_vocab_size < c.vocab_size ||
-      c.max_seq_len > (1 << 20) || c.n_layer > 1024 || c.n_embd > 65536 ||
-      c.padded_vocab_size > (1 << 24))
+  if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 ||
+      c.n_embd % c.n_head != 0 || c.padded_vocab_size < c.vocab_size || c.max_seq_len > (1 << 20) ||
+      c.n_layer > 1024 || c.n_embd > 65536 || c.padded_vocab_size > (1 << 24))
     throw Error(strf("model file %s has an invalid header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)",
                      path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]));
   size_t n = num_parameters(c);
@@ -125,8 +124,8 @@ std::vector<std::string> list_checkpoints(const std::string& out_dir) {
     while (dirent* e = readdir(d)) {
       long long step;
       char tail;
-      if (sscanf(e->d_name, "ckpt_%lld%c", &step, &tail) == 1 &&
-          strlen(e->d_name) == 13 && dir_exists(join_path(out_dir, e->d_name)))
+      if (sscanf(e->d_name, "ckpt_%lld%c", &step, &tail) == 1 && strlen(e->d_name) == 13 &&
+          dir_exists(join_path(out_dir, e->d_name)))
         found.push_back({step, join_path(out_dir, e->d_name)});
     }
     closedir(d);
@@ -166,8 +165,10 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTC
     state["version"] = 1;
     state["step"] = step;
     state["files"] = {
-        {"model.bin", {{"bytes", model.size()}, {"fnv1a64", hex64(fnv1a64(model.data(), model.size()))}}},
-        {"optim.bin", {{"bytes", optim.size()}, {"fnv1a64", hex64(fnv1a64(optim.data(), optim.size()))}}}};
+        {"model.bin",
+         {{"bytes", model.size()}, {"fnv1a64", hex64(fnv1a64(model.data(), model.size()))}}},
+        {"optim.bin",
+         {{"bytes", optim.size()}, {"fnv1a64", hex64(fnv1a64(optim.data(), optim.size()))}}}};
     write_text_atomic(join_path(tmp_dir, "state.json"), state.dump(1) + "\n");
   } catch (...) {
     remove_tree(tmp_dir);
@@ -213,9 +214,10 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg) {
     std::vector<char> bytes = read_file(path, "checkpoint file");
     const json& f = cd.state["files"][name];
     if (!f.is_object() || f.value("bytes", uint64_t(0)) != bytes.size())
-      throw Error(strf("checkpoint file %s is truncated or corrupt: size %zu does not match "
-                       "state.json",
-                       path.c_str(), bytes.size()));
+      throw Error(
+          strf("checkpoint file %s is truncated or corrupt: size %zu does not match "
+               "state.json",
+               path.c_str(), bytes.size()));
     if (f.value("fnv1a64", "") != hex64(fnv1a64(bytes.data(), bytes.size())))
       throw Error(strf("checkpoint file %s is corrupt: checksum mismatch", path.c_str()));
     return bytes;

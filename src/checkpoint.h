@@ -13,10 +13,9 @@
 // named ckpt_* is always complete. Older ones beyond `keep` are removed afterwards.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model.h"
 

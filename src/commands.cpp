@@ -30,14 +30,16 @@ std::string extra(const Extras& v, const std::string& name, const std::string& f
 int64_t to_int(const std::string& name, const std::string& s) {
   char* end = nullptr;
   long long x = strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end) throw UsageError(strf("option --%s: '%s' is not an integer", name.c_str(), s.c_str()));
+  if (s.empty() || *end)
+    throw UsageError(strf("option --%s: '%s' is not an integer", name.c_str(), s.c_str()));
   return x;
 }
 
 double to_double(const std::string& name, const std::string& s) {
   char* end = nullptr;
   double x = strtod(s.c_str(), &end);
-  if (s.empty() || *end) throw UsageError(strf("option --%s: '%s' is not a number", name.c_str(), s.c_str()));
+  if (s.empty() || *end)
+    throw UsageError(strf("option --%s: '%s' is not a number", name.c_str(), s.c_str()));
   return x;
 }
 
@@ -92,11 +94,12 @@ int cmd_prepare(int argc, char** argv) {
     return 0;
   }
   if (what == "text") {
-    std::vector<ExtraOption> opts = {{"input", "text file", ""},
-                                     {"out", "output directory (default data/<name>)", ""},
-                                     {"name", "shard name prefix (default: the input's name)", ""},
-                                     {"val_fraction", "fraction of the text kept for validation", "0.1"},
-                                     {"shard_tokens", "tokens per shard", "100000000"}};
+    std::vector<ExtraOption> opts = {
+        {"input", "text file", ""},
+        {"out", "output directory (default data/<name>)", ""},
+        {"name", "shard name prefix (default: the input's name)", ""},
+        {"val_fraction", "fraction of the text kept for validation", "0.1"},
+        {"shard_tokens", "tokens per shard", "100000000"}};
     if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare text", opts, &ex))
       return 0;
     std::string input = extra(ex, "input");
@@ -181,7 +184,8 @@ int run_main(int argc, char** argv) {
     if (sub == "train") return cmd_train(argc - 1, argv + 1);
     if (sub == "bench") return cmd_bench(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
-    throw UsageError(strf("unknown command '%s' (train, prepare, sample, bench; --help)", sub.c_str()));
+    throw UsageError(
+        strf("unknown command '%s' (train, prepare, sample, bench; --help)", sub.c_str()));
   } catch (const UsageError& e) {
     fprintf(stderr, "train_gpt: error: %s\n", e.what());
     return 2;

@@ -4,14 +4,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cxxopts.hpp>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
-#include <sstream>
-
-#include <cxxopts.hpp>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common.h"
 
@@ -26,7 +25,7 @@ struct KeyDef {
   const char* name;
   Kind kind;
   void* (*get)(Config&);  // the field inside Config
-  double lo, hi;  // inclusive range for numbers
+  double lo, hi;          // inclusive range for numbers
   std::vector<std::string> choices;
   const char* help;
 };
@@ -34,6 +33,7 @@ struct KeyDef {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 #define TG_OFF(f) [](Config& c) -> void* { return &c.f; }
 
+// clang-format off
 const std::vector<KeyDef>& table() {
   static const std::vector<KeyDef> t = {
       {"model.n_layer", Kind::Int, TG_OFF(model.n_layer), 1, 1024, {}, "transformer blocks"},
@@ -78,6 +78,7 @@ const std::vector<KeyDef>& table() {
   };
   return t;
 }
+// clang-format on
 #undef TG_OFF
 
 template <typename T>
@@ -190,8 +191,7 @@ void apply_object(Config& c, const json& j, const std::string& prefix, const std
       set_json(c, *k, it.value(), origin);
     } else if (it.value().is_object()) {
       bool is_section = false;
-      for (const auto& d : table())
-        is_section |= std::string(d.name).rfind(name + ".", 0) == 0;
+      for (const auto& d : table()) is_section |= std::string(d.name).rfind(name + ".", 0) == 0;
       if (!is_section)
         throw UsageError(strf("unknown config section '%s' in %s", name.c_str(), origin.c_str()));
       apply_object(c, it.value(), name, origin);
@@ -267,14 +267,15 @@ void config_validate(const Config& c, int world) {
     throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
   };
   if (c.model.n_embd % c.model.n_head != 0)
-    err("model.n_embd", strf("%d is not a multiple of model.n_head=%d", c.model.n_embd, c.model.n_head));
+    err("model.n_embd",
+        strf("%d is not a multiple of model.n_head=%d", c.model.n_embd, c.model.n_head));
   if (c.data.seq_len > c.model.max_seq_len)
-    err("data.seq_len", strf("%d exceeds model.max_seq_len=%d", c.data.seq_len, c.model.max_seq_len));
+    err("data.seq_len",
+        strf("%d exceeds model.max_seq_len=%d", c.data.seq_len, c.model.max_seq_len));
   int64_t micro = int64_t(c.data.batch_size) * c.data.seq_len * world;
   if (c.data.total_batch_tokens != 0 && c.data.total_batch_tokens % micro != 0)
-    err("data.total_batch_tokens",
-        strf("%lld is not a multiple of batch_size*seq_len*ranks=%lld",
-             (long long)c.data.total_batch_tokens, (long long)micro));
+    err("data.total_batch_tokens", strf("%lld is not a multiple of batch_size*seq_len*ranks=%lld",
+                                        (long long)c.data.total_batch_tokens, (long long)micro));
   if (c.data.train.empty()) err("data.train", "must not be empty");
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 }
@@ -327,12 +328,14 @@ bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& pr
     else if (e.default_value.empty())
       opts.add_options()(e.name, e.help, cxxopts::value<std::string>());
     else
-      opts.add_options()(e.name, e.help, cxxopts::value<std::string>()->default_value(e.default_value));
+      opts.add_options()(e.name, e.help,
+                         cxxopts::value<std::string>()->default_value(e.default_value));
   }
   if (cfg)
     for (const auto& k : config_keys())
-      opts.add_options("config keys")(k.name, k.help + " [" + k.type + "]",
-                                    cxxopts::value<std::string>()->default_value(k.default_value));
+      opts.add_options("config keys")(
+          k.name, k.help + " [" + k.type + "]",
+          cxxopts::value<std::string>()->default_value(k.default_value));
   cxxopts::ParseResult r;
   try {
     r = opts.parse(argc, argv);

@@ -5,10 +5,9 @@
 // Errors name the key and raise UsageError (exit code 2).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace tg {
 

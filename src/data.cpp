@@ -110,9 +110,10 @@ DataLoader::DataLoader(const std::string& pattern, const char* what, int B, int 
     int64_t n = shard_num_tokens(f);
     int64_t rows = n > 0 ? (n - 1) / T : 0;
     if (rows < rows_needed)
-      throw Error(strf("%s shard %s has %lld tokens: too few for one batch of %lld rows of %d+1 "
-                       "tokens",
-                       what, f.c_str(), (long long)n, (long long)rows_needed, T));
+      throw Error(
+          strf("%s shard %s has %lld tokens: too few for one batch of %lld rows of %d+1 "
+               "tokens",
+               what, f.c_str(), (long long)n, (long long)rows_needed, T));
     rows_per_shard_.push_back(rows);
     total_tokens_ += n;
   }
@@ -136,8 +137,8 @@ void DataLoader::set_position(const LoaderPosition& p) {
   pos_ = p;
   load_current();
   if (pos_.row + uint64_t(B_) * world_ > row_order_.size())
-    throw Error(strf("data position: row %llu out of range for shard %s",
-                     (unsigned long long)p.row, files_[loaded_file_].c_str()));
+    throw Error(strf("data position: row %llu out of range for shard %s", (unsigned long long)p.row,
+                     files_[loaded_file_].c_str()));
 }
 
 void DataLoader::load_current() {

@@ -127,8 +127,7 @@ std::string make_dirs_impl(const std::string& path) {
 
 void make_dirs(const std::string& path) {
   std::string why = make_dirs_impl(path);
-  if (!why.empty())
-    throw Error(strf("cannot create directory %s (%s)", path.c_str(), why.c_str()));
+  if (!why.empty()) throw Error(strf("cannot create directory %s (%s)", path.c_str(), why.c_str()));
 }
 
 void remove_tree(const std::string& path) {

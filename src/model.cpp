@@ -9,9 +9,16 @@ namespace tg {
 
 std::array<size_t, kNumParamTensors> param_sizes(const GPTConfig& c) {
   size_t C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab_size, T = c.max_seq_len;
-  return {Vp * C,    T * C,     L * C,         L * C,         L * 3 * C * C, L * 3 * C,
-          L * C * C, L * C,     L * C,         L * C,         L * 4 * C * C, L * 4 * C,
-          L * C * 4 * C, L * C, C,             C};
+  // clang-format off
+  return {Vp * C,        T * C,          // wte wpe
+          L * C,         L * C,          // ln1w ln1b
+          L * 3 * C * C, L * 3 * C,      // qkvw qkvb
+          L * C * C,     L * C,          // attprojw attprojb
+          L * C,         L * C,          // ln2w ln2b
+          L * 4 * C * C, L * 4 * C,      // fcw fcb
+          L * C * 4 * C, L * C,          // fcprojw fcprojb
+          C,             C};             // lnfw lnfb
+  // clang-format on
 }
 
 size_t num_parameters(const GPTConfig& c) {
@@ -22,8 +29,8 @@ size_t num_parameters(const GPTConfig& c) {
 
 const char* param_name(int i) {
   static const char* names[kNumParamTensors] = {
-      "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+      "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+      "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
   return names[i];
 }
 
@@ -220,8 +227,8 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
     Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
-    be_.layernorm_forward(ln1, a.ln1_mean.slice(l * BT, BT), a.ln1_rstd.slice(l * BT, BT),
-                          residual, P[LN1W].slice(l * C, C), P[LN1B].slice(l * C, C), BT, C);
+    be_.layernorm_forward(ln1, a.ln1_mean.slice(l * BT, BT), a.ln1_rstd.slice(l * BT, BT), residual,
+                          P[LN1W].slice(l * C, C), P[LN1B].slice(l * C, C), BT, C);
     be_.matmul_forward(qkv, ln1, P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                        P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C);
     be_.attention_forward(atty, attl, qkv, B, T, C, NH);
@@ -268,8 +275,7 @@ void GPT::backward() {
   be_.matmul_backward(dln, G[WTE], Tensor{}, a.logits, a.lnf, P[WTE], BT, C, Vp);
   be_.zero(dres);
   Tensor last = a.residual3.slice((L - 1) * btc, btc);
-  be_.layernorm_backward(dres, G[LNFW], G[LNFB], dln, last, P[LNFW], a.lnf_mean, a.lnf_rstd, BT,
-                         C);
+  be_.layernorm_backward(dres, G[LNFW], G[LNFB], dln, last, P[LNFW], a.lnf_mean, a.lnf_rstd, BT, C);
   for (int l = L - 1; l >= 0; l--) {
     Tensor residual = l == 0 ? a.encoded : a.residual3.slice((l - 1) * btc, btc);
     Tensor ln1 = a.ln1.slice(l * btc, btc), qkv = a.qkv.slice(l * 3 * btc, 3 * btc);

@@ -17,15 +17,16 @@
 namespace tg {
 
 struct GPTConfig {
-  int max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0, n_layer = 0, n_head = 0,
-      n_embd = 0;
+  int max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
 };
 inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
 
+// clang-format off
 enum ParamIndex {
   WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB,
   LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB, kNumParamTensors
 };
+// clang-format on
 std::array<size_t, kNumParamTensors> param_sizes(const GPTConfig& c);
 size_t num_parameters(const GPTConfig& c);
 const char* param_name(int i);

@@ -90,9 +90,8 @@ void prepare_text(const std::string& input, const std::string& out_dir, const st
   };
   write_split("val", n - nval, n);
   write_split("train", 0, n - nval);
-  json meta = {{"vocab_size", 256},         {"tokenizer", "byte"},
-               {"source", input},           {"loss_floor", nullptr},
-               {"train_tokens", n - nval},  {"val_tokens", nval}};
+  json meta = {{"vocab_size", 256},     {"tokenizer", "byte"},      {"source", input},
+               {"loss_floor", nullptr}, {"train_tokens", n - nval}, {"val_tokens", nval}};
   write_meta(out_dir, meta);
 }
 

@@ -12,9 +12,8 @@
 // text: any file as bytes (vocab 256), the last val_fraction of it as validation.
 #pragma once
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace tg {
 

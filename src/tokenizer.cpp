@@ -13,8 +13,8 @@ Tokenizer::Tokenizer(const std::string& path) {
   uint32_t h[256];
   memcpy(h, buf.data(), sizeof(h));
   if (h[0] != 20240328 || (h[1] != 1 && h[1] != 2))
-    throw Error(strf("tokenizer file %s has bad magic or version (%u, %u)", path.c_str(), h[0],
-                     h[1]));
+    throw Error(
+        strf("tokenizer file %s has bad magic or version (%u, %u)", path.c_str(), h[0], h[1]));
   size_t off = 1024;
   for (uint32_t i = 0; i < h[2]; i++) {
     if (off >= buf.size()) throw Error(strf("tokenizer file %s is truncated", path.c_str()));

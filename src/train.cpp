@@ -113,9 +113,10 @@ json run_training(const Config& cfg_in) {
   json meta = read_dataset_meta(cfg.data.train);
   if (meta.contains("vocab_size") && meta["vocab_size"].is_number_integer() &&
       meta["vocab_size"].get<int>() > mc.vocab_size)
-    throw UsageError(strf("config key 'model.vocab_size': %d is smaller than the dataset's "
-                          "vocabulary (%d, from meta.json)",
-                          mc.vocab_size, meta["vocab_size"].get<int>()));
+    throw UsageError(
+        strf("config key 'model.vocab_size': %d is smaller than the dataset's "
+             "vocabulary (%d, from meta.json)",
+             mc.vocab_size, meta["vocab_size"].get<int>()));
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int world = 1, rank = 0;
   const int64_t micro_tokens = int64_t(B) * T * world;
@@ -165,9 +166,10 @@ json run_training(const Config& cfg_in) {
         if (s.at("data").at("batch_size").get<int>() != B ||
             s.at("data").at("seq_len").get<int>() != T ||
             s.at("data").at("world_size").get<int>() != world)
-          throw Error(strf("checkpoint %s was written with a different batch shape or world "
-                           "size; resume with the same data.batch_size, data.seq_len and ranks",
-                           resumed_from.c_str()));
+          throw Error(
+              strf("checkpoint %s was written with a different batch shape or world "
+                   "size; resume with the same data.batch_size, data.seq_len and ranks",
+                   resumed_from.c_str()));
         train_loader.set_position(p);
         sample_rng = rng_from_json(s.at("rng").at("sample"));
         counters = s.at("counters");
@@ -191,12 +193,12 @@ json run_training(const Config& cfg_in) {
 
   printf("config:\n%s\n", cfg_json.dump(2).c_str());
   printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters\n",
-         mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
-         model.num_params());
-  printf("data: %zu training shard(s), %lld tokens; batch %d x %d, %d micro-step(s) per step = "
-         "%lld tokens/step\n",
-         train_loader.files().size(), (long long)train_loader.total_tokens(), B, T, grad_accum,
-         (long long)step_tokens);
+         mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size, model.num_params());
+  printf(
+      "data: %zu training shard(s), %lld tokens; batch %d x %d, %d micro-step(s) per step = "
+      "%lld tokens/step\n",
+      train_loader.files().size(), (long long)train_loader.total_tokens(), B, T, grad_accum,
+      (long long)step_tokens);
   printf("device: %s, %d thread(s); precision %s\n", be->name().c_str(), omp_get_max_threads(),
          cfg.precision.mode.c_str());
   if (std::isfinite(loss_floor))
@@ -241,12 +243,21 @@ json run_training(const Config& cfg_in) {
   auto state_json = [&](int step) {
     LoaderPosition p = train_loader.position();
     return json{{"config", cfg_json},
-                {"model", {{"max_seq_len", mc.max_seq_len}, {"vocab_size", mc.vocab_size},
-                           {"padded_vocab_size", mc.padded_vocab_size}, {"n_layer", mc.n_layer},
-                           {"n_head", mc.n_head}, {"n_embd", mc.n_embd}}},
+                {"model",
+                 {{"max_seq_len", mc.max_seq_len},
+                  {"vocab_size", mc.vocab_size},
+                  {"padded_vocab_size", mc.padded_vocab_size},
+                  {"n_layer", mc.n_layer},
+                  {"n_head", mc.n_head},
+                  {"n_embd", mc.n_embd}}},
                 {"num_params", model.num_params()},
-                {"data", {{"epoch", p.epoch}, {"shard", p.shard}, {"row", p.row},
-                          {"batch_size", B}, {"seq_len", T}, {"world_size", world}}},
+                {"data",
+                 {{"epoch", p.epoch},
+                  {"shard", p.shard},
+                  {"row", p.row},
+                  {"batch_size", B},
+                  {"seq_len", T},
+                  {"world_size", world}}},
                 {"rng", {{"sample", rng_to_json(sample_rng)}}},
                 {"counters", counters},
                 {"initial_val_loss", nan_to_null(initial_val_loss)},
@@ -270,26 +281,26 @@ json run_training(const Config& cfg_in) {
   const int steps = cfg.train.steps;
   for (int step = start_step; step < steps; step++) {
     const auto t0 = Clock::now();
-    const double lr = lr_at(step, steps, cfg.optim.lr, cfg.optim.warmup_steps,
-                            cfg.optim.schedule, cfg.optim.final_lr_frac);
+    const double lr = lr_at(step, steps, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule,
+                            cfg.optim.final_lr_frac);
     model.zero_grad();
     double loss = 0;
     for (int micro = 0; micro < grad_accum; micro++) {
       train_loader.next_batch(inputs.data(), targets.data());
-      loss += model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(grad_accum)) /
-              grad_accum;
+      loss +=
+          model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(grad_accum)) / grad_accum;
       model.backward();
     }
     const double norm = model.grad_norm();
     if (!std::isfinite(loss) || !std::isfinite(norm))
-      throw Error(strf("training diverged at step %d: loss %g, gradient norm %g (try a lower "
-                       "optim.lr)",
-                       step + 1, loss, norm));
+      throw Error(
+          strf("training diverged at step %d: loss %g, gradient norm %g (try a lower "
+               "optim.lr)",
+               step + 1, loss, norm));
     const double clip = cfg.optim.grad_clip;
     const float grad_scale = (clip > 0 && norm > clip) ? float(clip / norm) : 1.0f;
     model.adamw_step({float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2),
-                      float(cfg.optim.eps), float(cfg.optim.weight_decay), grad_scale,
-                      step + 1});
+                      float(cfg.optim.eps), float(cfg.optim.weight_decay), grad_scale, step + 1});
     const double dt = seconds_since(t0);
     last_loss = loss;
     recent_losses.push_back(loss);
@@ -299,9 +310,15 @@ json run_training(const Config& cfg_in) {
     run_train_seconds += dt;
     run_tokens += step_tokens;
     const double tok_s = step_tokens / dt;
-    metrics.write(json({{"kind", "train"}, {"step", step + 1}, {"loss", loss}, {"lr", lr},
-                        {"grad_norm", norm}, {"loss_scale", 1.0}, {"skipped", false},
-                        {"ms", dt * 1e3}, {"tokens_per_second", tok_s}})
+    metrics.write(json({{"kind", "train"},
+                        {"step", step + 1},
+                        {"loss", loss},
+                        {"lr", lr},
+                        {"grad_norm", norm},
+                        {"loss_scale", 1.0},
+                        {"skipped", false},
+                        {"ms", dt * 1e3},
+                        {"tokens_per_second", tok_s}})
                       .dump());
     if ((step + 1) % cfg.train.log_every == 0 || step + 1 == steps || step == start_step) {
       double avg = run_train_seconds / (step + 1 - start_step);
@@ -313,9 +330,10 @@ json run_training(const Config& cfg_in) {
     const bool stop_early = cfg.train.stop_at_step > 0 && step + 1 == cfg.train.stop_at_step;
     if (stop_early && step + 1 < steps) {
       save(step + 1);
-      printf("stopping after step %d as train.stop_at_step asks; continue with "
-             "--checkpoint.resume=true\n",
-             step + 1);
+      printf(
+          "stopping after step %d as train.stop_at_step asks; continue with "
+          "--checkpoint.resume=true\n",
+          step + 1);
       json partial = {{"stopped_at_step", step + 1}, {"steps", steps}};
       write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), partial.dump(2) + "\n");
       return partial;
@@ -324,8 +342,7 @@ json run_training(const Config& cfg_in) {
     if (val_loader && !last && cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0)
       log_val(step + 1, evaluate(model, *val_loader, cfg.eval.batches, B, T));
     if (!last && cfg.sample.every > 0 && (step + 1) % cfg.sample.every == 0) do_sample(step + 1);
-    if (!last && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0)
-      save(step + 1);
+    if (!last && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) save(step + 1);
   }
   if (val_loader) {
     final_val_loss = evaluate(model, *val_loader, cfg.eval.batches, B, T);
@@ -366,10 +383,11 @@ json run_training(const Config& cfg_in) {
                   {"wall_seconds", wall},
                   {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
   write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), summary.dump(2) + "\n");
-  printf("summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
-         "| %s\n",
-         final_train, std::isfinite(final_val_loss) ? strf("%.4f", final_val_loss).c_str() : "n/a",
-         fmt_rate(tps).c_str(), be->peak_bytes() / 1048576.0, fmt_duration(wall).c_str());
+  printf(
+      "summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
+      "| %s\n",
+      final_train, std::isfinite(final_val_loss) ? strf("%.4f", final_val_loss).c_str() : "n/a",
+      fmt_rate(tps).c_str(), be->peak_bytes() / 1048576.0, fmt_duration(wall).c_str());
   if (std::isfinite(gap))
     printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
            final_val_loss, loss_floor, 100 * gap, ln_vocab);

@@ -1,7 +1,6 @@
 // train.h: the training run: data, model, optimizer, evaluation, checkpoints, logs.
 #pragma once
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "backend.h"

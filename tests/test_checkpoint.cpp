@@ -1,6 +1,5 @@
 // Model files (llm.c format) and checkpoints: round trips, headers, atomicity, errors.
 #include <doctest/doctest.h>
-
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,12 +1,11 @@
 // End-to-end tests of the train_gpt binary: subcommands, exit codes, run directory
 // contents, bit-exact resume, llm.c init, and bad input.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <cmath>
-#include <map>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -54,9 +53,14 @@ const std::string& toy_dir() {
 std::string tiny_args(const std::string& out_dir) {
   const std::string& d = toy_dir();
   return "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.max_seq_len=32 "
-         "--data.seq_len=32 --data.batch_size=4 --data.train='" + d + "/toy_train_*.bin' "
-         "--data.val='" + d + "/toy_val_*.bin' --eval.batches=2 --eval.every=5 "
-         "--sample.tokens=8 --train.threads=2 --optim.warmup_steps=3 --train.out_dir=" + out_dir;
+         "--data.seq_len=32 --data.batch_size=4 --data.train='" +
+         d +
+         "/toy_train_*.bin' "
+         "--data.val='" +
+         d +
+         "/toy_val_*.bin' --eval.batches=2 --eval.every=5 "
+         "--sample.tokens=8 --train.threads=2 --optim.warmup_steps=3 --train.out_dir=" +
+         out_dir;
 }
 
 }  // namespace
@@ -91,8 +95,8 @@ TEST_CASE("cli: a short run writes config, metrics, checkpoint, samples and summ
   CHECK(cfg["model"]["n_embd"] == 16);
   auto train = read_metrics(run / "metrics.jsonl", "train");
   REQUIRE(train.size() == 12);
-  for (const char* k : {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "ms",
-                        "tokens_per_second"})
+  for (const char* k :
+       {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "ms", "tokens_per_second"})
     CHECK(train[0].contains(k));
   CHECK(read_metrics(run / "metrics.jsonl", "val").size() == 4);  // 0, 5, 10, 12
   json s = json::parse(slurp(run / "summary.json"));
@@ -119,8 +123,7 @@ TEST_CASE("cli: resuming from a checkpoint gives bit-identical losses") {
   std::string out;
   REQUIRE(run_binary(tiny_args(full.path) + " --train.steps=16", &out) == 0);
   // Stop after 8 steps (with a checkpoint), then resume to 16.
-  REQUIRE(run_binary(tiny_args(part.path) + " --train.steps=16 --train.stop_at_step=8", &out) ==
-          0);
+  REQUIRE(run_binary(tiny_args(part.path) + " --train.steps=16 --train.stop_at_step=8", &out) == 0);
   CHECK(out.find("stopping after step 8") != std::string::npos);
   auto ck = tg::list_checkpoints(part.path);
   REQUIRE(ck.size() == 1);
@@ -152,9 +155,8 @@ TEST_CASE("cli: model.init_from starts from an llm.c model file") {
   REQUIRE(run_binary(tiny_args(a.path) + " --train.steps=4", &out) == 0);
   std::string model = a / "ckpt_00000004/model.bin";
   // The file defines the architecture; model.* keys given differently are overridden.
-  int rc = run_binary(tiny_args(b.path) + " --train.steps=1 --model.n_embd=32 --model.init_from=" +
-                          model,
-                      &out);
+  int rc = run_binary(
+      tiny_args(b.path) + " --train.steps=1 --model.n_embd=32 --model.init_from=" + model, &out);
   INFO(out);
   REQUIRE(rc == 0);
   json cfg = json::parse(slurp(b / "config.json"));
@@ -170,10 +172,14 @@ TEST_CASE("cli: bad input ends with a message naming the file, no checkpoint lef
   std::string out;
   // A shard with a token outside the vocabulary.
   tg::write_shard(data / "bad_train_000.bin", std::vector<uint32_t>(4000, 300));
-  std::string args = "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
-                     "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
-                     "--data.train='" + data.path + "/bad_train_*.bin' --data.val= "
-                     "--train.steps=2 --train.out_dir=" + run.path;
+  std::string args =
+      "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
+      "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
+      "--data.train='" +
+      data.path +
+      "/bad_train_*.bin' --data.val= "
+      "--train.steps=2 --train.out_dir=" +
+      run.path;
   CHECK(run_binary(args, &out) == 1);
   CHECK(out.find("bad_train_000.bin") != std::string::npos);
   CHECK(out.find("vocab_size") != std::string::npos);
@@ -197,7 +203,7 @@ TEST_CASE("cli: bad input ends with a message naming the file, no checkpoint lef
   tgt::TempDir run2;
   REQUIRE(run_binary(tiny_args(run2.path) + " --train.steps=2", &out) == 0);
   CHECK(run_binary(tiny_args(run2.path) + " --model.n_embd=32 --train.steps=4 "
-                   "--checkpoint.resume=true",
+                                          "--checkpoint.resume=true",
                    &out) == 1);
   CHECK(out.find("does not match the config") != std::string::npos);
 }

@@ -64,8 +64,9 @@ TEST_CASE("config: errors name the key") {
         std::string::npos);
   CHECK(usage_error([&] { config_set(c, "optim.lr", "-1"); }).find("'optim.lr'") !=
         std::string::npos);
-  CHECK(usage_error([&] { config_set(c, "optim.schedule", "cosin"); }).find("cosine|linear|constant") !=
-        std::string::npos);
+  CHECK(usage_error([&] {
+          config_set(c, "optim.schedule", "cosin");
+        }).find("cosine|linear|constant") != std::string::npos);
   CHECK(usage_error([&] { config_set(c, "data.shuffle", "maybe"); }).find("'data.shuffle'") !=
         std::string::npos);
   std::string e = usage_error(

@@ -209,7 +209,8 @@ TEST_CASE("data: every row of a shuffled epoch is served exactly once") {
 TEST_CASE("data: a shard too small for one batch is an error naming it") {
   tgt::TempDir d;
   write_shard(d / "small.bin", iota_tokens(20, 10));
-  std::string e = error_of([&] { DataLoader dl(d / "small.bin", "training", 4, 8, 0, 1, false, 0, 0); });
+  std::string e =
+      error_of([&] { DataLoader dl(d / "small.bin", "training", 4, 8, 0, 1, false, 0, 0); });
   CHECK(e.find("small.bin") != std::string::npos);
   CHECK(e.find("too few") != std::string::npos);
 }

@@ -49,8 +49,8 @@ TEST_CASE("grad: layernorm") {
   CHECK(fd_max_error(loss, b, db) < kTol);
   // Gradients of the input accumulate (+=) into what is there.
   Vec dx2(N * C, 1.0), dw2(C, 0.0), db2(C, 0.0);
-  layernorm_backward(dx2.data(), dw2.data(), db2.data(), R.data(), x.data(), w.data(),
-                     mean.data(), rstd.data(), N, C);
+  layernorm_backward(dx2.data(), dw2.data(), db2.data(), R.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
   for (int i = 0; i < N * C; i++) CHECK(dx2[i] == doctest::Approx(dx[i] + 1.0).epsilon(1e-12));
 }
 

@@ -36,18 +36,15 @@ void adamw_impl(T* params, T* master, const T* grads, T* m, T* v, size_t n, floa
 }
 }  // namespace
 
-void adamw(float* params, float* master, const float* grads, float* m, float* v, size_t n,
-           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-           int step) {
-  adamw_impl(params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
-             step);
+void adamw(float* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
+           float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step) {
+  adamw_impl(params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step);
 }
 
 void adamw(double* params, double* master, const double* grads, double* m, double* v, size_t n,
            float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
            int step) {
-  adamw_impl(params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
-             step);
+  adamw_impl(params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step);
 }
 
 template <typename T>

@@ -51,8 +51,8 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
 }
 
 template <typename T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH) {
+void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int T_,
+                        int C, int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for collapse(2) schedule(static)
@@ -93,8 +93,8 @@ void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* 
     }
 }
 
-#define TG_INSTANTIATE(T)                                                                      \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                   \
+#define TG_INSTANTIATE(T)                                                   \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int); \
   template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)

@@ -9,8 +9,7 @@
 namespace tg::cpu {
 
 template <typename T>
-void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N, int V,
-                int Vp) {
+void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     T* z = logits + size_t(n) * Vp;

@@ -77,8 +77,7 @@ class CpuBackend final : public Backend {
                          int N, int C) override {
     dispatch("layernorm_forward", out, [&](auto* tag) {
       using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::layernorm_forward(P<E>(out), P<E>(mean), P<E>(rstd), P<E>(inp), P<E>(w), P<E>(b), N,
-                             C);
+      cpu::layernorm_forward(P<E>(out), P<E>(mean), P<E>(rstd), P<E>(inp), P<E>(w), P<E>(b), N, C);
     });
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
@@ -100,12 +99,11 @@ class CpuBackend final : public Backend {
                        int N, int C, int OC) override {
     dispatch("matmul_backward", dout, [&](auto* tag) {
       using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::matmul_backward(P<E>(dinp), P<E>(dw), P<E>(dbias), P<E>(dout), P<E>(inp), P<E>(w), N,
-                           C, OC);
+      cpu::matmul_backward(P<E>(dinp), P<E>(dw), P<E>(dbias), P<E>(dout), P<E>(inp), P<E>(w), N, C,
+                           OC);
     });
   }
-  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
-                         int NH) override {
+  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
     dispatch("attention_forward", out, [&](auto* tag) {
       using E = std::remove_pointer_t<decltype(tag)>;
       cpu::attention_forward(P<E>(out), P<E>(att), P<E>(qkv), B, T, C, NH);
@@ -115,8 +113,8 @@ class CpuBackend final : public Backend {
                           int T, int C, int NH) override {
     dispatch("attention_backward", dout, [&](auto* tag) {
       using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::attention_backward(P<E>(dqkv), P<E>(scratch), P<E>(dout), P<E>(qkv), P<E>(att), B, T,
-                              C, NH);
+      cpu::attention_backward(P<E>(dqkv), P<E>(scratch), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C,
+                              NH);
     });
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {

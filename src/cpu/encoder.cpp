@@ -44,7 +44,7 @@ void residual_forward(T* out, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-#define TG_INSTANTIATE(T)                                                                    \
+#define TG_INSTANTIATE(T)                                                                  \
   template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int); \
   template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);      \
   template void residual_forward<T>(T*, const T*, const T*, size_t);

@@ -34,8 +34,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   }
 }
 
-#define TG_INSTANTIATE(T)                                      \
-  template void gelu_forward<T>(T*, const T*, size_t);        \
+#define TG_INSTANTIATE(T)                              \
+  template void gelu_forward<T>(T*, const T*, size_t); \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)

@@ -78,9 +78,9 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
   }
 }
 
-#define TG_INSTANTIATE(T)                                                                    \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);   \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,   \
+#define TG_INSTANTIATE(T)                                                                 \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int); \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, \
                                       const T*, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)

@@ -82,8 +82,8 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   }
 }
 
-#define TG_INSTANTIATE(T)                                                                    \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);          \
+#define TG_INSTANTIATE(T)                                                           \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int); \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)

@@ -13,8 +13,7 @@ template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
                      int C);
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_,
-                      int C);
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
@@ -32,8 +31,8 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
 template <typename T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH);
+void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int T_,
+                        int C, int NH);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
@@ -44,15 +43,13 @@ template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n);
 
 template <typename T>
-void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N, int V,
-                int Vp);
+void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N, int V, int Vp);
 
 template <typename T>
 double sum_squares(const T* x, size_t n);
 
-void adamw(float* params, float* master, const float* grads, float* m, float* v, size_t n,
-           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-           int step);
+void adamw(float* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
+           float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step);
 // fp64 twin (gradient-check models): same formula in double.
 void adamw(double* params, double* master, const double* grads, double* m, double* v, size_t n,
            float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
