@@ -95,7 +95,7 @@ int cmd_bench(int argc, char** argv) {
   auto be = make_backend(cfg);
 
   const BenchCase cases[] = {
-      {"toy default (L2 C64)", 2, 64, 4, 256, 64, 16, 64},
+      {"toy default (L2 C64)", 2, 64, 8, 256, 64, 16, 64},
       {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
       {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
   };

@@ -14,7 +14,7 @@ namespace tg {
 struct Config {
   struct Model {
     int n_layer = 2;
-    int n_head = 4;
+    int n_head = 8;
     int n_embd = 64;
     int max_seq_len = 64;
     int vocab_size = 256;
@@ -40,7 +40,7 @@ struct Config {
     double grad_clip = 1.0;  // 0 disables clipping
   } optim;
   struct Train {
-    int steps = 5000;
+    int steps = 8000;
     int64_t seed = 1337;
     std::string device = "auto";
     int threads = 0;  // 0: all cores
@@ -52,7 +52,7 @@ struct Config {
     std::string mode = "fp32";
   } precision;
   struct Eval {
-    int every = 500;  // 0: only at start and end
+    int every = 1000;  // 0: only at start and end
     int batches = 16;
   } eval;
   struct Sample {
@@ -63,7 +63,7 @@ struct Config {
     std::string prompt;
   } sample;
   struct Checkpoint {
-    int every = 1000;  // 0: only at the end
+    int every = 2000;  // 0: only at the end
     int keep = 2;
     bool resume = false;
   } checkpoint;
