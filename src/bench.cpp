@@ -33,14 +33,7 @@ double median(std::vector<double> v) {
 
 // Median milliseconds of one full training step (forward, backward, norm, AdamW).
 double time_step(Backend& be, const BenchCase& bc, int warmup, int iters) {
-  GPTConfig c;
-  c.n_layer = bc.L;
-  c.n_embd = bc.C;
-  c.n_head = bc.NH;
-  c.vocab_size = bc.V;
-  c.padded_vocab_size = pad_vocab(bc.V);
-  c.max_seq_len = bc.maxT;
-  GPT model(c, be);
+  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be);
   model.init_random(1);
   Rng r(2);
   std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
@@ -103,13 +96,7 @@ int cmd_bench(int argc, char** argv) {
   printf("| model | params | B x T | ms/step | tokens/s | GFLOP/s |\n");
   printf("|---|---:|---:|---:|---:|---:|\n");
   for (const auto& bc : cases) {
-    GPTConfig c;
-    c.n_layer = bc.L;
-    c.n_embd = bc.C;
-    c.n_head = bc.NH;
-    c.vocab_size = bc.V;
-    c.padded_vocab_size = pad_vocab(bc.V);
-    c.max_seq_len = bc.maxT;
+    GPTConfig c = gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT);
     double ms = time_step(*be, bc, 3, iters);
     double tps = bc.B * bc.T / (ms / 1e3);
     printf("| %s | %zu | %d x %d | %.2f | %.0f | %.1f |\n", bc.name, num_parameters(c), bc.B, bc.T,

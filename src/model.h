@@ -20,6 +20,16 @@ struct GPTConfig {
   int max_seq_len = 0, vocab_size = 0, padded_vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
 };
 inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
+inline GPTConfig gpt_config(int n_layer, int n_head, int n_embd, int vocab_size, int max_seq_len) {
+  GPTConfig c;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.vocab_size = vocab_size;
+  c.padded_vocab_size = pad_vocab(vocab_size);
+  c.max_seq_len = max_seq_len;
+  return c;
+}
 
 // clang-format off
 enum ParamIndex {

@@ -82,14 +82,8 @@ std::unique_ptr<Backend> make_backend(const Config& cfg) {
 }
 
 GPTConfig model_config(const Config& cfg) {
-  GPTConfig c;
-  c.max_seq_len = cfg.model.max_seq_len;
-  c.vocab_size = cfg.model.vocab_size;
-  c.padded_vocab_size = pad_vocab(c.vocab_size);
-  c.n_layer = cfg.model.n_layer;
-  c.n_head = cfg.model.n_head;
-  c.n_embd = cfg.model.n_embd;
-  return c;
+  return gpt_config(cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
+                    cfg.model.max_seq_len);
 }
 
 json run_training(const Config& cfg_in) {

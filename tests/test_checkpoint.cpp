@@ -17,16 +17,7 @@ using namespace tg;
 using tgt::error_of;
 
 namespace {
-GPTConfig small_cfg() {
-  GPTConfig c;
-  c.max_seq_len = 16;
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  return c;
-}
+GPTConfig small_cfg() { return gpt_config(2, 2, 8, 100, 16); }
 std::vector<float> random_params(size_t n, uint64_t seed) {
   Rng r(seed);
   std::vector<float> p(n);

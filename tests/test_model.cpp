@@ -11,16 +11,7 @@
 using namespace tg;
 
 namespace {
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.max_seq_len = 6;
-  c.vocab_size = 11;
-  c.padded_vocab_size = pad_vocab(11);
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  return c;
-}
+GPTConfig tiny_config() { return gpt_config(2, 2, 8, 11, 6); }
 }  // namespace
 
 TEST_CASE("model: fp64 finite-difference gradient of the whole GPT") {
@@ -94,13 +85,7 @@ TEST_CASE("model: gradient accumulation over micro-batches equals one big batch"
 
 TEST_CASE("model: untrained loss is close to ln(V)") {
   auto be = make_cpu_backend();
-  GPTConfig c;
-  c.max_seq_len = 32;
-  c.vocab_size = 1000;
-  c.padded_vocab_size = pad_vocab(1000);
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_embd = 32;
+  GPTConfig c = gpt_config(2, 4, 32, 1000, 32);
   CHECK(c.padded_vocab_size == 1024);
   GPT model(c, *be);
   model.init_random(1);
@@ -116,13 +101,7 @@ TEST_CASE("model: untrained loss is close to ln(V)") {
 }
 
 TEST_CASE("model: parameter count and layout match GPT-2 124M") {
-  GPTConfig c;
-  c.max_seq_len = 1024;
-  c.vocab_size = 50257;
-  c.padded_vocab_size = pad_vocab(50257);
-  c.n_layer = 12;
-  c.n_head = 12;
-  c.n_embd = 768;
+  GPTConfig c = gpt_config(12, 12, 768, 50257, 1024);
   CHECK(c.padded_vocab_size == 50304);
   // 124,475,904 with the padded vocabulary (llm.c's count).
   CHECK(num_parameters(c) == 124475904);

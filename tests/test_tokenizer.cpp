@@ -61,14 +61,7 @@ TEST_CASE("tokenizer: printable escapes control bytes and broken UTF-8") {
 
 TEST_CASE("sample: greedy decoding is deterministic and top-k restricts the choice") {
   auto be = make_cpu_backend();
-  GPTConfig c;
-  c.max_seq_len = 8;
-  c.vocab_size = 20;
-  c.padded_vocab_size = pad_vocab(20);
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 8;
-  GPT model(c, *be);
+  GPT model(gpt_config(1, 2, 8, 20, 8), *be);
   model.init_random(4);
   Rng r1(1), r2(2);
   auto a = generate(model, {3}, 12, 0.0, 0, r1);  // longer than max_seq_len: the window slides
