@@ -200,17 +200,14 @@ json run_training(const Config& cfg_in) {
   fflush(stdout);
 
   Tokenizer tokenizer;
+  // Without a prompt, samples start from the first token of the training data.
+  int32_t first_token = 0;
+  if (cfg.sample.tokens > 0 && cfg.sample.prompt.empty())
+    first_token = int32_t(read_shard(train_loader.files()[0], mc.vocab_size).at(0));
   auto do_sample = [&](int step) {
     if (cfg.sample.tokens <= 0) return;
-    std::vector<int32_t> prompt;
-    if (!cfg.sample.prompt.empty()) {
-      prompt = tokenizer.encode(cfg.sample.prompt);
-    } else {
-      std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
-      DataLoader first(cfg.data.train, "training", B, T, 0, 1, false, 0, mc.vocab_size);
-      first.next_batch(in.data(), tgt.data());
-      prompt = {in[0]};
-    }
+    std::vector<int32_t> prompt = !cfg.sample.prompt.empty() ? tokenizer.encode(cfg.sample.prompt)
+                                                             : std::vector<int32_t>{first_token};
     std::vector<int32_t> out = generate(model, prompt, cfg.sample.tokens, cfg.sample.temperature,
                                         cfg.sample.top_k, sample_rng);
     std::string text;
