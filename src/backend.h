@@ -4,7 +4,10 @@
 // backend (src/cpu/) is the reference and the CUDA backend (kernels/) plugs in beside it,
 // so both run the same graph op by op and can be compared op by op.
 //
-// Conventions: weights are (out, in) row-major; N = rows (B*T). Gradients of parameters
+// Tensors of one op share an element type, except: layernorm mean/rstd, logits and losses are
+// fp32 (fp64 in fp64 models) whatever the activations are; matmul operands may differ (the
+// lm_head writes fp32 logits from 16-bit activations). Conventions: weights are (out, in)
+// row-major; N = rows (B*T). Gradients of parameters
 // are accumulated (+=) so micro-batches add up; gradients of activations are written (=),
 // except layernorm_backward and encoder_backward which add into dinp / dwte / dwpe, because
 // the residual stream gathers gradients from two branches.
@@ -34,10 +37,19 @@ struct Tensor {
   explicit operator bool() const { return data != nullptr; }
 };
 
+// How a value is narrowed: to nearest even, or stochastically with random bits
+// sr_hash(seed, offset + i) for element i (deterministic, the same on every backend).
+struct Rounding {
+  bool stochastic = false;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
-  float grad_scale;  // multiplies every gradient first (clipping, 1/loss-scale)
-  int step;          // 1-based, for bias correction
+  float grad_scale;   // multiplies every gradient first (clipping, 1/loss-scale)
+  int step;           // 1-based, for bias correction
+  Rounding rounding;  // of the updated master weight into the compute copy
 };
 
 class Backend {
@@ -75,9 +87,9 @@ class Backend {
   // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
   virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
                                  int NH) = 0;
-  // dqkv = ...; scratch has att's size.
-  virtual void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor att,
-                                  int B, int T, int C, int NH) = 0;
+  // dqkv = gradient of the attention input
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
+                                  int C, int NH) = 0;
   // out = gelu(inp), tanh approximation
   virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
   // dinp = gelu'(inp) * dout
@@ -90,9 +102,12 @@ class Backend {
                           int Vp) = 0;
   // sum of squares of all elements, in fp64 on the CPU, fp32 on devices
   virtual double sum_squares(Tensor t) = 0;
-  // AdamW on master weights (fp32); params receives the updated weights (may be master).
+  // AdamW on master weights (fp32); params receives the updated weights rounded to its type
+  // (params may be master itself).
   virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                      const AdamWArgs& a) = 0;
+  // dst = src converted to dst's type (same length)
+  virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
 };
 
 }  // namespace tg

@@ -48,7 +48,8 @@ double time_step(Backend& be, const BenchCase& bc, int warmup, int iters) {
     model.forward(in.data(), tg.data(), bc.B, bc.T, 1.0f);
     model.backward();
     double norm = model.grad_norm();
-    model.adamw_step({1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, i + 1});
+    model.adamw_step(
+        {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, i + 1, Rounding{}});
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) ms.push_back(t);
   }

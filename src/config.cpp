@@ -64,7 +64,17 @@ const std::vector<KeyDef>& table() {
       {"train.out_dir", Kind::String, TG_OFF(train.out_dir), 0, 0, {}, "run directory"},
       {"train.log_every", Kind::Int, TG_OFF(train.log_every), 1, 1e9, {}, "progress line every N steps"},
       {"train.stop_at_step", Kind::Int, TG_OFF(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"},
-      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32"}, "numeric mode"},
+      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16"}, "numeric mode (see README: Precision modes)"},
+      {"precision.stochastic_rounding", Kind::Bool, TG_OFF(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"},
+      {"precision.loss_scale.kind", Kind::Choice, TG_OFF(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"},
+      {"precision.loss_scale.init", Kind::Float, TG_OFF(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"},
+      {"precision.loss_scale.growth_interval", Kind::Int, TG_OFF(precision.loss_scale.growth_interval), 1, 1e9, {}, "finite steps before the scale grows"},
+      {"precision.loss_scale.growth", Kind::Float, TG_OFF(precision.loss_scale.growth), 1, 1e6, {}, "growth factor"},
+      {"precision.loss_scale.backoff", Kind::Float, TG_OFF(precision.loss_scale.backoff), 1e-6, 1, {}, "factor applied on a non-finite gradient"},
+      {"precision.loss_scale.min", Kind::Float, TG_OFF(precision.loss_scale.min), 1e-30, 1e30, {}, "smallest dynamic scale"},
+      {"precision.loss_scale.max", Kind::Float, TG_OFF(precision.loss_scale.max), 1e-30, 1e30, {}, "largest dynamic scale"},
+      {"precision.loss_scale.hysteresis", Kind::Int, TG_OFF(precision.loss_scale.hysteresis), 1, 1e6, {}, "non-finite steps tolerated before backing off"},
+      {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
       {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},
       {"sample.every", Kind::Int, TG_OFF(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"},
@@ -277,6 +287,10 @@ void config_validate(const Config& c, int world) {
     err("data.total_batch_tokens", strf("%lld is not a multiple of batch_size*seq_len*ranks=%lld",
                                         (long long)c.data.total_batch_tokens, (long long)micro));
   if (c.data.train.empty()) err("data.train", "must not be empty");
+  const auto& ls = c.precision.loss_scale;
+  if (ls.min > ls.max)
+    err("precision.loss_scale.min",
+        strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 }
 

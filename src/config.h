@@ -50,6 +50,18 @@ struct Config {
   } train;
   struct Precision {
     std::string mode = "fp32";
+    bool stochastic_rounding = false;  // of the master -> 16-bit weight copy
+    struct LossScale {
+      std::string kind = "auto";  // auto: dynamic for fp16, none otherwise
+      double init = 65536.0;
+      int growth_interval = 2000;
+      double growth = 2.0;
+      double backoff = 0.5;
+      double min = 1.0;
+      double max = 16777216.0;
+      int hysteresis = 1;
+    } loss_scale;
+    int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
   } precision;
   struct Eval {
     int every = 1000;  // 0: only at start and end

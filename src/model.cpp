@@ -49,17 +49,21 @@ double flops_per_token(const GPTConfig& c, int T) {
   return 6.0 * matmul_params + 3.0 * attn;
 }
 
-GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype) : cfg_(cfg), be_(be), dtype_(dtype) {
+GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype)
+    : cfg_(cfg),
+      be_(be),
+      dtype_(dtype),
+      master_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32) {
+  if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F64)
+    throw Error(strf("a model cannot compute in %s", dtype_name(dtype_)));
   auto sizes = param_sizes(cfg_);
   num_params_ = num_parameters(cfg_);
   params_ = be_.alloc(dtype_, num_params_);
   grads_ = be_.alloc(dtype_, num_params_);
-  m_ = be_.alloc(dtype_, num_params_);
-  v_ = be_.alloc(dtype_, num_params_);
-  be_.zero(params_);
-  be_.zero(grads_);
-  be_.zero(m_);
-  be_.zero(v_);
+  master_ = dtype_ == master_dtype_ ? params_ : be_.alloc(master_dtype_, num_params_);
+  m_ = be_.alloc(master_dtype_, num_params_);
+  v_ = be_.alloc(master_dtype_, num_params_);
+  for (Tensor t : {params_, grads_, master_, m_, v_}) be_.zero(t);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
     param_views_[i] = params_.slice(off, sizes[i]);
@@ -69,7 +73,8 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype) : cfg_(cfg), be_(be), d
 }
 
 GPT::~GPT() {
-  for (Tensor t : {params_, grads_, m_, v_, act_buf_, tokens_, targets_})
+  if (master_.data != params_.data) be_.free(master_);
+  for (Tensor t : {params_, grads_, m_, v_, act_buf_, stat_buf_, tokens_, targets_})
     if (t) be_.free(t);
 }
 
@@ -103,21 +108,28 @@ std::vector<Dst> convert(const std::vector<Src>& v) {
 
 void GPT::set_params(const std::vector<double>& p) {
   if (p.size() != num_params_) throw Error("set_params: wrong parameter count");
-  if (dtype_ == DType::F64)
-    be_.upload(params_, p.data());
+  if (master_dtype_ == DType::F64)
+    be_.upload(master_, p.data());
   else
-    be_.upload(params_, convert<float>(p).data());
+    be_.upload(master_, convert<float>(p).data());
+  refresh_params(Rounding{});
 }
 
 void GPT::set_params(const std::vector<float>& p) {
   if (p.size() != num_params_) throw Error("set_params: wrong parameter count");
-  if (dtype_ == DType::F64)
-    be_.upload(params_, convert<double>(p).data());
+  if (master_dtype_ == DType::F64)
+    be_.upload(master_, convert<double>(p).data());
   else
-    be_.upload(params_, p.data());
+    be_.upload(master_, p.data());
+  refresh_params(Rounding{});
+}
+
+void GPT::refresh_params(const Rounding& r) {
+  if (master_.data != params_.data) be_.convert(params_, master_, r);
 }
 
 namespace {
+// Any tensor as fp64 on the host (16-bit types are widened on the backend first).
 std::vector<double> download_f64(Backend& be, Tensor t) {
   if (t.dtype == DType::F64) {
     std::vector<double> out(t.numel);
@@ -125,26 +137,36 @@ std::vector<double> download_f64(Backend& be, Tensor t) {
     return out;
   }
   std::vector<float> tmp(t.numel);
-  be.download(tmp.data(), t);
+  if (t.dtype == DType::F32) {
+    be.download(tmp.data(), t);
+  } else {
+    Tensor wide = be.alloc(DType::F32, t.numel);
+    be.convert(wide, t, Rounding{});
+    be.download(tmp.data(), wide);
+    be.free(wide);
+  }
   return convert<double>(tmp);
 }
 }  // namespace
 
-std::vector<double> GPT::params_f64() { return download_f64(be_, params_); }
+std::vector<double> GPT::params_f64() { return download_f64(be_, master_); }
 std::vector<double> GPT::grads_f64() { return download_f64(be_, grads_); }
 std::vector<float> GPT::params_f32() {
-  if (dtype_ == DType::F64) return convert<float>(params_f64());
+  if (master_dtype_ == DType::F64) return convert<float>(params_f64());
   std::vector<float> out(num_params_);
-  be_.download(out.data(), params_);
+  be_.download(out.data(), master_);
   return out;
 }
 
 void GPT::ensure_acts(int B, int T) {
-  size_t need = layout_acts(B, T, nullptr);
-  if (need > act_capacity_) {
+  auto need = layout_acts(B, T, nullptr);
+  if (need.first > act_capacity_ || need.second > stat_capacity_) {
     if (act_buf_) be_.free(act_buf_);
-    act_buf_ = be_.alloc(dtype_, need);
-    act_capacity_ = need;
+    if (stat_buf_) be_.free(stat_buf_);
+    act_buf_ = be_.alloc(dtype_, need.first);
+    stat_buf_ = be_.alloc(master_dtype_, need.second);
+    act_capacity_ = need.first;
+    stat_capacity_ = need.second;
     B_ = T_ = 0;
   }
   size_t BT = size_t(B) * T;
@@ -162,45 +184,50 @@ void GPT::ensure_acts(int B, int T) {
   }
 }
 
-size_t GPT::layout_acts(int B, int T, Acts* out) {
+std::pair<size_t, size_t> GPT::activation_elems(int B, int T) { return layout_acts(B, T, nullptr); }
+
+std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
   size_t BT = size_t(B) * T, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head;
   size_t Vp = cfg_.padded_vocab_size, att = size_t(B) * NH * T * T;
-  size_t off = 0;
+  size_t off = 0, soff = 0;
   Acts a;
-  auto take = [&](Tensor& t, size_t n) {
+  auto take = [&](Tensor& t, size_t n) {  // compute-type activations
     if (out) t = act_buf_.slice(off, n);
     off += n;
   };
+  auto stat = [&](Tensor& t, size_t n) {  // fp32 statistics, logits, losses
+    if (out) t = stat_buf_.slice(soff, n);
+    soff += n;
+  };
   take(a.encoded, BT * C);
   take(a.ln1, L * BT * C);
-  take(a.ln1_mean, L * BT);
-  take(a.ln1_rstd, L * BT);
+  stat(a.ln1_mean, L * BT);
+  stat(a.ln1_rstd, L * BT);
   take(a.qkv, L * BT * 3 * C);
   take(a.atty, L * BT * C);
   take(a.att, L * att);
   take(a.attproj, L * BT * C);
   take(a.residual2, L * BT * C);
   take(a.ln2, L * BT * C);
-  take(a.ln2_mean, L * BT);
-  take(a.ln2_rstd, L * BT);
+  stat(a.ln2_mean, L * BT);
+  stat(a.ln2_rstd, L * BT);
   take(a.fch, L * BT * 4 * C);
   take(a.fch_gelu, L * BT * 4 * C);
   take(a.fcproj, L * BT * C);
   take(a.residual3, L * BT * C);
   take(a.lnf, BT * C);
-  take(a.lnf_mean, BT);
-  take(a.lnf_rstd, BT);
-  take(a.logits, BT * Vp);
-  take(a.losses, BT);
+  stat(a.lnf_mean, BT);
+  stat(a.lnf_rstd, BT);
+  stat(a.logits, BT * Vp);
+  stat(a.losses, BT);
   take(a.dresidual, BT * C);
   take(a.dln, BT * C);
   take(a.dqkv, BT * 3 * C);
   take(a.datty, BT * C);
-  take(a.datt, att);
   take(a.dfch, BT * 4 * C);
   take(a.dfch_gelu, BT * 4 * C);
   if (out) *out = a;
-  return off;
+  return {off, soff};
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
@@ -298,7 +325,7 @@ void GPT::backward() {
     be_.matmul_backward(a.datty, G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
                         G[ATTPROJB].slice(l * C, C), dres, atty,
                         P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
-    be_.attention_backward(a.dqkv, a.datt, a.datty, qkv, attl, B, T, C, NH);
+    be_.attention_backward(a.dqkv, a.datty, qkv, attl, B, T, C, NH);
     be_.matmul_backward(dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                         G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
                         P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
@@ -320,9 +347,9 @@ void GPT::adamw_step(const AdamWArgs& args) {
   for (int i = 0; i < kNumParamTensors; i++) {
     AdamWArgs a = args;
     if (!param_decays(i)) a.weight_decay = 0;
-    Tensor p = params_.slice(off, sizes[i]);
-    be_.adamw(p, p, grads_.slice(off, sizes[i]), m_.slice(off, sizes[i]), v_.slice(off, sizes[i]),
-              a);
+    a.rounding.offset = args.rounding.offset + off;
+    be_.adamw(params_.slice(off, sizes[i]), master_.slice(off, sizes[i]),
+              grads_.slice(off, sizes[i]), m_.slice(off, sizes[i]), v_.slice(off, sizes[i]), a);
     off += sizes[i];
   }
 }

@@ -6,6 +6,11 @@
 // so the model file is that buffer behind a header and the optimizer runs over it whole.
 // Activations are one buffer laid out for the largest (B, T) seen so far; activation
 // gradients need only one layer's worth of scratch, reused from the top layer down.
+//
+// Precision: the model computes in `dtype` (fp32, bf16 or fp16; fp64 for gradient checks):
+// weights, activations and all gradients are stored in it. The optimizer owns fp32 master
+// weights and Adam moments (the same buffer as the weights in fp32). Layernorm statistics,
+// logits and losses are fp32 (fp64 in fp64 models).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -48,7 +53,7 @@ double flops_per_token(const GPTConfig& c, int T);
 
 class GPT {
  public:
-  // dtype: F32 for training, F64 for gradient checks (CPU backend only).
+  // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
   GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32);
   ~GPT();
   GPT(const GPT&) = delete;
@@ -61,12 +66,16 @@ class GPT {
   // GPT-2 initialisation from a seed: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
   // biases 0, layernorm weights 1, padded vocabulary rows 0.
   void init_random(uint64_t seed);
-  // Host copies of all parameters (llm.c order), converted to/from the model's dtype.
+  DType dtype() const { return dtype_; }
+  // Host copies of all master weights (llm.c order). set_params also refreshes the compute
+  // copy (rounded to nearest).
   void set_params(const std::vector<double>& p);
   void set_params(const std::vector<float>& p);
   std::vector<double> params_f64();
   std::vector<float> params_f32();
   std::vector<double> grads_f64();
+  // Compute weights = master weights rounded per r (after loading master weights).
+  void refresh_params(const Rounding& r);
 
   // Runs the forward pass on B rows of T tokens. With targets, returns the mean loss; with
   // dloss != 0 it also leaves the gradient of dloss * (mean loss) with respect to the
@@ -78,12 +87,15 @@ class GPT {
   void zero_grad();
   double grad_norm();
   // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
-  // grad_scale first.
+  // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
   void adamw_step(const AdamWArgs& args);
+  // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
+  std::pair<size_t, size_t> activation_elems(int B, int T);
 
   // Logits of the last forward, (B, T, Vp), on the backend.
   Tensor logits() const { return acts_.logits; }
   Tensor params() const { return params_; }
+  Tensor master() const { return master_; }
   Tensor grads() const { return grads_; }
   Tensor adam_m() const { return m_; }
   Tensor adam_v() const { return v_; }
@@ -95,21 +107,21 @@ class GPT {
     Tensor encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, residual2, ln2, ln2_mean,
         ln2_rstd, fch, fch_gelu, fcproj, residual3, lnf, lnf_mean, lnf_rstd, logits, losses;
     // gradient scratch, one layer's worth
-    Tensor dresidual, dln, dqkv, datty, datt, dfch, dfch_gelu;
+    Tensor dresidual, dln, dqkv, datty, dfch, dfch_gelu;
   };
   void ensure_acts(int B, int T);
-  // Offsets of every activation for (B, T); returns the element count. Fills *out (views
-  // into act_buf_) when given.
-  size_t layout_acts(int B, int T, Acts* out);
+  // Offsets of every activation for (B, T); returns the element counts of the compute-type
+  // and the statistics buffers. Fills *out (views into the buffers) when given.
+  std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
 
   GPTConfig cfg_;
   Backend& be_;
-  DType dtype_;
+  DType dtype_, master_dtype_;
   size_t num_params_ = 0;
-  Tensor params_, grads_, m_, v_;
+  Tensor params_, grads_, master_, m_, v_;
   std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
-  Tensor act_buf_, tokens_, targets_;
-  size_t act_capacity_ = 0, tok_capacity_ = 0;
+  Tensor act_buf_, stat_buf_, tokens_, targets_;
+  size_t act_capacity_ = 0, stat_capacity_ = 0, tok_capacity_ = 0;
   Acts acts_;
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;

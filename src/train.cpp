@@ -13,6 +13,7 @@
 #include "cpu/cpu_backend.h"
 #include "data.h"
 #include "fileio.h"
+#include "loss_scaler.h"
 #include "prepare.h"
 #include "rng.h"
 #include "sample.h"
@@ -68,6 +69,42 @@ double evaluate(GPT& model, DataLoader& val, int batches, int B, int T) {
 }
 
 }  // namespace
+
+DType mode_dtype(const std::string& mode) {
+  if (mode == "fp32") return DType::F32;
+  if (mode == "bf16") return DType::BF16;
+  if (mode == "fp16") return DType::F16;
+  throw UsageError(strf("config key 'precision.mode': unknown mode '%s'", mode.c_str()));
+}
+
+std::string loss_scale_kind(const Config& cfg) {
+  const std::string& k = cfg.precision.loss_scale.kind;
+  if (k != "auto") return k;
+  return cfg.precision.mode == "fp16" ? "dynamic" : "none";
+}
+
+Rounding weight_rounding(const Config& cfg, int opt_step) {
+  Rounding r;
+  r.stochastic = cfg.precision.stochastic_rounding && opt_step > 0;
+  // A fresh stream of random bits for every update, the same on every backend.
+  uint64_t x = uint64_t(cfg.train.seed) ^ 0x5352ull /*"SR"*/;
+  r.seed = splitmix64(x) + uint64_t(opt_step) * 0x9E3779B97F4A7C15ull;
+  return r;
+}
+
+void poison_gradient(Backend& be, Tensor grads) {
+  Tensor first = grads.slice(0, 1);
+  const float inf32 = INFINITY;
+  const double inf64 = INFINITY;
+  const uint16_t inf_bf16 = 0x7F80, inf_f16 = 0x7C00;
+  switch (grads.dtype) {
+    case DType::F32: be.upload(first, &inf32); break;
+    case DType::F64: be.upload(first, &inf64); break;
+    case DType::BF16: be.upload(first, &inf_bf16); break;
+    case DType::F16: be.upload(first, &inf_f16); break;
+    default: throw Error("poison_gradient: unsupported gradient type");
+  }
+}
 
 std::unique_ptr<Backend> make_backend(const Config& cfg) {
   if (cfg.train.device == "cuda")
@@ -127,7 +164,7 @@ json run_training(const Config& cfg_in) {
     val_loader = std::make_unique<DataLoader>(cfg.data.val, "validation", B, T, rank, world, false,
                                               uint64_t(cfg.train.seed), mc.vocab_size);
 
-  GPT model(mc, *be);
+  GPT model(mc, *be, mode_dtype(cfg.precision.mode));
   if (!cfg.model.init_from.empty())
     model.set_params(init.params);
   else
@@ -136,6 +173,10 @@ json run_training(const Config& cfg_in) {
   make_dirs(cfg.train.out_dir);
   Rng sample_rng = Rng::derive(uint64_t(cfg.train.seed), 0x53414D50ull /*"SAMP"*/);
   int start_step = 0;
+  int opt_step = 0;  // applied optimizer updates (skipped steps do not count)
+  const auto& lsc = cfg.precision.loss_scale;
+  LossScaler scaler = LossScaler::make(loss_scale_kind(cfg), lsc.init, lsc.growth_interval,
+                                       lsc.growth, lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
   json counters = {{"tokens_seen", 0}, {"train_seconds", 0.0}, {"skipped_steps", 0}};
   double initial_val_loss = NAN;
   std::string resumed_from;
@@ -167,6 +208,21 @@ json run_training(const Config& cfg_in) {
         train_loader.set_position(p);
         sample_rng = rng_from_json(s.at("rng").at("sample"));
         counters = s.at("counters");
+        const json& prec = s.at("precision");
+        opt_step = prec.at("opt_step").get<int>();
+        if (prec.at("mode").get<std::string>() == cfg.precision.mode &&
+            prec.at("loss_scale").at("kind").get<std::string>() == scaler.kind) {
+          scaler.scale = prec["loss_scale"].at("scale").get<double>();
+          scaler.good_steps = prec["loss_scale"].at("good_steps").get<int>();
+          scaler.hysteresis_left = prec["loss_scale"].at("hysteresis_left").get<int>();
+        } else {
+          printf(
+              "note: the checkpoint was trained in %s; continuing in %s from its fp32 master "
+              "weights\n",
+              prec.at("mode").get<std::string>().c_str(), cfg.precision.mode.c_str());
+        }
+        // The compute copy of the weights is what the last update rounded, stochastic or not.
+        model.refresh_params(weight_rounding(cfg, opt_step));
         initial_val_loss = s.value("initial_val_loss", json(nullptr)).is_number()
                                ? s["initial_val_loss"].get<double>()
                                : NAN;
@@ -193,8 +249,12 @@ json run_training(const Config& cfg_in) {
       "%lld tokens/step\n",
       train_loader.files().size(), (long long)train_loader.total_tokens(), B, T, grad_accum,
       (long long)step_tokens);
-  printf("device: %s, %d thread(s); precision %s\n", be->name().c_str(), omp_get_max_threads(),
-         cfg.precision.mode.c_str());
+  printf(
+      "device: %s, %d thread(s); precision %s (%s weights and activations, fp32 master "
+      "weights), loss scaling %s%s\n",
+      be->name().c_str(), omp_get_max_threads(), cfg.precision.mode.c_str(),
+      dtype_name(model.dtype()), scaler.kind.c_str(),
+      cfg.precision.stochastic_rounding ? ", stochastic rounding" : "");
   if (std::isfinite(loss_floor))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor, ln_vocab);
   fflush(stdout);
@@ -251,6 +311,14 @@ json run_training(const Config& cfg_in) {
                   {"world_size", world}}},
                 {"rng", {{"sample", rng_to_json(sample_rng)}}},
                 {"counters", counters},
+                {"precision",
+                 {{"mode", cfg.precision.mode},
+                  {"opt_step", opt_step},
+                  {"loss_scale",
+                   {{"kind", scaler.kind},
+                    {"scale", scaler.scale},
+                    {"good_steps", scaler.good_steps},
+                    {"hysteresis_left", scaler.hysteresis_left}}}}},
                 {"initial_val_loss", nan_to_null(initial_val_loss)},
                 {"completed_steps", step}};
   };
@@ -272,26 +340,37 @@ json run_training(const Config& cfg_in) {
   const int steps = cfg.train.steps;
   for (int step = start_step; step < steps; step++) {
     const auto t0 = Clock::now();
-    const double lr = lr_at(step, steps, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule,
-                            cfg.optim.final_lr_frac);
+    // The schedule follows applied updates, so a skipped step does not advance it.
+    const double lr = lr_at(opt_step, steps, cfg.optim.lr, cfg.optim.warmup_steps,
+                            cfg.optim.schedule, cfg.optim.final_lr_frac);
+    const double scale = scaler.scale;
     model.zero_grad();
     double loss = 0;
     for (int micro = 0; micro < grad_accum; micro++) {
       train_loader.next_batch(inputs.data(), targets.data());
-      loss +=
-          model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(grad_accum)) / grad_accum;
+      loss += model.forward(inputs.data(), targets.data(), B, T, float(scale / grad_accum)) /
+              grad_accum;
       model.backward();
     }
-    const double norm = model.grad_norm();
-    if (!std::isfinite(loss) || !std::isfinite(norm))
-      throw Error(
-          strf("training diverged at step %d: loss %g, gradient norm %g (try a lower "
-               "optim.lr)",
-               step + 1, loss, norm));
-    const double clip = cfg.optim.grad_clip;
-    const float grad_scale = (clip > 0 && norm > clip) ? float(clip / norm) : 1.0f;
-    model.adamw_step({float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2),
-                      float(cfg.optim.eps), float(cfg.optim.weight_decay), grad_scale, step + 1});
+    if (cfg.precision.inject_nonfinite_step == step + 1) poison_gradient(*be, model.grads());
+    if (!std::isfinite(loss))
+      throw Error(strf("training diverged at step %d: the loss is %g (try a lower optim.lr)",
+                       step + 1, loss));
+    // One pass over the gradients gives the norm and, through it, finiteness.
+    const double norm = model.grad_norm() / scale;
+    const bool skipped = scaler.update(!std::isfinite(norm));
+    if (!skipped) {
+      const double clip = cfg.optim.grad_clip;
+      const double clip_factor = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+      opt_step++;
+      model.adamw_step({float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2),
+                        float(cfg.optim.eps), float(cfg.optim.weight_decay),
+                        float(clip_factor / scale), opt_step, weight_rounding(cfg, opt_step)});
+    } else {
+      counters["skipped_steps"] = counters["skipped_steps"].get<int>() + 1;
+      printf("step %d skipped: non-finite gradient at loss scale %g; next scale %g\n", step + 1,
+             scale, scaler.scale);
+    }
     const double dt = seconds_since(t0);
     last_loss = loss;
     recent_losses.push_back(loss);
@@ -305,17 +384,22 @@ json run_training(const Config& cfg_in) {
                         {"step", step + 1},
                         {"loss", loss},
                         {"lr", lr},
-                        {"grad_norm", norm},
-                        {"loss_scale", 1.0},
-                        {"skipped", false},
+                        {"grad_norm", nan_to_null(norm)},
+                        {"loss_scale", scale},
+                        {"skipped", skipped},
                         {"ms", dt * 1e3},
                         {"tokens_per_second", tok_s}})
                       .dump());
     if ((step + 1) % cfg.train.log_every == 0 || step + 1 == steps || step == start_step) {
       double avg = run_train_seconds / (step + 1 - start_step);
-      printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %s tok/s | eta %s\n",
-             int(std::to_string(steps).size()), step + 1, steps, loss, lr, norm, dt * 1e3,
-             fmt_rate(tok_s).c_str(), fmt_duration(avg * (steps - step - 1)).c_str());
+      std::string scale_txt = scaler.kind == "none" ? "" : strf(" | scale %g", scale);
+      std::string skip_txt = counters["skipped_steps"].get<int>() > 0
+                                 ? strf(" | skipped %d", counters["skipped_steps"].get<int>())
+                                 : "";
+      printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f%s%s | %.1f ms | %s tok/s | eta %s\n",
+             int(std::to_string(steps).size()), step + 1, steps, loss, lr, norm, scale_txt.c_str(),
+             skip_txt.c_str(), dt * 1e3, fmt_rate(tok_s).c_str(),
+             fmt_duration(avg * (steps - step - 1)).c_str());
       fflush(stdout);
     }
     const bool stop_early = cfg.train.stop_at_step > 0 && step + 1 == cfg.train.stop_at_step;
@@ -370,7 +454,9 @@ json run_training(const Config& cfg_in) {
                   {"peak_memory_bytes", be->peak_bytes()},
                   {"peak_rss_bytes", peak_rss_bytes()},
                   {"skipped_steps", counters["skipped_steps"]},
-                  {"final_loss_scale", 1.0},
+                  {"final_loss_scale", scaler.scale},
+                  {"loss_scale_kind", scaler.kind},
+                  {"optimizer_steps", opt_step},
                   {"wall_seconds", wall},
                   {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
   write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), summary.dump(2) + "\n");

@@ -11,6 +11,15 @@ namespace tg {
 
 // Picks the backend for train.device and sets the CPU thread count.
 std::unique_ptr<Backend> make_backend(const Config& cfg);
+// The compute type of a precision mode (fp32 -> F32, bf16 -> BF16, fp16 -> F16).
+DType mode_dtype(const std::string& mode);
+// precision.loss_scale.kind with `auto` resolved (dynamic for fp16, none otherwise).
+std::string loss_scale_kind(const Config& cfg);
+// How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
+// into the compute copy.
+Rounding weight_rounding(const Config& cfg, int opt_step);
+// Makes the first gradient element +inf (precision.inject_nonfinite_step).
+void poison_gradient(Backend& be, Tensor grads);
 // Model shape from the model.* keys (model.init_from is not read here).
 GPTConfig model_config(const Config& cfg);
 

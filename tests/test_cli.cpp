@@ -207,3 +207,88 @@ TEST_CASE("cli: bad input ends with a message naming the file, no checkpoint lef
                    &out) == 1);
   CHECK(out.find("does not match the config") != std::string::npos);
 }
+
+TEST_CASE("cli: bf16 and fp16 20-step loss curves stay within 2% of fp32") {
+  tgt::TempDir a, b, c;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(a.path) + " --train.steps=20", &out) == 0);
+  REQUIRE(run_binary(tiny_args(b.path) + " --train.steps=20 --precision.mode=bf16", &out) == 0);
+  CHECK(out.find("bf16 weights and activations") != std::string::npos);
+  REQUIRE(run_binary(tiny_args(c.path) + " --train.steps=20 --precision.mode=fp16", &out) == 0);
+  CHECK(out.find("loss scaling dynamic") != std::string::npos);
+  auto ref = read_metrics(a / "metrics.jsonl", "train");
+  for (const tgt::TempDir* d : {&b, &c}) {
+    auto m = read_metrics(*d / "metrics.jsonl", "train");
+    REQUIRE(m.size() == 20);
+    double worst = 0;
+    for (int i = 0; i < 20; i++)
+      worst =
+          std::max(worst, std::fabs(m[i]["loss"].get<double>() / ref[i]["loss"].get<double>() - 1));
+    INFO(d->path);
+    CHECK(worst < 0.02);
+  }
+  json s = json::parse(slurp(c / "summary.json"));
+  CHECK(s["mode"] == "fp16");
+  CHECK(s["loss_scale_kind"] == "dynamic");
+}
+
+TEST_CASE("cli: a skipped step leaves weights, Adam state, step count and LR unchanged") {
+  tgt::TempDir before, skip;
+  std::string out;
+  const std::string args = " --train.steps=10 --precision.mode=fp16 --optim.warmup_steps=5";
+  REQUIRE(run_binary(tiny_args(before.path) + args + " --train.stop_at_step=2", &out) == 0);
+  REQUIRE(run_binary(tiny_args(skip.path) + args +
+                         " --train.stop_at_step=3 --precision.inject_nonfinite_step=3",
+                     &out) == 0);
+  CHECK(out.find("step 3 skipped") != std::string::npos);
+  auto m = read_metrics(skip / "metrics.jsonl", "train");
+  REQUIRE(m.size() == 3);
+  CHECK(m[2]["skipped"] == true);
+  CHECK(m[2]["grad_norm"].is_null());
+  CHECK(m[1]["skipped"] == false);
+  // The scale halved, everything the optimizer owns stayed.
+  CHECK(m[2]["loss_scale"].get<double>() == m[1]["loss_scale"].get<double>());
+  auto a = tg::load_checkpoint(before / "ckpt_00000002", tg::gpt_config(1, 2, 16, 256, 32));
+  auto b = tg::load_checkpoint(skip / "ckpt_00000003", tg::gpt_config(1, 2, 16, 256, 32));
+  CHECK(a.params == b.params);
+  CHECK(a.m == b.m);
+  CHECK(a.v == b.v);
+  CHECK(a.state["precision"]["opt_step"] == 2);
+  CHECK(b.state["precision"]["opt_step"] == 2);
+  CHECK(b.state["precision"]["loss_scale"]["scale"].get<double>() ==
+        a.state["precision"]["loss_scale"]["scale"].get<double>() / 2);
+  CHECK(b.state["counters"]["skipped_steps"] == 1);
+  // The step after a skip uses the learning rate the skipped step would have used.
+  tgt::TempDir cont;
+  REQUIRE(run_binary(tiny_args(cont.path) + args + " --precision.inject_nonfinite_step=3", &out) ==
+          0);
+  auto c = read_metrics(cont / "metrics.jsonl", "train");
+  CHECK(c[3]["lr"].get<double>() == c[2]["lr"].get<double>());
+  CHECK(c[2]["lr"].get<double>() > c[1]["lr"].get<double>());  // still warming up
+  json s = json::parse(slurp(cont / "summary.json"));
+  CHECK(s["skipped_steps"] == 1);
+  CHECK(s["optimizer_steps"] == 9);
+}
+
+TEST_CASE("cli: resume is bit-exact in bf16 (with stochastic rounding) and fp16") {
+  for (const char* mode : {"--precision.mode=bf16 --precision.stochastic_rounding=true",
+                           "--precision.mode=fp16 --precision.loss_scale.growth_interval=3"}) {
+    tgt::TempDir full, part;
+    std::string out;
+    const std::string args = std::string(" --train.steps=12 ") + mode;
+    REQUIRE(run_binary(tiny_args(full.path) + args, &out) == 0);
+    REQUIRE(run_binary(tiny_args(part.path) + args + " --train.stop_at_step=5", &out) == 0);
+    int rc = run_binary(tiny_args(part.path) + args + " --checkpoint.resume=true", &out);
+    INFO(mode << "\n" << out);
+    REQUIRE(rc == 0);
+    auto a = read_metrics(full / "metrics.jsonl", "train");
+    auto b = read_metrics(part / "metrics.jsonl", "train");
+    REQUIRE(b.size() == 12);
+    for (int i = 0; i < 12; i++) {
+      CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+      CHECK(b[i]["loss_scale"].get<double>() == a[i]["loss_scale"].get<double>());
+    }
+    CHECK(tg::read_model_file(full / "ckpt_00000012/model.bin").params ==
+          tg::read_model_file(part / "ckpt_00000012/model.bin").params);
+  }
+}

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <type_traits>
+#include <vector>
 
 #include "ops.h"
 
@@ -10,17 +12,31 @@ namespace tg {
 
 namespace {
 
+using cpu::bf16;
+using cpu::f16;
+
 [[noreturn]] void unsupported(const char* op, DType t) {
   throw Error(strf("cpu backend: %s does not support %s tensors", op, dtype_name(t)));
 }
 
-// Calls f with a typed null pointer selecting float or double from the tensor's dtype.
+// Calls f with a typed null pointer for the storage type of dtype t.
 template <typename F>
-void dispatch(const char* op, const Tensor& t, F&& f) {
-  switch (t.dtype) {
+void dispatch(const char* op, DType t, F&& f) {
+  switch (t) {
     case DType::F32: f(static_cast<float*>(nullptr)); break;
     case DType::F64: f(static_cast<double*>(nullptr)); break;
-    default: unsupported(op, t.dtype);
+    case DType::BF16: f(static_cast<bf16*>(nullptr)); break;
+    case DType::F16: f(static_cast<f16*>(nullptr)); break;
+    default: unsupported(op, t);
+  }
+}
+// The same, for ops that exist only in float and double.
+template <typename F>
+void dispatch_wide(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(static_cast<float*>(nullptr)); break;
+    case DType::F64: f(static_cast<double*>(nullptr)); break;
+    default: unsupported(op, t);
   }
 }
 
@@ -28,6 +44,7 @@ template <typename T>
 T* P(const Tensor& t) {
   return static_cast<T*>(t.data);
 }
+#define TG_ELEM(tag) std::remove_pointer_t<decltype(tag)>
 
 class CpuBackend final : public Backend {
  public:
@@ -61,107 +78,182 @@ class CpuBackend final : public Backend {
 
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                        int C) override {
-    dispatch("encoder_forward", out, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("encoder_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::encoder_forward(P<E>(out), P<int32_t>(tokens), P<E>(wte), P<E>(wpe), B, T, C);
     });
   }
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override {
-    dispatch("encoder_backward", dout, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("encoder_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::encoder_backward(P<E>(dwte), P<E>(dwpe), P<E>(dout), P<int32_t>(tokens), B, T, C);
     });
   }
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
                          int N, int C) override {
-    dispatch("layernorm_forward", out, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::layernorm_forward(P<E>(out), P<E>(mean), P<E>(rstd), P<E>(inp), P<E>(w), P<E>(b), N, C);
+    dispatch("layernorm_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::layernorm_forward(P<E>(out), P<A>(mean), P<A>(rstd), P<E>(inp), P<E>(w), P<E>(b), N, C);
     });
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override {
-    dispatch("layernorm_backward", dout, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("layernorm_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
       cpu::layernorm_backward(P<E>(dinp), P<E>(dw), P<E>(db), P<E>(dout), P<E>(inp), P<E>(w),
-                              P<E>(mean), P<E>(rstd), N, C);
+                              P<A>(mean), P<A>(rstd), N, C);
     });
   }
+
+  // Matmuls with 16-bit operands widen them to fp32, multiply with sgemm (fp32 accumulate),
+  // and round each output once.
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
-    dispatch("matmul_forward", out, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::matmul_forward(P<E>(out), P<E>(inp), P<E>(w), P<E>(bias), N, C, OC);
-    });
+    if (all_wide_and_same({out, inp, w, bias})) {
+      dispatch_wide("matmul_forward", out.dtype, [&](auto* tag) {
+        using E = TG_ELEM(tag);
+        cpu::matmul_forward(P<E>(out), P<E>(inp), P<E>(w), P<E>(bias), N, C, OC);
+      });
+      return;
+    }
+    float* o = wide(out, s_out_, false);
+    cpu::matmul_forward(o, wide(inp, s_a_, true), wide(w, s_b_, true), wide(bias, s_c_, true), N, C,
+                        OC);
+    narrow_back(out, o);
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
-    dispatch("matmul_backward", dout, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::matmul_backward(P<E>(dinp), P<E>(dw), P<E>(dbias), P<E>(dout), P<E>(inp), P<E>(w), N, C,
-                           OC);
-    });
+    if (all_wide_and_same({dinp, dw, dbias, dout, inp, w})) {
+      dispatch_wide("matmul_backward", dout.dtype, [&](auto* tag) {
+        using E = TG_ELEM(tag);
+        cpu::matmul_backward(P<E>(dinp), P<E>(dw), P<E>(dbias), P<E>(dout), P<E>(inp), P<E>(w), N,
+                             C, OC);
+      });
+      return;
+    }
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    float* dbf = wide(dbias, s_db_, true);
+    cpu::matmul_backward(di, dwf, dbf, wide(dout, s_a_, true), wide(inp, s_b_, true),
+                         wide(w, s_c_, true), N, C, OC);
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+    narrow_back(dbias, dbf);
   }
+
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
-    dispatch("attention_forward", out, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("attention_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::attention_forward(P<E>(out), P<E>(att), P<E>(qkv), B, T, C, NH);
     });
   }
-  void attention_backward(Tensor dqkv, Tensor scratch, Tensor dout, Tensor qkv, Tensor att, int B,
-                          int T, int C, int NH) override {
-    dispatch("attention_backward", dout, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::attention_backward(P<E>(dqkv), P<E>(scratch), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C,
-                              NH);
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
+                          int NH) override {
+    dispatch("attention_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::attention_backward(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C, NH);
     });
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
-    dispatch("gelu_forward", out, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("gelu_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::gelu_forward(P<E>(out), P<E>(inp), n);
     });
   }
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
-    dispatch("gelu_backward", dout, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("gelu_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::gelu_backward(P<E>(dinp), P<E>(inp), P<E>(dout), n);
     });
   }
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
-    dispatch("residual_forward", out, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("residual_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::residual_forward(P<E>(out), P<E>(a), P<E>(b), n);
     });
   }
   void classifier(Tensor logits, Tensor losses, Tensor targets, float dloss, int N, int V,
                   int Vp) override {
-    dispatch("classifier", logits, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch_wide("classifier", logits.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       cpu::classifier(P<E>(logits), P<E>(losses), P<int32_t>(targets), dloss, N, V, Vp);
     });
   }
   double sum_squares(Tensor t) override {
     double s = 0;
-    dispatch("sum_squares", t, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
+    dispatch("sum_squares", t.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
       s = cpu::sum_squares(P<E>(t), t.numel);
     });
     return s;
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
              const AdamWArgs& a) override {
-    dispatch("adamw", master, [&](auto* tag) {
-      using E = std::remove_pointer_t<decltype(tag)>;
-      cpu::adamw(P<E>(params), P<E>(master), P<E>(grads), P<E>(m), P<E>(v), master.numel, a.lr,
-                 a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale, a.step);
+    if (grads.dtype != params.dtype || m.dtype != master.dtype || v.dtype != master.dtype)
+      throw Error("cpu backend: adamw tensor types do not match");
+    dispatch("adamw", params.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using M = cpu::acc_t<E>;
+      if (master.dtype != (std::is_same_v<M, double> ? DType::F64 : DType::F32))
+        unsupported("adamw master", master.dtype);
+      cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), P<M>(m), P<M>(v), master.numel, a);
+    });
+  }
+  void convert(Tensor dst, Tensor src, const Rounding& r) override {
+    if (dst.numel != src.numel) throw Error("cpu backend: convert length mismatch");
+    dispatch("convert", dst.dtype, [&](auto* dtag) {
+      dispatch("convert", src.dtype, [&](auto* stag) {
+        using D = TG_ELEM(dtag);
+        using S = TG_ELEM(stag);
+        constexpr bool narrow_to_narrow = !std::is_same_v<S, float> && !std::is_same_v<S, double> &&
+                                          !std::is_same_v<D, float> && !std::is_same_v<D, double>;
+        constexpr bool mixes_double =
+            (std::is_same_v<D, double> && !std::is_same_v<S, double> &&
+             !std::is_same_v<S, float>) ||
+            (std::is_same_v<S, double> && !std::is_same_v<D, double> && !std::is_same_v<D, float>);
+        if constexpr (narrow_to_narrow || mixes_double)
+          throw Error(strf("cpu backend: no conversion from %s to %s", dtype_name(src.dtype),
+                           dtype_name(dst.dtype)));
+        else
+          cpu::convert(P<D>(dst), P<S>(src), dst.numel, r);
+      });
     });
   }
 
  private:
+  static bool all_wide_and_same(std::initializer_list<Tensor> ts) {
+    DType t = DType::F32;
+    bool first = true;
+    for (const Tensor& x : ts) {
+      if (!x) continue;
+      if (x.dtype != DType::F32 && x.dtype != DType::F64) return false;
+      if (!first && x.dtype != t) return false;
+      t = x.dtype;
+      first = false;
+    }
+    return true;
+  }
+  // fp32 view of a tensor: its own memory when it is fp32, else `buf` (filled with the
+  // widened values when `load`). Empty tensors give nullptr.
+  float* wide(Tensor t, std::vector<float>& buf, bool load) {
+    if (!t) return nullptr;
+    if (t.dtype == DType::F32) return P<float>(t);
+    buf.resize(t.numel);
+    if (load) convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
+    return buf.data();
+  }
+  // Rounds fp32 results back into t when wide() handed out a buffer.
+  void narrow_back(Tensor t, float* f) {
+    if (t && t.dtype != DType::F32) convert(t, Tensor{f, DType::F32, t.numel}, Rounding{});
+  }
+
   std::map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
+  // Scratch for widened matmul operands, kept between calls.
+  std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_;
 };
 
 }  // namespace

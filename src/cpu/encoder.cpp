@@ -1,6 +1,7 @@
 // encoder: out[b,t,:] = wte[token[b,t],:] + wpe[t,:].
 // Backward scatters dout into the rows of dwte picked by the tokens and into dwpe. The
 // threads split the channels, so repeated tokens never race and the sum order is fixed.
+// residual: out = a + b.
 #include <omp.h>
 
 #include "ops.h"
@@ -15,7 +16,7 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
     const T* e = wte + size_t(tokens[bt]) * C;
     const T* p = wpe + size_t(bt % T_) * C;
     T* o = out + size_t(bt) * C;
-    for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    for (int c = 0; c < C; c++) o[c] = st<T>(ld(e[c]) + ld(p[c]));
   }
 }
 
@@ -31,8 +32,8 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, in
       T* e = dwte + size_t(tokens[bt]) * C;
       T* p = dwpe + size_t(bt % T_) * C;
       for (int c = c0; c < c1; c++) {
-        e[c] += d[c];
-        p[c] += d[c];
+        e[c] = st<T>(ld(e[c]) + ld(d[c]));
+        p[c] = st<T>(ld(p[c]) + ld(d[c]));
       }
     }
   }
@@ -41,7 +42,7 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, in
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n) {
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  for (size_t i = 0; i < n; i++) out[i] = st<T>(ld(a[i]) + ld(b[i]));
 }
 
 #define TG_INSTANTIATE(T)                                                                  \
@@ -50,6 +51,8 @@ void residual_forward(T* out, const T* a, const T* b, size_t n) {
   template void residual_forward<T>(T*, const T*, const T*, size_t);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
+TG_INSTANTIATE(bf16)
+TG_INSTANTIATE(f16)
 #undef TG_INSTANTIATE
 
 }  // namespace tg::cpu

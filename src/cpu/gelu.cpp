@@ -8,29 +8,31 @@
 namespace tg::cpu {
 
 namespace {
-template <typename T>
-constexpr T kGeluScale = T(0.7978845608028654);  // sqrt(2/pi)
+template <typename A>
+constexpr A kGeluScale = A(0.7978845608028654);  // sqrt(2/pi)
 }
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n) {
+  using A = acc_t<T>;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
-    T x = inp[i];
-    T cube = T(0.044715) * x * x * x;
-    out[i] = T(0.5) * x * (T(1) + std::tanh(kGeluScale<T> * (x + cube)));
+    A x = ld(inp[i]);
+    A cube = A(0.044715) * x * x * x;
+    out[i] = st<T>(A(0.5) * x * (A(1) + std::tanh(kGeluScale<A> * (x + cube))));
   }
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+  using A = acc_t<T>;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
-    T x = inp[i];
-    T cube = T(0.044715) * x * x * x;
-    T th = std::tanh(kGeluScale<T> * (x + cube));
-    T dth = (T(1) - th * th) * kGeluScale<T> * (T(1) + T(3 * 0.044715) * x * x);
-    dinp[i] = (T(0.5) * (T(1) + th) + T(0.5) * x * dth) * dout[i];
+    A x = ld(inp[i]);
+    A cube = A(0.044715) * x * x * x;
+    A th = std::tanh(kGeluScale<A> * (x + cube));
+    A dth = (A(1) - th * th) * kGeluScale<A> * (A(1) + A(3 * 0.044715) * x * x);
+    dinp[i] = st<T>((A(0.5) * (A(1) + th) + A(0.5) * x * dth) * ld(dout[i]));
   }
 }
 
@@ -39,6 +41,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   template void gelu_backward<T>(T*, const T*, const T*, size_t);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
+TG_INSTANTIATE(bf16)
+TG_INSTANTIATE(f16)
 #undef TG_INSTANTIATE
 
 }  // namespace tg::cpu

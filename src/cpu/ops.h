@@ -1,11 +1,16 @@
 // ops.h: the CPU reference ops, one per file in src/cpu/, templated on the element type.
 //
-// T is float for fp32 training and double for the fp64 gradient checks; the math is done
-// in T. Conventions are those of backend.h. Loops are OpenMP-parallel with static
-// schedules and no atomics, so results are bit-identical run to run for a thread count.
+// T is the storage type: float (fp32), bf16 or f16 (16-bit codes, see storage.h), or double
+// for the fp64 gradient checks. Math runs in acc_t<T> (float, or double for double) and each
+// stored value is rounded once. Conventions are those of backend.h. Loops are OpenMP-parallel
+// with static schedules and no atomics, so results are bit-identical run to run for a given
+// thread count.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
+#include "../backend.h"
+#include "storage.h"
 
 namespace tg::cpu {
 
@@ -16,12 +21,13 @@ template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
 
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
-                       int C);
+void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* w, const T* b,
+                       int N, int C);
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                        const T* mean, const T* rstd, int N, int C);
+                        const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C);
 
+// float and double only: the backend widens 16-bit operands to fp32 first.
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC);
 template <typename T>
@@ -31,8 +37,8 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
 template <typename T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int T_,
-                        int C, int NH);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+                        int NH);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
@@ -42,17 +48,20 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n);
 
+// float and double only: logits and losses are never stored narrower than fp32.
 template <typename T>
 void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N, int V, int Vp);
 
 template <typename T>
 double sum_squares(const T* x, size_t n);
 
-void adamw(float* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
-           float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step);
-// fp64 twin (gradient-check models): same formula in double.
-void adamw(double* params, double* master, const double* grads, double* m, double* v, size_t n,
-           float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-           int step);
+// AdamW on master weights M (float or double); grads G and params P in any storage type.
+template <typename P, typename G, typename M>
+void adamw(P* params, M* master, const G* grads, M* m, M* v, size_t n, const AdamWArgs& a);
+
+// dst = src rounded to D: to nearest even, or stochastically (bf16/fp16 destinations) with
+// random bits sr_hash(seed, offset + i).
+template <typename D, typename S>
+void convert(D* dst, const S* src, size_t n, const Rounding& r);
 
 }  // namespace tg::cpu

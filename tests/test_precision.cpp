@@ -1,0 +1,238 @@
+// Mixed precision on the CPU backend: storage conversions, ops and whole-model gradients in
+// bf16/fp16 against fp32, fp16 underflow with and without loss scaling, the loss scaler.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "src/cpu/cpu_backend.h"
+#include "src/cpu/storage.h"
+#include "src/formats.h"
+#include "src/loss_scaler.h"
+#include "src/model.h"
+#include "test_util.h"
+
+using namespace tg;
+
+namespace {
+double rel_err(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+struct Batch {
+  std::vector<int32_t> in, tg;
+};
+Batch random_batch(int B, int T, int V, uint64_t seed) {
+  Rng r(seed);
+  Batch b;
+  for (int i = 0; i < B * T; i++) {
+    b.in.push_back(int32_t(r.below(V)));
+    b.tg.push_back(int32_t(r.below(V)));
+  }
+  return b;
+}
+}  // namespace
+
+TEST_CASE("precision: CPU storage conversions equal formats.h on every code") {
+  int bad = 0;
+  for (uint32_t c = 0; c < 65536; c++) {
+    float a = cpu::ld(cpu::f16{uint16_t(c)}), b = f16_to_f32(uint16_t(c));
+    bad += f32_bits(a) != f32_bits(b);
+    a = cpu::ld(cpu::bf16{uint16_t(c)});
+    b = bf16_to_f32(uint16_t(c));
+    bad += f32_bits(a) != f32_bits(b);
+  }
+  CHECK(bad == 0);
+  Rng r(11);
+  bad = 0;
+  for (int i = 0; i < 2000000; i++) {
+    // Random bit patterns, and values in fp16's range including subnormals and ties.
+    uint32_t bits = i % 2 ? uint32_t(r.next())
+                          : f32_bits(float(r.normal() * std::ldexp(1.0, int(r.below(40)) - 26)));
+    float x = bits_f32(bits);
+    bad += cpu::st<cpu::f16>(x).bits != f32_to_f16(x);
+    bad += cpu::st<cpu::bf16>(x).bits != f32_to_bf16(x);
+  }
+  for (float x : {0.f, -0.f, INFINITY, -INFINITY, NAN, 65504.f, 65520.f, 65519.99f, 5.96e-8f,
+                  2.98e-8f, 1e-10f, -1e10f})
+    bad += cpu::st<cpu::f16>(x).bits != f32_to_f16(x);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("precision: 16-bit tensors really are 16-bit") {
+  auto be = make_cpu_backend();
+  GPTConfig c = gpt_config(2, 2, 32, 256, 32);
+  size_t before = be->bytes_in_use();
+  { GPT m(c, *be, DType::F32); }
+  size_t fp32_bytes = be->peak_bytes() - before;
+  auto be2 = make_cpu_backend();
+  { GPT m(c, *be2, DType::BF16); }
+  size_t bf16_bytes = be2->peak_bytes();
+  // fp32: weights, grads, m, v = 16 bytes/param; bf16: 2 + 2 + master 4 + m 4 + v 4 = 16.
+  // Equal parameter memory; the saving is in activations, checked next.
+  CHECK(bf16_bytes == doctest::Approx(double(fp32_bytes)).epsilon(0.01));
+  GPT a(c, *be, DType::F32), b(c, *be2, DType::BF16);
+  auto ea = a.activation_elems(8, 32), eb = b.activation_elems(8, 32);
+  CHECK(ea == eb);  // same layout, half the bytes for the compute-type part
+}
+
+TEST_CASE("precision: bf16 and fp16 models track the fp32 model") {
+  GPTConfig c = gpt_config(2, 4, 64, 256, 32);
+  const int B = 4, T = 32;
+  Batch bt = random_batch(B, T, 256, 5);
+  auto be = make_cpu_backend();
+  GPT ref(c, *be, DType::F32);
+  ref.init_random(3);
+  ref.zero_grad();
+  double ref_loss = ref.forward(bt.in.data(), bt.tg.data(), B, T, 1.0f);
+  ref.backward();
+  std::vector<double> gref = ref.grads_f64();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    GPT m(c, *be, dt);
+    m.init_random(3);
+    m.zero_grad();
+    // fp16 gradients of this size need a loss scale; bf16's range does not.
+    const float scale = dt == DType::F16 ? 1024.f : 1.f;
+    double loss = m.forward(bt.in.data(), bt.tg.data(), B, T, scale);
+    m.backward();
+    std::vector<double> g = m.grads_f64();
+    for (double& x : g) x /= scale;
+    INFO(dtype_name(dt));
+    CHECK(std::fabs(loss - ref_loss) / ref_loss < 1e-2);
+    CHECK(rel_err(g, gref) < (dt == DType::BF16 ? 5e-2 : 1e-2));
+    // The compute weights are the master weights rounded to nearest.
+    std::vector<double> master = m.params_f64();
+    std::vector<double> w = ref.params_f64();
+    CHECK(master == w);
+  }
+}
+
+TEST_CASE("precision: fp16 gradients underflow without loss scaling and survive with it") {
+  // A large batch split into many micro-batches makes each micro-batch's gradient small
+  // (dloss = 1/1024), as gradient accumulation over many micro-batches does.
+  GPTConfig c = gpt_config(2, 4, 64, 256, 32);
+  const int B = 2, T = 32;
+  Batch bt = random_batch(B, T, 256, 9);
+  const float dloss = 1.0f / 1024;
+  auto be = make_cpu_backend();
+  GPT ref(c, *be, DType::F32), h(c, *be, DType::F16);
+  ref.init_random(4);
+  h.init_random(4);
+  ref.zero_grad();
+  ref.forward(bt.in.data(), bt.tg.data(), B, T, dloss);
+  ref.backward();
+  std::vector<double> gref = ref.grads_f64();
+  auto underflow_fraction = [&](const std::vector<double>& g) {
+    size_t nonzero = 0, lost = 0;
+    for (size_t i = 0; i < g.size(); i++)
+      if (gref[i] != 0) {
+        nonzero++;
+        lost += g[i] == 0;
+      }
+    return double(lost) / double(nonzero);
+  };
+  h.zero_grad();
+  h.forward(bt.in.data(), bt.tg.data(), B, T, dloss);
+  h.backward();
+  std::vector<double> g_plain = h.grads_f64();
+  const double lost_plain = underflow_fraction(g_plain);
+  h.zero_grad();
+  const float scale = 65536.f;
+  h.forward(bt.in.data(), bt.tg.data(), B, T, dloss * scale);
+  h.backward();
+  std::vector<double> g_scaled = h.grads_f64();
+  for (double& x : g_scaled) x /= scale;
+  const double lost_scaled = underflow_fraction(g_scaled);
+  MESSAGE("fp16 gradients lost to underflow: " << 100 * lost_plain << "% unscaled, "
+                                               << 100 * lost_scaled << "% with scale 65536");
+  CHECK(lost_plain > 0.05);
+  CHECK(lost_scaled < 0.002);
+  CHECK(rel_err(g_plain, gref) > 0.05);
+  CHECK(rel_err(g_scaled, gref) < 1e-2);
+}
+
+TEST_CASE("precision: stochastic rounding of the weight copy is unbiased and seeded") {
+  auto be = make_cpu_backend();
+  const size_t n = 1 << 16;
+  Tensor src = be->alloc(DType::F32, n), dst = be->alloc(DType::BF16, n),
+         back = be->alloc(DType::F32, n);
+  std::vector<float> x(n, 1.0f + 1.0f / 1024);  // a quarter of a bf16 ulp above 1
+  be->upload(src, x.data());
+  be->convert(dst, src, Rounding{true, 42, 0});
+  be->convert(back, dst, Rounding{});
+  std::vector<float> y(n);
+  be->download(y.data(), back);
+  double mean = 0;
+  for (float v : y) {
+    CHECK((v == 1.0f || v == 1.0078125f));
+    mean += v;
+  }
+  mean /= n;
+  CHECK(std::fabs(mean - (1.0 + 1.0 / 1024)) < 2e-4);
+  std::vector<uint16_t> a(n), b(n);
+  be->download(a.data(), dst);
+  be->convert(dst, src, Rounding{true, 42, 0});
+  be->download(b.data(), dst);
+  CHECK(a == b);
+  be->convert(dst, src, Rounding{true, 43, 0});
+  be->download(b.data(), dst);
+  CHECK(a != b);
+  be->convert(dst, src, Rounding{});
+  be->download(b.data(), dst);
+  for (uint16_t v : b) CHECK(v == 0x3F80);  // to nearest: 1.0
+}
+
+TEST_CASE("precision: loss scaler sequences") {
+  SUBCASE("backoff on overflow, growth after the interval, bounded") {
+    LossScaler s = LossScaler::make("dynamic", 1024, 3, 2.0, 0.5, 256, 4096, 1);
+    CHECK(s.update(true));  // skip, 512
+    CHECK(s.scale == 512);
+    CHECK(s.update(true));
+    CHECK(s.scale == 256);
+    CHECK(s.update(true));
+    CHECK(s.scale == 256);  // min
+    for (int i = 0; i < 2; i++) CHECK_FALSE(s.update(false));
+    CHECK(s.scale == 256);
+    CHECK_FALSE(s.update(false));  // third clean step: grow
+    CHECK(s.scale == 512);
+    for (int i = 0; i < 9; i++) s.update(false);
+    CHECK(s.scale == 4096);  // 512 -> 1024 -> 2048 -> 4096
+    for (int i = 0; i < 6; i++) s.update(false);
+    CHECK(s.scale == 4096);  // max
+    s.update(false);
+    s.update(false);
+    s.update(true);  // an overflow resets the clean-step count
+    CHECK(s.scale == 2048);
+    s.update(false);
+    s.update(false);
+    CHECK(s.scale == 2048);
+    s.update(false);
+    CHECK(s.scale == 4096);
+  }
+  SUBCASE("hysteresis tolerates that many overflows before backing off") {
+    LossScaler s = LossScaler::make("dynamic", 1024, 100, 2.0, 0.5, 1, 1e9, 3);
+    CHECK(s.update(true));
+    CHECK(s.update(true));
+    CHECK(s.scale == 1024);
+    CHECK(s.update(true));
+    CHECK(s.scale == 512);
+    CHECK(s.update(true));
+    CHECK(s.scale == 512);
+  }
+  SUBCASE("static and none never change; both skip non-finite steps") {
+    LossScaler st = LossScaler::make("static", 128, 1, 2, 0.5, 1, 1e9, 1);
+    CHECK(st.update(true));
+    CHECK_FALSE(st.update(false));
+    CHECK(st.update(true));
+    CHECK(st.scale == 128);
+    LossScaler none = LossScaler::make("none", 128, 1, 2, 0.5, 1, 1e9, 1);
+    CHECK(none.scale == 1);
+    CHECK(none.update(true));
+    CHECK(none.scale == 1);
+  }
+}
