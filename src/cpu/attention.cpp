@@ -6,8 +6,9 @@
 //   dv_u += P[t,u] dout_t;  dS[t,u] = P[t,u] (dP[t,u] - sum_u' P[t,u'] dP[t,u'])
 //   dq_t = scale sum_u dS[t,u] k_u;  dk_u += scale dS[t,u] q_t
 // Scores, softmax and sums run in the accumulation type; att (kept for the backward pass)
-// and the outputs are rounded to T once. The forward parallelises over (b,h,t); the
-// backward over (b,h), accumulating dq/dk/dv for one head in the accumulation type.
+// and the outputs are rounded to T once. Both passes parallelise over (b,h): each thread
+// widens one head's q, k, v once and accumulates its dq/dk/dv in the accumulation type.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -15,25 +16,42 @@
 
 namespace tg::cpu {
 
+namespace {
+// Widens head h of batch row b of qkv into q, k, v (each T x hs, accumulation type), so the
+// inner loops read each stored element once.
+template <typename T, typename A>
+void load_head(const T* qkv, int b, int h, int T_, int C, int hs, A* q, A* k, A* v) {
+  for (int t = 0; t < T_; t++) {
+    const T* row = qkv + (size_t(b) * T_ + t) * 3 * C + h * hs;
+    for (int i = 0; i < hs; i++) {
+      q[size_t(t) * hs + i] = ld(row[i]);
+      k[size_t(t) * hs + i] = ld(row[C + i]);
+      v[size_t(t) * hs + i] = ld(row[2 * C + i]);
+    }
+  }
+}
+}  // namespace
+
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
   using A = acc_t<T>;
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
 #pragma omp parallel
   {
-    std::vector<A> s(T_), o(hs);
-#pragma omp for collapse(3) schedule(static)
+    std::vector<A> q(size_t(T_) * hs), k(size_t(T_) * hs), v(size_t(T_) * hs), s(T_), o(hs);
+#pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-      for (int h = 0; h < NH; h++)
+      for (int h = 0; h < NH; h++) {
+        load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
         for (int t = 0; t < T_; t++) {
-          const T* q = qkv + (size_t(b) * T_ + t) * C3 + h * hs;
+          const A* qt = q.data() + size_t(t) * hs;
           T* a = att + ((size_t(b) * NH + h) * T_ + t) * T_;
           A maxv = -INFINITY;
           for (int u = 0; u <= t; u++) {
-            const T* k = qkv + (size_t(b) * T_ + u) * C3 + C + h * hs;
+            const A* ku = k.data() + size_t(u) * hs;
             A dot = 0;
-            for (int i = 0; i < hs; i++) dot += ld(q[i]) * ld(k[i]);
+            for (int i = 0; i < hs; i++) dot += qt[i] * ku[i];
             s[u] = dot * scale;
             if (s[u] > maxv) maxv = s[u];
           }
@@ -47,13 +65,14 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
           for (int u = 0; u <= t; u++) {
             A p = s[u] * inv;
             a[u] = st<T>(p);
-            const T* v = qkv + (size_t(b) * T_ + u) * C3 + 2 * C + h * hs;
-            for (int i = 0; i < hs; i++) o[i] += p * ld(v[i]);
+            const A* vu = v.data() + size_t(u) * hs;
+            for (int i = 0; i < hs; i++) o[i] += p * vu[i];
           }
           for (int u = t + 1; u < T_; u++) a[u] = st<T>(A(0));
           T* out_t = out + (size_t(b) * T_ + t) * C + h * hs;
           for (int i = 0; i < hs; i++) out_t[i] = st<T>(o[i]);
         }
+      }
   }
 }
 
@@ -65,47 +84,50 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const A scale = A(1) / std::sqrt(A(hs));
 #pragma omp parallel
   {
-    // One head's q/k/v gradients, rows of 3*hs, and one row of dP.
-    std::vector<A> g(size_t(T_) * 3 * hs), dp(T_);
+    const size_t th = size_t(T_) * hs;
+    std::vector<A> q(th), k(th), v(th), dq(th), dk(th), dv(th), go(hs), dp(T_), p(T_);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
       for (int h = 0; h < NH; h++) {
-        std::fill(g.begin(), g.end(), A(0));
+        load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
+        std::fill(dq.begin(), dq.end(), A(0));
+        std::fill(dk.begin(), dk.end(), A(0));
+        std::fill(dv.begin(), dv.end(), A(0));
         for (int t = 0; t < T_; t++) {
           const T* a = att + ((size_t(b) * NH + h) * T_ + t) * T_;
-          const T* go = dout + (size_t(b) * T_ + t) * C + h * hs;
-          const T* q = qkv + (size_t(b) * T_ + t) * C3 + h * hs;
-          A* dq = g.data() + size_t(t) * 3 * hs;
+          const T* got = dout + (size_t(b) * T_ + t) * C + h * hs;
+          for (int i = 0; i < hs; i++) go[i] = ld(got[i]);
           A dot = 0;
           for (int u = 0; u <= t; u++) {
-            const T* v = qkv + (size_t(b) * T_ + u) * C3 + 2 * C + h * hs;
-            A* dv = g.data() + size_t(u) * 3 * hs + 2 * hs;
+            const A* vu = v.data() + size_t(u) * hs;
+            A* dvu = dv.data() + size_t(u) * hs;
             A pu = ld(a[u]), s = 0;
             for (int i = 0; i < hs; i++) {
-              A gi = ld(go[i]);
-              s += gi * ld(v[i]);
-              dv[i] += pu * gi;
+              s += go[i] * vu[i];
+              dvu[i] += pu * go[i];
             }
+            p[u] = pu;
             dp[u] = s;
             dot += pu * s;
           }
+          const A* qt = q.data() + size_t(t) * hs;
+          A* dqt = dq.data() + size_t(t) * hs;
           for (int u = 0; u <= t; u++) {
-            A ds = ld(a[u]) * (dp[u] - dot) * scale;
-            const T* k = qkv + (size_t(b) * T_ + u) * C3 + C + h * hs;
-            A* dk = g.data() + size_t(u) * 3 * hs + hs;
+            A ds = p[u] * (dp[u] - dot) * scale;
+            const A* ku = k.data() + size_t(u) * hs;
+            A* dku = dk.data() + size_t(u) * hs;
             for (int i = 0; i < hs; i++) {
-              dq[i] += ds * ld(k[i]);
-              dk[i] += ds * ld(q[i]);
+              dqt[i] += ds * ku[i];
+              dku[i] += ds * qt[i];
             }
           }
         }
         for (int t = 0; t < T_; t++) {
           T* d = dqkv + (size_t(b) * T_ + t) * C3 + h * hs;
-          const A* gt = g.data() + size_t(t) * 3 * hs;
           for (int i = 0; i < hs; i++) {
-            d[i] = st<T>(gt[i]);
-            d[C + i] = st<T>(gt[hs + i]);
-            d[2 * C + i] = st<T>(gt[2 * hs + i]);
+            d[i] = st<T>(dq[size_t(t) * hs + i]);
+            d[C + i] = st<T>(dk[size_t(t) * hs + i]);
+            d[2 * C + i] = st<T>(dv[size_t(t) * hs + i]);
           }
         }
       }
