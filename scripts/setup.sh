@@ -13,6 +13,7 @@ need=(
   "libopenblas-dev:/usr/include/x86_64-linux-gnu/cblas.h"
   "libopenmpi-dev:/usr/include/x86_64-linux-gnu/openmpi/mpi.h"
   "openmpi-bin:/usr/bin/mpirun"
+  "python3-matplotlib:/usr/lib/python3/dist-packages/matplotlib/__init__.py"
 )
 # cblas.h lives under the multiarch folder on x86-64 and arm64 alike.
 arch_dir=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)

@@ -7,6 +7,7 @@
 #include "bench.h"
 #include "checkpoint.h"
 #include "common.h"
+#include "compare.h"
 #include "config.h"
 #include "fileio.h"
 #include "prepare.h"
@@ -51,6 +52,8 @@ void usage() {
       "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
       "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
       "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
+      "  train_gpt compare --config FILE [--modes fp32,bf16,...]      one run per mode + report\n"
+      "  train_gpt memory --config FILE [--preset gpt2] [--modes ...]  memory plan per mode\n"
       "  train_gpt bench [--threads N]                                 step-time table\n\n"
       "`train_gpt <command> --help` lists that command's options; `train_gpt train --help`\n"
       "lists every config key with its default.\n");
@@ -172,6 +175,57 @@ int cmd_sample(int argc, char** argv) {
   return 0;
 }
 
+int cmd_memory(int argc, char** argv) {
+  std::vector<ExtraOption> opts = {
+      {"modes", "comma-separated precision modes", "fp32,bf16,fp16"},
+      {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""}};
+  Config cfg;
+  Extras ex;
+  if (!config_parse_args(&cfg, argc, argv, "train_gpt memory", opts, &ex)) return 0;
+  const std::string preset = extra(ex, "preset");
+  if (!preset.empty()) {
+    struct P {
+      const char* name;
+      int L, NH, C;
+    };
+    const P presets[] = {{"gpt2", 12, 12, 768},
+                         {"gpt2-medium", 24, 16, 1024},
+                         {"gpt2-large", 36, 20, 1280},
+                         {"gpt2-xl", 48, 25, 1600}};
+    bool found = false;
+    for (const P& p : presets)
+      if (preset == p.name) {
+        cfg.model.n_layer = p.L;
+        cfg.model.n_head = p.NH;
+        cfg.model.n_embd = p.C;
+        cfg.model.vocab_size = 50257;
+        cfg.model.max_seq_len = 1024;
+        found = true;
+      }
+    if (!found) throw UsageError(strf("memory: unknown --preset '%s'", preset.c_str()));
+  }
+  config_validate(cfg);
+  GPTConfig mc =
+      cfg.model.init_from.empty() ? model_config(cfg) : read_model_file(cfg.model.init_from).cfg;
+  const int B = cfg.data.batch_size, T = cfg.data.seq_len;
+  printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process\n\n",
+         num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T);
+  printf("| mode | weights | master | gradients | optimizer | activations | total |\n");
+  printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
+  std::string modes = extra(ex, "modes") + ",";
+  for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
+    std::string mode = modes.substr(pos, next - pos);
+    if (mode.empty()) continue;
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T);
+    printf("| %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(), mib(p.weights).c_str(),
+           mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
+           mib(p.activations).c_str(), mib(p.total()).c_str());
+  }
+  printf("\nThe CPU backend allocates exactly this (a run's summary.json reports its peak).\n");
+  return 0;
+}
+
 int run_main(int argc, char** argv) {
   std::string sub = argc > 1 ? argv[1] : "";
   try {
@@ -183,9 +237,12 @@ int run_main(int argc, char** argv) {
     if (sub == "sample") return cmd_sample(argc - 1, argv + 1);
     if (sub == "train") return cmd_train(argc - 1, argv + 1);
     if (sub == "bench") return cmd_bench(argc - 1, argv + 1);
+    if (sub == "memory") return cmd_memory(argc - 1, argv + 1);
+    if (sub == "compare") return cmd_compare(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
     throw UsageError(
-        strf("unknown command '%s' (train, prepare, sample, bench; --help)", sub.c_str()));
+        strf("unknown command '%s' (train, prepare, sample, compare, memory, bench; --help)",
+             sub.c_str()));
   } catch (const UsageError& e) {
     fprintf(stderr, "train_gpt: error: %s\n", e.what());
     return 2;

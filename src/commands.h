@@ -7,6 +7,7 @@ namespace tg {
 int cmd_train(int argc, char** argv);
 int cmd_prepare(int argc, char** argv);
 int cmd_sample(int argc, char** argv);
+int cmd_memory(int argc, char** argv);
 int run_main(int argc, char** argv);
 
 }  // namespace tg

@@ -38,6 +38,31 @@ bool param_decays(int i) {
   return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
 }
 
+std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T) {
+  size_t BT = size_t(B) * T, C = c.n_embd, L = c.n_layer, NH = c.n_head;
+  size_t att = size_t(B) * NH * T * T;
+  // Must mirror GPT::layout_acts (checked by a test).
+  size_t compute = BT * C                                              // encoded
+                   + L * (BT * C * 7 + BT * 3 * C + att + BT * 8 * C)  // per layer
+                   + BT * C                                            // lnf
+                   + BT * C * 2 + BT * 3 * C + BT * C + BT * 8 * C;    // gradient scratch
+  size_t stats = L * BT * 4 + BT * 2 + BT * size_t(c.padded_vocab_size) + BT;
+  return {compute, stats};
+}
+
+MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T) {
+  const size_t n = num_parameters(c), x = dtype_size(dtype);
+  const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
+  MemoryPlan p;
+  p.weights = n * x;
+  p.master = dtype == DType::F32 || dtype == DType::F64 ? 0 : n * m;
+  p.grads = n * x;
+  p.optimizer = 2 * n * m;
+  auto a = activation_elems(c, B, T);
+  p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
+  return p;
+}
+
 double flops_per_token(const GPTConfig& c, int T) {
   // Weights: 2 FLOPs per multiply-add, times 3 for forward + two backward GEMMs. The
   // embedding lookup is not a matmul; the tied lm_head is (Vp x C).
@@ -183,8 +208,6 @@ void GPT::ensure_acts(int B, int T) {
     T_ = T;
   }
 }
-
-std::pair<size_t, size_t> GPT::activation_elems(int B, int T) { return layout_acts(B, T, nullptr); }
 
 std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
   size_t BT = size_t(B) * T, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head;

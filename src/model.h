@@ -51,6 +51,17 @@ bool param_decays(int i);
 // weights plus attention), for tokens/s -> FLOP/s.
 double flops_per_token(const GPTConfig& c, int T);
 
+// Bytes a GPT of this shape allocates to train on B x T in `dtype` (DType::F32, BF16, F16),
+// by category. The model allocates exactly these (plus 64-byte rounding per buffer), so the
+// plan can be checked against a run's measured peak.
+struct MemoryPlan {
+  size_t weights = 0, master = 0, grads = 0, optimizer = 0, activations = 0;
+  size_t total() const { return weights + master + grads + optimizer + activations; }
+};
+MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T);
+// Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
+std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T);
+
 class GPT {
  public:
   // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
@@ -89,8 +100,6 @@ class GPT {
   // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
   // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
   void adamw_step(const AdamWArgs& args);
-  // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
-  std::pair<size_t, size_t> activation_elems(int B, int T);
 
   // Logits of the last forward, (B, T, Vp), on the backend.
   Tensor logits() const { return acts_.logits; }

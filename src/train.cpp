@@ -452,6 +452,7 @@ json run_training(const Config& cfg_in) {
                   {"tokens_per_second", nan_to_null(tps)},
                   {"flops_per_token", flops_per_token(mc, T)},
                   {"peak_memory_bytes", be->peak_bytes()},
+                  {"planned_memory_bytes", plan_memory(mc, model.dtype(), B, T).total()},
                   {"peak_rss_bytes", peak_rss_bytes()},
                   {"skipped_steps", counters["skipped_steps"]},
                   {"final_loss_scale", scaler.scale},

@@ -292,3 +292,14 @@ TEST_CASE("cli: resume is bit-exact in bf16 (with stochastic rounding) and fp16"
           tg::read_model_file(part / "ckpt_00000012/model.bin").params);
   }
 }
+
+TEST_CASE("cli: memory prints the plan per mode") {
+  std::string out;
+  REQUIRE(run_binary("memory --preset gpt2 --data.batch_size=4 --data.seq_len=1024 "
+                     "--model.max_seq_len=1024",
+                     &out) == 0);
+  CHECK(out.find("124475904 parameters") != std::string::npos);
+  CHECK(out.find("| fp32 |") != std::string::npos);
+  CHECK(out.find("| bf16 |") != std::string::npos);
+  CHECK(run_binary("memory --preset gpt5", &out) == 2);
+}
