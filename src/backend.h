@@ -52,6 +52,21 @@ struct AdamWArgs {
   Rounding rounding;  // of the updated master weight into the compute copy
 };
 
+// Per-tensor FP8 quantization of one matmul operand: q = sat(x * scale) in E4M3 (forward
+// operands) or E5M2 (gradients). With `current`, the scale is computed from this tensor's own
+// amax as (fmax / amax) / 2^margin instead of taken from `scale`.
+struct Fp8Quant {
+  float scale = 1.0f;
+  bool current = false;
+  int margin = 0;
+};
+// What an FP8 matmul reports: the amax of each quantized operand (for delayed scaling and
+// telemetry) and the scale it used.
+struct Fp8Report {
+  float amax[2] = {0, 0};
+  float scale[2] = {1, 1};
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -84,6 +99,17 @@ class Backend {
   // dinp = dout W; dw += dout^T inp; dbias += sum_rows dout (dbias may be empty)
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, int N, int C, int OC) = 0;
+  // FP8 block linears: matmul_forward with inp and w quantized to E4M3 (quant[0], quant[1]),
+  // products accumulated in fp32, out rounded once. Reports amax and scale of inp and w.
+  virtual Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                                       int OC, const Fp8Quant quant[2]) = 0;
+  // Backward of the above: dout quantized to E5M2 (gq), inp and w to E4M3 with the scales
+  // the forward used (inp_scale, w_scale); dbias from the unquantized dout. Reports dout's
+  // amax and scale in slot 0. A non-finite dout amax poisons the results with NaN so the
+  // step is skipped.
+  virtual Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
+                                        Tensor inp, Tensor w, int N, int C, int OC,
+                                        const Fp8Quant& gq, float inp_scale, float w_scale) = 0;
   // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
   virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
                                  int NH) = 0;

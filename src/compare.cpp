@@ -34,6 +34,9 @@ const ModeSpec kModes[] = {
     {"bf16-sr", "bf16", "", true, "bf16 with stochastic rounding of the weight copy"},
     {"fp16", "fp16", "dynamic", false, "fp16 with dynamic loss scaling"},
     {"fp16-noscale", "fp16", "none", false, "fp16 without loss scaling"},
+    {"fp8", "fp8", "", false,
+     "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling"},
+    {"fp8-current", "fp8", "", false, "fp8 with current (just-in-time) scaling"},
 };
 
 const ModeSpec& find_mode(const std::string& name) {
@@ -63,8 +66,8 @@ std::string num(const json& j, const char* fmt) {
 
 int cmd_compare(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
-      {"modes", "comma-separated: fp32, bf16, bf16-sr, fp16, fp16-noscale",
-       "fp32,bf16,fp16,fp16-noscale"},
+      {"modes", "comma-separated: fp32, bf16, bf16-sr, fp16, fp16-noscale, fp8, fp8-current",
+       "fp32,bf16,fp16,fp16-noscale,fp8"},
       {"out", "output directory", "runs/compare"}};
   Config base;
   std::vector<std::pair<std::string, std::string>> ex;
@@ -95,6 +98,7 @@ int cmd_compare(int argc, char** argv) {
     c.precision.mode = spec.mode;
     if (*spec.loss_scale) c.precision.loss_scale.kind = spec.loss_scale;
     c.precision.stochastic_rounding = spec.stochastic;
+    if (name == "fp8-current") c.precision.fp8.recipe = "current";
     c.train.out_dir = join_path(out, name);
     c.checkpoint.resume = false;
     printf("\n===== compare: %s (%s) =====\n", name.c_str(), spec.what);

@@ -19,7 +19,7 @@ using json = nlohmann::json;
 
 namespace {
 
-enum class Kind { Int, Int64, Float, Bool, String, Choice };
+enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList };
 
 struct KeyDef {
   const char* name;
@@ -64,7 +64,7 @@ const std::vector<KeyDef>& table() {
       {"train.out_dir", Kind::String, TG_OFF(train.out_dir), 0, 0, {}, "run directory"},
       {"train.log_every", Kind::Int, TG_OFF(train.log_every), 1, 1e9, {}, "progress line every N steps"},
       {"train.stop_at_step", Kind::Int, TG_OFF(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"},
-      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16"}, "numeric mode (see README: Precision modes)"},
+      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16", "fp8"}, "numeric mode (see README: Precision modes)"},
       {"precision.stochastic_rounding", Kind::Bool, TG_OFF(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"},
       {"precision.loss_scale.kind", Kind::Choice, TG_OFF(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"},
       {"precision.loss_scale.init", Kind::Float, TG_OFF(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"},
@@ -74,6 +74,10 @@ const std::vector<KeyDef>& table() {
       {"precision.loss_scale.min", Kind::Float, TG_OFF(precision.loss_scale.min), 1e-30, 1e30, {}, "smallest dynamic scale"},
       {"precision.loss_scale.max", Kind::Float, TG_OFF(precision.loss_scale.max), 1e-30, 1e30, {}, "largest dynamic scale"},
       {"precision.loss_scale.hysteresis", Kind::Int, TG_OFF(precision.loss_scale.hysteresis), 1, 1e6, {}, "non-finite steps tolerated before backing off"},
+      {"precision.fp8.recipe", Kind::Choice, TG_OFF(precision.fp8.recipe), 0, 0, {"delayed", "current"}, "FP8 scaling: amax history (delayed) or this tensor's amax (current)"},
+      {"precision.fp8.history_len", Kind::Int, TG_OFF(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"},
+      {"precision.fp8.margin", Kind::Int, TG_OFF(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"},
+      {"precision.fp8.keep_bf16", Kind::IntList, TG_OFF(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
       {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},
@@ -114,6 +118,7 @@ const char* kind_name(Kind k) {
     case Kind::Bool: return "boolean";
     case Kind::String: return "string";
     case Kind::Choice: return "choice";
+    case Kind::IntList: return "integer list";
   }
   return "?";
 }
@@ -136,6 +141,11 @@ std::string value_text(const Config& c, const KeyDef& k) {
     case Kind::Bool: return field<bool>(c, k) ? "true" : "false";
     case Kind::String:
     case Kind::Choice: return field<std::string>(c, k);
+    case Kind::IntList: {
+      std::string s;
+      for (int v : field<std::vector<int>>(c, k)) s += (s.empty() ? "" : ",") + std::to_string(v);
+      return s;
+    }
   }
   return "";
 }
@@ -181,6 +191,17 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
       if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
       field<std::string>(c, k) = v.get<std::string>();
       break;
+    case Kind::IntList: {
+      if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      std::vector<int> out;
+      for (const auto& e : v) {
+        if (!e.is_number_integer()) bad_value(k, "a list entry is not an integer", origin);
+        check_range(k, double(e.get<int64_t>()), origin);
+        out.push_back(int(e.get<int64_t>()));
+      }
+      field<std::vector<int>>(c, k) = out;
+      break;
+    }
     case Kind::Choice: {
       if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
       std::string s = v.get<std::string>();
@@ -263,6 +284,21 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
       break;
     case Kind::String:
     case Kind::Choice: v = text; break;
+    case Kind::IntList: {
+      v = json::array();
+      size_t pos = 0;
+      while (pos < text.size()) {
+        size_t next = text.find(',', pos);
+        if (next == std::string::npos) next = text.size();
+        std::string item = text.substr(pos, next - pos);
+        char* end = nullptr;
+        long long x = strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end) bad_value(*k, "'" + text + "' is not a list of integers", origin);
+        v.push_back(int64_t(x));
+        pos = next + 1;
+      }
+      break;
+    }
   }
   set_json(cfg, *k, v, origin);
 }
@@ -311,6 +347,7 @@ json config_to_json(const Config& c) {
       case Kind::Bool: (*node)[name] = field<bool>(c, k); break;
       case Kind::String:
       case Kind::Choice: (*node)[name] = field<std::string>(c, k); break;
+      case Kind::IntList: (*node)[name] = field<std::vector<int>>(c, k); break;
     }
   }
   return j;

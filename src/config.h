@@ -62,6 +62,12 @@ struct Config {
       int hysteresis = 1;
     } loss_scale;
     int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
+    struct Fp8 {
+      std::string recipe = "delayed";
+      int history_len = 16;
+      int margin = 0;
+      std::vector<int> keep_bf16;  // layer indices; negative counts from the last
+    } fp8;
   } precision;
   struct Eval {
     int every = 1000;  // 0: only at start and end

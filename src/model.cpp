@@ -260,6 +260,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     if (inputs[i] < 0 || inputs[i] >= cfg_.vocab_size)
       throw Error(strf("token %d out of range for vocab_size %d", inputs[i], cfg_.vocab_size));
   ensure_acts(B, T);
+  const bool training = dloss != 0;
   const int BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
   const size_t btc = size_t(BT) * C, att = size_t(B) * NH * T * T;
@@ -279,19 +280,23 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
     be_.layernorm_forward(ln1, a.ln1_mean.slice(l * BT, BT), a.ln1_rstd.slice(l * BT, BT), residual,
                           P[LN1W].slice(l * C, C), P[LN1B].slice(l * C, C), BT, C);
-    be_.matmul_forward(qkv, ln1, P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
-                       P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C);
+    linear_forward(l, Fp8State::QKV, qkv, ln1,
+                   P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
+                   P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
     be_.attention_forward(atty, attl, qkv, B, T, C, NH);
-    be_.matmul_forward(attproj, atty, P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
-                       P[ATTPROJB].slice(l * C, C), BT, C, C);
+    linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
+                   P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
+                   BT, C, C, training);
     be_.residual_forward(res2, residual, attproj, btc);
     be_.layernorm_forward(ln2, a.ln2_mean.slice(l * BT, BT), a.ln2_rstd.slice(l * BT, BT), res2,
                           P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
-    be_.matmul_forward(fch, ln2, P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                       P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
+    linear_forward(l, Fp8State::FC, fch, ln2,
+                   P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                   P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
     be_.gelu_forward(fchg, fch, 4 * btc);
-    be_.matmul_forward(fcproj, fchg, P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                       P[FCPROJB].slice(l * C, C), BT, 4 * C, C);
+    linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
+                   P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                   P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
     be_.residual_forward(res3, res2, fcproj, btc);
   }
   Tensor last = a.residual3.slice((L - 1) * btc, btc);
@@ -334,30 +339,59 @@ void GPT::backward() {
     Tensor fch = a.fch.slice(l * 4 * btc, 4 * btc);
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
     // residual3 = residual2 + fcproj: dres is the gradient of both.
-    be_.matmul_backward(a.dfch_gelu, G[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                        G[FCPROJB].slice(l * C, C), dres, fchg,
-                        P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, 4 * C, C);
+    linear_backward(l, Fp8State::FCPROJ, a.dfch_gelu,
+                    G[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                    G[FCPROJB].slice(l * C, C), dres, fchg,
+                    P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, 4 * C, C);
     be_.gelu_backward(a.dfch, fch, a.dfch_gelu, 4 * btc);
-    be_.matmul_backward(dln, G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                        G[FCB].slice(l * 4 * C, 4 * C), a.dfch, ln2,
-                        P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, C, 4 * C);
+    linear_backward(l, Fp8State::FC, dln, G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                    G[FCB].slice(l * 4 * C, 4 * C), a.dfch, ln2,
+                    P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, C, 4 * C);
     be_.layernorm_backward(dres, G[LN2W].slice(l * C, C), G[LN2B].slice(l * C, C), dln, res2,
                            P[LN2W].slice(l * C, C), a.ln2_mean.slice(l * BT, BT),
                            a.ln2_rstd.slice(l * BT, BT), BT, C);
     // residual2 = residual + attproj: dres is now the gradient of both.
-    be_.matmul_backward(a.datty, G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
-                        G[ATTPROJB].slice(l * C, C), dres, atty,
-                        P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
+    linear_backward(l, Fp8State::ATTPROJ, a.datty,
+                    G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
+                    G[ATTPROJB].slice(l * C, C), dres, atty,
+                    P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
     be_.attention_backward(a.dqkv, a.datty, qkv, attl, B, T, C, NH);
-    be_.matmul_backward(dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
-                        G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
-                        P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
+    linear_backward(l, Fp8State::QKV, dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
+                    G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
+                    P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
     be_.layernorm_backward(dres, G[LN1W].slice(l * C, C), G[LN1B].slice(l * C, C), dln, residual,
                            P[LN1W].slice(l * C, C), a.ln1_mean.slice(l * BT, BT),
                            a.ln1_rstd.slice(l * BT, BT), BT, C);
   }
   be_.encoder_backward(G[WTE], G[WPE], dres, tokens_.slice(0, BT), B, T, C);
   have_dlogits_ = false;
+}
+
+void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,
+                         int OC, bool training) {
+  if (!fp8_ || !fp8_->layer_in_fp8(l)) {
+    be_.matmul_forward(out, inp, w, b, N, C, OC);
+    return;
+  }
+  const Fp8Quant q[2] = {fp8_->quant(l, lin, Fp8State::INP), fp8_->quant(l, lin, Fp8State::WEIGHT)};
+  Fp8Report r = be_.matmul_forward_fp8(out, inp, w, b, N, C, OC, q);
+  fp8_->set_forward_scales(l, lin, r);
+  if (training) {
+    fp8_->record(l, lin, Fp8State::INP, r.amax[0]);
+    fp8_->record(l, lin, Fp8State::WEIGHT, r.amax[1]);
+  }
+}
+
+void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
+                          Tensor inp, Tensor w, int N, int C, int OC) {
+  if (!fp8_ || !fp8_->layer_in_fp8(l)) {
+    be_.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    return;
+  }
+  Fp8Report r = be_.matmul_backward_fp8(
+      dinp, dw, db, dout, inp, w, N, C, OC, fp8_->quant(l, lin, Fp8State::GRAD),
+      fp8_->forward_scale(l, lin, Fp8State::INP), fp8_->forward_scale(l, lin, Fp8State::WEIGHT));
+  fp8_->record(l, lin, Fp8State::GRAD, r.amax[0]);
 }
 
 void GPT::zero_grad() { be_.zero(grads_); }

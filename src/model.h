@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "fp8.h"
 
 namespace tg {
 
@@ -78,6 +79,8 @@ class GPT {
   // biases 0, layernorm weights 1, padded vocabulary rows 0.
   void init_random(uint64_t seed);
   DType dtype() const { return dtype_; }
+  // FP8 block linears (bf16 model): the state lives with the caller; nullptr turns FP8 off.
+  void set_fp8(Fp8State* s) { fp8_ = s; }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
   // copy (rounded to nearest).
   void set_params(const std::vector<double>& p);
@@ -119,6 +122,11 @@ class GPT {
     Tensor dresidual, dln, dqkv, datty, dfch, dfch_gelu;
   };
   void ensure_acts(int B, int T);
+  // The block linears, in FP8 when the layer is (amaxes recorded only when training).
+  void linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,
+                      int OC, bool training);
+  void linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
+                       Tensor w, int N, int C, int OC);
   // Offsets of every activation for (B, T); returns the element counts of the compute-type
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
@@ -134,6 +142,7 @@ class GPT {
   Acts acts_;
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;
+  Fp8State* fp8_ = nullptr;
 };
 
 }  // namespace tg

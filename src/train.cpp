@@ -13,6 +13,7 @@
 #include "cpu/cpu_backend.h"
 #include "data.h"
 #include "fileio.h"
+#include "fp8.h"
 #include "loss_scaler.h"
 #include "prepare.h"
 #include "rng.h"
@@ -74,6 +75,7 @@ DType mode_dtype(const std::string& mode) {
   if (mode == "fp32") return DType::F32;
   if (mode == "bf16") return DType::BF16;
   if (mode == "fp16") return DType::F16;
+  if (mode == "fp8") return DType::BF16;  // FP8 only in the block linears
   throw UsageError(strf("config key 'precision.mode': unknown mode '%s'", mode.c_str()));
 }
 
@@ -165,6 +167,13 @@ json run_training(const Config& cfg_in) {
                                               uint64_t(cfg.train.seed), mc.vocab_size);
 
   GPT model(mc, *be, mode_dtype(cfg.precision.mode));
+  std::unique_ptr<Fp8State> fp8;
+  if (cfg.precision.mode == "fp8") {
+    const auto& f = cfg.precision.fp8;
+    fp8 = std::make_unique<Fp8State>(Fp8Config{f.recipe, f.history_len, f.margin, f.keep_bf16},
+                                     mc.n_layer);
+    model.set_fp8(fp8.get());
+  }
   if (!cfg.model.init_from.empty())
     model.set_params(init.params);
   else
@@ -221,6 +230,8 @@ json run_training(const Config& cfg_in) {
               "weights\n",
               prec.at("mode").get<std::string>().c_str(), cfg.precision.mode.c_str());
         }
+        if (fp8 && prec.at("mode").get<std::string>() == "fp8" && s.contains("fp8"))
+          fp8->from_json(s["fp8"]);
         // The compute copy of the weights is what the last update rounded, stochastic or not.
         model.refresh_params(weight_rounding(cfg, opt_step));
         initial_val_loss = s.value("initial_val_loss", json(nullptr)).is_number()
@@ -255,6 +266,16 @@ json run_training(const Config& cfg_in) {
       be->name().c_str(), omp_get_max_threads(), cfg.precision.mode.c_str(),
       dtype_name(model.dtype()), scaler.kind.c_str(),
       cfg.precision.stochastic_rounding ? ", stochastic rounding" : "");
+  if (fp8) {
+    std::string kept;
+    for (int l = 0; l < mc.n_layer; l++)
+      if (!fp8->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
+    printf(
+        "fp8: block linears in E4M3 (forward) / E5M2 (gradients), %s scaling (history %d, "
+        "margin %d), layers kept in bf16: %s\n",
+        cfg.precision.fp8.recipe.c_str(), cfg.precision.fp8.history_len, cfg.precision.fp8.margin,
+        kept.empty() ? "none" : kept.c_str());
+  }
   if (std::isfinite(loss_floor))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor, ln_vocab);
   fflush(stdout);
@@ -323,11 +344,13 @@ json run_training(const Config& cfg_in) {
                 {"completed_steps", step}};
   };
   auto save = [&](int step) {
+    json st = state_json(step);
+    if (fp8) st["fp8"] = fp8->to_json();
     std::vector<float> m(model.num_params()), v(model.num_params());
     be->download(m.data(), model.adam_m());
     be->download(v.data(), model.adam_v());
-    std::string dir = save_checkpoint(cfg.train.out_dir, step, mc, state_json(step),
-                                      model.params_f32(), m, v, cfg.checkpoint.keep);
+    std::string dir = save_checkpoint(cfg.train.out_dir, step, mc, st, model.params_f32(), m, v,
+                                      cfg.checkpoint.keep);
     printf("checkpoint %s\n", dir.c_str());
     fflush(stdout);
   };

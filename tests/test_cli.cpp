@@ -303,3 +303,54 @@ TEST_CASE("cli: memory prints the plan per mode") {
   CHECK(out.find("| bf16 |") != std::string::npos);
   CHECK(run_binary("memory --preset gpt5", &out) == 2);
 }
+
+TEST_CASE("cli: fp8 20-step loss curve within 5% of fp32, and bit-exact resume") {
+  tgt::TempDir a, b, part;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(a.path) + " --train.steps=20", &out) == 0);
+  REQUIRE(run_binary(tiny_args(b.path) + " --train.steps=20 --precision.mode=fp8", &out) == 0);
+  CHECK(out.find("fp8: block linears in E4M3") != std::string::npos);
+  auto ref = read_metrics(a / "metrics.jsonl", "train");
+  auto m = read_metrics(b / "metrics.jsonl", "train");
+  REQUIRE(m.size() == 20);
+  double worst = 0;
+  for (int i = 0; i < 20; i++)
+    worst =
+        std::max(worst, std::fabs(m[i]["loss"].get<double>() / ref[i]["loss"].get<double>() - 1));
+  CHECK(worst < 0.05);
+  // Resume: the amax histories travel in the checkpoint.
+  const std::string args = " --train.steps=20 --precision.mode=fp8 --precision.fp8.history_len=4";
+  tgt::TempDir full;
+  REQUIRE(run_binary(tiny_args(full.path) + args, &out) == 0);
+  REQUIRE(run_binary(tiny_args(part.path) + args + " --train.stop_at_step=7", &out) == 0);
+  REQUIRE(run_binary(tiny_args(part.path) + args + " --checkpoint.resume=true", &out) == 0);
+  auto x = read_metrics(full / "metrics.jsonl", "train");
+  auto y = read_metrics(part / "metrics.jsonl", "train");
+  REQUIRE(y.size() == 20);
+  for (int i = 0; i < 20; i++) CHECK(y[i]["loss"].get<double>() == x[i]["loss"].get<double>());
+}
+
+TEST_CASE("cli: compare runs every mode and writes the report") {
+  tgt::TempDir out_dir;
+  const std::string& d = toy_dir();
+  std::string out;
+  int rc = run_binary(
+      "compare --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
+      "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
+      "--data.train='" +
+          d + "/toy_train_*.bin' --data.val='" + d +
+          "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
+          "--train.steps=8 --train.threads=2 --checkpoint.every=0 "
+          "--modes fp32,bf16,fp16,fp16-noscale,fp8 --out " +
+          out_dir.path,
+      &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::string report = slurp(out_dir / "report.md");
+  for (const char* mode : {"| fp32 |", "| bf16 |", "| fp16 |", "| fp16-noscale |", "| fp8 |"})
+    CHECK(report.find(mode) != std::string::npos);
+  json cmp = json::parse(slurp(out_dir / "compare.json"));
+  CHECK(cmp["modes"].size() == 5);
+  CHECK(tg::file_exists(out_dir / "fp8/metrics.jsonl"));
+  CHECK(run_binary("compare --modes fp9", &out) == 2);
+}

@@ -270,3 +270,133 @@ TEST_CASE("precision: the memory plan matches what the model allocates") {
   MESSAGE("bf16 / fp32 memory at L2 C64 B32 T256: " << ratio);
   CHECK(ratio < 0.65);
 }
+
+namespace {
+// Independent quantize-dequantize of one value, from formats.h.
+float qdq_ref(float x, float s, bool e4m3) {
+  return e4m3 ? e4m3_to_f32(f32_to_e4m3(x * s, true)) / s
+              : e5m2_to_f32(f32_to_e5m2(x * s, true)) / s;
+}
+}  // namespace
+
+TEST_CASE("fp8: the FP8 linear equals quantize-dequantize with fp32 accumulation") {
+  auto be = make_cpu_backend();
+  const int N = 12, C = 20, OC = 9;
+  Rng r(21);
+  std::vector<float> x(N * C), w(OC * C), b(OC), g(N * OC);
+  for (auto& v : x) v = float(r.normal() * 3);
+  for (auto& v : w) v = float(r.normal() * 0.05);
+  for (auto& v : b) v = float(r.normal() * 0.1);
+  for (auto& v : g) v = float(r.normal() * 1e-3);
+  auto upload = [&](const std::vector<float>& v) {
+    Tensor f = be->alloc(DType::F32, v.size()), h = be->alloc(DType::BF16, v.size());
+    be->upload(f, v.data());
+    be->convert(h, f, Rounding{});
+    std::vector<float> back(v.size());
+    be->convert(f, h, Rounding{});
+    be->download(back.data(), f);
+    return std::make_pair(h, back);  // the bf16 tensor and its exact values
+  };
+  auto [X, xv] = upload(x);
+  auto [W, wv] = upload(w);
+  auto [Bi, bv] = upload(b);
+  auto [G, gv] = upload(g);
+  Tensor out = be->alloc(DType::BF16, N * OC), outf = be->alloc(DType::F32, N * OC);
+  for (bool current : {false, true}) {
+    Fp8Quant q[2] = {{0.5f, current, 1}, {64.0f, current, 1}};
+    Fp8Report rep = be->matmul_forward_fp8(out, X, W, Bi, N, C, OC, q);
+    float ax = 0, aw = 0;
+    for (float v : xv) ax = std::max(ax, std::fabs(v));
+    for (float v : wv) aw = std::max(aw, std::fabs(v));
+    CHECK(rep.amax[0] == ax);
+    CHECK(rep.amax[1] == aw);
+    float sx = current ? fp8_scale_from_amax(ax, E4M3_MAX, 1) : 0.5f;
+    float sw = current ? fp8_scale_from_amax(aw, E4M3_MAX, 1) : 64.0f;
+    CHECK(rep.scale[0] == sx);
+    CHECK(rep.scale[1] == sw);
+    be->convert(outf, out, Rounding{});
+    std::vector<float> got(N * OC);
+    be->download(got.data(), outf);
+    double num = 0, den = 0;
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) {
+        double acc = bv[o];
+        for (int c = 0; c < C; c++)
+          acc += double(qdq_ref(xv[n * C + c], sx, true)) * qdq_ref(wv[o * C + c], sw, true);
+        num += (got[n * OC + o] - acc) * (got[n * OC + o] - acc);
+        den += acc * acc;
+      }
+    INFO("current=" << current);
+    CHECK(std::sqrt(num / den) < 4e-3);  // bf16 output rounding only
+    // Backward: dW from the E5M2 gradient and the E4M3 input.
+    Tensor dw = be->alloc(DType::BF16, OC * C), dx = be->alloc(DType::BF16, N * C),
+           db = be->alloc(DType::BF16, OC);
+    be->zero(dw);
+    be->zero(db);
+    Fp8Report gr =
+        be->matmul_backward_fp8(dx, dw, db, G, X, W, N, C, OC, Fp8Quant{1.0f, true, 0}, sx, sw);
+    float ag = 0;
+    for (float v : gv) ag = std::max(ag, std::fabs(v));
+    CHECK(gr.amax[0] == ag);
+    const float sg = fp8_scale_from_amax(ag, E5M2_MAX, 0);
+    std::vector<float> dwv(OC * C);
+    Tensor dwf = be->alloc(DType::F32, OC * C);
+    be->convert(dwf, dw, Rounding{});
+    be->download(dwv.data(), dwf);
+    num = den = 0;
+    for (int o = 0; o < OC; o++)
+      for (int c = 0; c < C; c++) {
+        double acc = 0;
+        for (int n = 0; n < N; n++)
+          acc += double(qdq_ref(gv[n * OC + o], sg, false)) * qdq_ref(xv[n * C + c], sx, true);
+        num += (dwv[o * C + c] - acc) * (dwv[o * C + c] - acc);
+        den += acc * acc;
+      }
+    CHECK(std::sqrt(num / den) < 4e-3);
+  }
+}
+
+TEST_CASE("fp8: an overflowed gradient poisons the FP8 backward so the step is skipped") {
+  auto be = make_cpu_backend();
+  const int N = 4, C = 8, OC = 4;
+  Tensor x = be->alloc(DType::BF16, N * C), w = be->alloc(DType::BF16, OC * C),
+         g = be->alloc(DType::BF16, N * OC), dx = be->alloc(DType::BF16, N * C),
+         dw = be->alloc(DType::BF16, OC * C);
+  std::vector<uint16_t> ones(N * C, 0x3F80), gbits(N * OC, 0x3F80);
+  gbits[3] = 0x7F80;  // +inf
+  be->upload(x, ones.data());
+  be->upload(w, ones.data());
+  be->upload(g, gbits.data());
+  be->zero(dw);
+  Fp8Report r = be->matmul_backward_fp8(dx, dw, Tensor{}, g, x, w, N, C, OC,
+                                        Fp8Quant{1.0f, true, 0}, 1.0f, 1.0f);
+  CHECK(std::isinf(r.amax[0]));
+  CHECK(std::isnan(be->sum_squares(dw)));
+}
+
+TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
+  Fp8State d(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
+  CHECK_FALSE(d.layer_in_fp8(0));
+  CHECK(d.layer_in_fp8(1));
+  CHECK(d.layer_in_fp8(2));
+  CHECK_FALSE(d.layer_in_fp8(3));
+  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 1.0f);  // empty history
+  d.record(1, Fp8State::FC, Fp8State::INP, 2.0f);
+  d.record(1, Fp8State::FC, Fp8State::INP, 7.0f);
+  d.record(1, Fp8State::FC, Fp8State::INP, 1.0f);
+  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 448.0f / 7.0f / 2.0f);
+  d.record(1, Fp8State::FC, Fp8State::INP, 3.0f);
+  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 448.0f / 7.0f / 2.0f);  // [7, 1, 3]
+  d.record(1, Fp8State::FC, Fp8State::INP, 0.5f);  // 7 leaves the window of 3
+  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 448.0f / 3.0f / 2.0f);
+  d.record(1, Fp8State::FC, Fp8State::GRAD, 1.0f);
+  CHECK(d.quant(1, Fp8State::FC, Fp8State::GRAD).scale == 57344.0f / 2.0f);
+  // Histories round-trip through JSON (checkpoints).
+  Fp8State e(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
+  e.from_json(d.to_json());
+  CHECK(e.quant(1, Fp8State::FC, Fp8State::INP).scale ==
+        d.quant(1, Fp8State::FC, Fp8State::INP).scale);
+  Fp8State c(Fp8Config{"current", 3, 0, {}}, 2);
+  CHECK(c.quant(0, Fp8State::QKV, Fp8State::WEIGHT).current);
+  CHECK_THROWS_AS(Fp8State(Fp8Config{"delayed", 3, 0, {4}}, 4), UsageError);
+}

@@ -1,5 +1,6 @@
 #include "cpu_backend.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -144,6 +145,42 @@ class CpuBackend final : public Backend {
     narrow_back(dbias, dbf);
   }
 
+  Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                               const Fp8Quant quant[2]) override {
+    Fp8Report rep;
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    rep.scale[0] = qdq(a, inp.numel, quant[0], /*e4m3=*/true, &rep.amax[0]);
+    rep.scale[1] = qdq(b, w.numel, quant[1], true, &rep.amax[1]);
+    float* o = wide(out, s_out_, false);
+    cpu::matmul_forward(o, a, b, wide(bias, s_c_, true), N, C, OC);
+    narrow_back(out, o);
+    return rep;
+  }
+  Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                                Tensor w, int N, int C, int OC, const Fp8Quant& gq, float inp_scale,
+                                float w_scale) override {
+    Fp8Report rep;
+    float* g = copy_wide(dout, s_g_);
+    if (dbias) {  // the bias gradient comes from the unquantized gradient
+      float* dbf = wide(dbias, s_db_, true);
+      cpu::bias_backward(dbf, g, N, OC);
+      narrow_back(dbias, dbf);
+    }
+    rep.scale[0] = qdq(g, dout.numel, gq, /*e4m3=*/false, &rep.amax[0]);
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    float unused;
+    qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0}, true, &unused);
+    qdq(b, w.numel, Fp8Quant{w_scale, false, 0}, true, &unused);
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+    return rep;
+  }
+
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
     dispatch("attention_forward", out.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
@@ -245,6 +282,40 @@ class CpuBackend final : public Backend {
     if (load) convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
     return buf.data();
   }
+  // A private fp32 copy of t in buf (for quantizing in place).
+  float* copy_wide(Tensor t, std::vector<float>& buf) {
+    buf.resize(t.numel);
+    convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
+    return buf.data();
+  }
+  // Quantize-dequantize x in place through E4M3 or E5M2 with the scale q gives (or, when
+  // q.current, the scale from x's own amax); returns the scale, sets *amax. A non-finite
+  // amax (an overflowed gradient) turns x into NaN so that the step is skipped.
+  static float qdq(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
+    float m = 0;
+    int nonfinite = 0;  // max and a count do not depend on the reduction order
+#pragma omp parallel for reduction(max : m) reduction(+ : nonfinite) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+      float a = std::fabs(x[i]);
+      nonfinite += !std::isfinite(a);
+      m = a > m ? a : m;
+    }
+    const bool finite = nonfinite == 0;
+    *amax = finite ? m : INFINITY;
+    const float fmax = e4m3 ? E4M3_MAX : E5M2_MAX;
+    const float s = q.current ? fp8_scale_from_amax(*amax, fmax, q.margin) : q.scale;
+    const float inv = 1.0f / s;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+      if (!finite) {
+        x[i] = NAN;
+        continue;
+      }
+      float v = x[i] * s;
+      x[i] = (e4m3 ? e4m3_to_f32(f32_to_e4m3(v, true)) : e5m2_to_f32(f32_to_e5m2(v, true))) * inv;
+    }
+    return s;
+  }
   // Rounds fp32 results back into t when wide() handed out a buffer.
   void narrow_back(Tensor t, float* f) {
     if (t && t.dtype != DType::F32) convert(t, Tensor{f, DType::F32, t.numel}, Rounding{});
@@ -253,7 +324,7 @@ class CpuBackend final : public Backend {
   std::map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
   // Scratch for widened matmul operands, kept between calls.
-  std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_;
+  std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_, s_g_;
 };
 
 }  // namespace

@@ -64,27 +64,31 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
       gemm(CblasTrans, CblasNoTrans, r1 - r0, C, N, dout + r0, OC, inp, C, T(1),
            dw + size_t(r0) * C, C);
   }
-  if (dbias) {
-    int nthreads = omp_get_max_threads();
-    std::vector<T> partial(size_t(nthreads) * OC, T(0));
-#pragma omp parallel num_threads(nthreads)
-    {
-      int nt = omp_get_num_threads(), id = omp_get_thread_num();
-      int n0 = int(int64_t(N) * id / nt), n1 = int(int64_t(N) * (id + 1) / nt);
-      T* p = partial.data() + size_t(id) * OC;
-      for (int n = n0; n < n1; n++) {
-        const T* d = dout + size_t(n) * OC;
-        for (int j = 0; j < OC; j++) p[j] += d[j];
-      }
-    }
-    for (int t = 0; t < nthreads; t++)
-      for (int j = 0; j < OC; j++) dbias[j] += partial[size_t(t) * OC + j];
-  }
+  if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
-#define TG_INSTANTIATE(T)                                                           \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int); \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
+template <typename T>
+void bias_backward(T* dbias, const T* dout, int N, int OC) {
+  int nthreads = omp_get_max_threads();
+  std::vector<T> partial(size_t(nthreads) * OC, T(0));
+#pragma omp parallel num_threads(nthreads)
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    int n0 = int(int64_t(N) * id / nt), n1 = int(int64_t(N) * (id + 1) / nt);
+    T* p = partial.data() + size_t(id) * OC;
+    for (int n = n0; n < n1; n++) {
+      const T* d = dout + size_t(n) * OC;
+      for (int j = 0; j < OC; j++) p[j] += d[j];
+    }
+  }
+  for (int t = 0; t < nthreads; t++)
+    for (int j = 0; j < OC; j++) dbias[j] += partial[size_t(t) * OC + j];
+}
+
+#define TG_INSTANTIATE(T)                                                                    \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);          \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int); \
+  template void bias_backward<T>(T*, const T*, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE

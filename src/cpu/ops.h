@@ -34,6 +34,10 @@ template <typename T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC);
 
+// dbias += column sums of dout(N, OC), in a fixed order
+template <typename T>
+void bias_backward(T* dbias, const T* dout, int N, int OC);
+
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
 template <typename T>

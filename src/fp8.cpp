@@ -1,0 +1,72 @@
+#include "fp8.h"
+
+#include <algorithm>
+
+#include "common.h"
+#include "formats.h"
+
+namespace tg {
+
+Fp8State::Fp8State(const Fp8Config& cfg, int n_layer)
+    : cfg_(cfg),
+      n_layer_(n_layer),
+      fp8_layer_(n_layer, true),
+      history_(size_t(n_layer) * kLinears * kOperands),
+      fwd_scale_(size_t(n_layer) * kLinears * kOperands, 1.0f) {
+  for (int l : cfg.keep_bf16) {
+    int idx = l < 0 ? n_layer + l : l;
+    if (idx < 0 || idx >= n_layer)
+      throw UsageError(
+          strf("config key 'precision.fp8.keep_bf16': layer %d does not exist (the "
+               "model has %d)",
+               l, n_layer));
+    fp8_layer_[idx] = false;
+  }
+}
+
+Fp8Quant Fp8State::quant(int layer, int linear, int operand) const {
+  Fp8Quant q;
+  q.margin = cfg_.margin;
+  if (cfg_.recipe == "current") {
+    q.current = true;
+    return q;
+  }
+  const auto& h = history_[index(layer, linear, operand)];
+  float amax = h.empty() ? 0.0f : *std::max_element(h.begin(), h.end());
+  q.scale = fp8_scale_from_amax(amax, operand == GRAD ? E5M2_MAX : E4M3_MAX, cfg_.margin);
+  return q;
+}
+
+void Fp8State::record(int layer, int linear, int operand, float amax) {
+  auto& h = history_[index(layer, linear, operand)];
+  h.push_back(amax);
+  while (int(h.size()) > cfg_.history_len) h.pop_front();
+}
+
+void Fp8State::set_forward_scales(int layer, int linear, const Fp8Report& r) {
+  fwd_scale_[index(layer, linear, INP)] = r.scale[0];
+  fwd_scale_[index(layer, linear, WEIGHT)] = r.scale[1];
+}
+
+float Fp8State::forward_scale(int layer, int linear, int operand) const {
+  return fwd_scale_[index(layer, linear, operand)];
+}
+
+nlohmann::json Fp8State::to_json() const {
+  nlohmann::json hist = nlohmann::json::array();
+  for (const auto& h : history_) hist.push_back(std::vector<float>(h.begin(), h.end()));
+  return {{"recipe", cfg_.recipe}, {"history_len", cfg_.history_len}, {"amax_history", hist}};
+}
+
+void Fp8State::from_json(const nlohmann::json& j) {
+  const auto& hist = j.at("amax_history");
+  if (!hist.is_array() || hist.size() != history_.size())
+    throw Error("checkpoint fp8 state does not match this model's layers");
+  for (size_t i = 0; i < history_.size(); i++) {
+    std::vector<float> v = hist[i].get<std::vector<float>>();
+    history_[i].assign(v.begin(), v.end());
+    while (int(history_[i].size()) > cfg_.history_len) history_[i].pop_front();
+  }
+}
+
+}  // namespace tg

@@ -1,0 +1,57 @@
+// fp8.h: scaling state of the FP8 block linears (precision.mode = fp8).
+//
+// The four linears of each block (qkv, attention projection, fc, fc projection) run as FP8
+// matmuls: input and weight in E4M3, the output gradient in E5M2, each tensor with its own
+// scale s = (fmax / amax) / 2^margin. Recipes:
+//   delayed  amax comes from a history of the last history_len amaxes of that tensor (the
+//            current one is recorded after use); an empty history means scale 1
+//   current  amax of the tensor being quantized
+// Layers listed in keep_bf16 (negative indices count from the last) stay in bf16. Only
+// training passes record amaxes, so evaluation does not move the scales.
+#pragma once
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+
+namespace tg {
+
+struct Fp8Config {
+  std::string recipe = "delayed";
+  int history_len = 16;
+  int margin = 0;
+  std::vector<int> keep_bf16;
+};
+
+class Fp8State {
+ public:
+  enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
+  enum Operand { INP, WEIGHT, GRAD, kOperands };
+
+  Fp8State(const Fp8Config& cfg, int n_layer);
+  bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
+  // How to quantize this operand now.
+  Fp8Quant quant(int layer, int linear, int operand) const;
+  void record(int layer, int linear, int operand, float amax);
+  // Scales the forward pass used, kept for the backward pass.
+  void set_forward_scales(int layer, int linear, const Fp8Report& r);
+  float forward_scale(int layer, int linear, int operand) const;
+
+  nlohmann::json to_json() const;
+  void from_json(const nlohmann::json& j);  // Error when it does not fit this model
+  const Fp8Config& config() const { return cfg_; }
+
+ private:
+  size_t index(int layer, int linear, int operand) const {
+    return (size_t(layer) * kLinears + linear) * kOperands + operand;
+  }
+  Fp8Config cfg_;
+  int n_layer_;
+  std::vector<bool> fp8_layer_;
+  std::vector<std::deque<float>> history_;
+  std::vector<float> fwd_scale_;
+};
+
+}  // namespace tg
