@@ -67,6 +67,14 @@ struct Fp8Report {
   float scale[2] = {1, 1};
 };
 
+// Numerics of one stored tensor (telemetry): the largest magnitude and how many values are
+// exactly zero (where underflow lands), subnormal in the stored format (precision already
+// lost), or non-finite (overflow).
+struct TensorStats {
+  double amax = 0;
+  size_t n = 0, zeros = 0, subnormals = 0, nonfinite = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -132,6 +140,7 @@ class Backend {
   // (params may be master itself).
   virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                      const AdamWArgs& a) = 0;
+  virtual TensorStats stats(Tensor t) = 0;
   // dst = src converted to dst's type (same length)
   virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
 };

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "fp8.h"
 #include "model.h"
 #include "rng.h"
 #include "train.h"
@@ -31,9 +32,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median milliseconds of one full training step (forward, backward, norm, AdamW).
-double time_step(Backend& be, const BenchCase& bc, int warmup, int iters) {
-  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be);
+// Median milliseconds of one full training step (forward, backward, norm, AdamW) in a
+// precision mode.
+double time_step(Backend& be, const BenchCase& bc, const std::string& mode, int warmup, int iters) {
+  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(mode));
+  Fp8State fp8(Fp8Config{}, bc.L);
+  if (mode == "fp8") model.set_fp8(&fp8);
   model.init_random(1);
   Rng r(2);
   std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
@@ -93,16 +97,30 @@ int cmd_bench(int argc, char** argv) {
       {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
       {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
   };
-  printf("train_gpt bench: fp32 training step on %s\n\n", be->name().c_str());
-  printf("| model | params | B x T | ms/step | tokens/s | GFLOP/s |\n");
-  printf("|---|---:|---:|---:|---:|---:|\n");
+  printf("train_gpt bench: training step on %s, %d thread(s)\n\n", be->name().c_str(),
+         omp_get_max_threads());
+  printf(
+      "| model | params | B x T | mode | ms/step | tokens/s | GFLOP/s | time vs fp32 | peak memory "
+      "| memory vs fp32 |\n");
+  printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& bc : cases) {
     GPTConfig c = gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT);
-    double ms = time_step(*be, bc, 3, iters);
-    double tps = bc.B * bc.T / (ms / 1e3);
-    printf("| %s | %zu | %d x %d | %.2f | %.0f | %.1f |\n", bc.name, num_parameters(c), bc.B, bc.T,
-           ms, tps, tps * flops_per_token(c, bc.T) / 1e9);
-    fflush(stdout);
+    double ms32 = 0, mem32 = 0;
+    for (const char* mode : {"fp32", "bf16", "fp16", "fp8"}) {
+      // A fresh backend per mode, so its peak is this model's alone.
+      auto mbe = make_backend(cfg);
+      double ms = time_step(*mbe, bc, mode, 3, iters);
+      double mem = double(mbe->peak_bytes());
+      if (std::string(mode) == "fp32") {
+        ms32 = ms;
+        mem32 = mem;
+      }
+      double tps = bc.B * bc.T / (ms / 1e3);
+      printf("| %s | %zu | %d x %d | %s | %.2f | %.0f | %.1f | %.2fx | %.1f MiB | %.2fx |\n",
+             bc.name, num_parameters(c), bc.B, bc.T, mode, ms, tps,
+             tps * flops_per_token(c, bc.T) / 1e9, ms / ms32, mem / 1048576.0, mem / mem32);
+      fflush(stdout);
+    }
   }
   // The ceiling: OpenBLAS on all the threads (training calls it single-threaded per thread).
   openblas_set_num_threads(omp_get_max_threads());

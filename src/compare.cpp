@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -170,6 +171,38 @@ int cmd_compare(int argc, char** argv) {
                dval.c_str(), num(s["tokens_per_second"], "%.0f").c_str(), dtps.c_str(),
                s["peak_memory_bytes"].get<size_t>() / 1048576.0, dmem.c_str(),
                s["skipped_steps"].get<int>(), num(s["final_loss_scale"], "%g").c_str());
+  }
+  // Numerics telemetry, when the runs recorded it.
+  bool any_numerics = false;
+  for (const auto& r : results)
+    any_numerics |= r.contains("summary") && r["summary"].contains("numerics");
+  if (any_numerics) {
+    md +=
+        "\nNumerics (precision.telemetry_every): share of stored values that are exactly zero "
+        "(where underflow lands), subnormal (precision already lost) or non-finite, over all "
+        "sampled steps.\n\n";
+    md +=
+        "| mode | weight grads zero | weight grads subnormal | activation grads zero | "
+        "activation grads subnormal | activations subnormal | non-finite |\n";
+    md += "|---|---:|---:|---:|---:|---:|---:|\n";
+    auto pct = [](const json& g, const char* k) {
+      return g.is_object() && g.contains(k) ? strf("%.3f%%", 100 * g[k].get<double>())
+                                            : std::string("n/a");
+    };
+    for (const auto& r : results) {
+      if (!r.contains("summary") || !r["summary"].contains("numerics")) continue;
+      const json& nm = r["summary"]["numerics"];
+      double nonfinite = 0;
+      for (const char* g : {"act", "dact", "grad"})
+        if (nm.contains(g)) nonfinite = std::max(nonfinite, nm[g]["nonfinite_frac"].get<double>());
+      md += "| " + r["name"].get<std::string>() + " | " + pct(nm["grad"], "zero_frac") + " | " +
+            pct(nm["grad"], "subnormal_frac") + " | " + pct(nm["dact"], "zero_frac") + " | " +
+            pct(nm["dact"], "subnormal_frac") + " | " + pct(nm["act"], "subnormal_frac") + " | " +
+            strf("%.3f%%", 100 * nonfinite) + " |\n";
+    }
+    md +=
+        "\nActivations include the attention matrix, whose upper triangle is zero by "
+        "causality in every mode; compare zero fractions against the fp32 row.\n";
   }
   md +=
       "\nFinal train loss is the mean of the last 10 steps; val loss is measured on the same "

@@ -40,7 +40,7 @@ struct Config {
     double grad_clip = 1.0;  // 0 disables clipping
   } optim;
   struct Train {
-    int steps = 8000;
+    int steps = 5000;
     int64_t seed = 1337;
     std::string device = "auto";
     int threads = 0;  // 0: all cores
@@ -61,6 +61,7 @@ struct Config {
       double max = 16777216.0;
       int hysteresis = 1;
     } loss_scale;
+    int telemetry_every = 0;        // numerics telemetry every N steps (0: off)
     int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
     struct Fp8 {
       std::string recipe = "delayed";
@@ -70,7 +71,7 @@ struct Config {
     } fp8;
   } precision;
   struct Eval {
-    int every = 1000;  // 0: only at start and end
+    int every = 500;  // 0: only at start and end
     int batches = 16;
   } eval;
   struct Sample {
@@ -81,7 +82,7 @@ struct Config {
     std::string prompt;
   } sample;
   struct Checkpoint {
-    int every = 2000;  // 0: only at the end
+    int every = 1000;  // 0: only at the end
     int keep = 2;
     bool resume = false;
   } checkpoint;

@@ -394,6 +394,32 @@ void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Ten
   fp8_->record(l, lin, Fp8State::GRAD, r.amax[0]);
 }
 
+std::vector<std::pair<std::string, Tensor>> GPT::telemetry_tensors() const {
+  const Acts& a = acts_;
+  std::vector<std::pair<std::string, Tensor>> t = {{"act/encoded", a.encoded},
+                                                   {"act/ln1", a.ln1},
+                                                   {"act/qkv", a.qkv},
+                                                   {"act/att", a.att},
+                                                   {"act/atty", a.atty},
+                                                   {"act/attproj", a.attproj},
+                                                   {"act/residual2", a.residual2},
+                                                   {"act/ln2", a.ln2},
+                                                   {"act/fch", a.fch},
+                                                   {"act/fch_gelu", a.fch_gelu},
+                                                   {"act/fcproj", a.fcproj},
+                                                   {"act/residual3", a.residual3},
+                                                   {"act/lnf", a.lnf},
+                                                   {"dact/dresidual", a.dresidual},
+                                                   {"dact/dln", a.dln},
+                                                   {"dact/dqkv", a.dqkv},
+                                                   {"dact/datty", a.datty},
+                                                   {"dact/dfch", a.dfch},
+                                                   {"dact/dfch_gelu", a.dfch_gelu}};
+  for (int i = 0; i < kNumParamTensors; i++)
+    t.push_back({std::string("grad/") + param_name(i), grad_views_[i]});
+  return t;
+}
+
 void GPT::zero_grad() { be_.zero(grads_); }
 
 double GPT::grad_norm() { return std::sqrt(be_.sum_squares(grads_)); }

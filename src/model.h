@@ -112,6 +112,10 @@ class GPT {
   Tensor adam_m() const { return m_; }
   Tensor adam_v() const { return v_; }
   Tensor param(int i) const { return param_views_[i]; }
+  // Tensors that numerics telemetry reports, named "act/<name>" (all layers of one kind),
+  // "dact/<name>" (activation-gradient scratch, as the last backward left it) and
+  // "grad/<param>". Valid after forward + backward.
+  std::vector<std::pair<std::string, Tensor>> telemetry_tensors() const;
   Tensor grad(int i) const { return grad_views_[i]; }
 
  private:

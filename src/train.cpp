@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "checkpoint.h"
 #include "common.h"
@@ -355,6 +356,33 @@ json run_training(const Config& cfg_in) {
     fflush(stdout);
   };
 
+  // Numerics telemetry: one metrics line per sampled step, and totals per group
+  // (act, dact, grad) for the summary.
+  std::map<std::string, TensorStats> numerics_totals;
+  auto record_numerics = [&](int step, double scale) {
+    json tensors = json::object();
+    for (const auto& [name, t] : model.telemetry_tensors()) {
+      TensorStats st = be->stats(t);
+      double n = double(std::max<size_t>(st.n, 1));
+      tensors[name] = {{"amax", st.amax},
+                       {"zero_frac", st.zeros / n},
+                       {"subnormal_frac", st.subnormals / n},
+                       {"nonfinite_frac", st.nonfinite / n}};
+      TensorStats& tot = numerics_totals[name.substr(0, name.find('/'))];
+      tot.amax = std::max(tot.amax, st.amax);
+      tot.n += st.n;
+      tot.zeros += st.zeros;
+      tot.subnormals += st.subnormals;
+      tot.nonfinite += st.nonfinite;
+    }
+    metrics.write(json({{"kind", "numerics"},
+                        {"step", step},
+                        {"dtype", dtype_name(model.dtype())},
+                        {"loss_scale", scale},
+                        {"tensors", tensors}})
+                      .dump());
+  };
+
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   std::vector<double> recent_losses;
   double final_val_loss = NAN, last_loss = NAN;
@@ -376,6 +404,8 @@ json run_training(const Config& cfg_in) {
       model.backward();
     }
     if (cfg.precision.inject_nonfinite_step == step + 1) poison_gradient(*be, model.grads());
+    if (cfg.precision.telemetry_every > 0 && (step + 1) % cfg.precision.telemetry_every == 0)
+      record_numerics(step + 1, scale);
     if (!std::isfinite(loss))
       throw Error(strf("training diverged at step %d: the loss is %g (try a lower optim.lr)",
                        step + 1, loss));
@@ -483,6 +513,17 @@ json run_training(const Config& cfg_in) {
                   {"optimizer_steps", opt_step},
                   {"wall_seconds", wall},
                   {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
+  if (!numerics_totals.empty()) {
+    json nj = json::object();
+    for (const auto& [group, t] : numerics_totals) {
+      double n = double(std::max<size_t>(t.n, 1));
+      nj[group] = {{"amax", t.amax},
+                   {"zero_frac", t.zeros / n},
+                   {"subnormal_frac", t.subnormals / n},
+                   {"nonfinite_frac", t.nonfinite / n}};
+    }
+    summary["numerics"] = nj;
+  }
   write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), summary.dump(2) + "\n");
   printf(
       "summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "

@@ -354,3 +354,30 @@ TEST_CASE("cli: compare runs every mode and writes the report") {
   CHECK(tg::file_exists(out_dir / "fp8/metrics.jsonl"));
   CHECK(run_binary("compare --modes fp9", &out) == 2);
 }
+
+TEST_CASE("cli: numerics telemetry shows fp16 underflow that fp32 does not have") {
+  tgt::TempDir a, b;
+  std::string out;
+  const std::string args = " --train.steps=6 --precision.telemetry_every=3";
+  REQUIRE(run_binary(tiny_args(a.path) + args, &out) == 0);
+  REQUIRE(run_binary(
+              tiny_args(b.path) + args + " --precision.mode=fp16 --precision.loss_scale.kind=none",
+              &out) == 0);
+  auto na = read_metrics(a / "metrics.jsonl", "numerics");
+  auto nb = read_metrics(b / "metrics.jsonl", "numerics");
+  REQUIRE(na.size() == 2);
+  REQUIRE(nb.size() == 2);
+  const json& t = na[0]["tensors"];
+  for (const char* k : {"act/qkv", "dact/dresidual", "grad/wte", "grad/fcprojw"}) {
+    REQUIRE(t.contains(k));
+    for (const char* f : {"amax", "zero_frac", "subnormal_frac", "nonfinite_frac"})
+      CHECK(t[k].contains(f));
+  }
+  CHECK(t["grad/qkvw"]["amax"].get<double>() > 0);
+  json sa = json::parse(slurp(a / "summary.json"))["numerics"];
+  json sb = json::parse(slurp(b / "summary.json"))["numerics"];
+  // fp16 without scaling loses small activation gradients; fp32 does not.
+  CHECK(sb["dact"]["subnormal_frac"].get<double>() > 0.1);
+  CHECK(sa["dact"]["subnormal_frac"].get<double>() == 0.0);
+  CHECK(sb["dact"]["zero_frac"].get<double>() > sa["dact"]["zero_frac"].get<double>());
+}

@@ -123,3 +123,24 @@ TEST_CASE("config: every key has a help line and a default") {
     CHECK(k.name.find('.') != std::string::npos);
   }
 }
+
+TEST_CASE("config: integer lists from JSON and the command line") {
+  Config c;
+  config_set(c, "precision.fp8.keep_bf16", "0,-1");
+  CHECK(c.precision.fp8.keep_bf16 == std::vector<int>{0, -1});
+  config_apply_json(c, json::parse(R"({"precision": {"fp8": {"keep_bf16": [2, 3]}}})"), "x");
+  CHECK(c.precision.fp8.keep_bf16 == std::vector<int>{2, 3});
+  CHECK(config_to_json(c)["precision"]["fp8"]["keep_bf16"] == json::array({2, 3}));
+  CHECK(usage_error([&] {
+          config_set(c, "precision.fp8.keep_bf16", "1,x");
+        }).find("'precision.fp8.keep_bf16'") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"precision": {"fp8": {"keep_bf16": 3}}})"), "x");
+        }).find("wrong type") != std::string::npos);
+  config_set(c, "precision.loss_scale.kind", "static");
+  CHECK(c.precision.loss_scale.kind == "static");
+  c.precision.loss_scale.min = 10;
+  c.precision.loss_scale.max = 5;
+  CHECK(usage_error([&] { config_validate(c); }).find("'precision.loss_scale.min'") !=
+        std::string::npos);
+}

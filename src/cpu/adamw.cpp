@@ -94,6 +94,43 @@ TG_CONVERT(double, double)
 TG_CONVERT(float, double)
 TG_CONVERT(double, float)
 #undef TG_CONVERT
+namespace {
+template <typename T>
+constexpr double kMinNormal = 1.1754943508222875e-38;  // fp32 and bf16
+template <>
+constexpr double kMinNormal<f16> = 6.103515625e-05;
+template <>
+constexpr double kMinNormal<double> = 2.2250738585072014e-308;
+}  // namespace
+
+template <typename T>
+TensorStats tensor_stats(const T* x, size_t n) {
+  double amax = 0;
+  size_t zeros = 0, sub = 0, bad = 0;
+#pragma omp parallel for reduction(max : amax) reduction(+ : zeros, sub, bad) schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    double v = std::fabs(double(ld(x[i])));
+    if (!std::isfinite(v)) {
+      bad++;
+      continue;
+    }
+    zeros += v == 0;
+    sub += v != 0 && v < kMinNormal<T>;
+    amax = v > amax ? v : amax;
+  }
+  TensorStats s;
+  s.amax = amax;
+  s.n = n;
+  s.zeros = zeros;
+  s.subnormals = sub;
+  s.nonfinite = bad;
+  return s;
+}
+
+template TensorStats tensor_stats<float>(const float*, size_t);
+template TensorStats tensor_stats<double>(const double*, size_t);
+template TensorStats tensor_stats<bf16>(const bf16*, size_t);
+template TensorStats tensor_stats<f16>(const f16*, size_t);
 template double sum_squares<float>(const float*, size_t);
 template double sum_squares<double>(const double*, size_t);
 template double sum_squares<bf16>(const bf16*, size_t);

@@ -239,6 +239,14 @@ class CpuBackend final : public Backend {
       cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), P<M>(m), P<M>(v), master.numel, a);
     });
   }
+  TensorStats stats(Tensor t) override {
+    TensorStats s;
+    dispatch("stats", t.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      s = cpu::tensor_stats(P<E>(t), t.numel);
+    });
+    return s;
+  }
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
     if (dst.numel != src.numel) throw Error("cpu backend: convert length mismatch");
     dispatch("convert", dst.dtype, [&](auto* dtag) {

@@ -59,6 +59,9 @@ void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N
 template <typename T>
 double sum_squares(const T* x, size_t n);
 
+template <typename T>
+TensorStats tensor_stats(const T* x, size_t n);
+
 // AdamW on master weights M (float or double); grads G and params P in any storage type.
 template <typename P, typename G, typename M>
 void adamw(P* params, M* master, const G* grads, M* m, M* v, size_t n, const AdamWArgs& a);
