@@ -400,3 +400,39 @@ TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
   CHECK(c.quant(0, Fp8State::QKV, Fp8State::WEIGHT).current);
   CHECK_THROWS_AS(Fp8State(Fp8Config{"delayed", 3, 0, {4}}, 4), UsageError);
 }
+
+TEST_CASE("fp8: the fast round trip equals encode + decode from formats.h") {
+  Rng r(77);
+  int bad = 0;
+  auto check = [&](float x) {
+    if (!std::isfinite(x)) return;
+    float a = cpu::e4m3_round_trip(x), b = e4m3_to_f32(f32_to_e4m3(x, true));
+    float c = cpu::e5m2_round_trip(x), d = e5m2_to_f32(f32_to_e5m2(x, true));
+    bad += f32_bits(a) != f32_bits(b);
+    bad += f32_bits(c) != f32_bits(d);
+  };
+  for (int i = 0; i < 4000000; i++) {
+    check(bits_f32(uint32_t(r.next())));
+    check(float(r.normal() * std::ldexp(1.0, int(r.below(50)) - 25)));
+  }
+  // Every code's value, the ties between neighbouring codes and the floats around them.
+  for (int code = 0; code < 256; code++)
+    for (bool e4 : {true, false}) {
+      float v = e4 ? e4m3_to_f32(uint8_t(code)) : e5m2_to_f32(uint8_t(code));
+      float w = e4 ? e4m3_to_f32(uint8_t(code + 1)) : e5m2_to_f32(uint8_t(code + 1));
+      if (!std::isfinite(v)) continue;
+      check(v);
+      check(std::nextafter(v, INFINITY));
+      check(std::nextafter(v, -INFINITY));
+      if (std::isfinite(w) && code % 128 != 127) {
+        float mid = (v + w) / 2;
+        check(mid);
+        check(std::nextafter(mid, INFINITY));
+        check(std::nextafter(mid, -INFINITY));
+      }
+    }
+  for (float x : {0.f, -0.f, 448.f, 463.99f, 464.f, 465.f, 1e30f, -1e30f, 57344.f, 61439.f,
+                  61440.f, 1e-30f, -1e-45f})
+    check(x);
+  CHECK(bad == 0);
+}

@@ -320,7 +320,7 @@ class CpuBackend final : public Backend {
         continue;
       }
       float v = x[i] * s;
-      x[i] = (e4m3 ? e4m3_to_f32(f32_to_e4m3(v, true)) : e5m2_to_f32(f32_to_e5m2(v, true))) * inv;
+      x[i] = (e4m3 ? cpu::e4m3_round_trip(v) : cpu::e5m2_round_trip(v)) * inv;
     }
     return s;
   }

@@ -9,6 +9,7 @@
 // like __float2half_rn; only NaNs differ (hardware keeps the payload), so NaNs are mapped to
 // CUDA's canonical codes here. tests/test_precision.cpp checks every code against formats.h.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #if defined(__F16C__)
@@ -72,5 +73,29 @@ inline f16 st<f16>(float v) {
   return f16{f32_to_f16(v)};
 #endif
 }
+
+// FP8 round trip of a finite fp32 value, x -> E4M3/E5M2 (round to nearest even, saturating)
+// -> fp32, without the bit-by-bit encoder: round the fp32 mantissa to the format's bits
+// with the add-and-mask trick in the normal range, round to the subnormal step with rint()
+// below it, clamp to the largest finite value. Equal to decode(encode(x, saturate)) for all
+// finite x (tests/test_precision.cpp checks it against formats.h).
+template <int kMantBits, int kMinNormalExp, int kSubnormalExp>
+inline float fp8_round_trip(float x, float fmax) {
+  float a = std::fabs(x);
+  float r;
+  if (a >= std::ldexp(1.0f, kMinNormalExp)) {
+    uint32_t b = f32_bits(a);
+    const int drop = 23 - kMantBits;
+    b += ((1u << (drop - 1)) - 1) + ((b >> drop) & 1u);
+    r = bits_f32(b & ~((1u << drop) - 1));
+  } else {
+    const float step = std::ldexp(1.0f, kSubnormalExp);
+    r = std::rint(a / step) * step;
+  }
+  r = r > fmax ? fmax : r;
+  return std::copysign(r, x);
+}
+inline float e4m3_round_trip(float x) { return fp8_round_trip<3, -6, -9>(x, E4M3_MAX); }
+inline float e5m2_round_trip(float x) { return fp8_round_trip<2, -14, -16>(x, E5M2_MAX); }
 
 }  // namespace tg::cpu
