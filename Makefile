@@ -23,8 +23,18 @@ else
   USE_NVCC := $(NVCC)
 endif
 
-CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(EXTRA_CFLAGS)
-LDLIBS   := -lopenblas -lgomp -lpthread -lm
+# OpenMPI from Debian (scripts/setup.sh installs it); NO_MPI=1 builds without it.
+ARCH     := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+ifeq ($(NO_MPI),1)
+  MPI_FLAGS := -DTG_NO_MPI
+  MPI_LIBS  :=
+else
+  MPI_FLAGS := -I/usr/lib/$(ARCH)/openmpi/include
+  MPI_LIBS  := -L/usr/lib/$(ARCH)/openmpi/lib -lmpi
+endif
+
+CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(MPI_FLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := -lopenblas $(MPI_LIBS) -lgomp -lpthread -lm
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fopenmp,-Wall,-Wextra,-Werror -I. $(EXTRA_CFLAGS)
 

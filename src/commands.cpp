@@ -6,6 +6,7 @@
 
 #include "bench.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "common.h"
 #include "compare.h"
 #include "config.h"
@@ -226,6 +227,20 @@ int cmd_memory(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+// Prints the error; in a multi-process job, names the rank and ends every process so that
+// none waits forever in a collective.
+int fail(int code, const char* what) {
+  if (comm_is_distributed()) {
+    fprintf(stderr, "train_gpt: error (rank %d): %s\n", comm().rank(), what);
+    fflush(stderr);
+    comm().abort(code);
+  }
+  fprintf(stderr, "train_gpt: error: %s\n", what);
+  return code;
+}
+}  // namespace
+
 int run_main(int argc, char** argv) {
   std::string sub = argc > 1 ? argv[1] : "";
   try {
@@ -244,11 +259,9 @@ int run_main(int argc, char** argv) {
         strf("unknown command '%s' (train, prepare, sample, compare, memory, bench; --help)",
              sub.c_str()));
   } catch (const UsageError& e) {
-    fprintf(stderr, "train_gpt: error: %s\n", e.what());
-    return 2;
+    return fail(2, e.what());
   } catch (const std::exception& e) {
-    fprintf(stderr, "train_gpt: error: %s\n", e.what());
-    return 1;
+    return fail(1, e.what());
   }
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "checkpoint.h"
+#include "comm.h"
 #include "common.h"
 #include "cpu/cpu_backend.h"
 #include "data.h"
@@ -95,6 +96,20 @@ Rounding weight_rounding(const Config& cfg, int opt_step) {
   return r;
 }
 
+void all_reduce_gradients(Backend& be, Tensor grads, Comm& cm) {
+  if (be.name() != "cpu") throw Error("gradient all-reduce over MPI needs host memory (cpu)");
+  if (grads.dtype == DType::F32) {
+    cm.all_reduce_sum(grads.as<float>(), grads.numel);
+    return;
+  }
+  // 16-bit gradients are summed in fp32 and rounded once.
+  Tensor wide = be.alloc(DType::F32, grads.numel);
+  be.convert(wide, grads, Rounding{});
+  cm.all_reduce_sum(wide.as<float>(), wide.numel);
+  be.convert(grads, wide, Rounding{});
+  be.free(wide);
+}
+
 void poison_gradient(Backend& be, Tensor grads) {
   Tensor first = grads.slice(0, 1);
   const float inf32 = INFINITY;
@@ -141,7 +156,12 @@ json run_training(const Config& cfg_in) {
     cfg.model.max_seq_len = init.cfg.max_seq_len;
     cfg.model.vocab_size = init.cfg.vocab_size;
   }
-  config_validate(cfg);
+  Comm& cm = comm();
+  const int world = cm.world(), rank = cm.rank();
+  // Only rank 0 talks and writes; the others train in silence.
+  if (rank != 0 && !freopen("/dev/null", "w", stdout))
+    throw Error("cannot silence stdout on a non-zero rank");
+  config_validate(cfg, world);
   const GPTConfig mc = cfg.model.init_from.empty() ? model_config(cfg) : init.cfg;
 
   json meta = read_dataset_meta(cfg.data.train);
@@ -152,7 +172,6 @@ json run_training(const Config& cfg_in) {
              "vocabulary (%d, from meta.json)",
              mc.vocab_size, meta["vocab_size"].get<int>()));
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
-  const int world = 1, rank = 0;
   const int64_t micro_tokens = int64_t(B) * T * world;
   const int grad_accum =
       cfg.data.total_batch_tokens > 0 ? int(cfg.data.total_batch_tokens / micro_tokens) : 1;
@@ -247,11 +266,12 @@ json run_training(const Config& cfg_in) {
   }
 
   json cfg_json = config_to_json(cfg);
-  write_text_atomic(join_path(cfg.train.out_dir, "config.json"), cfg_json.dump(2) + "\n");
-  LineWriter metrics;
-  metrics.open(join_path(cfg.train.out_dir, "metrics.jsonl"), !resumed_from.empty());
-  LineWriter samples;
-  samples.open(join_path(cfg.train.out_dir, "samples.txt"), !resumed_from.empty());
+  LineWriter metrics, samples;  // written by rank 0 only
+  if (rank == 0) {
+    write_text_atomic(join_path(cfg.train.out_dir, "config.json"), cfg_json.dump(2) + "\n");
+    metrics.open(join_path(cfg.train.out_dir, "metrics.jsonl"), !resumed_from.empty());
+    samples.open(join_path(cfg.train.out_dir, "samples.txt"), !resumed_from.empty());
+  }
 
   printf("config:\n%s\n", cfg_json.dump(2).c_str());
   printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters\n",
@@ -261,6 +281,7 @@ json run_training(const Config& cfg_in) {
       "%lld tokens/step\n",
       train_loader.files().size(), (long long)train_loader.total_tokens(), B, T, grad_accum,
       (long long)step_tokens);
+  if (world > 1) printf("data parallel: %s, %d rows per rank\n", cm.name().c_str(), B);
   printf(
       "device: %s, %d thread(s); precision %s (%s weights and activations, fp32 master "
       "weights), loss scaling %s%s\n",
@@ -287,7 +308,7 @@ json run_training(const Config& cfg_in) {
   if (cfg.sample.tokens > 0 && cfg.sample.prompt.empty())
     first_token = int32_t(read_shard(train_loader.files()[0], mc.vocab_size).at(0));
   auto do_sample = [&](int step) {
-    if (cfg.sample.tokens <= 0) return;
+    if (cfg.sample.tokens <= 0 || rank != 0) return;
     std::vector<int32_t> prompt = !cfg.sample.prompt.empty() ? tokenizer.encode(cfg.sample.prompt)
                                                              : std::vector<int32_t>{first_token};
     std::vector<int32_t> out = generate(model, prompt, cfg.sample.tokens, cfg.sample.temperature,
@@ -308,8 +329,14 @@ json run_training(const Config& cfg_in) {
     metrics.write(json({{"kind", "val"}, {"step", step}, {"val_loss", v}}).dump());
   };
 
+  // Every rank evaluates its rows of the same val batches; the mean is all-reduced.
+  auto eval_all = [&]() {
+    double v = evaluate(model, *val_loader, cfg.eval.batches, B, T);
+    cm.all_reduce_sum(&v, 1);
+    return v / world;
+  };
   if (val_loader && start_step == 0) {
-    initial_val_loss = evaluate(model, *val_loader, cfg.eval.batches, B, T);
+    initial_val_loss = eval_all();
     log_val(0, initial_val_loss);
   }
 
@@ -345,6 +372,10 @@ json run_training(const Config& cfg_in) {
                 {"completed_steps", step}};
   };
   auto save = [&](int step) {
+    if (rank != 0) {  // every rank holds the same state; rank 0 writes it
+      cm.barrier();
+      return;
+    }
     json st = state_json(step);
     if (fp8) st["fp8"] = fp8->to_json();
     std::vector<float> m(model.num_params()), v(model.num_params());
@@ -354,6 +385,7 @@ json run_training(const Config& cfg_in) {
                                       cfg.checkpoint.keep);
     printf("checkpoint %s\n", dir.c_str());
     fflush(stdout);
+    cm.barrier();
   };
 
   // Numerics telemetry: one metrics line per sampled step, and totals per group
@@ -389,6 +421,8 @@ json run_training(const Config& cfg_in) {
   double run_train_seconds = 0;
   int64_t run_tokens = 0;
   const int steps = cfg.train.steps;
+  // Tests make one rank fail to check that the whole job ends with its message.
+  const int test_fail_rank = getenv("TG_TEST_FAIL_RANK") ? atoi(getenv("TG_TEST_FAIL_RANK")) : -1;
   for (int step = start_step; step < steps; step++) {
     const auto t0 = Clock::now();
     // The schedule follows applied updates, so a skipped step does not advance it.
@@ -399,9 +433,17 @@ json run_training(const Config& cfg_in) {
     double loss = 0;
     for (int micro = 0; micro < grad_accum; micro++) {
       train_loader.next_batch(inputs.data(), targets.data());
-      loss += model.forward(inputs.data(), targets.data(), B, T, float(scale / grad_accum)) /
+      loss += model.forward(inputs.data(), targets.data(), B, T,
+                            float(scale / (double(grad_accum) * world))) /
               grad_accum;
       model.backward();
+    }
+    if (test_fail_rank == rank && step + 1 == 2)
+      throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank));
+    if (world > 1) {
+      all_reduce_gradients(*be, model.grads(), cm);
+      cm.all_reduce_sum(&loss, 1);
+      loss /= world;
     }
     if (cfg.precision.inject_nonfinite_step == step + 1) poison_gradient(*be, model.grads());
     if (cfg.precision.telemetry_every > 0 && (step + 1) % cfg.precision.telemetry_every == 0)
@@ -463,17 +505,18 @@ json run_training(const Config& cfg_in) {
           "--checkpoint.resume=true\n",
           step + 1);
       json partial = {{"stopped_at_step", step + 1}, {"steps", steps}};
-      write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), partial.dump(2) + "\n");
+      if (rank == 0)
+        write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), partial.dump(2) + "\n");
       return partial;
     }
     const bool last = step + 1 == steps;
     if (val_loader && !last && cfg.eval.every > 0 && (step + 1) % cfg.eval.every == 0)
-      log_val(step + 1, evaluate(model, *val_loader, cfg.eval.batches, B, T));
+      log_val(step + 1, eval_all());
     if (!last && cfg.sample.every > 0 && (step + 1) % cfg.sample.every == 0) do_sample(step + 1);
     if (!last && cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) save(step + 1);
   }
   if (val_loader) {
-    final_val_loss = evaluate(model, *val_loader, cfg.eval.batches, B, T);
+    final_val_loss = eval_all();
     log_val(steps, final_val_loss);
   }
   if (steps > start_step || resumed_from.empty()) save(steps);
@@ -524,7 +567,8 @@ json run_training(const Config& cfg_in) {
     }
     summary["numerics"] = nj;
   }
-  write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), summary.dump(2) + "\n");
+  if (rank == 0)
+    write_text_atomic(join_path(cfg.train.out_dir, "summary.json"), summary.dump(2) + "\n");
   printf(
       "summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
       "| %s\n",

@@ -18,6 +18,9 @@ std::string loss_scale_kind(const Config& cfg);
 // How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
 // into the compute copy.
 Rounding weight_rounding(const Config& cfg, int opt_step);
+class Comm;
+// Sums the gradients over the ranks (fp32 on the wire; 16-bit ones rounded once after).
+void all_reduce_gradients(Backend& be, Tensor grads, Comm& cm);
 // Makes the first gradient element +inf (precision.inject_nonfinite_step).
 void poison_gradient(Backend& be, Tensor grads);
 // Model shape from the model.* keys (model.init_from is not read here).

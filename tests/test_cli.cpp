@@ -1,6 +1,7 @@
 // End-to-end tests of the train_gpt binary: subcommands, exit codes, run directory
 // contents, bit-exact resume, llm.c init, and bad input.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -380,4 +381,77 @@ TEST_CASE("cli: numerics telemetry shows fp16 underflow that fp32 does not have"
   CHECK(sb["dact"]["subnormal_frac"].get<double>() > 0.1);
   CHECK(sa["dact"]["subnormal_frac"].get<double>() == 0.0);
   CHECK(sb["dact"]["zero_frac"].get<double>() > sa["dact"]["zero_frac"].get<double>());
+}
+
+namespace {
+// Runs train_gpt under mpirun with np processes (one thread each).
+int run_mpi(int np, const std::string& args, std::string* out) {
+  const char* bin = getenv("TG_BIN");
+  std::string cmd = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " +
+                    std::to_string(np) + " " + (bin ? bin : "./train_gpt") + " " + args +
+                    " --train.threads=1 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.append(buf, n);
+  int status = pclose(p);
+  if (out) *out = o;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+TEST_CASE("mpi: 2 ranks x B train like 1 rank x 2B (fp32 and bf16)") {
+  for (const char* mode : {"fp32", "bf16"}) {
+    tgt::TempDir one, two;
+    std::string out;
+    const std::string args = std::string(" --train.steps=10 --precision.mode=") + mode;
+    REQUIRE(run_binary(tiny_args(one.path) + args + " --data.batch_size=8 --train.threads=1",
+                       &out) == 0);
+    int rc = run_mpi(2, tiny_args(two.path) + args + " --data.batch_size=4", &out);
+    INFO(mode << "\n" << out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("data parallel: MPI, 2 processes") != std::string::npos);
+    auto a = read_metrics(one / "metrics.jsonl", "train");
+    auto b = read_metrics(two / "metrics.jsonl", "train");
+    REQUIRE(b.size() == 10);
+    CHECK(max_relative_loss_gap(b, a) < (std::string(mode) == "fp32" ? 1e-5 : 1e-2));
+    auto va = read_metrics(one / "metrics.jsonl", "val"),
+         vb = read_metrics(two / "metrics.jsonl", "val");
+    CHECK(std::fabs(vb.back()["val_loss"].get<double>() / va.back()["val_loss"].get<double>() - 1) <
+          (std::string(mode) == "fp32" ? 1e-5 : 1e-2));
+  }
+}
+
+TEST_CASE("mpi: resume with 2 ranks is bit-exact; another world size is refused") {
+  tgt::TempDir full, part;
+  std::string out;
+  const std::string args = " --train.steps=10 --data.batch_size=4";
+  REQUIRE(run_mpi(2, tiny_args(full.path) + args, &out) == 0);
+  REQUIRE(run_mpi(2, tiny_args(part.path) + args + " --train.stop_at_step=4", &out) == 0);
+  int rc = run_mpi(2, tiny_args(part.path) + args + " --checkpoint.resume=true", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto a = read_metrics(full / "metrics.jsonl", "train");
+  auto b = read_metrics(part / "metrics.jsonl", "train");
+  REQUIRE(b.size() == 10);
+  for (int i = 0; i < 10; i++) CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+  // The checkpoint records 2 ranks; one rank cannot continue it.
+  CHECK(run_binary(tiny_args(part.path) + " --train.steps=12 --data.batch_size=4 "
+                                          "--checkpoint.resume=true",
+                   &out) == 1);
+  CHECK(out.find("world size") != std::string::npos);
+}
+
+TEST_CASE("mpi: a failing rank ends the whole job with its message") {
+  tgt::TempDir run;
+  std::string out;
+  setenv("TG_TEST_FAIL_RANK", "1", 1);
+  int rc = run_mpi(2, tiny_args(run.path) + " --train.steps=10 --data.batch_size=4", &out);
+  unsetenv("TG_TEST_FAIL_RANK");
+  INFO(out);
+  CHECK(rc != 0);
+  CHECK(rc != 124);  // ended by the failure, not by the timeout
+  CHECK(out.find("error (rank 1): injected failure on rank 1") != std::string::npos);
 }

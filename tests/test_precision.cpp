@@ -431,8 +431,8 @@ TEST_CASE("fp8: the fast round trip equals encode + decode from formats.h") {
         check(std::nextafter(mid, -INFINITY));
       }
     }
-  for (float x : {0.f, -0.f, 448.f, 463.99f, 464.f, 465.f, 1e30f, -1e30f, 57344.f, 61439.f,
-                  61440.f, 1e-30f, -1e-45f})
+  for (float x : {0.f, -0.f, 448.f, 463.99f, 464.f, 465.f, 1e30f, -1e30f, 57344.f, 61439.f, 61440.f,
+                  1e-30f, -1e-45f})
     check(x);
   CHECK(bad == 0);
 }

@@ -1,0 +1,131 @@
+#include "comm.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+
+#ifndef TG_NO_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API is all we use
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace tg {
+
+namespace {
+
+class SingleComm final : public Comm {
+ public:
+  std::string name() const override { return "single process"; }
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+  void all_reduce_max(float*, size_t) override {}
+  void all_gather(const float* in, float* out, size_t n) override {
+    if (in != out) memmove(out, in, n * sizeof(float));
+  }
+  void reduce_scatter_sum(const float* in, float* out, size_t n) override {
+    if (in != out) memmove(out, in, n * sizeof(float));
+  }
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+#ifndef TG_NO_MPI
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw Error(strf("MPI %s failed (error %d)", what, rc));
+}
+
+// MPI counts are int: large buffers go in chunks.
+constexpr size_t kChunk = size_t(1) << 30;
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm() {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+  }
+  ~MpiComm() override { MPI_Finalize(); }
+  std::string name() const override { return strf("MPI, %d processes", world_); }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  void all_reduce_sum(float* x, size_t n) override { reduce(x, n, MPI_FLOAT, MPI_SUM); }
+  void all_reduce_sum(double* x, size_t n) override { reduce(x, n, MPI_DOUBLE, MPI_SUM); }
+  void all_reduce_max(float* x, size_t n) override { reduce(x, n, MPI_FLOAT, MPI_MAX); }
+  void all_gather(const float* in, float* out, size_t n) override {
+    if (n > kChunk) throw Error("all_gather: shard too large for one MPI call");
+    check(MPI_Allgather(in == out ? MPI_IN_PLACE : in, int(n), MPI_FLOAT, out, int(n), MPI_FLOAT,
+                        MPI_COMM_WORLD),
+          "all_gather");
+  }
+  void reduce_scatter_sum(const float* in, float* out, size_t n) override {
+    if (n > kChunk) throw Error("reduce_scatter: shard too large for one MPI call");
+    check(MPI_Reduce_scatter_block(in, out, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "reduce_scatter");
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    for (size_t off = 0; off < bytes; off += kChunk)
+      check(MPI_Bcast(static_cast<char*>(data) + off, int(std::min(kChunk, bytes - off)), MPI_BYTE,
+                      root, MPI_COMM_WORLD),
+            "broadcast");
+  }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
+
+ private:
+  void reduce(void* x, size_t n, MPI_Datatype t, MPI_Op op) {
+    int size = 0;
+    MPI_Type_size(t, &size);
+    for (size_t off = 0; off < n; off += kChunk)
+      check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(x) + off * size,
+                          int(std::min(kChunk, n - off)), t, op, MPI_COMM_WORLD),
+            "all_reduce");
+  }
+  int rank_ = 0, world_ = 1;
+};
+#endif
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (getenv(v)) return true;
+  return false;
+}
+
+std::unique_ptr<Comm>& instance() {
+  static std::unique_ptr<Comm> c;
+  return c;
+}
+
+}  // namespace
+
+Comm& comm() {
+  auto& c = instance();
+  if (!c) {
+#ifndef TG_NO_MPI
+    if (launched_by_mpi()) {
+      c = std::make_unique<MpiComm>();
+      // Finalise MPI at a normal exit.
+      std::atexit([] { instance().reset(); });
+      return *c;
+    }
+#endif
+    c = std::make_unique<SingleComm>();
+  }
+  return *c;
+}
+
+bool comm_is_distributed() {
+  auto& c = instance();
+  return c && c->world() > 1;
+}
+
+}  // namespace tg
