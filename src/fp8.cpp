@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm.h"
 #include "common.h"
 #include "formats.h"
 
@@ -50,6 +51,16 @@ void Fp8State::set_forward_scales(int layer, int linear, const Fp8Report& r) {
 
 float Fp8State::forward_scale(int layer, int linear, int operand) const {
   return fwd_scale_[index(layer, linear, operand)];
+}
+
+void Fp8State::reduce_latest(Comm& comm) {
+  if (comm.world() == 1) return;
+  std::vector<float> latest(history_.size(), 0.0f);
+  for (size_t i = 0; i < history_.size(); i++)
+    if (!history_[i].empty()) latest[i] = history_[i].back();
+  comm.all_reduce_max(latest.data(), latest.size());
+  for (size_t i = 0; i < history_.size(); i++)
+    if (!history_[i].empty()) history_[i].back() = latest[i];
 }
 
 nlohmann::json Fp8State::to_json() const {

@@ -39,6 +39,11 @@ class Fp8State {
   void set_forward_scales(int layer, int linear, const Fp8Report& r);
   float forward_scale(int layer, int linear, int operand) const;
 
+  // Data parallelism: replaces the newest amax of every history by its maximum over the
+  // ranks, so every rank derives the same delayed scales, the ones a single process with
+  // all the rows would use. (The current recipe takes each rank's own amax.)
+  void reduce_latest(class Comm& comm);
+
   nlohmann::json to_json() const;
   void from_json(const nlohmann::json& j);  // Error when it does not fit this model
   const Fp8Config& config() const { return cfg_; }

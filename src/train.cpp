@@ -441,6 +441,7 @@ json run_training(const Config& cfg_in) {
     if (test_fail_rank == rank && step + 1 == 2)
       throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank));
     if (world > 1) {
+      if (fp8) fp8->reduce_latest(cm);
       all_reduce_gradients(*be, model.grads(), cm);
       cm.all_reduce_sum(&loss, 1);
       loss /= world;
