@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace {
 
@@ -34,7 +35,11 @@ struct CountingListener : doctest::IReporter {
 
 DOCTEST_REGISTER_LISTENER("counting", 1, CountingListener);
 
+int comm_selftest();  // tests/test_comm.cpp
+
 int main(int argc, char** argv) {
+  // Re-run under mpirun by tests/test_comm.cpp: check the collectives and exit.
+  if (getenv("TG_COMM_SELFTEST")) return comm_selftest() == 0 ? 0 : 1;
   doctest::Context ctx(argc, argv);
   int rc = ctx.run();
   if (ctx.shouldExit()) return rc;
