@@ -136,39 +136,87 @@ std::vector<std::string> list_checkpoints(const std::string& out_dir) {
   return out;
 }
 
-std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
-                            const json& state_in, const std::vector<float>& params,
-                            const std::vector<float>& m, const std::vector<float>& v, int keep) {
-  const std::string final_dir = join_path(out_dir, strf("ckpt_%08lld", (long long)step));
-  const std::string tmp_dir = join_path(out_dir, strf(".ckpt_%08lld.tmp", (long long)step));
+std::string checkpoint_tmp_dir(const std::string& out_dir, int64_t step) {
+  return join_path(out_dir, strf(".ckpt_%08lld.tmp", (long long)step));
+}
+
+void prepare_checkpoint_dir(const std::string& out_dir, int64_t step) {
+  const std::string tmp_dir = checkpoint_tmp_dir(out_dir, step);
   remove_tree(tmp_dir);
   make_dirs(tmp_dir);
+}
+
+namespace {
+
+// rank < 0 names the unsharded optim.bin.
+std::string optim_file_name(int rank) {
+  return rank < 0 ? "optim.bin" : strf("optim_rank%05d.bin", rank);
+}
+
+std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const float* m, const float* v,
+                                   int64_t count, int rank, int world) {
+  std::vector<char> out(1024 + 8 * size_t(count));
+  int32_t h[256] = {};
+  h[0] = kStateMagic;
+  h[1] = rank < 0 ? 1 : 2;
+  memcpy(&h[2], &total, 8);
+  if (rank >= 0) {
+    memcpy(&h[4], &begin, 8);
+    memcpy(&h[6], &count, 8);
+    h[8] = rank;
+    h[9] = world;
+  }
+  memcpy(out.data(), h, sizeof(h));
+  memcpy(out.data() + 1024, m, 4 * size_t(count));
+  memcpy(out.data() + 1024 + 4 * size_t(count), v, 4 * size_t(count));
+  return out;
+}
+
+json file_entry(const std::vector<char>& bytes) {
+  return {{"bytes", bytes.size()}, {"fnv1a64", hex64(fnv1a64(bytes.data(), bytes.size()))}};
+}
+
+}  // namespace
+
+OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int64_t begin,
+                                  const float* m, const float* v, int64_t count, int rank,
+                                  int world) {
+  std::vector<char> bytes = optim_file_bytes(total, begin, m, v, count, rank, world);
+  write_file_atomic(join_path(tmp_dir, optim_file_name(rank)), bytes.data(), bytes.size());
+  OptimFileRecord r;
+  r.bytes = bytes.size();
+  r.fnv1a64 = fnv1a64(bytes.data(), bytes.size());
+  r.begin = begin;
+  r.count = count;
+  r.rank = rank;
+  r.world = world;
+  return r;
+}
+
+std::string publish_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
+                               const json& state_in, const std::vector<float>& params,
+                               const std::vector<OptimFileRecord>& shards, int keep) {
+  const std::string final_dir = join_path(out_dir, strf("ckpt_%08lld", (long long)step));
+  const std::string tmp_dir = checkpoint_tmp_dir(out_dir, step);
   try {
     std::vector<char> model = model_file_bytes(cfg, params);
     write_file_atomic(join_path(tmp_dir, "model.bin"), model.data(), model.size());
-
-    size_t n = params.size();
-    if (m.size() != n || v.size() != n) throw Error("checkpoint: optimizer state size mismatch");
-    std::vector<char> optim(1024 + 8 * n);
-    int32_t h[256] = {};
-    h[0] = kStateMagic;
-    h[1] = 1;
-    int64_t n64 = int64_t(n);
-    memcpy(&h[2], &n64, 8);
-    memcpy(optim.data(), h, sizeof(h));
-    memcpy(optim.data() + 1024, m.data(), 4 * n);
-    memcpy(optim.data() + 1024 + 4 * n, v.data(), 4 * n);
-    write_file_atomic(join_path(tmp_dir, "optim.bin"), optim.data(), optim.size());
-
     json state = state_in;
     state["format"] = "train_gpt-state";
     state["version"] = 1;
     state["step"] = step;
-    state["files"] = {
-        {"model.bin",
-         {{"bytes", model.size()}, {"fnv1a64", hex64(fnv1a64(model.data(), model.size()))}}},
-        {"optim.bin",
-         {{"bytes", optim.size()}, {"fnv1a64", hex64(fnv1a64(optim.data(), optim.size()))}}}};
+    state["files"] = {{"model.bin", file_entry(model)}};
+    int64_t covered = 0;
+    for (const OptimFileRecord& r : shards) {
+      state["files"][optim_file_name(r.rank)] = {{"bytes", r.bytes},
+                                                 {"fnv1a64", hex64(r.fnv1a64)},
+                                                 {"begin", r.begin},
+                                                 {"count", r.count}};
+      covered += r.count;
+    }
+    if (covered != int64_t(params.size()))
+      throw Error(strf("checkpoint %s: the optimizer files hold %lld of %zu parameters",
+                       tmp_dir.c_str(), (long long)covered, params.size()));
     write_text_atomic(join_path(tmp_dir, "state.json"), state.dump(1) + "\n");
   } catch (...) {
     remove_tree(tmp_dir);
@@ -195,7 +243,25 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTC
   return final_dir;
 }
 
-CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg) {
+std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
+                            const json& state, const std::vector<float>& params,
+                            const std::vector<float>& m, const std::vector<float>& v, int keep) {
+  const size_t n = params.size();
+  if (m.size() != n || v.size() != n) throw Error("checkpoint: optimizer state size mismatch");
+  prepare_checkpoint_dir(out_dir, step);
+  const std::string tmp_dir = checkpoint_tmp_dir(out_dir, step);
+  OptimFileRecord rec;
+  try {
+    rec = write_optim_shard(tmp_dir, int64_t(n), 0, m.data(), v.data(), int64_t(n), -1, 1);
+  } catch (...) {
+    remove_tree(tmp_dir);
+    throw;
+  }
+  return publish_checkpoint(out_dir, step, cfg, state, params, {rec}, keep);
+}
+
+CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin,
+                               size_t count) {
   CheckpointData cd;
   const std::string state_path = join_path(dir, "state.json");
   std::vector<char> text = read_file(state_path, "checkpoint state");
@@ -208,11 +274,14 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg) {
     throw Error(strf("checkpoint state %s is not a train_gpt state file", state_path.c_str()));
   if (cd.state.value("version", 0) != 1)
     throw Error(strf("checkpoint state %s has unsupported version", state_path.c_str()));
+  if (!cd.state.contains("files") || !cd.state["files"].is_object())
+    throw Error(strf("checkpoint state %s lists no files", state_path.c_str()));
+  const json& files = cd.state["files"];
 
-  auto verify = [&](const char* name) {
+  auto verify = [&](const std::string& name) {
     std::string path = join_path(dir, name);
     std::vector<char> bytes = read_file(path, "checkpoint file");
-    const json& f = cd.state["files"][name];
+    const json& f = files[name];
     if (!f.is_object() || f.value("bytes", uint64_t(0)) != bytes.size())
       throw Error(
           strf("checkpoint file %s is truncated or corrupt: size %zu does not match "
@@ -222,24 +291,60 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg) {
       throw Error(strf("checkpoint file %s is corrupt: checksum mismatch", path.c_str()));
     return bytes;
   };
+  if (!files.contains("model.bin"))
+    throw Error(strf("checkpoint state %s does not list model.bin", state_path.c_str()));
   ModelFile mf = parse_model_file(join_path(dir, "model.bin"), verify("model.bin"));
   check_arch(join_path(dir, "model.bin"), mf.cfg, cfg);
   cd.params = std::move(mf.params);
 
-  std::vector<char> optim = verify("optim.bin");
-  int32_t h[256];
-  memcpy(h, optim.data(), std::min(optim.size(), sizeof(h)));
-  int64_t n64;
-  memcpy(&n64, &h[2], 8);
-  const std::string optim_path = join_path(dir, "optim.bin");
-  if (optim.size() < 1024 || h[0] != kStateMagic || h[1] != 1 || n64 != int64_t(cd.params.size()) ||
-      optim.size() != 1024 + 8 * size_t(n64))
-    throw Error(strf("checkpoint file %s has a bad header or size", optim_path.c_str()));
-  size_t n = size_t(n64);
-  cd.m.resize(n);
-  cd.v.resize(n);
-  memcpy(cd.m.data(), optim.data() + 1024, 4 * n);
-  memcpy(cd.v.data(), optim.data() + 1024 + 4 * n, 4 * n);
+  // The Adam moments of [begin, end), gathered from the optimizer files that overlap it.
+  const size_t n = cd.params.size();
+  if (begin > n) begin = n;
+  const size_t end = count > n - begin ? n : begin + count;
+  cd.m.assign(end - begin, 0.0f);
+  cd.v.assign(end - begin, 0.0f);
+  size_t covered = 0;
+  for (const auto& [name, f] : files.items()) {
+    if (name.rfind("optim", 0) != 0) continue;
+    const std::string path = join_path(dir, name);
+    const bool sharded = name != "optim.bin";
+    int64_t fb = 0, fc = int64_t(n);
+    if (sharded) {
+      if (!f.is_object() || !f.contains("begin") || !f.contains("count") ||
+          !f["begin"].is_number_integer() || !f["count"].is_number_integer())
+        throw Error(strf("checkpoint state %s: entry %s has no parameter range", state_path.c_str(),
+                         name.c_str()));
+      fb = f["begin"].get<int64_t>();
+      fc = f["count"].get<int64_t>();
+    }
+    if (fb < 0 || fc < 0 || size_t(fb) + size_t(fc) > n)
+      throw Error(strf("checkpoint state %s: %s covers parameters outside the model",
+                       state_path.c_str(), name.c_str()));
+    const size_t lo = std::max(begin, size_t(fb)), hi = std::min(end, size_t(fb + fc));
+    if (lo >= hi) continue;  // not ours: not even read
+    std::vector<char> bytes = verify(name);
+    int32_t h[256] = {};
+    memcpy(h, bytes.data(), std::min(bytes.size(), sizeof(h)));
+    int64_t total = 0, hb = 0, hc = int64_t(n);
+    memcpy(&total, &h[2], 8);
+    if (sharded) {
+      memcpy(&hb, &h[4], 8);
+      memcpy(&hc, &h[6], 8);
+    }
+    if (bytes.size() < 1024 || h[0] != kStateMagic || h[1] != (sharded ? 2 : 1) ||
+        total != int64_t(n) || hb != fb || hc != fc || bytes.size() != 1024 + 8 * size_t(fc))
+      throw Error(strf("checkpoint file %s has a bad header or size", path.c_str()));
+    const char* mp = bytes.data() + 1024;
+    const char* vp = mp + 4 * size_t(fc);
+    memcpy(cd.m.data() + (lo - begin), mp + 4 * (lo - fb), 4 * (hi - lo));
+    memcpy(cd.v.data() + (lo - begin), vp + 4 * (lo - fb), 4 * (hi - lo));
+    covered += hi - lo;
+  }
+  if (covered != end - begin)
+    throw Error(
+        strf("checkpoint %s does not hold the optimizer state of parameters [%zu, %zu) "
+             "exactly once (missing or overlapping optimizer files)",
+             dir.c_str(), begin, end));
   return cd;
 }
 

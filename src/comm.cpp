@@ -1,5 +1,6 @@
 #include "comm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -24,8 +25,8 @@ class SingleComm final : public Comm {
   void all_reduce_sum(float*, size_t) override {}
   void all_reduce_sum(double*, size_t) override {}
   void all_reduce_max(float*, size_t) override {}
-  void all_gather(const float* in, float* out, size_t n) override {
-    if (in != out) memmove(out, in, n * sizeof(float));
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
+    if (in && in != out) memmove(out, in, bytes);
   }
   void reduce_scatter_sum(const float* in, float* out, size_t n) override {
     if (in != out) memmove(out, in, n * sizeof(float));
@@ -58,11 +59,27 @@ class MpiComm final : public Comm {
   void all_reduce_sum(float* x, size_t n) override { reduce(x, n, MPI_FLOAT, MPI_SUM); }
   void all_reduce_sum(double* x, size_t n) override { reduce(x, n, MPI_DOUBLE, MPI_SUM); }
   void all_reduce_max(float* x, size_t n) override { reduce(x, n, MPI_FLOAT, MPI_MAX); }
-  void all_gather(const float* in, float* out, size_t n) override {
-    if (n > kChunk) throw Error("all_gather: shard too large for one MPI call");
-    check(MPI_Allgather(in == out ? MPI_IN_PLACE : in, int(n), MPI_FLOAT, out, int(n), MPI_FLOAT,
-                        MPI_COMM_WORLD),
-          "all_gather");
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
+    // MPI counts are int: large shards go as a contiguous type of 1 MiB blocks plus the rest.
+    char* o = static_cast<char*>(out);
+    if (bytes <= kChunk) {
+      check(MPI_Allgather(in ? in : MPI_IN_PLACE, in ? int(bytes) : 0, MPI_BYTE, o, int(bytes),
+                          MPI_BYTE, MPI_COMM_WORLD),
+            "all_gather");
+      return;
+    }
+    // Gather in chunks through a staging buffer so every rank's chunk lands in its place.
+    const char* mine = in ? static_cast<const char*>(in) : o + size_t(rank_) * bytes;
+    std::vector<char> stage(kChunk * size_t(world_));
+    std::vector<char> own(mine, mine + bytes);
+    for (size_t off = 0; off < bytes; off += kChunk) {
+      const size_t len = std::min(kChunk, bytes - off);
+      check(MPI_Allgather(own.data() + off, int(len), MPI_BYTE, stage.data(), int(len), MPI_BYTE,
+                          MPI_COMM_WORLD),
+            "all_gather");
+      for (int r = 0; r < world_; r++)
+        memcpy(o + size_t(r) * bytes + off, stage.data() + size_t(r) * len, len);
+    }
   }
   void reduce_scatter_sum(const float* in, float* out, size_t n) override {
     if (n > kChunk) throw Error("reduce_scatter: shard too large for one MPI call");

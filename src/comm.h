@@ -20,8 +20,12 @@ class Comm {
   virtual void all_reduce_sum(float* x, size_t n) = 0;
   virtual void all_reduce_sum(double* x, size_t n) = 0;
   virtual void all_reduce_max(float* x, size_t n) = 0;
-  // out (world * n) = every rank's in (n), in rank order
-  virtual void all_gather(const float* in, float* out, size_t n) = 0;
+  // out (world * bytes) = every rank's in (bytes), in rank order. in == nullptr gathers in
+  // place: this rank's part is already at out + rank * bytes.
+  virtual void all_gather_bytes(const void* in, void* out, size_t bytes) = 0;
+  void all_gather(const float* in, float* out, size_t n) {
+    all_gather_bytes(in, out, n * sizeof(float));
+  }
   // out (n) = sum over ranks of in[rank * n .. rank * n + n)
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

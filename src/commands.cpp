@@ -179,7 +179,8 @@ int cmd_sample(int argc, char** argv) {
 int cmd_memory(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16"},
-      {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""}};
+      {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""},
+      {"zero_ranks", "plan one rank of ZeRO-1 over this many ranks (1: no sharding)", "1"}};
   Config cfg;
   Extras ex;
   if (!config_parse_args(&cfg, argc, argv, "train_gpt memory", opts, &ex)) return 0;
@@ -209,8 +210,18 @@ int cmd_memory(int argc, char** argv) {
   GPTConfig mc =
       cfg.model.init_from.empty() ? model_config(cfg) : read_model_file(cfg.model.init_from).cfg;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
-  printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process\n\n",
-         num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T);
+  int zero_ranks = 1;
+  try {
+    zero_ranks = std::stoi(extra(ex, "zero_ranks"));
+  } catch (const std::exception&) {
+    zero_ranks = 0;
+  }
+  if (zero_ranks < 1)
+    throw UsageError(strf("memory: --zero_ranks must be a positive integer, not '%s'",
+                          extra(ex, "zero_ranks").c_str()));
+  printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process%s\n\n",
+         num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
+         zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "");
   printf("| mode | weights | master | gradients | optimizer | activations | total |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|\n");
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
@@ -218,12 +229,15 @@ int cmd_memory(int argc, char** argv) {
   for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
     std::string mode = modes.substr(pos, next - pos);
     if (mode.empty()) continue;
-    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T);
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks);
     printf("| %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
            mib(p.activations).c_str(), mib(p.total()).c_str());
   }
-  printf("\nThe CPU backend allocates exactly this (a run's summary.json reports its peak).\n");
+  printf("\nThe CPU backend allocates exactly this (a run's summary.json reports its peak)%s.\n",
+         zero_ranks > 1 ? "; with several ranks, reducing 16-bit gradients borrows an fp32 copy "
+                          "of them for the duration"
+                        : "");
   return 0;
 }
 

@@ -47,7 +47,16 @@ struct Config {
     std::string out_dir = "runs/default";
     int log_every = 100;
     int stop_at_step = 0;  // end this run early, with a checkpoint (0: run to steps)
+    int zero_stage = 0;    // 1: ZeRO-1, master weights and Adam moments sharded over ranks
   } train;
+  // Launching several processes without MPI (src/comm.h): rank and world size from these
+  // keys or the environment (TG_RANK, TG_WORLD_SIZE, TG_RENDEZVOUS).
+  struct Dist {
+    int rank = -1;           // -1: TG_RANK, else 0
+    int world_size = 0;      // 0: TG_WORLD_SIZE, else 1
+    std::string rendezvous;  // tcp://HOST:PORT or file:///PATH ("": TG_RENDEZVOUS)
+    int timeout = 300;       // seconds to wait for every rank to arrive
+  } dist;
   struct Precision {
     std::string mode = "fp32";
     bool stochastic_rounding = false;  // of the master -> 16-bit weight copy

@@ -1,8 +1,10 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "comm.h"
 #include "rng.h"
 
 namespace tg {
@@ -50,14 +52,16 @@ std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T) {
   return {compute, stats};
 }
 
-MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T) {
+MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
+  const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world) : n;
+  const size_t padded = zero_world > 1 ? shard * size_t(zero_world) : n;
   MemoryPlan p;
-  p.weights = n * x;
-  p.master = dtype == DType::F32 || dtype == DType::F64 ? 0 : n * m;
-  p.grads = n * x;
-  p.optimizer = 2 * n * m;
+  p.weights = padded * x;
+  p.master = dtype == DType::F32 || dtype == DType::F64 ? 0 : shard * m;
+  p.grads = padded * x;
+  p.optimizer = 2 * shard * m;
   auto a = activation_elems(c, B, T);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
   return p;
@@ -74,20 +78,34 @@ double flops_per_token(const GPTConfig& c, int T) {
   return 6.0 * matmul_params + 3.0 * attn;
 }
 
-GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype)
+size_t zero_shard_size(size_t n, int world) {
+  size_t s = (n + size_t(world) - 1) / size_t(world);
+  return (s + 15) / 16 * 16;
+}
+
+GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
     : cfg_(cfg),
       be_(be),
       dtype_(dtype),
-      master_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32) {
+      master_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32),
+      dp_(dp) {
   if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F64)
     throw Error(strf("a model cannot compute in %s", dtype_name(dtype_)));
   auto sizes = param_sizes(cfg_);
   num_params_ = num_parameters(cfg_);
-  params_ = be_.alloc(dtype_, num_params_);
-  grads_ = be_.alloc(dtype_, num_params_);
-  master_ = dtype_ == master_dtype_ ? params_ : be_.alloc(master_dtype_, num_params_);
-  m_ = be_.alloc(master_dtype_, num_params_);
-  v_ = be_.alloc(master_dtype_, num_params_);
+  const int world = dp_.comm ? dp_.comm->world() : 1;
+  sharded_ = dp_.zero && world > 1;
+  if (sharded_ && dtype_ == DType::F64) throw Error("ZeRO-1 sharding needs an fp32 master");
+  shard_size_ = sharded_ ? zero_shard_size(num_params_, world) : num_params_;
+  shard_begin_ = sharded_ ? size_t(dp_.comm->rank()) * shard_size_ : 0;
+  padded_params_ = sharded_ ? shard_size_ * size_t(world) : num_params_;
+  params_ = be_.alloc(dtype_, padded_params_);
+  grads_ = be_.alloc(dtype_, padded_params_);
+  // In fp32 the master weights are the compute weights (under ZeRO-1: this rank's shard).
+  master_ = dtype_ == master_dtype_ ? params_.slice(shard_begin_, shard_size_)
+                                    : be_.alloc(master_dtype_, shard_size_);
+  m_ = be_.alloc(master_dtype_, shard_size_);
+  v_ = be_.alloc(master_dtype_, shard_size_);
   for (Tensor t : {params_, grads_, master_, m_, v_}) be_.zero(t);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -98,7 +116,7 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype)
 }
 
 GPT::~GPT() {
-  if (master_.data != params_.data) be_.free(master_);
+  if (dtype_ != master_dtype_) be_.free(master_);
   for (Tensor t : {params_, grads_, m_, v_, act_buf_, stat_buf_, tokens_, targets_})
     if (t) be_.free(t);
 }
@@ -136,21 +154,50 @@ void GPT::set_params(const std::vector<double>& p) {
   if (master_dtype_ == DType::F64)
     be_.upload(master_, p.data());
   else
-    be_.upload(master_, convert<float>(p).data());
-  refresh_params(Rounding{});
+    set_params(convert<float>(p));
 }
 
 void GPT::set_params(const std::vector<float>& p) {
   if (p.size() != num_params_) throw Error("set_params: wrong parameter count");
-  if (master_dtype_ == DType::F64)
+  if (master_dtype_ == DType::F64) {
     be_.upload(master_, convert<double>(p).data());
-  else
+    return;
+  }
+  if (!sharded_) {
     be_.upload(master_, p.data());
-  refresh_params(Rounding{});
+    refresh_params(Rounding{});
+    return;
+  }
+  // Every rank has all of p: it keeps its shard as master weights and rounds all of it.
+  std::vector<float> shard(shard_size_, 0.0f);
+  std::copy(p.begin() + shard_begin_, p.begin() + shard_begin_ + shard_count(), shard.begin());
+  if (dtype_ == DType::F32) {
+    be_.upload(params_.slice(0, num_params_), p.data());
+  } else {
+    be_.upload(master_, shard.data());
+    Tensor wide = be_.alloc(DType::F32, num_params_);
+    be_.upload(wide, p.data());
+    be_.convert(params_.slice(0, num_params_), wide, Rounding{});
+    be_.free(wide);
+  }
 }
 
 void GPT::refresh_params(const Rounding& r) {
-  if (master_.data != params_.data) be_.convert(params_, master_, r);
+  if (dtype_ == master_dtype_) return;
+  Rounding rs = r;
+  rs.offset += shard_begin_;  // random bits follow the parameter's global position
+  be_.convert(params_.slice(shard_begin_, shard_size_), master_, rs);
+  if (sharded_) gather_params();
+}
+
+size_t GPT::shard_count() const {
+  return shard_begin_ >= num_params_ ? 0 : std::min(shard_size_, num_params_ - shard_begin_);
+}
+
+void GPT::gather_params() {
+  const size_t bytes = shard_size_ * dtype_size(dtype_);
+  // The backend's memory is host memory here (the CPU backend) or the communicator's own.
+  dp_.comm->all_gather_bytes(nullptr, params_.data, bytes);
 }
 
 namespace {
@@ -174,13 +221,23 @@ std::vector<double> download_f64(Backend& be, Tensor t) {
 }
 }  // namespace
 
-std::vector<double> GPT::params_f64() { return download_f64(be_, master_); }
-std::vector<double> GPT::grads_f64() { return download_f64(be_, grads_); }
+std::vector<double> GPT::params_f64() {
+  if (sharded_) return convert<double>(params_f32());
+  return download_f64(be_, master_);
+}
+std::vector<double> GPT::grads_f64() { return download_f64(be_, grads_.slice(0, num_params_)); }
 std::vector<float> GPT::params_f32() {
   if (master_dtype_ == DType::F64) return convert<float>(params_f64());
-  std::vector<float> out(num_params_);
-  be_.download(out.data(), master_);
-  return out;
+  if (!sharded_) {
+    std::vector<float> out(num_params_);
+    be_.download(out.data(), master_);
+    return out;
+  }
+  std::vector<float> mine(shard_size_), all(padded_params_);
+  be_.download(mine.data(), master_);
+  dp_.comm->all_gather(mine.data(), all.data(), shard_size_);
+  all.resize(num_params_);
+  return all;
 }
 
 void GPT::ensure_acts(int B, int T) {
@@ -422,19 +479,49 @@ std::vector<std::pair<std::string, Tensor>> GPT::telemetry_tensors() const {
 
 void GPT::zero_grad() { be_.zero(grads_); }
 
-double GPT::grad_norm() { return std::sqrt(be_.sum_squares(grads_)); }
+void GPT::sync_grads() {
+  if (!dp_.comm || dp_.comm->world() == 1) return;
+  if (be_.name() != "cpu")
+    throw Error("gradient reduction over " + dp_.comm->name() + " needs host memory (cpu)");
+  Comm& cm = *dp_.comm;
+  // 16-bit gradients are summed in fp32 and rounded once.
+  Tensor wide = dtype_ == DType::F32 ? grads_ : be_.alloc(DType::F32, padded_params_);
+  if (wide.data != grads_.data) be_.convert(wide, grads_, Rounding{});
+  if (!sharded_) {
+    cm.all_reduce_sum(wide.as<float>(), wide.numel);
+    if (wide.data != grads_.data) be_.convert(grads_, wide, Rounding{});
+  } else {
+    Tensor sum = be_.alloc(DType::F32, shard_size_);
+    cm.reduce_scatter_sum(wide.as<float>(), sum.as<float>(), shard_size_);
+    be_.convert(grads_.slice(shard_begin_, shard_size_), sum, Rounding{});
+    be_.free(sum);
+  }
+  if (wide.data != grads_.data) be_.free(wide);
+}
+
+double GPT::grad_norm() {
+  double ss = be_.sum_squares(grads_.slice(shard_begin_, shard_size_));
+  if (sharded_) dp_.comm->all_reduce_sum(&ss, 1);
+  return std::sqrt(ss);
+}
 
 void GPT::adamw_step(const AdamWArgs& args) {
+  // Each parameter tensor's part of this rank's shard (all of it without sharding).
   auto sizes = param_sizes(cfg_);
+  const size_t lo_shard = shard_begin_, hi_shard = shard_begin_ + shard_count();
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
+    const size_t lo = std::max(off, lo_shard), hi = std::min(off + sizes[i], hi_shard);
+    off += sizes[i];
+    if (lo >= hi) continue;
     AdamWArgs a = args;
     if (!param_decays(i)) a.weight_decay = 0;
-    a.rounding.offset = args.rounding.offset + off;
-    be_.adamw(params_.slice(off, sizes[i]), master_.slice(off, sizes[i]),
-              grads_.slice(off, sizes[i]), m_.slice(off, sizes[i]), v_.slice(off, sizes[i]), a);
-    off += sizes[i];
+    a.rounding.offset = args.rounding.offset + lo;
+    const size_t n = hi - lo, k = lo - lo_shard;
+    be_.adamw(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n), m_.slice(k, n),
+              v_.slice(k, n), a);
   }
+  if (sharded_) gather_params();
 }
 
 }  // namespace tg

@@ -59,14 +59,31 @@ struct MemoryPlan {
   size_t weights = 0, master = 0, grads = 0, optimizer = 0, activations = 0;
   size_t total() const { return weights + master + grads + optimizer + activations; }
 };
-MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T);
+// With zero_world > 1: ZeRO-1 over that many ranks (master weights and Adam moments of one
+// shard; weights and gradients padded to whole shards).
+MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1);
 // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
 std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T);
+
+class Comm;
+
+// How the model takes part in data parallelism. Without a communicator (or with one rank)
+// it trains alone. With one, sync_grads() sums the gradients of every rank. With zero, the
+// flat parameter vector is cut into world equal shards (ZeRO-1): this rank keeps fp32 master
+// weights and Adam moments for its own shard only, reduce-scatters the gradients, updates
+// its shard and all-gathers the updated weights.
+struct DataParallel {
+  Comm* comm = nullptr;
+  bool zero = false;
+};
+// Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
+// shard starts 64-byte aligned (vector loads, NCCL). The last shard is padded.
+size_t zero_shard_size(size_t n, int world);
 
 class GPT {
  public:
   // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
-  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32);
+  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32, DataParallel dp = {});
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -82,14 +99,24 @@ class GPT {
   // FP8 block linears (bf16 model): the state lives with the caller; nullptr turns FP8 off.
   void set_fp8(Fp8State* s) { fp8_ = s; }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
-  // copy (rounded to nearest).
+  // copy (rounded to nearest). Under ZeRO-1 params_f32 gathers the shards: every rank must
+  // call it.
   void set_params(const std::vector<double>& p);
   void set_params(const std::vector<float>& p);
   std::vector<double> params_f64();
   std::vector<float> params_f32();
   std::vector<double> grads_f64();
-  // Compute weights = master weights rounded per r (after loading master weights).
+  // Compute weights = master weights rounded per r (after loading master weights); under
+  // ZeRO-1 every rank rounds its shard and the result is all-gathered.
   void refresh_params(const Rounding& r);
+
+  // ZeRO-1: this rank's shard is [shard_begin, shard_begin + shard_size) of the flat
+  // parameter vector, of which shard_count elements are real parameters (the rest is
+  // padding). Without sharding the shard is everything.
+  bool sharded() const { return sharded_; }
+  size_t shard_begin() const { return shard_begin_; }
+  size_t shard_size() const { return shard_size_; }
+  size_t shard_count() const;
 
   // Runs the forward pass on B rows of T tokens. With targets, returns the mean loss; with
   // dloss != 0 it also leaves the gradient of dloss * (mean loss) with respect to the
@@ -99,6 +126,10 @@ class GPT {
   // Adds this micro-batch's gradients into grads (after forward with dloss != 0).
   void backward();
   void zero_grad();
+  // Sums the gradients over the ranks (in fp32, rounded once to the compute type): all of
+  // them, or under ZeRO-1 only this rank's shard (the rest stay this rank's own).
+  void sync_grads();
+  // Global gradient norm (of the summed gradients; under ZeRO-1 reduced over the shards).
   double grad_norm();
   // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
   // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
@@ -106,9 +137,11 @@ class GPT {
 
   // Logits of the last forward, (B, T, Vp), on the backend.
   Tensor logits() const { return acts_.logits; }
-  Tensor params() const { return params_; }
+  // The compute weights and gradients, num_params elements (their buffers carry the ZeRO-1
+  // padding beyond). Master weights and Adam moments: this rank's shard (shard_size).
+  Tensor params() const { return params_.slice(0, num_params_); }
   Tensor master() const { return master_; }
-  Tensor grads() const { return grads_; }
+  Tensor grads() const { return grads_.slice(0, num_params_); }
   Tensor adam_m() const { return m_; }
   Tensor adam_v() const { return v_; }
   Tensor param(int i) const { return param_views_[i]; }
@@ -135,10 +168,16 @@ class GPT {
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
 
+  // Under ZeRO-1: every rank receives the others' updated weights.
+  void gather_params();
+
   GPTConfig cfg_;
   Backend& be_;
   DType dtype_, master_dtype_;
   size_t num_params_ = 0;
+  DataParallel dp_;
+  bool sharded_ = false;
+  size_t shard_begin_ = 0, shard_size_ = 0, padded_params_ = 0;
   Tensor params_, grads_, master_, m_, v_;
   std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
   Tensor act_buf_, stat_buf_, tokens_, targets_;

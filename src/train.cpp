@@ -96,20 +96,6 @@ Rounding weight_rounding(const Config& cfg, int opt_step) {
   return r;
 }
 
-void all_reduce_gradients(Backend& be, Tensor grads, Comm& cm) {
-  if (be.name() != "cpu") throw Error("gradient all-reduce over MPI needs host memory (cpu)");
-  if (grads.dtype == DType::F32) {
-    cm.all_reduce_sum(grads.as<float>(), grads.numel);
-    return;
-  }
-  // 16-bit gradients are summed in fp32 and rounded once.
-  Tensor wide = be.alloc(DType::F32, grads.numel);
-  be.convert(wide, grads, Rounding{});
-  cm.all_reduce_sum(wide.as<float>(), wide.numel);
-  be.convert(grads, wide, Rounding{});
-  be.free(wide);
-}
-
 void poison_gradient(Backend& be, Tensor grads) {
   Tensor first = grads.slice(0, 1);
   const float inf32 = INFINITY;
@@ -186,7 +172,7 @@ json run_training(const Config& cfg_in) {
     val_loader = std::make_unique<DataLoader>(cfg.data.val, "validation", B, T, rank, world, false,
                                               uint64_t(cfg.train.seed), mc.vocab_size);
 
-  GPT model(mc, *be, mode_dtype(cfg.precision.mode));
+  GPT model(mc, *be, mode_dtype(cfg.precision.mode), DataParallel{&cm, cfg.train.zero_stage == 1});
   std::unique_ptr<Fp8State> fp8;
   if (cfg.precision.mode == "fp8") {
     const auto& f = cfg.precision.fp8;
@@ -216,8 +202,13 @@ json run_training(const Config& cfg_in) {
              cfg.train.out_dir.c_str());
     } else {
       resumed_from = ckpts.back();
-      CheckpointData cd = load_checkpoint(resumed_from, mc);
+      // Under ZeRO-1 each rank reads the Adam moments of its own shard, whichever way the
+      // checkpoint was sharded.
+      CheckpointData cd =
+          load_checkpoint(resumed_from, mc, model.shard_begin(), model.shard_count());
       model.set_params(cd.params);
+      cd.m.resize(model.shard_size(), 0.0f);
+      cd.v.resize(model.shard_size(), 0.0f);
       be->upload(model.adam_m(), cd.m.data());
       be->upload(model.adam_v(), cd.v.data());
       const json& s = cd.state;
@@ -281,7 +272,14 @@ json run_training(const Config& cfg_in) {
       "%lld tokens/step\n",
       train_loader.files().size(), (long long)train_loader.total_tokens(), B, T, grad_accum,
       (long long)step_tokens);
-  if (world > 1) printf("data parallel: %s, %d rows per rank\n", cm.name().c_str(), B);
+  if (world > 1)
+    printf("data parallel: %s, %d rows per rank%s\n", cm.name().c_str(), B,
+           model.sharded()
+               ? strf(", ZeRO-1: fp32 master weights and Adam moments sharded, %zu parameters "
+                      "per rank",
+                      model.shard_size())
+                     .c_str()
+               : "");
   printf(
       "device: %s, %d thread(s); precision %s (%s weights and activations, fp32 master "
       "weights), loss scaling %s%s\n",
@@ -372,19 +370,43 @@ json run_training(const Config& cfg_in) {
                 {"completed_steps", step}};
   };
   auto save = [&](int step) {
-    if (rank != 0) {  // every rank holds the same state; rank 0 writes it
+    std::vector<float> m(model.shard_size()), v(model.shard_size());
+    std::string dir;
+    if (!model.sharded()) {
+      if (rank != 0) {  // every rank holds the same state; rank 0 writes it
+        cm.barrier();
+        return;
+      }
+      json st = state_json(step);
+      if (fp8) st["fp8"] = fp8->to_json();
+      be->download(m.data(), model.adam_m());
+      be->download(v.data(), model.adam_v());
+      dir = save_checkpoint(cfg.train.out_dir, step, mc, st, model.params_f32(), m, v,
+                            cfg.checkpoint.keep);
+    } else {
+      // ZeRO-1: the master weights are gathered for the model file; every rank writes the
+      // Adam moments of its shard; rank 0 publishes once all are written.
+      std::vector<float> params = model.params_f32();
+      if (rank == 0) prepare_checkpoint_dir(cfg.train.out_dir, step);
       cm.barrier();
-      return;
+      be->download(m.data(), model.adam_m());
+      be->download(v.data(), model.adam_v());
+      OptimFileRecord mine =
+          write_optim_shard(checkpoint_tmp_dir(cfg.train.out_dir, step),
+                            int64_t(model.num_params()), int64_t(model.shard_begin()), m.data(),
+                            v.data(), int64_t(model.shard_count()), rank, world);
+      std::vector<OptimFileRecord> all(world);
+      cm.all_gather_bytes(&mine, all.data(), sizeof(mine));
+      if (rank == 0) {
+        json st = state_json(step);
+        if (fp8) st["fp8"] = fp8->to_json();
+        dir = publish_checkpoint(cfg.train.out_dir, step, mc, st, params, all, cfg.checkpoint.keep);
+      }
     }
-    json st = state_json(step);
-    if (fp8) st["fp8"] = fp8->to_json();
-    std::vector<float> m(model.num_params()), v(model.num_params());
-    be->download(m.data(), model.adam_m());
-    be->download(v.data(), model.adam_v());
-    std::string dir = save_checkpoint(cfg.train.out_dir, step, mc, st, model.params_f32(), m, v,
-                                      cfg.checkpoint.keep);
-    printf("checkpoint %s\n", dir.c_str());
-    fflush(stdout);
+    if (rank == 0) {
+      printf("checkpoint %s\n", dir.c_str());
+      fflush(stdout);
+    }
     cm.barrier();
   };
 
@@ -442,7 +464,7 @@ json run_training(const Config& cfg_in) {
       throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank));
     if (world > 1) {
       if (fp8) fp8->reduce_latest(cm);
-      all_reduce_gradients(*be, model.grads(), cm);
+      model.sync_grads();
       cm.all_reduce_sum(&loss, 1);
       loss /= world;
     }
@@ -549,7 +571,8 @@ json run_training(const Config& cfg_in) {
                   {"tokens_per_second", nan_to_null(tps)},
                   {"flops_per_token", flops_per_token(mc, T)},
                   {"peak_memory_bytes", be->peak_bytes()},
-                  {"planned_memory_bytes", plan_memory(mc, model.dtype(), B, T).total()},
+                  {"planned_memory_bytes",
+                   plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1).total()},
                   {"peak_rss_bytes", peak_rss_bytes()},
                   {"skipped_steps", counters["skipped_steps"]},
                   {"final_loss_scale", scaler.scale},
