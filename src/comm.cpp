@@ -122,22 +122,74 @@ std::unique_ptr<Comm>& instance() {
   return c;
 }
 
+int env_int(const char* name, int fallback) {
+  const char* v = getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  if (*end != 0 || x < 0 || x > 65536)
+    throw UsageError(strf("environment variable %s='%s' is not a valid number", name, v));
+  return int(x);
+}
+
+// Fills the unset fields of o from the environment.
+DistOptions resolve(DistOptions o) {
+  const bool slurm = getenv("SLURM_NTASKS") && getenv("SLURM_PROCID");
+  if (o.world <= 0) o.world = env_int("TG_WORLD_SIZE", slurm ? env_int("SLURM_NTASKS", 1) : 1);
+  if (o.rank < 0) o.rank = env_int("TG_RANK", slurm ? env_int("SLURM_PROCID", 0) : 0);
+  if (o.rendezvous.empty() && getenv("TG_RENDEZVOUS")) o.rendezvous = getenv("TG_RENDEZVOUS");
+  return o;
+}
+
+void init_from(const DistOptions& given) {
+  auto& c = instance();
+#ifndef TG_NO_MPI
+  if (launched_by_mpi()) {
+    c = std::make_unique<MpiComm>();
+    // Finalise MPI at a normal exit.
+    std::atexit([] { instance().reset(); });
+    if (given.world > 0 && given.world != c->world())
+      throw UsageError(
+          strf("config key 'dist.world_size': %d, but mpirun started %d processes "
+               "(under MPI leave dist.* unset)",
+               given.world, c->world()));
+    return;
+  }
+#endif
+  DistOptions o = resolve(given);
+  if (o.world <= 1) {
+    c = std::make_unique<SingleComm>();
+    return;
+  }
+  if (o.rank >= o.world)
+    throw UsageError(
+        strf("config key 'dist.rank': %d is not below the world size %d", o.rank, o.world));
+  if (o.rendezvous.empty())
+    throw UsageError(
+        strf("config key 'dist.rendezvous': %d processes without MPI need a meeting point, "
+             "tcp://HOST:PORT or file:///PATH (or $TG_RENDEZVOUS)",
+             o.world));
+  c = make_tcp_comm(o.rank, o.world, o.rendezvous, o.timeout_s);
+}
+
 }  // namespace
 
-Comm& comm() {
+void comm_init(const DistOptions& o) {
   auto& c = instance();
-  if (!c) {
-#ifndef TG_NO_MPI
-    if (launched_by_mpi()) {
-      c = std::make_unique<MpiComm>();
-      // Finalise MPI at a normal exit.
-      std::atexit([] { instance().reset(); });
-      return *c;
-    }
-#endif
-    c = std::make_unique<SingleComm>();
+  if (c) {
+    // Already set up (e.g. by an earlier run in this process): it must be the same world.
+    DistOptions r = o;
+    if (!launched_by_mpi()) r = resolve(o);
+    if (r.world > 1 && r.world != c->world())
+      throw Error("the communicator is already set up with another world size");
+    return;
   }
-  return *c;
+  init_from(o);
+}
+
+Comm& comm() {
+  if (!instance()) init_from(DistOptions{});
+  return *instance();
 }
 
 bool comm_is_distributed() {

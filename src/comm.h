@@ -1,9 +1,11 @@
 // comm.h: the communicator that data parallelism goes through.
 //
 // One process: every collective is the identity. Several processes started by mpirun:
-// MPI (OpenMPI). The training loop asks for comm() once; MPI is initialised on first use
-// when the environment says the process was started by an MPI launcher, and finalised at
-// exit. Collectives are blocking and in fp32/fp64 on host memory (the CPU backend's).
+// MPI (OpenMPI). Several processes started any other way (by hand, a job script, srun
+// without MPI): TCP through a rendezvous (comm_tcp.cpp). The training loop asks for comm()
+// once; MPI is initialised on first use when the environment says the process was started
+// by an MPI launcher, and finalised at exit. Collectives are blocking and in fp32/fp64 on
+// host memory (the CPU backend's).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -34,8 +36,24 @@ class Comm {
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
-// The process-wide communicator (MPI under mpirun, else single-process).
+// Launching without MPI: rank r of `world` processes meeting at `rendezvous`
+// (tcp://HOST:PORT or file:///PATH, see src/comm_tcp.cpp). Negative / zero / empty fields
+// are taken from the environment: TG_RANK, TG_WORLD_SIZE, TG_RENDEZVOUS (or SLURM_PROCID
+// and SLURM_NTASKS under srun).
+struct DistOptions {
+  int rank = -1;
+  int world = 0;
+  std::string rendezvous;
+  int timeout_s = 300;
+};
+// Sets up the process-wide communicator from `o` (before the first comm()). Under mpirun
+// MPI decides and `o` must not ask for another world size.
+void comm_init(const DistOptions& o);
+// The process-wide communicator: MPI under mpirun, TCP when TG_WORLD_SIZE > 1 (or as
+// comm_init set it up), else single-process.
 Comm& comm();
+std::unique_ptr<Comm> make_tcp_comm(int rank, int world, const std::string& rendezvous,
+                                    int timeout_s);
 // True once comm() has been set up with more than one process.
 bool comm_is_distributed();
 

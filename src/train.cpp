@@ -142,6 +142,7 @@ json run_training(const Config& cfg_in) {
     cfg.model.max_seq_len = init.cfg.max_seq_len;
     cfg.model.vocab_size = init.cfg.vocab_size;
   }
+  comm_init(DistOptions{cfg.dist.rank, cfg.dist.world_size, cfg.dist.rendezvous, cfg.dist.timeout});
   Comm& cm = comm();
   const int world = cm.world(), rank = cm.rank();
   // Only rank 0 talks and writes; the others train in silence.

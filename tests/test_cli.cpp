@@ -1,6 +1,9 @@
 // End-to-end tests of the train_gpt binary: subcommands, exit codes, run directory
 // contents, bit-exact resume, llm.c init, and bad input.
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -562,4 +565,72 @@ TEST_CASE("checkpoint: a missing or corrupt ZeRO-1 shard is named") {
   remove(std::string(ck + "/optim_rank00001.bin").c_str());
   CHECK_THROWS_WITH(tg::load_checkpoint(ck, mc, half, SIZE_MAX),
                     doctest::Contains("optim_rank00001.bin"));
+}
+
+namespace {
+// Runs np train_gpt processes without MPI, meeting over TCP on localhost (or at `rendezvous`).
+int run_tcp(int np, const std::string& args, std::string* out, std::string rendezvous = "") {
+  const char* bin = getenv("TG_BIN");
+  if (rendezvous.empty()) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    rendezvous = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    close(fd);
+  }
+  std::string script = "pids=''; for r in $(seq 0 " + std::to_string(np - 1) +
+                       "); do timeout 120 " + (bin ? bin : "./train_gpt") + " " + args +
+                       " --train.threads=1 --dist.world_size=" + std::to_string(np) +
+                       " --dist.rank=$r --dist.rendezvous=" + rendezvous +
+                       " & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=$?; "
+                       "done; exit $rc";
+  FILE* p = popen(("{ " + script + "; } 2>&1").c_str(), "r");
+  if (!p) return -1;
+  std::string o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.append(buf, n);
+  int status = pclose(p);
+  if (out) *out = o;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+TEST_CASE("tcp: 2 processes without MPI train exactly like 2 MPI ranks, ZeRO-1 too") {
+  tgt::TempDir mpi, tcp, tcp_zero;
+  std::string out;
+  const std::string args = " --train.steps=10 --data.batch_size=4 --precision.mode=bf16";
+  REQUIRE(run_mpi(2, tiny_args(mpi.path) + args, &out) == 0);
+  int rc = run_tcp(2, tiny_args(tcp.path) + args, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("data parallel: TCP, 2 processes") != std::string::npos);
+  rc = run_tcp(2, tiny_args(tcp_zero.path) + args + " --train.zero_stage=1", &out,
+               "file://" + tcp_zero.path + "/rendezvous");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(!tg::file_exists(tcp_zero / "rendezvous"));
+  auto a = read_metrics(mpi / "metrics.jsonl", "train");
+  for (const tgt::TempDir* d : {&tcp, &tcp_zero}) {
+    auto b = read_metrics(*d / "metrics.jsonl", "train");
+    REQUIRE(b.size() == 10);
+    for (int i = 0; i < 10; i++) CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+  }
+}
+
+TEST_CASE("tcp: a failing process ends the others with an error naming it") {
+  tgt::TempDir run;
+  std::string out;
+  setenv("TG_TEST_FAIL_RANK", "1", 1);
+  int rc = run_tcp(2, tiny_args(run.path) + " --train.steps=10 --data.batch_size=4", &out);
+  unsetenv("TG_TEST_FAIL_RANK");
+  INFO(out);
+  CHECK(rc != 0);
+  CHECK(rc != 124);  // ended by the failure, not by the timeout
+  CHECK(out.find("error (rank 1): injected failure on rank 1") != std::string::npos);
+  CHECK(out.find("error (rank 0): lost the connection to rank 1") != std::string::npos);
 }
