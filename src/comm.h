@@ -32,6 +32,8 @@ class Comm {
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // True when buffers may live in GPU memory (NCCL); host memory always works.
+  virtual bool device_memory() const { return false; }
   // Ends every process of the job (after a rank failed), with exit code `code`.
   [[noreturn]] virtual void abort(int code) = 0;
 };
@@ -54,6 +56,9 @@ void comm_init(const DistOptions& o);
 Comm& comm();
 std::unique_ptr<Comm> make_tcp_comm(int rank, int world, const std::string& rendezvous,
                                     int timeout_s);
+// GPUs: NCCL on `device`, its ncclUniqueId broadcast over `bootstrap` (MPI or TCP), which
+// must outlive it. Only in binaries built with CUDA (src/cuda/nccl_comm.cu).
+std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, int device);
 // True once comm() has been set up with more than one process.
 bool comm_is_distributed();
 

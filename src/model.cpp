@@ -196,7 +196,10 @@ size_t GPT::shard_count() const {
 
 void GPT::gather_params() {
   const size_t bytes = shard_size_ * dtype_size(dtype_);
-  // The backend's memory is host memory here (the CPU backend) or the communicator's own.
+  // In place: host memory (CPU backend) or device memory (a GPU backend with NCCL).
+  if (be_.name() != "cpu" && !dp_.comm->device_memory())
+    throw Error(strf("weights on the %s backend cannot be gathered over %s (use NCCL)",
+                     be_.name().c_str(), dp_.comm->name().c_str()));
   dp_.comm->all_gather_bytes(nullptr, params_.data, bytes);
 }
 
@@ -481,9 +484,10 @@ void GPT::zero_grad() { be_.zero(grads_); }
 
 void GPT::sync_grads() {
   if (!dp_.comm || dp_.comm->world() == 1) return;
-  if (be_.name() != "cpu")
-    throw Error("gradient reduction over " + dp_.comm->name() + " needs host memory (cpu)");
   Comm& cm = *dp_.comm;
+  if (be_.name() != "cpu" && !cm.device_memory())
+    throw Error(strf("gradients on the %s backend cannot be reduced over %s (use NCCL)",
+                     be_.name().c_str(), cm.name().c_str()));
   // 16-bit gradients are summed in fp32 and rounded once.
   Tensor wide = dtype_ == DType::F32 ? grads_ : be_.alloc(DType::F32, padded_params_);
   if (wide.data != grads_.data) be_.convert(wide, grads_, Rounding{});
