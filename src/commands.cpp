@@ -235,8 +235,8 @@ int cmd_memory(int argc, char** argv) {
            mib(p.activations).c_str(), mib(p.total()).c_str());
   }
   printf("\nThe CPU backend allocates exactly this (a run's summary.json reports its peak)%s.\n",
-         zero_ranks > 1 ? "; with several ranks, reducing 16-bit gradients borrows an fp32 copy "
-                          "of them for the duration"
+         zero_ranks > 1 ? "; with several ranks, reducing gradients borrows a staging buffer "
+                          "(16-bit: up to ranks x 4 MiB; fp32 under ZeRO-1: one shard)"
                         : "");
   return 0;
 }

@@ -488,19 +488,46 @@ void GPT::sync_grads() {
   if (be_.name() != "cpu" && !cm.device_memory())
     throw Error(strf("gradients on the %s backend cannot be reduced over %s (use NCCL)",
                      be_.name().c_str(), cm.name().c_str()));
-  // 16-bit gradients are summed in fp32 and rounded once.
-  Tensor wide = dtype_ == DType::F32 ? grads_ : be_.alloc(DType::F32, padded_params_);
-  if (wide.data != grads_.data) be_.convert(wide, grads_, Rounding{});
-  if (!sharded_) {
-    cm.all_reduce_sum(wide.as<float>(), wide.numel);
-    if (wide.data != grads_.data) be_.convert(grads_, wide, Rounding{});
-  } else {
-    Tensor sum = be_.alloc(DType::F32, shard_size_);
-    cm.reduce_scatter_sum(wide.as<float>(), sum.as<float>(), shard_size_);
-    be_.convert(grads_.slice(shard_begin_, shard_size_), sum, Rounding{});
+  const size_t S = shard_size_, W = size_t(cm.world());
+  if (dtype_ == DType::F32) {
+    if (!sharded_) {
+      cm.all_reduce_sum(grads_.as<float>(), num_params_);
+      return;
+    }
+    Tensor sum = be_.alloc(DType::F32, S);
+    cm.reduce_scatter_sum(grads_.as<float>(), sum.as<float>(), S);
+    be_.convert(grads_.slice(shard_begin_, S), sum, Rounding{});
     be_.free(sum);
+    return;
   }
-  if (wide.data != grads_.data) be_.free(wide);
+  // 16-bit gradients are summed in fp32 and rounded once, a chunk at a time through a
+  // staging buffer of a few MiB (not a whole fp32 copy of the gradients).
+  const size_t kChunk = std::max<size_t>(1, dp_.chunk);
+  if (!sharded_) {
+    const size_t chunk = std::min(num_params_, kChunk);
+    Tensor stage = be_.alloc(DType::F32, chunk);
+    for (size_t off = 0; off < num_params_; off += chunk) {
+      const size_t len = std::min(chunk, num_params_ - off);
+      be_.convert(stage.slice(0, len), grads_.slice(off, len), Rounding{});
+      cm.all_reduce_sum(stage.as<float>(), len);
+      be_.convert(grads_.slice(off, len), stage.slice(0, len), Rounding{});
+    }
+    be_.free(stage);
+    return;
+  }
+  // ZeRO-1: chunk k of every rank's part side by side, so one reduce-scatter hands each rank
+  // the sums of chunk k of its own shard.
+  const size_t chunk = std::min(S, kChunk);
+  Tensor stage = be_.alloc(DType::F32, W * chunk), sum = be_.alloc(DType::F32, chunk);
+  for (size_t off = 0; off < S; off += chunk) {
+    const size_t len = std::min(chunk, S - off);
+    for (size_t r = 0; r < W; r++)
+      be_.convert(stage.slice(r * len, len), grads_.slice(r * S + off, len), Rounding{});
+    cm.reduce_scatter_sum(stage.as<float>(), sum.as<float>(), len);
+    be_.convert(grads_.slice(shard_begin_ + off, len), sum.slice(0, len), Rounding{});
+  }
+  be_.free(stage);
+  be_.free(sum);
 }
 
 double GPT::grad_norm() {

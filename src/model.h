@@ -75,6 +75,7 @@ class Comm;
 struct DataParallel {
   Comm* comm = nullptr;
   bool zero = false;
+  size_t chunk = size_t(1) << 20;  // elements per fp32 staging chunk when reducing 16-bit grads
 };
 // Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
 // shard starts 64-byte aligned (vector loads, NCCL). The last shard is padded.

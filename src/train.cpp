@@ -173,7 +173,10 @@ json run_training(const Config& cfg_in) {
     val_loader = std::make_unique<DataLoader>(cfg.data.val, "validation", B, T, rank, world, false,
                                               uint64_t(cfg.train.seed), mc.vocab_size);
 
-  GPT model(mc, *be, mode_dtype(cfg.precision.mode), DataParallel{&cm, cfg.train.zero_stage == 1});
+  DataParallel dp{&cm, cfg.train.zero_stage == 1};
+  // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
+  if (getenv("TG_TEST_REDUCE_CHUNK")) dp.chunk = size_t(atol(getenv("TG_TEST_REDUCE_CHUNK")));
+  GPT model(mc, *be, mode_dtype(cfg.precision.mode), dp);
   std::unique_ptr<Fp8State> fp8;
   if (cfg.precision.mode == "fp8") {
     const auto& f = cfg.precision.fp8;
