@@ -278,8 +278,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
     Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
-    be_.layernorm_forward(ln1, a.ln1_mean.slice(l * BT, BT), a.ln1_rstd.slice(l * BT, BT), residual,
-                          P[LN1W].slice(l * C, C), P[LN1B].slice(l * C, C), BT, C);
+    // Later layers' ln1 (and lnf) run fused with the residual add that ends the layer before.
+    if (l == 0)
+      be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
+                            P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
     linear_forward(l, Fp8State::QKV, qkv, ln1,
                    P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                    P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
@@ -287,9 +289,9 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
                    P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
                    BT, C, C, training);
-    be_.residual_forward(res2, residual, attproj, btc);
-    be_.layernorm_forward(ln2, a.ln2_mean.slice(l * BT, BT), a.ln2_rstd.slice(l * BT, BT), res2,
-                          P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
+    be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
+                                   a.ln2_rstd.slice(l * BT, BT), residual, attproj,
+                                   P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
     linear_forward(l, Fp8State::FC, fch, ln2,
                    P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
@@ -297,10 +299,15 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
                    P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
-    be_.residual_forward(res3, res2, fcproj, btc);
+    if (l + 1 < L)
+      be_.residual_layernorm_forward(
+          res3, a.ln1.slice((l + 1) * btc, btc), a.ln1_mean.slice((l + 1) * BT, BT),
+          a.ln1_rstd.slice((l + 1) * BT, BT), res2, fcproj, P[LN1W].slice((l + 1) * C, C),
+          P[LN1B].slice((l + 1) * C, C), BT, C);
+    else
+      be_.residual_layernorm_forward(res3, a.lnf, a.lnf_mean, a.lnf_rstd, res2, fcproj, P[LNFW],
+                                     P[LNFB], BT, C);
   }
-  Tensor last = a.residual3.slice((L - 1) * btc, btc);
-  be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, P[LNFW], P[LNFB], BT, C);
   be_.matmul_forward(a.logits, a.lnf, P[WTE], Tensor{}, BT, C, Vp);
   have_dlogits_ = false;
   if (!targets) return NAN;
@@ -423,6 +430,8 @@ std::vector<std::pair<std::string, Tensor>> GPT::telemetry_tensors() const {
 void GPT::zero_grad() { be_.zero(grads_); }
 
 double GPT::grad_norm() { return std::sqrt(be_.sum_squares(grads_)); }
+
+GradCheck GPT::check_grads(double loss_scale) { return be_.unscale_check_norm(grads_, loss_scale); }
 
 void GPT::adamw_step(const AdamWArgs& args) {
   auto sizes = param_sizes(cfg_);
