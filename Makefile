@@ -1,6 +1,15 @@
 # train_gpt build. `make` builds ./train_gpt (nvcc when installed, else g++ alone),
 # `make run` trains the default config, `make test` runs the test suite,
 # `make bench` prints the benchmark table. SAN=1 builds with ASan+UBSan (g++ only).
+#
+# Variables: NO_MPI=1 builds without OpenMPI; NO_BLAS=1 builds without OpenBLAS (the CPU
+# matmuls use src/cpu/gemm.cpp's own loop nest); EXTRA_CFLAGS adds flags to every compile
+# (scripts/gpu_deps.sh + EXTRA_CFLAGS=-I.deps/include for a machine without the header
+# packages); SKIP_SETUP=1 never runs scripts/setup.sh (no package registry). A build with
+# NO_MPI or NO_BLAS goes to its own folder, build/<variant>/, binary included.
+# With nvcc, src/cuda/*.cu (the CUDA backend) is linked into train_gpt and tests/cuda/*.cu
+# into the test binary; without nvcc (or with SAN=1) neither is built and train_gpt runs on
+# the CPU only.
 
 CXX      ?= g++
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -8,16 +17,18 @@ SAN      ?=
 THREADS  ?= 0
 EXTRA_CFLAGS ?=
 
+VARIANT  := $(if $(filter 1,$(NO_MPI)),-nompi)$(if $(filter 1,$(NO_BLAS)),-noblas)
+
 ifeq ($(SAN),1)
-  BUILD    := build/san
-  BIN      := build/san/train_gpt
+  BUILD    := build/san$(VARIANT)
+  BIN      := $(BUILD)/train_gpt
   # GCC 12 reports false maybe-uninitialized warnings inside <regex> under the sanitizers.
   OPT      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-maybe-uninitialized
   LDSAN    := -fsanitize=address,undefined
   USE_NVCC :=
 else
-  BUILD    := build/rel
-  BIN      := train_gpt
+  BUILD    := build/rel$(VARIANT)
+  BIN      := $(if $(VARIANT),$(BUILD)/train_gpt,train_gpt)
   OPT      := -O3 -march=native -g
   LDSAN    :=
   USE_NVCC := $(NVCC)
@@ -33,21 +44,52 @@ else
   MPI_LIBS  := -L/usr/lib/$(ARCH)/openmpi/lib -lmpi
 endif
 
-CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(MPI_FLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := -lopenblas $(MPI_LIBS) -lgomp -lpthread -lm
+ifeq ($(NO_BLAS),1)
+  BLAS_FLAGS := -DTG_NO_BLAS
+  BLAS_LIBS  :=
+else
+  BLAS_FLAGS :=
+  BLAS_LIBS  := -lopenblas
+endif
+
+CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(USE_NVCC))
+CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
+CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lgomp -lpthread -lm
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fopenmp,-Wall,-Wextra,-Werror -I. $(EXTRA_CFLAGS)
+NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fopenmp,-Wall,-Wextra,-Werror -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
+
+# NCCL (src/cuda/nccl_comm.cu) when its header is found in NCCL_HOME (default: the CUDA
+# toolkit); NO_NCCL=1 leaves it out, and multi-GPU runs then say the binary lacks NCCL.
+NCCL_HOME  ?= $(CUDA_HOME)
+HAVE_NCCL  := $(if $(filter 1,$(NO_NCCL)),,$(if $(USE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
+ifneq ($(HAVE_NCCL),)
+  CXXFLAGS   += -DTG_NCCL
+  NVCCFLAGS  += -DTG_NCCL -I$(NCCL_HOME)/include
+  CUDA_LIBS  += -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath,$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64 -lnccl
+endif
 
 SRC      := $(wildcard src/*.cpp src/cpu/*.cpp)
 OBJ      := $(SRC:%.cpp=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.cpp)
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/%.o)
+ifneq ($(USE_NVCC),)
+  CU_SRC      := $(if $(HAVE_NCCL),$(wildcard src/cuda/*.cu),$(filter-out src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)))
+  CU_OBJ      := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
+  TEST_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard tests/cuda/*.cu))
+else
+  CU_OBJ      :=
+  TEST_CU_OBJ :=
+endif
 
-.PHONY: all deps run test bench clean format
+.PHONY: all deps run test bench clean format gpu-check
 all: $(BIN)
 
 deps:
+ifneq ($(SKIP_SETUP),1)
 	@scripts/setup.sh
+endif
 
 $(BUILD)/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
@@ -57,18 +99,25 @@ ifneq ($(USE_NVCC),)
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)
 	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
-$(BIN): $(BUILD)/train_gpt.o $(OBJ)
-	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ $(LDLIBS)
+$(BUILD)/src/cuda/%.o: src/cuda/%.cu | deps
+	@mkdir -p $(dir $@)
+	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/cuda/%.o: tests/cuda/%.cu | deps
+	@mkdir -p $(dir $@)
+	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+$(BIN): $(BUILD)/train_gpt.o $(OBJ) $(CU_OBJ)
+	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+$(BUILD)/run_tests: $(TEST_OBJ) $(TEST_CU_OBJ) $(OBJ) $(CU_OBJ)
+	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 else
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
 $(BIN): $(BUILD)/train_gpt.o $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
-endif
-
 $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
+endif
 
 # The test binary prints its own closing line "N passed, N failed".
 test: $(BUILD)/run_tests $(BIN)
@@ -78,13 +127,18 @@ run: train_gpt
 	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy
 	./train_gpt train --config configs/default.json --train.threads=$(THREADS)
 
-bench: train_gpt
-	./train_gpt bench --threads=$(THREADS)
+bench: $(BIN)
+	./$(BIN) bench --threads=$(THREADS)
+
+# The one command for a machine with a GPU (build, CUDA tests, parity, benchmark).
+gpu-check:
+	bash scripts/gpu_check.sh
 
 format:
-	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h
+	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h \
+	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h
 
 clean:
 	rm -rf build train_gpt
 
--include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/train_gpt.d
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d

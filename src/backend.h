@@ -12,6 +12,7 @@
 // except layernorm_backward and encoder_backward which add into dinp / dwte / dwpe, because
 // the residual stream gathers gradients from two branches.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -75,6 +76,13 @@ struct TensorStats {
   size_t n = 0, zeros = 0, subnormals = 0, nonfinite = 0;
 };
 
+// What the fused gradient check reports: the global norm of the unscaled gradients
+// (sqrt(sum g^2) / loss_scale) and whether every gradient was finite.
+struct GradCheck {
+  double norm = 0;
+  bool finite = true;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -88,6 +96,12 @@ class Backend {
   virtual void zero(Tensor t) = 0;
   virtual size_t bytes_in_use() const = 0;
   virtual size_t peak_bytes() const = 0;
+  // Waits until all queued work is done (devices run asynchronously; the CPU never queues).
+  virtual void synchronize() {}
+  // The hardware, e.g. "NVIDIA H100 80GB HBM3" ("" when it does not matter: the CPU).
+  virtual std::string device_model() const { return ""; }
+  // Which GPU of the machine (0 for the CPU).
+  virtual int device_index() const { return 0; }
 
   // out(B,T,C) = wte[tokens] + wpe[t]
   virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
@@ -130,12 +144,28 @@ class Backend {
   virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) = 0;
   // out = a + b
   virtual void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  // res = a + b, then layernorm_forward(out, mean, rstd, res, w, bias): the residual add
+  // fused into the layernorm that reads it (one pass on devices; the two ops on the CPU).
+  virtual void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd,
+                                          Tensor a, Tensor b, Tensor w, Tensor bias, int N, int C) {
+    residual_forward(res, a, b, size_t(N) * C);
+    layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+  }
   // Per row of logits(N,Vp): loss = -log softmax(logits[:V])[target]; when dloss != 0 the
   // logits are replaced by dloss * (softmax - onehot(target)) (zero in the padding).
   virtual void classifier(Tensor logits, Tensor losses, Tensor targets, float dloss, int N, int V,
                           int Vp) = 0;
   // sum of squares of all elements, in fp64 on the CPU, fp32 on devices
   virtual double sum_squares(Tensor t) = 0;
+  // One pass over the gradients: unscales them by loss_scale (without writing them back),
+  // checks finiteness and computes the global norm. The CPU twin is sqrt(sum_squares) /
+  // loss_scale in fp64; devices reduce in fp32.
+  virtual GradCheck unscale_check_norm(Tensor grads, double loss_scale) {
+    GradCheck g;
+    g.norm = std::sqrt(sum_squares(grads)) / loss_scale;
+    g.finite = std::isfinite(g.norm);
+    return g;
+  }
   // AdamW on master weights (fp32); params receives the updated weights rounded to its type
   // (params may be master itself).
   virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,

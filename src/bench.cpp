@@ -1,6 +1,5 @@
 #include "bench.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -11,8 +10,10 @@
 
 #include "common.h"
 #include "config.h"
+#include "cpu/gemm.h"
 #include "fp8.h"
 #include "model.h"
+#include "perf.h"
 #include "rng.h"
 #include "train.h"
 
@@ -51,9 +52,10 @@ double time_step(Backend& be, const BenchCase& bc, const std::string& mode, int 
     model.zero_grad();
     model.forward(in.data(), tg.data(), bc.B, bc.T, 1.0f);
     model.backward();
-    double norm = model.grad_norm();
+    double norm = model.check_grads(1.0).norm;
     model.adamw_step(
         {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, i + 1, Rounding{}});
+    be.synchronize();  // devices queue work: the step ends when the device is done
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) ms.push_back(t);
   }
@@ -68,8 +70,7 @@ double sgemm_gflops(int M, int N, int K, int iters) {
   std::vector<double> s;
   for (int i = 0; i < iters + 2; i++) {
     auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A.data(), K, B.data(), K,
-                0.0f, C.data(), N);
+    cpu::gemm(false, true, M, N, K, A.data(), K, B.data(), K, 0.0f, C.data(), N);
     double t = std::chrono::duration<double>(Clock::now() - t0).count();
     if (i >= 2) s.push_back(t);
   }
@@ -79,52 +80,95 @@ double sgemm_gflops(int M, int N, int K, int iters) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  std::vector<ExtraOption> opts = {{"threads", "CPU threads (0: all)", "0"},
-                                   {"iters", "timed steps per model", "20"}};
+  std::vector<ExtraOption> opts = {
+      {"threads", "CPU threads (0: all)", "0"},
+      {"iters", "timed steps per model", "20"},
+      {"device", "cpu or cuda", "cpu"},
+      {"model", "small (three small models) or gpt2 (GPT-2 124M)", "small"},
+      {"modes", "comma-separated precision modes", "fp32,bf16,fp16,fp8"},
+      {"batch", "batch size for --model=gpt2", "8"},
+      {"seq", "sequence length for --model=gpt2", "1024"}};
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt bench", opts, &ex)) return 0;
   Config cfg;
-  int iters = 20;
+  int iters = 20, gpt2_B = 8, gpt2_T = 1024;
+  std::string device = "cpu", model = "small", modes_arg = "fp32,bf16,fp16,fp8";
   for (auto& kv : ex) {
     if (kv.first == "threads") config_set(cfg, "train.threads", kv.second);
     if (kv.first == "iters") iters = std::max(3, atoi(kv.second.c_str()));
+    if (kv.first == "device") device = kv.second;
+    if (kv.first == "model") model = kv.second;
+    if (kv.first == "modes") modes_arg = kv.second;
+    if (kv.first == "batch") gpt2_B = std::max(1, atoi(kv.second.c_str()));
+    if (kv.first == "seq") gpt2_T = std::max(1, atoi(kv.second.c_str()));
   }
-  cfg.train.device = "cpu";
+  if (device != "cpu" && device != "cuda")
+    throw UsageError(strf("bench: --device must be cpu or cuda, not '%s'", device.c_str()));
+  if (model != "small" && model != "gpt2")
+    throw UsageError(strf("bench: --model must be small or gpt2, not '%s'", model.c_str()));
+  std::vector<std::string> modes;
+  for (size_t p = 0; p <= modes_arg.size();) {
+    size_t q = modes_arg.find(',', p);
+    if (q == std::string::npos) q = modes_arg.size();
+    std::string m = modes_arg.substr(p, q - p);
+    if (!m.empty()) {
+      mode_dtype(m);  // validates
+      modes.push_back(m);
+    }
+    p = q + 1;
+  }
+  if (modes.empty()) throw UsageError("bench: --modes names no mode");
+  cfg.train.device = device;
   auto be = make_backend(cfg);
 
-  const BenchCase cases[] = {
-      {"toy default (L2 C64)", 2, 64, 8, 256, 64, 16, 64},
-      {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
-      {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
-  };
-  printf("train_gpt bench: training step on %s, %d thread(s)\n\n", be->name().c_str(),
-         omp_get_max_threads());
+  std::vector<BenchCase> cases;
+  if (model == "gpt2")
+    cases.push_back({"GPT-2 124M (L12 C768)", 12, 768, 12, 50257, 1024, gpt2_B, gpt2_T});
+  else
+    cases = {
+        {"toy default (L2 C64)", 2, 64, 8, 256, 64, 16, 64},
+        {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
+        {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
+    };
+  const bool gpu = be->name() == "cuda";
+  if (gpu)
+    printf("train_gpt bench: training step on %s (%s)\n\n", be->name().c_str(),
+           be->device_model().c_str());
+  else
+    printf("train_gpt bench: training step on %s, %d thread(s)\n\n", be->name().c_str(),
+           omp_get_max_threads());
   printf(
-      "| model | params | B x T | mode | ms/step | tokens/s | GFLOP/s | time vs fp32 | peak memory "
-      "| memory vs fp32 |\n");
-  printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+      "| model | params | B x T | mode | ms/step | tokens/s | GFLOP/s | MFU | time vs first | "
+      "peak memory | memory vs first |\n");
+  printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  be.reset();
   for (const auto& bc : cases) {
     GPTConfig c = gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT);
-    double ms32 = 0, mem32 = 0;
-    for (const char* mode : {"fp32", "bf16", "fp16", "fp8"}) {
+    double ms0 = 0, mem0 = 0;
+    for (const std::string& mode : modes) {
       // A fresh backend per mode, so its peak is this model's alone.
       auto mbe = make_backend(cfg);
       double ms = time_step(*mbe, bc, mode, 3, iters);
       double mem = double(mbe->peak_bytes());
-      if (std::string(mode) == "fp32") {
-        ms32 = ms;
-        mem32 = mem;
+      if (ms0 == 0) {
+        ms0 = ms;
+        mem0 = mem;
       }
       double tps = bc.B * bc.T / (ms / 1e3);
-      printf("| %s | %zu | %d x %d | %s | %.2f | %.0f | %.1f | %.2fx | %.1f MiB | %.2fx |\n",
-             bc.name, num_parameters(c), bc.B, bc.T, mode, ms, tps,
-             tps * flops_per_token(c, bc.T) / 1e9, ms / ms32, mem / 1048576.0, mem / mem32);
+      const double flops = tps * flops_per_token(c, bc.T);
+      const double peak = gpu ? gpu_peak_flops(mbe->device_model(), mode) : 0.0;
+      const std::string mfu = peak > 0 ? strf("%.1f%%", 100 * flops / peak) : "-";
+      printf("| %s | %zu | %d x %d | %s | %.2f | %.0f | %.1f | %s | %.2fx | %.1f MiB | %.2fx |\n",
+             bc.name, num_parameters(c), bc.B, bc.T, mode.c_str(), ms, tps, flops / 1e9,
+             mfu.c_str(), ms / ms0, mem / 1048576.0, mem / mem0);
       fflush(stdout);
     }
   }
+  if (gpu) return 0;
   // The ceiling: OpenBLAS on all the threads (training calls it single-threaded per thread).
-  openblas_set_num_threads(omp_get_max_threads());
-  printf("\n| sgemm, %d threads (M x N x K) | GFLOP/s |\n|---|---:|\n", omp_get_max_threads());
+  cpu::blas_set_threads(omp_get_max_threads());
+  printf("\n| sgemm (%s), %d threads (M x N x K) | GFLOP/s |\n|---|---:|\n", cpu::blas_name(),
+         omp_get_max_threads());
   const int shapes[][3] = {{1024, 1024, 1024}, {256, 1024, 96}, {1024, 1024, 256}};
   for (auto& s : shapes)
     printf("| %d x %d x %d | %.1f |\n", s[0], s[1], s[2], sgemm_gflops(s[0], s[1], s[2], 10));

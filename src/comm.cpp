@@ -192,6 +192,21 @@ Comm& comm() {
   return *instance();
 }
 
+#ifndef TG_NCCL
+std::unique_ptr<Comm> make_nccl_comm(Comm&, int) {
+  throw Error(
+      "this binary was built without NCCL, so several GPUs cannot train together (rebuild "
+      "with nvcc and NCCL's headers in NCCL_HOME, or use one GPU per job)");
+}
+#endif
+
+int comm_local_rank() {
+  for (const char* v :
+       {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (getenv(v)) return env_int(v, 0);
+  return comm().rank();
+}
+
 bool comm_is_distributed() {
   auto& c = instance();
   return c && c->world() > 1;

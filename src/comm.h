@@ -61,5 +61,8 @@ std::unique_ptr<Comm> make_tcp_comm(int rank, int world, const std::string& rend
 std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, int device);
 // True once comm() has been set up with more than one process.
 bool comm_is_distributed();
+// This process's index among the processes on its machine (from the launcher: OpenMPI,
+// MPICH, Slurm or TG_LOCAL_RANK); without one, the global rank (one machine).
+int comm_local_rank();
 
 }  // namespace tg

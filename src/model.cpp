@@ -196,11 +196,14 @@ size_t GPT::shard_count() const {
 
 void GPT::gather_params() {
   const size_t bytes = shard_size_ * dtype_size(dtype_);
-  // In place: host memory (CPU backend) or device memory (a GPU backend with NCCL).
-  if (be_.name() != "cpu" && !dp_.comm->device_memory())
-    throw Error(strf("weights on the %s backend cannot be gathered over %s (use NCCL)",
-                     be_.name().c_str(), dp_.comm->name().c_str()));
-  dp_.comm->all_gather_bytes(nullptr, params_.data, bytes);
+  // In place: host memory (CPU backend) or device memory (a GPU backend with NCCL); else
+  // through a host copy.
+  if (be_.name() == "cpu" || dp_.comm->device_memory())
+    return dp_.comm->all_gather_bytes(nullptr, params_.data, bytes);
+  std::vector<char> host(params_.bytes());
+  be_.download(host.data(), params_);
+  dp_.comm->all_gather_bytes(nullptr, host.data(), bytes);
+  be_.upload(params_, host.data());
 }
 
 namespace {
@@ -338,8 +341,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
     Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
-    be_.layernorm_forward(ln1, a.ln1_mean.slice(l * BT, BT), a.ln1_rstd.slice(l * BT, BT), residual,
-                          P[LN1W].slice(l * C, C), P[LN1B].slice(l * C, C), BT, C);
+    // Later layers' ln1 (and lnf) run fused with the residual add that ends the layer before.
+    if (l == 0)
+      be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
+                            P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
     linear_forward(l, Fp8State::QKV, qkv, ln1,
                    P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                    P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
@@ -347,9 +352,9 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
                    P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
                    BT, C, C, training);
-    be_.residual_forward(res2, residual, attproj, btc);
-    be_.layernorm_forward(ln2, a.ln2_mean.slice(l * BT, BT), a.ln2_rstd.slice(l * BT, BT), res2,
-                          P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
+    be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
+                                   a.ln2_rstd.slice(l * BT, BT), residual, attproj,
+                                   P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
     linear_forward(l, Fp8State::FC, fch, ln2,
                    P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
@@ -357,10 +362,15 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
                    P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
-    be_.residual_forward(res3, res2, fcproj, btc);
+    if (l + 1 < L)
+      be_.residual_layernorm_forward(
+          res3, a.ln1.slice((l + 1) * btc, btc), a.ln1_mean.slice((l + 1) * BT, BT),
+          a.ln1_rstd.slice((l + 1) * BT, BT), res2, fcproj, P[LN1W].slice((l + 1) * C, C),
+          P[LN1B].slice((l + 1) * C, C), BT, C);
+    else
+      be_.residual_layernorm_forward(res3, a.lnf, a.lnf_mean, a.lnf_rstd, res2, fcproj, P[LNFW],
+                                     P[LNFB], BT, C);
   }
-  Tensor last = a.residual3.slice((L - 1) * btc, btc);
-  be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, P[LNFW], P[LNFB], BT, C);
   be_.matmul_forward(a.logits, a.lnf, P[WTE], Tensor{}, BT, C, Vp);
   have_dlogits_ = false;
   if (!targets) return NAN;
@@ -485,17 +495,31 @@ void GPT::zero_grad() { be_.zero(grads_); }
 void GPT::sync_grads() {
   if (!dp_.comm || dp_.comm->world() == 1) return;
   Comm& cm = *dp_.comm;
-  if (be_.name() != "cpu" && !cm.device_memory())
-    throw Error(strf("gradients on the %s backend cannot be reduced over %s (use NCCL)",
-                     be_.name().c_str(), cm.name().c_str()));
   const size_t S = shard_size_, W = size_t(cm.world());
+  // The collectives on fp32 backend buffers: in place when the communicator can read the
+  // backend's memory (host memory, or NCCL on device memory), else through host copies.
+  const bool direct = be_.name() == "cpu" || cm.device_memory();
+  auto all_reduce = [&](Tensor t) {
+    if (direct) return cm.all_reduce_sum(t.as<float>(), t.numel);
+    std::vector<float> host(t.numel);
+    be_.download(host.data(), t);
+    cm.all_reduce_sum(host.data(), host.size());
+    be_.upload(t, host.data());
+  };
+  auto reduce_scatter = [&](Tensor in, Tensor out) {
+    if (direct) return cm.reduce_scatter_sum(in.as<float>(), out.as<float>(), out.numel);
+    std::vector<float> hin(in.numel), hout(out.numel);
+    be_.download(hin.data(), in);
+    cm.reduce_scatter_sum(hin.data(), hout.data(), hout.size());
+    be_.upload(out, hout.data());
+  };
   if (dtype_ == DType::F32) {
     if (!sharded_) {
-      cm.all_reduce_sum(grads_.as<float>(), num_params_);
+      all_reduce(grads_.slice(0, num_params_));
       return;
     }
     Tensor sum = be_.alloc(DType::F32, S);
-    cm.reduce_scatter_sum(grads_.as<float>(), sum.as<float>(), S);
+    reduce_scatter(grads_, sum);
     be_.convert(grads_.slice(shard_begin_, S), sum, Rounding{});
     be_.free(sum);
     return;
@@ -509,7 +533,7 @@ void GPT::sync_grads() {
     for (size_t off = 0; off < num_params_; off += chunk) {
       const size_t len = std::min(chunk, num_params_ - off);
       be_.convert(stage.slice(0, len), grads_.slice(off, len), Rounding{});
-      cm.all_reduce_sum(stage.as<float>(), len);
+      all_reduce(stage.slice(0, len));
       be_.convert(grads_.slice(off, len), stage.slice(0, len), Rounding{});
     }
     be_.free(stage);
@@ -523,7 +547,7 @@ void GPT::sync_grads() {
     const size_t len = std::min(chunk, S - off);
     for (size_t r = 0; r < W; r++)
       be_.convert(stage.slice(r * len, len), grads_.slice(r * S + off, len), Rounding{});
-    cm.reduce_scatter_sum(stage.as<float>(), sum.as<float>(), len);
+    reduce_scatter(stage.slice(0, W * len), sum.slice(0, len));
     be_.convert(grads_.slice(shard_begin_ + off, len), sum.slice(0, len), Rounding{});
   }
   be_.free(stage);
@@ -534,6 +558,18 @@ double GPT::grad_norm() {
   double ss = be_.sum_squares(grads_.slice(shard_begin_, shard_size_));
   if (sharded_) dp_.comm->all_reduce_sum(&ss, 1);
   return std::sqrt(ss);
+}
+
+GradCheck GPT::check_grads(double loss_scale) {
+  if (!sharded_) return be_.unscale_check_norm(grads_.slice(0, num_params_), loss_scale);
+  // ZeRO-1: only this rank's shard holds summed gradients; the squares are summed over the
+  // shards (a non-finite value anywhere makes every rank's sum non-finite).
+  double ss = be_.sum_squares(grads_.slice(shard_begin_, shard_size_));
+  dp_.comm->all_reduce_sum(&ss, 1);
+  GradCheck g;
+  g.norm = std::sqrt(ss) / loss_scale;
+  g.finite = std::isfinite(g.norm);
+  return g;
 }
 
 void GPT::adamw_step(const AdamWArgs& args) {

@@ -132,6 +132,8 @@ class GPT {
   void sync_grads();
   // Global gradient norm (of the summed gradients; under ZeRO-1 reduced over the shards).
   double grad_norm();
+  // The fused pass over the gradients: norm of grads / loss_scale and their finiteness.
+  GradCheck check_grads(double loss_scale);
   // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
   // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
   void adamw_step(const AdamWArgs& args);

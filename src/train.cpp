@@ -1,6 +1,5 @@
 #include "train.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -13,10 +12,15 @@
 #include "comm.h"
 #include "common.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
+#ifdef TG_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 #include "data.h"
 #include "fileio.h"
 #include "fp8.h"
 #include "loss_scaler.h"
+#include "perf.h"
 #include "prepare.h"
 #include "rng.h"
 #include "sample.h"
@@ -110,15 +114,41 @@ void poison_gradient(Backend& be, Tensor grads) {
   }
 }
 
-std::unique_ptr<Backend> make_backend(const Config& cfg) {
-  if (cfg.train.device == "cuda")
+std::string resolve_device(const std::string& device) {
+  if (device == "cpu") return "cpu";
+#ifdef TG_CUDA
+  const int gpus = cuda_device_count();
+  if (device == "cuda") {
+    if (gpus == 0)
+      throw UsageError(
+          "config key 'train.device': cuda was asked for, but no CUDA GPU is visible (use cpu "
+          "or auto)");
+    return "cuda";
+  }
+  // auto. TG_AUTO_DEVICE=cpu keeps `auto` on the CPU (the CPU-only tests set it).
+  const char* env = getenv("TG_AUTO_DEVICE");
+  if (env && std::string(env) == "cpu") return "cpu";
+  return gpus > 0 ? "cuda" : "cpu";
+#else
+  if (device == "cuda")
     throw UsageError(
-        "config key 'train.device': cuda is not available: this build has no CUDA backend yet "
-        "(use cpu or auto)");
+        "config key 'train.device': cuda is not available: this binary was built without CUDA "
+        "(build with nvcc installed; use cpu or auto)");
+  return "cpu";
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
+  const std::string device = resolve_device(cfg.train.device);
   int threads = cfg.train.threads > 0 ? cfg.train.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   // The CPU ops split GEMMs across OpenMP threads themselves (src/cpu/matmul.cpp).
-  openblas_set_num_threads(1);
+  cpu::blas_set_threads(1);
+#ifdef TG_CUDA
+  if (device == "cuda") return make_cuda_backend(local_rank % std::max(1, cuda_device_count()));
+#else
+  (void)local_rank;
+#endif
   return make_cpu_backend();
 }
 
@@ -130,7 +160,14 @@ GPTConfig model_config(const Config& cfg) {
 json run_training(const Config& cfg_in) {
   Config cfg = cfg_in;
   const auto t_start = Clock::now();
-  std::unique_ptr<Backend> be = make_backend(cfg);
+  comm_init(DistOptions{cfg.dist.rank, cfg.dist.world_size, cfg.dist.rendezvous, cfg.dist.timeout});
+  Comm& job = comm();  // MPI, TCP or single process: how the processes found each other
+  std::unique_ptr<Backend> be = make_backend(cfg, comm_local_rank());
+  // GPUs reduce over NCCL, bootstrapped by the job's communicator; every collective of the
+  // run then goes through it (host values are staged through the GPU).
+  std::unique_ptr<Comm> nccl;
+  if (job.world() > 1 && be->name() == "cuda") nccl = make_nccl_comm(job, be->device_index());
+  Comm& cm = nccl ? *nccl : job;
 
   // Model shape; an llm.c file defines it, and the effective config records it.
   ModelFile init;
@@ -142,8 +179,6 @@ json run_training(const Config& cfg_in) {
     cfg.model.max_seq_len = init.cfg.max_seq_len;
     cfg.model.vocab_size = init.cfg.vocab_size;
   }
-  comm_init(DistOptions{cfg.dist.rank, cfg.dist.world_size, cfg.dist.rendezvous, cfg.dist.timeout});
-  Comm& cm = comm();
   const int world = cm.world(), rank = cm.rank();
   // Only rank 0 talks and writes; the others train in silence.
   if (rank != 0 && !freopen("/dev/null", "w", stdout))
@@ -285,11 +320,12 @@ json run_training(const Config& cfg_in) {
                      .c_str()
                : "");
   printf(
-      "device: %s, %d thread(s); precision %s (%s weights and activations, fp32 master "
+      "device: %s%s, %d thread(s); precision %s (%s weights and activations, fp32 master "
       "weights), loss scaling %s%s\n",
-      be->name().c_str(), omp_get_max_threads(), cfg.precision.mode.c_str(),
-      dtype_name(model.dtype()), scaler.kind.c_str(),
-      cfg.precision.stochastic_rounding ? ", stochastic rounding" : "");
+      be->name().c_str(),
+      be->device_model().empty() ? "" : (" (" + be->device_model() + ")").c_str(),
+      omp_get_max_threads(), cfg.precision.mode.c_str(), dtype_name(model.dtype()),
+      scaler.kind.c_str(), cfg.precision.stochastic_rounding ? ", stochastic rounding" : "");
   if (fp8) {
     std::string kept;
     for (int l = 0; l < mc.n_layer; l++)
@@ -441,6 +477,9 @@ json run_training(const Config& cfg_in) {
                       .dump());
   };
 
+  // MFU against the GPU's peak for this mode (src/perf.h); none on the CPU.
+  const double peak_flops =
+      be->name() == "cuda" ? gpu_peak_flops(be->device_model(), cfg.precision.mode) : 0.0;
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
   std::vector<double> recent_losses;
   double final_val_loss = NAN, last_loss = NAN;
@@ -478,9 +517,10 @@ json run_training(const Config& cfg_in) {
     if (!std::isfinite(loss))
       throw Error(strf("training diverged at step %d: the loss is %g (try a lower optim.lr)",
                        step + 1, loss));
-    // One pass over the gradients gives the norm and, through it, finiteness.
-    const double norm = model.grad_norm() / scale;
-    const bool skipped = scaler.update(!std::isfinite(norm));
+    // One fused pass over the gradients: unscaled norm and finiteness.
+    const GradCheck gc = model.check_grads(scale);
+    const double norm = gc.finite ? gc.norm : NAN;
+    const bool skipped = scaler.update(!gc.finite);
     if (!skipped) {
       const double clip = cfg.optim.grad_clip;
       const double clip_factor = (clip > 0 && norm > clip) ? clip / norm : 1.0;
@@ -493,6 +533,7 @@ json run_training(const Config& cfg_in) {
       printf("step %d skipped: non-finite gradient at loss scale %g; next scale %g\n", step + 1,
              scale, scaler.scale);
     }
+    be->synchronize();  // the step's time includes the device's queued work
     const double dt = seconds_since(t0);
     last_loss = loss;
     recent_losses.push_back(loss);
@@ -518,9 +559,12 @@ json run_training(const Config& cfg_in) {
       std::string skip_txt = counters["skipped_steps"].get<int>() > 0
                                  ? strf(" | skipped %d", counters["skipped_steps"].get<int>())
                                  : "";
-      printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f%s%s | %.1f ms | %s tok/s | eta %s\n",
+      std::string mfu_txt;
+      if (peak_flops > 0)
+        mfu_txt = strf(" | MFU %.1f%%", 100.0 * tok_s * flops_per_token(mc, T) / peak_flops);
+      printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f%s%s | %.1f ms | %s tok/s%s | eta %s\n",
              int(std::to_string(steps).size()), step + 1, steps, loss, lr, norm, scale_txt.c_str(),
-             skip_txt.c_str(), dt * 1e3, fmt_rate(tok_s).c_str(),
+             skip_txt.c_str(), dt * 1e3, fmt_rate(tok_s).c_str(), mfu_txt.c_str(),
              fmt_duration(avg * (steps - step - 1)).c_str());
       fflush(stdout);
     }
@@ -560,30 +604,34 @@ json run_training(const Config& cfg_in) {
   double gap = NAN;
   if (std::isfinite(loss_floor) && std::isfinite(final_val_loss))
     gap = (ln_vocab - final_val_loss) / (ln_vocab - loss_floor);
-  json summary = {{"mode", cfg.precision.mode},
-                  {"device", be->name()},
-                  {"steps", steps},
-                  {"num_params", model.num_params()},
-                  {"tokens_per_step", step_tokens},
-                  {"initial_val_loss", nan_to_null(initial_val_loss)},
-                  {"final_train_loss", nan_to_null(final_train)},
-                  {"last_train_loss", nan_to_null(last_loss)},
-                  {"final_val_loss", nan_to_null(final_val_loss)},
-                  {"loss_floor", nan_to_null(loss_floor)},
-                  {"ln_vocab", ln_vocab},
-                  {"gap_closed", nan_to_null(gap)},
-                  {"tokens_per_second", nan_to_null(tps)},
-                  {"flops_per_token", flops_per_token(mc, T)},
-                  {"peak_memory_bytes", be->peak_bytes()},
-                  {"planned_memory_bytes",
-                   plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1).total()},
-                  {"peak_rss_bytes", peak_rss_bytes()},
-                  {"skipped_steps", counters["skipped_steps"]},
-                  {"final_loss_scale", scaler.scale},
-                  {"loss_scale_kind", scaler.kind},
-                  {"optimizer_steps", opt_step},
-                  {"wall_seconds", wall},
-                  {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
+  json summary = {
+      {"mode", cfg.precision.mode},
+      {"device", be->name()},
+      {"steps", steps},
+      {"num_params", model.num_params()},
+      {"tokens_per_step", step_tokens},
+      {"initial_val_loss", nan_to_null(initial_val_loss)},
+      {"final_train_loss", nan_to_null(final_train)},
+      {"last_train_loss", nan_to_null(last_loss)},
+      {"final_val_loss", nan_to_null(final_val_loss)},
+      {"loss_floor", nan_to_null(loss_floor)},
+      {"ln_vocab", ln_vocab},
+      {"gap_closed", nan_to_null(gap)},
+      {"tokens_per_second", nan_to_null(tps)},
+      {"flops_per_token", flops_per_token(mc, T)},
+      {"mfu", peak_flops > 0 && std::isfinite(tps) ? json(tps * flops_per_token(mc, T) / peak_flops)
+                                                   : json(nullptr)},
+      {"gpu", be->device_model().empty() ? json(nullptr) : json(be->device_model())},
+      {"peak_memory_bytes", be->peak_bytes()},
+      {"planned_memory_bytes",
+       plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1).total()},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"skipped_steps", counters["skipped_steps"]},
+      {"final_loss_scale", scaler.scale},
+      {"loss_scale_kind", scaler.kind},
+      {"optimizer_steps", opt_step},
+      {"wall_seconds", wall},
+      {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
   if (!numerics_totals.empty()) {
     json nj = json::object();
     for (const auto& [group, t] : numerics_totals) {

@@ -40,6 +40,9 @@ int comm_selftest();  // tests/test_comm.cpp
 int main(int argc, char** argv) {
   // Re-run under mpirun by tests/test_comm.cpp: check the collectives and exit.
   if (getenv("TG_COMM_SELFTEST")) return comm_selftest() == 0 ? 0 : 1;
+  // train.device=auto stays on the CPU in the binaries the CPU tests run, GPU or not (the
+  // CUDA tests in tests/cuda/ ask for device=cuda explicitly).
+  setenv("TG_AUTO_DEVICE", "cpu", 0);
   doctest::Context ctx(argc, argv);
   int rc = ctx.run();
   if (ctx.shouldExit()) return rc;

@@ -1,27 +1,20 @@
-// matmul: out(N,OC) = inp(N,C) W(OC,C)^T + bias, through BLAS (sgemm / dgemm).
+// matmul: out(N,OC) = inp(N,C) W(OC,C)^T + bias, through BLAS (sgemm / dgemm; gemm.h).
 // Backward: dinp = dout W (overwrites), dW += dout^T inp, dbias += column sums of dout.
 // Each GEMM is split by output rows across the OpenMP threads, every thread calling
 // single-threaded BLAS on its block: one thread pool for everything, instead of OpenMP
 // and OpenBLAS threads spinning against each other (measured: ~40% of a step on 2 cores).
 // The bias sums run over a fixed split of rows per thread, added in thread order.
-#include <cblas.h>
 #include <omp.h>
 
 #include <vector>
 
+#include "gemm.h"
 #include "ops.h"
 
 namespace tg::cpu {
 
 namespace {
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
-          const float* B, int ldb, float beta, float* Cm, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
-}
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const double* A, int lda,
-          const double* B, int ldb, double beta, double* Cm, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, Cm, ldc);
-}
+constexpr bool CblasNoTrans = false, CblasTrans = true;
 }  // namespace
 
 // Rows [r0, r1) of the M output rows that thread `id` of `nt` owns.

@@ -1,0 +1,123 @@
+// attention.cuh: causal multi-head self-attention around cuBLAS batched GEMMs
+// (src/cuda/attention.cu runs the GEMMs). qkv(B,T,3C) = [q | k | v], head size hs = C/NH,
+// scale = 1/sqrt(hs):
+//   forward:  q,k,v -> (B,NH,T,hs) (permute);  S = scale q k^T (GEMM, fp32);
+//             att = causal softmax(S) rows (zeros above the diagonal, stored in T);
+//             y = att v (GEMM);  out(B,T,C) <- y (unpermute)
+//   backward: dy <- dout (permute);  dP = dy v^T (GEMM, fp32);  dv = att^T dy (GEMM);
+//             dS = att * (dP - sum_u att dP) * scale (softmax backward, stored in T);
+//             dq = dS k, dk = dS^T q (GEMMs);  dqkv <- dq, dk, dv (unpermute)
+// The softmax kernels give one warp to each row (b, h, t) and read only u <= t.
+// (A fused flash-style kernel is the goal; this version is the tested reference path.)
+#pragma once
+#include "common.cuh"
+
+namespace tg::gpu {
+
+// q, k, v (B,NH,T,hs) from qkv (B,T,3,NH,hs); one thread per element of q.
+template <typename T>
+__global__ void attention_permute_kernel(T* q, T* k, T* v, const T* qkv, int B, int T_, int NH,
+                                         int hs) {
+  const size_t n = size_t(B) * NH * T_ * hs;
+  const int C = NH * hs;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int d = int(i % hs);
+    const int t = int((i / hs) % T_);
+    const int h = int((i / (size_t(hs) * T_)) % NH);
+    const int b = int(i / (size_t(hs) * T_ * NH));
+    const size_t src = (size_t(b) * T_ + t) * 3 * C + size_t(h) * hs + d;
+    q[i] = qkv[src];
+    k[i] = qkv[src + C];
+    v[i] = qkv[src + 2 * C];
+  }
+}
+
+// out (B,T,NH,hs) = y (B,NH,T,hs); one thread per element.
+template <typename T>
+__global__ void attention_unpermute_kernel(T* out, const T* y, int B, int T_, int NH, int hs) {
+  const size_t n = size_t(B) * NH * T_ * hs;
+  const int C = NH * hs;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int d = int(i % hs);
+    const int t = int((i / hs) % T_);
+    const int h = int((i / (size_t(hs) * T_)) % NH);
+    const int b = int(i / (size_t(hs) * T_ * NH));
+    out[(size_t(b) * T_ + t) * C + size_t(h) * hs + d] = y[i];
+  }
+}
+
+// y (B,NH,T,hs) = out (B,T,NH,hs): the inverse of the unpermute (for dout).
+template <typename T>
+__global__ void attention_permute_one_kernel(T* y, const T* out, int B, int T_, int NH, int hs) {
+  const size_t n = size_t(B) * NH * T_ * hs;
+  const int C = NH * hs;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int d = int(i % hs);
+    const int t = int((i / hs) % T_);
+    const int h = int((i / (size_t(hs) * T_)) % NH);
+    const int b = int(i / (size_t(hs) * T_ * NH));
+    y[i] = out[(size_t(b) * T_ + t) * C + size_t(h) * hs + d];
+  }
+}
+
+// dqkv (B,T,3,NH,hs) from dq, dk, dv (B,NH,T,hs): the inverse of the permute.
+template <typename T>
+__global__ void attention_unpermute_qkv_kernel(T* dqkv, const T* dq, const T* dk, const T* dv,
+                                               int B, int T_, int NH, int hs) {
+  const size_t n = size_t(B) * NH * T_ * hs;
+  const int C = NH * hs;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int d = int(i % hs);
+    const int t = int((i / hs) % T_);
+    const int h = int((i / (size_t(hs) * T_)) % NH);
+    const int b = int(i / (size_t(hs) * T_ * NH));
+    const size_t dst = (size_t(b) * T_ + t) * 3 * C + size_t(h) * hs + d;
+    dqkv[dst] = dq[i];
+    dqkv[dst + C] = dk[i];
+    dqkv[dst + 2 * C] = dv[i];
+  }
+}
+
+// att row (bh, t) = softmax over u <= t of S (already scaled), zeros for u > t.
+// rows = B*NH*T; one warp per row.
+template <typename T>
+__global__ void attention_softmax_forward_kernel(T* att, const float* S, int rows, int T_) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int t = row % T_;
+  const float* s = S + size_t(row) * T_;
+  T* a = att + size_t(row) * T_;
+  float m = -INFINITY;
+  for (int u = lane; u <= t; u += 32) m = fmaxf(m, s[u]);
+  m = warp_max(m);
+  float sum = 0;
+  for (int u = lane; u <= t; u += 32) sum += expf(s[u] - m);
+  sum = warp_sum(sum);
+  const float inv = 1.f / sum;
+  for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? expf(s[u] - m) * inv : 0.f);
+}
+
+// dS row = att * (dP - sum_u att dP) * scale for u <= t, zeros for u > t.
+template <typename T>
+__global__ void attention_softmax_backward_kernel(T* dS, const float* dP, const T* att, int rows,
+                                                  int T_, float scale) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int t = row % T_;
+  const float* dp = dP + size_t(row) * T_;
+  const T* a = att + size_t(row) * T_;
+  T* ds = dS + size_t(row) * T_;
+  float dot = 0;
+  for (int u = lane; u <= t; u += 32) dot += ld(a[u]) * dp[u];
+  dot = warp_sum(dot);
+  for (int u = lane; u < T_; u += 32)
+    ds[u] = st<T>(u <= t ? ld(a[u]) * (dp[u] - dot) * scale : 0.f);
+}
+
+}  // namespace tg::gpu

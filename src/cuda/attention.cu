@@ -1,0 +1,103 @@
+// attention.cu: causal self-attention from cuBLAS strided-batched GEMMs (one batch entry per
+// (b, h)) and the kernels of kernels/attention.cuh. Row-major throughout; see matmul.cu for
+// how a row-major product maps onto column-major cuBLAS. Scores and dP are fp32 scratch
+// (B, NH, T, T); the softmax probabilities live in the model's att tensor.
+#include <cmath>
+
+#include "kernels/attention.cuh"
+#include "launch.h"
+
+namespace tg::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::F32 ? CUDA_R_32F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+// Row-major, for each of `count` entries: D(M,N) = alpha op(A)(M,K) op(B)(K,N).
+void bgemm(Ctx& c, bool ta, bool tb, int M, int N, int K, DType ab, const void* A, int lda,
+           long long sa, const void* B, int ldb, long long sb, DType dt, void* D, int ldd,
+           long long sd, float alpha, int count) {
+  const float beta = 0.f;
+  TG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+      cuda_type(ab), ldb, sb, A, cuda_type(ab), lda, sa, &beta, D, cuda_type(dt), ldd, sd, count,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+unsigned row_blocks(size_t rows) { return unsigned((rows + 7) / 8); }  // 8 warps per block
+
+}  // namespace
+
+void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
+                       int NH) {
+  const int hs = C / NH, BH = B * NH;
+  const size_t btc = size_t(B) * T * C, es = dtype_size(t);
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  const float scale = 1.f / std::sqrt(float(hs));
+  void* q = c.scratch(kScratchQ, btc * es);
+  void* k = c.scratch(kScratchK, btc * es);
+  void* v = c.scratch(kScratchV, btc * es);
+  void* y = c.scratch(kScratchY, btc * es);
+  float* S = static_cast<float*>(c.scratch(kScratchS, size_t(BH) * tt * 4));
+  dispatch("attention_forward", t, [&](auto tag) {
+    using E = decltype(tag);
+    attention_permute_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
+        static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv), B,
+        T, NH, hs);
+    TG_LAUNCH_CHECK();
+    bgemm(c, false, true, T, T, hs, t, q, hs, th, k, hs, th, DType::F32, S, T, tt, scale, BH);
+    attention_softmax_forward_kernel<E>
+        <<<row_blocks(size_t(BH) * T), kThreads, 0, c.stream>>>(static_cast<E*>(att), S, BH * T, T);
+    TG_LAUNCH_CHECK();
+    bgemm(c, false, false, T, hs, T, t, att, T, tt, v, hs, th, t, y, hs, th, 1.f, BH);
+    attention_unpermute_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
+        static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                        const void* att, int B, int T, int C, int NH) {
+  const int hs = C / NH, BH = B * NH;
+  const size_t btc = size_t(B) * T * C, es = dtype_size(t);
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  const float scale = 1.f / std::sqrt(float(hs));
+  void* q = c.scratch(kScratchQ, btc * es);
+  void* k = c.scratch(kScratchK, btc * es);
+  void* v = c.scratch(kScratchV, btc * es);
+  void* dy = c.scratch(kScratchY, btc * es);
+  float* dP = static_cast<float*>(c.scratch(kScratchS, size_t(BH) * tt * 4));
+  void* dS = c.scratch(kScratchDS, size_t(BH) * tt * es);
+  void* dq = c.scratch(kScratchDQ, btc * es);
+  void* dk = c.scratch(kScratchDK, btc * es);
+  void* dv = c.scratch(kScratchDV, btc * es);
+  dispatch("attention_backward", t, [&](auto tag) {
+    using E = decltype(tag);
+    attention_permute_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
+        static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv), B,
+        T, NH, hs);
+    TG_LAUNCH_CHECK();
+    attention_permute_one_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
+        static_cast<E*>(dy), static_cast<const E*>(dout), B, T, NH, hs);
+    TG_LAUNCH_CHECK();
+    // dP = dy v^T (fp32);  dv = att^T dy
+    bgemm(c, false, true, T, T, hs, t, dy, hs, th, v, hs, th, DType::F32, dP, T, tt, 1.f, BH);
+    bgemm(c, true, false, T, hs, T, t, att, T, tt, dy, hs, th, t, dv, hs, th, 1.f, BH);
+    attention_softmax_backward_kernel<E><<<row_blocks(size_t(BH) * T), kThreads, 0, c.stream>>>(
+        static_cast<E*>(dS), dP, static_cast<const E*>(att), BH * T, T, scale);
+    TG_LAUNCH_CHECK();
+    // dq = dS k;  dk = dS^T q
+    bgemm(c, false, false, T, hs, T, t, dS, T, tt, k, hs, th, t, dq, hs, th, 1.f, BH);
+    bgemm(c, true, false, T, hs, T, t, dS, T, tt, q, hs, th, t, dk, hs, th, 1.f, BH);
+    attention_unpermute_qkv_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
+        static_cast<E*>(dqkv), static_cast<const E*>(dq), static_cast<const E*>(dk),
+        static_cast<const E*>(dv), B, T, NH, hs);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace tg::gpu

@@ -1,0 +1,140 @@
+// launch.h: what the CUDA backend's translation units share (nvcc only): the launch context
+// (stream, device properties, BLAS handles, scratch memory), error checks, type dispatch and
+// the host-side launchers of each op group (one .cu per group, kernels in kernels/*.cuh).
+//
+// Launchers take raw device pointers and element types; they only enqueue work on the
+// stream (no host synchronisation) unless their comment says they return a value.
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "../backend.h"
+#include "kernels/common.cuh"
+
+namespace tg::gpu {
+
+[[noreturn]] void cuda_fail(const char* what, const char* file, int line);
+#define TG_CUDA_CHECK(x)                                                     \
+  do {                                                                       \
+    cudaError_t tg_err_ = (x);                                               \
+    if (tg_err_ != cudaSuccess)                                              \
+      ::tg::gpu::cuda_fail(cudaGetErrorString(tg_err_), __FILE__, __LINE__); \
+  } while (0)
+#define TG_CUBLAS_CHECK(x)                                                     \
+  do {                                                                         \
+    cublasStatus_t tg_st_ = (x);                                               \
+    if (tg_st_ != CUBLAS_STATUS_SUCCESS)                                       \
+      ::tg::gpu::cuda_fail(cublasGetStatusString(tg_st_), __FILE__, __LINE__); \
+  } while (0)
+// After a launch: a bad configuration shows up here, not at the next synchronisation.
+#define TG_LAUNCH_CHECK() TG_CUDA_CHECK(cudaGetLastError())
+
+// Scratch buffers the ops keep between calls (grown on demand, counted in the backend's
+// bytes_in_use). Two live uses at once must have different slots.
+enum ScratchSlot {
+  kScratchPartialA,  // reduction partials
+  kScratchPartialB,
+  kScratchResult,  // small results read back by the host
+  kScratchQ,       // attention: q, k, v, y / dy in (B, NH, T, hs)
+  kScratchK,
+  kScratchV,
+  kScratchY,
+  kScratchS,   // attention: fp32 scores / dP (B, NH, T, T)
+  kScratchDS,  // attention: dS in T (B, NH, T, T)
+  kScratchDQ,
+  kScratchDK,
+  kScratchDV,
+  kScratchWideA,  // matmul: fp32 copies of mixed-type operands
+  kScratchWideB,
+  kScratchWideC,
+  kScratchWideOut,
+  kScratchWideDw,
+  kScratchWideDb,
+  kScratchAcc,      // matmul fallback: fp32 products
+  kScratchBuckets,  // encoder backward: token buckets
+  kNumScratch
+};
+
+struct Ctx {
+  cudaStream_t stream = nullptr;
+  cudaDeviceProp prop{};
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* lt_workspace = nullptr;
+  size_t lt_workspace_bytes = 0;
+  std::function<void*(ScratchSlot, size_t)> scratch;  // device memory of at least `bytes`
+
+  // A grid-stride launch size for n elements: enough blocks to fill every multiprocessor
+  // several times over, never more than the work needs.
+  unsigned grid(size_t n, int threads) const {
+    size_t blocks = (n + threads - 1) / threads;
+    size_t cap = size_t(prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1) * 32;
+    if (blocks > cap) blocks = cap;
+    return unsigned(blocks > 0 ? blocks : 1);
+  }
+};
+
+// Calls f(T{}) with T the device storage type of dtype (fp32, bf16, fp16).
+template <typename F>
+void dispatch(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::BF16: f(bf16{}); break;
+    case DType::F16: f(f16{}); break;
+    default: throw Error(strf("cuda backend: %s does not support %s tensors", op, dtype_name(t)));
+  }
+}
+
+// ---- elementwise.cu ----
+void encoder_forward(Ctx& c, DType t, void* out, const int32_t* tokens, const void* wte,
+                     const void* wpe, int B, int T, int C);
+// Downloads the tokens (a small synchronous copy) to group positions by token.
+void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
+                      const int32_t* tokens, int B, int T, int C);
+void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
+void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
+void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
+void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, float* m, float* v,
+           size_t n, const AdamWArgs& a);
+void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
+             const Rounding& r);
+// Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,
+// non-finite count}.
+void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out);
+// Enqueues the amax passes over fp32 x; out (device, 1 float) = amax (inf if non-finite).
+void amax(Ctx& c, const float* x, size_t n, float* out);
+void qdq(Ctx& c, float* x, size_t n, float scale, bool e4m3, bool finite);
+void classifier(Ctx& c, float* logits, float* losses, const int32_t* targets, float dloss, int N,
+                int V, int Vp);
+
+// ---- layernorm.cu ----
+void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
+                       const void* w, const void* b, int N, int C);
+void residual_layernorm_forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd,
+                                const void* a, const void* bb, const void* w, const void* b, int N,
+                                int C);
+void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const void* dout,
+                        const void* inp, const void* w, const float* mean, const float* rstd, int N,
+                        int C);
+
+// ---- matmul.cu ----
+// Row-major D(M,N) = op(A)(M,K) op(B)(K,N) + bias(N) + beta D, fp32 accumulation, one
+// rounding into D's type. A and B share a type; D is that type or fp32; bias (may be null)
+// has D's type. cuBLASLt (bias in its epilogue); plain cuBLAS + an epilogue kernel when
+// cuBLASLt has no algorithm for the shapes and alignments.
+void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
+          const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias);
+// dbias(OC) += column sums of dout(N, OC), deterministic.
+void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
+
+// ---- attention.cu ----
+void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
+                       int NH);
+void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                        const void* att, int B, int T, int C, int NH);
+
+}  // namespace tg::gpu

@@ -1,0 +1,58 @@
+// layernorm.cu: launchers of kernels/layernorm.cuh (a warp per row, 8 rows per block).
+#include "kernels/layernorm.cuh"
+#include "launch.h"
+
+namespace tg::gpu {
+
+namespace {
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+unsigned row_blocks(int N) { return unsigned((N + kWarps - 1) / kWarps); }
+}  // namespace
+
+void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
+                       const void* w, const void* b, int N, int C) {
+  dispatch("layernorm_forward", t, [&](auto tag) {
+    using E = decltype(tag);
+    layernorm_forward_kernel<E><<<row_blocks(N), kThreads, 0, c.stream>>>(
+        static_cast<E*>(out), mean, rstd, static_cast<const E*>(inp), static_cast<const E*>(w),
+        static_cast<const E*>(b), N, C);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+void residual_layernorm_forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd,
+                                const void* a, const void* bb, const void* w, const void* b, int N,
+                                int C) {
+  dispatch("residual_layernorm_forward", t, [&](auto tag) {
+    using E = decltype(tag);
+    residual_layernorm_forward_kernel<E><<<row_blocks(N), kThreads, 0, c.stream>>>(
+        static_cast<E*>(res), static_cast<E*>(out), mean, rstd, static_cast<const E*>(a),
+        static_cast<const E*>(bb), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const void* dout,
+                        const void* inp, const void* w, const float* mean, const float* rstd, int N,
+                        int C) {
+  const int rows = rows_per_chunk(N), chunks = (N + rows - 1) / rows;
+  float* pdw = static_cast<float*>(c.scratch(kScratchPartialA, size_t(chunks) * C * 4));
+  float* pdb = static_cast<float*>(c.scratch(kScratchPartialB, size_t(chunks) * C * 4));
+  dispatch("layernorm_backward", t, [&](auto tag) {
+    using E = decltype(tag);
+    const E* d = static_cast<const E*>(dout);
+    const E* x = static_cast<const E*>(inp);
+    layernorm_backward_dinp_kernel<E><<<row_blocks(N), kThreads, 0, c.stream>>>(
+        static_cast<E*>(dinp), d, x, static_cast<const E*>(w), mean, rstd, N, C);
+    TG_LAUNCH_CHECK();
+    dim3 grid(unsigned((C + 255) / 256), unsigned(chunks));
+    layernorm_backward_partial_kernel<E>
+        <<<grid, 256, 0, c.stream>>>(pdw, pdb, d, x, mean, rstd, N, C, rows);
+    TG_LAUNCH_CHECK();
+    layernorm_backward_final_kernel<E><<<unsigned((C + 255) / 256), 256, 0, c.stream>>>(
+        static_cast<E*>(dw), static_cast<E*>(db), pdw, pdb, chunks, C);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace tg::gpu

@@ -1,0 +1,309 @@
+// Every CUDA kernel against the CPU backend: fresh random inputs, poisoned outputs, relative
+// error within the precision's tolerance (see cuda_test_util.h). Accumulating outputs (+=)
+// start from the same random values on both sides.
+#include <algorithm>
+#include <array>
+
+#include "tests/cuda/cuda_test_util.h"
+
+using namespace tgc;
+
+TEST_CASE("cuda: encoder forward and backward") {
+  TG_REQUIRE_GPU();
+  const int B = 3, T = 17, C = 40, V = 23;  // few tokens: many repeats in the scatter-add
+  for (DType t : kAllTypes) {
+    INFO(name(t));
+    Twin tw;
+    Pair tok = tw.ints(random_tokens(size_t(B) * T, V, 1));
+    Pair wte = tw.rand(t, size_t(V) * C, 2), wpe = tw.rand(t, size_t(T) * C, 3);
+    Pair out = tw.poisoned(t, size_t(B) * T * C);
+    tw.cpu->encoder_forward(out.cpu, tok.cpu, wte.cpu, wpe.cpu, B, T, C);
+    tw.gpu->encoder_forward(out.gpu, tok.gpu, wte.gpu, wpe.gpu, B, T, C);
+    CHECK(tw.same_bits(out));  // one add, one rounding: identical
+    Pair dout = tw.rand(t, size_t(B) * T * C, 4);
+    Pair dwte = tw.rand(t, size_t(V) * C, 5), dwpe = tw.rand(t, size_t(T) * C, 6);
+    tw.cpu->encoder_backward(dwte.cpu, dwpe.cpu, dout.cpu, tok.cpu, B, T, C);
+    tw.gpu->encoder_backward(dwte.gpu, dwpe.gpu, dout.gpu, tok.gpu, B, T, C);
+    // The same additions in the same order, rounded at the same points: identical.
+    CHECK(tw.same_bits(dwte));
+    CHECK(tw.same_bits(dwpe));
+  }
+}
+
+TEST_CASE("cuda: layernorm forward, fused residual + layernorm, backward") {
+  TG_REQUIRE_GPU();
+  for (auto sh : {std::array<int, 2>{37, 72}, {64, 768}, {5, 33}}) {
+    const int N = sh[0], C = sh[1];
+    for (DType t : kAllTypes) {
+      INFO(name(t) << " N=" << N << " C=" << C);
+      Twin tw;
+      const size_t n = size_t(N) * C;
+      Pair inp = tw.rand(t, n, 10, 2.f, 0.5f), w = tw.rand(t, C, 11, 0.5f, 1.f),
+           b = tw.rand(t, C, 12, 0.3f);
+      Pair out = tw.poisoned(t, n), mean = tw.poisoned(DType::F32, N),
+           rstd = tw.poisoned(DType::F32, N);
+      tw.cpu->layernorm_forward(out.cpu, mean.cpu, rstd.cpu, inp.cpu, w.cpu, b.cpu, N, C);
+      tw.gpu->layernorm_forward(out.gpu, mean.gpu, rstd.gpu, inp.gpu, w.gpu, b.gpu, N, C);
+      CHECK(tw.err(out) < tol(t));
+      CHECK(tw.err(mean) < 1e-5);
+      CHECK(tw.err(rstd) < 1e-5);
+
+      Pair ra = tw.rand(t, n, 13), rb = tw.rand(t, n, 14);
+      Pair res = tw.poisoned(t, n), out2 = tw.poisoned(t, n), mean2 = tw.poisoned(DType::F32, N),
+           rstd2 = tw.poisoned(DType::F32, N);
+      tw.cpu->residual_layernorm_forward(res.cpu, out2.cpu, mean2.cpu, rstd2.cpu, ra.cpu, rb.cpu,
+                                         w.cpu, b.cpu, N, C);
+      tw.gpu->residual_layernorm_forward(res.gpu, out2.gpu, mean2.gpu, rstd2.gpu, ra.gpu, rb.gpu,
+                                         w.gpu, b.gpu, N, C);
+      CHECK(tw.same_bits(res));
+      CHECK(tw.err(out2) < tol(t));
+      CHECK(tw.err(mean2) < 1e-5);
+      CHECK(tw.err(rstd2) < 1e-5);
+
+      Pair dout = tw.rand(t, n, 15), dinp = tw.rand(t, n, 16), dw = tw.rand(t, C, 17),
+           db = tw.rand(t, C, 18);
+      tw.cpu->layernorm_backward(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, mean.cpu,
+                                 rstd.cpu, N, C);
+      tw.gpu->layernorm_backward(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, mean.gpu,
+                                 rstd.gpu, N, C);
+      CHECK(tw.err(dinp) < tol(t));
+      CHECK(tw.err(dw) < tol(t));
+      CHECK(tw.err(db) < tol(t));
+    }
+  }
+}
+
+TEST_CASE("cuda: matmul forward and backward (cuBLASLt and the fallback)") {
+  TG_REQUIRE_GPU();
+  // Aligned shapes take cuBLASLt; odd ones may take the cuBLAS + epilogue fallback.
+  for (auto sh : {std::array<int, 3>{64, 96, 288}, {33, 48, 80}, {7, 13, 9}}) {
+    const int N = sh[0], C = sh[1], OC = sh[2];
+    for (DType t : kAllTypes) {
+      for (bool with_bias : {true, false}) {
+        INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias);
+        Twin tw;
+        Pair inp = tw.rand(t, size_t(N) * C, 20), w = tw.rand(t, size_t(OC) * C, 21, 0.2f);
+        Pair bias = with_bias ? tw.rand(t, OC, 22) : Pair{};
+        Pair out = tw.poisoned(t, size_t(N) * OC);
+        tw.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
+        tw.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC);
+        CHECK(tw.err(out) < tol(t));
+
+        Pair dout = tw.rand(t, size_t(N) * OC, 23);
+        Pair dinp = tw.poisoned(t, size_t(N) * C);
+        Pair dw = tw.rand(t, size_t(OC) * C, 24), dbias = with_bias ? tw.rand(t, OC, 25) : Pair{};
+        tw.cpu->matmul_backward(dinp.cpu, dw.cpu, dbias.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
+        tw.gpu->matmul_backward(dinp.gpu, dw.gpu, dbias.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+        CHECK(tw.err(dinp) < tol(t));
+        CHECK(tw.err(dw) < tol(t));
+        if (with_bias) CHECK(tw.err(dbias) < tol(t));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: the lm_head's mixed-type matmuls (fp32 logits, 16-bit weights)") {
+  TG_REQUIRE_GPU();
+  const int N = 24, C = 64, OC = 256;
+  for (DType t : {DType::BF16, DType::F16}) {
+    INFO(name(t));
+    Twin tw;
+    Pair inp = tw.rand(t, size_t(N) * C, 30), w = tw.rand(t, size_t(OC) * C, 31, 0.2f);
+    Pair logits = tw.poisoned(DType::F32, size_t(N) * OC);
+    tw.cpu->matmul_forward(logits.cpu, inp.cpu, w.cpu, Tensor{}, N, C, OC);
+    tw.gpu->matmul_forward(logits.gpu, inp.gpu, w.gpu, Tensor{}, N, C, OC);
+    CHECK(tw.err(logits) < 1e-5);  // exact products, fp32 sums
+    Pair dlogits = tw.rand(DType::F32, size_t(N) * OC, 32, 0.01f);
+    Pair dinp = tw.poisoned(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, 33);
+    tw.cpu->matmul_backward(dinp.cpu, dw.cpu, Tensor{}, dlogits.cpu, inp.cpu, w.cpu, N, C, OC);
+    tw.gpu->matmul_backward(dinp.gpu, dw.gpu, Tensor{}, dlogits.gpu, inp.gpu, w.gpu, N, C, OC);
+    CHECK(tw.err(dinp) < tol(t));
+    CHECK(tw.err(dw) < tol(t));
+  }
+}
+
+TEST_CASE("cuda: FP8 quantize-dequantize matmuls match the CPU emulation") {
+  TG_REQUIRE_GPU();
+  const int N = 32, C = 64, OC = 96;
+  for (bool current : {true, false}) {
+    INFO("current scaling " << current);
+    Twin tw;
+    const DType t = DType::BF16;
+    Pair inp = tw.rand(t, size_t(N) * C, 40), w = tw.rand(t, size_t(OC) * C, 41, 0.1f),
+         bias = tw.rand(t, OC, 42);
+    tg::Fp8Quant q[2] = {{current ? 1.f : 64.f, current, 1}, {current ? 1.f : 1024.f, current, 0}};
+    Pair out = tw.poisoned(t, size_t(N) * OC);
+    tg::Fp8Report rc = tw.cpu->matmul_forward_fp8(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC, q);
+    tg::Fp8Report rg = tw.gpu->matmul_forward_fp8(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC, q);
+    CHECK(tw.err(out) < tol(t));
+    for (int i = 0; i < 2; i++) {
+      CHECK(rc.amax[i] == rg.amax[i]);
+      CHECK(rc.scale[i] == rg.scale[i]);
+    }
+    Pair dout = tw.rand(t, size_t(N) * OC, 43, 1e-3f);
+    Pair dinp = tw.poisoned(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, 44),
+         db = tw.rand(t, OC, 45);
+    tg::Fp8Quant gq{current ? 1.f : 2e6f, current, 0};
+    rc = tw.cpu->matmul_backward_fp8(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC,
+                                     gq, rc.scale[0], rc.scale[1]);
+    rg = tw.gpu->matmul_backward_fp8(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC,
+                                     gq, rg.scale[0], rg.scale[1]);
+    CHECK(rc.amax[0] == rg.amax[0]);
+    CHECK(rc.scale[0] == rg.scale[0]);
+    CHECK(tw.err(dinp) < tol(t));
+    CHECK(tw.err(dw) < tol(t));
+    CHECK(tw.err(db) < tol(t));
+  }
+}
+
+TEST_CASE("cuda: attention forward and backward") {
+  TG_REQUIRE_GPU();
+  for (auto sh : {std::array<int, 4>{2, 24, 32, 4}, {1, 64, 128, 2}, {3, 7, 12, 3}}) {
+    const int B = sh[0], T = sh[1], C = sh[2], NH = sh[3];
+    for (DType t : kAllTypes) {
+      INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+      Twin tw;
+      const size_t btc = size_t(B) * T * C, att_n = size_t(B) * NH * T * T;
+      Pair qkv = tw.rand(t, 3 * btc, 50);
+      Pair out = tw.poisoned(t, btc), att = tw.poisoned(t, att_n);
+      tw.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, B, T, C, NH);
+      tw.gpu->attention_forward(out.gpu, att.gpu, qkv.gpu, B, T, C, NH);
+      CHECK(tw.err(out) < tol(t));
+      CHECK(tw.err(att) < tol(t));
+      Pair dout = tw.rand(t, btc, 51), dqkv = tw.poisoned(t, 3 * btc);
+      tw.cpu->attention_backward(dqkv.cpu, dout.cpu, qkv.cpu, att.cpu, B, T, C, NH);
+      tw.gpu->attention_backward(dqkv.gpu, dout.gpu, qkv.gpu, att.gpu, B, T, C, NH);
+      // 16-bit: dS is stored in the compute type before the last two GEMMs (one rounding more
+      // than the CPU, which keeps it in fp32).
+      CHECK(tw.err(dqkv) < tol(t));
+    }
+  }
+}
+
+TEST_CASE("cuda: gelu and residual, packed and unpacked") {
+  TG_REQUIRE_GPU();
+  for (DType t : kAllTypes) {
+    for (size_t n : {size_t(4096), size_t(1001)}) {
+      for (size_t off : {size_t(0), size_t(1)}) {  // off = 1: misaligned for 16-byte packs
+        INFO(name(t) << " n=" << n << " offset=" << off);
+        Twin tw;
+        Pair x = tw.rand(t, n + off, 60, 2.f), d = tw.rand(t, n + off, 61);
+        Pair y = tw.poisoned(t, n + off), dx = tw.poisoned(t, n + off), r = tw.poisoned(t, n + off);
+        auto sl = [&](Pair p) { return Pair{p.cpu.slice(off, n), p.gpu.slice(off, n)}; };
+        tw.cpu->gelu_forward(sl(y).cpu, sl(x).cpu, n);
+        tw.gpu->gelu_forward(sl(y).gpu, sl(x).gpu, n);
+        CHECK(tw.err(sl(y)) < tol(t));
+        tw.cpu->gelu_backward(sl(dx).cpu, sl(x).cpu, sl(d).cpu, n);
+        tw.gpu->gelu_backward(sl(dx).gpu, sl(x).gpu, sl(d).gpu, n);
+        CHECK(tw.err(sl(dx)) < tol(t));
+        tw.cpu->residual_forward(sl(r).cpu, sl(x).cpu, sl(d).cpu, n);
+        tw.gpu->residual_forward(sl(r).gpu, sl(x).gpu, sl(d).gpu, n);
+        CHECK(tw.same_bits(sl(r)));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: fused classifier (softmax, cross-entropy, dlogits in place)") {
+  TG_REQUIRE_GPU();
+  for (auto sh : {std::array<int, 3>{9, 100, 128}, {4, 50257, 50304}}) {
+    const int N = sh[0], V = sh[1], Vp = sh[2];
+    for (float dloss : {0.f, 0.25f}) {
+      INFO("N=" << N << " V=" << V << " dloss=" << dloss);
+      Twin tw;
+      std::vector<float> z = randn(size_t(N) * Vp, 70, 3.f);
+      for (int n = 0; n < N; n++)
+        for (int i = V; i < Vp; i++) z[size_t(n) * Vp + i] = 1e4f;  // padding must be ignored
+      Pair logits = tw.make(DType::F32, z);
+      Pair tgt = tw.ints(random_tokens(N, V, 71));
+      Pair losses = tw.poisoned(DType::F32, N);
+      tw.cpu->classifier(logits.cpu, losses.cpu, tgt.cpu, dloss, N, V, Vp);
+      tw.gpu->classifier(logits.gpu, losses.gpu, tgt.gpu, dloss, N, V, Vp);
+      CHECK(tw.err(losses) < 1e-5);
+      CHECK(tw.err(logits) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("cuda: AdamW with fp32 master weights, nearest and stochastic rounding") {
+  TG_REQUIRE_GPU();
+  const size_t n = 5000;
+  for (DType t : kAllTypes) {
+    for (bool sr : {false, true}) {
+      if (sr && t == DType::F32) continue;
+      INFO(name(t) << " stochastic=" << sr);
+      Twin tw;
+      Pair master = tw.rand(DType::F32, n, 80, 0.1f), m = tw.rand(DType::F32, n, 81, 1e-3f);
+      std::vector<float> vv = randn(n, 82, 1e-4f);
+      for (auto& x : vv) x = std::fabs(x);
+      Pair v = tw.make(DType::F32, vv);
+      Pair grads = tw.rand(t, n, 83, 0.05f);
+      Pair params = t == DType::F32 ? master : tw.poisoned(t, n);
+      tg::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 7, tg::Rounding{sr, 1234, 99}};
+      tw.cpu->adamw(params.cpu, master.cpu, grads.cpu, m.cpu, v.cpu, a);
+      tw.gpu->adamw(params.gpu, master.gpu, grads.gpu, m.gpu, v.gpu, a);
+      CHECK(tw.err(master) < 1e-6);
+      CHECK(tw.err(m) < 1e-6);
+      CHECK(tw.err(v) < 1e-6);
+      CHECK(tw.err(params) < (t == DType::F32 ? 1e-6 : 1e-2));
+    }
+  }
+}
+
+TEST_CASE("cuda: conversions are bit-exact (nearest and stochastic)") {
+  TG_REQUIRE_GPU();
+  const size_t n = 3000;
+  Twin tw;
+  std::vector<float> src = randn(n, 90, 100.f);
+  src[0] = 1e-42f;  // subnormals, overflow and specials too
+  src[1] = 1e6f;
+  src[2] = INFINITY;
+  src[3] = -INFINITY;
+  src[4] = NAN;
+  src[5] = 7e4f;
+  Pair s = tw.make(DType::F32, src);
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (bool sr : {false, true}) {
+      INFO(name(t) << " stochastic=" << sr);
+      Pair d = tw.poisoned(t, n);
+      tg::Rounding r{sr, 77, 5};
+      tw.cpu->convert(d.cpu, s.cpu, r);
+      tw.gpu->convert(d.gpu, s.gpu, r);
+      CHECK(tw.same_bits(d));
+      Pair back = tw.poisoned(DType::F32, n);
+      tw.cpu->convert(back.cpu, d.cpu, tg::Rounding{});
+      tw.gpu->convert(back.gpu, d.gpu, tg::Rounding{});
+      auto c = tw.get(*tw.cpu, back.cpu), g = tw.get(*tw.gpu, back.gpu);
+      bool same = true;
+      for (size_t i = 0; i < n; i++)
+        if (!(c[i] == g[i] || (std::isnan(c[i]) && std::isnan(g[i])))) same = false;
+      CHECK(same);
+    }
+  }
+}
+
+TEST_CASE("cuda: sum of squares, the fused unscale/finite/norm check, stats") {
+  TG_REQUIRE_GPU();
+  for (DType t : kAllTypes) {
+    INFO(name(t));
+    Twin tw;
+    const size_t n = 300001;
+    Pair g = tw.rand(t, n, 100, 3.f);
+    const double sc = tw.cpu->sum_squares(g.cpu), sg = tw.gpu->sum_squares(g.gpu);
+    CHECK(std::fabs(sg / sc - 1) < 1e-5);
+    tg::GradCheck cc = tw.cpu->unscale_check_norm(g.cpu, 1024.0);
+    tg::GradCheck cg = tw.gpu->unscale_check_norm(g.gpu, 1024.0);
+    CHECK(cc.finite);
+    CHECK(cg.finite);
+    CHECK(std::fabs(cg.norm / cc.norm - 1) < 1e-5);
+    tg::TensorStats a = tw.cpu->stats(g.cpu), b = tw.gpu->stats(g.gpu);
+    CHECK(a.amax == b.amax);
+    CHECK(a.zeros == b.zeros);
+    CHECK(a.nonfinite == b.nonfinite);
+    // One infinity anywhere is found.
+    std::vector<char> inf_bytes = encode({INFINITY}, t);
+    tw.gpu->upload(g.gpu.slice(n / 2, 1), inf_bytes.data());
+    CHECK_FALSE(tw.gpu->unscale_check_norm(g.gpu, 1.0).finite);
+    CHECK(tw.gpu->stats(g.gpu).nonfinite == 1);
+  }
+}

@@ -1,0 +1,212 @@
+// The whole model on the GPU against the CPU: gradients of one step, ten training steps, and
+// the binary's training runs (GPU vs CPU losses, bit-exact resume on the GPU, checkpoints
+// moving between devices).
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "src/checkpoint.h"
+#include "src/model.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
+
+using namespace tgc;
+
+namespace {
+
+tg::GPTConfig small_gpt() { return tg::gpt_config(2, 4, 64, 100, 32); }
+
+struct Batch {
+  std::vector<int32_t> in, tgt;
+};
+Batch batch(int B, int T, int V, uint64_t seed) {
+  return {random_tokens(size_t(B) * T, V, seed), random_tokens(size_t(B) * T, V, seed + 1000)};
+}
+
+double rel(const std::vector<double>& a, const std::vector<double>& b, size_t off, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = off; i < off + n; i++) {
+    if (!std::isfinite(b[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += a[i] * a[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Tolerances for whole-model comparisons: every op's difference compounds through the
+// layers, and 16-bit activations round differently wherever an input differs by an ulp.
+double model_tol(DType t) { return t == DType::F32 ? 1e-4 : 3e-2; }
+
+std::vector<nlohmann::json> read_train_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "train") out.push_back(j);
+  }
+  return out;
+}
+
+const std::string& toy_data() {
+  static tgt::TempDir dir;
+  static bool made = false;
+  if (!made) {
+    std::string out;
+    REQUIRE(
+        tgt::run_binary("prepare toy --out " + dir.path + " --train_tokens 65536 --val_tokens 4096",
+                        &out) == 0);
+    made = true;
+  }
+  return dir.path;
+}
+
+std::string train_args(const std::string& out_dir, const std::string& device,
+                       const std::string& mode) {
+  const std::string& d = toy_data();
+  return "train --model.n_layer=2 --model.n_head=4 --model.n_embd=64 --model.max_seq_len=64 "
+         "--data.seq_len=64 --data.batch_size=8 --data.train='" +
+         d + "/toy_train_*.bin' --data.val='" + d +
+         "/toy_val_*.bin' --eval.batches=2 --eval.every=0 --sample.tokens=0 --train.threads=2 "
+         "--optim.warmup_steps=2 --optim.lr=3e-3 --train.device=" +
+         device + " --precision.mode=" + mode + " --train.out_dir=" + out_dir;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: full-model gradients match the CPU") {
+  TG_REQUIRE_GPU();
+  const tg::GPTConfig cfg = small_gpt();
+  const int B = 2, T = 16;
+  Batch bt = batch(B, T, cfg.vocab_size, 7);
+  for (DType t : kAllTypes) {
+    INFO(name(t));
+    auto cpu = tg::make_cpu_backend();
+    auto gpu = tg::make_cuda_backend();
+    tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
+    mc.init_random(42);
+    mg.init_random(42);
+    CHECK(mc.params_f64() == mg.params_f64());
+    mc.zero_grad();
+    mg.zero_grad();
+    const double lc = mc.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
+    const double lg = mg.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
+    CHECK(std::fabs(lg / lc - 1) < (t == DType::F32 ? 1e-5 : 1e-2));
+    mc.backward();
+    mg.backward();
+    auto gc = mc.grads_f64(), gg = mg.grads_f64();
+    auto sizes = tg::param_sizes(cfg);
+    size_t off = 0;
+    for (int i = 0; i < tg::kNumParamTensors; i++) {
+      INFO("grad of " << tg::param_name(i));
+      CHECK(rel(gc, gg, off, sizes[i]) < model_tol(t));
+      off += sizes[i];
+    }
+    CHECK(rel(gc, gg, 0, gc.size()) < model_tol(t));
+    const double nc = mc.grad_norm(), ng = mg.grad_norm();
+    CHECK(std::fabs(ng / nc - 1) < model_tol(t));
+  }
+}
+
+TEST_CASE("cuda: ten training steps follow the CPU") {
+  TG_REQUIRE_GPU();
+  const tg::GPTConfig cfg = small_gpt();
+  const int B = 4, T = 32;
+  for (DType t : kAllTypes) {
+    INFO(name(t));
+    auto cpu = tg::make_cpu_backend();
+    auto gpu = tg::make_cuda_backend();
+    tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
+    mc.init_random(3);
+    mg.init_random(3);
+    for (int step = 1; step <= 10; step++) {
+      Batch bt = batch(B, T, cfg.vocab_size, 100 + step);
+      double loss[2], norm[2];
+      tg::GPT* ms[2] = {&mc, &mg};
+      for (int k = 0; k < 2; k++) {
+        ms[k]->zero_grad();
+        loss[k] = ms[k]->forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
+        ms[k]->backward();
+        tg::GradCheck gc = ms[k]->check_grads(1.0);
+        REQUIRE(gc.finite);
+        norm[k] = gc.norm;
+        const float clip = norm[k] > 1.0 ? float(1.0 / norm[k]) : 1.f;
+        ms[k]->adamw_step(
+            {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, tg::Rounding{t != DType::F32, 555, 0}});
+      }
+      INFO("step " << step);
+      CHECK(std::fabs(loss[1] / loss[0] - 1) < model_tol(t));
+      CHECK(std::fabs(norm[1] / norm[0] - 1) < 10 * model_tol(t));
+    }
+    auto pc = mc.params_f64(), pg = mg.params_f64();
+    CHECK(rel(pc, pg, 0, pc.size()) < model_tol(t));
+  }
+}
+
+TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resume") {
+  TG_REQUIRE_GPU();
+  for (const char* mode : {"fp32", "bf16", "fp16"}) {
+    INFO(mode);
+    tgt::TempDir gpu_full, gpu_part, cpu_full, cross;
+    std::string out;
+    REQUIRE(tgt::run_binary(train_args(gpu_full.path, "cuda", mode) + " --train.steps=12", &out) ==
+            0);
+    CHECK(out.find("device: cuda") != std::string::npos);
+    REQUIRE(tgt::run_binary(train_args(cpu_full.path, "cpu", mode) + " --train.steps=12", &out) ==
+            0);
+    auto g = read_train_metrics(gpu_full / "metrics.jsonl");
+    auto c = read_train_metrics(cpu_full / "metrics.jsonl");
+    REQUIRE(g.size() == 12);
+    REQUIRE(c.size() == 12);
+    for (size_t i = 0; i < g.size(); i++) {
+      INFO("step " << i + 1);
+      CHECK(std::fabs(g[i]["loss"].get<double>() / c[i]["loss"].get<double>() - 1) <
+            (std::string(mode) == "fp32" ? 1e-4 : 3e-2));
+    }
+    // Stop the GPU run at step 6, resume it on the GPU: bit-identical to the full run.
+    REQUIRE(tgt::run_binary(train_args(gpu_part.path, "cuda", mode) +
+                                " --train.steps=12 --train.stop_at_step=6",
+                            &out) == 0);
+    int rc = tgt::run_binary(
+        train_args(gpu_part.path, "cuda", mode) + " --train.steps=12 --checkpoint.resume=true",
+        &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    auto p = read_train_metrics(gpu_part / "metrics.jsonl");
+    REQUIRE(p.size() == 12);
+    for (size_t i = 0; i < 12; i++) CHECK(p[i]["loss"].get<double>() == g[i]["loss"].get<double>());
+    CHECK(tg::read_model_file(gpu_full / "ckpt_00000012/model.bin").params ==
+          tg::read_model_file(gpu_part / "ckpt_00000012/model.bin").params);
+    // A GPU checkpoint resumes on the CPU (and continues close to the GPU run).
+    REQUIRE(tgt::run_binary(
+                train_args(cross.path, "cuda", mode) + " --train.steps=12 --train.stop_at_step=6",
+                &out) == 0);
+    rc = tgt::run_binary(
+        train_args(cross.path, "cpu", mode) + " --train.steps=12 --checkpoint.resume=true", &out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("resumed from") != std::string::npos);
+    auto x = read_train_metrics(cross / "metrics.jsonl");
+    REQUIRE(x.size() == 12);
+    CHECK(std::fabs(x[11]["loss"].get<double>() / g[11]["loss"].get<double>() - 1) < 3e-2);
+  }
+}
+
+TEST_CASE("cuda: a CPU checkpoint resumes on the GPU") {
+  TG_REQUIRE_GPU();
+  tgt::TempDir run, ref;
+  std::string out;
+  REQUIRE(tgt::run_binary(
+              train_args(run.path, "cpu", "bf16") + " --train.steps=8 --train.stop_at_step=4",
+              &out) == 0);
+  int rc = tgt::run_binary(
+      train_args(run.path, "cuda", "bf16") + " --train.steps=8 --checkpoint.resume=true", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("resumed from") != std::string::npos);
+  REQUIRE(tgt::run_binary(train_args(ref.path, "cpu", "bf16") + " --train.steps=8", &out) == 0);
+  auto a = read_train_metrics(run / "metrics.jsonl"), b = read_train_metrics(ref / "metrics.jsonl");
+  REQUIRE(a.size() == 8);
+  REQUIRE(b.size() == 8);
+  CHECK(std::fabs(a[7]["loss"].get<double>() / b[7]["loss"].get<double>() - 1) < 3e-2);
+}
