@@ -506,45 +506,47 @@ struct Fp8LinearShape {
 // weights and gradients, fp32 master weights and Adam state) and adds:
 //   state    sizeof(Fp8LinearDevice) = 80 bytes per FP8 linear (4 per layer): negligible;
 //   scratch  the quantized operands of the one linear being computed, shared by all linears
-//            and sized for the largest. FP8 path, bytes (1 per element):
+//            and sized for the largest one's backward. FP8 path, bytes (1 per element):
 //              a  inp (N*C, forward) or inp^T (C*N, backward)
 //              b  W (OC*C, forward) or W^T (C*OC, backward)
 //              g  dout (N*OC), gT dout^T (OC*N)                       (backward only)
 //            fallback path: a, b, g in bf16 (2 bytes per element), no gT.
-//            For a GPT-2 block (fc: C -> 4C, fcproj: 4C -> C) the largest is the fc backward:
+//            Each call carves its own a, b, g, gT from the one buffer, so the size is the
+//            maximum over the linears of their sum. For a GPT-2 block (qkv C -> 3C, attproj
+//            C -> C, fc C -> 4C, fcproj 4C -> C) that is the fc backward:
 //            N*C + 4C^2 + 2*N*4C = 9*N*C + 4*C^2 bytes (fallback: 2*(N*C + 4C^2 + 4*N*C)).
 // Nothing of it lives across ops: the forward's copies are dead after its GEMM (the backward
 // re-quantizes the bf16 inp and W with the forward's scales instead of keeping fp8 copies of
 // every activation), so the scratch may alias any buffer that is dead while the block
-// linears run. The natural one is the fp32 logits/dlogits buffer (N*Vp*4 bytes, e.g. 200 KB
-// per row for GPT-2's vocabulary, far more than 9*C + 4*C^2/N): in the forward it is written
-// only after the last block, and in the backward it is consumed by the lm_head backward before
-// the first block backward. With that alias FP8 mode's peak is bf16's plus the state bytes:
-// at or below bf16's whenever fp8_plan_scratch_bytes() <= the logits buffer (a backend
-// should check and allocate separately otherwise, e.g. for a toy vocabulary).
+// linears run. The natural one is the fp32 logits/dlogits buffer (N*Vp*4 bytes, about 200 KB
+// per row for GPT-2's vocabulary against 9*C + 4*C^2/N bytes per row here): in the forward
+// it is written only after the last block, and in the backward it is consumed by the lm_head
+// backward before the first block backward. With that alias FP8 mode's peak is bf16's plus
+// the state bytes, i.e. at bf16's, whenever fp8_plan_scratch_bytes() <= the logits buffer
+// (a backend should check and allocate separately otherwise, e.g. for a toy vocabulary, and
+// then reports the difference as FP8's extra memory).
 inline size_t fp8_align256(size_t b) { return (b + 255) / 256 * 256; }
 
-struct Fp8ScratchSizes {
-  size_t a = 0, b = 0, g = 0, gT = 0;
-  size_t total() const {
-    return fp8_align256(a) + fp8_align256(b) + fp8_align256(g) + fp8_align256(gT);
-  }
+// Where one linear's operands lie in the scratch (byte offsets), and its total.
+struct Fp8ScratchLayout {
+  size_t a = 0, b = 0, g = 0, gT = 0, total = 0;
 };
-
-inline Fp8ScratchSizes fp8_scratch_sizes(Fp8Path path, const Fp8LinearShape* shapes, int n) {
-  Fp8ScratchSizes s;
+inline Fp8ScratchLayout fp8_scratch_layout(Fp8Path path, const Fp8LinearShape& s) {
   const size_t e = path == Fp8Path::kFp8 ? 1 : 2;
-  for (int i = 0; i < n; i++) {
-    const size_t N = size_t(shapes[i].N), C = size_t(shapes[i].C), OC = size_t(shapes[i].OC);
-    s.a = std::max(s.a, N * C * e);
-    s.b = std::max(s.b, OC * C * e);
-    s.g = std::max(s.g, N * OC * e);
-    if (path == Fp8Path::kFp8) s.gT = std::max(s.gT, N * OC);
-  }
-  return s;
+  const size_t N = size_t(s.N), C = size_t(s.C), OC = size_t(s.OC);
+  Fp8ScratchLayout l;
+  l.a = 0;
+  l.b = l.a + fp8_align256(N * C * e);
+  l.g = l.b + fp8_align256(OC * C * e);
+  l.gT = l.g + fp8_align256(N * OC * e);
+  l.total = l.gT + (path == Fp8Path::kFp8 ? fp8_align256(N * OC) : 0);
+  return l;
 }
+// Scratch bytes for these linears (the largest backward).
 inline size_t fp8_plan_scratch_bytes(Fp8Path path, const Fp8LinearShape* shapes, int n) {
-  return fp8_scratch_sizes(path, shapes, n).total();
+  size_t m = 0;
+  for (int i = 0; i < n; i++) m = std::max(m, fp8_scratch_layout(path, shapes[i]).total);
+  return m;
 }
 inline size_t fp8_plan_state_bytes(int n_linears) {
   return size_t(n_linears) * sizeof(Fp8LinearDevice);
@@ -555,38 +557,28 @@ struct Fp8Plan {
   Fp8Path path = Fp8Path::kFp8;
   int n_linears = 0;
   Fp8LinearDevice* dev = nullptr;  // n_linears entries (device)
-  Fp8ScratchSizes sizes;
-  uint8_t* a = nullptr;  // see the accounting above
-  uint8_t* b = nullptr;
-  uint8_t* g = nullptr;
-  uint8_t* gT = nullptr;
+  uint8_t* scratch = nullptr;      // scratch_bytes, 256-byte aligned
+  size_t scratch_bytes = 0;
   void* owned_scratch = nullptr;  // cudaMalloc'ed here when no external scratch was given
 };
 
-// Allocates the per-linear state (zero amaxes, scale 1, descale 1, alpha 1, constants 0 and 1)
-// and, unless `external_scratch` (at least fp8_plan_scratch_bytes(), 256-byte aligned) is
-// given, the scratch. Synchronous (setup time only).
-inline Fp8Plan fp8_plan_create(Fp8Path path, const Fp8LinearShape* shapes, int n_linears,
-                               void* external_scratch = nullptr, size_t external_bytes = 0) {
+// Allocates the state of n_linears linears (index: layer * 4 + Fp8State::Linear; zero amaxes,
+// scale 1, descale 1, alpha 1, constants 0 and 1) and, unless `external_scratch` is given
+// (256-byte aligned, scratch_bytes long: e.g. the logits buffer, see above), a scratch of
+// scratch_bytes (fp8_plan_scratch_bytes of all the linears' shapes). Synchronous (setup).
+inline Fp8Plan fp8_plan_create(Fp8Path path, int n_linears, size_t scratch_bytes,
+                               void* external_scratch = nullptr) {
   Fp8Plan p;
   p.path = path;
   p.n_linears = n_linears;
-  p.sizes = fp8_scratch_sizes(path, shapes, n_linears);
-  const size_t need = p.sizes.total();
-  uint8_t* base = static_cast<uint8_t*>(external_scratch);
-  if (base) {
-    if (external_bytes < need || !fp8_detail::aligned(base, 256))
-      fp8_fail("fp8_plan_create: external scratch too small (" + std::to_string(external_bytes) +
-               " < " + std::to_string(need) + " bytes) or not 256-byte aligned");
-  } else if (need) {
-    fp8_check_cuda(cudaMalloc(&p.owned_scratch, need), "cudaMalloc(fp8 scratch)");
-    base = static_cast<uint8_t*>(p.owned_scratch);
-  }
-  if (base) {
-    p.a = base;
-    p.b = p.a + fp8_align256(p.sizes.a);
-    p.g = p.b + fp8_align256(p.sizes.b);
-    p.gT = p.sizes.gT ? p.g + fp8_align256(p.sizes.g) : nullptr;
+  p.scratch_bytes = scratch_bytes;
+  if (external_scratch) {
+    if (!fp8_detail::aligned(external_scratch, 256))
+      fp8_fail("fp8_plan_create: the external scratch is not 256-byte aligned");
+    p.scratch = static_cast<uint8_t*>(external_scratch);
+  } else if (scratch_bytes) {
+    fp8_check_cuda(cudaMalloc(&p.owned_scratch, scratch_bytes), "cudaMalloc(fp8 scratch)");
+    p.scratch = static_cast<uint8_t*>(p.owned_scratch);
   }
   if (n_linears > 0) {
     fp8_check_cuda(cudaMalloc(reinterpret_cast<void**>(&p.dev), fp8_plan_state_bytes(n_linears)),
@@ -660,19 +652,24 @@ inline void requantize(const Fp8GemmContext& ctx, uint8_t* q, uint8_t* qT, const
                  Fp8Format::E4M3, &st->scale, nullptr, nullptr, nullptr, ctx.stream);
 }
 
-inline void check_plan(const Fp8GemmContext& ctx, const Fp8Plan& plan, int lin, int N, int C,
-                       int OC, bool backward) {
+// This call's operand buffers in the plan's scratch.
+struct Operands {
+  uint8_t *a, *b, *g, *gT;
+};
+inline Operands check_plan(const Fp8GemmContext& ctx, const Fp8Plan& plan, int lin, int N, int C,
+                           int OC, bool backward) {
   if (ctx.path != plan.path) fp8_fail("fp8: the plan was made for the other GEMM path");
   if (lin < 0 || lin >= plan.n_linears)
-    fp8_fail("fp8: linear index " + std::to_string(lin) + " out of range");
-  const size_t e = plan.path == Fp8Path::kFp8 ? 1 : 2;
-  const size_t n = size_t(N), c = size_t(C), oc = size_t(OC);
-  const bool fits = n * c * e <= plan.sizes.a && oc * c * e <= plan.sizes.b &&
-                    (!backward || (n * oc * e <= plan.sizes.g &&
-                                   (plan.path != Fp8Path::kFp8 || n * oc <= plan.sizes.gT)));
-  if (!fits || !plan.a)
+    fp8_fail("fp8: linear index " + std::to_string(lin) + " out of range (the plan has " +
+             std::to_string(plan.n_linears) + ")");
+  const Fp8ScratchLayout l = fp8_scratch_layout(plan.path, Fp8LinearShape{N, C, OC});
+  const size_t need = backward ? l.total : l.g;
+  if (need > plan.scratch_bytes || plan.scratch == nullptr)
     fp8_fail("fp8: linear N=" + std::to_string(N) + ", C=" + std::to_string(C) +
-             ", OC=" + std::to_string(OC) + " does not fit the plan's scratch");
+             ", OC=" + std::to_string(OC) + " needs " + std::to_string(need) +
+             " scratch bytes, the plan has " + std::to_string(plan.scratch_bytes));
+  return Operands{plan.scratch + l.a, plan.scratch + l.b, plan.scratch + l.g,
+                  plan.path == Fp8Path::kFp8 ? plan.scratch + l.gT : nullptr};
 }
 
 }  // namespace fp8_detail
@@ -690,19 +687,19 @@ inline void fp8_linear_forward(const Fp8GemmContext& ctx, const Fp8Plan& plan, i
                                const Fp8Quant quant[2]) {
   using namespace fp8_detail;
   if (ctx.path == Fp8Path::kFp8) check_shape("forward", N, C, OC);
-  check_plan(ctx, plan, lin, N, C, OC, false);
+  const Operands o = check_plan(ctx, plan, lin, N, C, OC, false);
   Fp8LinearDevice* d = plan.dev + lin;
-  quantize(ctx, plan.a, nullptr, inp, N, C, Fp8Format::E4M3, quant[0], &d->t[kFp8Inp]);
-  quantize(ctx, plan.b, nullptr, w, OC, C, Fp8Format::E4M3, quant[1], &d->t[kFp8Weight]);
+  quantize(ctx, o.a, nullptr, inp, N, C, Fp8Format::E4M3, quant[0], &d->t[kFp8Inp]);
+  quantize(ctx, o.b, nullptr, w, OC, C, Fp8Format::E4M3, quant[1], &d->t[kFp8Weight]);
   if (ctx.path == Fp8Path::kFp8) {
-    fp8_gemm_forward(ctx, out, plan.a, plan.b, bias, N, C, OC, &d->t[kFp8Inp].descale,
+    fp8_gemm_forward(ctx, out, o.a, o.b, bias, N, C, OC, &d->t[kFp8Inp].descale,
                      &d->t[kFp8Weight].descale);
   } else {
     fallback_alpha_kernel<<<1, 32, 0, ctx.stream>>>(d, 0);
     fp8_check_cuda(cudaGetLastError(), "fp8 fallback alpha");
-    fp8_fallback_forward(ctx, out, reinterpret_cast<const __nv_bfloat16*>(plan.a),
-                         reinterpret_cast<const __nv_bfloat16*>(plan.b), bias, N, C, OC,
-                         &d->alpha[0], &d->zero, &d->one);
+    fp8_fallback_forward(ctx, out, reinterpret_cast<const __nv_bfloat16*>(o.a),
+                         reinterpret_cast<const __nv_bfloat16*>(o.b), bias, N, C, OC, &d->alpha[0],
+                         &d->zero, &d->one);
   }
   fp8_poison_if_nonfinite(out, size_t(N) * OC, &d->t[kFp8Inp].amax, &d->t[kFp8Weight].amax,
                           ctx.stream);
@@ -721,24 +718,24 @@ inline void fp8_linear_backward(const Fp8GemmContext& ctx, const Fp8Plan& plan, 
                                 float inp_scale, float w_scale) {
   using namespace fp8_detail;
   if (ctx.path == Fp8Path::kFp8) check_shape("backward", N, C, OC);
-  check_plan(ctx, plan, lin, N, C, OC, true);
+  const Operands o = check_plan(ctx, plan, lin, N, C, OC, true);
   Fp8LinearDevice* d = plan.dev + lin;
   if (dbias) bias_backward_bf16(dbias, dout, N, OC, ctx.stream);
-  quantize(ctx, plan.g, plan.gT, dout, N, OC, Fp8Format::E5M2, gq, &d->t[kFp8Grad]);
-  requantize(ctx, plan.b, plan.b, w, OC, C, w_scale, &d->t[kFp8Weight]);
-  requantize(ctx, plan.a, plan.a, inp, N, C, inp_scale, &d->t[kFp8Inp]);
+  quantize(ctx, o.g, o.gT, dout, N, OC, Fp8Format::E5M2, gq, &d->t[kFp8Grad]);
+  requantize(ctx, o.b, o.b, w, OC, C, w_scale, &d->t[kFp8Weight]);
+  requantize(ctx, o.a, o.a, inp, N, C, inp_scale, &d->t[kFp8Inp]);
   if (ctx.path == Fp8Path::kFp8) {
-    fp8_gemm_dgrad(ctx, dinp, plan.g, plan.b, N, C, OC, &d->t[kFp8Grad].descale,
+    fp8_gemm_dgrad(ctx, dinp, o.g, o.b, N, C, OC, &d->t[kFp8Grad].descale,
                    &d->t[kFp8Weight].descale);
-    fp8_gemm_wgrad(ctx, dw, plan.gT, plan.a, N, C, OC, &d->t[kFp8Grad].descale,
-                   &d->t[kFp8Inp].descale, true);
+    fp8_gemm_wgrad(ctx, dw, o.gT, o.a, N, C, OC, &d->t[kFp8Grad].descale, &d->t[kFp8Inp].descale,
+                   true);
   } else {
     fallback_alpha_kernel<<<1, 32, 0, ctx.stream>>>(d, 1);
     fp8_check_cuda(cudaGetLastError(), "fp8 fallback alpha");
-    const auto* vg = reinterpret_cast<const __nv_bfloat16*>(plan.g);
-    fp8_fallback_dgrad(ctx, dinp, vg, reinterpret_cast<const __nv_bfloat16*>(plan.b), N, C, OC,
+    const auto* vg = reinterpret_cast<const __nv_bfloat16*>(o.g);
+    fp8_fallback_dgrad(ctx, dinp, vg, reinterpret_cast<const __nv_bfloat16*>(o.b), N, C, OC,
                        &d->alpha[1], &d->zero);
-    fp8_fallback_wgrad(ctx, dw, vg, reinterpret_cast<const __nv_bfloat16*>(plan.a), N, C, OC,
+    fp8_fallback_wgrad(ctx, dw, vg, reinterpret_cast<const __nv_bfloat16*>(o.a), N, C, OC,
                        &d->alpha[2], &d->one);
   }
   fp8_poison_if_nonfinite(dinp, size_t(N) * C, &d->t[kFp8Grad].amax, &d->t[kFp8Weight].amax,
