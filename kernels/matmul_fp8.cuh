@@ -231,8 +231,8 @@ inline bool lt_matmul(const Fp8GemmContext& ctx, const LtGemm& g) {
   int found = 0;
   const cublasStatus_t hs =
       cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found);
+  if (hs != CUBLAS_STATUS_NOT_SUPPORTED) fp8_check_lt(hs, "cublasLtMatmulAlgoGetHeuristic", nm);
   if (hs == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
-  fp8_check_lt(hs, "cublasLtMatmulAlgoGetHeuristic", nm);
   fp8_check_lt(cublasLtMatmul(ctx.lt, d.op, g.alpha, g.A, d.a, g.B, d.b, g.beta, g.D, d.c, g.D, d.c,
                               &res.algo, ctx.workspace, ctx.workspace_bytes, ctx.stream),
                "cublasLtMatmul", nm);
