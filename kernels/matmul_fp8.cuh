@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/fp8_cast.cuh"
@@ -560,7 +561,22 @@ struct Fp8Plan {
   uint8_t* scratch = nullptr;      // scratch_bytes, 256-byte aligned
   size_t scratch_bytes = 0;
   void* owned_scratch = nullptr;  // cudaMalloc'ed here when no external scratch was given
+  std::unordered_map<const void*, int> slots;  // see fp8_plan_slot
 };
+
+// The state index of the linear whose weight lives at `weight` (the Backend's FP8 calls do not
+// say which layer and linear they are; each block linear has its own weight slice, so its
+// device address names it). The first call for a weight takes the next free index; throws when
+// more distinct weights arrive than the plan has linears.
+inline int fp8_plan_slot(Fp8Plan& plan, const void* weight) {
+  const auto it = plan.slots.find(weight);
+  if (it != plan.slots.end()) return it->second;
+  const int next = int(plan.slots.size());
+  if (next >= plan.n_linears)
+    fp8_fail("fp8: more distinct FP8 linears than the plan's " + std::to_string(plan.n_linears));
+  plan.slots.emplace(weight, next);
+  return next;
+}
 
 // Allocates the state of n_linears linears (index: layer * 4 + Fp8State::Linear; zero amaxes,
 // scale 1, descale 1, alpha 1, constants 0 and 1) and, unless `external_scratch` is given

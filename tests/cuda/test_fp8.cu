@@ -700,3 +700,14 @@ TEST_CASE("fp8 plan: scratch of the largest linear's backward, 80 bytes of state
   // against GPT-2's fp32 logits buffer (N x 50304 x 4 bytes) the scratch is small
   CHECK(fp8_plan_scratch_bytes(Fp8Path::kFp8, gpt2, 4) < size_t(N) * 50304 * 4);
 }
+
+TEST_CASE("fp8 plan: a weight's address names its linear's state slot") {
+  Fp8Plan plan;
+  plan.n_linears = 2;
+  int a = 0, b = 0, c = 0;
+  CHECK(fp8_plan_slot(plan, &a) == 0);
+  CHECK(fp8_plan_slot(plan, &b) == 1);
+  CHECK(fp8_plan_slot(plan, &a) == 0);
+  CHECK(fp8_plan_slot(plan, &b) == 1);
+  CHECK_THROWS_AS(fp8_plan_slot(plan, &c), Error);
+}
