@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 FLAGS=(-std=c++17 -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
        -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -I.)
 "$NVCC" "${FLAGS[@]}" -c tests/cuda/test_fp8.cu -o "$OUT/test_fp8.o"
-"$NVCC" "${FLAGS[@]}" -c tests/cuda/fp8_test_main.cu -o "$OUT/fp8_test_main.o"
+${CXX:-g++} -std=c++17 -O2 -c tests/cuda/fp8_test_main.cpp -o "$OUT/fp8_test_main.o"
 "$NVCC" -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   "$OUT/test_fp8.o" "$OUT/fp8_test_main.o" -o "$OUT/fp8_test" -lcublasLt -lcublas
 "$OUT/fp8_test" "$@"
