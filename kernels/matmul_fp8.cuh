@@ -240,36 +240,6 @@ inline bool lt_matmul(const Fp8GemmContext& ctx, const LtGemm& g) {
   return true;
 }
 
-// out(N, OC) rows = bias (before a GEMM with beta = 1 when no bias epilogue is available:
-// the bias then enters the fp32 sum and the output is rounded once, as on the CPU).
-__global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out, const uint16_t* __restrict__ bias,
-                                      int N, int OC) {
-  const size_t n = size_t(N) * OC;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    out[i] = bias[i % OC];
-}
-
-// dbias(OC) += sum over rows of dout(N, OC), fp32 sums, deterministic (fixed order): block
-// (32 columns) x (8 row groups); row group y sums rows y, y+8, ...; then the 8 partial sums in
-// order.
-__global__ void bias_backward_kernel(uint16_t* __restrict__ dbias,
-                                     const uint16_t* __restrict__ dout, int N, int OC) {
-  __shared__ float part[8][33];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  const int o = blockIdx.x * 32 + tx;
-  float s = 0.f;
-  if (o < OC)
-    for (int r = ty; r < N; r += 8) s += bf16_to_f32(dout[size_t(r) * OC + o]);
-  part[ty][tx] = s;
-  __syncthreads();
-  if (ty == 0 && o < OC) {
-    float t = 0.f;
-    for (int y = 0; y < 8; y++) t += part[y][tx];
-    dbias[o] = f32_to_bf16(bf16_to_f32(dbias[o]) + t);
-  }
-}
-
 }  // namespace fp8_detail
 
 // dbias(OC) += column sums of bf16 dout(N, OC) (unquantized; fp32 sums, one rounding).
@@ -488,16 +458,6 @@ inline void fp8_fallback_wgrad(const Fp8GemmContext& ctx, __nv_bfloat16* dw,
 
 // ---- per-linear state and scratch (the plan) ----
 
-// The device state of one FP8 linear (one per layer and linear; 80 bytes). Operand order is
-// Fp8State's: INP, WEIGHT, GRAD.
-struct alignas(16) Fp8LinearDevice {
-  Fp8TensorScale t[3];
-  float alpha[4];  // fallback: [0] forward dI*dW, [1] dgrad dG*dW, [2] wgrad dG*dI
-  float zero, one, reserved[2];
-};
-static_assert(sizeof(Fp8LinearDevice) == 80, "Fp8LinearDevice layout");
-enum Fp8Operand { kFp8Inp = 0, kFp8Weight = 1, kFp8Grad = 2 };
-
 // The shape of one linear: out(N,OC) = inp(N,C) W(OC,C)^T.
 struct Fp8LinearShape {
   int N = 0, C = 0, OC = 0;
@@ -619,17 +579,6 @@ inline void fp8_plan_destroy(Fp8Plan& p) {
 }
 
 namespace fp8_detail {
-
-__global__ void fallback_alpha_kernel(Fp8LinearDevice* d, int which) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const float di = d->t[kFp8Inp].descale, dw = d->t[kFp8Weight].descale,
-              dg = d->t[kFp8Grad].descale;
-  if (which == 0) d->alpha[0] = di * dw;
-  if (which == 1) {
-    d->alpha[1] = dg * dw;
-    d->alpha[2] = dg * di;
-  }
-}
 
 // Quantizes x (rows, cols) with quant (current: own amax; else quant.scale) into st. FP8 path:
 // q (may be null) and qT (may be null) as fp8 codes; the amax of x goes to st->amax either
