@@ -44,8 +44,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -184,6 +187,47 @@ inline void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr
                "cublasLtMatmulDescSetAttribute", gemm);
 }
 
+// Largest power of two (at most 256) dividing the address.
+inline uint32_t pointer_alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al) al /= 2;
+  return al;
+}
+
+// cuBLASLt's heuristic answer per GEMM configuration (the heuristic query costs tens of
+// microseconds; a training step makes the same dozen GEMMs over and over). The key holds
+// everything the descriptors and preferences say except the pointers themselves.
+using AlgoKey = std::array<int64_t, 18>;
+struct AlgoEntry {
+  bool usable = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+inline std::map<AlgoKey, AlgoEntry>& algo_cache() {
+  static std::map<AlgoKey, AlgoEntry> cache;
+  return cache;
+}
+inline std::mutex& algo_cache_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+// True when the key was seen; *algo is then its algorithm (when usable).
+inline bool cached_algo(const AlgoKey& key, cublasLtMatmulAlgo_t* algo) {
+  std::lock_guard<std::mutex> lock(algo_cache_mutex());
+  const auto it = algo_cache().find(key);
+  if (it == algo_cache().end()) return false;
+  *algo = it->second.algo;
+  return true;
+}
+inline bool algo_usable(const AlgoKey& key) {
+  std::lock_guard<std::mutex> lock(algo_cache_mutex());
+  return algo_cache().at(key).usable;
+}
+inline void store_algo(const AlgoKey& key, bool usable, const cublasLtMatmulAlgo_t& algo) {
+  std::lock_guard<std::mutex> lock(algo_cache_mutex());
+  algo_cache()[key] = AlgoEntry{usable, algo};
+}
+
 // Runs g; returns false (running nothing) when cuBLASLt has no algorithm for it.
 inline bool lt_matmul(const Fp8GemmContext& ctx, const LtGemm& g) {
   LtDescs d;
@@ -223,19 +267,57 @@ inline bool lt_matmul(const Fp8GemmContext& ctx, const LtGemm& g) {
       "cublasLtMatrixLayoutCreate(B)", nm);
   fp8_check_lt(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_16BF, g.m, g.n, g.ldd),
                "cublasLtMatrixLayoutCreate(C/D)", nm);
-  fp8_check_lt(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate", nm);
-  const uint64_t ws = ctx.workspace_bytes;
-  fp8_check_lt(cublasLtMatmulPreferenceSetAttribute(
-                   d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-               "cublasLtMatmulPreferenceSetAttribute", nm);
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found);
-  if (hs != CUBLAS_STATUS_NOT_SUPPORTED) fp8_check_lt(hs, "cublasLtMatmulAlgoGetHeuristic", nm);
-  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
+  // The heuristic assumes 256-byte aligned pointers unless told otherwise; tell it what they
+  // are (a weight or bias slice of a small model may be aligned to 16 bytes only).
+  const uint32_t al_a = pointer_alignment(g.A), al_b = pointer_alignment(g.B),
+                 al_d = pointer_alignment(g.D);
+  const AlgoKey key = {reinterpret_cast<int64_t>(ctx.lt),
+                       int64_t(g.a_type),
+                       int64_t(g.b_type),
+                       g.transa,
+                       g.transb,
+                       g.m,
+                       g.n,
+                       g.k,
+                       g.lda,
+                       g.ldb,
+                       g.ldd,
+                       g.bias != nullptr,
+                       g.fast_accum && fp8,
+                       g.device_scalars,
+                       al_a,
+                       al_b,
+                       al_d,
+                       int64_t(ctx.workspace_bytes)};
+  cublasLtMatmulAlgo_t algo;
+  if (!cached_algo(key, &algo)) {
+    fp8_check_lt(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate", nm);
+    const uint64_t ws = ctx.workspace_bytes;
+    fp8_check_lt(cublasLtMatmulPreferenceSetAttribute(
+                     d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                 "cublasLtMatmulPreferenceSetAttribute", nm);
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t al_val[4] = {al_a, al_b, al_d, al_d};
+    for (int i = 0; i < 4; i++)
+      fp8_check_lt(
+          cublasLtMatmulPreferenceSetAttribute(d.pref, al_attr[i], &al_val[i], sizeof al_val[i]),
+          "cublasLtMatmulPreferenceSetAttribute(alignment)", nm);
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(ctx.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) fp8_check_lt(hs, "cublasLtMatmulAlgoGetHeuristic", nm);
+    const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    store_algo(key, ok, res.algo);
+    if (!ok) return false;
+    algo = res.algo;
+  } else if (!algo_usable(key)) {
+    return false;
+  }
   fp8_check_lt(cublasLtMatmul(ctx.lt, d.op, g.alpha, g.A, d.a, g.B, d.b, g.beta, g.D, d.c, g.D, d.c,
-                              &res.algo, ctx.workspace, ctx.workspace_bytes, ctx.stream),
+                              &algo, ctx.workspace, ctx.workspace_bytes, ctx.stream),
                "cublasLtMatmul", nm);
   return true;
 }

@@ -432,9 +432,11 @@ struct LinearRun {
   Fp8Report fwd, bwd;
 };
 
-// Forward (with and without bias) and backward of one linear on `path`.
+// Forward (with and without bias) and backward of one linear on `path`. misalign: every
+// bf16 tensor starts 16 bytes past a 256-byte boundary (as slices of small models do), which
+// cuBLASLt must be told (its heuristic assumes 256 by default).
 LinearRun run_linear(Fp8Path path, bool fast_accum, const LinearData& d, const Fp8Quant q[2],
-                     const Fp8Quant& gq) {
+                     const Fp8Quant& gq, bool misalign = false) {
   fp8t::LtEnv env;
   Fp8GemmContext ctx;
   ctx.lt = env.lt;
@@ -445,21 +447,36 @@ LinearRun run_linear(Fp8Path path, bool fast_accum, const LinearData& d, const F
   ctx.fast_accum_forward = fast_accum;
   const Fp8LinearShape sh{d.N, d.C, d.OC};
   Fp8Plan plan = fp8_plan_create(path, 3, fp8_plan_scratch_bytes(path, &sh, 1));
-  DevBuf<uint16_t> x(d.x), w(d.w), b(d.b), g(d.g), dw(d.dw0), db(d.db0);
-  DevBuf<uint16_t> out(size_t(d.N) * d.OC), out2(size_t(d.N) * d.OC), dinp(size_t(d.N) * d.C);
+  const size_t off = misalign ? 8 : 0;  // 8 bf16 = 16 bytes
+  auto padded = [&](const std::vector<uint16_t>& h) {
+    std::vector<uint16_t> v(off, 0);
+    v.insert(v.end(), h.begin(), h.end());
+    return v;
+  };
+  auto unpadded = [&](const DevBuf<uint16_t>& buf) {
+    const std::vector<uint16_t> v = buf.download();
+    return std::vector<uint16_t>(v.begin() + off, v.end());
+  };
+  DevBuf<uint16_t> x(padded(d.x)), w(padded(d.w)), b(padded(d.b)), g(padded(d.g)),
+      dw(padded(d.dw0)), db(padded(d.db0));
+  DevBuf<uint16_t> out(off + size_t(d.N) * d.OC), out2(off + size_t(d.N) * d.OC),
+      dinp(off + size_t(d.N) * d.C);
   const int lin = 2;
   LinearRun r;
-  fp8_linear_forward(ctx, plan, lin, bf(out2.p), bf(x.p), bf(w.p), nullptr, d.N, d.C, d.OC, q);
-  fp8_linear_forward(ctx, plan, lin, bf(out.p), bf(x.p), bf(w.p), bf(b.p), d.N, d.C, d.OC, q);
+  fp8_linear_forward(ctx, plan, lin, bf(out2.p + off), bf(x.p + off), bf(w.p + off), nullptr, d.N,
+                     d.C, d.OC, q);
+  fp8_linear_forward(ctx, plan, lin, bf(out.p + off), bf(x.p + off), bf(w.p + off), bf(b.p + off),
+                     d.N, d.C, d.OC, q);
   r.fwd = fp8_forward_report(plan, lin, 0);
-  fp8_linear_backward(ctx, plan, lin, bf(dinp.p), bf(dw.p), bf(db.p), bf(g.p), bf(x.p), bf(w.p),
-                      d.N, d.C, d.OC, gq, r.fwd.scale[0], r.fwd.scale[1]);
+  fp8_linear_backward(ctx, plan, lin, bf(dinp.p + off), bf(dw.p + off), bf(db.p + off),
+                      bf(g.p + off), bf(x.p + off), bf(w.p + off), d.N, d.C, d.OC, gq,
+                      r.fwd.scale[0], r.fwd.scale[1]);
   r.bwd = fp8_backward_report(plan, lin, 0);
-  r.out = out.download();
-  r.out_nobias = out2.download();
-  r.dinp = dinp.download();
-  r.dw = dw.download();
-  r.db = db.download();
+  r.out = unpadded(out);
+  r.out_nobias = unpadded(out2);
+  r.dinp = unpadded(dinp);
+  r.dw = unpadded(dw);
+  r.db = unpadded(db);
   fp8_plan_destroy(plan);
   return r;
 }
@@ -496,10 +513,12 @@ TEST_CASE("fp8 GEMMs: exact on small integers with power-of-two scales (layouts 
     return bad;
   };
   for (Fp8Path path : paths_to_test()) {
-    for (bool fast : {true, false}) {
+    for (int variant = 0; variant < 3; variant++) {
+      const bool fast = variant != 1, misalign = variant == 2;
       CAPTURE(fp8_path_name(path));
       CAPTURE(fast);
-      const LinearRun r = run_linear(path, fast, d, q, gq);
+      CAPTURE(misalign);
+      const LinearRun r = run_linear(path, fast, d, q, gq, misalign);
       CHECK(exact(r.out, out_ref) == 0);
       CHECK(exact(r.out_nobias, out2_ref) == 0);
       CHECK(exact(r.dinp, dinp_ref) == 0);
@@ -709,4 +728,12 @@ TEST_CASE("fp8 plan: a weight's address names its linear's state slot") {
   CHECK(fp8_plan_slot(plan, &a) == 0);
   CHECK(fp8_plan_slot(plan, &b) == 1);
   CHECK_THROWS_AS(fp8_plan_slot(plan, &c), Error);
+}
+
+TEST_CASE("fp8 GEMM pointer alignment told to cuBLASLt's heuristic") {
+  using fp8_detail::pointer_alignment;
+  CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12300))) == 256);
+  CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12310))) == 16);
+  CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12380))) == 128);
+  CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12301))) == 1);
 }
