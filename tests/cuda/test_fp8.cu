@@ -737,3 +737,83 @@ TEST_CASE("fp8 GEMM pointer alignment told to cuBLASLt's heuristic") {
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12380))) == 128);
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12301))) == 1);
 }
+
+// ---- informational timings (skipped unless asked: --no-skip -tc="fp8 bench*") ----
+
+namespace {
+template <typename F>
+double time_ms(F&& f, int reps = 20) {
+  f();  // warm up (and fill the heuristic cache)
+  cudaEvent_t a, b;
+  FP8_CUDA_OK(cudaEventCreate(&a));
+  FP8_CUDA_OK(cudaEventCreate(&b));
+  FP8_CUDA_OK(cudaEventRecord(a, 0));
+  for (int i = 0; i < reps; i++) f();
+  FP8_CUDA_OK(cudaEventRecord(b, 0));
+  FP8_CUDA_OK(cudaEventSynchronize(b));
+  float ms = 0;
+  FP8_CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) / reps;
+}
+}  // namespace
+
+TEST_CASE("fp8 bench: casts and GEMMs at GPT-2 124M sizes (informational)" * doctest::skip()) {
+  FP8_NEED_GPU();
+  const int N = 8192, C = 768, OC = 3072;  // the fc linear at B*T = 8192
+  const size_t nx = size_t(N) * C;
+  DevBuf<uint16_t> x(fp8t::random_bf16(nx, 1.0f, 1)),
+      w(fp8t::random_bf16(size_t(OC) * C, 0.02f, 2));
+  DevBuf<uint16_t> g(fp8t::random_bf16(size_t(N) * OC, 1e-3f, 3)), out(size_t(N) * OC), dinp(nx),
+      dw(size_t(OC) * C), b(fp8t::random_bf16(OC, 0.1f, 4)), db(OC);
+  FP8_CUDA_OK(cudaMemset(dw.p, 0, dw.bytes()));
+  FP8_CUDA_OK(cudaMemset(db.p, 0, db.bytes()));
+  DevBuf<uint8_t> q(nx), qT(nx);
+  DevBuf<Fp8TensorScale> st(1);
+  fp8_set_scale(st.p, 100.0f, 0);
+  const double bytes_cast = nx * 3.0;  // read 2, write 1
+  const double t_amax = time_ms([&] { fp8_amax(&st.p->amax, bf(x.p), nx, 0); });
+  const double t_cast = time_ms(
+      [&] { fp8_cast(q.p, bf(x.p), nx, Fp8Format::E4M3, &st.p->scale, &st.p->amax, nullptr, 0); });
+  const double t_castT = time_ms([&] {
+    fp8_cast_transpose(q.p, qT.p, bf(x.p), N, C, Fp8Format::E4M3, &st.p->scale, nullptr, nullptr,
+                       0);
+  });
+  std::printf("amax bf16 %zu elements: %.3f ms, %.0f GB/s\n", nx, t_amax, nx * 2.0 / t_amax / 1e6);
+  std::printf("cast + amax -> e4m3:    %.3f ms, %.0f GB/s\n", t_cast, bytes_cast / t_cast / 1e6);
+  std::printf("cast -> e4m3 + e4m3^T:  %.3f ms, %.0f GB/s\n", t_castT, nx * 4.0 / t_castT / 1e6);
+  const Fp8Quant qd[2] = {Fp8Quant{100.0f, false, 0}, Fp8Quant{1000.0f, false, 0}};
+  const Fp8Quant qc[2] = {Fp8Quant{1.0f, true, 0}, Fp8Quant{1.0f, true, 0}};
+  int dev = 0;
+  FP8_CUDA_OK(cudaGetDevice(&dev));
+  const Fp8Path native = fp8_path_for_device(dev);
+  const double flop = 2.0 * N * C * OC;
+  for (Fp8Path path : {Fp8Path::kBf16Fallback, native}) {
+    fp8t::LtEnv env;
+    Fp8GemmContext ctx;
+    ctx.lt = env.lt;
+    ctx.workspace = env.ws;
+    ctx.workspace_bytes = env.ws_bytes;
+    ctx.path = path;
+    const Fp8LinearShape sh{N, C, OC};
+    Fp8Plan plan = fp8_plan_create(path, 1, fp8_plan_scratch_bytes(path, &sh, 1));
+    for (bool current : {false, true}) {
+      const Fp8Quant* qq = current ? qc : qd;
+      const double tf = time_ms([&] {
+        fp8_linear_forward(ctx, plan, 0, bf(out.p), bf(x.p), bf(w.p), bf(b.p), N, C, OC, qq);
+      });
+      const double tb = time_ms([&] {
+        fp8_linear_backward(ctx, plan, 0, bf(dinp.p), bf(dw.p), bf(db.p), bf(g.p), bf(x.p), bf(w.p),
+                            N, C, OC, qq[0], 100.0f, 1000.0f);
+      });
+      std::printf(
+          "%-8s %-7s linear forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f "
+          "TFLOP/s), all casts included\n",
+          path == Fp8Path::kFp8 ? "fp8" : "fallback", current ? "current" : "delayed", tf,
+          flop / tf / 1e9, tb, 2 * flop / tb / 1e9);
+    }
+    fp8_plan_destroy(plan);
+    if (native == Fp8Path::kBf16Fallback) break;
+  }
+}
