@@ -620,8 +620,8 @@ inline int fp8_plan_slot(Fp8Plan& plan, const void* weight) {
   return next;
 }
 
-// Allocates the state of n_linears linears (index: layer * 4 + Fp8State::Linear; zero amaxes,
-// scale 1, descale 1, alpha 1, constants 0 and 1) and, unless `external_scratch` is given
+// Allocates the state of n_linears linears (index: fp8_plan_slot, or layer * 4 + linear; zero
+// amaxes, scale 1, descale 1, alpha 1, constants 0 and 1) and, unless `external_scratch` is given
 // (256-byte aligned, scratch_bytes long: e.g. the logits buffer, see above), a scratch of
 // scratch_bytes (fp8_plan_scratch_bytes of all the linears' shapes). Synchronous (setup).
 inline Fp8Plan fp8_plan_create(Fp8Path path, int n_linears, size_t scratch_bytes,
@@ -723,7 +723,7 @@ inline Operands check_plan(const Fp8GemmContext& ctx, const Fp8Plan& plan, int l
 
 // ---- one linear, end to end (what matmul_forward_fp8 / matmul_backward_fp8 call) ----
 //
-// Forward of linear `lin` (index into the plan: layer * 4 + Fp8State::Linear):
+// Forward of linear `lin` (its state slot: fp8_plan_slot(plan, w), or layer * 4 + linear):
 // out(N,OC) = quant(inp) . quant(W)^T + bias. quant[0] (inp) and quant[1] (W) are Fp8State's
 // (current recipe: scale from the tensor's own amax on the device; delayed: quant.scale from
 // the history). Afterwards plan.dev[lin].t[kFp8Inp / kFp8Weight] hold each operand's amax,
