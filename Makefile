@@ -119,9 +119,18 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 endif
 
-# The test binary prints its own closing line "N passed, N failed".
-test: $(BUILD)/run_tests $(BIN)
-	@TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+# The FP8 kernels' device code run on the CPU with CUDA threads emulated (needs the CUDA
+# headers; C++20 for std::barrier): checks their index math without a GPU.
+ifneq ($(USE_NVCC),)
+FP8_EMU := $(BUILD)/fp8_kernels_emulated
+$(FP8_EMU): tests/cuda/fp8_kernels_emulated.cpp kernels/fp8_kernels.cuh src/formats.h | deps
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) $< -o $@
+endif
+
+# The test binary prints its own closing line "N passed, N failed" (last).
+test: $(BUILD)/run_tests $(BIN) $(FP8_EMU)
+	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy

@@ -1,0 +1,359 @@
+// fp8_kernels_emulated.cpp: runs the FP8 kernels of kernels/fp8_kernels.cuh on the CPU.
+//
+// The kernels' source is compiled by g++ with the CUDA keywords and intrinsics emulated:
+// every block runs as blockDim.x std::threads (blocks one after another), __syncthreads is a
+// std::barrier over the block, __reduce_max_sync a barrier over the 32 threads of the warp,
+// __shared__ variables are function statics (one block at a time), atomicMax takes a mutex.
+// That executes the kernels' index math, vector packing, tile transposes, reductions and
+// poisoning exactly as written, on a machine without a GPU; it says nothing about the CUDA
+// compiler, the memory model or cuBLASLt (tests/cuda/test_fp8.cu on a GPU does). Built and run
+// by scripts/fp8_kernel_test.sh (g++ -std=c++20: std::barrier).
+#define __host__
+#define __device__
+#define __global__
+#define __shared__ static
+#define __launch_bounds__(...)
+#include <vector_functions.h>
+#include <vector_types.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace emu {
+thread_local uint3 thread_idx, block_idx;
+dim3 block_dim, grid_dim;
+std::barrier<>* block_barrier = nullptr;
+std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+unsigned warp_vals[32][32];
+std::mutex atomic_mu;
+}  // namespace emu
+
+#define threadIdx emu::thread_idx
+#define blockIdx emu::block_idx
+#define blockDim emu::block_dim
+#define gridDim emu::grid_dim
+
+inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+  emu::warp_vals[w][l] = v;
+  emu::warp_barriers[w]->arrive_and_wait();
+  unsigned m = 0;
+  for (int i = 0; i < 32; i++) m = std::max(m, emu::warp_vals[w][i]);
+  emu::warp_barriers[w]->arrive_and_wait();
+  return m;
+}
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+  std::lock_guard<std::mutex> g(emu::atomic_mu);
+  const unsigned old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+
+#include "kernels/fp8_kernels.cuh"
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+using namespace tg;
+using namespace tg::cuda;
+using namespace tg::cuda::fp8_detail;
+
+namespace {
+
+// kernel<<<grid, block>>>(args...) with 1-D blocks.
+template <typename... P, typename... A>
+void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
+  emu::block_dim = dim3(block);
+  emu::grid_dim = grid;
+  for (unsigned bz = 0; bz < grid.z; bz++)
+    for (unsigned by = 0; by < grid.y; by++)
+      for (unsigned bx = 0; bx < grid.x; bx++) {
+        std::barrier<> bar(block);
+        emu::block_barrier = &bar;
+        emu::warp_barriers.clear();
+        for (unsigned w = 0; w < (block + 31) / 32; w++)
+          emu::warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, block)));
+        std::vector<std::thread> th;
+        for (unsigned t = 0; t < block; t++)
+          th.emplace_back([=] {
+            emu::thread_idx = uint3{t, 0, 0};
+            emu::block_idx = uint3{bx, by, bz};
+            kernel(args...);
+          });
+        for (auto& x : th) x.join();
+      }
+}
+
+// 64-byte aligned host buffers (the kernels' vector paths need 16).
+template <typename T>
+struct Buf {
+  T* p;
+  size_t n;
+  explicit Buf(size_t count, unsigned char fill = 0xff) : n(count) {
+    p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64 + 64));
+    std::memset(static_cast<void*>(p), fill, n * sizeof(T));
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() { std::free(p); }
+  T& operator[](size_t i) { return p[i]; }
+};
+
+uint8_t enc(Fp8Format f, float v) {
+  return f == Fp8Format::E4M3 ? f32_to_e4m3(v, true) : f32_to_e5m2(v, true);
+}
+float dec(Fp8Format f, uint8_t q) { return f == Fp8Format::E4M3 ? e4m3_to_f32(q) : e5m2_to_f32(q); }
+
+template <Fp8Format F>
+void cast(dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool vec, const float* s, unsigned* a,
+          const float* poison) {
+  launch(g, kThreads, &cast_bf16_kernel<F>, x, q, n, vec, s, a, poison);
+}
+void cast_any(Fp8Format f, dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool vec,
+              const float* s, unsigned* a, const float* poison) {
+  if (f == Fp8Format::E4M3)
+    cast<Fp8Format::E4M3>(g, x, q, n, vec, s, a, poison);
+  else
+    cast<Fp8Format::E5M2>(g, x, q, n, vec, s, a, poison);
+}
+void cast_t_any(Fp8Format f, const uint16_t* x, uint8_t* q, uint8_t* qT, int rows, int cols,
+                bool vin, bool vout, const float* s, unsigned* a, const float* poison) {
+  const dim3 g((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+  if (f == Fp8Format::E4M3)
+    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E4M3>, x, q, qT, rows, cols, vin, vout, s,
+           a, poison);
+  else
+    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E5M2>, x, q, qT, rows, cols, vin, vout, s,
+           a, poison);
+}
+
+const Fp8Format kFormats[2] = {Fp8Format::E4M3, Fp8Format::E5M2};
+
+}  // namespace
+
+TEST_CASE("emulated: the cast kernel on every bf16 code, vector and scalar paths, fused amax") {
+  Buf<uint16_t> x(65536 + 16);
+  for (size_t i = 0; i < 65536; i++) x[i] = uint16_t(i);
+  for (Fp8Format f : kFormats)
+    for (float s : {1.0f, 448.0f / 3.7f, 1.0e-30f}) {
+      CAPTURE(s);
+      Buf<float> scale(1);
+      scale[0] = s;
+      Buf<unsigned> amax(1, 0);
+      Buf<uint8_t> q(65536 + 16);
+      cast_any(f, dim3(3), x.p, q.p, 65536, true, scale.p, amax.p, nullptr);
+      size_t bad = 0;
+      for (size_t i = 0; i < 65536; i++) bad += q[i] != enc(f, bf16_to_f32(uint16_t(i)) * s);
+      CHECK(bad == 0);
+      CHECK(q[65536] == 0xff);
+      CHECK(amax[0] == 0x7f800000u);  // NaN/inf codes: +inf
+      // scalar path, misaligned, no amax; then a finite range with the amax
+      Buf<uint8_t> q2(65536 + 16);
+      cast_any(f, dim3(2), x.p + 3, q2.p + 1, 65000, false, scale.p, nullptr, nullptr);
+      bad = 0;
+      for (size_t i = 0; i < 65000; i++)
+        bad += q2[1 + i] != enc(f, bf16_to_f32(uint16_t(i + 3)) * s);
+      CHECK(bad == 0);
+      CHECK(q2[0] == 0xff);
+      CHECK(q2[65001] == 0xff);
+      amax[0] = 0;
+      cast_any(f, dim3(2), x.p, q2.p, 0x7f80 - 5, true, scale.p, amax.p, nullptr);  // finite
+      CHECK(amax[0] == (uint32_t(0x7f80 - 6) << 16));  // the largest code in the range
+    }
+}
+
+TEST_CASE("emulated: the transposed cast, full and partial tiles, both copies and the amax") {
+  std::mt19937 rng(5);
+  for (Fp8Format f : kFormats) {
+    const int shapes[][2] = {{256, 256}, {100, 72}, {64, 50}, {13, 7}, {130, 200}, {48, 80}};
+    for (const auto& sh : shapes) {
+      const int rows = sh[0], cols = sh[1];
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const size_t n = size_t(rows) * cols;
+      Buf<uint16_t> x(n);
+      std::normal_distribution<float> d(0.f, 3.f);
+      float ref_amax = 0;
+      for (size_t i = 0; i < n; i++) {
+        x[i] = f32_to_bf16(d(rng));
+        ref_amax = std::max(ref_amax, std::fabs(bf16_to_f32(x[i])));
+      }
+      Buf<float> scale(1);
+      scale[0] = 37.0f;
+      Buf<unsigned> amax(1, 0);
+      Buf<uint8_t> q(n + 16), qT(n + 16);
+      cast_t_any(f, x.p, q.p, qT.p, rows, cols, cols % 8 == 0, rows % 16 == 0, scale.p, amax.p,
+                 nullptr);
+      size_t bad = 0;
+      for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+          const uint8_t ref = enc(f, bf16_to_f32(x[size_t(r) * cols + c]) * 37.0f);
+          bad += (q[size_t(r) * cols + c] != ref) + (qT[size_t(c) * rows + r] != ref);
+        }
+      CHECK(bad == 0);
+      CHECK(q[n] == 0xff);
+      CHECK(qT[n] == 0xff);
+      float a;
+      std::memcpy(&a, amax.p, 4);
+      CHECK(a == ref_amax);
+      // qT only, element-wise paths forced, poisoned
+      Buf<float> inf(1);
+      inf[0] = INFINITY;
+      Buf<uint8_t> qT2(n + 16);
+      cast_t_any(f, x.p, nullptr, qT2.p, rows, cols, false, false, scale.p, nullptr, inf.p);
+      CHECK(size_t(std::count(qT2.p, qT2.p + n, kFp8NaN)) == n);
+      CHECK(qT2[n] == 0xff);
+    }
+  }
+}
+
+TEST_CASE("emulated: amax of bf16 and fp32 (vector, scalar, non-finite)") {
+  const size_t n = 100003;
+  Buf<uint16_t> x(n);
+  Buf<float> xf(n);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.f, 2.f);
+  for (size_t i = 0; i < n; i++) {
+    xf[i] = d(rng);
+    x[i] = f32_to_bf16(xf[i]);
+  }
+  x[n - 1] = f32_to_bf16(-50.0f);  // in the scalar tail
+  xf[7] = -1.0e20f;
+  for (bool vec : {true, false}) {
+    Buf<unsigned> a(1, 0);
+    launch(dim3(3), kThreads, &amax_bf16_kernel, static_cast<const uint16_t*>(x.p), n, vec, a.p);
+    CHECK(a[0] == __float_as_uint(50.0f));
+    a[0] = 0;
+    launch(dim3(3), kThreads, &amax_f32_kernel, static_cast<const float*>(xf.p), n, vec, a.p);
+    CHECK(a[0] == __float_as_uint(1.0e20f));
+  }
+  x[500] = 0xffc1;  // NaN
+  xf[n - 2] = -INFINITY;
+  Buf<unsigned> a(1, 0);
+  launch(dim3(2), kThreads, &amax_bf16_kernel, static_cast<const uint16_t*>(x.p), n, true, a.p);
+  CHECK(a[0] == 0x7f800000u);
+  a[0] = 0;
+  launch(dim3(2), kThreads, &amax_f32_kernel, static_cast<const float*>(xf.p), n, true, a.p);
+  CHECK(a[0] == 0x7f800000u);
+}
+
+TEST_CASE("emulated: qdq values, dequantized values, poisoning") {
+  Buf<uint16_t> x(65536), y(65536);
+  for (size_t i = 0; i < 65536; i++) x[i] = uint16_t(i);
+  for (Fp8Format f : kFormats) {
+    const float s = 0.013f;
+    Buf<float> sc(2);
+    sc[0] = s;
+    sc[1] = 1.0f / s;
+    auto run = [&](const float* descale, const float* poison, bool vec) {
+      if (f == Fp8Format::E4M3)
+        launch(dim3(2), kThreads, &qdq_bf16_kernel<Fp8Format::E4M3>,
+               static_cast<const uint16_t*>(x.p), y.p, size_t(65536), vec,
+               static_cast<const float*>(sc.p), descale, static_cast<unsigned*>(nullptr), poison);
+      else
+        launch(dim3(2), kThreads, &qdq_bf16_kernel<Fp8Format::E5M2>,
+               static_cast<const uint16_t*>(x.p), y.p, size_t(65536), vec,
+               static_cast<const float*>(sc.p), descale, static_cast<unsigned*>(nullptr), poison);
+    };
+    for (bool vec : {true, false}) {
+      run(nullptr, nullptr, vec);
+      size_t bad = 0;
+      for (size_t i = 0; i < 65536; i++)
+        bad += y[i] != f32_to_bf16(dec(f, enc(f, bf16_to_f32(uint16_t(i)) * s)));
+      CHECK(bad == 0);
+      run(sc.p + 1, nullptr, vec);
+      bad = 0;
+      for (size_t i = 0; i < 65536; i++)
+        bad += y[i] != f32_to_bf16(dec(f, enc(f, bf16_to_f32(uint16_t(i)) * s)) * (1.0f / s));
+      CHECK(bad == 0);
+    }
+    Buf<float> inf(1);
+    inf[0] = NAN;
+    run(nullptr, inf.p, true);
+    CHECK(std::count(y.p, y.p + 65536, uint16_t(0x7fff)) == 65536);
+  }
+}
+
+TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas") {
+  Buf<float> amax(1), scale(1), descale(1);
+  for (float a : {0.0f, 1.0e-45f, 3.5f, 1.0e30f, INFINITY, NAN})
+    for (int margin : {0, 2}) {
+      amax[0] = a;
+      launch(dim3(1), 32, &compute_scale_kernel, static_cast<const float*>(amax.p), E5M2_MAX,
+             margin, scale.p, descale.p);
+      const float s = fp8_scale_from_amax(a, E5M2_MAX, margin);
+      CHECK(__float_as_uint(scale[0]) == __float_as_uint(s));
+      CHECK(__float_as_uint(descale[0]) == __float_as_uint(1.0f / s));
+    }
+  launch(dim3(1), 32, &set_scale_kernel, 0.37f, scale.p, descale.p);
+  CHECK(scale[0] == 0.37f);
+  CHECK(descale[0] == 1.0f / 0.37f);
+
+  // poisoning: untouched when finite, all NaN otherwise
+  Buf<uint16_t> out(1000, 0x12);
+  Buf<float> ok(1), bad(1);
+  ok[0] = 3.0f;
+  bad[0] = INFINITY;
+  launch(dim3(2), kThreads, &poison_bf16_kernel, out.p, size_t(1000),
+         static_cast<const float*>(ok.p), static_cast<const float*>(nullptr));
+  CHECK(std::count(out.p, out.p + 1000, uint16_t(0x1212)) == 1000);
+  launch(dim3(2), kThreads, &poison_bf16_kernel, out.p, size_t(1000),
+         static_cast<const float*>(ok.p), static_cast<const float*>(bad.p));
+  CHECK(std::count(out.p, out.p + 1000, uint16_t(0x7fff)) == 1000);
+
+  // bias rows and the bias gradient (integers: exact in any order)
+  const int N = 37, OC = 70;
+  Buf<uint16_t> bias(OC), rows(size_t(N) * OC), dout(size_t(N) * OC), db(OC);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> d(-3, 3);
+  for (int o = 0; o < OC; o++) {
+    bias[o] = f32_to_bf16(float(d(rng)));
+    db[o] = f32_to_bf16(float(d(rng)));
+  }
+  for (size_t i = 0; i < size_t(N) * OC; i++) dout[i] = f32_to_bf16(float(d(rng)));
+  launch(dim3(3), kThreads, &fill_bias_rows_kernel, rows.p, static_cast<const uint16_t*>(bias.p), N,
+         OC);
+  size_t wrong = 0;
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) wrong += rows[size_t(n) * OC + o] != bias[o];
+  CHECK(wrong == 0);
+  std::vector<float> ref(OC);
+  for (int o = 0; o < OC; o++) {
+    float s = bf16_to_f32(db[o]);
+    for (int n = 0; n < N; n++) s += bf16_to_f32(dout[size_t(n) * OC + o]);
+    ref[o] = s;
+  }
+  launch(dim3((OC + 31) / 32), 256, &bias_backward_kernel, db.p,
+         static_cast<const uint16_t*>(dout.p), N, OC);
+  wrong = 0;
+  for (int o = 0; o < OC; o++) wrong += db[o] != f32_to_bf16(ref[o]);
+  CHECK(wrong == 0);
+
+  // fallback alphas
+  Buf<Fp8LinearDevice> dev(1, 0);
+  dev[0].t[kFp8Inp].descale = 0.25f;
+  dev[0].t[kFp8Weight].descale = 3.0f;
+  dev[0].t[kFp8Grad].descale = 0.5f;
+  launch(dim3(1), 32, &fallback_alpha_kernel, dev.p, 0);
+  CHECK(dev[0].alpha[0] == 0.75f);
+  launch(dim3(1), 32, &fallback_alpha_kernel, dev.p, 1);
+  CHECK(dev[0].alpha[1] == 1.5f);
+  CHECK(dev[0].alpha[2] == 0.125f);
+}
