@@ -94,7 +94,9 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
   auto sizes = param_sizes(cfg_);
   num_params_ = num_parameters(cfg_);
   const int world = dp_.comm ? dp_.comm->world() : 1;
-  sharded_ = dp_.zero && world > 1;
+  // With a communicator the collectives run even for one rank (tests use that); the
+  // training loop passes none to a single process.
+  sharded_ = dp_.zero && dp_.comm;
   if (sharded_ && dtype_ == DType::F64) throw Error("ZeRO-1 sharding needs an fp32 master");
   shard_size_ = sharded_ ? zero_shard_size(num_params_, world) : num_params_;
   shard_begin_ = sharded_ ? size_t(dp_.comm->rank()) * shard_size_ : 0;
@@ -493,7 +495,7 @@ std::vector<std::pair<std::string, Tensor>> GPT::telemetry_tensors() const {
 void GPT::zero_grad() { be_.zero(grads_); }
 
 void GPT::sync_grads() {
-  if (!dp_.comm || dp_.comm->world() == 1) return;
+  if (!dp_.comm) return;
   Comm& cm = *dp_.comm;
   const size_t S = shard_size_, W = size_t(cm.world());
   // The collectives on fp32 backend buffers: in place when the communicator can read the

@@ -67,11 +67,10 @@ std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T);
 
 class Comm;
 
-// How the model takes part in data parallelism. Without a communicator (or with one rank)
-// it trains alone. With one, sync_grads() sums the gradients of every rank. With zero, the
-// flat parameter vector is cut into world equal shards (ZeRO-1): this rank keeps fp32 master
-// weights and Adam moments for its own shard only, reduce-scatters the gradients, updates
-// its shard and all-gathers the updated weights.
+// How the model takes part in data parallelism. Without a communicator it trains alone. With one,
+// sync_grads() sums the gradients of every rank. With zero, the flat parameter vector is cut into
+// world equal shards (ZeRO-1): this rank keeps fp32 master weights and Adam moments for its own
+// shard only, reduce-scatters the gradients, updates its shard and all-gathers the updated weights.
 struct DataParallel {
   Comm* comm = nullptr;
   bool zero = false;

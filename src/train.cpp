@@ -208,7 +208,7 @@ json run_training(const Config& cfg_in) {
     val_loader = std::make_unique<DataLoader>(cfg.data.val, "validation", B, T, rank, world, false,
                                               uint64_t(cfg.train.seed), mc.vocab_size);
 
-  DataParallel dp{&cm, cfg.train.zero_stage == 1};
+  DataParallel dp{world > 1 ? &cm : nullptr, cfg.train.zero_stage == 1};
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (getenv("TG_TEST_REDUCE_CHUNK")) dp.chunk = size_t(atol(getenv("TG_TEST_REDUCE_CHUNK")));
   GPT model(mc, *be, mode_dtype(cfg.precision.mode), dp);

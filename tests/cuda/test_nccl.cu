@@ -1,0 +1,120 @@
+// The NCCL communicator with world size 1 (one GPU), bootstrapped by the single-process
+// communicator: every collective on device buffers (in place, as training uses them) and on
+// host buffers (staged through the GPU), plus ZeRO-1 and plain data-parallel training of the
+// CUDA backend through it, which must equal a run without a communicator. Several GPUs need
+// several processes (mpirun -np N on a multi-GPU machine); scripts/gpu_check.sh says so.
+#include "tests/cuda/cuda_test_util.h"
+
+#ifdef TG_NCCL
+#include <cuda_runtime.h>
+
+#include "src/comm.h"
+#include "src/model.h"
+
+namespace {
+
+// The single-process communicator as a bootstrap (never the process-wide one, which tests
+// leave alone).
+class SoloComm final : public tg::Comm {
+ public:
+  std::string name() const override { return "solo"; }
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+  void all_reduce_max(float*, size_t) override {}
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
+    if (in && in != out) memmove(out, in, bytes);
+  }
+  void reduce_scatter_sum(const float* in, float* out, size_t n) override {
+    if (in != out) memmove(out, in, n * sizeof(float));
+  }
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+std::vector<float> on_device_roundtrip(tg::Comm& c, const std::vector<float>& host,
+                                       void (*op)(tg::Comm&, float*, size_t)) {
+  float* d = nullptr;
+  REQUIRE(cudaMalloc(&d, host.size() * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  op(c, d, host.size());
+  std::vector<float> out(host.size());
+  REQUIRE(cudaMemcpy(out.data(), d, host.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  cudaFree(d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda nccl: every collective with one GPU, on device and host buffers") {
+  TG_REQUIRE_GPU();
+  SoloComm boot;
+  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(boot, 0);
+  CHECK(c->world() == 1);
+  CHECK(c->rank() == 0);
+  CHECK(c->device_memory());
+  const std::vector<float> x = tgc::randn(3000, 11);
+  // Device memory, in place.
+  CHECK(on_device_roundtrip(*c, x,
+                            [](tg::Comm& k, float* p, size_t n) { k.all_reduce_sum(p, n); }) == x);
+  CHECK(on_device_roundtrip(*c, x,
+                            [](tg::Comm& k, float* p, size_t n) { k.all_reduce_max(p, n); }) == x);
+  CHECK(on_device_roundtrip(*c, x, [](tg::Comm& k, float* p, size_t n) {
+          k.all_gather_bytes(nullptr, p, n * sizeof(float));
+        }) == x);
+  CHECK(on_device_roundtrip(*c, x, [](tg::Comm& k, float* p, size_t n) {
+          k.broadcast(p, n * sizeof(float), 0);
+        }) == x);
+  // Host memory, staged.
+  std::vector<float> h = x;
+  c->all_reduce_sum(h.data(), h.size());
+  CHECK(h == x);
+  double d = 2.5;
+  c->all_reduce_sum(&d, 1);
+  CHECK(d == 2.5);
+  std::vector<float> out(x.size());
+  c->reduce_scatter_sum(x.data(), out.data(), x.size());
+  CHECK(out == x);
+  c->all_gather(x.data(), out.data(), x.size());
+  CHECK(out == x);
+  c->barrier();
+}
+
+TEST_CASE("cuda nccl: a bf16 step through NCCL (plain and ZeRO-1) equals one without") {
+  TG_REQUIRE_GPU();
+  SoloComm boot;
+  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(boot, 0);
+  tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 256, 64);
+  auto be = tg::make_cuda_backend();
+  const int B = 4, T = 64;
+  std::vector<int32_t> in = tgc::random_tokens(B * T, 256, 5),
+                       targets = tgc::random_tokens(B * T, 256, 6);
+  std::vector<std::vector<float>> finals;
+  for (int variant = 0; variant < 3; variant++) {
+    tg::DataParallel dp;
+    if (variant > 0) dp.comm = c.get();
+    dp.zero = variant == 2;
+    dp.chunk = 1000;  // many staging chunks
+    tg::GPT m(cfg, *be, tg::DType::BF16, dp);
+    m.init_random(42);
+    for (int step = 1; step <= 3; step++) {
+      m.zero_grad();
+      m.forward(in.data(), targets.data(), B, T, 1.0f);
+      m.backward();
+      m.sync_grads();
+      tg::GradCheck g = m.check_grads(1.0);
+      REQUIRE(g.finite);
+      m.adamw_step({1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step, tg::Rounding{}});
+    }
+    finals.push_back(m.params_f32());
+  }
+  // World size 1: the collectives are identities, so every variant is bit-identical.
+  CHECK(finals[1] == finals[0]);
+  CHECK(finals[2] == finals[0]);
+}
+
+#endif  // TG_NCCL
