@@ -22,18 +22,31 @@ echo "== gpu_check $(date -u +%FT%TZ) on $(hostname)"
 nvidia-smi -L || { echo "no GPU visible (nvidia-smi failed)"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
 nvcc --version | tail -2
-# NCCL: system library, or the Python wheel nvidia-nccl-cu13 (not used by this build yet).
-nccl=$(ldconfig -p 2>/dev/null | grep -m1 libnccl.so.2 | awk '{print $NF}')
-if [ -z "$nccl" ]; then
+# NCCL (src/cuda/nccl_comm.cu): the toolkit's own, else the Python wheel nvidia-nccl-cu13,
+# linked through .deps/nccl (the wheel ships libnccl.so.2 only; -lnccl wants libnccl.so).
+NCCL_VARS=()
+if [ -f /usr/local/cuda/include/nccl.h ]; then
+  echo "NCCL: /usr/local/cuda"
+else
   d=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)
-  [ -n "$d" ] && nccl=$(find "$d" -name 'libnccl.so*' 2>/dev/null | head -1)
+  so=$( [ -n "$d" ] && find "$d" -name 'libnccl.so.2*' 2>/dev/null | head -1)
+  if [ -n "$so" ] && [ -f "$d/include/nccl.h" ]; then
+    mkdir -p .deps/nccl/lib
+    ln -sf "$d/include" .deps/nccl/include
+    ln -sf "$so" .deps/nccl/lib/libnccl.so
+    ln -sf "$so" .deps/nccl/lib/libnccl.so.2
+    NCCL_VARS=("NCCL_HOME=$PWD/.deps/nccl")
+    echo "NCCL: wheel at $d"
+  else
+    NCCL_VARS=(NO_NCCL=1)
+    echo "NCCL: not found (built without it; the NCCL tests are left out)"
+  fi
 fi
-echo "NCCL: ${nccl:-not found}"
 
 if [ ! -f .deps/include/cxxopts.hpp ]; then
   echo "missing .deps/include: run scripts/gpu_deps.sh where the packages are, carry .deps"
 fi
-VARS=(NO_BLAS=1 NO_MPI=1 SKIP_SETUP=1 "EXTRA_CFLAGS=-I.deps/include")
+VARS=(NO_BLAS=1 NO_MPI=1 SKIP_SETUP=1 "EXTRA_CFLAGS=-I.deps/include" "${NCCL_VARS[@]}")
 BUILD=build/rel-nompi-noblas
 BIN=$BUILD/train_gpt
 TESTS=$BUILD/run_tests

@@ -50,7 +50,7 @@ std::vector<float> on_device_roundtrip(tg::Comm& c, const std::vector<float>& ho
 
 }  // namespace
 
-TEST_CASE("cuda nccl: every collective with one GPU, on device and host buffers") {
+TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers") {
   TG_REQUIRE_GPU();
   SoloComm boot;
   std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(boot, 0);
@@ -84,7 +84,7 @@ TEST_CASE("cuda nccl: every collective with one GPU, on device and host buffers"
   c->barrier();
 }
 
-TEST_CASE("cuda nccl: a bf16 step through NCCL (plain and ZeRO-1) equals one without") {
+TEST_CASE("cuda: nccl a bf16 step through NCCL (plain and ZeRO-1) equals one without") {
   TG_REQUIRE_GPU();
   SoloComm boot;
   std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(boot, 0);
