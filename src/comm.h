@@ -34,6 +34,10 @@ class Comm {
   virtual void barrier() = 0;
   // True when buffers may live in GPU memory (NCCL); host memory always works.
   virtual bool device_memory() const { return false; }
+  // False once another process of the job is known to have gone (checked without blocking,
+  // between collectives). NCCL polls it while waiting on the GPU, so that a rank that died
+  // ends the others instead of leaving them inside an NCCL collective forever.
+  virtual bool peers_alive() { return true; }
   // Ends every process of the job (after a rank failed), with exit code `code`.
   [[noreturn]] virtual void abort(int code) = 0;
 };

@@ -261,6 +261,19 @@ class TcpComm final : public Comm {
     all_reduce_sum(&x, 1);
   }
 
+  bool peers_alive() override {
+    // Between collectives nothing is in flight, so a readable socket means the peer closed
+    // it (or sent what no collective expects, equally fatal).
+    for (int r = 0; r < world_; r++) {
+      if (peers_[r] < 0) continue;
+      char c;
+      ssize_t k = recv(peers_[r], &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return false;
+    }
+    return true;
+  }
+
   [[noreturn]] void abort(int code) override {
     // Closing every connection is the signal: each peer fails in its next collective.
     for (int& fd : peers_)

@@ -52,7 +52,21 @@ int comm_selftest() {
   if (r == 0) snprintf(msg, sizeof(msg), "hello");
   c.broadcast(msg, sizeof(msg), 0);
   expect(std::string(msg) == "hello", "broadcast");
+  // Before the last collective: a rank that finished everything may already have exited.
+  expect(c.peers_alive(), "peers_alive while everyone is here");
   c.barrier();
+  if (getenv("TG_COMM_LEAVE_TEST")) {
+    // Rank 1 leaves; rank 0 must notice without a collective (what NCCL waits rely on).
+    if (r == 1) std::_Exit(0);
+    if (r == 0) {
+      bool gone = false;
+      for (int i = 0; i < 500 && !gone; i++) {
+        gone = !c.peers_alive();
+        usleep(10000);
+      }
+      expect(gone, "peers_alive after rank 1 left");
+    }
+  }
   return bad;
 }
 
@@ -136,8 +150,9 @@ TEST_CASE("comm: collectives over TCP without MPI, tcp:// and file:// rendezvous
   REQUIRE(mkdtemp(dir));
   const std::string file = std::string(dir) + "/meet";
   std::string out;
-  int rc =
-      run_ranks(3, "TG_COMM_SELFTEST=1 TG_WORLD_SIZE=3 TG_RENDEZVOUS=file://" + file, exe, &out);
+  int rc = run_ranks(
+      3, "TG_COMM_SELFTEST=1 TG_COMM_LEAVE_TEST=1 TG_WORLD_SIZE=3 TG_RENDEZVOUS=file://" + file,
+      exe, &out);
   INFO("file\n" << out);
   CHECK(rc == 0);
   // The rendezvous file is gone once everyone has arrived.

@@ -13,8 +13,10 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "src/comm.h"
 #include "src/common.h"
@@ -153,7 +155,28 @@ class NcclComm final : public Comm {
     cuda_check(cudaMemcpyAsync(x, d, n * elem, cudaMemcpyDefault, stream_), "stage all_reduce");
     sync();
   }
-  void sync() { cuda_check(cudaStreamSynchronize(stream_), "waiting for a collective"); }
+  // Waits for the queued collective, watching the job: when another process has gone (it
+  // failed, or was killed), the NCCL kernels here would wait for it forever, so the
+  // communicator is aborted and this rank fails too.
+  void sync() {
+    for (int spins = 0;; spins++) {
+      cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) cuda_check(q, "waiting for a collective");
+      if (spins % 1000 == 999) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess || !boot_.peers_alive()) {
+          ncclCommAbort(comm_);
+          comm_ = nullptr;
+          throw Error(async != ncclSuccess
+                          ? strf("NCCL failed during a collective: %s", ncclGetErrorString(async))
+                          : std::string("another process of the job has gone; stopping"));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   // Device scratch of at least `bytes`, kept for the next collective.
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
