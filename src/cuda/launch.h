@@ -126,12 +126,18 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
 // rounding into D's type. A and B share a type; D is that type or fp32; bias (may be null)
 // has D's type. cuBLASLt (bias in its epilogue); plain cuBLAS + an epilogue kernel when
 // cuBLASLt has no algorithm for the shapes and alignments.
+// TG_GEMM_FALLBACK=1 in the environment skips cuBLASLt (the fallback for every GEMM; the
+// tests run both paths).
+bool gemm_fallback_forced();
 void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
           const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias);
 // dbias(OC) += column sums of dout(N, OC), deterministic.
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
 
 // ---- attention.cu ----
+// TG_FUSED_ATTENTION=1 in the environment switches the forward to the fused single-pass
+// kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
+bool fused_attention_enabled();
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,

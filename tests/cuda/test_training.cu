@@ -15,7 +15,8 @@ using namespace tgc;
 
 namespace {
 
-tg::GPTConfig small_gpt() { return tg::gpt_config(2, 4, 64, 100, 32); }
+// Head size 32, so that the fused attention kernel applies too.
+tg::GPTConfig small_gpt() { return tg::gpt_config(2, 2, 64, 100, 32); }
 
 struct Batch {
   std::vector<int32_t> in, tgt;
@@ -80,33 +81,42 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
   const tg::GPTConfig cfg = small_gpt();
   const int B = 2, T = 16;
   Batch bt = batch(B, T, cfg.vocab_size, 7);
-  for (DType t : kAllTypes) {
-    INFO(name(t));
-    auto cpu = tg::make_cpu_backend();
-    auto gpu = tg::make_cuda_backend();
-    tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
-    mc.init_random(42);
-    mg.init_random(42);
-    CHECK(mc.params_f64() == mg.params_f64());
-    mc.zero_grad();
-    mg.zero_grad();
-    const double lc = mc.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
-    const double lg = mg.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
-    CHECK(std::fabs(lg / lc - 1) < (t == DType::F32 ? 1e-5 : 1e-2));
-    mc.backward();
-    mg.backward();
-    auto gc = mc.grads_f64(), gg = mg.grads_f64();
-    auto sizes = tg::param_sizes(cfg);
-    size_t off = 0;
-    for (int i = 0; i < tg::kNumParamTensors; i++) {
-      INFO("grad of " << tg::param_name(i));
-      CHECK(rel(gc, gg, off, sizes[i]) < model_tol(t));
-      off += sizes[i];
+  // The default paths, then the opt-in fused attention and the forced GEMM fallback.
+  for (const char* env : {"", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK"})
+    for (DType t : kAllTypes) {
+      INFO(name(t) << " " << env);
+      if (*env) setenv(env, "1", 1);
+      struct Unset {
+        const char* e;
+        ~Unset() {
+          if (*e) unsetenv(e);
+        }
+      } unset{env};
+      auto cpu = tg::make_cpu_backend();
+      auto gpu = tg::make_cuda_backend();
+      tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
+      mc.init_random(42);
+      mg.init_random(42);
+      CHECK(mc.params_f64() == mg.params_f64());
+      mc.zero_grad();
+      mg.zero_grad();
+      const double lc = mc.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
+      const double lg = mg.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
+      CHECK(std::fabs(lg / lc - 1) < (t == DType::F32 ? 1e-5 : 1e-2));
+      mc.backward();
+      mg.backward();
+      auto gc = mc.grads_f64(), gg = mg.grads_f64();
+      auto sizes = tg::param_sizes(cfg);
+      size_t off = 0;
+      for (int i = 0; i < tg::kNumParamTensors; i++) {
+        INFO("grad of " << tg::param_name(i));
+        CHECK(rel(gc, gg, off, sizes[i]) < model_tol(t));
+        off += sizes[i];
+      }
+      CHECK(rel(gc, gg, 0, gc.size()) < model_tol(t));
+      const double nc = mc.grad_norm(), ng = mg.grad_norm();
+      CHECK(std::fabs(ng / nc - 1) < model_tol(t));
     }
-    CHECK(rel(gc, gg, 0, gc.size()) < model_tol(t));
-    const double nc = mc.grad_norm(), ng = mg.grad_norm();
-    CHECK(std::fabs(ng / nc - 1) < model_tol(t));
-  }
 }
 
 TEST_CASE("cuda: ten training steps follow the CPU") {
