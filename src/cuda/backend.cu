@@ -159,6 +159,16 @@ class CudaBackend final : public Backend {
               wide(bias, gpu::kScratchWideC, true));
     narrow_back(out, o);
   }
+  void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                           int OC) override {
+    const bool same = pre.dtype == out.dtype && inp.dtype == out.dtype && w.dtype == out.dtype &&
+                      bias && bias.dtype == out.dtype;
+    if (same && gpu::gemm_bias_gelu(ctx_, N, OC, C, out.dtype, inp.data, w.data, bias.data,
+                                    pre.data, out.data))
+      return;
+    matmul_forward(pre, inp, w, bias, N, C, OC);
+    gelu_forward(out, pre, size_t(N) * OC);
+  }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
     bool same = true;

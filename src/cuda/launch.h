@@ -131,6 +131,13 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
 bool gemm_fallback_forced();
 void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
           const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias);
+// TG_GELU_EPILOGUE=1: the MLP's first linear runs as one cuBLASLt GEMM with the
+// GELU_AUX_BIAS epilogue (pre-activation and GELU output written together; the GELU then
+// sees the unrounded pre-activation, a small difference from the CPU in 16-bit). Returns
+// false (nothing enqueued) when disabled or not applicable.
+bool gelu_epilogue_enabled();
+bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const void* B,
+                    const void* bias, void* pre, void* out);
 // dbias(OC) += column sums of dout(N, OC), deterministic.
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
 

@@ -109,6 +109,28 @@ TEST_CASE("cuda: matmul forward and backward (cuBLASLt and the fallback)") {
   }
 }
 
+TEST_CASE("cuda: matmul + GELU (plain, and the cuBLASLt GELU epilogue)") {
+  TG_REQUIRE_GPU();
+  for (int epilogue = 0; epilogue < 2; epilogue++) {
+    if (epilogue) setenv("TG_GELU_EPILOGUE", "1", 1);
+    for (auto sh : {std::array<int, 3>{64, 96, 384}, {33, 40, 160}, {5, 12, 20}}) {
+      const int N = sh[0], C = sh[1], OC = sh[2];
+      for (DType t : kAllTypes) {
+        INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " epilogue=" << epilogue);
+        Twin tw;
+        Pair inp = tw.rand(t, size_t(N) * C, 26), w = tw.rand(t, size_t(OC) * C, 27, 0.2f),
+             bias = tw.rand(t, OC, 28);
+        Pair pre = tw.poisoned(t, size_t(N) * OC), out = tw.poisoned(t, size_t(N) * OC);
+        tw.cpu->matmul_gelu_forward(pre.cpu, out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
+        tw.gpu->matmul_gelu_forward(pre.gpu, out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC);
+        CHECK(tw.err(pre) < tol(t));
+        CHECK(tw.err(out) < tol(t));
+      }
+    }
+    unsetenv("TG_GELU_EPILOGUE");
+  }
+}
+
 TEST_CASE("cuda: the lm_head's mixed-type matmuls (fp32 logits, 16-bit weights)") {
   TG_REQUIRE_GPU();
   const int N = 24, C = 64, OC = 256;

@@ -81,8 +81,9 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
   const tg::GPTConfig cfg = small_gpt();
   const int B = 2, T = 16;
   Batch bt = batch(B, T, cfg.vocab_size, 7);
-  // The default paths, then the opt-in fused attention and the forced GEMM fallback.
-  for (const char* env : {"", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK"})
+  // The default paths, then the opt-in fused attention, the forced GEMM fallback and the
+  // GELU epilogue.
+  for (const char* env : {"", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK", "TG_GELU_EPILOGUE"})
     for (DType t : kAllTypes) {
       INFO(name(t) << " " << env);
       if (*env) setenv(env, "1", 1);
