@@ -92,9 +92,10 @@ void dispatch(const char* op, DType t, F&& f) {
 // ---- elementwise.cu ----
 void encoder_forward(Ctx& c, DType t, void* out, const int32_t* tokens, const void* wte,
                      const void* wpe, int B, int T, int C);
-// Downloads the tokens (a small synchronous copy) to group positions by token.
+// Groups positions by token on the host: from host_tokens (a host copy of tokens) when
+// given, else it reads the tokens back (a small copy the host waits for).
 void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
-                      const int32_t* tokens, int B, int T, int C);
+                      const int32_t* tokens, const int32_t* host_tokens, int B, int T, int C);
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
 void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
 void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
