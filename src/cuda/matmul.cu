@@ -84,6 +84,11 @@ bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
   uint64_t ws = c.lt_workspace_bytes;
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  // Split-K partial sums only in fp32 (the compute type): the in-place and output-type
+  // schemes would round partial sums to a 16-bit D, a rounding the CPU reference never does.
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
   const uint32_t al_a = alignment(A), al_b = alignment(B), al_d = alignment(D);
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
