@@ -121,6 +121,13 @@ class Backend {
   // dinp = dout W; dw += dout^T inp; dbias += sum_rows dout (dbias may be empty)
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, int N, int C, int OC) = 0;
+  // pre = matmul_forward(inp, w, bias), out = gelu(pre): the MLP's first linear with its
+  // activation (devices may fuse the GELU into the GEMM's epilogue; two ops on the CPU).
+  virtual void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N,
+                                   int C, int OC) {
+    matmul_forward(pre, inp, w, bias, N, C, OC);
+    gelu_forward(out, pre, size_t(N) * OC);
+  }
   // FP8 block linears: matmul_forward with inp and w quantized to E4M3 (quant[0], quant[1]),
   // products accumulated in fp32, out rounded once. Reports amax and scale of inp and w.
   virtual Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,

@@ -357,10 +357,16 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
                                    a.ln2_rstd.slice(l * BT, BT), residual, attproj,
                                    P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
-    linear_forward(l, Fp8State::FC, fch, ln2,
-                   P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                   P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
-    be_.gelu_forward(fchg, fch, 4 * btc);
+    if (fp8_ && fp8_->layer_in_fp8(l)) {
+      linear_forward(l, Fp8State::FC, fch, ln2,
+                     P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                     P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
+      be_.gelu_forward(fchg, fch, 4 * btc);
+    } else {
+      be_.matmul_gelu_forward(fch, fchg, ln2,
+                              P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                              P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
+    }
     linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
                    P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);

@@ -130,6 +130,21 @@ TEST_CASE("cli: a short run writes config, metrics, checkpoint, samples and summ
   CHECK(out.rfind("|ab", 0) == 0);
 }
 
+TEST_CASE("cli: train.device=cuda trains on the GPU, or says why it cannot") {
+  tgt::TempDir run;
+  std::string out;
+  int rc = run_binary(tiny_args(run.path) + " --train.device=cuda --train.steps=1", &out);
+  INFO(out);
+  if (rc == 0) {  // a CUDA build on a machine with a GPU
+    CHECK(out.find("device: cuda") != std::string::npos);
+    return;
+  }
+  CHECK(rc == 2);
+  CHECK(out.find("train.device") != std::string::npos);
+  CHECK((out.find("built without CUDA") != std::string::npos ||
+         out.find("no CUDA GPU is visible") != std::string::npos));
+}
+
 TEST_CASE("cli: resuming from a checkpoint gives bit-identical losses") {
   tgt::TempDir full, part;
   std::string out;

@@ -3,6 +3,8 @@
 // how a row-major product maps onto column-major cuBLAS. Scores and dP are fp32 scratch
 // (B, NH, T, T); the softmax probabilities live in the model's att tensor.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/attention.cuh"
 #include "launch.h"

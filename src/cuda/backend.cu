@@ -4,7 +4,8 @@
 // bytes_in_use / peak_bytes (rounded to 64 bytes like the CPU backend; scratch buffers and
 // the cuBLASLt workspace count too). All work is queued on one stream; only the methods that
 // return values to the host (download, sum_squares, unscale_check_norm, stats, the FP8
-// reports) and encoder_backward (it groups token positions on the host) wait for it.
+// reports) wait for it. encoder_backward groups token positions on the host from the copy
+// of the last token upload (reading the tokens back, with a wait, only if there is none).
 //
 // Type rules are the CPU backend's: each op's tensors share an element type (fp32, bf16 or
 // fp16; fp64 exists only on the CPU), statistics, logits and losses are fp32. Matmuls whose
@@ -92,11 +93,21 @@ class CudaBackend final : public Backend {
   Tensor alloc(DType dtype, size_t numel) override {
     return Tensor{raw_alloc(numel * dtype_size(dtype)), dtype, numel};
   }
-  void free(Tensor t) override { raw_free(t.data); }
+  void free(Tensor t) override {
+    token_shadow_.erase(t.data);
+    raw_free(t.data);
+  }
+  // From pageable host memory (all callers' buffers are): the copy is staged before the call
+  // returns, so the caller may reuse its buffer at once, and the host does not wait for the
+  // device. Token ids (I32) are also remembered on the host, so that encoder_backward can
+  // group positions by token without reading them back.
   void upload(Tensor dst, const void* host) override {
     TG_CUDA_CHECK(
         cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    if (dst.dtype == DType::I32) {
+      const int32_t* h = static_cast<const int32_t*>(host);
+      token_shadow_[dst.data].assign(h, h + dst.numel);
+    }
   }
   void download(void* host, Tensor src) override {
     TG_CUDA_CHECK(
@@ -119,8 +130,12 @@ class CudaBackend final : public Backend {
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override {
     need_same("encoder_backward", {dwte, dwpe, dout});
+    auto it = token_shadow_.find(tokens.data);
+    const int32_t* host = it != token_shadow_.end() && it->second.size() >= size_t(B) * T
+                              ? it->second.data()
+                              : nullptr;
     gpu::encoder_backward(ctx_, dout.dtype, dwte.data, dwpe.data, dout.data, tokens.as<int32_t>(),
-                          B, T, C);
+                          host, B, T, C);
   }
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
                          int N, int C) override {
@@ -162,6 +177,16 @@ class CudaBackend final : public Backend {
               wide(w, gpu::kScratchWideB, true), C, DType::F32, o, OC, 0.f,
               wide(bias, gpu::kScratchWideC, true));
     narrow_back(out, o);
+  }
+  void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                           int OC) override {
+    const bool same = pre.dtype == out.dtype && inp.dtype == out.dtype && w.dtype == out.dtype &&
+                      bias && bias.dtype == out.dtype;
+    if (same && gpu::gemm_bias_gelu(ctx_, N, OC, C, out.dtype, inp.data, w.data, bias.data,
+                                    pre.data, out.data))
+      return;
+    matmul_forward(pre, inp, w, bias, N, C, OC);
+    gelu_forward(out, pre, size_t(N) * OC);
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
@@ -378,6 +403,7 @@ class CudaBackend final : public Backend {
   std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
   float* result_ = nullptr;
   std::unique_ptr<Backend> cpu_;
+  std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
 };
 
 }  // namespace

@@ -33,15 +33,19 @@ void encoder_forward(Ctx& c, DType t, void* out, const int32_t* tokens, const vo
 }
 
 void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
-                      const int32_t* tokens, int B, int T, int C) {
+                      const int32_t* tokens, const int32_t* host_tokens, int B, int T, int C) {
   const int BT = B * T;
   // Group the positions by token on the host (ascending within a token).
-  std::vector<int32_t> tok(BT);
-  TG_CUDA_CHECK(
-      cudaMemcpyAsync(tok.data(), tokens, size_t(BT) * 4, cudaMemcpyDeviceToHost, c.stream));
-  TG_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  std::vector<int32_t> tok;
+  if (!host_tokens) {
+    tok.resize(BT);
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(tok.data(), tokens, size_t(BT) * 4, cudaMemcpyDeviceToHost, c.stream));
+    TG_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    host_tokens = tok.data();
+  }
   std::map<int32_t, std::vector<int32_t>> groups;
-  for (int i = 0; i < BT; i++) groups[tok[i]].push_back(i);
+  for (int i = 0; i < BT; i++) groups[host_tokens[i]].push_back(i);
   const int nb = int(groups.size());
   // layout: bucket_tok[nb] | bucket_start[nb + 1] | bucket_pos[BT]
   std::vector<int32_t> host(size_t(nb) + nb + 1 + BT);
@@ -57,9 +61,9 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
   }
   bstart[nb] = pos;
   int32_t* dev = static_cast<int32_t*>(c.scratch(kScratchBuckets, host.size() * 4));
+  // From pageable memory: staged before the call returns, so `host` may go away after it.
   TG_CUDA_CHECK(
       cudaMemcpyAsync(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice, c.stream));
-  // The copy reads `host`, which lives until this function returns: wait for it.
   dispatch("encoder_backward", t, [&](auto tag) {
     using E = decltype(tag);
     dim3 grid(unsigned(nb), unsigned((C + kThreads - 1) / kThreads));
@@ -72,7 +76,6 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
             static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
     TG_LAUNCH_CHECK();
   });
-  TG_CUDA_CHECK(cudaStreamSynchronize(c.stream));
 }
 
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n) {

@@ -92,9 +92,10 @@ void dispatch(const char* op, DType t, F&& f) {
 // ---- elementwise.cu ----
 void encoder_forward(Ctx& c, DType t, void* out, const int32_t* tokens, const void* wte,
                      const void* wpe, int B, int T, int C);
-// Downloads the tokens (a small synchronous copy) to group positions by token.
+// Groups positions by token on the host: from host_tokens (a host copy of tokens) when
+// given, else it reads the tokens back (a small copy the host waits for).
 void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
-                      const int32_t* tokens, int B, int T, int C);
+                      const int32_t* tokens, const int32_t* host_tokens, int B, int T, int C);
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
 void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
 void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
@@ -126,12 +127,25 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
 // rounding into D's type. A and B share a type; D is that type or fp32; bias (may be null)
 // has D's type. cuBLASLt (bias in its epilogue); plain cuBLAS + an epilogue kernel when
 // cuBLASLt has no algorithm for the shapes and alignments.
+// TG_GEMM_FALLBACK=1 in the environment skips cuBLASLt (the fallback for every GEMM; the
+// tests run both paths).
+bool gemm_fallback_forced();
 void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
           const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias);
+// TG_GELU_EPILOGUE=1: the MLP's first linear runs as one cuBLASLt GEMM with the
+// GELU_AUX_BIAS epilogue (pre-activation and GELU output written together; the GELU then
+// sees the unrounded pre-activation, a small difference from the CPU in 16-bit). Returns
+// false (nothing enqueued) when disabled or not applicable.
+bool gelu_epilogue_enabled();
+bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const void* B,
+                    const void* bias, void* pre, void* out);
 // dbias(OC) += column sums of dout(N, OC), deterministic.
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
 
 // ---- attention.cu ----
+// TG_FUSED_ATTENTION=1 in the environment switches the forward to the fused single-pass
+// kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
+bool fused_attention_enabled();
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,

@@ -7,6 +7,8 @@
 // swap. fp32 GEMMs use CUBLAS_COMPUTE_32F (true fp32, no TF32), 16-bit ones the tensor cores
 // with fp32 accumulation: the numerics of the CPU reference's widened sgemm.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/matmul.cuh"
 #include "launch.h"
@@ -34,9 +36,12 @@ uint32_t alignment(const void* p) {
 
 // cuBLASLt, column-major: D(m,n) = opA(A) opB(B) + beta D (+ bias(m)). Returns false when
 // cuBLASLt offers no algorithm (nothing is enqueued then).
+// With gelu_aux (column-major m x n, leading dimension ldd, D's type), the epilogue is
+// GELU_AUX_BIAS: aux = AB + bias (the pre-activation), D = gelu(aux) in fp32 before the
+// rounding.
 bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
              cudaDataType_t ab, const void* A, int lda, const void* B, int ldb, cudaDataType_t dt,
-             void* D, int ldd, float beta, const void* bias) {
+             void* D, int ldd, float beta, const void* bias, void* gelu_aux = nullptr) {
   // cuBLASLt takes no alignment hint for the bias vector: leave odd ones to the fallback.
   if (bias && alignment(bias) < 16) return false;
   cublasLtMatmulDesc_t op = nullptr;
@@ -45,7 +50,21 @@ bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
   TG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (bias) {
+  if (gelu_aux) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int32_t bias_type = int32_t(dt);
+    int64_t aux_ld = ldd;
+    TG_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    TG_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof bias_type));
+    TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                   &gelu_aux, sizeof gelu_aux));
+    TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &aux_ld, sizeof aux_ld));
+  } else if (bias) {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     int32_t bias_type = int32_t(dt);
     TG_CUBLAS_CHECK(
@@ -65,6 +84,11 @@ bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
   uint64_t ws = c.lt_workspace_bytes;
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  // Split-K partial sums only in fp32 (the compute type): the in-place and output-type
+  // schemes would round partial sums to a 16-bit D, a rounding the CPU reference never does.
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
   const uint32_t al_a = alignment(A), al_b = alignment(B), al_d = alignment(D);
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
@@ -81,8 +105,9 @@ bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
   bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
   if (ok) {
     const float alpha = 1.f;
-    TG_CUBLAS_CHECK(cublasLtMatmul(c.lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
-                                   &result.algo, c.lt_workspace, c.lt_workspace_bytes, c.stream));
+    // A refusal at launch (nothing was enqueued) also falls back.
+    ok = cublasLtMatmul(c.lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &result.algo,
+                        c.lt_workspace, c.lt_workspace_bytes, c.stream) == CUBLAS_STATUS_SUCCESS;
   }
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(ld);
@@ -94,13 +119,18 @@ bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
 
 }  // namespace
 
+bool gemm_fallback_forced() {
+  const char* e = getenv("TG_GEMM_FALLBACK");
+  return e && std::strcmp(e, "1") == 0;
+}
+
 void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
           const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias) {
   const cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // Column-major: D^T(N, M) = op(B)^T op(A)^T.
-  if (lt_gemm(c, opb, opa, N, M, K, cuda_type(ab), B, ldb, A, lda, cuda_type(dt), D, ldd, beta,
-              bias))
+  if (!gemm_fallback_forced() && lt_gemm(c, opb, opa, N, M, K, cuda_type(ab), B, ldb, A, lda,
+                                         cuda_type(dt), D, ldd, beta, bias))
     return;
   // Fallback: fp32 products into scratch, then beta * D + acc + bias rounded once.
   if (ldd != N) throw Error("cuda backend: GEMM fallback needs a contiguous output");
@@ -116,6 +146,22 @@ void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, con
         static_cast<E*>(D), acc, static_cast<const E*>(bias), beta, M, N);
     TG_LAUNCH_CHECK();
   });
+}
+
+bool gelu_epilogue_enabled() {
+  const char* e = getenv("TG_GELU_EPILOGUE");
+  return e && std::strcmp(e, "1") == 0;
+}
+
+bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const void* B,
+                    const void* bias, void* pre, void* out) {
+  // cuBLASLt wants the aux leading dimension a multiple of 8 and aligned vectors.
+  if (gemm_fallback_forced() || !gelu_epilogue_enabled() || N % 8 || alignment(bias) < 16 ||
+      alignment(pre) < 16 || alignment(out) < 16)
+    return false;
+  // Row-major out(M,N) = A(M,K) B(N,K)^T + bias: column-major out^T = B A^T.
+  return lt_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, cuda_type(t), B, K, A, K, cuda_type(t), out,
+                 N, 0.f, bias, pre);
 }
 
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC) {

@@ -3,6 +3,7 @@
 // start from the same random values on both sides.
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 
 #include "tests/cuda/cuda_test_util.h"
 
@@ -25,6 +26,15 @@ TEST_CASE("cuda: encoder forward and backward") {
     tw.cpu->encoder_backward(dwte.cpu, dwpe.cpu, dout.cpu, tok.cpu, B, T, C);
     tw.gpu->encoder_backward(dwte.gpu, dwpe.gpu, dout.gpu, tok.gpu, B, T, C);
     // The same additions in the same order, rounded at the same points: identical.
+    CHECK(tw.same_bits(dwte));
+    CHECK(tw.same_bits(dwpe));
+    // Tokens the backend has no host copy of (a slice at another address than the upload):
+    // it reads them back.
+    std::vector<int32_t> padded = random_tokens(size_t(B) * T + 1, V, 7);
+    Pair tok2 = tw.ints(padded);
+    Pair tok2s{tok2.cpu.slice(1, size_t(B) * T), tok2.gpu.slice(1, size_t(B) * T)};
+    tw.cpu->encoder_backward(dwte.cpu, dwpe.cpu, dout.cpu, tok2s.cpu, B, T, C);
+    tw.gpu->encoder_backward(dwte.gpu, dwpe.gpu, dout.gpu, tok2s.gpu, B, T, C);
     CHECK(tw.same_bits(dwte));
     CHECK(tw.same_bits(dwpe));
   }
@@ -75,30 +85,58 @@ TEST_CASE("cuda: layernorm forward, fused residual + layernorm, backward") {
 
 TEST_CASE("cuda: matmul forward and backward (cuBLASLt and the fallback)") {
   TG_REQUIRE_GPU();
-  // Aligned shapes take cuBLASLt; odd ones may take the cuBLAS + epilogue fallback.
-  for (auto sh : {std::array<int, 3>{64, 96, 288}, {33, 48, 80}, {7, 13, 9}}) {
-    const int N = sh[0], C = sh[1], OC = sh[2];
-    for (DType t : kAllTypes) {
-      for (bool with_bias : {true, false}) {
-        INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias);
-        Twin tw;
-        Pair inp = tw.rand(t, size_t(N) * C, 20), w = tw.rand(t, size_t(OC) * C, 21, 0.2f);
-        Pair bias = with_bias ? tw.rand(t, OC, 22) : Pair{};
-        Pair out = tw.poisoned(t, size_t(N) * OC);
-        tw.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
-        tw.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC);
-        CHECK(tw.err(out) < tol(t));
+  // Aligned shapes take cuBLASLt; odd ones may take the cuBLAS + epilogue fallback, and
+  // TG_GEMM_FALLBACK=1 forces the fallback for all.
+  for (int forced = 0; forced < 2; forced++) {
+    if (forced) setenv("TG_GEMM_FALLBACK", "1", 1);
+    for (auto sh : {std::array<int, 3>{64, 96, 288}, {33, 48, 80}, {7, 13, 9}}) {
+      const int N = sh[0], C = sh[1], OC = sh[2];
+      for (DType t : kAllTypes) {
+        for (bool with_bias : {true, false}) {
+          INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias
+                       << " forced fallback=" << forced);
+          Twin tw;
+          Pair inp = tw.rand(t, size_t(N) * C, 20), w = tw.rand(t, size_t(OC) * C, 21, 0.2f);
+          Pair bias = with_bias ? tw.rand(t, OC, 22) : Pair{};
+          Pair out = tw.poisoned(t, size_t(N) * OC);
+          tw.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
+          tw.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC);
+          CHECK(tw.err(out) < tol(t));
 
-        Pair dout = tw.rand(t, size_t(N) * OC, 23);
-        Pair dinp = tw.poisoned(t, size_t(N) * C);
-        Pair dw = tw.rand(t, size_t(OC) * C, 24), dbias = with_bias ? tw.rand(t, OC, 25) : Pair{};
-        tw.cpu->matmul_backward(dinp.cpu, dw.cpu, dbias.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
-        tw.gpu->matmul_backward(dinp.gpu, dw.gpu, dbias.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
-        CHECK(tw.err(dinp) < tol(t));
-        CHECK(tw.err(dw) < tol(t));
-        if (with_bias) CHECK(tw.err(dbias) < tol(t));
+          Pair dout = tw.rand(t, size_t(N) * OC, 23);
+          Pair dinp = tw.poisoned(t, size_t(N) * C);
+          Pair dw = tw.rand(t, size_t(OC) * C, 24), dbias = with_bias ? tw.rand(t, OC, 25) : Pair{};
+          tw.cpu->matmul_backward(dinp.cpu, dw.cpu, dbias.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
+          tw.gpu->matmul_backward(dinp.gpu, dw.gpu, dbias.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+          CHECK(tw.err(dinp) < tol(t));
+          CHECK(tw.err(dw) < tol(t));
+          if (with_bias) CHECK(tw.err(dbias) < tol(t));
+        }
       }
     }
+    unsetenv("TG_GEMM_FALLBACK");
+  }
+}
+
+TEST_CASE("cuda: matmul + GELU (plain, and the cuBLASLt GELU epilogue)") {
+  TG_REQUIRE_GPU();
+  for (int epilogue = 0; epilogue < 2; epilogue++) {
+    if (epilogue) setenv("TG_GELU_EPILOGUE", "1", 1);
+    for (auto sh : {std::array<int, 3>{64, 96, 384}, {33, 40, 160}, {5, 12, 20}}) {
+      const int N = sh[0], C = sh[1], OC = sh[2];
+      for (DType t : kAllTypes) {
+        INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " epilogue=" << epilogue);
+        Twin tw;
+        Pair inp = tw.rand(t, size_t(N) * C, 26), w = tw.rand(t, size_t(OC) * C, 27, 0.2f),
+             bias = tw.rand(t, OC, 28);
+        Pair pre = tw.poisoned(t, size_t(N) * OC), out = tw.poisoned(t, size_t(N) * OC);
+        tw.cpu->matmul_gelu_forward(pre.cpu, out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
+        tw.gpu->matmul_gelu_forward(pre.gpu, out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC);
+        CHECK(tw.err(pre) < tol(t));
+        CHECK(tw.err(out) < tol(t));
+      }
+    }
+    unsetenv("TG_GELU_EPILOGUE");
   }
 }
 
@@ -176,6 +214,27 @@ TEST_CASE("cuda: attention forward and backward") {
       // 16-bit: dS is stored in the compute type before the last two GEMMs (one rounding more
       // than the CPU, which keeps it in fp32).
       CHECK(tw.err(dqkv) < tol(t));
+    }
+  }
+}
+
+TEST_CASE("cuda: fused single-pass attention forward (TG_FUSED_ATTENTION=1)") {
+  TG_REQUIRE_GPU();
+  for (auto sh :
+       {std::array<int, 4>{2, 40, 96, 3}, {1, 64, 128, 2}, {2, 33, 384, 4}, {1, 70, 512, 4}}) {
+    const int B = sh[0], T = sh[1], C = sh[2], NH = sh[3];  // head sizes 32, 64, 96, 128
+    for (DType t : kAllTypes) {
+      INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+      Twin tw;
+      const size_t btc = size_t(B) * T * C, att_n = size_t(B) * NH * T * T;
+      Pair qkv = tw.rand(t, 3 * btc, 52);
+      Pair out = tw.poisoned(t, btc), att = tw.poisoned(t, att_n);
+      tw.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, B, T, C, NH);
+      setenv("TG_FUSED_ATTENTION", "1", 1);
+      tw.gpu->attention_forward(out.gpu, att.gpu, qkv.gpu, B, T, C, NH);
+      unsetenv("TG_FUSED_ATTENTION");
+      CHECK(tw.err(out) < tol(t));
+      CHECK(tw.err(att) < tol(t));
     }
   }
 }
