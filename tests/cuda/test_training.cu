@@ -1,6 +1,7 @@
 // The whole model on the GPU against the CPU: gradients of one step, ten training steps, and
 // the binary's training runs (GPU vs CPU losses, bit-exact resume on the GPU, checkpoints
-// moving between devices).
+// moving between devices), in every precision mode (fp8: both recipes; the fp8 model-level
+// cases are in test_fp8_backend.cu).
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -146,13 +147,27 @@ TEST_CASE("cuda: ten training steps follow the CPU") {
 
 TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resume") {
   TG_REQUIRE_GPU();
-  for (const char* mode : {"fp32", "bf16", "fp16"}) {
-    INFO(mode);
+  // fp8 twice: the delayed and the current recipe (GPU vs the CPU emulation).
+  const std::pair<const char*, const char*> runs[] = {{"fp32", ""},
+                                                      {"bf16", ""},
+                                                      {"fp16", ""},
+                                                      {"fp8", ""},
+                                                      {"fp8", " --precision.fp8.recipe=current"}};
+  for (const auto& run : runs) {
+    const char* mode = run.first;
+    auto train_args = [&](const std::string& dir, const std::string& dev, const char* m) {
+      return ::train_args(dir, dev, m) + run.second;
+    };
+    INFO(mode << run.second);
     tgt::TempDir gpu_full, gpu_part, cpu_full, cross;
     std::string out;
     REQUIRE(tgt::run_binary(train_args(gpu_full.path, "cuda", mode) + " --train.steps=12", &out) ==
             0);
     CHECK(out.find("device: cuda") != std::string::npos);
+    if (std::string(mode) == "fp8") {  // the path is said at start
+      INFO(out);
+      CHECK(out.find("path: fp8") != std::string::npos);
+    }
     REQUIRE(tgt::run_binary(train_args(cpu_full.path, "cpu", mode) + " --train.steps=12", &out) ==
             0);
     auto g = read_train_metrics(gpu_full / "metrics.jsonl");
