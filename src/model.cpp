@@ -116,6 +116,13 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
 }
 
 GPT::~GPT() {
+  if (fp8_defer_) {  // hand the backend back as found: eager reports, none pending
+    try {
+      be_.fp8_take_reports();
+      be_.fp8_defer_reports(false);
+    } catch (...) {
+    }
+  }
   if (dtype_ != master_dtype_) be_.free(master_);
   for (Tensor t : {params_, grads_, m_, v_, act_buf_, stat_buf_, tokens_, targets_})
     if (t) be_.free(t);
