@@ -164,6 +164,13 @@ TEST_CASE("fp8: deferred reports train bit-identically to eager ones (both recip
     }
     CHECK(me.params_f32() == ml.params_f32());
     CHECK(se.to_json() == sl.to_json());
+    // Checkpoints carry the histories and the scales they give (layer, linear, operand).
+    const nlohmann::json j = sl.to_json();
+    REQUIRE(j.at("scales").size() == size_t(cfg.n_layer) * 12);
+    const Fp8Quant q = sl.quant(2, Fp8State::FC, Fp8State::GRAD);
+    CHECK(j["scales"][(2 * 4 + Fp8State::FC) * 3 + Fp8State::GRAD].get<float>() ==
+          (q.current ? 1.0f : q.scale));
+    if (!q.current) CHECK(q.scale != 1.0f);
     CHECK(lazy.held.empty());
     CHECK(lazy.fp8_calls_before_prepare == 0);
     CHECK(lazy.takes > 0);
