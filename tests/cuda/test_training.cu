@@ -225,3 +225,20 @@ TEST_CASE("cuda: a CPU checkpoint resumes on the GPU") {
   REQUIRE(b.size() == 8);
   CHECK(std::fabs(a[7]["loss"].get<double>() / b[7]["loss"].get<double>() - 1) < 3e-2);
 }
+
+TEST_CASE("cuda: fp8 training shapes the FP8 GEMMs cannot take are refused at start") {
+  TG_REQUIRE_GPU();
+  auto gpu = tg::make_cuda_backend();
+  if (!gpu->fp8_shape_problem(16, 40, 40).empty()) {  // an FP8 GPU: n_embd 40 is refused
+    tgt::TempDir run;
+    std::string out;
+    const int rc = tgt::run_binary(
+        train_args(run.path, "cuda", "fp8") + " --model.n_embd=40 --train.steps=2", &out);
+    INFO(out);
+    CHECK(rc == 2);
+    CHECK(out.find("precision.mode=fp8") != std::string::npos);
+    CHECK(out.find("multiple of 16") != std::string::npos);
+  } else {
+    MESSAGE("this GPU runs the fp8 fallback, which takes any shape");
+  }
+}
