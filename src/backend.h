@@ -88,8 +88,9 @@ struct Fp8Setup {
   int n_linears = 0;                // distinct FP8 linears (= weights) the model will call
   std::vector<LinearShape> shapes;  // every shape they come in
   // Memory the backend may use as scratch during any FP8 matmul, because it holds nothing
-  // then (the model passes its fp32 logits buffer: written by the lm_head after the last
-  // block's forward, consumed by the lm_head's backward before the first block's backward).
+  // then (the model passes its fp32 logits buffer and what follows it, the losses: written
+  // by the lm_head and the classifier after the last block's forward, consumed by the
+  // lm_head's backward before the first block's backward).
   Tensor scratch;
 };
 

@@ -287,7 +287,12 @@ void GPT::fp8_prepare(int B, int T) {
   for (int l = 0; l < cfg_.n_layer; l++)
     if (fp8_->layer_in_fp8(l)) s.n_linears += Fp8State::kLinears;
   s.shapes = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
-  s.scratch = acts_.logits;
+  // The logits and everything after them in the statistics buffer (the losses, and the
+  // room a larger B x T left): all of it is dead while the block linears run.
+  const size_t off =
+      size_t(static_cast<char*>(acts_.logits.data) - static_cast<char*>(stat_buf_.data)) /
+      dtype_size(stat_buf_.dtype);
+  s.scratch = stat_buf_.slice(off, stat_capacity_ - off);
   be_.fp8_prepare(s);
   fp8_defer_ = be_.fp8_defer_reports(true);
   fp8_prepared_ = true;
