@@ -93,8 +93,8 @@ __device__ __forceinline__ void block_atomic_max(unsigned v, unsigned* out) {
 // ---- kernels ----
 
 // amax of bf16 x[0, n). vec: x is 16-byte aligned (8 elements per load).
-__global__ void amax_bf16_kernel(const uint16_t* __restrict__ x, size_t n, bool vec,
-                                 unsigned* __restrict__ amax_bits) {
+static __global__ void amax_bf16_kernel(const uint16_t* __restrict__ x, size_t n, bool vec,
+                                        unsigned* __restrict__ amax_bits) {
   unsigned m = 0;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -118,8 +118,8 @@ __global__ void amax_bf16_kernel(const uint16_t* __restrict__ x, size_t n, bool 
 }
 
 // amax of fp32 x[0, n). vec: x is 16-byte aligned (4 elements per load).
-__global__ void amax_f32_kernel(const float* __restrict__ x, size_t n, bool vec,
-                                unsigned* __restrict__ amax_bits) {
+static __global__ void amax_f32_kernel(const float* __restrict__ x, size_t n, bool vec,
+                                       unsigned* __restrict__ amax_bits) {
   unsigned m = 0;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -139,8 +139,9 @@ __global__ void amax_f32_kernel(const float* __restrict__ x, size_t n, bool vec,
 }
 
 // s = fp8_scale_from_amax(*amax, fmax, margin), descale = 1 / s. One thread.
-__global__ void compute_scale_kernel(const float* __restrict__ amax, float fmax, int margin,
-                                     float* __restrict__ scale, float* __restrict__ descale) {
+static __global__ void compute_scale_kernel(const float* __restrict__ amax, float fmax, int margin,
+                                            float* __restrict__ scale,
+                                            float* __restrict__ descale) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     const float s = fp8_scale_from_amax(*amax, fmax, margin);
     *scale = s;
@@ -149,7 +150,8 @@ __global__ void compute_scale_kernel(const float* __restrict__ amax, float fmax,
 }
 
 // scale = s, descale = 1 / s (delayed recipe: s from the host). One thread.
-__global__ void set_scale_kernel(float s, float* __restrict__ scale, float* __restrict__ descale) {
+static __global__ void set_scale_kernel(float s, float* __restrict__ scale,
+                                        float* __restrict__ descale) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     *scale = s;
     *descale = 1.0f / s;
@@ -159,10 +161,10 @@ __global__ void set_scale_kernel(float s, float* __restrict__ scale, float* __re
 // q[i] = encode(x[i] * s) for bf16 x[0, n); optional amax of x; optional poisoning.
 // vec: x 16-byte aligned and q 8-byte aligned.
 template <Fp8Format F>
-__global__ void cast_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, size_t n,
-                                 bool vec, const float* __restrict__ scale,
-                                 unsigned* __restrict__ amax_bits,
-                                 const float* __restrict__ poison_amax) {
+static __global__ void cast_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q,
+                                        size_t n, bool vec, const float* __restrict__ scale,
+                                        unsigned* __restrict__ amax_bits,
+                                        const float* __restrict__ poison_amax) {
   const float s = *scale;
   const bool poison = poison_amax != nullptr && !finite_amax(poison_amax);
   unsigned m = 0;
@@ -206,7 +208,7 @@ inline constexpr int kTile = 64;
 // q 8-byte aligned; vec_out: rows % 16 == 0 and qT 16-byte aligned. Partial tiles take the
 // element-wise path.
 template <Fp8Format F>
-__global__ void __launch_bounds__(256)
+static __global__ void __launch_bounds__(256)
     cast_transpose_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q,
                                uint8_t* __restrict__ qT, int rows, int cols, bool vec_in,
                                bool vec_out, const float* __restrict__ scale,
@@ -281,10 +283,11 @@ __global__ void __launch_bounds__(256)
 // fp8 value itself, exact in bf16). Optional amax of x, optional poisoning (y = NaN).
 // vec: x and y 16-byte aligned.
 template <Fp8Format F>
-__global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ y, size_t n,
-                                bool vec, const float* __restrict__ scale,
-                                const float* __restrict__ descale, unsigned* __restrict__ amax_bits,
-                                const float* __restrict__ poison_amax) {
+static __global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ y,
+                                       size_t n, bool vec, const float* __restrict__ scale,
+                                       const float* __restrict__ descale,
+                                       unsigned* __restrict__ amax_bits,
+                                       const float* __restrict__ poison_amax) {
   const float s = *scale;
   const bool value_only = descale == nullptr;
   const float d = value_only ? 1.0f : *descale;
@@ -321,8 +324,9 @@ __global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t* __rest
 
 // Every element of bf16 out[0, n) becomes NaN (0x7FFF) when *a or *b (either may be null) is
 // non-finite; otherwise nothing is written (every thread returns after one load).
-__global__ void poison_bf16_kernel(uint16_t* __restrict__ out, size_t n,
-                                   const float* __restrict__ a, const float* __restrict__ b) {
+static __global__ void poison_bf16_kernel(uint16_t* __restrict__ out, size_t n,
+                                          const float* __restrict__ a,
+                                          const float* __restrict__ b) {
   const bool bad = (a != nullptr && !finite_amax(a)) || (b != nullptr && !finite_amax(b));
   if (!bad) return;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -332,8 +336,8 @@ __global__ void poison_bf16_kernel(uint16_t* __restrict__ out, size_t n,
 
 // out(N, OC) rows = bias (before a GEMM with beta = 1 when no bias epilogue is available:
 // the bias then enters the fp32 sum and the output is rounded once, as on the CPU).
-__global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out, const uint16_t* __restrict__ bias,
-                                      int N, int OC) {
+static __global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out,
+                                             const uint16_t* __restrict__ bias, int N, int OC) {
   const size_t n = size_t(N) * OC;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x)
@@ -343,8 +347,8 @@ __global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out, const uint16_t
 // dbias(OC) += sum over rows of dout(N, OC), fp32 sums, deterministic (fixed order): block
 // (32 columns) x (8 row groups); row group y sums rows y, y+8, ...; then the 8 partial sums in
 // order.
-__global__ void bias_backward_kernel(uint16_t* __restrict__ dbias,
-                                     const uint16_t* __restrict__ dout, int N, int OC) {
+static __global__ void bias_backward_kernel(uint16_t* __restrict__ dbias,
+                                            const uint16_t* __restrict__ dout, int N, int OC) {
   __shared__ float part[8][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const int o = blockIdx.x * 32 + tx;
@@ -360,7 +364,7 @@ __global__ void bias_backward_kernel(uint16_t* __restrict__ dbias,
   }
 }
 
-__global__ void fallback_alpha_kernel(Fp8LinearDevice* d, int which) {
+static __global__ void fallback_alpha_kernel(Fp8LinearDevice* d, int which) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   const float di = d->t[kFp8Inp].descale, dw = d->t[kFp8Weight].descale,
               dg = d->t[kFp8Grad].descale;

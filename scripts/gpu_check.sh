@@ -2,10 +2,12 @@
 # The one command for a machine with a GPU and no package registry:
 #   bash scripts/gpu_check.sh        (needs .deps/include from scripts/gpu_deps.sh)
 # 1. nvidia-smi, nvcc, NCCL lookup; 2. build with nvcc (NO_BLAS=1 NO_MPI=1, headers from
-# .deps/include); 3. every CUDA test (tests/cuda/, "cuda: *"); 4. GPU-vs-CPU parity: the toy
-# model trained on cuda and on cpu, losses compared step by step; 5. `train_gpt bench` of
-# GPT-2 124M (T=1024) in fp32, bf16 and fp16 on the GPU; 6. the CPU test suite (if time is
-# left); a short table last. Logs go to $OUT when set (else runs/gpu_check). Budget: well
+# .deps/include); 3. every CUDA test (tests/cuda/: "cuda: *" and the FP8 kernel cases
+# "fp8 *"); 4. GPU-vs-CPU parity: the toy model trained on cuda and on cpu in fp32, bf16 and
+# fp8, losses compared step by step; 5. `train_gpt bench` of GPT-2 124M (T=1024) in fp32,
+# bf16, fp16 and fp8, and of GPT-2 350M in bf16 and fp8, with fp8/bf16 ratios of tokens/s
+# and peak memory (targets: >= 1.25x and <= 1.00x at 350M); 6. the CPU test suite (if time
+# is left); a short table last. Logs go to $OUT when set (else runs/gpu_check). Budget: well
 # under 10 minutes on an H100/H200 with 16 cores; every stage has its own timeout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,7 +67,7 @@ cuobjdump --list-elf "$BIN" 2>/dev/null | sed 's/^/  /' | head -20
 
 # ---- CUDA tests
 t=$(date +%s)
-TG_BIN=$PWD/$BIN OMP_NUM_THREADS=$JOBS timeout 300 "$TESTS" -tc='cuda: *' >"$LOG/cuda_tests.log" 2>&1
+TG_BIN=$PWD/$BIN OMP_NUM_THREADS=$JOBS timeout 300 "$TESTS" -tc='cuda: *,fp8 *' >"$LOG/cuda_tests.log" 2>&1
 rc=$?
 tail -30 "$LOG/cuda_tests.log"
 row "CUDA tests" "$(grep -E '^[0-9]+ passed' "$LOG/cuda_tests.log" | tail -1) (rc $rc)" "$(elapsed "$t")"
@@ -78,7 +80,7 @@ P=(--model.n_layer=2 --model.n_head=4 --model.n_embd=64 --model.max_seq_len=64 -
    --eval.every=0 --eval.batches=4 --sample.tokens=0 --train.steps=50 --optim.warmup_steps=5
    --train.log_every=10)
 $BIN prepare toy --out "$DATA" >"$LOG/parity.log" 2>&1
-for mode in fp32 bf16; do
+for mode in fp32 bf16 fp8; do
   for dev in cuda cpu; do
     timeout 120 $BIN train "${P[@]}" --precision.mode=$mode --train.device=$dev \
       --train.out_dir="$LOG/parity_${mode}_$dev" >>"$LOG/parity.log" 2>&1
@@ -102,15 +104,47 @@ PY
   row "parity $mode (toy, cuda vs cpu)" "$res" "$(elapsed "$t")"
 done
 
-# ---- benchmark: GPT-2 124M, T=1024
+# ---- benchmark: GPT-2 124M and 350M, B=8, T=1024; fp8 against bf16
 t=$(date +%s)
-timeout 240 $BIN bench --device=cuda --model=gpt2 --modes=fp32,bf16,fp16 --iters=10 --batch=8 \
+timeout 200 $BIN bench --device=cuda --model=gpt2 --modes=bf16,fp8,fp16,fp32 --iters=10 --batch=8 \
   --seq=1024 >"$LOG/bench.log" 2>&1
 rc=$?
 cat "$LOG/bench.log"
 row "bench GPT-2 124M" "rc $rc (table in bench.log)" "$(elapsed "$t")"
-# The opt-in paths, bf16 only: fused attention forward, then that plus the GELU epilogue.
+if [ $(($(date +%s) - T0)) -lt 330 ]; then
+t=$(date +%s)
+timeout 150 $BIN bench --device=cuda --model=gpt2-medium --modes=bf16,fp8 --iters=10 --batch=8 \
+  --seq=1024 >"$LOG/bench350.log" 2>&1
+rc=$?
+cat "$LOG/bench350.log"
+row "bench GPT-2 350M" "rc $rc (table in bench350.log)" "$(elapsed "$t")"
+else
+  row "bench GPT-2 350M" "skipped (time)" "-"
+fi
+# fp8 vs bf16 from the tables: | model | params | B x T | mode | ms/step | tokens/s | ... | peak memory | ...
+for f in bench.log bench350.log; do
+  res=$(python3 - "$LOG/$f" <<'PY'
+import sys
+rows = {}
+for line in open(sys.argv[1]):
+    c = [x.strip() for x in line.strip().strip("|").split("|")]
+    if len(c) >= 11 and c[3] in ("bf16", "fp8"):
+        rows[c[3]] = (c[0], float(c[5]), float(c[9].split()[0]))
+if "bf16" in rows and "fp8" in rows:
+    b, f = rows["bf16"], rows["fp8"]
+    print(f"{b[0]}: fp8/bf16 tokens/s {f[1] / b[1]:.2f}x, peak memory {f[2] / b[2]:.3f}x")
+else:
+    print("no bf16 and fp8 rows")
+PY
+)
+  echo "$res"
+  row "fp8 vs bf16 ($f)" "$res" "-"
+done
+
+# The opt-in paths, bf16 only (when time is left): fused attention forward, then that plus
+# the GELU epilogue.
 for opt in "TG_FUSED_ATTENTION=1" "TG_FUSED_ATTENTION=1 TG_GELU_EPILOGUE=1"; do
+  [ $(($(date +%s) - T0)) -lt 420 ] || { row "bench bf16, $opt" "skipped (time)" "-"; continue; }
   t=$(date +%s)
   name=$(echo "$opt" | tr ' =' '_-')
   env $opt timeout 90 $BIN bench --device=cuda --model=gpt2 --modes=bf16 --iters=5 \
@@ -124,7 +158,7 @@ done
 # without MPI in this build, the MPI tests are left out
 if [ $(($(date +%s) - T0)) -lt 360 ]; then
   t=$(date +%s)
-  TG_BIN=$PWD/$BIN OMP_NUM_THREADS=$JOBS timeout 150 "$TESTS" -tce='cuda: *,mpi: *,comm: *' \
+  TG_BIN=$PWD/$BIN OMP_NUM_THREADS=$JOBS timeout 150 "$TESTS" -tce='cuda: *,fp8 *,mpi: *,comm: *' \
     >"$LOG/cpu_tests.log" 2>&1
   rc=$?
   row "CPU tests" "$(grep -E '^[0-9]+ passed' "$LOG/cpu_tests.log" | tail -1) (rc $rc)" "$(elapsed "$t")"
@@ -132,6 +166,6 @@ fi
 
 echo
 echo "== gpu_check summary ($(elapsed "$T0") in all; logs in $LOG)"
-grep -E '^\|' "$LOG/bench.log" 2>/dev/null
+cat "$LOG/bench.log" "$LOG/bench350.log" 2>/dev/null | grep -E '^\|'
 echo
 printf '%s\n' "| stage | result | time |" "|---|---|---|" "${ROWS[@]}"

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -66,6 +67,31 @@ struct Fp8Quant {
 struct Fp8Report {
   float amax[2] = {0, 0};
   float scale[2] = {1, 1};
+};
+
+// FP8 options of a backend (precision.fp8.*; the model and training loop pass them on).
+struct Fp8Options {
+  // Fast (reduced-precision, periodically promoted) accumulation in the forward FP8 GEMM on
+  // devices that have it (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM). The backward GEMMs never
+  // use it. The CPU accumulates exactly in fp32 and ignores this.
+  bool fast_accum = true;
+  // Devices: run the bf16-GEMM path of FP8 (quantized values in bf16) even where FP8 tensor
+  // cores exist (tests compare both paths on one GPU).
+  bool force_fallback = false;
+};
+// The shape of one linear: out(N,OC) = inp(N,C) W(OC,C)^T.
+struct LinearShape {
+  int N = 0, C = 0, OC = 0;
+};
+// What the model tells a backend before its FP8 linears run (again whenever B x T changes).
+struct Fp8Setup {
+  int n_linears = 0;                // distinct FP8 linears (= weights) the model will call
+  std::vector<LinearShape> shapes;  // every shape they come in
+  // Memory the backend may use as scratch during any FP8 matmul, because it holds nothing
+  // then (the model passes its fp32 logits buffer and what follows it, the losses: written
+  // by the lm_head and the classifier after the last block's forward, consumed by the
+  // lm_head's backward before the first block's backward).
+  Tensor scratch;
 };
 
 // Numerics of one stored tensor (telemetry): the largest magnitude and how many values are
@@ -139,6 +165,22 @@ class Backend {
   virtual Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                                         Tensor inp, Tensor w, int N, int C, int OC,
                                         const Fp8Quant& gq, float inp_scale, float w_scale) = 0;
+  // FP8 plumbing (defaults: nothing to set up, reports returned at once).
+  virtual void set_fp8_options(const Fp8Options&) {}
+  // Which FP8 path the matmuls above run, for the line printed at start.
+  virtual std::string fp8_path_name() const {
+    return "emulated: quantize-dequantize in fp32, fp32 GEMMs";
+  }
+  // Why an FP8 linear of this shape cannot take this backend's fast path ("" when it can).
+  // Such a linear still runs, on a slower path with the same numerics.
+  virtual std::string fp8_shape_problem(int /*N*/, int /*C*/, int /*OC*/) const { return ""; }
+  virtual void fp8_prepare(const Fp8Setup&) {}
+  // Asks the backend to defer FP8 reports (on a device each report costs a wait for the
+  // queue); returns whether it will. While deferring, the Fp8Report an FP8 matmul returns is
+  // not valid; fp8_take_reports() returns the reports of every FP8 matmul since its last
+  // call, in call order, waiting once for all of them. The CPU never defers.
+  virtual bool fp8_defer_reports(bool /*on*/) { return false; }
+  virtual std::vector<Fp8Report> fp8_take_reports() { return {}; }
   // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
   virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
                                  int NH) = 0;

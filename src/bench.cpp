@@ -35,9 +35,10 @@ double median(std::vector<double> v) {
 
 // Median milliseconds of one full training step (forward, backward, norm, AdamW) in a
 // precision mode.
-double time_step(Backend& be, const BenchCase& bc, const std::string& mode, int warmup, int iters) {
+double time_step(Backend& be, const BenchCase& bc, const std::string& mode, const Fp8Config& fc,
+                 int warmup, int iters) {
   GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(mode));
-  Fp8State fp8(Fp8Config{}, bc.L);
+  Fp8State fp8(fc, bc.L);
   if (mode == "fp8") model.set_fp8(&fp8);
   model.init_random(1);
   Rng r(2);
@@ -84,15 +85,19 @@ int cmd_bench(int argc, char** argv) {
       {"threads", "CPU threads (0: all)", "0"},
       {"iters", "timed steps per model", "20"},
       {"device", "cpu or cuda", "cpu"},
-      {"model", "small (three small models) or gpt2 (GPT-2 124M)", "small"},
+      {"model", "small (three small models), gpt2 (GPT-2 124M) or gpt2-medium (350M)", "small"},
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16,fp8"},
-      {"batch", "batch size for --model=gpt2", "8"},
-      {"seq", "sequence length for --model=gpt2", "1024"}};
+      {"batch", "batch size for --model=gpt2 / gpt2-medium", "8"},
+      {"seq", "sequence length for --model=gpt2 / gpt2-medium", "1024"},
+      {"fp8_recipe", "fp8 mode: delayed or current scaling", "delayed"},
+      {"fp8_fast_accum", "fp8 mode: fast accumulation in the forward GEMM (GPUs)", "true"}};
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt bench", opts, &ex)) return 0;
   Config cfg;
   int iters = 20, gpt2_B = 8, gpt2_T = 1024;
   std::string device = "cpu", model = "small", modes_arg = "fp32,bf16,fp16,fp8";
+  Fp8Config fp8cfg;
+  Fp8Options fp8opt;
   for (auto& kv : ex) {
     if (kv.first == "threads") config_set(cfg, "train.threads", kv.second);
     if (kv.first == "iters") iters = std::max(3, atoi(kv.second.c_str()));
@@ -101,11 +106,17 @@ int cmd_bench(int argc, char** argv) {
     if (kv.first == "modes") modes_arg = kv.second;
     if (kv.first == "batch") gpt2_B = std::max(1, atoi(kv.second.c_str()));
     if (kv.first == "seq") gpt2_T = std::max(1, atoi(kv.second.c_str()));
+    if (kv.first == "fp8_recipe") fp8cfg.recipe = kv.second;
+    if (kv.first == "fp8_fast_accum") fp8opt.fast_accum = kv.second != "false" && kv.second != "0";
   }
+  if (fp8cfg.recipe != "delayed" && fp8cfg.recipe != "current")
+    throw UsageError(
+        strf("bench: --fp8_recipe must be delayed or current, not '%s'", fp8cfg.recipe.c_str()));
   if (device != "cpu" && device != "cuda")
     throw UsageError(strf("bench: --device must be cpu or cuda, not '%s'", device.c_str()));
-  if (model != "small" && model != "gpt2")
-    throw UsageError(strf("bench: --model must be small or gpt2, not '%s'", model.c_str()));
+  if (model != "small" && model != "gpt2" && model != "gpt2-medium")
+    throw UsageError(
+        strf("bench: --model must be small, gpt2 or gpt2-medium, not '%s'", model.c_str()));
   std::vector<std::string> modes;
   for (size_t p = 0; p <= modes_arg.size();) {
     size_t q = modes_arg.find(',', p);
@@ -124,6 +135,8 @@ int cmd_bench(int argc, char** argv) {
   std::vector<BenchCase> cases;
   if (model == "gpt2")
     cases.push_back({"GPT-2 124M (L12 C768)", 12, 768, 12, 50257, 1024, gpt2_B, gpt2_T});
+  else if (model == "gpt2-medium")
+    cases.push_back({"GPT-2 350M (L24 C1024)", 24, 1024, 16, 50257, 1024, gpt2_B, gpt2_T});
   else
     cases = {
         {"toy default (L2 C64)", 2, 64, 8, 256, 64, 16, 64},
@@ -131,10 +144,24 @@ int cmd_bench(int argc, char** argv) {
         {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
     };
   const bool gpu = be->name() == "cuda";
-  if (gpu)
-    printf("train_gpt bench: training step on %s (%s)\n\n", be->name().c_str(),
+  if (gpu) {
+    printf("train_gpt bench: training step on %s (%s)\n", be->name().c_str(),
            be->device_model().c_str());
-  else
+    printf(
+        "MFU: model FLOPs (6N + attention) per second over the dense bf16 tensor-core peak for "
+        "bf16, fp16 and fp8 alike (H100/H200: 989 TFLOP/s; FP8's own peak is twice that), the "
+        "plain FP32 peak for fp32 (67 TFLOP/s). Peak memory: the backend's cudaMalloc "
+        "high-water mark.\n");
+    for (const std::string& m : modes)
+      if (m == "fp8") {
+        be->set_fp8_options(fp8opt);
+        printf("fp8: %s scaling, path: %s, %s\n", fp8cfg.recipe.c_str(),
+               be->fp8_path_name().c_str(),
+               fp8opt.fast_accum ? "fast accumulation in the forward GEMM"
+                                 : "exact fp32 accumulation everywhere");
+      }
+    printf("\n");
+  } else
     printf("train_gpt bench: training step on %s, %d thread(s)\n\n", be->name().c_str(),
            omp_get_max_threads());
   printf(
@@ -148,7 +175,8 @@ int cmd_bench(int argc, char** argv) {
     for (const std::string& mode : modes) {
       // A fresh backend per mode, so its peak is this model's alone.
       auto mbe = make_backend(cfg);
-      double ms = time_step(*mbe, bc, mode, 3, iters);
+      mbe->set_fp8_options(fp8opt);
+      double ms = time_step(*mbe, bc, mode, fp8cfg, 3, iters);
       double mem = double(mbe->peak_bytes());
       if (ms0 == 0) {
         ms0 = ms;

@@ -83,6 +83,7 @@ const std::vector<KeyDef>& table() {
       {"precision.fp8.history_len", Kind::Int, TG_OFF(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"},
       {"precision.fp8.margin", Kind::Int, TG_OFF(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"},
       {"precision.fp8.keep_bf16", Kind::IntList, TG_OFF(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"},
+      {"precision.fp8.fast_accum", Kind::Bool, TG_OFF(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32)"},
       {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},

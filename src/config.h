@@ -77,6 +77,7 @@ struct Config {
       int history_len = 16;
       int margin = 0;
       std::vector<int> keep_bf16;  // layer indices; negative counts from the last
+      bool fast_accum = true;      // fast accumulation in the forward FP8 GEMM (GPUs)
     } fp8;
   } precision;
   struct Eval {

@@ -66,7 +66,20 @@ void Fp8State::reduce_latest(Comm& comm) {
 nlohmann::json Fp8State::to_json() const {
   nlohmann::json hist = nlohmann::json::array();
   for (const auto& h : history_) hist.push_back(std::vector<float>(h.begin(), h.end()));
-  return {{"recipe", cfg_.recipe}, {"history_len", cfg_.history_len}, {"amax_history", hist}};
+  // The scales the next step starts from (delayed recipe; 1 = current or no history yet), in
+  // the histories' order. For readers of the checkpoint: loading recomputes them from the
+  // histories, which is what makes a resume exact.
+  nlohmann::json scales = nlohmann::json::array();
+  for (int l = 0; l < n_layer_; l++)
+    for (int lin = 0; lin < kLinears; lin++)
+      for (int op = 0; op < kOperands; op++) {
+        const Fp8Quant q = quant(l, lin, op);
+        scales.push_back(q.current ? 1.0f : q.scale);
+      }
+  return {{"recipe", cfg_.recipe},
+          {"history_len", cfg_.history_len},
+          {"amax_history", hist},
+          {"scales", scales}};
 }
 
 void Fp8State::from_json(const nlohmann::json& j) {

@@ -97,7 +97,12 @@ class GPT {
   void init_random(uint64_t seed);
   DType dtype() const { return dtype_; }
   // FP8 block linears (bf16 model): the state lives with the caller; nullptr turns FP8 off.
-  void set_fp8(Fp8State* s) { fp8_ = s; }
+  // The backend learns the FP8 linears' shapes and may borrow the fp32 logits buffer as FP8
+  // scratch (Backend::fp8_prepare): after backward() the logits hold nothing of use.
+  void set_fp8(Fp8State* s) {
+    fp8_ = s;
+    fp8_prepared_ = false;
+  }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
   // copy (rounded to nearest). Under ZeRO-1 params_f32 gathers the shards: every rank must
   // call it.
@@ -137,7 +142,8 @@ class GPT {
   // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
   void adamw_step(const AdamWArgs& args);
 
-  // Logits of the last forward, (B, T, Vp), on the backend.
+  // Logits of the last forward, (B, T, Vp), on the backend (FP8 models reuse the buffer as
+  // scratch during the next pass).
   Tensor logits() const { return acts_.logits; }
   // The compute weights and gradients, num_params elements (their buffers carry the ZeRO-1
   // padding beyond). Master weights and Adam moments: this rank's shard (shard_size).
@@ -166,6 +172,15 @@ class GPT {
                       int OC, bool training);
   void linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
                        Tensor w, int N, int C, int OC);
+  // FP8 reports a backend defers (Backend::fp8_defer_reports): what each pending call was,
+  // applied to the Fp8State in call order when the reports are taken.
+  struct Fp8Pending {
+    int layer, linear;
+    bool backward, training;
+  };
+  void fp8_apply(const Fp8Pending& p, const Fp8Report& r);
+  void fp8_flush();
+  void fp8_prepare(int B, int T);
   // Offsets of every activation for (B, T); returns the element counts of the compute-type
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
@@ -188,6 +203,8 @@ class GPT {
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;
   Fp8State* fp8_ = nullptr;
+  bool fp8_prepared_ = false, fp8_defer_ = false;
+  std::vector<Fp8Pending> fp8_pending_;
 };
 
 }  // namespace tg

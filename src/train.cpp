@@ -217,6 +217,22 @@ json run_training(const Config& cfg_in) {
     const auto& f = cfg.precision.fp8;
     fp8 = std::make_unique<Fp8State>(Fp8Config{f.recipe, f.history_len, f.margin, f.keep_bf16},
                                      mc.n_layer);
+    Fp8Options o;
+    o.fast_accum = f.fast_accum;
+    be->set_fp8_options(o);
+    // The training shapes are checked up front: a block linear that cannot take the
+    // backend's FP8 GEMMs is a configuration error (sampling, with its own shapes, may still
+    // take the slower path of the same numerics).
+    const int N = B * T, C = mc.n_embd;
+    const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
+    for (const auto& sh : shapes) {
+      const std::string p = be->fp8_shape_problem(sh[0], sh[1], sh[2]);
+      if (!p.empty())
+        throw UsageError(
+            strf("precision.mode=fp8 on %s: the block linear N=%d (data.batch_size x "
+                 "data.seq_len), C=%d, OC=%d: %s",
+                 be->name().c_str(), sh[0], sh[1], sh[2], p.c_str()));
+    }
     model.set_fp8(fp8.get());
   }
   if (!cfg.model.init_from.empty())
@@ -332,9 +348,12 @@ json run_training(const Config& cfg_in) {
       if (!fp8->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
     printf(
         "fp8: block linears in E4M3 (forward) / E5M2 (gradients), %s scaling (history %d, "
-        "margin %d), layers kept in bf16: %s\n",
+        "margin %d), layers kept in bf16: %s; path: %s%s\n",
         cfg.precision.fp8.recipe.c_str(), cfg.precision.fp8.history_len, cfg.precision.fp8.margin,
-        kept.empty() ? "none" : kept.c_str());
+        kept.empty() ? "none" : kept.c_str(), be->fp8_path_name().c_str(),
+        be->name() == "cpu"            ? ""
+        : cfg.precision.fp8.fast_accum ? ", fast accumulation in the forward GEMM"
+                                       : ", exact fp32 accumulation everywhere");
   }
   if (std::isfinite(loss_floor))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor, ln_vocab);

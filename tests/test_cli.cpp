@@ -563,7 +563,7 @@ TEST_CASE("mpi: ZeRO-1 resume is bit-exact, and checkpoints move between sharded
   }
 }
 
-TEST_CASE("checkpoint: a missing or corrupt ZeRO-1 shard is named") {
+TEST_CASE("mpi: a missing or corrupt ZeRO-1 optimizer file is named") {
   tgt::TempDir run;
   std::string out;
   REQUIRE(run_mpi(2,

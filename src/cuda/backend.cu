@@ -4,8 +4,9 @@
 // bytes_in_use / peak_bytes (rounded to 64 bytes like the CPU backend; scratch buffers and
 // the cuBLASLt workspace count too). All work is queued on one stream; only the methods that
 // return values to the host (download, sum_squares, unscale_check_norm, stats, the FP8
-// reports) wait for it. encoder_backward groups token positions on the host from the copy
-// of the last token upload (reading the tokens back, with a wait, only if there is none).
+// reports unless deferred) wait for it. encoder_backward groups token positions on the host
+// from the copy of the last token upload (reading the tokens back, with a wait, only if there
+// is none).
 //
 // Type rules are the CPU backend's: each op's tensors share an element type (fp32, bf16 or
 // fp16; fp64 exists only on the CPU), statistics, logits and losses are fp32. Matmuls whose
@@ -14,10 +15,12 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "../cpu/cpu_backend.h"
 #include "cuda_backend.h"
+#include "kernels/matmul_fp8.cuh"
 #include "launch.h"
 
 namespace tg {
@@ -78,6 +81,8 @@ class CudaBackend final : public Backend {
     ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return scratch(s, bytes); };
     result_ = static_cast<float*>(raw_alloc(64));
     cpu_ = make_cpu_backend();
+    device_fp8_path_ = cuda::fp8_path_for_device(device);
+    fp8_path_ = device_fp8_path_;
   }
   int device_index() const override { return device_; }
   ~CudaBackend() override {
@@ -215,43 +220,99 @@ class CudaBackend final : public Backend {
     narrow_back(dbias, dbf);
   }
 
+  // ---- FP8 block linears (kernels/matmul_fp8.cuh, call order as in kernels/README.md) ----
+  //
+  // The path is the device's (FP8 GEMMs from compute capability 8.9, else bf16 GEMMs of the
+  // quantized values) unless Fp8Options::force_fallback. A linear whose shape or pointers do
+  // not suit the FP8 GEMMs (fp8_shape_problem; the training loop rejects such training shapes
+  // up front, sampling may have them) takes the fallback path: the same numerics.
+  //
+  // Memory (kernels/README.md, Memory): the per-linear state (80 bytes each) is carved from
+  // the tail of the cuBLASLt workspace, and the operand scratch aliases the scratch tensor of
+  // fp8_prepare (the model's fp32 logits) when it is large enough, so an FP8 run allocates
+  // nothing a bf16 run does not (GPT-2 sizes). Otherwise (no prepare, a small vocabulary) the
+  // scratch is allocated here and counts in bytes_in_use / peak_bytes.
+  //
+  // Reports: eager (one wait per call) unless the caller asked for deferred reports.
   Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                                const Fp8Quant quant[2]) override {
-    Fp8Report rep;
-    float* a = copy_wide(inp, gpu::kScratchWideA);
-    float* b = copy_wide(w, gpu::kScratchWideB);
-    rep.scale[0] = qdq(a, inp.numel, quant[0], /*e4m3=*/true, &rep.amax[0]);
-    rep.scale[1] = qdq(b, w.numel, quant[1], true, &rep.amax[1]);
-    float* o = wide(out, gpu::kScratchWideOut, false);
-    gpu::gemm(ctx_, false, true, N, OC, C, DType::F32, a, C, b, C, DType::F32, o, OC, 0.f,
-              wide(bias, gpu::kScratchWideC, true));
-    narrow_back(out, o);
-    return rep;
+    need_bf16("matmul_forward_fp8", {out, inp, w, bias});
+    const int lin = fp8_slot(w.data);
+    fp8_before_call(lin, false);
+    const cuda::Fp8Path path = fp8_call_path(N, C, OC, {out.data, inp.data, w.data, bias.data});
+    cuda::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
+    cuda::fp8_linear_forward(fp8_ctx(path), plan, lin, out.as<__nv_bfloat16>(),
+                             inp.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                             bias ? bias.as<__nv_bfloat16>() : nullptr, N, C, OC, quant);
+    return fp8_after_call(lin, false);
   }
   Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                 Tensor w, int N, int C, int OC, const Fp8Quant& gq, float inp_scale,
                                 float w_scale) override {
-    Fp8Report rep;
-    float* g = copy_wide(dout, gpu::kScratchWideC);
-    if (dbias) {  // the bias gradient comes from the unquantized gradient
-      float* dbf = wide(dbias, gpu::kScratchWideDb, true);
-      gpu::bias_backward(ctx_, DType::F32, dbf, g, N, OC);
-      narrow_back(dbias, dbf);
-    }
-    rep.scale[0] = qdq(g, dout.numel, gq, /*e4m3=*/false, &rep.amax[0]);
-    float* a = copy_wide(inp, gpu::kScratchWideA);
-    float* b = copy_wide(w, gpu::kScratchWideB);
-    float unused;
-    qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0}, true, &unused);
-    qdq(b, w.numel, Fp8Quant{w_scale, false, 0}, true, &unused);
-    float* di = wide(dinp, gpu::kScratchWideOut, false);
-    float* dwf = wide(dw, gpu::kScratchWideDw, true);
-    wide_backward(di, dwf, nullptr, g, a, b, N, C, OC);
-    narrow_back(dinp, di);
-    narrow_back(dw, dwf);
-    return rep;
+    need_bf16("matmul_backward_fp8", {dinp, dw, dbias, dout, inp, w});
+    if (!dinp) throw Error("cuda backend: matmul_backward_fp8 needs dinp");
+    const int lin = fp8_slot(w.data);
+    fp8_before_call(lin, true);
+    const cuda::Fp8Path path =
+        fp8_call_path(N, C, OC, {dinp.data, dw.data, dbias.data, dout.data, inp.data, w.data});
+    cuda::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
+    cuda::fp8_linear_backward(fp8_ctx(path), plan, lin, dinp.as<__nv_bfloat16>(),
+                              dw.as<__nv_bfloat16>(), dbias ? dbias.as<__nv_bfloat16>() : nullptr,
+                              dout.as<__nv_bfloat16>(), inp.as<__nv_bfloat16>(),
+                              w.as<__nv_bfloat16>(), N, C, OC, gq, inp_scale, w_scale);
+    return fp8_after_call(lin, true);
   }
-
+  void set_fp8_options(const Fp8Options& o) override {
+    fp8_opt_ = o;
+    fp8_path_ = o.force_fallback ? cuda::Fp8Path::kBf16Fallback : device_fp8_path_;
+  }
+  std::string fp8_path_name() const override { return cuda::fp8_path_name(fp8_path_); }
+  std::string fp8_shape_problem(int N, int C, int OC) const override {
+    return fp8_path_ == cuda::Fp8Path::kFp8 ? cuda::fp8_shape_problem(N, C, OC) : "";
+  }
+  void fp8_prepare(const Fp8Setup& s) override {
+    fp8_ensure_state(std::max(s.n_linears, 1));
+    // Scratch per path for the shapes that take it, in the given scratch when it fits.
+    std::vector<cuda::Fp8LinearShape> by_path[2];
+    for (const LinearShape& l : s.shapes) {
+      const bool fast = fp8_path_ == cuda::Fp8Path::kFp8 && cuda::fp8_shape_ok(l.N, l.C, l.OC);
+      by_path[fast ? 0 : 1].push_back({l.N, l.C, l.OC});
+    }
+    char* ext = static_cast<char*>(s.scratch.data);
+    size_t ext_bytes = s.scratch.bytes();
+    if (ext) {  // cuBLASLt and the casts want 256-byte aligned operands
+      const size_t pad = (256 - reinterpret_cast<uintptr_t>(ext) % 256) % 256;
+      ext_bytes = ext_bytes > pad ? ext_bytes - pad : 0;
+      ext += pad;
+    }
+    for (int k = 0; k < 2; k++) {
+      const auto path = k == 0 ? cuda::Fp8Path::kFp8 : cuda::Fp8Path::kBf16Fallback;
+      if (by_path[k].empty()) continue;
+      const size_t need =
+          cuda::fp8_plan_scratch_bytes(path, by_path[k].data(), int(by_path[k].size()));
+      Fp8Scratch& sc = fp8_scratch_[k];
+      if (ext && need <= ext_bytes) {
+        fp8_free_own_scratch(sc);
+        sc.ptr = ext;
+        sc.bytes = ext_bytes;
+      } else {
+        fp8_grow_own_scratch(sc, need);
+      }
+    }
+  }
+  bool fp8_defer_reports(bool on) override {
+    if (!on) fp8_materialize();
+    fp8_defer_ = on;
+    return on;
+  }
+  std::vector<Fp8Report> fp8_take_reports() override {
+    fp8_materialize();
+    std::vector<Fp8Report> r;
+    r.reserve(fp8_pending_.size());
+    for (const auto& p : fp8_pending_) r.push_back(p.rep);
+    fp8_pending_.clear();
+    return r;
+  }
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
     need_same("attention_forward", {out, att, qkv});
     gpu::attention_forward(ctx_, out.dtype, out.data, att.data, qkv.data, B, T, C, NH);
@@ -332,6 +393,10 @@ class CudaBackend final : public Backend {
   void raw_free(void* p) {
     auto it = sizes_.find(p);
     if (it == sizes_.end()) return;
+    // FP8 scratch lent by a caller (fp8_prepare) inside this allocation is gone with it.
+    for (Fp8Scratch& sc : fp8_scratch_)
+      if (!sc.own && sc.ptr >= static_cast<char*>(p) && sc.ptr < static_cast<char*>(p) + it->second)
+        sc = Fp8Scratch{};
     // cudaFree waits for the device, so queued work that still reads p finishes first.
     TG_CUDA_CHECK(cudaFree(p));
     in_use_ -= it->second;
@@ -356,12 +421,6 @@ class CudaBackend final : public Backend {
     if (load) gpu::convert(ctx_, DType::F32, p, t.dtype, t.data, t.numel, Rounding{});
     return p;
   }
-  // A private fp32 copy of t (to quantize in place).
-  float* copy_wide(Tensor t, gpu::ScratchSlot s) {
-    float* p = static_cast<float*>(scratch(s, t.numel * 4));
-    gpu::convert(ctx_, DType::F32, p, t.dtype, t.data, t.numel, Rounding{});
-    return p;
-  }
   void narrow_back(Tensor t, float* f) {
     if (t && t.dtype != DType::F32)
       gpu::convert(ctx_, t.dtype, t.data, DType::F32, f, t.numel, Rounding{});
@@ -382,18 +441,178 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(out, result_, 2 * sizeof(float), cudaMemcpyDeviceToHost, ctx_.stream));
     TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   }
-  // As the CPU backend's qdq: amax (waited for), the scale, then quantize-dequantize.
-  float qdq(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
-    gpu::amax(ctx_, x, n, result_);
-    float m = 0;
-    TG_CUDA_CHECK(cudaMemcpyAsync(&m, result_, sizeof m, cudaMemcpyDeviceToHost, ctx_.stream));
+  void need_bf16(const char* op, std::initializer_list<Tensor> ts) {
+    for (const Tensor& x : ts)
+      if (x && x.dtype != DType::BF16)
+        throw Error(strf("cuda backend: %s needs bf16 tensors, not %s", op, dtype_name(x.dtype)));
+  }
+
+  // ---- FP8 state, scratch, plans, reports ----
+  struct Fp8Scratch {
+    char* ptr = nullptr;
+    size_t bytes = 0;
+    void* own = nullptr;  // raw_alloc'ed here (else ptr lies in a caller's tensor)
+  };
+  struct Fp8Pending {
+    int lin;
+    bool backward, ready;
+    Fp8Report rep;
+  };
+  // The state of up to 819 linears (GPT-2 XL has 192) lives at the tail of the cuBLASLt
+  // workspace, which shrinks by this much in FP8 mode; more go to an allocation of their own.
+  static constexpr size_t kFp8StateReserve = size_t(64) << 10;
+
+  cuda::Fp8GemmContext fp8_ctx(cuda::Fp8Path path) const {
+    cuda::Fp8GemmContext c;
+    c.lt = ctx_.lt;
+    c.workspace = ctx_.lt_workspace;
+    c.workspace_bytes = ctx_.lt_workspace_bytes;
+    c.stream = ctx_.stream;
+    c.path = path;
+    c.fast_accum_forward = fp8_opt_.fast_accum;
+    c.fast_accum_backward = false;  // gradients keep full fp32 accumulation
+    return c;
+  }
+  // The path of one call: the backend's, or the fallback when the FP8 GEMMs cannot take it.
+  cuda::Fp8Path fp8_call_path(int N, int C, int OC, std::initializer_list<void*> ptrs) {
+    if (fp8_path_ != cuda::Fp8Path::kFp8) return fp8_path_;
+    bool ok = cuda::fp8_shape_ok(N, C, OC);
+    for (void* p : ptrs)
+      if (p && reinterpret_cast<uintptr_t>(p) % 16) ok = false;
+    if (ok) return fp8_path_;
+    if (!fp8_warned_) {
+      fprintf(stderr,
+              "fp8: a linear with N=%d, C=%d, OC=%d (or an operand not 16-byte aligned) does "
+              "not suit cuBLASLt's FP8 GEMMs; such linears run the bf16 fallback (same "
+              "numerics)\n",
+              N, C, OC);
+      fp8_warned_ = true;
+    }
+    return cuda::Fp8Path::kBf16Fallback;
+  }
+  // Per-linear state: fp8_state_cap_ entries at fp8_state_, initialised as fp8_plan_create
+  // does; growing keeps the entries there are.
+  void fp8_ensure_state(int n) {
+    if (n <= fp8_state_cap_) return;
+    n = std::max(n, 64);
+    const size_t bytes = cuda::fp8_align256(cuda::fp8_plan_state_bytes(n));
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the workspace may be in use
+    cuda::Fp8LinearDevice* fresh = nullptr;
+    void* own = nullptr;
+    int cap = n;
+    if (fp8_state_ == nullptr && bytes <= kFp8StateReserve &&
+        ctx_.lt_workspace_bytes >= 2 * kFp8StateReserve) {
+      ctx_.lt_workspace_bytes -= kFp8StateReserve;
+      TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
+      fresh = reinterpret_cast<cuda::Fp8LinearDevice*>(static_cast<char*>(ctx_.lt_workspace) +
+                                                       ctx_.lt_workspace_bytes);
+      cap = int(kFp8StateReserve / sizeof(cuda::Fp8LinearDevice));
+    } else {
+      own = raw_alloc(bytes);
+      fresh = static_cast<cuda::Fp8LinearDevice*>(own);
+    }
+    cuda::Fp8LinearDevice init{};
+    for (auto& t : init.t) t = cuda::Fp8TensorScale{0.f, 1.f, 1.f, 0.f};
+    for (float& a : init.alpha) a = 1.f;
+    init.zero = 0.f;
+    init.one = 1.f;
+    // On this backend's stream (non-blocking: plain cudaMemcpy would not order with it).
+    std::vector<cuda::Fp8LinearDevice> h(size_t(cap), init);
+    TG_CUDA_CHECK(cudaMemcpyAsync(fresh, h.data(), h.size() * sizeof(init), cudaMemcpyHostToDevice,
+                                  ctx_.stream));
+    if (fp8_state_)
+      TG_CUDA_CHECK(cudaMemcpyAsync(fresh, fp8_state_, size_t(fp8_state_cap_) * sizeof(init),
+                                    cudaMemcpyDeviceToDevice, ctx_.stream));
     TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    const bool finite = std::isfinite(m);
-    *amax = m;
-    const float fmax = e4m3 ? E4M3_MAX : E5M2_MAX;
-    const float s = q.current ? fp8_scale_from_amax(*amax, fmax, q.margin) : q.scale;
-    gpu::qdq(ctx_, x, n, s, e4m3, finite);
-    return s;
+    if (fp8_state_own_) raw_free(fp8_state_own_);
+    fp8_state_ = fresh;
+    fp8_state_own_ = own;
+    fp8_state_cap_ = cap;
+  }
+  // The state index of the linear whose weight lives at w (cuda::fp8_plan_slot's rule: the
+  // next free index on first sight).
+  int fp8_slot(const void* w) {
+    const auto it = fp8_slots_.find(w);
+    if (it != fp8_slots_.end()) return it->second;
+    const int next = int(fp8_slots_.size());
+    if (next >= fp8_state_cap_) fp8_ensure_state(std::max(next + 1, 2 * fp8_state_cap_));
+    fp8_slots_.emplace(w, next);
+    return next;
+  }
+  void fp8_free_own_scratch(Fp8Scratch& sc) {
+    if (sc.own) raw_free(sc.own);
+    sc = Fp8Scratch{};
+  }
+  void fp8_grow_own_scratch(Fp8Scratch& sc, size_t need) {
+    if (sc.own && sc.bytes >= need) return;
+    fp8_free_own_scratch(sc);
+    sc.own = raw_alloc(need);  // cudaMalloc: 256-byte aligned
+    sc.ptr = static_cast<char*>(sc.own);
+    sc.bytes = need;
+  }
+  // The plan (state + scratch) of one path for a call of this shape; grows what is missing
+  // (a call before fp8_prepare, or a shape it did not list).
+  cuda::Fp8Plan& fp8_plan_for(cuda::Fp8Path path, const cuda::Fp8LinearShape& shape) {
+    const int k = path == cuda::Fp8Path::kFp8 ? 0 : 1;
+    Fp8Scratch& sc = fp8_scratch_[k];
+    const size_t need = cuda::fp8_plan_scratch_bytes(path, &shape, 1);
+    if (sc.bytes < need) fp8_grow_own_scratch(sc, need);
+    cuda::Fp8Plan& p = fp8_plan_[k];
+    p.path = path;
+    p.n_linears = fp8_state_cap_;
+    p.dev = fp8_state_;
+    p.scratch = reinterpret_cast<uint8_t*>(sc.ptr);
+    p.scratch_bytes = sc.bytes;
+    p.owned_scratch = nullptr;  // this backend frees its own memory
+    return p;
+  }
+  // A deferred report of the same linear and direction still waits for this slot's state,
+  // which the call is about to overwrite: read the pending ones first.
+  void fp8_before_call(int lin, bool backward) {
+    for (const auto& p : fp8_pending_)
+      if (!p.ready && p.lin == lin && p.backward == backward) return fp8_materialize();
+  }
+  static Fp8Report fp8_report(const cuda::Fp8LinearDevice& h, bool backward) {
+    Fp8Report r;
+    if (backward) {
+      r.amax[0] = h.t[cuda::kFp8Grad].amax;
+      r.scale[0] = h.t[cuda::kFp8Grad].scale;
+    } else {
+      r.amax[0] = h.t[cuda::kFp8Inp].amax;
+      r.scale[0] = h.t[cuda::kFp8Inp].scale;
+      r.amax[1] = h.t[cuda::kFp8Weight].amax;
+      r.scale[1] = h.t[cuda::kFp8Weight].scale;
+    }
+    return r;
+  }
+  Fp8Report fp8_after_call(int lin, bool backward) {
+    if (fp8_defer_) {
+      fp8_pending_.push_back({lin, backward, false, Fp8Report{}});
+      return Fp8Report{};
+    }
+    // Eager: one state, one wait (what cuda::fp8_forward_report / fp8_backward_report do).
+    cuda::Fp8LinearDevice h{};
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(&h, fp8_state_ + lin, sizeof h, cudaMemcpyDeviceToHost, ctx_.stream));
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return fp8_report(h, backward);
+  }
+  // Every pending report from one copy of the states in use (one wait).
+  void fp8_materialize() {
+    int hi = -1;
+    for (const auto& p : fp8_pending_)
+      if (!p.ready) hi = std::max(hi, p.lin);
+    if (hi < 0) return;
+    fp8_host_.resize(size_t(hi) + 1);
+    TG_CUDA_CHECK(cudaMemcpyAsync(fp8_host_.data(), fp8_state_,
+                                  fp8_host_.size() * sizeof(cuda::Fp8LinearDevice),
+                                  cudaMemcpyDeviceToHost, ctx_.stream));
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    for (auto& p : fp8_pending_)
+      if (!p.ready) {
+        p.rep = fp8_report(fp8_host_[size_t(p.lin)], p.backward);
+        p.ready = true;
+      }
   }
 
   int device_ = 0;
@@ -404,6 +623,18 @@ class CudaBackend final : public Backend {
   float* result_ = nullptr;
   std::unique_ptr<Backend> cpu_;
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
+  // FP8
+  cuda::Fp8Path device_fp8_path_ = cuda::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
+  Fp8Options fp8_opt_;
+  cuda::Fp8LinearDevice* fp8_state_ = nullptr;
+  void* fp8_state_own_ = nullptr;
+  int fp8_state_cap_ = 0;
+  std::unordered_map<const void*, int> fp8_slots_;
+  Fp8Scratch fp8_scratch_[2];  // [0] FP8 path, [1] fallback
+  cuda::Fp8Plan fp8_plan_[2];
+  bool fp8_defer_ = false, fp8_warned_ = false;
+  std::vector<Fp8Pending> fp8_pending_;
+  std::vector<cuda::Fp8LinearDevice> fp8_host_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The whole model on the GPU against the CPU: gradients of one step, ten training steps, and
 // the binary's training runs (GPU vs CPU losses, bit-exact resume on the GPU, checkpoints
-// moving between devices).
+// moving between devices), in every precision mode (fp8: both recipes; the fp8 model-level
+// cases are in test_fp8_backend.cu).
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -158,21 +159,30 @@ TEST_CASE("cuda: ten training steps follow the CPU") {
 
 TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resume") {
   TG_REQUIRE_GPU();
-  // mode (with any extra options) and the GPU-vs-CPU loss tolerance; fp8 quantizes, so an
-  // ulp of difference in an activation can move a code.
+  // mode, extra options, and the GPU-vs-CPU loss tolerance; fp8 quantizes, so an ulp of
+  // difference in an activation can move a code (fp8 twice: delayed and current recipe).
   struct Case {
     const char* mode;
+    const char* extra;
     double tol;
   };
-  for (Case cs : {Case{"fp32", 1e-4}, Case{"bf16", 3e-2}, Case{"fp16", 3e-2},
-                  Case{"bf16 --precision.stochastic_rounding=true", 3e-2}, Case{"fp8", 5e-2}}) {
+  for (Case cs : {Case{"fp32", "", 1e-4}, Case{"bf16", "", 3e-2}, Case{"fp16", "", 3e-2},
+                  Case{"bf16", " --precision.stochastic_rounding=true", 3e-2},
+                  Case{"fp8", "", 5e-2}, Case{"fp8", " --precision.fp8.recipe=current", 5e-2}}) {
     const char* mode = cs.mode;
-    INFO(mode);
+    auto train_args = [&](const std::string& dir, const std::string& dev, const char* m) {
+      return ::train_args(dir, dev, m) + cs.extra;
+    };
+    INFO(mode << cs.extra);
     tgt::TempDir gpu_full, gpu_part, cpu_full, cross;
     std::string out;
     REQUIRE(tgt::run_binary(train_args(gpu_full.path, "cuda", mode) + " --train.steps=12", &out) ==
             0);
     CHECK(out.find("device: cuda") != std::string::npos);
+    if (std::string(mode) == "fp8") {  // the path is said at start
+      INFO(out);
+      CHECK(out.find("path: fp8") != std::string::npos);
+    }
     REQUIRE(tgt::run_binary(train_args(cpu_full.path, "cpu", mode) + " --train.steps=12", &out) ==
             0);
     auto g = read_train_metrics(gpu_full / "metrics.jsonl");
@@ -229,4 +239,21 @@ TEST_CASE("cuda: a CPU checkpoint resumes on the GPU") {
   REQUIRE(a.size() == 8);
   REQUIRE(b.size() == 8);
   CHECK(std::fabs(a[7]["loss"].get<double>() / b[7]["loss"].get<double>() - 1) < 3e-2);
+}
+
+TEST_CASE("cuda: fp8 training shapes the FP8 GEMMs cannot take are refused at start") {
+  TG_REQUIRE_GPU();
+  auto gpu = tg::make_cuda_backend();
+  if (!gpu->fp8_shape_problem(16, 40, 40).empty()) {  // an FP8 GPU: n_embd 40 is refused
+    tgt::TempDir run;
+    std::string out;
+    const int rc = tgt::run_binary(
+        train_args(run.path, "cuda", "fp8") + " --model.n_embd=40 --train.steps=2", &out);
+    INFO(out);
+    CHECK(rc == 2);
+    CHECK(out.find("precision.mode=fp8") != std::string::npos);
+    CHECK(out.find("multiple of 16") != std::string::npos);
+  } else {
+    MESSAGE("this GPU runs the fp8 fallback, which takes any shape");
+  }
 }
