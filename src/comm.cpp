@@ -192,6 +192,8 @@ Comm& comm() {
   return *instance();
 }
 
+std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
+
 #ifndef TG_NCCL
 std::unique_ptr<Comm> make_nccl_comm(Comm&, int) {
   throw Error(

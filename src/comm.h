@@ -58,6 +58,8 @@ void comm_init(const DistOptions& o);
 // The process-wide communicator: MPI under mpirun, TCP when TG_WORLD_SIZE > 1 (or as
 // comm_init set it up), else single-process.
 Comm& comm();
+// A communicator of one process (every collective an identity), apart from comm()'s.
+std::unique_ptr<Comm> make_single_comm();
 std::unique_ptr<Comm> make_tcp_comm(int rank, int world, const std::string& rendezvous,
                                     int timeout_s);
 // GPUs: NCCL on `device`, its ncclUniqueId broadcast over `bootstrap` (MPI or TCP), which

@@ -406,21 +406,10 @@ namespace {
 // leak checking is off for these processes only: OpenMPI's own libraries and plugins keep
 // allocations past MPI_Finalize, which LeakSanitizer would report as ours.
 int run_mpi(int np, const std::string& args, std::string* out) {
-  const char* bin = getenv("TG_BIN");
-  std::string cmd =
-      "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root "
-      "--oversubscribe -np " +
-      std::to_string(np) + " " + (bin ? bin : "./train_gpt") + " " + args +
-      " --train.threads=1 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::string o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.append(buf, n);
-  int status = pclose(p);
-  if (out) *out = o;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return tgt::run_shell(
+      "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np " +
+          std::to_string(np) + " " + tgt::binary() + " " + args + " --train.threads=1",
+      out);
 }
 }  // namespace
 
@@ -588,33 +577,14 @@ TEST_CASE("mpi: a missing or corrupt ZeRO-1 optimizer file is named") {
 namespace {
 // Runs np train_gpt processes without MPI, meeting over TCP on localhost (or at `rendezvous`).
 int run_tcp(int np, const std::string& args, std::string* out, std::string rendezvous = "") {
-  const char* bin = getenv("TG_BIN");
-  if (rendezvous.empty()) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a = {};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    rendezvous = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-    close(fd);
-  }
-  std::string script = "pids=''; for r in $(seq 0 " + std::to_string(np - 1) +
-                       "); do timeout 120 " + (bin ? bin : "./train_gpt") + " " + args +
-                       " --train.threads=1 --dist.world_size=" + std::to_string(np) +
-                       " --dist.rank=$r --dist.rendezvous=" + rendezvous +
-                       " & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=$?; "
-                       "done; exit $rc";
-  FILE* p = popen(("{ " + script + "; } 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::string o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.append(buf, n);
-  int status = pclose(p);
-  if (out) *out = o;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (rendezvous.empty()) rendezvous = "tcp://127.0.0.1:" + std::to_string(tgt::free_port());
+  return tgt::run_shell("pids=''; for r in $(seq 0 " + std::to_string(np - 1) +
+                            "); do timeout 120 " + tgt::binary() + " " + args +
+                            " --train.threads=1 --dist.world_size=" + std::to_string(np) +
+                            " --dist.rank=$r --dist.rendezvous=" + rendezvous +
+                            " & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || "
+                            "rc=$?; done; exit $rc",
+                        out);
 }
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/comm.h"
+#include "test_util.h"
 
 // Runs on every rank; returns the number of failed checks (0 on success).
 int comm_selftest() {
@@ -95,35 +96,14 @@ TEST_CASE("comm: collectives in 2 and 3 MPI processes") {
 
 namespace {
 
-// A TCP port that was free a moment ago.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 // Starts np copies of `cmd` (a shell command) with TG_RANK = 0..np-1 and the rest of `env`;
 // returns 0 when every one of them exited 0. Output goes to *out.
 int run_ranks(int np, const std::string& env, const std::string& cmd, std::string* out) {
-  std::string script = "pids=''; for r in $(seq 0 " + std::to_string(np - 1) + "); do TG_RANK=$r " +
-                       env + " timeout 120 " + cmd +
-                       " & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=1; "
-                       "done; exit $rc";
-  std::string full = "bash -c '" + script + "' 2>&1";
-  FILE* p = popen(full.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, k);
-  int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return tgt::run_shell("pids=''; for r in $(seq 0 " + std::to_string(np - 1) +
+                            "); do TG_RANK=$r " + env + " timeout 120 " + cmd +
+                            " & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || "
+                            "rc=1; done; exit $rc",
+                        out);
 }
 
 std::string self_exe() {
@@ -141,7 +121,7 @@ TEST_CASE("comm: collectives over TCP without MPI, tcp:// and file:// rendezvous
   for (int np : {2, 3}) {
     std::string out;
     const std::string env = "TG_COMM_SELFTEST=1 TG_WORLD_SIZE=" + std::to_string(np) +
-                            " TG_RENDEZVOUS=tcp://127.0.0.1:" + std::to_string(free_port());
+                            " TG_RENDEZVOUS=tcp://127.0.0.1:" + std::to_string(tgt::free_port());
     int rc = run_ranks(np, env, exe, &out);
     INFO("tcp np=" << np << "\n" << out);
     CHECK(rc == 0);
@@ -164,7 +144,7 @@ TEST_CASE("comm: a process missing at the rendezvous is an error after dist.time
   if (getenv("TG_COMM_SELFTEST")) return;
   std::string out;
   const std::string env = "TG_COMM_SELFTEST=1 TG_WORLD_SIZE=3 TG_RENDEZVOUS=tcp://127.0.0.1:" +
-                          std::to_string(free_port());
+                          std::to_string(tgt::free_port());
   // Only 2 of 3 start: rank 0 gives up (the selftest reads no timeout key: use the binary).
   const char* bin = getenv("TG_BIN");
   if (!bin) return;

@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,10 +22,8 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() { tg::remove_tree(path); }
 
-int run_binary(const std::string& args, std::string* output) {
-  const char* bin = getenv("TG_BIN");
-  std::string cmd = std::string(bin ? bin : "./train_gpt") + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
+int run_shell(const std::string& script, std::string* output) {
+  FILE* p = popen(("{ " + script + "; } 2>&1").c_str(), "r");
   if (!p) return -1;
   std::string out;
   char buf[4096];
@@ -31,6 +32,28 @@ int run_binary(const std::string& args, std::string* output) {
   int status = pclose(p);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string binary() {
+  const char* bin = getenv("TG_BIN");
+  return bin ? bin : "./train_gpt";
+}
+
+int run_binary(const std::string& args, std::string* output) {
+  return run_shell(binary() + " " + args, output);
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
 }
 
 }  // namespace tgt

@@ -63,8 +63,13 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-// Runs the train_gpt binary (path from $TG_BIN, else ./train_gpt) with the arguments;
-// returns the exit code and collects stdout+stderr into *output.
+// Runs a shell script (sh -c); returns its exit code and collects stdout+stderr into *output.
+int run_shell(const std::string& script, std::string* output = nullptr);
+// The train_gpt binary under test: $TG_BIN, else ./train_gpt.
+std::string binary();
+// Runs the train_gpt binary with the arguments, as run_shell.
 int run_binary(const std::string& args, std::string* output = nullptr);
+// A localhost TCP port that was free a moment ago.
+int free_port();
 
 }  // namespace tgt

@@ -13,27 +13,6 @@
 
 namespace {
 
-// The single-process communicator as a bootstrap (never the process-wide one, which tests
-// leave alone).
-class SoloComm final : public tg::Comm {
- public:
-  std::string name() const override { return "solo"; }
-  int rank() const override { return 0; }
-  int world() const override { return 1; }
-  void all_reduce_sum(float*, size_t) override {}
-  void all_reduce_sum(double*, size_t) override {}
-  void all_reduce_max(float*, size_t) override {}
-  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
-    if (in && in != out) memmove(out, in, bytes);
-  }
-  void reduce_scatter_sum(const float* in, float* out, size_t n) override {
-    if (in != out) memmove(out, in, n * sizeof(float));
-  }
-  void broadcast(void*, size_t, int) override {}
-  void barrier() override {}
-  [[noreturn]] void abort(int code) override { std::exit(code); }
-};
-
 std::vector<float> on_device_roundtrip(tg::Comm& c, const std::vector<float>& host,
                                        void (*op)(tg::Comm&, float*, size_t)) {
   float* d = nullptr;
@@ -52,8 +31,9 @@ std::vector<float> on_device_roundtrip(tg::Comm& c, const std::vector<float>& ho
 
 TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers") {
   TG_REQUIRE_GPU();
-  SoloComm boot;
-  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(boot, 0);
+  // A single-process bootstrap (not the process-wide communicator, which tests leave alone).
+  std::unique_ptr<tg::Comm> boot = tg::make_single_comm();
+  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, 0);
   CHECK(c->world() == 1);
   CHECK(c->rank() == 0);
   CHECK(c->device_memory());
@@ -86,8 +66,9 @@ TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers"
 
 TEST_CASE("cuda: nccl a bf16 step through NCCL (plain and ZeRO-1) equals one without") {
   TG_REQUIRE_GPU();
-  SoloComm boot;
-  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(boot, 0);
+  // A single-process bootstrap (not the process-wide communicator, which tests leave alone).
+  std::unique_ptr<tg::Comm> boot = tg::make_single_comm();
+  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, 0);
   tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 256, 64);
   auto be = tg::make_cuda_backend();
   const int B = 4, T = 64;
