@@ -111,9 +111,22 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 endif
 
-# The test binary prints its own closing line "N passed, N failed".
-test: $(BUILD)/run_tests $(BIN)
-	@TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+# The CUDA backend's kernels (kernels/*.cuh) run on the CPU with CUDA threads emulated as
+# fibers (tests/cuda/cuda_emulation.h; needs the CUDA headers; C++20) and compared with the
+# CPU backend's ops (linked from its objects): checks their logic without a GPU.
+# -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
+# kernels' 16-byte packs are type-punned through int4, as nvcc allows.
+ifneq ($(USE_NVCC),)
+KERNELS_EMU := $(BUILD)/kernels_emulated
+KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o) $(BUILD)/src/common.o
+$(KERNELS_EMU): tests/cuda/kernels_emulated.cpp tests/cuda/cuda_emulation.h $(wildcard kernels/*.cuh) src/formats.h src/cuda/launch.h $(KERNELS_EMU_OBJ) | deps
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) $< $(KERNELS_EMU_OBJ) -o $@ -fopenmp $(LDLIBS)
+endif
+
+# The test binary prints its own closing line "N passed, N failed" (last).
+test: $(BUILD)/run_tests $(BIN) $(KERNELS_EMU)
+	@$(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy
