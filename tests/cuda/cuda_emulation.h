@@ -16,8 +16,8 @@
 //     and read the source lane; a fiber that returns from the kernel drops out of both
 //     barriers, as an exited GPU thread no longer takes part in them;
 //   - a shuffle that reads a lane that has exited, or has a mask other than the full warp,
-//     is recorded as an error (emu::errors()), as is a __syncthreads reached while threads of
-//     the block have already exited (undefined on the GPU unless they never sync again);
+//     is recorded as an error (emu::errors()), as is a block whose threads did not all pass
+//     the same number of __syncthreads (some exited while others synced: undefined);
 //   - atomics are plain read-modify-writes (one fiber runs at a time).
 // The interleaving is one fixed, legal schedule: it executes every thread's code as written,
 // but finds no race between barriers (every store is visible at once to every fiber).
@@ -67,6 +67,7 @@ struct Fiber {
   uint3 idx{0, 0, 0};
   bool started = false, done = false;
   unsigned shfl_parity = 0;
+  unsigned syncs = 0;  // __syncthreads passed in this block
 };
 
 inline uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
@@ -146,9 +147,7 @@ inline void fiber_main() {
 
 inline void syncthreads() {
   State& s = state();
-  if (s.block.live != s.threads)
-    error("__syncthreads after some threads of the block exited (block " +
-          std::to_string(block_idx.x) + "," + std::to_string(block_idx.y) + ")");
+  s.cur->syncs++;
   s.block.wait();
 }
 
@@ -230,6 +229,7 @@ void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
         for (Fiber& f : s.fibers) {
           f.done = false;
           f.shfl_parity = 0;
+          f.syncs = 0;
         }
         for (unsigned left = block; left > 0;) {
           left = 0;
@@ -239,6 +239,16 @@ void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
             left += !f.done;
           }
         }
+        // Every thread must have passed the same number of __syncthreads: one that exited
+        // earlier left the others at a barrier it never reached (undefined on the GPU).
+        const auto [lo, hi] = std::minmax_element(
+            s.fibers.begin(), s.fibers.end(),
+            [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
+        if (lo->syncs != hi->syncs)
+          error("__syncthreads not reached by every thread of block (" + std::to_string(bx) +
+                "," + std::to_string(by) + "): thread " + std::to_string(lo->idx.x) +
+                " passed " + std::to_string(lo->syncs) + ", thread " +
+                std::to_string(hi->idx.x) + " passed " + std::to_string(hi->syncs));
       }
   s.cur = nullptr;
   s.fibers.clear();  // parked in yield(): nothing on their stacks needs destroying

@@ -478,6 +478,17 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
   };
   emu::launch(dim3(1), 32, &Bad::kernel, out.p);
   CHECK(!emu::errors().empty());
+  // So is a __syncthreads after part of the block has returned.
+  struct BadSync {
+    static void kernel(float* o) {
+      if (threadIdx.x >= 40) return;
+      __syncthreads();
+      o[threadIdx.x] = 1.f;
+    }
+  };
+  Buf<float> many(64);
+  emu::launch(dim3(1), 64, &BadSync::kernel, many.p);
+  CHECK(!emu::errors().empty());
 }
 
 TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp16)") {
@@ -694,6 +705,64 @@ TEST_CASE("bias backward and the GEMM fallback's epilogue vs the CPU matmul") {
   }
 }
 
+TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 rows)") {
+  // bias_backward and layernorm's dw/db partial + final kernels, fp32 and bf16, 3 columns
+  std::mt19937 rng(15);
+  const int N = 64 * 4096 + 77, OC = 3;
+  CHECK(gpu::bias_rows_per_chunk(N) > 64);
+  CHECK(gpu::rows_per_chunk(N) > 64);
+  std::vector<float> wd(size_t(N) * OC), wdb(OC);
+  {
+    using E = float;
+    Buf<E> dout(size_t(N) * OC), db(OC + 1);
+    fill(dout.p, dout.n, rng);
+    fill(db.p, OC, rng);
+    for (int j = 0; j < OC; j++) wdb[j] = db[j];
+    cpu::bias_backward(wdb.data(), dout.p, N, OC);
+    bias_backward<E>(db.p, dout.p, N, OC);
+    CHECK(rel_err(db.p, wdb.data(), OC) <= 1e-5);
+    CHECK(all_poison(db.p + OC, 1));
+    check_emu();
+  }
+  {
+    using E = bf16;
+    // layernorm dw/db: mean 0, rstd 1 makes norm = x, so dw = sum dout * x, db = sum dout
+    Buf<E> dout(size_t(N) * OC), x(size_t(N) * OC), dw(OC + 1), db(OC + 1);
+    fill(dout.p, dout.n, rng);
+    fill(x.p, x.n, rng);
+    fill(dw.p, OC, rng);
+    fill(db.p, OC, rng);
+    std::vector<float> mean(N, 0.f), rstd(N, 1.f);
+    std::vector<double> rw(OC), rb(OC);
+    for (int j = 0; j < OC; j++) {
+      rw[j] = f(dw[j]);
+      rb[j] = f(db[j]);
+    }
+    for (int r = 0; r < N; r++)
+      for (int j = 0; j < OC; j++) {
+        const size_t i = size_t(r) * OC + j;
+        rw[j] += double(f(dout[i])) * f(x[i]);
+        rb[j] += f(dout[i]);
+      }
+    const int rows = gpu::rows_per_chunk(N), chunks = (N + rows - 1) / rows;
+    Buf<float> pdw(size_t(chunks) * OC), pdb(size_t(chunks) * OC);
+    emu::launch(dim3(unsigned((OC + 255) / 256), unsigned(chunks)), 256,
+                &gpu::layernorm_backward_partial_kernel<E>, pdw.p, pdb.p,
+                static_cast<const E*>(dout.p), static_cast<const E*>(x.p),
+                static_cast<const float*>(mean.data()), static_cast<const float*>(rstd.data()), N,
+                OC, rows);
+    emu::launch(dim3(unsigned((OC + 255) / 256)), 256, &gpu::layernorm_backward_final_kernel<E>,
+                dw.p, db.p, static_cast<const float*>(pdw.p), static_cast<const float*>(pdb.p),
+                chunks, OC);
+    for (int j = 0; j < OC; j++) {
+      CHECK(std::fabs(f(dw[j]) - rw[j]) <= 1e-2 * std::max(1.0, std::fabs(rw[j])));
+      CHECK(std::fabs(f(db[j]) - rb[j]) <= 1e-2 * std::max(1.0, std::fabs(rb[j])));
+    }
+    CHECK(all_poison(dw.p + OC, 1));
+    check_emu();
+  }
+}
+
 TEST_CASE("attention forward and backward (cuBLAS path, GEMMs on the host) vs the CPU") {
   std::mt19937 rng(6);
   const gpu::Ctx c = make_ctx();
@@ -771,9 +840,11 @@ TEST_CASE("attention permutes: bit-exact round trips") {
   })
 }
 
-TEST_CASE("fused attention forward (hs 32 and 64) vs the CPU") {
+TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
   std::mt19937 rng(8);
-  const int shapes[][4] = {{1, 5, 64, 2}, {2, 37, 64, 2}, {1, 45, 128, 2}};  // B, T, C, NH
+  // B, T, C, NH: head sizes 32, 64, 96, 128
+  const int shapes[][4] = {{1, 5, 64, 2}, {2, 37, 64, 2}, {1, 45, 128, 2}, {1, 33, 96, 1},
+                           {1, 20, 256, 2}};
   for (const auto& sh : shapes) {
     const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
     CAPTURE(T);
@@ -783,10 +854,12 @@ TEST_CASE("fused attention forward (hs 32 and 64) vs the CPU") {
       const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
       Buf<E> qkv(3 * btc), out(btc + 1), att(natt + 1), rout(btc), ratt(natt);
       fill(qkv.p, qkv.n, rng);
-      if (Cn / NH == 32)
-        attention_forward_fused<E, 1>(out.p, att.p, qkv.p, B, T, Cn, NH);
-      else
-        attention_forward_fused<E, 2>(out.p, att.p, qkv.p, B, T, Cn, NH);
+      switch (Cn / NH) {
+        case 32: attention_forward_fused<E, 1>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+        case 64: attention_forward_fused<E, 2>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+        case 96: attention_forward_fused<E, 3>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+        default: attention_forward_fused<E, 4>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+      }
       cpu::attention_forward(C(rout.p), C(ratt.p), C(qkv.p), B, T, Cn, NH);
       CHECK(rel_err(out.p, rout.p, btc) <= tol<E>());
       CHECK(rel_err(att.p, ratt.p, natt) <= tol<E>());
