@@ -422,9 +422,7 @@ void attention_backward(const gpu::Ctx& c, E* dqkv, const E* dout, const E* qkv,
               static_cast<const E*>(dv.p), B, T, NH, hs);
 }
 
-// The fused forward has no launcher yet (fused_attention_enabled() is declared in launch.h
-// but neither defined nor called): launched as its comment says, one warp per row, 8 warps
-// (256 threads) per block like the softmax kernels.
+// attention.cu's fused_forward (TG_FUSED_ATTENTION=1): one warp per row, 8 rows per block.
 template <typename E, int KJ>
 void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
   const float scale = 1.f / std::sqrt(float(Cn / NH));
@@ -489,6 +487,32 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
   Buf<float> many(64);
   emu::launch(dim3(1), 64, &BadSync::kernel, many.p);
   CHECK(!emu::errors().empty());
+}
+
+TEST_CASE("the kernels' ld/st: bit-exact with src/formats.h and the CPU's storage.h") {
+  // Every 16-bit code widened; fp32 values narrowed on a stride through all bit patterns.
+  // (On the host, cuda_fp16.h's __half2float/__float2half_rn; the device's _rn conversions
+  // are specified to round the same way.)
+  size_t bad = 0, nan_bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    const float a = gpu::ld(bf16{uint16_t(h)}), b = gpu::ld(f16{uint16_t(h)});
+    const float ca = cpu::ld(cpu::bf16{uint16_t(h)}), cb = cpu::ld(cpu::f16{uint16_t(h)});
+    if (std::isnan(cb)) {
+      nan_bad += !std::isnan(b) + !std::isnan(a) * std::isnan(ca);
+      continue;
+    }
+    bad += (bits(a) != bits(ca)) + (bits(b) != bits(cb)) + (bits(b) != bits(f16_to_f32(h)));
+  }
+  CHECK(bad == 0);
+  CHECK(nan_bad == 0);
+  bad = 0;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4093) {
+    const float v = bits_f32(uint32_t(u));
+    bad += gpu::st<bf16>(v).bits != cpu::st<cpu::bf16>(v).bits;
+    bad += gpu::st<f16>(v).bits != cpu::st<cpu::f16>(v).bits;
+    bad += gpu::st<f16>(v).bits != f32_to_f16(v);
+  }
+  CHECK(bad == 0);
 }
 
 TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp16)") {
