@@ -279,6 +279,25 @@ inline V __shfl_sync(unsigned mask, V v, int src_lane, int width = 32) {
   const int lane = int(threadIdx.x % 32);
   return emu::shfl(mask, v, (lane & ~(width - 1)) + (src_lane & (width - 1)), "__shfl_sync");
 }
+// Max over the warp's values (all 32 lanes), as a butterfly of shuffles.
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+  unsigned m = v;
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned x = __shfl_xor_sync(mask, m, o);
+    m = x > m ? x : m;
+  }
+  return m;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 template <typename V>
 inline V atomicAdd(V* p, V v) {
   const V old = *p;

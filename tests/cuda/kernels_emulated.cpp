@@ -449,7 +449,7 @@ void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn,
 
 TEST_CASE("emulation: shuffles, block reductions, early exits") {
   // warp_sum / block_reduce on integers (exact in any order), 2 blocks of 96 threads.
-  Buf<float> out(4);
+  Buf<float> out(6);
   struct K {
     static void kernel(float* o) {
       __shared__ float sh[32];
@@ -457,7 +457,9 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
       const float ws = tg::gpu::warp_sum(x);
       const float bs = tg::gpu::block_reduce<false>(x, sh);
       const float bm = tg::gpu::block_reduce<true>(x, sh);
+      const unsigned rm = __reduce_max_sync(0xffffffffu, (threadIdx.x * 7919u) % 101u);
       if (threadIdx.x == 33) o[blockIdx.x * 2] = ws;
+      if (threadIdx.x == 40) o[4 + blockIdx.x] = float(rm);
       if (threadIdx.x == 95) o[blockIdx.x * 2 + 1] = bs + bm;
     }
   };
@@ -467,6 +469,9 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
   CHECK(out[1] == float(96 * 97 / 2 + 96));
   CHECK(out[2] == out[0]);
   CHECK(out[3] == out[1]);
+  unsigned want = 0;  // max over lanes 32..63 of (t * 7919) % 101
+  for (unsigned t = 32; t < 64; t++) want = std::max(want, (t * 7919u) % 101u);
+  CHECK(out[4] == float(want));
   // A shuffle reading an exited lane is reported.
   struct Bad {
     static void kernel(float* o) {
