@@ -19,11 +19,13 @@
 //     is recorded as an error (emu::errors()), as is a block whose threads did not all pass
 //     the same number of __syncthreads (some exited while others synced: undefined);
 //   - atomics are plain read-modify-writes (one fiber runs at a time).
-// The interleaving is one fixed, legal schedule: it executes every thread's code as written,
-// but finds no race between barriers (every store is visible at once to every fiber).
-// It does not emulate: the memory model (every thread sees every store at once), races
-// between barriers, warp-synchronous code without shuffles, nvcc's code generation
-// (contractions into FMA, fast-math intrinsics), device libm accuracy (host libm instead).
+// The interleaving is one fixed, legal schedule (threads in index order, each up to its next
+// barrier): it executes every thread's code as written but finds no race between barriers.
+// It does not emulate: the memory model (every store is visible at once to every fiber),
+// races between barriers, warp-synchronous code without shuffles, dynamic shared memory
+// (extern __shared__: no kernel uses it; it would need its own buffer here), 2-D/3-D blocks,
+// nvcc's code generation (FMA contraction, fast-math intrinsics), device libm accuracy
+// (expf, tanhf, ... are the host's), resource limits (registers, shared memory, grid size).
 #pragma once
 // _longjmp between fiber stacks: glibc's fortified longjmp (__longjmp_chk) would refuse it.
 #undef _FORTIFY_SOURCE
