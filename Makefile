@@ -131,9 +131,23 @@ $(FP8_EMU): tests/cuda/fp8_kernels_emulated.cpp kernels/fp8_kernels.cuh src/form
 	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) $< -o $@
 endif
 
+# The CUDA backend's kernels (kernels/*.cuh) run on the CPU with CUDA threads emulated as
+# fibers (tests/cuda/cuda_emulation.h; needs the CUDA headers; C++20) and compared with the
+# CPU backend's ops (linked from its objects): checks their logic without a GPU.
+# -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
+# kernels' 16-byte packs are type-punned through int4, as nvcc allows; -march=native as the
+# CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there).
+ifneq ($(USE_NVCC),)
+KERNELS_EMU := $(BUILD)/kernels_emulated
+KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o) $(BUILD)/src/common.o
+$(KERNELS_EMU): tests/cuda/kernels_emulated.cpp tests/cuda/cuda_emulation.h $(wildcard kernels/*.cuh) src/formats.h src/backend.h src/cpu/ops.h src/cpu/storage.h src/cuda/launch.h $(KERNELS_EMU_OBJ) | deps
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) $< $(KERNELS_EMU_OBJ) -o $@ -fopenmp $(LDLIBS)
+endif
+
 # The test binary prints its own closing line "N passed, N failed" (last).
-test: $(BUILD)/run_tests $(BIN) $(FP8_EMU)
-	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+test: $(BUILD)/run_tests $(BIN) $(FP8_EMU) $(KERNELS_EMU)
+	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) $(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy

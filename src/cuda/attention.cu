@@ -32,7 +32,42 @@ void bgemm(Ctx& c, bool ta, bool tb, int M, int N, int K, DType ab, const void* 
 
 unsigned row_blocks(size_t rows) { return unsigned((rows + 7) / 8); }  // 8 warps per block
 
+// The fused forward (attention_forward_fused_kernel): one warp per query row, 8 rows per
+// block, head sizes 32, 64, 96 and 128. Returns false (nothing enqueued) for other head sizes:
+// the cuBLAS path runs then.
+template <typename E>
+bool fused_forward(Ctx& c, E* out, E* att, const E* qkv, int B, int T, int NH, int hs,
+                   float scale) {
+  const unsigned blocks = row_blocks(size_t(B) * NH * T);
+  switch (hs) {
+    case 32:
+      attention_forward_fused_kernel<E, 1>
+          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      break;
+    case 64:
+      attention_forward_fused_kernel<E, 2>
+          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      break;
+    case 96:
+      attention_forward_fused_kernel<E, 3>
+          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      break;
+    case 128:
+      attention_forward_fused_kernel<E, 4>
+          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      break;
+    default: return false;
+  }
+  TG_LAUNCH_CHECK();
+  return true;
+}
+
 }  // namespace
+
+bool fused_attention_enabled() {
+  const char* e = getenv("TG_FUSED_ATTENTION");
+  return e && std::strcmp(e, "1") == 0;
+}
 
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH) {
@@ -40,6 +75,15 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
   const long long th = (long long)T * hs, tt = (long long)T * T;
   const float scale = 1.f / std::sqrt(float(hs));
+  if (fused_attention_enabled()) {
+    bool done = false;
+    dispatch("attention_forward", t, [&](auto tag) {
+      using E = decltype(tag);
+      done = fused_forward<E>(c, static_cast<E*>(out), static_cast<E*>(att),
+                              static_cast<const E*>(qkv), B, T, NH, hs, scale);
+    });
+    if (done) return;
+  }
   void* q = c.scratch(kScratchQ, btc * es);
   void* k = c.scratch(kScratchK, btc * es);
   void* v = c.scratch(kScratchV, btc * es);

@@ -1,0 +1,325 @@
+// cuda_emulation.h: enough of the CUDA execution model to run kernels/*.cuh device code on
+// the CPU (g++ -std=c++20, no GPU, the CUDA headers for the vector and half types).
+//
+// Include this before any kernel header. What it does:
+//   - the CUDA runtime headers are included first (host parts: vector types, cuda_fp16.h's
+//     host conversions, which are bit-exact with the device _rn ones), then the keywords are
+//     redefined: __device__/__global__/__host__ vanish, __forceinline__ is inline, __shared__
+//     is `static` (a kernel's shared arrays are function statics: blocks run one at a time);
+//   - emu::launch(grid, block, kernel, args...) runs the grid block after block (x fastest),
+//     each block as blockDim.x cooperative fibers (ucontext stacks, switched with
+//     _setjmp/_longjmp) on the calling thread: a fiber runs until it waits at a barrier,
+//     then the next one runs. (OS threads were tried first: with hundreds of threads per block
+//     and a barrier per shuffle, futex wake-ups made a 512-block launch take minutes.)
+//   - __syncthreads is a barrier over the block's fibers; warp shuffles write the lane's value
+//     into an exchange array (double-buffered), wait at a barrier over the warp's 32 lanes
+//     and read the source lane; a fiber that returns from the kernel drops out of both
+//     barriers, as an exited GPU thread no longer takes part in them;
+//   - a shuffle that reads a lane that has exited, or has a mask other than the full warp,
+//     is recorded as an error (emu::errors()), as is a block whose threads did not all pass
+//     the same number of __syncthreads (some exited while others synced: undefined);
+//   - atomics are plain read-modify-writes (one fiber runs at a time).
+// The interleaving is one fixed, legal schedule (threads in index order, each up to its next
+// barrier): it executes every thread's code as written but finds no race between barriers.
+// It does not emulate: the memory model (every store is visible at once to every fiber),
+// races between barriers, warp-synchronous code without shuffles, dynamic shared memory
+// (extern __shared__: no kernel uses it; it would need its own buffer here), 2-D/3-D blocks,
+// nvcc's code generation (FMA contraction, fast-math intrinsics), device libm accuracy
+// (expf, tanhf, ... are the host's), resource limits (registers, shared memory, grid size).
+#pragma once
+// _longjmp between fiber stacks: glibc's fortified longjmp (__longjmp_chk) would refuse it.
+#undef _FORTIFY_SOURCE
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <vector_functions.h>
+#include <vector_types.h>
+
+#undef __host__
+#undef __device__
+#undef __global__
+#undef __shared__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __host__
+#define __device__
+#define __global__
+#define __shared__ static
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <math.h>  // isfinite etc. unqualified, as device code calls them (host libm)
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace emu {
+
+struct Fiber {
+  ucontext_t uc;
+  jmp_buf jb;
+  std::unique_ptr<char[]> stack;
+  uint3 idx{0, 0, 0};
+  bool started = false, done = false;
+  unsigned shfl_parity = 0;
+  unsigned syncs = 0;  // __syncthreads passed in this block
+};
+
+inline uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
+inline dim3 block_dim, grid_dim;
+
+// A barrier between fibers whose party count shrinks when a fiber exits.
+struct Barrier {
+  int live = 0, arrived = 0;
+  uint64_t gen = 0;
+  void reset(int n) {
+    live = n;
+    arrived = 0;
+  }
+  void wait();
+  void drop() {
+    live--;
+    if (arrived > 0 && arrived >= live) {
+      arrived = 0;
+      gen++;
+    }
+  }
+};
+
+struct State {
+  jmp_buf main_jb;
+  Fiber* cur = nullptr;
+  std::vector<Fiber> fibers;
+  std::function<void()> body;  // the kernel call
+  int threads = 0;
+  Barrier block;
+  std::vector<Barrier> warps;
+  std::vector<uint64_t> lane_vals[2];  // [warp * 32 + lane]
+  std::vector<unsigned> lane_stamps[2];
+  std::vector<std::string> errors;
+};
+inline State& state() {
+  static State s;
+  return s;
+}
+inline void error(const std::string& e) {
+  if (state().errors.size() < 20) state().errors.push_back(e);
+}
+// Errors recorded since the last call (then cleared).
+inline std::vector<std::string> errors() {
+  std::vector<std::string> e;
+  e.swap(state().errors);
+  return e;
+}
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void yield() {
+  State& s = state();
+  if (!_setjmp(s.cur->jb)) _longjmp(s.main_jb, 1);
+}
+
+inline void Barrier::wait() {
+  const uint64_t g = gen;
+  if (++arrived >= live) {
+    arrived = 0;
+    gen++;
+    return;
+  }
+  while (gen == g) yield();
+}
+
+inline void fiber_main() {
+  State& s = state();
+  for (;;) {
+    Fiber* f = s.cur;
+    s.body();
+    f->done = true;
+    s.block.drop();
+    s.warps[f->idx.x / 32].drop();
+    yield();  // resumed for the next block
+  }
+}
+
+inline void syncthreads() {
+  State& s = state();
+  s.cur->syncs++;
+  s.block.wait();
+}
+
+// The calling lane reads lane src_lane's value of its warp.
+template <typename V>
+V shfl(unsigned mask, V v, int src_lane, const char* what) {
+  static_assert(sizeof(V) <= 8);
+  State& s = state();
+  const int t = int(thread_idx.x), w = t / 32, lane = t % 32;
+  const int warp_size = std::min(32, s.threads - 32 * w);
+  const unsigned full = warp_size == 32 ? 0xffffffffu : ((1u << warp_size) - 1u);
+  if (mask != full) error(std::string(what) + ": mask other than the full warp");
+  // The k-th shuffle of the block uses buffer k % 2 and stamps the value with k + 1: a source
+  // lane whose stamp differs did not take part (it exited before).
+  const unsigned k = s.cur->shfl_parity++;
+  std::vector<uint64_t>& buf = s.lane_vals[k & 1];
+  std::vector<unsigned>& stamp = s.lane_stamps[k & 1];
+  uint64_t raw = 0;
+  std::memcpy(&raw, &v, sizeof(V));
+  buf[size_t(w) * 32 + lane] = raw;
+  stamp[size_t(w) * 32 + lane] = k + 1;
+  s.warps[w].wait();
+  V out = v;
+  if (src_lane >= 0 && src_lane < warp_size) {
+    if (stamp[size_t(w) * 32 + src_lane] != k + 1)
+      error(std::string(what) + ": reads a lane that has exited");
+    std::memcpy(&out, &buf[size_t(w) * 32 + src_lane], sizeof(V));
+  }
+  return out;
+}
+
+// Runs fiber f until it yields or finishes the block (its own function: nothing of the
+// caller's frame lives across the _setjmp).
+[[gnu::noinline]] inline void resume(Fiber& f) {
+  State& s = state();
+  s.cur = &f;
+  thread_idx = f.idx;
+  if (!_setjmp(s.main_jb)) {
+    if (!f.started) {
+      f.started = true;
+      setcontext(&f.uc);
+    }
+    _longjmp(f.jb, 1);
+  }
+}
+
+// kernel<<<grid, block>>>(args...) with 1-D blocks (every kernel of this project uses them).
+template <typename... P, typename... A>
+void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
+  State& s = state();
+  constexpr size_t kStack = 128 * 1024;
+  block_dim = dim3(block);
+  grid_dim = grid;
+  s.threads = int(block);
+  const int nwarps = int((block + 31) / 32);
+  s.warps.assign(size_t(nwarps), Barrier{});
+  s.lane_vals[0].assign(size_t(nwarps) * 32, 0);
+  s.lane_vals[1].assign(size_t(nwarps) * 32, 0);
+  s.body = [=] { kernel(args...); };
+  s.fibers.clear();
+  s.fibers.resize(block);
+  for (unsigned t = 0; t < block; t++) {
+    Fiber& f = s.fibers[t];
+    f.idx = uint3{t, 0, 0};
+    f.stack.reset(new char[kStack]);
+    getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = f.stack.get();
+    f.uc.uc_stack.ss_size = kStack;
+    f.uc.uc_link = nullptr;
+    makecontext(&f.uc, &fiber_main, 0);
+  }
+  for (unsigned bz = 0; bz < grid.z; bz++)
+    for (unsigned by = 0; by < grid.y; by++)
+      for (unsigned bx = 0; bx < grid.x; bx++) {
+        block_idx = uint3{bx, by, bz};
+        s.block.reset(int(block));
+        for (int w = 0; w < nwarps; w++) s.warps[w].reset(std::min(32, int(block) - 32 * w));
+        for (int b = 0; b < 2; b++) s.lane_stamps[b].assign(size_t(nwarps) * 32, 0);
+        for (Fiber& f : s.fibers) {
+          f.done = false;
+          f.shfl_parity = 0;
+          f.syncs = 0;
+        }
+        for (unsigned left = block; left > 0;) {
+          left = 0;
+          for (Fiber& f : s.fibers) {
+            if (f.done) continue;
+            resume(f);
+            left += !f.done;
+          }
+        }
+        // Every thread must have passed the same number of __syncthreads: one that exited
+        // earlier left the others at a barrier it never reached (undefined on the GPU).
+        const auto [lo, hi] = std::minmax_element(
+            s.fibers.begin(), s.fibers.end(),
+            [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
+        if (lo->syncs != hi->syncs)
+          error("__syncthreads not reached by every thread of block (" + std::to_string(bx) +
+                "," + std::to_string(by) + "): thread " + std::to_string(lo->idx.x) +
+                " passed " + std::to_string(lo->syncs) + ", thread " +
+                std::to_string(hi->idx.x) + " passed " + std::to_string(hi->syncs));
+      }
+  s.cur = nullptr;
+  s.fibers.clear();  // parked in yield(): nothing on their stacks needs destroying
+}
+
+}  // namespace emu
+
+#define threadIdx emu::thread_idx
+#define blockIdx emu::block_idx
+#define blockDim emu::block_dim
+#define gridDim emu::grid_dim
+
+inline void __syncthreads() { emu::syncthreads(); }
+template <typename V>
+inline V __shfl_xor_sync(unsigned mask, V v, int lane_mask, int width = 32) {
+  const int lane = int(threadIdx.x % 32);
+  return emu::shfl(mask, v, (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1)),
+                   "__shfl_xor_sync");
+}
+template <typename V>
+inline V __shfl_down_sync(unsigned mask, V v, unsigned delta, int width = 32) {
+  const int lane = int(threadIdx.x % 32), seg = lane & ~(width - 1);
+  const int src = lane + int(delta);
+  return emu::shfl(mask, v, src < seg + width ? src : lane, "__shfl_down_sync");
+}
+template <typename V>
+inline V __shfl_sync(unsigned mask, V v, int src_lane, int width = 32) {
+  const int lane = int(threadIdx.x % 32);
+  return emu::shfl(mask, v, (lane & ~(width - 1)) + (src_lane & (width - 1)), "__shfl_sync");
+}
+// Max over the warp's values (all 32 lanes), as a butterfly of shuffles.
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+  unsigned m = v;
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned x = __shfl_xor_sync(mask, m, o);
+    m = x > m ? x : m;
+  }
+  return m;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+template <typename V>
+inline V atomicAdd(V* p, V v) {
+  const V old = *p;
+  *p = old + v;
+  return old;
+}
+template <typename V>
+inline V atomicMax(V* p, V v) {
+  const V old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+template <typename V>
+inline V atomicMin(V* p, V v) {
+  const V old = *p;
+  if (v < old) *p = v;
+  return old;
+}
+// CUDA's integer min/max overloads (device code calls them unqualified).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }

@@ -1,0 +1,1148 @@
+// kernels_emulated.cpp: runs the CUDA backend's kernels (kernels/*.cuh) on the CPU, with the
+// CUDA threads emulated by tests/cuda/cuda_emulation.h, and compares them with the CPU
+// backend's ops (src/cpu/, the reference). No GPU needed: it checks the kernels' index math,
+// grid-stride loops, tails, 16-byte packs, warp and block reductions, early exits and
+// rounding points exactly as written; not nvcc, the memory model, device libm or cuBLAS
+// (tests/cuda/test_kernels.cu on a GPU does that).
+//
+// Launch configurations: Ctx::grid and dispatch come from src/cuda/launch.h itself (host
+// code, compiled here with an emulated multiprocessor count); the launchers in
+// src/cuda/*.cu are mixed with <<<>>> and CUDA runtime calls, so their choices (threads per
+// block, grids, pack-or-scalar, the encoder's token buckets, chunk counts, the GEMM
+// fallback's epilogue) are mirrored below, each next to the launcher it copies.
+// The GEMMs (cuBLAS/cuBLASLt) are replaced by a plain fp32 loop.
+//
+// Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
+// pure data movement or a single rounding of the same fp32 value (encoder, residual,
+// conversions, AdamW's rounding of the compute copy, qdq, amax, permutes).
+#include "tests/cuda/cuda_emulation.h"
+// (the emulation first: it redefines the CUDA keywords the kernels use)
+#include "kernels/adamw.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/common.cuh"
+#include "kernels/encoder.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/global_norm.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/qdq.cuh"
+#include "kernels/residual.cuh"
+#include "src/cpu/ops.h"
+#include "src/cuda/launch.h"
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <type_traits>
+
+using namespace tg;
+using gpu::bf16;
+using gpu::f16;
+
+namespace {
+
+// ---- buffers and values ----
+
+// 64-byte aligned host buffer, poisoned with 0xFF bytes (NaN in every float type).
+template <typename T>
+struct Buf {
+  T* p;
+  size_t n;
+  explicit Buf(size_t count, unsigned char fill = 0xff) : n(count) {
+    p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64 + 64));
+    std::memset(static_cast<void*>(p), fill, n * sizeof(T) + 16);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() { std::free(p); }
+  T& operator[](size_t i) { return p[i]; }
+  const T& operator[](size_t i) const { return p[i]; }
+};
+
+// The CPU backend's type for a kernel element type (same 16-bit codes).
+template <typename E>
+struct CpuOf {
+  using type = E;
+};
+template <>
+struct CpuOf<bf16> {
+  using type = cpu::bf16;
+};
+template <>
+struct CpuOf<f16> {
+  using type = cpu::f16;
+};
+template <typename E>
+using cpu_t = typename CpuOf<E>::type;
+template <typename E>
+cpu_t<E>* C(E* p) {
+  return reinterpret_cast<cpu_t<E>*>(p);
+}
+template <typename E>
+const cpu_t<E>* C(const E* p) {
+  return reinterpret_cast<const cpu_t<E>*>(p);
+}
+
+template <typename E>
+float f(E x) {
+  return gpu::ld(x);
+}
+template <typename E>
+E e(float v) {
+  return gpu::st<E>(v);
+}
+template <typename E>
+uint32_t bits(E x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof(E));
+  return u;
+}
+template <typename E>
+const char* tname() {
+  return std::is_same_v<E, float> ? "fp32" : std::is_same_v<E, bf16> ? "bf16" : "fp16";
+}
+template <typename E>
+double tol() {
+  return std::is_same_v<E, float> ? 1e-5 : 1e-2;
+}
+
+// Random values, never zero: normal(0, scale) with |x| >= scale / 64.
+template <typename E>
+void fill(E* p, size_t n, std::mt19937& rng, float scale = 1.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  for (size_t i = 0; i < n; i++) {
+    float v = d(rng);
+    if (std::fabs(v) < scale / 64) v = v < 0 ? -scale / 2 : scale / 2;
+    p[i] = e<E>(v);
+  }
+}
+template <typename E>
+void copy(E* dst, const E* src, size_t n) {
+  std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), n * sizeof(E));
+}
+
+// ||out - ref|| / ||ref|| in double; a NaN anywhere in out (a never-written poisoned
+// element) gives infinity.
+template <typename E>
+double rel_err(const E* out, const E* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double o = f(out[i]), r = f(ref[i]);
+    if (!std::isfinite(o) || !std::isfinite(r)) return INFINITY;
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+template <typename E>
+size_t bit_diffs(const E* a, const E* b, size_t n) {
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++) d += bits(a[i]) != bits(b[i]);
+  return d;
+}
+template <typename E>
+bool all_poison(const E* p, size_t n) {
+  const unsigned char* c = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n * sizeof(E); i++)
+    if (c[i] != 0xff) return false;
+  return true;
+}
+
+void check_emu() {
+  for (const std::string& err : emu::errors()) FAIL_CHECK("emulation: " << err);
+}
+
+// The launch context: Ctx::grid from src/cuda/launch.h with one emulated multiprocessor
+// (at most 32 blocks), so that larger sizes run the grid-stride loops more than once.
+gpu::Ctx make_ctx() {
+  gpu::Ctx c;
+  c.prop.multiProcessorCount = 1;
+  return c;
+}
+
+// ---- mirrors of the launchers (src/cuda/*.cu); kThreads etc. as there ----
+
+constexpr int kThreads = 256;  // elementwise.cu, attention.cu
+
+// elementwise.cu: encoder_backward's token buckets (host code mixed with cudaMemcpy there).
+struct Buckets {
+  std::vector<int32_t> host;
+  int nb = 0;
+};
+Buckets make_buckets(const int32_t* host_tokens, int BT) {
+  std::map<int32_t, std::vector<int32_t>> groups;
+  for (int i = 0; i < BT; i++) groups[host_tokens[i]].push_back(i);
+  Buckets b;
+  b.nb = int(groups.size());
+  const int nb = b.nb;
+  b.host.resize(size_t(nb) + nb + 1 + BT);
+  int32_t* btok = b.host.data();
+  int32_t* bstart = btok + nb;
+  int32_t* bpos = bstart + nb + 1;
+  int k = 0, pos = 0;
+  for (const auto& [token, list] : groups) {
+    btok[k] = token;
+    bstart[k] = pos;
+    for (int32_t p : list) bpos[pos++] = p;
+    k++;
+  }
+  bstart[nb] = pos;
+  return b;
+}
+
+template <typename E>
+void encoder_backward(E* dwte, E* dwpe, const E* dout, const int32_t* tokens, int B, int T, int C) {
+  Buckets bk = make_buckets(tokens, B * T);
+  const int nb = bk.nb;
+  const int32_t* dev = bk.host.data();
+  emu::launch(dim3(unsigned(nb), unsigned((C + kThreads - 1) / kThreads)), kThreads,
+              &gpu::encoder_backward_wte_kernel<E>, dwte, dout, dev, dev + nb, dev + 2 * nb + 1, C);
+  const size_t n = size_t(T) * C;
+  emu::launch(dim3(unsigned((n + kThreads - 1) / kThreads)), kThreads,
+              &gpu::encoder_backward_wpe_kernel<E>, dwpe, dout, B, T, C);
+}
+
+template <typename E>
+void residual_forward(const gpu::Ctx& c, E* o, const E* a, const E* b, size_t n) {
+  if (gpu::can_pack16<E>(n, {o, a, b})) {
+    const size_t n16 = n / gpu::Pack16<E>::N;
+    emu::launch(dim3(c.grid(n16, kThreads)), kThreads, &gpu::residual_forward_pack_kernel<E>, o, a,
+                b, n16);
+  } else {
+    emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::residual_forward_kernel<E>, o, a, b, n);
+  }
+}
+
+template <typename E>
+void gelu_forward(const gpu::Ctx& c, E* o, const E* x, size_t n) {
+  if (gpu::can_pack16<E>(n, {o, x})) {
+    const size_t n16 = n / gpu::Pack16<E>::N;
+    emu::launch(dim3(c.grid(n16, kThreads)), kThreads, &gpu::gelu_forward_pack_kernel<E>, o, x,
+                n16);
+  } else {
+    emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::gelu_forward_kernel<E>, o, x, n);
+  }
+}
+template <typename E>
+void gelu_backward(const gpu::Ctx& c, E* di, const E* x, const E* d, size_t n) {
+  if (gpu::can_pack16<E>(n, {di, x, d})) {
+    const size_t n16 = n / gpu::Pack16<E>::N;
+    emu::launch(dim3(c.grid(n16, kThreads)), kThreads, &gpu::gelu_backward_pack_kernel<E>, di, x,
+                d, n16);
+  } else {
+    emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::gelu_backward_kernel<E>, di, x, d, n);
+  }
+}
+
+template <typename E>
+void adamw(const gpu::Ctx& c, E* params, float* master, const E* grads, float* m, float* v,
+           size_t n, const AdamWArgs& a) {
+  gpu::AdamWParams p;
+  p.lr = a.lr;
+  p.beta1 = a.beta1;
+  p.beta2 = a.beta2;
+  p.eps = a.eps;
+  p.weight_decay = a.weight_decay;
+  p.grad_scale = a.grad_scale;
+  p.c1 = 1.0f - std::pow(a.beta1, float(a.step));
+  p.c2 = 1.0f - std::pow(a.beta2, float(a.step));
+  p.stochastic = a.rounding.stochastic;
+  p.seed = a.rounding.seed;
+  p.offset = a.rounding.offset;
+  emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::adamw_kernel<E>, params, master, grads, m,
+              v, n, p);
+}
+
+template <typename D, typename S>
+void convert(const gpu::Ctx& c, D* dst, const S* src, size_t n, const Rounding& r) {
+  emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::convert_kernel<D, S>, dst, src, n,
+              r.stochastic, r.seed, r.offset);
+}
+
+template <typename E>
+void norm(const E* x, size_t n, float inv_scale, float* out) {
+  Buf<float> ps(gpu::kNormBlocks), pb(gpu::kNormBlocks);
+  emu::launch(dim3(gpu::kNormBlocks), gpu::kNormThreads, &gpu::norm_partial_kernel<E>, ps.p, pb.p,
+              x, n, inv_scale);
+  emu::launch(dim3(1), gpu::kNormThreads, &gpu::norm_final_kernel, out,
+              static_cast<const float*>(ps.p), static_cast<const float*>(pb.p),
+              int(gpu::kNormBlocks));
+}
+
+void amax(const float* x, size_t n, float* out) {
+  Buf<float> pm(gpu::kAmaxBlocks), pb(gpu::kAmaxBlocks);
+  emu::launch(dim3(gpu::kAmaxBlocks), gpu::kAmaxThreads, &gpu::amax_partial_kernel, pm.p, pb.p, x,
+              n);
+  emu::launch(dim3(1), gpu::kAmaxThreads, &gpu::amax_final_kernel, out,
+              static_cast<const float*>(pm.p), static_cast<const float*>(pb.p),
+              int(gpu::kAmaxBlocks));
+}
+
+void qdq(const gpu::Ctx& c, float* x, size_t n, float scale, bool e4m3, bool finite) {
+  emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::qdq_kernel, x, n, scale, e4m3, finite);
+}
+
+void classifier(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
+                int Vp) {
+  emu::launch(dim3(unsigned(N)), 512, &gpu::classifier_kernel, logits, losses, targets, dloss, V,
+              Vp);
+}
+
+// layernorm.cu: a warp per row, 8 rows per block.
+constexpr int kLnWarps = 8, kLnThreads = 32 * kLnWarps;
+unsigned ln_row_blocks(int N) { return unsigned((N + kLnWarps - 1) / kLnWarps); }
+
+template <typename E>
+void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* w, const E* b,
+                       int N, int Cn) {
+  emu::launch(dim3(ln_row_blocks(N)), kLnThreads, &gpu::layernorm_forward_kernel<E>, out, mean,
+              rstd, inp, w, b, N, Cn);
+}
+template <typename E>
+void residual_layernorm_forward(E* res, E* out, float* mean, float* rstd, const E* a, const E* bb,
+                                const E* w, const E* b, int N, int Cn) {
+  emu::launch(dim3(ln_row_blocks(N)), kLnThreads, &gpu::residual_layernorm_forward_kernel<E>, res,
+              out, mean, rstd, a, bb, w, b, N, Cn);
+}
+template <typename E>
+void layernorm_backward(E* dinp, E* dw, E* db, const E* dout, const E* inp, const E* w,
+                        const float* mean, const float* rstd, int N, int Cn) {
+  const int rows = gpu::rows_per_chunk(N), chunks = (N + rows - 1) / rows;
+  Buf<float> pdw(size_t(chunks) * Cn), pdb(size_t(chunks) * Cn);
+  emu::launch(dim3(ln_row_blocks(N)), kLnThreads, &gpu::layernorm_backward_dinp_kernel<E>, dinp,
+              dout, inp, w, mean, rstd, N, Cn);
+  emu::launch(dim3(unsigned((Cn + 255) / 256), unsigned(chunks)), 256,
+              &gpu::layernorm_backward_partial_kernel<E>, pdw.p, pdb.p, dout, inp, mean, rstd, N,
+              Cn, rows);
+  emu::launch(dim3(unsigned((Cn + 255) / 256)), 256, &gpu::layernorm_backward_final_kernel<E>, dw,
+              db, static_cast<const float*>(pdw.p), static_cast<const float*>(pdb.p), chunks, Cn);
+}
+
+// matmul.cu: bias_backward, and the GEMM fallback (fp32 products, then the epilogue kernel).
+template <typename E>
+void bias_backward(E* dbias, const E* dout, int N, int OC) {
+  const int rows = gpu::bias_rows_per_chunk(N), chunks = (N + rows - 1) / rows;
+  Buf<float> partial(size_t(chunks) * OC);
+  emu::launch(dim3(unsigned((OC + 255) / 256), unsigned(chunks)), 256,
+              &gpu::bias_backward_partial_kernel<E>, partial.p, dout, N, OC, rows);
+  emu::launch(dim3(unsigned((OC + 255) / 256)), 256, &gpu::bias_backward_final_kernel<E>, dbias,
+              static_cast<const float*>(partial.p), chunks, OC);
+}
+
+// Row-major D(M,N) = alpha op(A)(M,K) op(B)(K,N) in fp32 (what cuBLAS computes), rounded to
+// D's type once. Stands in for cuBLAS/cuBLASLt.
+template <typename A, typename D>
+void ref_gemm(bool ta, bool tb, int M, int N, int K, const A* a, int lda, const A* b, int ldb,
+              D* d, int ldd, float alpha) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float s = 0;
+      for (int k = 0; k < K; k++) {
+        const float x = f(ta ? a[size_t(k) * lda + i] : a[size_t(i) * lda + k]);
+        const float y = f(tb ? b[size_t(j) * ldb + k] : b[size_t(k) * ldb + j]);
+        s += x * y;
+      }
+      d[size_t(i) * ldd + j] = e<D>(alpha * s);
+    }
+}
+
+// matmul.cu's gemm() fallback path: acc = op(A) op(B) in fp32, then
+// matmul_epilogue_kernel<E, E> with c.grid(n, 256) blocks of 256.
+template <typename E>
+void gemm_fallback(const gpu::Ctx& c, bool ta, bool tb, int M, int N, int K, const E* A, int lda,
+                   const E* B, int ldb, E* D, float beta, const E* bias) {
+  Buf<float> acc(size_t(M) * N);
+  ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc.p, N, 1.f);
+  const size_t n = size_t(M) * N;
+  emu::launch(dim3(c.grid(n, 256)), 256, &gpu::matmul_epilogue_kernel<E, E>, D,
+              static_cast<const float*>(acc.p), bias, beta, M, N);
+}
+
+// attention.cu: the cuBLAS path (bgemm -> ref_gemm per (b, h)).
+unsigned att_row_blocks(size_t rows) { return unsigned((rows + 7) / 8); }
+
+template <typename AB, typename D>
+void bgemm(bool ta, bool tb, int M, int N, int K, const AB* A, int lda, long long sa, const AB* B,
+           int ldb, long long sb, D* Dp, int ldd, long long sd, float alpha, int count) {
+  for (int i = 0; i < count; i++)
+    ref_gemm(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, Dp + i * sd, ldd, alpha);
+}
+
+template <typename E>
+void attention_forward(const gpu::Ctx& c, E* out, E* att, const E* qkv, int B, int T, int Cn,
+                       int NH) {
+  const int hs = Cn / NH, BH = B * NH;
+  const size_t btc = size_t(B) * T * Cn;
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  const float scale = 1.f / std::sqrt(float(hs));
+  Buf<E> q(btc), k(btc), v(btc), y(btc);
+  Buf<float> S(size_t(BH) * tt);
+  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
+              v.p, qkv, B, T, NH, hs);
+  bgemm(false, true, T, T, hs, q.p, hs, th, k.p, hs, th, S.p, T, tt, scale, BH);
+  emu::launch(dim3(att_row_blocks(size_t(BH) * T)), kThreads,
+              &gpu::attention_softmax_forward_kernel<E>, att, static_cast<const float*>(S.p),
+              BH * T, T);
+  bgemm(false, false, T, hs, T, static_cast<const E*>(att), T, tt, static_cast<const E*>(v.p), hs,
+        th, y.p, hs, th, 1.f, BH);
+  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_kernel<E>, out,
+              static_cast<const E*>(y.p), B, T, NH, hs);
+}
+
+template <typename E>
+void attention_backward(const gpu::Ctx& c, E* dqkv, const E* dout, const E* qkv, const E* att,
+                        int B, int T, int Cn, int NH) {
+  const int hs = Cn / NH, BH = B * NH;
+  const size_t btc = size_t(B) * T * Cn;
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  const float scale = 1.f / std::sqrt(float(hs));
+  Buf<E> q(btc), k(btc), v(btc), dy(btc), dS(size_t(BH) * tt), dq(btc), dk(btc), dv(btc);
+  Buf<float> dP(size_t(BH) * tt);
+  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
+              v.p, qkv, B, T, NH, hs);
+  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_one_kernel<E>, dy.p,
+              dout, B, T, NH, hs);
+  bgemm(false, true, T, T, hs, static_cast<const E*>(dy.p), hs, th, static_cast<const E*>(v.p), hs,
+        th, dP.p, T, tt, 1.f, BH);
+  bgemm(true, false, T, hs, T, att, T, tt, static_cast<const E*>(dy.p), hs, th, dv.p, hs, th, 1.f,
+        BH);
+  emu::launch(dim3(att_row_blocks(size_t(BH) * T)), kThreads,
+              &gpu::attention_softmax_backward_kernel<E>, dS.p, static_cast<const float*>(dP.p),
+              att, BH * T, T, scale);
+  bgemm(false, false, T, hs, T, static_cast<const E*>(dS.p), T, tt, static_cast<const E*>(k.p), hs,
+        th, dq.p, hs, th, 1.f, BH);
+  bgemm(true, false, T, hs, T, static_cast<const E*>(dS.p), T, tt, static_cast<const E*>(q.p), hs,
+        th, dk.p, hs, th, 1.f, BH);
+  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_qkv_kernel<E>, dqkv,
+              static_cast<const E*>(dq.p), static_cast<const E*>(dk.p),
+              static_cast<const E*>(dv.p), B, T, NH, hs);
+}
+
+// attention.cu's fused_forward (TG_FUSED_ATTENTION=1): one warp per row, 8 rows per block.
+template <typename E, int KJ>
+void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
+  const float scale = 1.f / std::sqrt(float(Cn / NH));
+  emu::launch(dim3(att_row_blocks(size_t(B) * NH * T)), kThreads,
+              &gpu::attention_forward_fused_kernel<E, KJ>, out, att, qkv, B, T, NH, scale);
+}
+
+// Runs the block once with E = float, bf16, f16.
+#define FOR_TYPES(...)  \
+  {                     \
+    using E = float;    \
+    __VA_ARGS__         \
+  }                     \
+  {                     \
+    using E = bf16;     \
+    __VA_ARGS__         \
+  }                     \
+  {                     \
+    using E = f16;      \
+    __VA_ARGS__         \
+  }
+
+}  // namespace
+
+TEST_CASE("emulation: shuffles, block reductions, early exits") {
+  // warp_sum / block_reduce on integers (exact in any order), 2 blocks of 96 threads.
+  Buf<float> out(6);
+  struct K {
+    static void kernel(float* o) {
+      __shared__ float sh[32];
+      const float x = float(threadIdx.x + 1);
+      const float ws = tg::gpu::warp_sum(x);
+      const float bs = tg::gpu::block_reduce<false>(x, sh);
+      const float bm = tg::gpu::block_reduce<true>(x, sh);
+      const unsigned rm = __reduce_max_sync(0xffffffffu, (threadIdx.x * 7919u) % 101u);
+      if (threadIdx.x == 33) o[blockIdx.x * 2] = ws;
+      if (threadIdx.x == 40) o[4 + blockIdx.x] = float(rm);
+      if (threadIdx.x == 95) o[blockIdx.x * 2 + 1] = bs + bm;
+    }
+  };
+  emu::launch(dim3(2), 96, &K::kernel, out.p);
+  check_emu();
+  CHECK(out[0] == float((33 + 64) * 32 / 2));  // lanes 33..64
+  CHECK(out[1] == float(96 * 97 / 2 + 96));
+  CHECK(out[2] == out[0]);
+  CHECK(out[3] == out[1]);
+  unsigned want = 0;  // max over lanes 32..63 of (t * 7919) % 101
+  for (unsigned t = 32; t < 64; t++) want = std::max(want, (t * 7919u) % 101u);
+  CHECK(out[4] == float(want));
+  // A shuffle reading an exited lane is reported.
+  struct Bad {
+    static void kernel(float* o) {
+      if (threadIdx.x % 32 == 5) return;
+      o[0] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
+    }
+  };
+  emu::launch(dim3(1), 32, &Bad::kernel, out.p);
+  CHECK(!emu::errors().empty());
+  // So is a __syncthreads after part of the block has returned.
+  struct BadSync {
+    static void kernel(float* o) {
+      if (threadIdx.x >= 40) return;
+      __syncthreads();
+      o[threadIdx.x] = 1.f;
+    }
+  };
+  Buf<float> many(64);
+  emu::launch(dim3(1), 64, &BadSync::kernel, many.p);
+  CHECK(!emu::errors().empty());
+}
+
+TEST_CASE("the kernels' ld/st: bit-exact with src/formats.h and the CPU's storage.h") {
+  // Every 16-bit code widened; fp32 values narrowed on a stride through all bit patterns.
+  // (On the host, cuda_fp16.h's __half2float/__float2half_rn; the device's _rn conversions
+  // are specified to round the same way.)
+  size_t bad = 0, nan_bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    const float a = gpu::ld(bf16{uint16_t(h)}), b = gpu::ld(f16{uint16_t(h)});
+    const float ca = cpu::ld(cpu::bf16{uint16_t(h)}), cb = cpu::ld(cpu::f16{uint16_t(h)});
+    if (std::isnan(cb)) {
+      nan_bad += !std::isnan(b) + !std::isnan(a) * std::isnan(ca);
+      continue;
+    }
+    bad += (bits(a) != bits(ca)) + (bits(b) != bits(cb)) + (bits(b) != bits(f16_to_f32(h)));
+  }
+  CHECK(bad == 0);
+  CHECK(nan_bad == 0);
+  bad = 0;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4093) {
+    const float v = bits_f32(uint32_t(u));
+    bad += gpu::st<bf16>(v).bits != cpu::st<cpu::bf16>(v).bits;
+    bad += gpu::st<f16>(v).bits != cpu::st<cpu::f16>(v).bits;
+    bad += gpu::st<f16>(v).bits != f32_to_f16(v);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp16)") {
+  std::mt19937 rng(1);
+  const int shapes[][4] = {{2, 5, 37, 9}, {3, 7, 300, 4}, {1, 64, 40, 100}};  // B, T, C, V
+  for (const auto& sh : shapes) {
+    const int B = sh[0], T = sh[1], Cn = sh[2], V = sh[3];
+    CAPTURE(B);
+    CAPTURE(T);
+    CAPTURE(Cn);
+    std::uniform_int_distribution<int> tok(0, V - 1);
+    std::vector<int32_t> tokens(size_t(B) * T);
+    for (auto& t : tokens) t = tok(rng);
+    tokens[0] = tokens.back();  // a repeated token for sure
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      const size_t nout = size_t(B) * T * Cn;
+      Buf<E> wte(size_t(V) * Cn), wpe(size_t(T) * Cn), out(nout), ref(nout), dout(nout);
+      fill(wte.p, wte.n, rng);
+      fill(wpe.p, wpe.n, rng);
+      fill(dout.p, nout, rng);
+      const gpu::Ctx c = make_ctx();
+      emu::launch(dim3(c.grid(nout, kThreads)), kThreads, &gpu::encoder_forward_kernel<E>, out.p,
+                  static_cast<const int32_t*>(tokens.data()), static_cast<const E*>(wte.p),
+                  static_cast<const E*>(wpe.p), B * T, T, Cn);
+      cpu::encoder_forward(C(ref.p), tokens.data(), C(wte.p), C(wpe.p), B, T, Cn);
+      CHECK(bit_diffs(out.p, ref.p, nout) == 0);
+      CHECK(all_poison(out.p + nout, 1));
+      // backward into random (non-zero) gradients
+      Buf<E> dwte(wte.n), dwpe(wpe.n), rdwte(wte.n), rdwpe(wpe.n);
+      fill(dwte.p, dwte.n, rng);
+      fill(dwpe.p, dwpe.n, rng);
+      copy(rdwte.p, dwte.p, dwte.n);
+      copy(rdwpe.p, dwpe.p, dwpe.n);
+      encoder_backward<E>(dwte.p, dwpe.p, dout.p, tokens.data(), B, T, Cn);
+      cpu::encoder_backward(C(rdwte.p), C(rdwpe.p), C(dout.p), tokens.data(), B, T, Cn);
+      CHECK(bit_diffs(dwte.p, rdwte.p, dwte.n) == 0);
+      CHECK(bit_diffs(dwpe.p, rdwpe.p, dwpe.n) == 0);
+      CHECK(all_poison(dwte.p + dwte.n, 1));
+      CHECK(all_poison(dwpe.p + dwpe.n, 1));
+      check_emu();
+    })
+  }
+}
+
+TEST_CASE("residual forward: bit-exact, pack and scalar paths, tails") {
+  std::mt19937 rng(2);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(1000), size_t(1003), size_t(20000)})
+    for (int off : {0, 1}) {
+      CAPTURE(n);
+      CAPTURE(off);
+      FOR_TYPES({
+        CAPTURE(tname<E>());
+        Buf<E> a(n + 1), b(n + 1), out(n + 2), ref(n + 1);
+        fill(a.p, n + 1, rng);
+        fill(b.p, n + 1, rng);
+        residual_forward<E>(c, out.p + off, a.p + off, b.p + off, n);
+        cpu::residual_forward(C(ref.p), C(a.p + off), C(b.p + off), n);
+        CHECK(bit_diffs(out.p + off, ref.p, n) == 0);
+        CHECK(all_poison(out.p + off + n, 1));
+        if (off) CHECK(all_poison(out.p, 1));
+        check_emu();
+      })
+    }
+}
+
+TEST_CASE("gelu forward and backward vs the CPU, pack and scalar paths, tails") {
+  std::mt19937 rng(3);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(5), size_t(16), size_t(999), size_t(1024), size_t(12347)})
+    for (int off : {0, 1}) {
+      CAPTURE(n);
+      CAPTURE(off);
+      FOR_TYPES({
+        CAPTURE(tname<E>());
+        Buf<E> x(n + 1), d(n + 1), out(n + 2), ref(n + 1), dx(n + 2), rdx(n + 1);
+        fill(x.p, n + 1, rng, 2.f);
+        fill(d.p, n + 1, rng);
+        gelu_forward<E>(c, out.p + off, x.p + off, n);
+        cpu::gelu_forward(C(ref.p), C(x.p + off), n);
+        CHECK(rel_err(out.p + off, ref.p, n) <= tol<E>());
+        CHECK(all_poison(out.p + off + n, 1));
+        gelu_backward<E>(c, dx.p + off, x.p + off, d.p + off, n);
+        cpu::gelu_backward(C(rdx.p), C(x.p + off), C(d.p + off), n);
+        CHECK(rel_err(dx.p + off, rdx.p, n) <= tol<E>());
+        CHECK(all_poison(dx.p + off + n, 1));
+        check_emu();
+      })
+    }
+}
+
+TEST_CASE("layernorm forward, fused residual + layernorm, backward vs the CPU") {
+  std::mt19937 rng(4);
+  const int shapes[][2] = {{1, 5}, {21, 77}, {9, 300}, {150, 40}};
+  for (const auto& sh : shapes) {
+    const int N = sh[0], Cn = sh[1];
+    CAPTURE(N);
+    CAPTURE(Cn);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      const size_t n = size_t(N) * Cn;
+      Buf<E> x(n), w(Cn), b(Cn), out(n + 1), ref(n);
+      Buf<float> mean(N + 1), rstd(N + 1), rmean(N), rrstd(N);
+      fill(x.p, n, rng, 2.f);
+      for (size_t i = 0; i < n; i++) x[i] = e<E>(f(x[i]) + 0.7f);  // a non-zero mean
+      fill(w.p, Cn, rng);
+      fill(b.p, Cn, rng);
+      layernorm_forward<E>(out.p, mean.p, rstd.p, x.p, w.p, b.p, N, Cn);
+      cpu::layernorm_forward(C(ref.p), rmean.p, rrstd.p, C(x.p), C(w.p), C(b.p), N, Cn);
+      CHECK(rel_err(out.p, ref.p, n) <= tol<E>());
+      CHECK(rel_err(mean.p, rmean.p, N) <= 1e-5);
+      CHECK(rel_err(rstd.p, rrstd.p, N) <= 1e-5);
+      CHECK(all_poison(out.p + n, 1));
+      CHECK(all_poison(mean.p + N, 1));
+      CHECK(all_poison(rstd.p + N, 1));
+      check_emu();
+
+      // fused: res = a + bb (bit-exact), out = layernorm(res)
+      Buf<E> a(n), bb(n), res(n + 1), rres(n), out2(n + 1), ref2(n);
+      fill(a.p, n, rng);
+      fill(bb.p, n, rng);
+      residual_layernorm_forward<E>(res.p, out2.p, mean.p, rstd.p, a.p, bb.p, w.p, b.p, N, Cn);
+      cpu::residual_forward(C(rres.p), C(a.p), C(bb.p), n);
+      cpu::layernorm_forward(C(ref2.p), rmean.p, rrstd.p, C(rres.p), C(w.p), C(b.p), N, Cn);
+      CHECK(bit_diffs(res.p, rres.p, n) == 0);
+      CHECK(rel_err(out2.p, ref2.p, n) <= tol<E>());
+      CHECK(rel_err(mean.p, rmean.p, N) <= 1e-5);
+      CHECK(rel_err(rstd.p, rrstd.p, N) <= 1e-5);
+      CHECK(all_poison(res.p + n, 1));
+      CHECK(all_poison(out2.p + n, 1));
+      check_emu();
+
+      // backward, accumulating into random gradients; the CPU's mean/rstd for both
+      Buf<E> dout(n), dinp(n + 1), dw(Cn + 1), db(Cn + 1), rdinp(n), rdw(Cn), rdb(Cn);
+      fill(dout.p, n, rng);
+      fill(dinp.p, n, rng);
+      fill(dw.p, Cn, rng);
+      fill(db.p, Cn, rng);
+      copy(rdinp.p, dinp.p, n);
+      copy(rdw.p, dw.p, Cn);
+      copy(rdb.p, db.p, Cn);
+      cpu::layernorm_forward(C(ref.p), rmean.p, rrstd.p, C(x.p), C(w.p), C(b.p), N, Cn);
+      layernorm_backward<E>(dinp.p, dw.p, db.p, dout.p, x.p, w.p, rmean.p, rrstd.p, N, Cn);
+      cpu::layernorm_backward(C(rdinp.p), C(rdw.p), C(rdb.p), C(dout.p), C(x.p), C(w.p), rmean.p,
+                              rrstd.p, N, Cn);
+      CHECK(rel_err(dinp.p, rdinp.p, n) <= tol<E>());
+      CHECK(rel_err(dw.p, rdw.p, Cn) <= tol<E>());
+      CHECK(rel_err(db.p, rdb.p, Cn) <= tol<E>());
+      CHECK(all_poison(dinp.p + n, 1));
+      CHECK(all_poison(dw.p + Cn, 1));
+      CHECK(all_poison(db.p + Cn, 1));
+      check_emu();
+    })
+  }
+}
+
+TEST_CASE("bias backward and the GEMM fallback's epilogue vs the CPU matmul") {
+  std::mt19937 rng(5);
+  const gpu::Ctx c = make_ctx();
+  const int shapes[][3] = {{1, 3, 5}, {13, 20, 37}, {150, 9, 300}};  // N, C, OC
+  for (const auto& sh : shapes) {
+    const int N = sh[0], Cn = sh[1], OC = sh[2];
+    CAPTURE(N);
+    CAPTURE(Cn);
+    CAPTURE(OC);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      // dbias += column sums of dout; reference: the CPU's fp32 bias_backward on widened
+      // values, rounded once (what the CPU backend does for 16-bit tensors)
+      Buf<E> dout(size_t(N) * OC), db(OC + 1), rdb(OC);
+      fill(dout.p, dout.n, rng);
+      fill(db.p, OC, rng);
+      std::vector<float> wd(dout.n), wdb(OC);
+      for (size_t i = 0; i < dout.n; i++) wd[i] = f(dout[i]);
+      for (int j = 0; j < OC; j++) wdb[j] = f(db[j]);
+      cpu::bias_backward(wdb.data(), wd.data(), N, OC);
+      for (int j = 0; j < OC; j++) rdb[j] = e<E>(wdb[j]);
+      bias_backward<E>(db.p, dout.p, N, OC);
+      CHECK(rel_err(db.p, rdb.p, OC) <= tol<E>());
+      CHECK(all_poison(db.p + OC, 1));
+
+      // out = inp W^T + bias (beta 0), then out = dout' W + 1 * out (beta 1, no bias)
+      Buf<E> inp(size_t(N) * Cn), W(size_t(OC) * Cn), bias(OC), out(size_t(N) * OC + 1),
+          ref(size_t(N) * OC);
+      fill(inp.p, inp.n, rng);
+      fill(W.p, W.n, rng);
+      fill(bias.p, OC, rng);
+      gemm_fallback<E>(c, false, true, N, OC, Cn, inp.p, Cn, W.p, Cn, out.p, 0.f, bias.p);
+      std::vector<float> wi(inp.n), ww(W.n), wb(OC), wo(size_t(N) * OC);
+      for (size_t i = 0; i < inp.n; i++) wi[i] = f(inp[i]);
+      for (size_t i = 0; i < W.n; i++) ww[i] = f(W[i]);
+      for (int j = 0; j < OC; j++) wb[j] = f(bias[j]);
+      cpu::matmul_forward(wo.data(), wi.data(), ww.data(), wb.data(), N, Cn, OC);
+      for (size_t i = 0; i < wo.size(); i++) ref[i] = e<E>(wo[i]);
+      CHECK(rel_err(out.p, ref.p, wo.size()) <= tol<E>());
+      CHECK(all_poison(out.p + wo.size(), 1));
+      // beta = 1, no bias: out += inp2 (N, C) W2^T with W2 (OC, C) (i.e. the dW-style
+      // accumulation); reference: widened old out + products, one rounding
+      Buf<E> inp2(size_t(N) * Cn), W2(size_t(OC) * Cn);
+      fill(inp2.p, inp2.n, rng);
+      fill(W2.p, W2.n, rng);
+      std::vector<float> wo2(wo.size()), wi2(inp2.n), ww2(W2.n);
+      for (size_t i = 0; i < inp2.n; i++) wi2[i] = f(inp2[i]);
+      for (size_t i = 0; i < W2.n; i++) ww2[i] = f(W2[i]);
+      cpu::matmul_forward(wo2.data(), wi2.data(), ww2.data(), static_cast<const float*>(nullptr),
+                          N, Cn, OC);
+      for (size_t i = 0; i < wo2.size(); i++) ref[i] = e<E>(wo2[i] + f(out[i]));
+      gemm_fallback<E>(c, false, true, N, OC, Cn, inp2.p, Cn, W2.p, Cn, out.p, 1.f,
+                       static_cast<const E*>(nullptr));
+      CHECK(rel_err(out.p, ref.p, wo.size()) <= tol<E>());
+      check_emu();
+    })
+  }
+}
+
+TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 rows)") {
+  // bias_backward and layernorm's dw/db partial + final kernels, fp32 and bf16, 3 columns
+  std::mt19937 rng(15);
+  const int N = 64 * 4096 + 77, OC = 3;
+  CHECK(gpu::bias_rows_per_chunk(N) > 64);
+  CHECK(gpu::rows_per_chunk(N) > 64);
+  std::vector<float> wd(size_t(N) * OC), wdb(OC);
+  {
+    using E = float;
+    Buf<E> dout(size_t(N) * OC), db(OC + 1);
+    fill(dout.p, dout.n, rng);
+    fill(db.p, OC, rng);
+    for (int j = 0; j < OC; j++) wdb[j] = db[j];
+    cpu::bias_backward(wdb.data(), dout.p, N, OC);
+    bias_backward<E>(db.p, dout.p, N, OC);
+    CHECK(rel_err(db.p, wdb.data(), OC) <= 1e-5);
+    CHECK(all_poison(db.p + OC, 1));
+    check_emu();
+  }
+  {
+    using E = bf16;
+    // layernorm dw/db: mean 0, rstd 1 makes norm = x, so dw = sum dout * x, db = sum dout
+    Buf<E> dout(size_t(N) * OC), x(size_t(N) * OC), dw(OC + 1), db(OC + 1);
+    fill(dout.p, dout.n, rng);
+    fill(x.p, x.n, rng);
+    fill(dw.p, OC, rng);
+    fill(db.p, OC, rng);
+    std::vector<float> mean(N, 0.f), rstd(N, 1.f);
+    std::vector<double> rw(OC), rb(OC);
+    for (int j = 0; j < OC; j++) {
+      rw[j] = f(dw[j]);
+      rb[j] = f(db[j]);
+    }
+    for (int r = 0; r < N; r++)
+      for (int j = 0; j < OC; j++) {
+        const size_t i = size_t(r) * OC + j;
+        rw[j] += double(f(dout[i])) * f(x[i]);
+        rb[j] += f(dout[i]);
+      }
+    const int rows = gpu::rows_per_chunk(N), chunks = (N + rows - 1) / rows;
+    Buf<float> pdw(size_t(chunks) * OC), pdb(size_t(chunks) * OC);
+    emu::launch(dim3(unsigned((OC + 255) / 256), unsigned(chunks)), 256,
+                &gpu::layernorm_backward_partial_kernel<E>, pdw.p, pdb.p,
+                static_cast<const E*>(dout.p), static_cast<const E*>(x.p),
+                static_cast<const float*>(mean.data()), static_cast<const float*>(rstd.data()), N,
+                OC, rows);
+    emu::launch(dim3(unsigned((OC + 255) / 256)), 256, &gpu::layernorm_backward_final_kernel<E>,
+                dw.p, db.p, static_cast<const float*>(pdw.p), static_cast<const float*>(pdb.p),
+                chunks, OC);
+    for (int j = 0; j < OC; j++) {
+      CHECK(std::fabs(f(dw[j]) - rw[j]) <= 1e-2 * std::max(1.0, std::fabs(rw[j])));
+      CHECK(std::fabs(f(db[j]) - rb[j]) <= 1e-2 * std::max(1.0, std::fabs(rb[j])));
+    }
+    CHECK(all_poison(dw.p + OC, 1));
+    check_emu();
+  }
+}
+
+TEST_CASE("attention forward and backward (cuBLAS path, GEMMs on the host) vs the CPU") {
+  std::mt19937 rng(6);
+  const gpu::Ctx c = make_ctx();
+  const int shapes[][4] = {{1, 5, 8, 2}, {2, 37, 24, 3}, {1, 70, 64, 2}};  // B, T, C, NH
+  for (const auto& sh : shapes) {
+    const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
+    CAPTURE(B);
+    CAPTURE(T);
+    CAPTURE(Cn);
+    CAPTURE(NH);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
+      Buf<E> qkv(3 * btc), out(btc + 1), att(natt + 1), rout(btc), ratt(natt);
+      fill(qkv.p, qkv.n, rng);
+      attention_forward<E>(c, out.p, att.p, qkv.p, B, T, Cn, NH);
+      cpu::attention_forward(C(rout.p), C(ratt.p), C(qkv.p), B, T, Cn, NH);
+      CHECK(rel_err(out.p, rout.p, btc) <= tol<E>());
+      CHECK(rel_err(att.p, ratt.p, natt) <= tol<E>());
+      size_t upper = 0;  // exact zeros above the diagonal
+      for (size_t r = 0; r < size_t(B) * NH * T; r++)
+        for (int u = int(r % T) + 1; u < T; u++) upper += bits(att[r * T + u]) != 0;
+      CHECK(upper == 0);
+      CHECK(all_poison(out.p + btc, 1));
+      CHECK(all_poison(att.p + natt, 1));
+      check_emu();
+
+      Buf<E> dout(btc), dqkv(3 * btc + 1), rdqkv(3 * btc);
+      fill(dout.p, btc, rng);
+      attention_backward<E>(c, dqkv.p, dout.p, qkv.p, ratt.p, B, T, Cn, NH);
+      cpu::attention_backward(C(rdqkv.p), C(dout.p), C(qkv.p), C(ratt.p), B, T, Cn, NH);
+      CHECK(rel_err(dqkv.p, rdqkv.p, 3 * btc) <= (std::is_same_v<E, float> ? 1e-5 : 2e-2));
+      CHECK(all_poison(dqkv.p + 3 * btc, 1));
+      check_emu();
+    })
+  }
+}
+
+TEST_CASE("attention permutes: bit-exact round trips") {
+  std::mt19937 rng(7);
+  const gpu::Ctx c = make_ctx();
+  const int B = 2, T = 11, NH = 3, hs = 5, Cn = NH * hs;
+  const size_t btc = size_t(B) * T * Cn;
+  FOR_TYPES({
+    CAPTURE(tname<E>());
+    Buf<E> qkv(3 * btc), q(btc + 1), k(btc + 1), v(btc + 1), back(3 * btc + 1), y(btc + 1),
+        o(btc + 1);
+    fill(qkv.p, qkv.n, rng);
+    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
+                v.p, static_cast<const E*>(qkv.p), B, T, NH, hs);
+    size_t bad = 0;  // q[b,h,t,d] = qkv[b,t,0,h,d], likewise k, v
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++)
+          for (int d = 0; d < hs; d++) {
+            const size_t i = ((size_t(b) * NH + h) * T + t) * hs + d;
+            const size_t s = (size_t(b) * T + t) * 3 * Cn + size_t(h) * hs + d;
+            bad += (bits(q[i]) != bits(qkv[s])) + (bits(k[i]) != bits(qkv[s + Cn])) +
+                   (bits(v[i]) != bits(qkv[s + 2 * Cn]));
+          }
+    CHECK(bad == 0);
+    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_qkv_kernel<E>,
+                back.p, static_cast<const E*>(q.p), static_cast<const E*>(k.p),
+                static_cast<const E*>(v.p), B, T, NH, hs);
+    CHECK(bit_diffs(back.p, qkv.p, 3 * btc) == 0);
+    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_one_kernel<E>, y.p,
+                static_cast<const E*>(qkv.p), B, T, NH, hs);  // first btc elements as (B,T,C)
+    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_kernel<E>, o.p,
+                static_cast<const E*>(y.p), B, T, NH, hs);
+    CHECK(bit_diffs(o.p, qkv.p, btc) == 0);
+    CHECK(all_poison(q.p + btc, 1));
+    CHECK(all_poison(o.p + btc, 1));
+    CHECK(all_poison(back.p + 3 * btc, 1));
+    check_emu();
+  })
+}
+
+TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
+  std::mt19937 rng(8);
+  // B, T, C, NH: head sizes 32, 64, 96, 128
+  const int shapes[][4] = {{1, 5, 64, 2}, {2, 37, 64, 2}, {1, 45, 128, 2}, {1, 33, 96, 1},
+                           {1, 20, 256, 2}};
+  for (const auto& sh : shapes) {
+    const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
+    CAPTURE(T);
+    CAPTURE(Cn);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
+      Buf<E> qkv(3 * btc), out(btc + 1), att(natt + 1), rout(btc), ratt(natt);
+      fill(qkv.p, qkv.n, rng);
+      switch (Cn / NH) {
+        case 32: attention_forward_fused<E, 1>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+        case 64: attention_forward_fused<E, 2>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+        case 96: attention_forward_fused<E, 3>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+        default: attention_forward_fused<E, 4>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
+      }
+      cpu::attention_forward(C(rout.p), C(ratt.p), C(qkv.p), B, T, Cn, NH);
+      CHECK(rel_err(out.p, rout.p, btc) <= tol<E>());
+      CHECK(rel_err(att.p, ratt.p, natt) <= tol<E>());
+      CHECK(all_poison(out.p + btc, 1));
+      CHECK(all_poison(att.p + natt, 1));
+      check_emu();
+    })
+  }
+}
+
+TEST_CASE("classifier: losses and in-place gradient vs the CPU, padding zeroed") {
+  std::mt19937 rng(9);
+  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64}, {2, 777, 777}};  // N, V, Vp
+  for (const auto& sh : shapes) {
+    const int N = sh[0], V = sh[1], Vp = sh[2];
+    CAPTURE(N);
+    CAPTURE(V);
+    CAPTURE(Vp);
+    for (float dloss : {0.f, 0.37f}) {
+      CAPTURE(dloss);
+      Buf<float> z(size_t(N) * Vp), rz(size_t(N) * Vp), loss(N + 1), rloss(N);
+      fill(z.p, z.n, rng, 3.f);
+      copy(rz.p, z.p, z.n);
+      std::vector<int32_t> tg(N);
+      std::uniform_int_distribution<int> d(0, V - 1);
+      for (auto& t : tg) t = d(rng);
+      tg[0] = V - 1;
+      classifier(z.p, loss.p, tg.data(), dloss, N, V, Vp);
+      cpu::classifier(rz.p, rloss.p, tg.data(), dloss, N, V, Vp);
+      CHECK(rel_err(loss.p, rloss.p, N) <= 1e-5);
+      CHECK(rel_err(z.p, rz.p, z.n) <= 1e-5);
+      if (dloss != 0.f) {
+        size_t pad = 0;
+        for (int n = 0; n < N; n++)
+          for (int i = V; i < Vp; i++) pad += bits(z[size_t(n) * Vp + i]) != 0;
+        CHECK(pad == 0);
+      }
+      CHECK(all_poison(loss.p + N, 1));
+      check_emu();
+    }
+  }
+}
+
+template <typename E>
+void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr) {
+    CAPTURE(tname<E>());
+    AdamWArgs a{};
+    a.lr = 3e-3f;
+    a.beta1 = 0.9f;
+    a.beta2 = 0.95f;
+    a.eps = 1e-8f;
+    a.weight_decay = 0.1f;
+    a.grad_scale = 0.5f;
+    a.step = 7;
+    a.rounding.stochastic = sr;
+    a.rounding.seed = 1234;
+    a.rounding.offset = 77;
+    Buf<E> p(n + 1), g(n), rp(n);
+    Buf<float> master(n + 1), m(n + 1), v(n + 1), rmaster(n), rm(n), rv(n);
+    fill(g.p, n, rng);
+    fill(master.p, n, rng);
+    fill(m.p, n, rng, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
+    copy(rmaster.p, master.p, n);
+    copy(rm.p, m.p, n);
+    copy(rv.p, v.p, n);
+    E* params = p.p;
+    if constexpr (std::is_same_v<E, float>) {
+      // fp32: params alias the master weights, as the backend allows
+      params = master.p;
+      adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
+      cpu::adamw(rp.p, rmaster.p, C(g.p), rm.p, rv.p, n, a);
+    } else {
+      adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
+      cpu::adamw(C(rp.p), rmaster.p, C(g.p), rm.p, rv.p, n, a);
+    }
+    CHECK(rel_err(master.p, rmaster.p, n) <= 1e-6);
+    CHECK(rel_err(m.p, rm.p, n) <= 1e-6);
+    CHECK(rel_err(v.p, rv.p, n) <= 1e-6);
+    // the compute copy: exactly the rounding of the kernel's own master weight
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+      E want;
+      if constexpr (std::is_same_v<E, bf16>)
+        want = sr ? bf16{f32_to_bf16_sr(master[i], sr_hash(1234, 77 + i))}
+                  : bf16{f32_to_bf16(master[i])};
+      else if constexpr (std::is_same_v<E, f16>)
+        want = sr ? f16{f32_to_f16_sr(master[i], sr_hash(1234, 77 + i))}
+                  : f16{f32_to_f16(master[i])};
+      else
+        want = master[i];
+      bad += bits(params[i]) != bits(want);
+    }
+    CHECK(bad == 0);
+    if constexpr (!std::is_same_v<E, float>) {
+      // and where the masters agree bit for bit, the copies do too
+      size_t same = 0, agree = 0;
+      for (size_t i = 0; i < n; i++)
+        if (bits(master[i]) == bits(rmaster[i])) {
+          same++;
+          agree += bits(p[i]) == bits(rp[i]);
+        }
+      CHECK(agree == same);
+      CHECK(all_poison(p.p + n, 1));
+    }
+    CHECK(all_poison(master.p + n, 1));
+    CHECK(all_poison(m.p + n, 1));
+    check_emu();
+}
+
+TEST_CASE("AdamW: master, moments vs the CPU; the 16-bit copy bit-exact (nearest, stochastic)") {
+  std::mt19937 rng(10);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
+    for (bool sr : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(sr);
+      adamw_case<float>(c, rng, n, sr);
+      adamw_case<bf16>(c, rng, n, sr);
+      adamw_case<f16>(c, rng, n, sr);
+    }
+}
+
+template <typename D, typename S>
+void convert_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr) {
+  CAPTURE(tname<D>());
+  CAPTURE(tname<S>());
+  Buf<S> src(n);
+  Buf<D> dst(n + 1), ref(n);
+  fill(src.p, n, rng, 3.f);
+  // specials and range edges in the first elements
+  const float sp[] = {INFINITY, -INFINITY, NAN, 65504.f, 65520.f, 1e-8f, -6e-8f, 3.4e38f, 1e-40f};
+  for (size_t i = 0; i < std::min(n, std::size(sp)); i++) src[i] = e<S>(sp[i]);
+  const Rounding r{sr, 99, 5};
+  convert<D, S>(c, dst.p, src.p, n, r);
+  if constexpr (sizeof(D) == 2 && sizeof(S) == 2) {
+    // 16 -> 16 bits: the CPU has no direct conversion (the backend refuses it); the kernel
+    // widens exactly and rounds once, i.e. S -> fp32 -> D.
+    std::vector<float> wide(n);
+    cpu::convert(wide.data(), C(src.p), n, Rounding{});
+    cpu::convert(C(ref.p), wide.data(), n, r);
+  } else {
+    cpu::convert(C(ref.p), C(src.p), n, r);
+  }
+  CHECK(bit_diffs(dst.p, ref.p, n) == 0);
+  CHECK(all_poison(dst.p + n, 1));
+  check_emu();
+}
+
+TEST_CASE("convert: every type pair, nearest and stochastic, bit-exact with the CPU") {
+  std::mt19937 rng(11);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(9), size_t(10007)})
+    for (bool sr : {false, true}) {
+      CAPTURE(n);
+      CAPTURE(sr);
+      convert_case<float, float>(c, rng, n, sr);
+      convert_case<float, bf16>(c, rng, n, sr);
+      convert_case<float, f16>(c, rng, n, sr);
+      convert_case<bf16, float>(c, rng, n, sr);
+      convert_case<bf16, bf16>(c, rng, n, sr);
+      convert_case<bf16, f16>(c, rng, n, sr);
+      convert_case<f16, float>(c, rng, n, sr);
+      convert_case<f16, bf16>(c, rng, n, sr);
+      convert_case<f16, f16>(c, rng, n, sr);
+    }
+}
+
+TEST_CASE("global norm: sum of squares vs the CPU, unscaled, non-finite count") {
+  std::mt19937 rng(12);
+  for (size_t n : {size_t(1), size_t(777), size_t(300001)}) {
+    CAPTURE(n);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      Buf<E> x(n);
+      fill(x.p, n, rng);
+      Buf<float> out(3);
+      norm<E>(x.p, n, 1.f, out.p);
+      const double ref = cpu::sum_squares(C(x.p), n);
+      CHECK(std::fabs(out[0] - ref) <= 1e-5 * ref);
+      CHECK(out[1] == 0.f);
+      CHECK(all_poison(out.p + 2, 1));
+      // unscaled by 1/1024, with non-finite values
+      const float inv = 1.f / 1024.f;
+      x[n / 2] = e<E>(INFINITY);
+      if (n > 10) x[n - 1] = e<E>(NAN);
+      double r2 = 0;
+      size_t bad = 0;
+      for (size_t i = 0; i < n; i++) {
+        const float v = f(x[i]);
+        if (!std::isfinite(v)) {
+          bad++;
+          continue;
+        }
+        r2 += double(v * inv) * double(v * inv);
+      }
+      norm<E>(x.p, n, inv, out.p);
+      CHECK(out[1] == float(bad));
+      check_emu();
+      if (n > 10) {  // the finite part alone: replace the specials again
+        x[n / 2] = e<E>(0.25f);
+        x[n - 1] = e<E>(-0.5f);
+        r2 += double(0.25f * inv) * (0.25f * inv) + double(0.5f * inv) * (0.5f * inv);
+        norm<E>(x.p, n, inv, out.p);
+        CHECK(std::fabs(out[0] - r2) <= 1e-5 * r2);
+        CHECK(out[1] == 0.f);
+      }
+    })
+  }
+}
+
+TEST_CASE("amax and qdq: bit-exact with the CPU backend's quantize-dequantize") {
+  std::mt19937 rng(13);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(1), size_t(1000), size_t(140001)}) {
+    CAPTURE(n);
+    Buf<float> x(n), y(n + 1), out(2);
+    fill(x.p, n, rng, 5.f);
+    x[n - 1] = -123.5f;  // the largest, last (in the tail of the last block)
+    amax(x.p, n, out.p);
+    float ref = 0;
+    for (size_t i = 0; i < n; i++) ref = std::max(ref, std::fabs(x[i]));
+    CHECK(out[0] == ref);
+    CHECK(all_poison(out.p + 1, 1));
+    for (bool e4m3 : {true, false}) {
+      CAPTURE(e4m3);
+      const float s = fp8_scale_from_amax(ref, e4m3 ? E4M3_MAX : E5M2_MAX, 1);
+      copy(y.p, x.p, n);
+      qdq(c, y.p, n, s, e4m3, true);
+      size_t bad = 0, bad2 = 0;
+      for (size_t i = 0; i < n; i++) {
+        const float v = x[i] * s;
+        const float want =
+            (e4m3 ? cpu::e4m3_round_trip(v) : cpu::e5m2_round_trip(v)) * (1.0f / s);
+        const float want2 =
+            (e4m3 ? e4m3_to_f32(f32_to_e4m3(v, true)) : e5m2_to_f32(f32_to_e5m2(v, true))) *
+            (1.0f / s);
+        bad += bits(y[i]) != bits(want);
+        bad2 += bits(y[i]) != bits(want2);
+      }
+      CHECK(bad == 0);
+      CHECK(bad2 == 0);
+      CHECK(all_poison(y.p + n, 1));
+      qdq(c, y.p, n, s, e4m3, false);  // non-finite amax: everything NaN
+      size_t nan = 0;
+      for (size_t i = 0; i < n; i++) nan += std::isnan(y[i]);
+      CHECK(nan == n);
+    }
+    x[n / 3] = -INFINITY;
+    amax(x.p, n, out.p);
+    CHECK(out[0] == INFINITY);
+    x[n / 3] = NAN;
+    amax(x.p, n, out.p);
+    CHECK(out[0] == INFINITY);
+    check_emu();
+  }
+}
