@@ -485,13 +485,16 @@ TEST_CASE("mpi: fp8 with delayed scaling reduces amax over the ranks") {
 }
 
 TEST_CASE("mpi: ZeRO-1 trains exactly like unsharded data parallelism") {
-  for (const char* mode : {"fp32", "bf16"}) {
+  // bf16 with stochastic rounding: the random bits follow each parameter's global index;
+  // fp16 with gradient accumulation and a skipped step (the found-inf decision is global).
+  for (const char* mode : {"fp32", "bf16", "fp16"}) {
     tgt::TempDir plain, zero;
     std::string out;
-    // bf16 with stochastic rounding: the random bits follow each parameter's global index.
+    const std::string m = mode;
     const std::string args =
-        std::string(" --train.steps=10 --data.batch_size=4 --precision.mode=") + mode +
-        (std::string(mode) == "bf16" ? " --precision.stochastic_rounding=true" : "");
+        " --train.steps=10 --data.batch_size=4 --precision.mode=" + m +
+        (m == "bf16" ? " --precision.stochastic_rounding=true" : "") +
+        (m == "fp16" ? " --precision.inject_nonfinite_step=3 --data.total_batch_tokens=512" : "");
     REQUIRE(run_mpi(2, tiny_args(plain.path) + args, &out) == 0);
     // ZeRO-1 reduces through many small staging chunks (the last one partial).
     setenv("TG_TEST_REDUCE_CHUNK", "1000", 1);
