@@ -509,6 +509,10 @@ TEST_CASE("mpi: ZeRO-1 trains exactly like unsharded data parallelism") {
     for (int i = 0; i < 10; i++) {
       CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
       // The norm is summed shard by shard, in another order.
+      if (a[i]["grad_norm"].is_null()) {  // the skipped step
+        CHECK(b[i]["grad_norm"].is_null());
+        continue;
+      }
       CHECK(b[i]["grad_norm"].get<double>() ==
             doctest::Approx(a[i]["grad_norm"].get<double>()).epsilon(1e-12));
     }
