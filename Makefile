@@ -131,9 +131,16 @@ $(FP8_EMU): tests/cuda/fp8_kernels_emulated.cpp kernels/fp8_kernels.cuh src/form
 	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) $< -o $@
 endif
 
+# The flash attention kernels (kernels/flash_attention.cuh) run on the CPU with CUDA threads
+# emulated, against src/cpu/attention.cpp (plain g++, no CUDA headers needed).
+FLASH_EMU := $(BUILD)/flash_emulated
+$(FLASH_EMU): tests/cuda/flash_emulated.cpp kernels/flash_attention.cuh src/cpu/attention.cpp src/cpu/ops.h src/cpu/storage.h src/formats.h | deps
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. $(EXTRA_CFLAGS) tests/cuda/flash_emulated.cpp src/cpu/attention.cpp -o $@
+
 # The test binary prints its own closing line "N passed, N failed" (last).
-test: $(BUILD)/run_tests $(BIN) $(FP8_EMU)
-	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+test: $(BUILD)/run_tests $(BIN) $(FP8_EMU) $(FLASH_EMU)
+	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) $(FLASH_EMU) --minimal && TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy

@@ -187,6 +187,18 @@ class Backend {
   // dqkv = gradient of the attention input
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
                                   int C, int NH) = 0;
+  // Flash-style attention (TG_FLASH_ATTENTION=1 in the environment when the backend is made):
+  // whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two ops
+  // below for heads of this size. lse is in the statistics type (fp32; fp64 in fp64 models).
+  virtual bool attention_saves_lse(int /*head_size*/) const { return false; }
+  // out as attention_forward; lse = the logsumexp of each row's scaled causal scores.
+  virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int) {
+    throw Error(name() + " has no flash attention");
+  }
+  // dqkv from dout, qkv, the forward's out and lse (recomputes the probabilities).
+  virtual void attention_backward_lse(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) {
+    throw Error(name() + " has no flash attention");
+  }
   // out = gelu(inp), tanh approximation
   virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
   // dinp = gelu'(inp) * dout

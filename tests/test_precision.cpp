@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "src/cpu/cpu_backend.h"
@@ -269,6 +270,54 @@ TEST_CASE("precision: the memory plan matches what the model allocates") {
                  double(plan_memory(wide, DType::F32, 32, 256).total());
   MESSAGE("bf16 / fp32 memory at L2 C64 B32 T256: " << ratio);
   CHECK(ratio < 0.65);
+}
+
+// TG_FLASH_ATTENTION=1: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
+// statistics instead of att): the plan still matches, and the step matches the att path.
+TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
+  GPTConfig c = gpt_config(2, 4, 64, 300, 48);
+  const int B = 3, T = 37;  // T: not a multiple of any tile
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; i++) {
+    in[i] = (i * 7 + 3) % 300;
+    tg[i] = (i * 13 + 5) % 300;
+  }
+  for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
+    INFO(dtype_name(dt));
+    double loss[2];
+    std::vector<double> grads[2];
+    for (int flash = 0; flash < 2; flash++) {
+      if (flash) setenv("TG_FLASH_ATTENTION", "1", 1);
+      auto be = make_cpu_backend();
+      unsetenv("TG_FLASH_ATTENTION");
+      CHECK(be->attention_saves_lse(16) == bool(flash));
+      size_t peak = 0;
+      {
+        GPT m(c, *be, dt);
+        CHECK(m.attention_lse() == bool(flash));
+        m.init_random(1);
+        loss[flash] = m.forward(in.data(), tg.data(), B, T, 1.0f);
+        m.backward();
+        peak = be->peak_bytes();  // grads_f64 borrows backend memory of its own
+        grads[flash] = m.grads_f64();
+      }
+      MemoryPlan p = plan_memory(c, dt, B, T, 1, flash);
+      CHECK(peak >= p.total());
+      CHECK(peak <= p.total() + 9 * 64);
+    }
+    const double tol = dt == DType::F64 ? 1e-12 : dt == DType::F32 ? 1e-5 : 1e-2;
+    CHECK(std::abs(loss[1] - loss[0]) <= tol * std::abs(loss[0]));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < grads[0].size(); i++) {
+      num += (grads[1][i] - grads[0][i]) * (grads[1][i] - grads[0][i]);
+      den += grads[0][i] * grads[0][i];
+    }
+    CHECK(std::sqrt(num / den) < tol);
+  }
+  // lse instead of att: the plan shrinks by the T x T probabilities
+  GPTConfig g = gpt_config(12, 12, 768, 50257, 1024);
+  CHECK(plan_memory(g, DType::BF16, 8, 1024, 1, true).total() <
+        plan_memory(g, DType::BF16, 8, 1024).total() - size_t(12) * 8 * 12 * 1024 * 1024);
 }
 
 namespace {

@@ -323,6 +323,23 @@ class CudaBackend final : public Backend {
     gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
                             NH);
   }
+  const bool flash_ = gpu::flash_attention_enabled();  // TG_FLASH_ATTENTION=1
+  bool attention_saves_lse(int head_size) const override {
+    return flash_ && gpu::flash_attention_supported(head_size);
+  }
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
+                             int NH) override {
+    need_same("attention_forward_lse", {out, qkv});
+    need_f32("attention_forward_lse", lse);
+    gpu::attention_forward_lse(ctx_, out.dtype, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+  }
+  void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
+                              int T, int C, int NH) override {
+    need_same("attention_backward_lse", {dqkv, dout, qkv, out});
+    need_f32("attention_backward_lse", lse);
+    gpu::attention_backward_lse(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, out.data,
+                                lse.as<const float>(), B, T, C, NH);
+  }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     need_same("gelu_forward", {out, inp});
     gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n);

@@ -146,6 +146,14 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
 // TG_FUSED_ATTENTION=1 in the environment switches the forward to the fused single-pass
 // kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
 bool fused_attention_enabled();
+// Flash attention (kernels/flash_attention.cuh): TG_FLASH_ATTENTION=1 turns it on (the backend
+// reads this once); head sizes 32, 64, 96, 128. lse (B, NH, T) fp32 replaces att.
+bool flash_attention_enabled();
+bool flash_attention_supported(int hs);
+void attention_forward_lse(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
+                           int C, int NH);
+void attention_backward_lse(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                            const void* out, const float* lse, int B, int T, int C, int NH);
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,

@@ -83,9 +83,10 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
   const tg::GPTConfig cfg = small_gpt();
   const int B = 2, T = 16;
   Batch bt = batch(B, T, cfg.vocab_size, 7);
-  // The default paths, then the opt-in fused attention, the forced GEMM fallback and the
-  // GELU epilogue.
-  for (const char* env : {"", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK", "TG_GELU_EPILOGUE"})
+  // The default paths, then the opt-in flash attention (both backends keep lse: the CPU runs
+  // its twin), fused attention, the forced GEMM fallback and the GELU epilogue.
+  for (const char* env :
+       {"", "TG_FLASH_ATTENTION", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK", "TG_GELU_EPILOGUE"})
     for (DType t : kAllTypes) {
       INFO(name(t) << " " << env);
       if (*env) setenv(env, "1", 1);
@@ -98,6 +99,9 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
       auto cpu = tg::make_cpu_backend();
       auto gpu = tg::make_cuda_backend();
       tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
+      const bool flash = std::string(env) == "TG_FLASH_ATTENTION";
+      CHECK(mc.attention_lse() == flash);
+      CHECK(mg.attention_lse() == flash);
       mc.init_random(42);
       mg.init_random(42);
       CHECK(mc.params_f64() == mg.params_f64());
