@@ -2,6 +2,7 @@
 // bf16/fp16 against fp32, fp16 underflow with and without loss scaling, the loss scaler.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -270,6 +271,70 @@ TEST_CASE("precision: the memory plan matches what the model allocates") {
                  double(plan_memory(wide, DType::F32, 32, 256).total());
   MESSAGE("bf16 / fp32 memory at L2 C64 B32 T256: " << ratio);
   CHECK(ratio < 0.65);
+}
+
+// The shared update function (loss_scale_update, also run on the device by
+// kernels/loss_scale.cuh) against an independent copy of the state machine as it was written
+// before, and loss_scale_step's decision against src/train.cpp's.
+TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original state machine") {
+  struct Ref {
+    double scale;
+    int good = 0, hyst;
+    bool update(bool bad, int interval, double growth, double backoff, double lo, double hi,
+                int hysteresis) {
+      if (bad) {
+        good = 0;
+        if (--hyst <= 0) {
+          scale = std::max(scale * backoff, lo);
+          hyst = hysteresis;
+        }
+        return true;
+      }
+      if (++good >= interval) {
+        scale = std::min(scale * growth, hi);
+        good = 0;
+        hyst = hysteresis;
+      }
+      return false;
+    }
+  };
+  uint64_t x = 12345;
+  auto rnd = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return double(x >> 11) / double(1ull << 53);
+  };
+  for (int hysteresis : {1, 2, 3})
+    for (double clip : {0.0, 1.0}) {
+      LossScaler s = LossScaler::make("dynamic", 1024, 4, 2.0, 0.5, 64, 8192, hysteresis);
+      LossScaleState dev = s.state();  // what the device kernel would hold
+      Ref r{1024, 0, hysteresis};
+      for (int step = 0; step < 400; step++) {
+        const bool bad = rnd() < 0.3;
+        const float sumsq = float(rnd() * 4), nonfinite = bad ? 1.f : 0.f;
+        const double scale_before = s.scale;
+        const bool skip_ref = r.update(bad, 4, 2.0, 0.5, 64, 8192, hysteresis);
+        CHECK(s.update(bad) == skip_ref);
+        const LossScaleStep st = loss_scale_step(dev, s.params(), sumsq, nonfinite, clip);
+        CHECK(bool(st.skip) == skip_ref);
+        CHECK(s.scale == r.scale);
+        CHECK(s.good_steps == r.good);
+        CHECK(s.hysteresis_left == r.hyst);
+        CHECK(dev.scale == s.scale);
+        CHECK(dev.good_steps == s.good_steps);
+        CHECK(dev.hysteresis_left == s.hysteresis_left);
+        if (!skip_ref) {  // src/train.cpp's factor
+          const double norm = std::sqrt(double(sumsq));
+          const double cf = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+          CHECK(st.grad_scale == float(cf / scale_before));
+          CHECK(st.norm == norm);
+        }
+      }
+    }
+  LossScaleState st{8, 0, 1};
+  CHECK(loss_scale_step(st, LossScaler::make("static", 8, 1, 2, 0.5, 1, 1e9, 1).params(), INFINITY,
+                        0.f, 0)
+            .skip);
+  CHECK(st.scale == 8);
 }
 
 // TG_FLASH_ATTENTION=1: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the

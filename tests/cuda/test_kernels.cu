@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdlib>
 
+#include "kernels/loss_scale.cuh"
+#include "src/loss_scaler.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace tgc;
@@ -413,4 +415,59 @@ TEST_CASE("cuda: sum of squares, the fused unscale/finite/norm check, stats") {
     CHECK_FALSE(tw.gpu->unscale_check_norm(g.gpu, 1.0).finite);
     CHECK(tw.gpu->stats(g.gpu).nonfinite == 1);
   }
+}
+
+// The loss-scale decision on the device (kernels/loss_scale.cuh) against LossScaler on the host
+// over a sequence of finite and non-finite steps; AdamW reading its factor and skip flag from
+// that state gives adamw_kernel's bits with the same factor, and changes nothing when skipped.
+TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip flag") {
+  TG_REQUIRE_GPU();
+  tg::LossScaler host = tg::LossScaler::make("dynamic", 65536, 3, 2.0, 0.5, 1, 1 << 24, 2);
+  tg::gpu::LossScaleDevice init;
+  init.state = host.state();
+  tg::gpu::LossScaleDevice* d = nullptr;
+  float* check = nullptr;
+  REQUIRE(cudaMalloc(&d, sizeof(init)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&check, 2 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d, &init, sizeof(init), cudaMemcpyHostToDevice) == cudaSuccess);
+  const size_t n = 1000;
+  std::vector<float> g = randn(n, 70), w = randn(n, 71), m0(n, 0.f), v0(n, 0.f);
+  float *dg, *dw1, *dw2, *dm1, *dm2, *dv1, *dv2;
+  for (float** p : {&dg, &dw1, &dw2, &dm1, &dm2, &dv1, &dv2})
+    REQUIRE(cudaMalloc(p, n * sizeof(float)) == cudaSuccess);
+  cudaMemcpy(dg, g.data(), n * 4, cudaMemcpyHostToDevice);
+  for (float* p : {dw1, dw2}) cudaMemcpy(p, w.data(), n * 4, cudaMemcpyHostToDevice);
+  for (float* p : {dm1, dm2, dv1, dv2}) cudaMemcpy(p, m0.data(), n * 4, cudaMemcpyHostToDevice);
+  int applied = 0;
+  for (int step = 0; step < 40; step++) {
+    const bool bad = step % 7 == 3 || step % 11 == 5;
+    const float c[2] = {float(0.5 + step), bad ? 1.f : 0.f};
+    cudaMemcpy(check, c, sizeof(c), cudaMemcpyHostToDevice);
+    const double scale = host.scale;
+    tg::gpu::loss_scale_step_kernel<<<1, 32>>>(d, check, host.params(), 2.0);
+    const bool skip = host.update(bad);
+    applied += skip ? 0 : 1;
+    tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0};
+    const double norm = std::sqrt(double(c[0]));
+    a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
+    if (!skip) tg::gpu::adamw_kernel<float><<<4, 256>>>(dw1, dw1, dg, dm1, dv1, n, a);
+    a.grad_scale = 0.f;  // must not be used
+    tg::gpu::adamw_device_kernel<float><<<4, 256>>>(dw2, dw2, dg, dm2, dv2, n, a, d);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    tg::gpu::LossScaleDevice got;
+    cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);
+    INFO("step " << step);
+    CHECK(bool(got.step.skip) == skip);
+    CHECK(got.state.scale == host.scale);
+    CHECK(got.state.good_steps == host.good_steps);
+    CHECK(got.state.hysteresis_left == host.hysteresis_left);
+    CHECK(got.applied == applied);
+    std::vector<float> w1(n), w2(n);
+    cudaMemcpy(w1.data(), dw1, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(w2.data(), dw2, n * 4, cudaMemcpyDeviceToHost);
+    CHECK(w1 == w2);
+  }
+  for (void* p : {(void*)d, (void*)check, (void*)dg, (void*)dw1, (void*)dw2, (void*)dm1, (void*)dm2,
+                  (void*)dv1, (void*)dv2})
+    cudaFree(p);
 }
