@@ -6,22 +6,18 @@
 // adamw_kernel with its gradient factor (clip factor / loss scale) and skip flag read from that
 // state. The host reads LossScaleDevice only to log.
 //
-// Status: kernels and their tests only (tests/test_precision.cpp runs the decision on the host
-// with the same function; tests/cuda/test_kernels.cu on a GPU); not wired into src/train.cpp
-// yet: the learning rate and Adam's bias corrections follow the count of applied steps, which
-// a device-side skip would have to advance on the device too (e.g. a host-computed table of
-// lr, c1, c2 indexed by a device step count), and several ranks must all-reduce the flag.
+// Used by training with TG_DEVICE_LOSS_SCALE=1 (CUDA backend, one process, unsharded:
+// Backend::device_decide_step / adamw_decided / device_step_report): the host learns the
+// decision once per step, after AdamW is queued, to log it, count applied steps (the learning
+// rate and Adam's bias corrections for the next step) and keep LossScaler (checkpoints) in step.
+// Several ranks keep the host decision (the found-inf flag is all-reduced first).
 #pragma once
 #include "adamw.cuh"
 #include "src/loss_scaler.h"
 
 namespace tg::gpu {
 
-struct LossScaleDevice {
-  LossScaleState state;
-  LossScaleStep step;  // the last decision: norm, skip, grad_scale
-  int applied = 0;     // optimizer steps applied (not skipped)
-};
+using tg::LossScaleDevice;  // src/loss_scaler.h
 
 // One thread (static: the header may be included by several translation units): check = {sum of
 // squares, non-finite count} from the fused gradient pass.

@@ -79,6 +79,14 @@ TG_HD inline LossScaleStep loss_scale_step(LossScaleState& s, const LossScalePar
   return r;
 }
 
+// What the device keeps (kernels/loss_scale.cuh): the state, the last decision, the count of
+// applied (not skipped) steps.
+struct LossScaleDevice {
+  LossScaleState state;
+  LossScaleStep step;
+  int applied = 0;
+};
+
 struct LossScaler {
   std::string kind = "none";  // dynamic | static | none
   double scale = 1.0;

@@ -654,7 +654,14 @@ GradCheck GPT::check_grads(double loss_scale) {
   return g;
 }
 
-void GPT::adamw_step(const AdamWArgs& args) {
+void GPT::device_decided_step(const LossScaleState& st, const LossScaleParams& p, double clip,
+                              const AdamWArgs& args) {
+  if (sharded_) throw Error("the device loss-scale decision needs unsharded gradients");
+  be_.device_decide_step(grads_.slice(0, num_params_), st, p, clip);
+  adamw_step(args, true);
+}
+
+void GPT::adamw_step(const AdamWArgs& args, bool decided) {
   // Each parameter tensor's part of this rank's shard (all of it without sharding).
   auto sizes = param_sizes(cfg_);
   const size_t lo_shard = shard_begin_, hi_shard = shard_begin_ + shard_count();
@@ -667,8 +674,12 @@ void GPT::adamw_step(const AdamWArgs& args) {
     if (!param_decays(i)) a.weight_decay = 0;
     a.rounding.offset = args.rounding.offset + lo;
     const size_t n = hi - lo, k = lo - lo_shard;
-    be_.adamw(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n), m_.slice(k, n),
-              v_.slice(k, n), a);
+    if (decided)
+      be_.adamw_decided(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n),
+                        m_.slice(k, n), v_.slice(k, n), a);
+    else
+      be_.adamw(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n), m_.slice(k, n),
+                v_.slice(k, n), a);
   }
   if (sharded_) gather_params();
 }

@@ -143,7 +143,12 @@ class GPT {
   GradCheck check_grads(double loss_scale);
   // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
   // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
-  void adamw_step(const AdamWArgs& args);
+  void adamw_step(const AdamWArgs& args, bool decided = false);
+  // The loss-scale decision on the device (Backend::device_loss_scale; not sharded): queues
+  // the gradient check and the decision, then AdamW with the decided factor and skip
+  // (args.grad_scale unused); Backend::device_step_report() says what happened.
+  void device_decided_step(const LossScaleState& st, const LossScaleParams& p, double clip,
+                           const AdamWArgs& args);
 
   // Logits of the last forward, (B, T, Vp), on the backend (FP8 models reuse the buffer as
   // scratch during the next pass).

@@ -99,8 +99,12 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
 void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
 void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
+// Queues loss_scale_step_kernel: d's state updated from check = {sum of squares, non-finite}.
+void loss_scale_decide(Ctx& c, LossScaleDevice* d, const float* check, const LossScaleParams& p,
+                       double clip);
+// With d: the gradient factor and skip flag come from d (a.grad_scale unused).
 void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, float* m, float* v,
-           size_t n, const AdamWArgs& a);
+           size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr);
 void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
              const Rounding& r);
 // Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,

@@ -423,9 +423,9 @@ TEST_CASE("cuda: sum of squares, the fused unscale/finite/norm check, stats") {
 TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip flag") {
   TG_REQUIRE_GPU();
   tg::LossScaler host = tg::LossScaler::make("dynamic", 65536, 3, 2.0, 0.5, 1, 1 << 24, 2);
-  tg::gpu::LossScaleDevice init;
+  tg::LossScaleDevice init;
   init.state = host.state();
-  tg::gpu::LossScaleDevice* d = nullptr;
+  tg::LossScaleDevice* d = nullptr;
   float* check = nullptr;
   REQUIRE(cudaMalloc(&d, sizeof(init)) == cudaSuccess);
   REQUIRE(cudaMalloc(&check, 2 * sizeof(float)) == cudaSuccess);
@@ -454,7 +454,7 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
     a.grad_scale = 0.f;  // must not be used
     tg::gpu::adamw_device_kernel<float><<<4, 256>>>(dw2, dw2, dg, dm2, dv2, n, a, d);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    tg::gpu::LossScaleDevice got;
+    tg::LossScaleDevice got;
     cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);
     INFO("step " << step);
     CHECK(bool(got.step.skip) == skip);

@@ -226,6 +226,36 @@ TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resum
   }
 }
 
+// TG_DEVICE_LOSS_SCALE=1: the loss-scale decision on the device gives the host decision's run
+// bit for bit (fp16, dynamic scaling with a short growth interval and hysteresis, one
+// injected non-finite step, clipping).
+TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
+  TG_REQUIRE_GPU();
+  const std::string extra =
+      " --train.steps=10 --precision.loss_scale.growth_interval=3 "
+      "--precision.loss_scale.hysteresis=2 --precision.inject_nonfinite_step=4 "
+      "--optim.grad_clip=0.5";
+  tgt::TempDir host, dev;
+  std::string out;
+  REQUIRE(tgt::run_binary(train_args(host.path, "cuda", "fp16") + extra, &out) == 0);
+  setenv("TG_DEVICE_LOSS_SCALE", "1", 1);
+  const int rc = tgt::run_binary(train_args(dev.path, "cuda", "fp16") + extra, &out);
+  unsetenv("TG_DEVICE_LOSS_SCALE");
+  REQUIRE(rc == 0);
+  CHECK(out.find("loss scale: decided on the device") != std::string::npos);
+  auto h = read_train_metrics(host / "metrics.jsonl"),
+       d = read_train_metrics(dev / "metrics.jsonl");
+  REQUIRE(h.size() == 10);
+  REQUIRE(d.size() == 10);
+  for (size_t i = 0; i < h.size(); i++) {
+    INFO("step " << i + 1);
+    CHECK(h[i]["loss"] == d[i]["loss"]);
+    CHECK(h[i]["loss_scale"] == d[i]["loss_scale"]);
+    CHECK(h[i]["skipped"] == d[i]["skipped"]);
+    CHECK(h[i]["grad_norm"] == d[i]["grad_norm"]);
+  }
+}
+
 TEST_CASE("cuda: a CPU checkpoint resumes on the GPU") {
   TG_REQUIRE_GPU();
   tgt::TempDir run, ref;
