@@ -511,6 +511,8 @@ json run_training(const Config& cfg_in) {
   // (one process, unsharded; otherwise the found-inf flag or the norm needs the other ranks).
   const bool device_decision = be->device_loss_scale() && world == 1 && !model.sharded();
   if (device_decision) printf("loss scale: decided on the device\n");
+  if (model.attention_lse())
+    printf("attention: flash (per-row logsumexp kept, no T x T probabilities)\n");
   for (int step = start_step; step < steps; step++) {
     const auto t0 = Clock::now();
     // The schedule follows applied updates, so a skipped step does not advance it.
