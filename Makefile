@@ -145,9 +145,16 @@ $(KERNELS_EMU): tests/cuda/kernels_emulated.cpp tests/cuda/cuda_emulation.h $(wi
 	$(CXX) -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) $< $(KERNELS_EMU_OBJ) -o $@ -fopenmp $(LDLIBS)
 endif
 
+# The flash attention kernels (kernels/flash_attention.cuh) run on the CPU with CUDA threads
+# emulated, against src/cpu/attention.cpp (plain g++, no CUDA headers needed).
+FLASH_EMU := $(BUILD)/flash_emulated
+$(FLASH_EMU): tests/cuda/flash_emulated.cpp kernels/flash_attention.cuh src/cpu/attention.cpp src/cpu/ops.h src/cpu/storage.h src/formats.h | deps
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. $(EXTRA_CFLAGS) tests/cuda/flash_emulated.cpp src/cpu/attention.cpp -o $@
+
 # The test binary prints its own closing line "N passed, N failed" (last).
-test: $(BUILD)/run_tests $(BIN) $(FP8_EMU) $(KERNELS_EMU)
-	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) $(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+test: $(BUILD)/run_tests $(BIN) $(FP8_EMU) $(KERNELS_EMU) $(FLASH_EMU)
+	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) $(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) $(FLASH_EMU) --minimal && TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy

@@ -17,21 +17,29 @@ struct AdamWParams {
   uint64_t seed, offset;
 };
 
+// Element i, gradients multiplied by grad_scale (shared with loss_scale.cuh's device-scaled
+// variant).
+template <typename P>
+__device__ __forceinline__ void adamw_element(P* params, float* master, const P* grads, float* m,
+                                              float* v, size_t i, const AdamWParams& a,
+                                              float grad_scale) {
+  const float g = ld(grads[i]) * grad_scale;
+  const float mi = a.beta1 * m[i] + (1.f - a.beta1) * g;
+  const float vi = a.beta2 * v[i] + (1.f - a.beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  float w = master[i];
+  w -= a.lr * ((mi / a.c1) / (sqrtf(vi / a.c2) + a.eps) + a.weight_decay * w);
+  master[i] = w;
+  params[i] = st_round<P>(w, a.stochastic, a.seed, a.offset + i);
+}
+
 template <typename P>
 __global__ void adamw_kernel(P* params, float* master, const P* grads, float* m, float* v, size_t n,
                              AdamWParams a) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const float g = ld(grads[i]) * a.grad_scale;
-    const float mi = a.beta1 * m[i] + (1.f - a.beta1) * g;
-    const float vi = a.beta2 * v[i] + (1.f - a.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float w = master[i];
-    w -= a.lr * ((mi / a.c1) / (sqrtf(vi / a.c2) + a.eps) + a.weight_decay * w);
-    master[i] = w;
-    params[i] = st_round<P>(w, a.stochastic, a.seed, a.offset + i);
-  }
+       i += size_t(gridDim.x) * blockDim.x)
+    adamw_element(params, master, grads, m, v, i, a, a.grad_scale);
 }
 
 template <typename D, typename S>

@@ -141,9 +141,10 @@ PY
   row "fp8 vs bf16 ($f)" "$res" "-"
 done
 
-# The opt-in paths, bf16 only (when time is left): fused attention forward, then that plus
-# the GELU epilogue.
-for opt in "TG_FUSED_ATTENTION=1" "TG_FUSED_ATTENTION=1 TG_GELU_EPILOGUE=1"; do
+# The opt-in paths, bf16 only (when time is left): flash attention (lse instead of the T x T
+# probabilities: compare tokens/s and peak memory with the bf16 row above), the fused
+# attention forward, then that plus the GELU epilogue.
+for opt in "TG_FLASH_ATTENTION=1" "TG_FUSED_ATTENTION=1" "TG_FUSED_ATTENTION=1 TG_GELU_EPILOGUE=1"; do
   [ $(($(date +%s) - T0)) -lt 420 ] || { row "bench bf16, $opt" "skipped (time)" "-"; continue; }
   t=$(date +%s)
   name=$(echo "$opt" | tr ' =' '_-')

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common.h"
+#include "loss_scaler.h"
 
 namespace tg {
 
@@ -187,6 +188,18 @@ class Backend {
   // dqkv = gradient of the attention input
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
                                   int C, int NH) = 0;
+  // Flash-style attention (TG_FLASH_ATTENTION=1 in the environment when the backend is made):
+  // whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two ops
+  // below for heads of this size. lse is in the statistics type (fp32; fp64 in fp64 models).
+  virtual bool attention_saves_lse(int /*head_size*/) const { return false; }
+  // out as attention_forward; lse = the logsumexp of each row's scaled causal scores.
+  virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int) {
+    throw Error(name() + " has no flash attention");
+  }
+  // dqkv from dout, qkv, the forward's out and lse (recomputes the probabilities).
+  virtual void attention_backward_lse(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) {
+    throw Error(name() + " has no flash attention");
+  }
   // out = gelu(inp), tanh approximation
   virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
   // dinp = gelu'(inp) * dout
@@ -214,6 +227,26 @@ class Backend {
     g.norm = std::sqrt(sum_squares(grads)) / loss_scale;
     g.finite = std::isfinite(g.norm);
     return g;
+  }
+  // The loss-scale decision on the device (the CUDA backend with TG_DEVICE_LOSS_SCALE=1; one
+  // process): device_decide_step queues the fused gradient check at state.scale and
+  // src/loss_scaler.h's loss_scale_step on the device (the state lives there), adamw_decided
+  // is adamw with a.grad_scale and the skip taken from that decision, and
+  // device_step_report waits and returns the new state and the decision (for the log and the
+  // host's LossScaler, which stays the one that checkpoints). No host wait in between.
+  struct DeviceStepReport {
+    LossScaleState state;
+    LossScaleStep step;
+  };
+  virtual bool device_loss_scale() const { return false; }
+  virtual void device_decide_step(Tensor, const LossScaleState&, const LossScaleParams&, double) {
+    throw Error(name() + " has no device loss scaler");
+  }
+  virtual void adamw_decided(Tensor, Tensor, Tensor, Tensor, Tensor, const AdamWArgs&) {
+    throw Error(name() + " has no device loss scaler");
+  }
+  virtual DeviceStepReport device_step_report() {
+    throw Error(name() + " has no device loss scaler");
   }
   // AdamW on master weights (fp32); params receives the updated weights rounded to its type
   // (params may be master itself).

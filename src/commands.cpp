@@ -1,6 +1,7 @@
 #include "commands.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -219,9 +220,13 @@ int cmd_memory(int argc, char** argv) {
   if (zero_ranks < 1)
     throw UsageError(strf("memory: --zero_ranks must be a positive integer, not '%s'",
                           extra(ex, "zero_ranks").c_str()));
-  printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process%s\n\n",
+  // TG_FLASH_ATTENTION=1: the plan of flash attention (lse instead of the T x T probabilities).
+  const char* fe = std::getenv("TG_FLASH_ATTENTION");
+  const bool lse = fe && std::strcmp(fe, "1") == 0;
+  printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process%s%s\n\n",
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
-         zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "");
+         zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
+         lse ? ", flash attention" : "");
   printf("| mode | weights | master | gradients | optimizer | activations | total |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|\n");
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
@@ -229,7 +234,7 @@ int cmd_memory(int argc, char** argv) {
   for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
     std::string mode = modes.substr(pos, next - pos);
     if (mode.empty()) continue;
-    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks);
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse);
     printf("| %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
            mib(p.activations).c_str(), mib(p.total()).c_str());

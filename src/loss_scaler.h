@@ -8,9 +8,84 @@
 // above `max`) and the hysteresis refills. `static` keeps its initial scale; `none` is 1.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <string>
 
+#ifndef TG_HD
+#ifdef __CUDACC__
+#define TG_HD __host__ __device__
+#else
+#define TG_HD
+#endif
+#endif
+
 namespace tg {
+
+// The state machine as plain data and one function, run by the host (LossScaler::update) and
+// by the device (kernels/loss_scale.cuh), so that both produce identical state.
+struct LossScaleState {
+  double scale = 1.0;
+  int good_steps = 0;
+  int hysteresis_left = 1;
+};
+struct LossScaleParams {
+  bool dynamic = false;
+  int growth_interval = 2000;
+  double growth = 2.0, backoff = 0.5, min_scale = 1.0, max_scale = 16777216.0;
+  int hysteresis = 1;
+};
+// Records one optimizer step; returns true when the step must be skipped. (The comparisons are
+// std::max / std::min spelled out: the same results, NaN included, on the device.)
+TG_HD inline bool loss_scale_update(LossScaleState& s, const LossScaleParams& p,
+                                    bool found_nonfinite) {
+  if (!p.dynamic) return found_nonfinite;
+  if (found_nonfinite) {
+    s.good_steps = 0;
+    if (--s.hysteresis_left <= 0) {
+      const double x = s.scale * p.backoff;
+      s.scale = x < p.min_scale ? p.min_scale : x;  // std::max(x, min_scale)
+      s.hysteresis_left = p.hysteresis;
+    }
+    return true;
+  }
+  if (++s.good_steps >= p.growth_interval) {
+    const double x = s.scale * p.growth;
+    s.scale = p.max_scale < x ? p.max_scale : x;  // std::min(x, max_scale)
+    s.good_steps = 0;
+    s.hysteresis_left = p.hysteresis;
+  }
+  return false;
+}
+
+// One step's decision from the fused gradient check (sum of squares of the unscaled gradients
+// and the count of non-finite ones, as the devices reduce them), as src/train.cpp takes it:
+// norm, skip (updating the state), and the factor AdamW multiplies the gradients by,
+// clip_factor / scale with the scale the step ran at.
+struct LossScaleStep {
+  double norm = 0;
+  int skip = 0;
+  float grad_scale = 1.f;
+};
+TG_HD inline LossScaleStep loss_scale_step(LossScaleState& s, const LossScaleParams& p,
+                                           float sum_squares, float nonfinite, double clip) {
+  LossScaleStep r;
+  const double scale = s.scale;
+  const double norm = std::sqrt(double(sum_squares));
+  const bool finite = nonfinite == 0.f && std::isfinite(norm);
+  r.norm = finite ? norm : NAN;
+  r.skip = loss_scale_update(s, p, !finite);
+  const double clip_factor = (clip > 0 && r.norm > clip) ? clip / r.norm : 1.0;
+  r.grad_scale = float(clip_factor / scale);
+  return r;
+}
+
+// What the device keeps (kernels/loss_scale.cuh): the state, the last decision, the count of
+// applied (not skipped) steps.
+struct LossScaleDevice {
+  LossScaleState state;
+  LossScaleStep step;
+  int applied = 0;
+};
 
 struct LossScaler {
   std::string kind = "none";  // dynamic | static | none
@@ -37,23 +112,30 @@ struct LossScaler {
     return s;
   }
 
+  LossScaleParams params() const {
+    LossScaleParams p;
+    p.dynamic = kind == "dynamic";
+    p.growth_interval = growth_interval;
+    p.growth = growth;
+    p.backoff = backoff;
+    p.min_scale = min_scale;
+    p.max_scale = max_scale;
+    p.hysteresis = hysteresis;
+    return p;
+  }
+  LossScaleState state() const { return {scale, good_steps, hysteresis_left}; }
+  void set_state(const LossScaleState& st) {
+    scale = st.scale;
+    good_steps = st.good_steps;
+    hysteresis_left = st.hysteresis_left;
+  }
+
   // Records one optimizer step; returns true when the step must be skipped.
   bool update(bool found_nonfinite) {
-    if (kind != "dynamic") return found_nonfinite;
-    if (found_nonfinite) {
-      good_steps = 0;
-      if (--hysteresis_left <= 0) {
-        scale = std::max(scale * backoff, min_scale);
-        hysteresis_left = hysteresis;
-      }
-      return true;
-    }
-    if (++good_steps >= growth_interval) {
-      scale = std::min(scale * growth, max_scale);
-      good_steps = 0;
-      hysteresis_left = hysteresis;
-    }
-    return false;
+    LossScaleState st = state();
+    const bool skip = loss_scale_update(st, params(), found_nonfinite);
+    set_state(st);
+    return skip;
   }
 };
 

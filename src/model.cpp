@@ -40,19 +40,21 @@ bool param_decays(int i) {
   return i == WTE || i == WPE || i == QKVW || i == ATTPROJW || i == FCW || i == FCPROJW;
 }
 
-std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T) {
+std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, bool lse) {
   size_t BT = size_t(B) * T, C = c.n_embd, L = c.n_layer, NH = c.n_head;
-  size_t att = size_t(B) * NH * T * T;
+  // att(B,NH,T,T) in the compute type, or with flash attention lse(B,NH,T) in the statistics.
+  size_t att = lse ? 0 : size_t(B) * NH * T * T, lse_n = lse ? size_t(B) * NH * T : 0;
   // Must mirror GPT::layout_acts (checked by a test).
   size_t compute = BT * C                                              // encoded
                    + L * (BT * C * 7 + BT * 3 * C + att + BT * 8 * C)  // per layer
                    + BT * C                                            // lnf
                    + BT * C * 2 + BT * 3 * C + BT * C + BT * 8 * C;    // gradient scratch
-  size_t stats = L * BT * 4 + BT * 2 + BT * size_t(c.padded_vocab_size) + BT;
+  size_t stats = L * BT * 4 + L * lse_n + BT * 2 + BT * size_t(c.padded_vocab_size) + BT;
   return {compute, stats};
 }
 
-MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world) {
+MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
+                       bool attention_lse) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world) : n;
@@ -62,7 +64,7 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
   p.master = dtype == DType::F32 || dtype == DType::F64 ? 0 : shard * m;
   p.grads = padded * x;
   p.optimizer = 2 * shard * m;
-  auto a = activation_elems(c, B, T);
+  auto a = activation_elems(c, B, T, attention_lse);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
   return p;
 }
@@ -88,7 +90,8 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
       be_(be),
       dtype_(dtype),
       master_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32),
-      dp_(dp) {
+      dp_(dp),
+      lse_(be.attention_saves_lse(cfg.n_embd / cfg.n_head)) {
   if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F64)
     throw Error(strf("a model cannot compute in %s", dtype_name(dtype_)));
   auto sizes = param_sizes(cfg_);
@@ -327,8 +330,8 @@ void GPT::fp8_flush() {
 }
 
 std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
-  size_t BT = size_t(B) * T, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head;
-  size_t Vp = cfg_.padded_vocab_size, att = size_t(B) * NH * T * T;
+  size_t BT = size_t(B) * T, C = cfg_.n_embd, L = cfg_.n_layer;
+  size_t Vp = cfg_.padded_vocab_size, att = att_elems(B, T);
   size_t off = 0, soff = 0;
   Acts a;
   auto take = [&](Tensor& t, size_t n) {  // compute-type activations
@@ -345,7 +348,10 @@ std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
   stat(a.ln1_rstd, L * BT);
   take(a.qkv, L * BT * 3 * C);
   take(a.atty, L * BT * C);
-  take(a.att, L * att);
+  if (lse_)
+    stat(a.att, L * att);  // lse(B,NH,T) per layer (flash attention)
+  else
+    take(a.att, L * att);
   take(a.attproj, L * BT * C);
   take(a.residual2, L * BT * C);
   take(a.ln2, L * BT * C);
@@ -381,7 +387,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   const bool training = dloss != 0;
   const int BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
-  const size_t btc = size_t(BT) * C, att = size_t(B) * NH * T * T;
+  const size_t btc = size_t(BT) * C, att = att_elems(B, T);
   Tensor tok = tokens_.slice(0, BT), tgt = targets_.slice(0, BT);
   be_.upload(tok, inputs);
   const auto& P = param_views_;
@@ -403,7 +409,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     linear_forward(l, Fp8State::QKV, qkv, ln1,
                    P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                    P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
-    be_.attention_forward(atty, attl, qkv, B, T, C, NH);
+    if (lse_)
+      be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH);
+    else
+      be_.attention_forward(atty, attl, qkv, B, T, C, NH);
     linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
                    P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
                    BT, C, C, training);
@@ -456,7 +465,7 @@ void GPT::backward() {
   if (!have_dlogits_) throw Error("backward() needs a forward pass with targets and dloss != 0");
   const int B = B_, T = T_, BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
   const int Vp = cfg_.padded_vocab_size;
-  const size_t btc = size_t(BT) * C, att = size_t(B) * NH * T * T;
+  const size_t btc = size_t(BT) * C, att = att_elems(B, T);
   const auto& P = param_views_;
   const auto& G = grad_views_;
   Acts& a = acts_;
@@ -490,7 +499,10 @@ void GPT::backward() {
                     G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
                     G[ATTPROJB].slice(l * C, C), dres, atty,
                     P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
-    be_.attention_backward(a.dqkv, a.datty, qkv, attl, B, T, C, NH);
+    if (lse_)
+      be_.attention_backward_lse(a.dqkv, a.datty, qkv, atty, attl, B, T, C, NH);
+    else
+      be_.attention_backward(a.dqkv, a.datty, qkv, attl, B, T, C, NH);
     linear_backward(l, Fp8State::QKV, dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                     G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
                     P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
@@ -642,7 +654,14 @@ GradCheck GPT::check_grads(double loss_scale) {
   return g;
 }
 
-void GPT::adamw_step(const AdamWArgs& args) {
+void GPT::device_decided_step(const LossScaleState& st, const LossScaleParams& p, double clip,
+                              const AdamWArgs& args) {
+  if (sharded_) throw Error("the device loss-scale decision needs unsharded gradients");
+  be_.device_decide_step(grads_.slice(0, num_params_), st, p, clip);
+  adamw_step(args, true);
+}
+
+void GPT::adamw_step(const AdamWArgs& args, bool decided) {
   // Each parameter tensor's part of this rank's shard (all of it without sharding).
   auto sizes = param_sizes(cfg_);
   const size_t lo_shard = shard_begin_, hi_shard = shard_begin_ + shard_count();
@@ -655,8 +674,12 @@ void GPT::adamw_step(const AdamWArgs& args) {
     if (!param_decays(i)) a.weight_decay = 0;
     a.rounding.offset = args.rounding.offset + lo;
     const size_t n = hi - lo, k = lo - lo_shard;
-    be_.adamw(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n), m_.slice(k, n),
-              v_.slice(k, n), a);
+    if (decided)
+      be_.adamw_decided(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n),
+                        m_.slice(k, n), v_.slice(k, n), a);
+    else
+      be_.adamw(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n), m_.slice(k, n),
+                v_.slice(k, n), a);
   }
   if (sharded_) gather_params();
 }

@@ -61,9 +61,12 @@ struct MemoryPlan {
 };
 // With zero_world > 1: ZeRO-1 over that many ranks (master weights and Adam moments of one
 // shard; weights and gradients padded to whole shards).
-MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1);
+// attention_lse: the backend keeps lse(B,NH,T) in the statistics instead of att(B,NH,T,T)
+// (Backend::attention_saves_lse, flash attention).
+MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
+                       bool attention_lse = false);
 // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
-std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T);
+std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, bool lse = false);
 
 class Comm;
 
@@ -140,7 +143,12 @@ class GPT {
   GradCheck check_grads(double loss_scale);
   // AdamW over every parameter tensor with its own weight decay; grads are multiplied by
   // grad_scale first. Stochastic rounding bits are indexed by the parameter's position.
-  void adamw_step(const AdamWArgs& args);
+  void adamw_step(const AdamWArgs& args, bool decided = false);
+  // The loss-scale decision on the device (Backend::device_loss_scale; not sharded): queues
+  // the gradient check and the decision, then AdamW with the decided factor and skip
+  // (args.grad_scale unused); Backend::device_step_report() says what happened.
+  void device_decided_step(const LossScaleState& st, const LossScaleParams& p, double clip,
+                           const AdamWArgs& args);
 
   // Logits of the last forward, (B, T, Vp), on the backend (FP8 models reuse the buffer as
   // scratch during the next pass).
@@ -185,6 +193,11 @@ class GPT {
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
 
+  // Whether attention keeps lse instead of att (Backend::attention_saves_lse).
+ public:
+  bool attention_lse() const { return lse_; }
+
+ private:
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
 
@@ -193,6 +206,11 @@ class GPT {
   DType dtype_, master_dtype_;
   size_t num_params_ = 0;
   DataParallel dp_;
+  // Flash attention: acts_.att holds lse(B,NH,T) per layer in the statistics buffer.
+  bool lse_ = false;
+  size_t att_elems(int B, int T) const {
+    return size_t(B) * cfg_.n_head * T * (lse_ ? 1 : size_t(T));
+  }
   bool sharded_ = false;
   size_t shard_begin_ = 0, shard_size_ = 0, padded_params_ = 0;
   Tensor params_, grads_, master_, m_, v_;

@@ -507,6 +507,12 @@ json run_training(const Config& cfg_in) {
   const int steps = cfg.train.steps;
   // Tests make one rank fail to check that the whole job ends with its message.
   const int test_fail_rank = getenv("TG_TEST_FAIL_RANK") ? atoi(getenv("TG_TEST_FAIL_RANK")) : -1;
+  // TG_DEVICE_LOSS_SCALE=1 on a backend that has it: the skip/scale decision on the device
+  // (one process, unsharded; otherwise the found-inf flag or the norm needs the other ranks).
+  const bool device_decision = be->device_loss_scale() && world == 1 && !model.sharded();
+  if (device_decision) printf("loss scale: decided on the device\n");
+  if (model.attention_lse())
+    printf("attention: flash (per-row logsumexp kept, no T x T probabilities)\n");
   for (int step = start_step; step < steps; step++) {
     const auto t0 = Clock::now();
     // The schedule follows applied updates, so a skipped step does not advance it.
@@ -537,17 +543,34 @@ json run_training(const Config& cfg_in) {
       throw Error(strf("training diverged at step %d: the loss is %g (try a lower optim.lr)",
                        step + 1, loss));
     // One fused pass over the gradients: unscaled norm and finiteness.
-    const GradCheck gc = model.check_grads(scale);
-    const double norm = gc.finite ? gc.norm : NAN;
-    const bool skipped = scaler.update(!gc.finite);
-    if (!skipped) {
-      const double clip = cfg.optim.grad_clip;
-      const double clip_factor = (clip > 0 && norm > clip) ? clip / norm : 1.0;
-      opt_step++;
-      model.adamw_step({float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2),
-                        float(cfg.optim.eps), float(cfg.optim.weight_decay),
-                        float(clip_factor / scale), opt_step, weight_rounding(cfg, opt_step)});
+    double norm = NAN;
+    bool skipped = false;
+    if (device_decision) {
+      // The same decision on the device (src/loss_scaler.h's loss_scale_step); the host
+      // waits once, after AdamW, to learn it.
+      model.device_decided_step(
+          scaler.state(), scaler.params(), cfg.optim.grad_clip,
+          {float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2), float(cfg.optim.eps),
+           float(cfg.optim.weight_decay), 0.f, opt_step + 1, weight_rounding(cfg, opt_step + 1)});
+      const Backend::DeviceStepReport r = be->device_step_report();
+      scaler.set_state(r.state);
+      skipped = r.step.skip;
+      norm = r.step.norm;
+      if (!skipped) opt_step++;
     } else {
+      const GradCheck gc = model.check_grads(scale);
+      norm = gc.finite ? gc.norm : NAN;
+      skipped = scaler.update(!gc.finite);
+      if (!skipped) {
+        const double clip = cfg.optim.grad_clip;
+        const double clip_factor = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+        opt_step++;
+        model.adamw_step({float(lr), float(cfg.optim.beta1), float(cfg.optim.beta2),
+                          float(cfg.optim.eps), float(cfg.optim.weight_decay),
+                          float(clip_factor / scale), opt_step, weight_rounding(cfg, opt_step)});
+      }
+    }
+    if (skipped) {
       counters["skipped_steps"] = counters["skipped_steps"].get<int>() + 1;
       printf("step %d skipped: non-finite gradient at loss scale %g; next scale %g\n", step + 1,
              scale, scaler.scale);
@@ -643,7 +666,8 @@ json run_training(const Config& cfg_in) {
       {"gpu", be->device_model().empty() ? json(nullptr) : json(be->device_model())},
       {"peak_memory_bytes", be->peak_bytes()},
       {"planned_memory_bytes",
-       plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1).total()},
+       plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1, model.attention_lse())
+           .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"skipped_steps", counters["skipped_steps"]},
       {"final_loss_scale", scaler.scale},

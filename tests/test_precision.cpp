@@ -2,7 +2,9 @@
 // bf16/fp16 against fp32, fp16 underflow with and without loss scaling, the loss scaler.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "src/cpu/cpu_backend.h"
@@ -269,6 +271,118 @@ TEST_CASE("precision: the memory plan matches what the model allocates") {
                  double(plan_memory(wide, DType::F32, 32, 256).total());
   MESSAGE("bf16 / fp32 memory at L2 C64 B32 T256: " << ratio);
   CHECK(ratio < 0.65);
+}
+
+// The shared update function (loss_scale_update, also run on the device by
+// kernels/loss_scale.cuh) against an independent copy of the state machine as it was written
+// before, and loss_scale_step's decision against src/train.cpp's.
+TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original state machine") {
+  struct Ref {
+    double scale;
+    int good = 0, hyst;
+    bool update(bool bad, int interval, double growth, double backoff, double lo, double hi,
+                int hysteresis) {
+      if (bad) {
+        good = 0;
+        if (--hyst <= 0) {
+          scale = std::max(scale * backoff, lo);
+          hyst = hysteresis;
+        }
+        return true;
+      }
+      if (++good >= interval) {
+        scale = std::min(scale * growth, hi);
+        good = 0;
+        hyst = hysteresis;
+      }
+      return false;
+    }
+  };
+  uint64_t x = 12345;
+  auto rnd = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return double(x >> 11) / double(1ull << 53);
+  };
+  for (int hysteresis : {1, 2, 3})
+    for (double clip : {0.0, 1.0}) {
+      LossScaler s = LossScaler::make("dynamic", 1024, 4, 2.0, 0.5, 64, 8192, hysteresis);
+      LossScaleState dev = s.state();  // what the device kernel would hold
+      Ref r{1024, 0, hysteresis};
+      for (int step = 0; step < 400; step++) {
+        const bool bad = rnd() < 0.3;
+        const float sumsq = float(rnd() * 4), nonfinite = bad ? 1.f : 0.f;
+        const double scale_before = s.scale;
+        const bool skip_ref = r.update(bad, 4, 2.0, 0.5, 64, 8192, hysteresis);
+        CHECK(s.update(bad) == skip_ref);
+        const LossScaleStep st = loss_scale_step(dev, s.params(), sumsq, nonfinite, clip);
+        CHECK(bool(st.skip) == skip_ref);
+        CHECK(s.scale == r.scale);
+        CHECK(s.good_steps == r.good);
+        CHECK(s.hysteresis_left == r.hyst);
+        CHECK(dev.scale == s.scale);
+        CHECK(dev.good_steps == s.good_steps);
+        CHECK(dev.hysteresis_left == s.hysteresis_left);
+        if (!skip_ref) {  // src/train.cpp's factor
+          const double norm = std::sqrt(double(sumsq));
+          const double cf = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+          CHECK(st.grad_scale == float(cf / scale_before));
+          CHECK(st.norm == norm);
+        }
+      }
+    }
+  LossScaleState st{8, 0, 1};
+  CHECK(loss_scale_step(st, LossScaler::make("static", 8, 1, 2, 0.5, 1, 1e9, 1).params(), INFINITY,
+                        0.f, 0)
+            .skip);
+  CHECK(st.scale == 8);
+}
+
+// TG_FLASH_ATTENTION=1: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
+// statistics instead of att): the plan still matches, and the step matches the att path.
+TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
+  GPTConfig c = gpt_config(2, 4, 64, 300, 48);
+  const int B = 3, T = 37;  // T: not a multiple of any tile
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; i++) {
+    in[i] = (i * 7 + 3) % 300;
+    tg[i] = (i * 13 + 5) % 300;
+  }
+  for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
+    INFO(dtype_name(dt));
+    double loss[2];
+    std::vector<double> grads[2];
+    for (int flash = 0; flash < 2; flash++) {
+      if (flash) setenv("TG_FLASH_ATTENTION", "1", 1);
+      auto be = make_cpu_backend();
+      unsetenv("TG_FLASH_ATTENTION");
+      CHECK(be->attention_saves_lse(16) == bool(flash));
+      size_t peak = 0;
+      {
+        GPT m(c, *be, dt);
+        CHECK(m.attention_lse() == bool(flash));
+        m.init_random(1);
+        loss[flash] = m.forward(in.data(), tg.data(), B, T, 1.0f);
+        m.backward();
+        peak = be->peak_bytes();  // grads_f64 borrows backend memory of its own
+        grads[flash] = m.grads_f64();
+      }
+      MemoryPlan p = plan_memory(c, dt, B, T, 1, flash);
+      CHECK(peak >= p.total());
+      CHECK(peak <= p.total() + 9 * 64);
+    }
+    const double tol = dt == DType::F64 ? 1e-12 : dt == DType::F32 ? 1e-5 : 1e-2;
+    CHECK(std::abs(loss[1] - loss[0]) <= tol * std::abs(loss[0]));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < grads[0].size(); i++) {
+      num += (grads[1][i] - grads[0][i]) * (grads[1][i] - grads[0][i]);
+      den += grads[0][i] * grads[0][i];
+    }
+    CHECK(std::sqrt(num / den) < tol);
+  }
+  // lse instead of att: the plan shrinks by the T x T probabilities
+  GPTConfig g = gpt_config(12, 12, 768, 50257, 1024);
+  CHECK(plan_memory(g, DType::BF16, 8, 1024, 1, true).total() <
+        plan_memory(g, DType::BF16, 8, 1024).total() - size_t(12) * 8 * 12 * 1024 * 1024);
 }
 
 namespace {

@@ -134,9 +134,111 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   }
 }
 
-#define TG_INSTANTIATE(T)                                                   \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int); \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);
+template <typename T>
+void attention_forward_lse(T* out, acc_t<T>* lse, const T* qkv, int B, int T_, int C, int NH) {
+  using A = acc_t<T>;
+  const int hs = C / NH;
+  const A scale = A(1) / std::sqrt(A(hs));
+#pragma omp parallel
+  {
+    std::vector<A> q(size_t(T_) * hs), k(size_t(T_) * hs), v(size_t(T_) * hs), s(T_), o(hs);
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++) {
+        load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
+        for (int t = 0; t < T_; t++) {
+          const A* qt = q.data() + size_t(t) * hs;
+          A maxv = -INFINITY;
+          for (int u = 0; u <= t; u++) {
+            const A* ku = k.data() + size_t(u) * hs;
+            A dot = 0;
+            for (int i = 0; i < hs; i++) dot += qt[i] * ku[i];
+            s[u] = dot * scale;
+            if (s[u] > maxv) maxv = s[u];
+          }
+          A sum = 0;
+          for (int u = 0; u <= t; u++) {
+            s[u] = std::exp(s[u] - maxv);
+            sum += s[u];
+          }
+          const A inv = A(1) / sum;
+          for (int i = 0; i < hs; i++) o[i] = 0;
+          for (int u = 0; u <= t; u++) {
+            const A* vu = v.data() + size_t(u) * hs;
+            for (int i = 0; i < hs; i++) o[i] += s[u] * inv * vu[i];
+          }
+          T* out_t = out + (size_t(b) * T_ + t) * C + h * hs;
+          for (int i = 0; i < hs; i++) out_t[i] = st<T>(o[i]);
+          lse[(size_t(b) * NH + h) * T_ + t] = maxv + std::log(sum);
+        }
+      }
+  }
+}
+
+template <typename T>
+void attention_backward_lse(T* dqkv, const T* dout, const T* qkv, const T* out, const acc_t<T>* lse,
+                            int B, int T_, int C, int NH) {
+  using A = acc_t<T>;
+  const int hs = C / NH, C3 = 3 * C;
+  const A scale = A(1) / std::sqrt(A(hs));
+#pragma omp parallel
+  {
+    const size_t th = size_t(T_) * hs;
+    std::vector<A> q(th), k(th), v(th), dq(th), dk(th), dv(th), go(hs);
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++) {
+        load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
+        std::fill(dq.begin(), dq.end(), A(0));
+        std::fill(dk.begin(), dk.end(), A(0));
+        std::fill(dv.begin(), dv.end(), A(0));
+        for (int t = 0; t < T_; t++) {
+          const T* got = dout + (size_t(b) * T_ + t) * C + h * hs;
+          const T* ot = out + (size_t(b) * T_ + t) * C + h * hs;
+          A D = 0;
+          for (int i = 0; i < hs; i++) {
+            go[i] = ld(got[i]);
+            D += go[i] * A(ld(ot[i]));
+          }
+          const A L = lse[(size_t(b) * NH + h) * T_ + t];
+          const A* qt = q.data() + size_t(t) * hs;
+          A* dqt = dq.data() + size_t(t) * hs;
+          for (int u = 0; u <= t; u++) {
+            const A* ku = k.data() + size_t(u) * hs;
+            const A* vu = v.data() + size_t(u) * hs;
+            A sd = 0, dp = 0;
+            for (int i = 0; i < hs; i++) {
+              sd += qt[i] * ku[i];
+              dp += go[i] * vu[i];
+            }
+            const A p = std::exp(sd * scale - L), ds = p * (dp - D) * scale;
+            A* dku = dk.data() + size_t(u) * hs;
+            A* dvu = dv.data() + size_t(u) * hs;
+            for (int i = 0; i < hs; i++) {
+              dvu[i] += p * go[i];
+              dqt[i] += ds * ku[i];
+              dku[i] += ds * qt[i];
+            }
+          }
+        }
+        for (int t = 0; t < T_; t++) {
+          T* d = dqkv + (size_t(b) * T_ + t) * C3 + h * hs;
+          for (int i = 0; i < hs; i++) {
+            d[i] = st<T>(dq[size_t(t) * hs + i]);
+            d[C + i] = st<T>(dk[size_t(t) * hs + i]);
+            d[2 * C + i] = st<T>(dv[size_t(t) * hs + i]);
+          }
+        }
+      }
+  }
+}
+
+#define TG_INSTANTIATE(T)                                                                         \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);      \
+  template void attention_forward_lse<T>(T*, acc_t<T>*, const T*, int, int, int, int);            \
+  template void attention_backward_lse<T>(T*, const T*, const T*, const T*, const acc_t<T>*, int, \
+                                          int, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 TG_INSTANTIATE(bf16)

@@ -53,6 +53,10 @@ class CpuBackend final : public Backend {
     for (auto& kv : sizes_) std::free(kv.first);
   }
   std::string name() const override { return "cpu"; }
+  const bool flash_ = [] {
+    const char* e = std::getenv("TG_FLASH_ATTENTION");
+    return e && std::string(e) == "1";
+  }();
 
   Tensor alloc(DType dtype, size_t numel) override {
     size_t bytes = numel * dtype_size(dtype);
@@ -197,6 +201,26 @@ class CpuBackend final : public Backend {
     dispatch("attention_backward", dout.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       cpu::attention_backward(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C, NH);
+    });
+  }
+  // The CPU keeps the att path (the reference) unless TG_FLASH_ATTENTION=1: then it runs the
+  // lse twin, so that a GPU run with flash attention has a CPU run to compare with.
+  bool attention_saves_lse(int) const override { return flash_; }
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
+                             int NH) override {
+    dispatch("attention_forward_lse", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::attention_forward_lse(P<E>(out), P<A>(lse), P<E>(qkv), B, T, C, NH);
+    });
+  }
+  void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
+                              int T, int C, int NH) override {
+    dispatch("attention_backward_lse", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::attention_backward_lse(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(out), P<A>(lse), B, T, C,
+                                  NH);
     });
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {

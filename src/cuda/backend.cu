@@ -14,6 +14,7 @@
 // to fp32, multiply in fp32 and round each output once, exactly as the CPU backend does.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -323,6 +324,23 @@ class CudaBackend final : public Backend {
     gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
                             NH);
   }
+  const bool flash_ = gpu::flash_attention_enabled();  // TG_FLASH_ATTENTION=1
+  bool attention_saves_lse(int head_size) const override {
+    return flash_ && gpu::flash_attention_supported(head_size);
+  }
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
+                             int NH) override {
+    need_same("attention_forward_lse", {out, qkv});
+    need_f32("attention_forward_lse", lse);
+    gpu::attention_forward_lse(ctx_, out.dtype, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+  }
+  void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
+                              int T, int C, int NH) override {
+    need_same("attention_backward_lse", {dqkv, dout, qkv, out});
+    need_f32("attention_backward_lse", lse);
+    gpu::attention_backward_lse(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, out.data,
+                                lse.as<const float>(), B, T, C, NH);
+  }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     need_same("gelu_forward", {out, inp});
     gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n);
@@ -354,6 +372,41 @@ class CudaBackend final : public Backend {
     g.norm = std::sqrt(double(r[0]));
     g.finite = r[1] == 0.f && std::isfinite(g.norm);
     return g;
+  }
+  const bool device_scale_ = [] {
+    const char* e = std::getenv("TG_DEVICE_LOSS_SCALE");
+    return e && std::string(e) == "1";
+  }();
+  LossScaleDevice* ls_dev_ = nullptr;  // raw_alloc'ed on first use
+  bool device_loss_scale() const override { return device_scale_; }
+  void device_decide_step(Tensor grads, const LossScaleState& st, const LossScaleParams& p,
+                          double clip) override {
+    if (!ls_dev_) {
+      ls_dev_ = static_cast<LossScaleDevice*>(raw_alloc(sizeof(LossScaleDevice)));
+      TG_CUDA_CHECK(cudaMemsetAsync(ls_dev_, 0, sizeof(LossScaleDevice), ctx_.stream));
+    }
+    // The host's state is the device's after the last report (or a resumed one): set it.
+    ls_host_ = st;
+    TG_CUDA_CHECK(cudaMemcpyAsync(&ls_dev_->state, &ls_host_, sizeof(ls_host_),
+                                  cudaMemcpyHostToDevice, ctx_.stream));
+    // As unscale_check_norm: the squares of grads * float(1 / scale), then the decision.
+    gpu::norm(ctx_, grads.dtype, grads.data, grads.numel, float(1.0 / st.scale), result_);
+    gpu::loss_scale_decide(ctx_, ls_dev_, result_, p, clip);
+  }
+  void adamw_decided(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                     const AdamWArgs& a) override {
+    if (!ls_dev_) throw Error("cuda backend: adamw_decided before device_decide_step");
+    need_same("adamw", {params, grads});
+    need_f32("adamw master", master);
+    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
+               v.as<float>(), master.numel, a, ls_dev_);
+  }
+  DeviceStepReport device_step_report() override {
+    if (!ls_dev_) throw Error("cuda backend: device_step_report before device_decide_step");
+    LossScaleDevice d;
+    TG_CUDA_CHECK(cudaMemcpyAsync(&d, ls_dev_, sizeof(d), cudaMemcpyDeviceToHost, ctx_.stream));
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return {d.state, d.step};
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
              const AdamWArgs& a) override {
@@ -621,6 +674,7 @@ class CudaBackend final : public Backend {
   size_t in_use_ = 0, peak_ = 0;
   std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
   float* result_ = nullptr;
+  LossScaleState ls_host_;  // the upload's source (lives until the copy is done)
   std::unique_ptr<Backend> cpu_;
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   // FP8

@@ -10,6 +10,7 @@
 #include "kernels/encoder.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
+#include "kernels/loss_scale.cuh"
 #include "kernels/qdq.cuh"
 #include "kernels/residual.cuh"
 #include "launch.h"
@@ -126,8 +127,14 @@ void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dou
   });
 }
 
+void loss_scale_decide(Ctx& c, LossScaleDevice* d, const float* check, const LossScaleParams& p,
+                       double clip) {
+  loss_scale_step_kernel<<<1, 32, 0, c.stream>>>(d, check, p, clip);
+  TG_LAUNCH_CHECK();
+}
+
 void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, float* m, float* v,
-           size_t n, const AdamWArgs& a) {
+           size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
   AdamWParams p;
   p.lr = a.lr;
   p.beta1 = a.beta1;
@@ -143,8 +150,12 @@ void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, flo
   p.offset = a.rounding.offset;
   dispatch("adamw", pt, [&](auto tag) {
     using E = decltype(tag);
-    adamw_kernel<E><<<c.grid(n, kThreads), kThreads, 0, c.stream>>>(
-        static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, n, p);
+    if (d)
+      adamw_device_kernel<E><<<c.grid(n, kThreads), kThreads, 0, c.stream>>>(
+          static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, n, p, d);
+    else
+      adamw_kernel<E><<<c.grid(n, kThreads), kThreads, 0, c.stream>>>(
+          static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, n, p);
     TG_LAUNCH_CHECK();
   });
 }

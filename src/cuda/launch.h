@@ -99,8 +99,12 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
 void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
 void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
+// Queues loss_scale_step_kernel: d's state updated from check = {sum of squares, non-finite}.
+void loss_scale_decide(Ctx& c, LossScaleDevice* d, const float* check, const LossScaleParams& p,
+                       double clip);
+// With d: the gradient factor and skip flag come from d (a.grad_scale unused).
 void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, float* m, float* v,
-           size_t n, const AdamWArgs& a);
+           size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr);
 void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
              const Rounding& r);
 // Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,
@@ -146,6 +150,14 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
 // TG_FUSED_ATTENTION=1 in the environment switches the forward to the fused single-pass
 // kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
 bool fused_attention_enabled();
+// Flash attention (kernels/flash_attention.cuh): TG_FLASH_ATTENTION=1 turns it on (the backend
+// reads this once); head sizes 32, 64, 96, 128. lse (B, NH, T) fp32 replaces att.
+bool flash_attention_enabled();
+bool flash_attention_supported(int hs);
+void attention_forward_lse(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
+                           int C, int NH);
+void attention_backward_lse(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                            const void* out, const float* lse, int B, int T, int C, int NH);
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,

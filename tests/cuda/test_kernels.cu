@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdlib>
 
+#include "kernels/loss_scale.cuh"
+#include "src/loss_scaler.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace tgc;
@@ -239,6 +241,54 @@ TEST_CASE("cuda: fused single-pass attention forward (TG_FUSED_ATTENTION=1)") {
   }
 }
 
+// Flash attention (kernels/flash_attention.cuh) against the CPU's att path (out, dq, dk, dv)
+// and its lse twin (lse); head sizes 32..128, odd T (partial tiles), several heads.
+TEST_CASE("cuda: flash attention forward (out, lse) and backward (dq, dk, dv)") {
+  TG_REQUIRE_GPU();
+  for (auto sh : {std::array<int, 4>{2, 40, 96, 3},
+                  {1, 64, 128, 2},
+                  {2, 33, 384, 4},
+                  {1, 70, 512, 4},
+                  {1, 257, 256, 4}}) {
+    const int B = sh[0], T = sh[1], C = sh[2], NH = sh[3];  // head sizes 32, 64, 96, 128, 64
+    for (DType t : kAllTypes) {
+      INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+      Twin tw;
+      const size_t btc = size_t(B) * T * C, att_n = size_t(B) * NH * T * T;
+      const size_t bht = size_t(B) * NH * T;
+      Pair qkv = tw.rand(t, 3 * btc, 53, 2.f);
+      Pair out = tw.poisoned(t, btc), att = tw.poisoned(t, att_n);
+      Pair out_twin = tw.poisoned(t, btc), lse = tw.poisoned(DType::F32, bht);
+      tw.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, B, T, C, NH);
+      tw.cpu->attention_forward_lse(out_twin.cpu, lse.cpu, qkv.cpu, B, T, C, NH);
+      tw.gpu->attention_forward_lse(out.gpu, lse.gpu, qkv.gpu, B, T, C, NH);
+      CHECK(tw.err(out) < tol(t));
+      CHECK(tw.err(lse) < 1e-5);
+      Pair dout = tw.rand(t, btc, 54), dqkv = tw.poisoned(t, 3 * btc);
+      tw.cpu->attention_backward(dqkv.cpu, dout.cpu, qkv.cpu, att.cpu, B, T, C, NH);
+      tw.gpu->attention_backward_lse(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH);
+      // dq, dk, dv separately: rows of (B*T, 3C) split into thirds
+      std::vector<double> gc = tw.get(*tw.cpu, dqkv.cpu), gg = tw.get(*tw.gpu, dqkv.gpu);
+      for (int part = 0; part < 3; part++) {
+        double num = 0, den = 0;
+        for (size_t row = 0; row < size_t(B) * T; row++)
+          for (int i = 0; i < C; i++) {
+            const double a = gg[row * 3 * C + part * C + i], r = gc[row * 3 * C + part * C + i];
+            num += (a - r) * (a - r);
+            den += r * r;
+          }
+        INFO("part "
+             << "qkv"[part]);
+        CHECK(std::sqrt(num / den) < tol(t));  // NaN (a forgotten element) fails too
+      }
+      // deterministic: the backward again gives the same bits
+      Pair dqkv2 = tw.poisoned(t, 3 * btc);
+      tw.gpu->attention_backward_lse(dqkv2.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH);
+      CHECK(tw.get(*tw.gpu, dqkv2.gpu) == gg);
+    }
+  }
+}
+
 TEST_CASE("cuda: gelu and residual, packed and unpacked") {
   TG_REQUIRE_GPU();
   for (DType t : kAllTypes) {
@@ -365,4 +415,59 @@ TEST_CASE("cuda: sum of squares, the fused unscale/finite/norm check, stats") {
     CHECK_FALSE(tw.gpu->unscale_check_norm(g.gpu, 1.0).finite);
     CHECK(tw.gpu->stats(g.gpu).nonfinite == 1);
   }
+}
+
+// The loss-scale decision on the device (kernels/loss_scale.cuh) against LossScaler on the host
+// over a sequence of finite and non-finite steps; AdamW reading its factor and skip flag from
+// that state gives adamw_kernel's bits with the same factor, and changes nothing when skipped.
+TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip flag") {
+  TG_REQUIRE_GPU();
+  tg::LossScaler host = tg::LossScaler::make("dynamic", 65536, 3, 2.0, 0.5, 1, 1 << 24, 2);
+  tg::LossScaleDevice init;
+  init.state = host.state();
+  tg::LossScaleDevice* d = nullptr;
+  float* check = nullptr;
+  REQUIRE(cudaMalloc(&d, sizeof(init)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&check, 2 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d, &init, sizeof(init), cudaMemcpyHostToDevice) == cudaSuccess);
+  const size_t n = 1000;
+  std::vector<float> g = randn(n, 70), w = randn(n, 71), m0(n, 0.f), v0(n, 0.f);
+  float *dg, *dw1, *dw2, *dm1, *dm2, *dv1, *dv2;
+  for (float** p : {&dg, &dw1, &dw2, &dm1, &dm2, &dv1, &dv2})
+    REQUIRE(cudaMalloc(p, n * sizeof(float)) == cudaSuccess);
+  cudaMemcpy(dg, g.data(), n * 4, cudaMemcpyHostToDevice);
+  for (float* p : {dw1, dw2}) cudaMemcpy(p, w.data(), n * 4, cudaMemcpyHostToDevice);
+  for (float* p : {dm1, dm2, dv1, dv2}) cudaMemcpy(p, m0.data(), n * 4, cudaMemcpyHostToDevice);
+  int applied = 0;
+  for (int step = 0; step < 40; step++) {
+    const bool bad = step % 7 == 3 || step % 11 == 5;
+    const float c[2] = {float(0.5 + step), bad ? 1.f : 0.f};
+    cudaMemcpy(check, c, sizeof(c), cudaMemcpyHostToDevice);
+    const double scale = host.scale;
+    tg::gpu::loss_scale_step_kernel<<<1, 32>>>(d, check, host.params(), 2.0);
+    const bool skip = host.update(bad);
+    applied += skip ? 0 : 1;
+    tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0};
+    const double norm = std::sqrt(double(c[0]));
+    a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
+    if (!skip) tg::gpu::adamw_kernel<float><<<4, 256>>>(dw1, dw1, dg, dm1, dv1, n, a);
+    a.grad_scale = 0.f;  // must not be used
+    tg::gpu::adamw_device_kernel<float><<<4, 256>>>(dw2, dw2, dg, dm2, dv2, n, a, d);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    tg::LossScaleDevice got;
+    cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);
+    INFO("step " << step);
+    CHECK(bool(got.step.skip) == skip);
+    CHECK(got.state.scale == host.scale);
+    CHECK(got.state.good_steps == host.good_steps);
+    CHECK(got.state.hysteresis_left == host.hysteresis_left);
+    CHECK(got.applied == applied);
+    std::vector<float> w1(n), w2(n);
+    cudaMemcpy(w1.data(), dw1, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(w2.data(), dw2, n * 4, cudaMemcpyDeviceToHost);
+    CHECK(w1 == w2);
+  }
+  for (void* p : {(void*)d, (void*)check, (void*)dg, (void*)dw1, (void*)dw2, (void*)dm1, (void*)dm2,
+                  (void*)dv1, (void*)dv2})
+    cudaFree(p);
 }

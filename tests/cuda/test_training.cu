@@ -83,9 +83,10 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
   const tg::GPTConfig cfg = small_gpt();
   const int B = 2, T = 16;
   Batch bt = batch(B, T, cfg.vocab_size, 7);
-  // The default paths, then the opt-in fused attention, the forced GEMM fallback and the
-  // GELU epilogue.
-  for (const char* env : {"", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK", "TG_GELU_EPILOGUE"})
+  // The default paths, then the opt-in flash attention (both backends keep lse: the CPU runs
+  // its twin), fused attention, the forced GEMM fallback and the GELU epilogue.
+  for (const char* env :
+       {"", "TG_FLASH_ATTENTION", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK", "TG_GELU_EPILOGUE"})
     for (DType t : kAllTypes) {
       INFO(name(t) << " " << env);
       if (*env) setenv(env, "1", 1);
@@ -98,6 +99,9 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
       auto cpu = tg::make_cpu_backend();
       auto gpu = tg::make_cuda_backend();
       tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
+      const bool flash = std::string(env) == "TG_FLASH_ATTENTION";
+      CHECK(mc.attention_lse() == flash);
+      CHECK(mg.attention_lse() == flash);
       mc.init_random(42);
       mg.init_random(42);
       CHECK(mc.params_f64() == mg.params_f64());
@@ -219,6 +223,36 @@ TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resum
     REQUIRE(x.size() == 12);
     CHECK(std::fabs(x[11]["loss"].get<double>() / g[11]["loss"].get<double>() - 1) <
           std::max(cs.tol, 3e-2));
+  }
+}
+
+// TG_DEVICE_LOSS_SCALE=1: the loss-scale decision on the device gives the host decision's run
+// bit for bit (fp16, dynamic scaling with a short growth interval and hysteresis, one
+// injected non-finite step, clipping).
+TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
+  TG_REQUIRE_GPU();
+  const std::string extra =
+      " --train.steps=10 --precision.loss_scale.growth_interval=3 "
+      "--precision.loss_scale.hysteresis=2 --precision.inject_nonfinite_step=4 "
+      "--optim.grad_clip=0.5";
+  tgt::TempDir host, dev;
+  std::string out;
+  REQUIRE(tgt::run_binary(train_args(host.path, "cuda", "fp16") + extra, &out) == 0);
+  setenv("TG_DEVICE_LOSS_SCALE", "1", 1);
+  const int rc = tgt::run_binary(train_args(dev.path, "cuda", "fp16") + extra, &out);
+  unsetenv("TG_DEVICE_LOSS_SCALE");
+  REQUIRE(rc == 0);
+  CHECK(out.find("loss scale: decided on the device") != std::string::npos);
+  auto h = read_train_metrics(host / "metrics.jsonl"),
+       d = read_train_metrics(dev / "metrics.jsonl");
+  REQUIRE(h.size() == 10);
+  REQUIRE(d.size() == 10);
+  for (size_t i = 0; i < h.size(); i++) {
+    INFO("step " << i + 1);
+    CHECK(h[i]["loss"] == d[i]["loss"]);
+    CHECK(h[i]["loss_scale"] == d[i]["loss_scale"]);
+    CHECK(h[i]["skipped"] == d[i]["skipped"]);
+    CHECK(h[i]["grad_norm"] == d[i]["grad_norm"]);
   }
 }
 
