@@ -227,22 +227,21 @@ int cmd_memory(int argc, char** argv) {
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
          zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
          lse ? ", flash attention" : "");
-  printf("| mode | weights | master | gradients | optimizer | activations | total |\n");
-  printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");
+  printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
   std::string modes = extra(ex, "modes") + ",";
   for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
     std::string mode = modes.substr(pos, next - pos);
     if (mode.empty()) continue;
-    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse);
-    printf("| %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(), mib(p.weights).c_str(),
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
-           mib(p.activations).c_str(), mib(p.total()).c_str());
+           mib(p.activations).c_str(), mib(p.comm).c_str(), mib(p.total()).c_str());
   }
-  printf("\nThe CPU backend allocates exactly this (a run's summary.json reports its peak)%s.\n",
-         zero_ranks > 1 ? "; with several ranks, reducing gradients borrows a staging buffer "
-                          "(16-bit: up to ranks x 4 MiB; fp32 under ZeRO-1: one shard)"
-                        : "");
+  printf(
+      "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
+      "\"reduction\" is the staging of the gradient reduction over ranks.\n");
   return 0;
 }
 

@@ -54,7 +54,7 @@ std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, boo
 }
 
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
-                       bool attention_lse) {
+                       bool attention_lse, int ranks) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world) : n;
@@ -66,6 +66,16 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
   p.optimizer = 2 * shard * m;
   auto a = activation_elems(c, B, T, attention_lse);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
+  // Must mirror GPT::sync_grads.
+  if (ranks > 1) {
+    const bool zero = zero_world > 1;
+    if (dtype == DType::F32)
+      p.comm = zero ? shard * 4 : 0;
+    else if (!zero)
+      p.comm = std::min(n, kGradSyncChunk) * 4;
+    else
+      p.comm = (size_t(ranks) + 1) * std::min(shard, kGradSyncChunk) * 4;
+  }
   return p;
 }
 

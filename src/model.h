@@ -57,14 +57,19 @@ double flops_per_token(const GPTConfig& c, int T);
 // plan can be checked against a run's measured peak.
 struct MemoryPlan {
   size_t weights = 0, master = 0, grads = 0, optimizer = 0, activations = 0;
-  size_t total() const { return weights + master + grads + optimizer + activations; }
+  size_t comm = 0;  // staging of the gradient reduction (several ranks)
+  size_t total() const { return weights + master + grads + optimizer + activations + comm; }
 };
+// Elements per fp32 staging chunk when 16-bit gradients are reduced over ranks.
+constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // With zero_world > 1: ZeRO-1 over that many ranks (master weights and Adam moments of one
 // shard; weights and gradients padded to whole shards).
 // attention_lse: the backend keeps lse(B,NH,T) in the statistics instead of att(B,NH,T,T)
 // (Backend::attention_saves_lse, flash attention).
+// ranks > 1: data parallelism over that many ranks (plain, or ZeRO-1 when zero_world > 1):
+// adds the gradient reduction's staging buffers, which live only during the reduction.
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
-                       bool attention_lse = false);
+                       bool attention_lse = false, int ranks = 1);
 // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
 std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, bool lse = false);
 
@@ -77,7 +82,7 @@ class Comm;
 struct DataParallel {
   Comm* comm = nullptr;
   bool zero = false;
-  size_t chunk = size_t(1) << 20;  // elements per fp32 staging chunk when reducing 16-bit grads
+  size_t chunk = kGradSyncChunk;  // elements per fp32 staging chunk when reducing 16-bit grads
 };
 // Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
 // shard starts 64-byte aligned (vector loads, NCCL). The last shard is padded.

@@ -665,9 +665,9 @@ json run_training(const Config& cfg_in) {
                                                    : json(nullptr)},
       {"gpu", be->device_model().empty() ? json(nullptr) : json(be->device_model())},
       {"peak_memory_bytes", be->peak_bytes()},
-      {"planned_memory_bytes",
-       plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1, model.attention_lse())
-           .total()},
+      {"planned_memory_bytes", plan_memory(mc, model.dtype(), B, T, model.sharded() ? world : 1,
+                                           model.attention_lse(), world)
+                                   .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"skipped_steps", counters["skipped_steps"]},
       {"final_loss_scale", scaler.scale},

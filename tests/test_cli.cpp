@@ -629,3 +629,23 @@ TEST_CASE("tcp: a failing process ends the others with an error naming it") {
   CHECK(out.find("error (rank 1): injected failure on rank 1") != std::string::npos);
   CHECK(out.find("error (rank 0): lost the connection to rank 1") != std::string::npos);
 }
+
+TEST_CASE("mpi: the memory plan of 2 ranks, plain and ZeRO-1, equals the measured peak") {
+  for (const char* mode : {"fp32", "bf16"})
+    for (int zero : {0, 1}) {
+      tgt::TempDir run;
+      std::string out;
+      int rc =
+          run_mpi(2,
+                  tiny_args(run.path) + " --train.steps=3 --data.batch_size=4 --sample.tokens=0" +
+                      " --precision.mode=" + mode + " --train.zero_stage=" + std::to_string(zero),
+                  &out);
+      INFO(mode << " zero " << zero << "\n" << out);
+      REQUIRE(rc == 0);
+      json s = json::parse(slurp(run / "summary.json"));
+      const double peak = s["peak_memory_bytes"].get<double>(),
+                   plan = s["planned_memory_bytes"].get<double>();
+      CHECK(peak >= plan);
+      CHECK(peak <= plan + 16 * 64);  // each buffer rounded up to 64 bytes
+    }
+}
