@@ -190,12 +190,13 @@ void GPT::set_params(const std::vector<float>& p) {
     refresh_params(Rounding{});
     return;
   }
-  // Every rank has all of p: it keeps its shard as master weights and rounds all of it.
-  std::vector<float> shard(shard_size_, 0.0f);
-  std::copy(p.begin() + shard_begin_, p.begin() + shard_begin_ + shard_count(), shard.begin());
+  // Every rank has all of p: it keeps its shard as master weights and rounds all of it (in
+  // fp32 the shard is a slice of the weights themselves).
   if (dtype_ == DType::F32) {
     be_.upload(params_.slice(0, num_params_), p.data());
   } else {
+    std::vector<float> shard(shard_size_, 0.0f);
+    std::copy(p.begin() + shard_begin_, p.begin() + shard_begin_ + shard_count(), shard.begin());
     be_.upload(master_, shard.data());
     Tensor wide = be_.alloc(DType::F32, num_params_);
     be_.upload(wide, p.data());

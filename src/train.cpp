@@ -429,13 +429,13 @@ json run_training(const Config& cfg_in) {
                 {"completed_steps", step}};
   };
   auto save = [&](int step) {
+    if (!model.sharded() && rank != 0) {  // every rank holds the same state; rank 0 writes it
+      cm.barrier();
+      return;
+    }
     std::vector<float> m(model.shard_size()), v(model.shard_size());
     std::string dir;
     if (!model.sharded()) {
-      if (rank != 0) {  // every rank holds the same state; rank 0 writes it
-        cm.barrier();
-        return;
-      }
       json st = state_json(step);
       if (fp8) st["fp8"] = fp8->to_json();
       be->download(m.data(), model.adam_m());

@@ -49,6 +49,18 @@ double max_relative_loss_gap(const std::vector<json>& a, const std::vector<json>
   return worst;
 }
 
+// The train losses of two run directories are bit-identical, step by step (n steps each).
+void check_same_losses(const std::string& dir_a, const std::string& dir_b, size_t n) {
+  auto a = read_metrics(dir_a + "/metrics.jsonl", "train");
+  auto b = read_metrics(dir_b + "/metrics.jsonl", "train");
+  REQUIRE(a.size() == n);
+  REQUIRE(b.size() == n);
+  for (size_t i = 0; i < n; i++) {
+    INFO("step " << i + 1);
+    CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+  }
+}
+
 // A small toy dataset shared by the tests in this file.
 const std::string& toy_dir() {
   static tgt::TempDir dir;
@@ -444,10 +456,7 @@ TEST_CASE("mpi: resume with 2 ranks is bit-exact; another world size is refused"
   int rc = run_mpi(2, tiny_args(part.path) + args + " --checkpoint.resume=true", &out);
   INFO(out);
   REQUIRE(rc == 0);
-  auto a = read_metrics(full / "metrics.jsonl", "train");
-  auto b = read_metrics(part / "metrics.jsonl", "train");
-  REQUIRE(b.size() == 10);
-  for (int i = 0; i < 10; i++) CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+  check_same_losses(full.path, part.path, 10);
   // The checkpoint records 2 ranks; one rank cannot continue it.
   CHECK(run_binary(tiny_args(part.path) + " --train.steps=12 --data.batch_size=4 "
                                           "--checkpoint.resume=true",
@@ -534,7 +543,6 @@ TEST_CASE("mpi: ZeRO-1 resume is bit-exact, and checkpoints move between sharded
   std::string out;
   const std::string args = " --train.steps=10 --data.batch_size=4 --precision.mode=bf16";
   REQUIRE(run_mpi(2, tiny_args(full.path) + args + " --train.zero_stage=1", &out) == 0);
-  auto a = read_metrics(full / "metrics.jsonl", "train");
   struct Case {
     const tgt::TempDir* dir;
     const char* first;
@@ -553,9 +561,7 @@ TEST_CASE("mpi: ZeRO-1 resume is bit-exact, and checkpoints move between sharded
         &out);
     INFO("zero_stage " << c.first << " then " << c.second << "\n" << out);
     REQUIRE(rc == 0);
-    auto b = read_metrics(*c.dir / "metrics.jsonl", "train");
-    REQUIRE(b.size() == 10);
-    for (int i = 0; i < 10; i++) CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+    check_same_losses(full.path, c.dir->path, 10);
   }
 }
 
@@ -608,11 +614,7 @@ TEST_CASE("tcp: 2 processes without MPI; ZeRO-1 through a file rendezvous equals
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(!tg::file_exists(tcp_zero / "rendezvous"));  // removed once everyone arrived
-  auto a = read_metrics(tcp / "metrics.jsonl", "train");
-  auto b = read_metrics(tcp_zero / "metrics.jsonl", "train");
-  REQUIRE(a.size() == 10);
-  REQUIRE(b.size() == 10);
-  for (int i = 0; i < 10; i++) CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+  check_same_losses(tcp.path, tcp_zero.path, 10);
 }
 
 TEST_CASE("mpi: processes launched without MPI train bit-identically to MPI ranks") {
@@ -623,10 +625,7 @@ TEST_CASE("mpi: processes launched without MPI train bit-identically to MPI rank
   int rc = run_tcp(2, tiny_args(tcp.path) + args, &out);
   INFO(out);
   REQUIRE(rc == 0);
-  auto a = read_metrics(mpi / "metrics.jsonl", "train");
-  auto b = read_metrics(tcp / "metrics.jsonl", "train");
-  REQUIRE(b.size() == 10);
-  for (int i = 0; i < 10; i++) CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
+  check_same_losses(mpi.path, tcp.path, 10);
 }
 
 TEST_CASE("tcp: a failing process ends the others with an error naming it") {

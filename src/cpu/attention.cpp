@@ -30,6 +30,41 @@ void load_head(const T* qkv, int b, int h, int T_, int C, int hs, A* q, A* k, A*
     }
   }
 }
+
+// Row t of a causal head: s[u] = exp(q_t . k_u * scale - max) for u <= t; returns the max and
+// the sum of s (the softmax is s / sum; its logsumexp max + log(sum)).
+template <typename A>
+void causal_scores(const A* qt, const A* k, int t, int hs, A scale, A* s, A* maxv, A* sum) {
+  A m = -INFINITY;
+  for (int u = 0; u <= t; u++) {
+    const A* ku = k + size_t(u) * hs;
+    A dot = 0;
+    for (int i = 0; i < hs; i++) dot += qt[i] * ku[i];
+    s[u] = dot * scale;
+    if (s[u] > m) m = s[u];
+  }
+  A total = 0;
+  for (int u = 0; u <= t; u++) {
+    s[u] = std::exp(s[u] - m);
+    total += s[u];
+  }
+  *maxv = m;
+  *sum = total;
+}
+
+// One head's dq, dk, dv (widened, T x hs each) stored into dqkv(B,T,3C), rounded once.
+template <typename T, typename A>
+void store_head_grads(T* dqkv, int b, int h, int T_, int C, int hs, const A* dq, const A* dk,
+                      const A* dv) {
+  for (int t = 0; t < T_; t++) {
+    T* d = dqkv + (size_t(b) * T_ + t) * 3 * C + h * hs;
+    for (int i = 0; i < hs; i++) {
+      d[i] = st<T>(dq[size_t(t) * hs + i]);
+      d[C + i] = st<T>(dk[size_t(t) * hs + i]);
+      d[2 * C + i] = st<T>(dv[size_t(t) * hs + i]);
+    }
+  }
+}
 }  // namespace
 
 template <typename T>
@@ -45,21 +80,9 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
       for (int h = 0; h < NH; h++) {
         load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
         for (int t = 0; t < T_; t++) {
-          const A* qt = q.data() + size_t(t) * hs;
           T* a = att + ((size_t(b) * NH + h) * T_ + t) * T_;
-          A maxv = -INFINITY;
-          for (int u = 0; u <= t; u++) {
-            const A* ku = k.data() + size_t(u) * hs;
-            A dot = 0;
-            for (int i = 0; i < hs; i++) dot += qt[i] * ku[i];
-            s[u] = dot * scale;
-            if (s[u] > maxv) maxv = s[u];
-          }
-          A sum = 0;
-          for (int u = 0; u <= t; u++) {
-            s[u] = std::exp(s[u] - maxv);
-            sum += s[u];
-          }
+          A maxv, sum;
+          causal_scores(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &maxv, &sum);
           A inv = A(1) / sum;
           for (int i = 0; i < hs; i++) o[i] = 0;
           for (int u = 0; u <= t; u++) {
@@ -80,7 +103,7 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
                         int NH) {
   using A = acc_t<T>;
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
 #pragma omp parallel
   {
@@ -122,14 +145,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
             }
           }
         }
-        for (int t = 0; t < T_; t++) {
-          T* d = dqkv + (size_t(b) * T_ + t) * C3 + h * hs;
-          for (int i = 0; i < hs; i++) {
-            d[i] = st<T>(dq[size_t(t) * hs + i]);
-            d[C + i] = st<T>(dk[size_t(t) * hs + i]);
-            d[2 * C + i] = st<T>(dv[size_t(t) * hs + i]);
-          }
-        }
+        store_head_grads(dqkv, b, h, T_, C, hs, dq.data(), dk.data(), dv.data());
       }
   }
 }
@@ -147,20 +163,8 @@ void attention_forward_lse(T* out, acc_t<T>* lse, const T* qkv, int B, int T_, i
       for (int h = 0; h < NH; h++) {
         load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
         for (int t = 0; t < T_; t++) {
-          const A* qt = q.data() + size_t(t) * hs;
-          A maxv = -INFINITY;
-          for (int u = 0; u <= t; u++) {
-            const A* ku = k.data() + size_t(u) * hs;
-            A dot = 0;
-            for (int i = 0; i < hs; i++) dot += qt[i] * ku[i];
-            s[u] = dot * scale;
-            if (s[u] > maxv) maxv = s[u];
-          }
-          A sum = 0;
-          for (int u = 0; u <= t; u++) {
-            s[u] = std::exp(s[u] - maxv);
-            sum += s[u];
-          }
+          A maxv, sum;
+          causal_scores(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &maxv, &sum);
           const A inv = A(1) / sum;
           for (int i = 0; i < hs; i++) o[i] = 0;
           for (int u = 0; u <= t; u++) {
@@ -179,7 +183,7 @@ template <typename T>
 void attention_backward_lse(T* dqkv, const T* dout, const T* qkv, const T* out, const acc_t<T>* lse,
                             int B, int T_, int C, int NH) {
   using A = acc_t<T>;
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
 #pragma omp parallel
   {
@@ -221,14 +225,7 @@ void attention_backward_lse(T* dqkv, const T* dout, const T* qkv, const T* out, 
             }
           }
         }
-        for (int t = 0; t < T_; t++) {
-          T* d = dqkv + (size_t(b) * T_ + t) * C3 + h * hs;
-          for (int i = 0; i < hs; i++) {
-            d[i] = st<T>(dq[size_t(t) * hs + i]);
-            d[C + i] = st<T>(dk[size_t(t) * hs + i]);
-            d[2 * C + i] = st<T>(dv[size_t(t) * hs + i]);
-          }
-        }
+        store_head_grads(dqkv, b, h, T_, C, hs, dq.data(), dk.data(), dv.data());
       }
   }
 }
