@@ -47,12 +47,18 @@ else
   MPI_LIBS  := -L/usr/lib/$(ARCH)/openmpi/lib -lmpi
 endif
 
+# OpenBLAS from its own folders (Debian's libopenblas-pthread-dev), whatever the
+# alternatives make cblas.h and libblas.so point to: netlib's libblas-dev provides a
+# cblas.h without openblas_set_num_threads.
+OPENBLAS_VARIANT ?= openblas-pthread
+OPENBLAS_INC := /usr/include/$(ARCH)/$(OPENBLAS_VARIANT)
+OPENBLAS_LIB := /usr/lib/$(ARCH)/$(OPENBLAS_VARIANT)
 ifeq ($(NO_BLAS),1)
   BLAS_FLAGS := -DTG_NO_BLAS
   BLAS_LIBS  :=
 else
-  BLAS_FLAGS :=
-  BLAS_LIBS  := -lopenblas
+  BLAS_FLAGS := -isystem $(OPENBLAS_INC)
+  BLAS_LIBS  := -L$(OPENBLAS_LIB) -Xlinker -rpath=$(OPENBLAS_LIB) -lopenblas
 endif
 
 CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(USE_NVCC))

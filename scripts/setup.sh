@@ -3,29 +3,37 @@
 # Fast and silent when everything is present, so `make` can call it every time.
 #   scripts/setup.sh          install what is missing (apt-get; sudo when not root)
 #   scripts/setup.sh --check  only report; exit 1 when something is missing
+#
+# It asks dpkg which packages are installed, never whether a file exists: a file such as
+# cblas.h can come from another package (netlib's libblas-dev provides one through Debian's
+# alternatives), and the build then fails far from the cause.
 set -euo pipefail
 
-# package : a file it provides
 need=(
-  "libcxxopts-dev:/usr/include/cxxopts.hpp"
-  "nlohmann-json3-dev:/usr/include/nlohmann/json.hpp"
-  "doctest-dev:/usr/include/doctest/doctest.h"
-  "libopenblas-dev:/usr/include/x86_64-linux-gnu/cblas.h"
-  "libopenmpi-dev:/usr/include/x86_64-linux-gnu/openmpi/mpi.h"
-  "openmpi-bin:/usr/bin/mpirun"
-  "python3-matplotlib:/usr/lib/python3/dist-packages/matplotlib/__init__.py"
+  libcxxopts-dev
+  nlohmann-json3-dev
+  doctest-dev
+  libopenblas-dev
+  libopenblas0-pthread
+  libopenmpi-dev
+  openmpi-bin
+  python3-matplotlib
 )
-# cblas.h lives under the multiarch folder on x86-64 and arm64 alike.
-arch_dir=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+
+# dpkg-query prints "install ok installed" for a package that is fully installed; a
+# package that was removed but left its configuration says "deinstall ok config-files".
+installed() {
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "setup: dpkg-query not found: this script installs Debian packages; install these by hand: ${need[*]}" >&2
+  exit 1
+fi
 
 missing=()
-for entry in "${need[@]}"; do
-  pkg=${entry%%:*}
-  file=${entry#*:}
-  file=${file//x86_64-linux-gnu/$arch_dir}
-  if [ ! -e "$file" ]; then
-    missing+=("$pkg")
-  fi
+for pkg in "${need[@]}"; do
+  installed "$pkg" || missing+=("$pkg")
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
@@ -38,8 +46,40 @@ fi
 
 echo "setup: installing ${missing[*]}"
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "setup: not root and no sudo: install these packages as root: ${missing[*]}" >&2
+    exit 1
+  fi
+  SUDO="sudo"
+fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+log=$(mktemp)
+if ! $SUDO apt-get update -qq >"$log" 2>&1; then
+  echo "setup: apt-get update failed (no package registry reachable?):" >&2
+  tail -n 5 "$log" >&2
+  rm -f "$log"
+  exit 1
+fi
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+  # Name the packages that cannot be had, one clear line each, then apt's own words.
+  for pkg in "${missing[@]}"; do
+    if ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [^(]'; then
+      echo "setup: package $pkg is not available from the configured package sources" >&2
+    fi
+  done
+  echo "setup: apt-get install ${missing[*]} failed:" >&2
+  tail -n 8 "$log" >&2
+  rm -f "$log"
+  exit 1
+fi
+rm -f "$log"
+still=()
+for pkg in "${missing[@]}"; do
+  installed "$pkg" || still+=("$pkg")
+done
+if [ ${#still[@]} -ne 0 ]; then
+  echo "setup: apt-get finished but these packages are still not installed: ${still[*]}" >&2
+  exit 1
+fi
 echo "setup: done"
