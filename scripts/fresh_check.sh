@@ -74,7 +74,10 @@ for m in proc sys dev dev/pts dev/shm; do
   mount --bind "/$m" "$root/$m"
   mounted+=("$root/$m")
 done
+# Name resolution as on a real machine: the file:// rendezvous tests resolve this host's name.
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+cp /etc/hosts "$root/etc/hosts" 2>/dev/null || true
+cp /etc/hostname "$root/etc/hostname" 2>/dev/null || true
 
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
   DEBIAN_FRONTEND=noninteractive bash -c "$1"; }

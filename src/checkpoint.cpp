@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common.h"
@@ -118,14 +119,25 @@ ModelFile read_model_file(const std::string& path) {
   return parse_model_file(path, read_file(path, "model file"));
 }
 
+namespace {
+// "ckpt_" followed by at least 8 digits (the step, zero-padded): the step, else -1.
+long long checkpoint_step_of(const char* name) {
+  if (strncmp(name, "ckpt_", 5) != 0) return -1;
+  const char* d = name + 5;
+  size_t n = strlen(d);
+  if (n < 8 || n > 18) return -1;
+  for (size_t i = 0; i < n; i++)
+    if (d[i] < '0' || d[i] > '9') return -1;
+  return atoll(d);
+}
+}  // namespace
+
 std::vector<std::string> list_checkpoints(const std::string& out_dir) {
   std::vector<std::pair<long long, std::string>> found;
   if (DIR* d = opendir(out_dir.c_str())) {
     while (dirent* e = readdir(d)) {
-      long long step;
-      char tail;
-      if (sscanf(e->d_name, "ckpt_%lld%c", &step, &tail) == 1 && strlen(e->d_name) == 13 &&
-          dir_exists(join_path(out_dir, e->d_name)))
+      const long long step = checkpoint_step_of(e->d_name);
+      if (step >= 0 && dir_exists(join_path(out_dir, e->d_name)))
         found.push_back({step, join_path(out_dir, e->d_name)});
     }
     closedir(d);
@@ -134,6 +146,10 @@ std::vector<std::string> list_checkpoints(const std::string& out_dir) {
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(f.second);
   return out;
+}
+
+int64_t checkpoint_dir_step(const std::string& dir) {
+  return checkpoint_step_of(dir.substr(dir.find_last_of('/') + 1).c_str());
 }
 
 std::string checkpoint_tmp_dir(const std::string& out_dir, int64_t step) {
@@ -193,17 +209,67 @@ OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int
   return r;
 }
 
+namespace {
+
+const char* kManifest = "manifest.json";
+
+// manifest.json, written last: the size and checksum of state.json, so that an edited or
+// damaged state file is detected like a damaged binary.
+void write_manifest(const std::string& dir, const std::string& state_text) {
+  json man = {{"format", "train_gpt-manifest"},
+              {"version", 1},
+              {"files",
+               {{"state.json",
+                 {{"bytes", state_text.size()},
+                  {"fnv1a64", hex64(fnv1a64(state_text.data(), state_text.size()))}}}}}};
+  write_text_atomic(join_path(dir, kManifest), man.dump(1) + "\n");
+}
+
+// The run id recorded in a checkpoint, or "" when its state cannot be read and verified.
+std::string checkpoint_run_id(const std::string& dir) {
+  try {
+    json st = read_checkpoint_state(dir);
+    return st.value("run_id", "");
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// Moves a checkpoint that is not this run's out of the way without deleting it.
+void move_aside(const std::string& dir) {
+  for (int k = 1;; k++) {
+    const std::string to = strf("%s.replaced-%d", dir.c_str(), k);
+    if (dir_exists(to) || file_exists(to)) continue;
+    if (rename(dir.c_str(), to.c_str()) != 0)
+      throw Error(strf("cannot move checkpoint %s aside: %s", dir.c_str(), strerror(errno)));
+    printf("note: %s is not a checkpoint of this run; moved to %s\n", dir.c_str(), to.c_str());
+    return;
+  }
+}
+
+// Removes this run's checkpoints beyond the newest `keep`; other runs' (or unreadable)
+// checkpoints are never touched.
+void prune_own_checkpoints(const std::string& out_dir, const std::string& run_id, int keep) {
+  std::vector<std::string> own;
+  for (const std::string& d : list_checkpoints(out_dir))
+    if (!run_id.empty() && checkpoint_run_id(d) == run_id) own.push_back(d);
+  for (size_t i = 0; i + size_t(keep) < own.size(); i++) remove_tree(own[i]);
+}
+
+}  // namespace
+
 std::string publish_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
                                const json& state_in, const std::vector<float>& params,
                                const std::vector<OptimFileRecord>& shards, int keep) {
   const std::string final_dir = join_path(out_dir, strf("ckpt_%08lld", (long long)step));
   const std::string tmp_dir = checkpoint_tmp_dir(out_dir, step);
+  const std::string run_id = state_in.is_object() ? state_in.value("run_id", "") : "";
   try {
     std::vector<char> model = model_file_bytes(cfg, params);
     write_file_atomic(join_path(tmp_dir, "model.bin"), model.data(), model.size());
     json state = state_in;
     state["format"] = "train_gpt-state";
-    state["version"] = 1;
+    state["version"] = kStateVersion;
     state["step"] = step;
     state["files"] = {{"model.bin", file_entry(model)}};
     int64_t covered = 0;
@@ -217,19 +283,25 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
     if (covered != int64_t(params.size()))
       throw Error(strf("checkpoint %s: the optimizer files hold %lld of %zu parameters",
                        tmp_dir.c_str(), (long long)covered, params.size()));
-    write_text_atomic(join_path(tmp_dir, "state.json"), state.dump(1) + "\n");
+    const std::string state_text = state.dump(1) + "\n";
+    write_text_atomic(join_path(tmp_dir, "state.json"), state_text);
+    write_manifest(tmp_dir, state_text);
   } catch (...) {
     remove_tree(tmp_dir);
     throw;
   }
   // Publish: an existing checkpoint of the same step is replaced only after the new one
-  // is complete.
+  // is complete; one of another run (or a damaged one) is moved aside, not deleted.
   std::string old_dir;
   if (dir_exists(final_dir)) {
-    old_dir = join_path(out_dir, strf(".ckpt_%08lld.old", (long long)step));
-    remove_tree(old_dir);
-    if (rename(final_dir.c_str(), old_dir.c_str()) != 0)
-      throw Error(strf("cannot replace checkpoint %s: %s", final_dir.c_str(), strerror(errno)));
+    if (run_id.empty() || checkpoint_run_id(final_dir) != run_id) {
+      move_aside(final_dir);
+    } else {
+      old_dir = join_path(out_dir, strf(".ckpt_%08lld.old", (long long)step));
+      remove_tree(old_dir);
+      if (rename(final_dir.c_str(), old_dir.c_str()) != 0)
+        throw Error(strf("cannot replace checkpoint %s: %s", final_dir.c_str(), strerror(errno)));
+    }
   }
   if (rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
     std::string e = strerror(errno);
@@ -238,8 +310,7 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
   }
   fsync_dir(out_dir);
   if (!old_dir.empty()) remove_tree(old_dir);
-  std::vector<std::string> all = list_checkpoints(out_dir);
-  for (size_t i = 0; i + size_t(keep) < all.size(); i++) remove_tree(all[i]);
+  prune_own_checkpoints(out_dir, run_id, keep);
   return final_dir;
 }
 
@@ -260,22 +331,56 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTC
   return publish_checkpoint(out_dir, step, cfg, state, params, {rec}, keep);
 }
 
+json read_checkpoint_state(const std::string& dir) {
+  const std::string state_path = join_path(dir, "state.json");
+  std::vector<char> text = read_file(state_path, "checkpoint state");
+  const std::string man_path = join_path(dir, kManifest);
+  const bool has_manifest = file_exists(man_path);
+  if (has_manifest) {
+    std::vector<char> mt = read_file(man_path, "checkpoint manifest");
+    json man;
+    try {
+      man = json::parse(mt.begin(), mt.end());
+    } catch (const std::exception& e) {
+      throw Error(strf("checkpoint manifest %s is not valid JSON: %s", man_path.c_str(), e.what()));
+    }
+    const json* f = nullptr;
+    if (man.is_object() && man.value("format", "") == "train_gpt-manifest" &&
+        man.contains("files") && man["files"].is_object() && man["files"].contains("state.json"))
+      f = &man["files"]["state.json"];
+    if (!f || !f->is_object())
+      throw Error(strf("checkpoint manifest %s does not list state.json", man_path.c_str()));
+    if (f->value("bytes", uint64_t(0)) != text.size() ||
+        f->value("fnv1a64", "") != hex64(fnv1a64(text.data(), text.size())))
+      throw Error(strf("checkpoint state %s is damaged or was edited: its size or checksum does "
+                       "not match %s",
+                       state_path.c_str(), man_path.c_str()));
+  }
+  json state;
+  try {
+    state = json::parse(text.begin(), text.end());
+  } catch (const std::exception& e) {
+    throw Error(strf("checkpoint state %s is not valid JSON: %s", state_path.c_str(), e.what()));
+  }
+  if (!state.is_object() || state.value("format", "") != "train_gpt-state")
+    throw Error(strf("checkpoint state %s is not a train_gpt state file", state_path.c_str()));
+  const json version = state.value("version", json(0));
+  if (!version.is_number_integer() || version.get<int64_t>() < 1 ||
+      version.get<int64_t>() > kStateVersion)
+    throw Error(strf("checkpoint state %s has unsupported version %s (this build reads 1 to %d)",
+                     state_path.c_str(), version.dump().c_str(), kStateVersion));
+  if (version.get<int64_t>() >= 2 && !has_manifest)
+    throw Error(strf("checkpoint %s is incomplete: %s is missing", dir.c_str(), man_path.c_str()));
+  if (!state.contains("files") || !state["files"].is_object())
+    throw Error(strf("checkpoint state %s lists no files", state_path.c_str()));
+  return state;
+}
+
 CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin,
                                size_t count) {
   CheckpointData cd;
   const std::string state_path = join_path(dir, "state.json");
-  std::vector<char> text = read_file(state_path, "checkpoint state");
-  try {
-    cd.state = json::parse(text.begin(), text.end());
-  } catch (const std::exception& e) {
-    throw Error(strf("checkpoint state %s is not valid JSON: %s", state_path.c_str(), e.what()));
-  }
-  if (!cd.state.is_object() || cd.state.value("format", "") != "train_gpt-state")
-    throw Error(strf("checkpoint state %s is not a train_gpt state file", state_path.c_str()));
-  if (cd.state.value("version", 0) != 1)
-    throw Error(strf("checkpoint state %s has unsupported version", state_path.c_str()));
-  if (!cd.state.contains("files") || !cd.state["files"].is_object())
-    throw Error(strf("checkpoint state %s lists no files", state_path.c_str()));
+  cd.state = read_checkpoint_state(dir);
   const json& files = cd.state["files"];
 
   auto verify = [&](const std::string& name) {

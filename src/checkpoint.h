@@ -12,10 +12,12 @@
 //               parameter, [6..7]=count, [8]=rank, [9]=world size (int64s little-endian),
 //               then m and v of that range. A checkpoint of either kind resumes with or
 //               without sharding: each rank reads the range it owns from the files.
-//   state.json  step, config, data-loader position, RNG states, counters, and the size
-//               and FNV-1a checksum of each binary file
+//   state.json  step, run id, config, data-loader position, RNG states, counters, and
+//               the size and FNV-1a checksum of each binary file (src/run_state.h)
+//   manifest.json  written last: size and FNV-1a checksum of state.json (version 2)
 // It is written under a temporary name, every file fsync'ed, then renamed: a directory
-// named ckpt_* is always complete. Older ones beyond `keep` are removed afterwards.
+// named ckpt_* is always complete. This run's older ones beyond `keep` are removed
+// afterwards; checkpoints of other runs, or that cannot be read, are never removed.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +31,7 @@ namespace tg {
 
 constexpr int32_t kModelMagic = 20240326;
 constexpr int32_t kStateMagic = 20261129;
+constexpr int kStateVersion = 2;  // state.json; 1 (no manifest) is still read
 
 void write_model_file(const std::string& path, const GPTConfig& cfg, const std::vector<float>& p);
 struct ModelFile {
@@ -64,8 +67,13 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
                                const nlohmann::json& state, const std::vector<float>& params,
                                const std::vector<OptimFileRecord>& shards, int keep);
 
-// Complete checkpoint directories in out_dir, oldest first.
+// Complete checkpoint directories in out_dir (ckpt_<step>), oldest first.
 std::vector<std::string> list_checkpoints(const std::string& out_dir);
+// The step in a checkpoint directory's name, or -1 when it is not ckpt_<digits>.
+int64_t checkpoint_dir_step(const std::string& dir);
+// A checkpoint's state.json, verified against manifest.json and checked for its format
+// and version (its fields are checked by src/run_state.h).
+nlohmann::json read_checkpoint_state(const std::string& dir);
 // Loads and verifies a checkpoint (sizes, checksums, architecture against `cfg`), with the
 // Adam moments of parameters [begin, begin + count) (count = SIZE_MAX: to the end).
 CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin = 0,

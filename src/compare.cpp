@@ -14,6 +14,7 @@
 #include "config.h"
 #include "fileio.h"
 #include "prepare.h"
+#include "run_dir.h"
 #include "train.h"
 
 namespace tg {
@@ -59,6 +60,53 @@ std::string scripts_dir() {
   return "scripts";
 }
 
+// The config a run directory was trained with, without the keys that only say how a run
+// was started (so a resumed run matches the one it continues).
+json comparable_config(json c) {
+  if (c.contains("checkpoint")) c["checkpoint"].erase("resume");
+  if (c.contains("train")) {
+    c["train"].erase("overwrite");
+    c["train"].erase("stop_at_step");
+  }
+  return c;
+}
+
+json read_json_or_null(const std::string& path) {
+  if (!file_exists(path)) return nullptr;
+  try {
+    std::vector<char> b = read_file(path, "run file");
+    return json::parse(b.begin(), b.end());
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// Re-running the same compare continues it: a finished run is reused (its summary is
+// returned), an interrupted one resumes from its checkpoint, and a directory trained with
+// another config is moved aside (train.overwrite) rather than mixed in.
+json prepare_mode_run(Config& c, const std::string& name) {
+  const std::string dir = c.train.out_dir;
+  if (earlier_run_files(dir).empty()) return nullptr;
+  const json old_cfg = read_json_or_null(join_path(dir, "config.json"));
+  const bool same = !old_cfg.is_null() &&
+                    comparable_config(old_cfg) == comparable_config(config_to_json(c));
+  if (!same) {
+    printf("compare: %s holds a run with another config; it is moved aside\n", dir.c_str());
+    c.train.overwrite = true;
+    return nullptr;
+  }
+  const json summary = read_json_or_null(join_path(dir, "summary.json"));
+  if (summary.is_object() && summary.contains("final_val_loss") &&
+      summary.value("steps", -1) == c.train.steps) {
+    printf("compare: %s finished earlier with this config; reusing %s/summary.json\n",
+           name.c_str(), dir.c_str());
+    return summary;
+  }
+  printf("compare: %s was interrupted; resuming it from %s\n", name.c_str(), dir.c_str());
+  c.checkpoint.resume = true;
+  return nullptr;
+}
+
 std::string num(const json& j, const char* fmt) {
   return j.is_number() ? strf(fmt, j.get<double>()) : std::string("n/a");
 }
@@ -102,11 +150,13 @@ int cmd_compare(int argc, char** argv) {
     if (name == "fp8-current") c.precision.fp8.recipe = "current";
     c.train.out_dir = join_path(out, name);
     c.checkpoint.resume = false;
+    c.train.overwrite = false;
     printf("\n===== compare: %s (%s) =====\n", name.c_str(), spec.what);
     fflush(stdout);
     json r = {{"name", name}, {"what", spec.what}};
     try {
-      r["summary"] = run_training(c);
+      const json earlier = prepare_mode_run(c, name);
+      r["summary"] = earlier.is_null() ? run_training(c) : earlier;
     } catch (const Error& e) {
       // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash.
       r["error"] = e.what();

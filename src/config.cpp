@@ -65,6 +65,7 @@ const std::vector<KeyDef>& table() {
       {"train.log_every", Kind::Int, TG_OFF(train.log_every), 1, 1e9, {}, "progress line every N steps"},
       {"train.stop_at_step", Kind::Int, TG_OFF(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"},
       {"train.zero_stage", Kind::Int, TG_OFF(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"},
+      {"train.overwrite", Kind::Bool, TG_OFF(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"},
       {"dist.rank", Kind::Int, TG_OFF(dist.rank), -1, 65535, {}, "this process's rank when launched without MPI (-1: $TG_RANK, else 0)"},
       {"dist.world_size", Kind::Int, TG_OFF(dist.world_size), 0, 65536, {}, "number of processes when launched without MPI (0: $TG_WORLD_SIZE, else 1)"},
       {"dist.rendezvous", Kind::String, TG_OFF(dist.rendezvous), 0, 0, {}, "where processes launched without MPI meet: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"},
@@ -93,6 +94,7 @@ const std::vector<KeyDef>& table() {
       {"sample.temperature", Kind::Float, TG_OFF(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"},
       {"sample.top_k", Kind::Int, TG_OFF(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"},
       {"sample.prompt", Kind::String, TG_OFF(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"},
+      {"cpu.gemm", Kind::Choice, TG_OFF(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"},
       {"checkpoint.every", Kind::Int, TG_OFF(checkpoint.every), 0, 1e9, {}, "checkpoint every N steps (0: at the end only)"},
       {"checkpoint.keep", Kind::Int, TG_OFF(checkpoint.keep), 1, 1e6, {}, "checkpoints kept (oldest deleted)"},
       {"checkpoint.resume", Kind::Bool, TG_OFF(checkpoint.resume), 0, 0, {}, "continue from the latest complete checkpoint in out_dir"},
@@ -335,6 +337,9 @@ void config_validate(const Config& c, int world) {
     err("precision.loss_scale.min",
         strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
+#ifdef TG_NO_BLAS
+  if (c.cpu.gemm == "blas") err("cpu.gemm", "blas: this binary was built without OpenBLAS (NO_BLAS=1)");
+#endif
 }
 
 json config_to_json(const Config& c) {

@@ -48,6 +48,7 @@ struct Config {
     int log_every = 100;
     int stop_at_step = 0;  // end this run early, with a checkpoint (0: run to steps)
     int zero_stage = 0;    // 1: ZeRO-1, master weights and Adam moments sharded over ranks
+    bool overwrite = false;  // a fresh run in a used out_dir moves the old run aside
   } train;
   // Launching several processes without MPI (src/comm.h): rank and world size from these
   // keys or the environment (TG_RANK, TG_WORLD_SIZE, TG_RENDEZVOUS).
@@ -91,6 +92,9 @@ struct Config {
     int top_k = 0;  // 0: full distribution
     std::string prompt;
   } sample;
+  struct Cpu {
+    std::string gemm = "auto";  // auto (OpenBLAS when built with it) | blas | loops
+  } cpu;
   struct Checkpoint {
     int every = 1000;  // 0: only at the end
     int keep = 2;

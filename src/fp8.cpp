@@ -1,6 +1,7 @@
 #include "fp8.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "comm.h"
 #include "common.h"
@@ -82,13 +83,28 @@ nlohmann::json Fp8State::to_json() const {
           {"scales", scales}};
 }
 
-void Fp8State::from_json(const nlohmann::json& j) {
-  const auto& hist = j.at("amax_history");
+void Fp8State::from_json(const nlohmann::json& j, const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    throw Error(strf("checkpoint state %s: field 'fp8.amax_history' %s", path.c_str(),
+                     what.c_str()));
+  };
+  if (!j.is_object() || !j.contains("amax_history")) bad("is missing");
+  const auto& hist = j["amax_history"];
   if (!hist.is_array() || hist.size() != history_.size())
-    throw Error("checkpoint fp8 state does not match this model's layers");
+    bad(strf("does not match this model's layers (%zu histories expected)", history_.size()));
+  // Checked whole before anything changes, so a bad entry leaves the state as it was.
+  std::vector<std::vector<float>> parsed(history_.size());
   for (size_t i = 0; i < history_.size(); i++) {
-    std::vector<float> v = hist[i].get<std::vector<float>>();
-    history_[i].assign(v.begin(), v.end());
+    if (!hist[i].is_array() || hist[i].size() > 1024) bad(strf("entry %zu is not a history", i));
+    for (const auto& a : hist[i]) {
+      if (!a.is_number() || !(a.get<double>() >= 0) || !std::isfinite(a.get<double>()) ||
+          a.get<double>() > 3.4e38)
+        bad(strf("entry %zu holds %s, not a finite amax", i, a.dump().c_str()));
+      parsed[i].push_back(a.get<float>());
+    }
+  }
+  for (size_t i = 0; i < history_.size(); i++) {
+    history_[i].assign(parsed[i].begin(), parsed[i].end());
     while (int(history_[i].size()) > cfg_.history_len) history_[i].pop_front();
   }
 }

@@ -45,7 +45,8 @@ class Fp8State {
   void reduce_latest(class Comm& comm);
 
   nlohmann::json to_json() const;
-  void from_json(const nlohmann::json& j);  // Error when it does not fit this model
+  // Error naming the state file `path` when it does not fit this model or is damaged.
+  void from_json(const nlohmann::json& j, const std::string& path);
   const Fp8Config& config() const { return cfg_; }
 
  private:

@@ -100,10 +100,14 @@ TEST_CASE("checkpoint: save, list, keep the last K, load and verify") {
   GPTConfig c = small_cfg();
   size_t n = num_parameters(c);
   auto p = random_params(n, 3), m = random_params(n, 4), v = random_params(n, 5);
-  nlohmann::json st = {{"hello", 1}};
+  nlohmann::json st = {{"hello", 1}, {"run_id", "run-a"}};
+  // A checkpoint of another run is never pruned.
+  save_checkpoint(d.path, 5, c, {{"run_id", "run-b"}}, p, m, v, 1);
   for (int step : {10, 20, 30}) save_checkpoint(d.path, step, c, st, p, m, v, 2);
   auto all = list_checkpoints(d.path);
-  REQUIRE(all.size() == 2);
+  REQUIRE(all.size() == 3);
+  CHECK(all[0] == d / "ckpt_00000005");
+  all.erase(all.begin());
   CHECK(all[0] == d / "ckpt_00000020");
   CHECK(all[1] == d / "ckpt_00000030");
   CheckpointData cd = load_checkpoint(all[1], c);

@@ -19,27 +19,13 @@
 #include "test_util.h"
 
 using json = nlohmann::json;
+using tgt::read_metrics;
 using tgt::run_binary;
+using tgt::slurp;
+using tgt::tiny_args;
+using tgt::toy_dir;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<json> read_metrics(const std::string& path, const std::string& kind) {
-  std::vector<json> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    json j = json::parse(line);
-    if (j["kind"] == kind) out.push_back(j);
-  }
-  return out;
-}
 
 // Largest |loss_a / loss_b - 1| over the steps of two train-metric lists of equal length.
 double max_relative_loss_gap(const std::vector<json>& a, const std::vector<json>& b) {
@@ -59,32 +45,6 @@ void check_same_losses(const std::string& dir_a, const std::string& dir_b, size_
     INFO("step " << i + 1);
     CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
   }
-}
-
-// A small toy dataset shared by the tests in this file.
-const std::string& toy_dir() {
-  static tgt::TempDir dir;
-  static bool made = false;
-  if (!made) {
-    std::string out;
-    REQUIRE(run_binary("prepare toy --out " + dir.path + " --train_tokens 65536 --val_tokens 4096",
-                       &out) == 0);
-    made = true;
-  }
-  return dir.path;
-}
-
-std::string tiny_args(const std::string& out_dir) {
-  const std::string& d = toy_dir();
-  return "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.max_seq_len=32 "
-         "--data.seq_len=32 --data.batch_size=4 --data.train='" +
-         d +
-         "/toy_train_*.bin' "
-         "--data.val='" +
-         d +
-         "/toy_val_*.bin' --eval.batches=2 --eval.every=5 "
-         "--sample.tokens=8 --train.threads=2 --optim.warmup_steps=3 --train.out_dir=" +
-         out_dir;
 }
 
 }  // namespace

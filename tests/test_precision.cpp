@@ -507,7 +507,7 @@ TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
   CHECK(d.quant(1, Fp8State::FC, Fp8State::GRAD).scale == 57344.0f / 2.0f);
   // Histories round-trip through JSON (checkpoints).
   Fp8State e(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
-  e.from_json(d.to_json());
+  e.from_json(d.to_json(), "test");
   CHECK(e.quant(1, Fp8State::FC, Fp8State::INP).scale ==
         d.quant(1, Fp8State::FC, Fp8State::INP).scale);
   Fp8State c(Fp8Config{"current", 3, 0, {}}, 2);

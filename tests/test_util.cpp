@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "src/fileio.h"
 
@@ -54,6 +56,49 @@ int free_port() {
   int port = ntohs(a.sin_port);
   close(fd);
   return port;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["kind"] == kind) out.push_back(j);
+  }
+  return out;
+}
+
+const std::string& toy_dir() {
+  static TempDir dir;
+  static bool made = false;
+  if (!made) {
+    std::string out;
+    if (run_binary("prepare toy --out " + dir.path + " --train_tokens 65536 --val_tokens 4096",
+                   &out) != 0) {
+      fprintf(stderr, "prepare toy failed:\n%s\n", out.c_str());
+      abort();
+    }
+    made = true;
+  }
+  return dir.path;
+}
+
+std::string tiny_args(const std::string& out_dir) {
+  const std::string& d = toy_dir();
+  return "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.max_seq_len=32 "
+         "--data.seq_len=32 --data.batch_size=4 --data.train='" +
+         d + "/toy_train_*.bin' --data.val='" + d +
+         "/toy_val_*.bin' --eval.batches=2 --eval.every=5 "
+         "--sample.tokens=8 --train.threads=2 --optim.warmup_steps=3 --train.out_dir=" +
+         out_dir;
 }
 
 }  // namespace tgt

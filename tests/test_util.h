@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -71,5 +72,14 @@ std::string binary();
 int run_binary(const std::string& args, std::string* output = nullptr);
 // A localhost TCP port that was free a moment ago.
 int free_port();
+
+// A file's whole contents ("" when it cannot be read).
+std::string slurp(const std::string& path);
+// The lines of one kind ("train", "val", ...) of a metrics.jsonl file.
+std::vector<nlohmann::json> read_metrics(const std::string& path, const std::string& kind);
+// A small toy dataset made once per test process (prepare toy, 64K training tokens).
+const std::string& toy_dir();
+// `train` arguments for a tiny model on toy_dir() writing to out_dir.
+std::string tiny_args(const std::string& out_dir);
 
 }  // namespace tgt

@@ -1,4 +1,5 @@
-// gemm: OpenBLAS, or (TG_NO_BLAS) a blocked loop nest.
+// gemm: OpenBLAS, or a blocked loop nest (the only one in a TG_NO_BLAS build; selectable at
+// run time as cpu.gemm=loops: its rounding does not depend on the CPU, OpenBLAS's does).
 //
 // The loop nest packs a block of op(B) (KB x NB) row-major, then for each row i of C adds
 // op(A)(i,k) * packed row k into C's row, k ascending: the inner loop is an axpy over
@@ -14,23 +15,6 @@
 #endif
 
 namespace tg::cpu {
-
-#ifndef TG_NO_BLAS
-
-void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-}
-void gemm(bool ta, bool tb, int M, int N, int K, const double* A, int lda, const double* B, int ldb,
-          double beta, double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, 1.0, A, lda, B, ldb, beta, C, ldc);
-}
-void blas_set_threads(int n) { openblas_set_num_threads(n); }
-const char* blas_name() { return "OpenBLAS"; }
-
-#else
 
 namespace {
 template <typename T>
@@ -72,17 +56,56 @@ void gemm_loops(bool ta, bool tb, int M, int N, int K, const T* A, int lda, cons
 }
 }  // namespace
 
+namespace {
+bool g_use_loops =
+#ifdef TG_NO_BLAS
+    true;
+#else
+    false;
+#endif
+}  // namespace
+
+bool have_blas() {
+#ifdef TG_NO_BLAS
+  return false;
+#else
+  return true;
+#endif
+}
+
+void set_gemm_loops(bool loops) { g_use_loops = loops || !have_blas(); }
+
 void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
           float beta, float* C, int ldc) {
+#ifndef TG_NO_BLAS
+  if (!g_use_loops) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#endif
   gemm_loops(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 void gemm(bool ta, bool tb, int M, int N, int K, const double* A, int lda, const double* B, int ldb,
           double beta, double* C, int ldc) {
+#ifndef TG_NO_BLAS
+  if (!g_use_loops) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#endif
   gemm_loops(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
-void blas_set_threads(int) {}
-const char* blas_name() { return "built-in loops (NO_BLAS)"; }
 
+void blas_set_threads(int n) {
+#ifndef TG_NO_BLAS
+  openblas_set_num_threads(n);
+#else
+  (void)n;
 #endif
+}
+
+const char* blas_name() { return g_use_loops ? "built-in loops" : "OpenBLAS"; }
 
 }  // namespace tg::cpu

@@ -1,0 +1,673 @@
+#include "trainer.h"
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "comm.h"
+#include "common.h"
+#include "perf.h"
+#include "prepare.h"
+#include "run_dir.h"
+#include "sample.h"
+#include "schedule.h"
+#include "train.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string fmt_duration(double s) {
+  long t = long(s + 0.5);
+  if (t >= 3600) return strf("%ldh%02ldm", t / 3600, (t / 60) % 60);
+  return strf("%ldm%02lds", t / 60, t % 60);
+}
+
+std::string fmt_rate(double x) {
+  if (x >= 1e6) return strf("%.2fM", x / 1e6);
+  if (x >= 1e3) return strf("%.1fk", x / 1e3);
+  return strf("%.0f", x);
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return size_t(ru.ru_maxrss) * 1024;
+}
+
+json nan_to_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
+  return {float(lr),
+          float(cfg.optim.beta1),
+          float(cfg.optim.beta2),
+          float(cfg.optim.eps),
+          float(cfg.optim.weight_decay),
+          grad_scale,
+          int(opt_step),
+          weight_rounding(cfg, int(opt_step))};
+}
+
+// The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
+// error otherwise (sampling, with its own shapes, may still take the slower path).
+void check_fp8_shapes(Backend& be, int N, int C) {
+  const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
+  for (const auto& sh : shapes) {
+    const std::string p = be.fp8_shape_problem(sh[0], sh[1], sh[2]);
+    if (!p.empty())
+      throw UsageError(
+          strf("precision.mode=fp8 on %s: the block linear N=%d (data.batch_size x "
+               "data.seq_len), C=%d, OC=%d: %s",
+               be.name().c_str(), sh[0], sh[1], sh[2], p.c_str()));
+  }
+}
+
+}  // namespace
+
+bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, double scale,
+                  int64_t& opt_step, double* norm) {
+  const GradCheck gc = model.check_grads(scale);
+  *norm = gc.finite ? gc.norm : NAN;
+  const bool skipped = scaler.update(!gc.finite);
+  if (skipped) return true;
+  const double clip = cfg.optim.grad_clip;
+  const double clip_factor = (clip > 0 && *norm > clip) ? clip / *norm : 1.0;
+  opt_step++;
+  model.adamw_step(adamw_args(cfg, lr, float(clip_factor / scale), opt_step));
+  return false;
+}
+
+Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
+  const Config& c = cfg_;
+  comm_init(DistOptions{c.dist.rank, c.dist.world_size, c.dist.rendezvous, c.dist.timeout});
+  Comm& job = comm();  // MPI, TCP or single process: how the processes found each other
+  be_ = make_backend(cfg_, comm_local_rank());
+  // GPUs reduce over NCCL, bootstrapped by the job's communicator; every collective of the
+  // run then goes through it (host values are staged through the GPU).
+  if (job.world() > 1 && be_->name() == "cuda") nccl_ = make_nccl_comm(job, be_->device_index());
+  cm_ = nccl_ ? nccl_.get() : &job;
+
+  // Model shape; an llm.c file defines it, and the effective config records it.
+  if (!c.model.init_from.empty()) {
+    init_ = read_model_file(c.model.init_from);
+    cfg_.model.n_layer = init_.cfg.n_layer;
+    cfg_.model.n_head = init_.cfg.n_head;
+    cfg_.model.n_embd = init_.cfg.n_embd;
+    cfg_.model.max_seq_len = init_.cfg.max_seq_len;
+    cfg_.model.vocab_size = init_.cfg.vocab_size;
+  }
+  world_ = cm_->world();
+  rank_ = cm_->rank();
+  // Only rank 0 talks and writes; the others train in silence.
+  if (rank_ != 0 && !freopen("/dev/null", "w", stdout))
+    throw Error("cannot silence stdout on a non-zero rank");
+  config_validate(cfg_, world_);
+  mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
+
+  meta_ = read_dataset_meta(c.data.train);
+  if (meta_.contains("vocab_size") && meta_["vocab_size"].is_number_integer() &&
+      meta_["vocab_size"].get<int>() > mc_.vocab_size)
+    throw UsageError(
+        strf("config key 'model.vocab_size': %d is smaller than the dataset's "
+             "vocabulary (%d, from meta.json)",
+             mc_.vocab_size, meta_["vocab_size"].get<int>()));
+  B_ = c.data.batch_size;
+  T_ = c.data.seq_len;
+  const int64_t micro_tokens = int64_t(B_) * T_ * world_;
+  grad_accum_ = c.data.total_batch_tokens > 0 ? int(c.data.total_batch_tokens / micro_tokens) : 1;
+  step_tokens_ = micro_tokens * grad_accum_;
+  loss_floor_ = dataset_loss_floor(meta_, T_);
+  ln_vocab_ = std::log(double(mc_.vocab_size));
+
+  train_loader_ = std::make_unique<DataLoader>(c.data.train, "training", B_, T_, rank_, world_,
+                                               c.data.shuffle, uint64_t(c.train.seed),
+                                               mc_.vocab_size);
+  if (!c.data.val.empty())
+    val_loader_ = std::make_unique<DataLoader>(c.data.val, "validation", B_, T_, rank_, world_,
+                                               false, uint64_t(c.train.seed), mc_.vocab_size);
+
+  DataParallel dp{world_ > 1 ? cm_ : nullptr, c.train.zero_stage == 1};
+  // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
+  if (getenv("TG_TEST_REDUCE_CHUNK")) dp.chunk = size_t(atol(getenv("TG_TEST_REDUCE_CHUNK")));
+  model_ = std::make_unique<GPT>(mc_, *be_, mode_dtype(c.precision.mode), dp);
+  setup_precision();
+  if (!c.model.init_from.empty())
+    model_->set_params(init_.params);
+  else
+    model_->init_random(uint64_t(c.train.seed));
+
+  sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);
+  inputs_.resize(size_t(B_) * T_);
+  targets_.resize(size_t(B_) * T_);
+  // MFU against the GPU's peak for this mode (src/perf.h); none on the CPU.
+  peak_flops_ =
+      be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), c.precision.mode) : 0.0;
+  // The skip/scale decision on the device where the backend has it (one process,
+  // unsharded; otherwise the found-inf flag or the norm needs the other ranks).
+  device_decision_ = be_->device_loss_scale() && world_ == 1 && !model_->sharded();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_precision() {
+  const auto& lsc = cfg_.precision.loss_scale;
+  scaler_ = LossScaler::make(loss_scale_kind(cfg_), lsc.init, lsc.growth_interval, lsc.growth,
+                             lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
+  if (cfg_.precision.mode != "fp8") return;
+  const auto& f = cfg_.precision.fp8;
+  fp8_ = std::make_unique<Fp8State>(Fp8Config{f.recipe, f.history_len, f.margin, f.keep_bf16},
+                                    mc_.n_layer);
+  Fp8Options o;
+  o.fast_accum = f.fast_accum;
+  be_->set_fp8_options(o);
+  check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
+  model_->set_fp8(fp8_.get());
+}
+
+// ---- start: the run directory, resume, logs ----
+
+void Trainer::start() {
+  make_dirs(cfg_.train.out_dir);
+  resume_or_claim();
+  cfg_json_ = config_to_json(cfg_);
+  if (rank_ == 0) {
+    const std::string& out = cfg_.train.out_dir;
+    write_text_atomic(join_path(out, "config.json"), cfg_json_.dump(2) + "\n");
+    // A resumed run continues the logs from its checkpoint's step: each step appears once.
+    if (!resumed_from_.empty() || cfg_.checkpoint.resume) truncate_run_logs(out, step_);
+    const bool append = !resumed_from_.empty();
+    metrics_.open(join_path(out, "metrics.jsonl"), append);
+    samples_.open(join_path(out, "samples.txt"), append);
+  }
+  print_start();
+  // Without a prompt, samples start from the first token of the training data.
+  if (cfg_.sample.tokens > 0 && cfg_.sample.prompt.empty())
+    first_token_ = int32_t(read_shard(train_loader_->files()[0], mc_.vocab_size).at(0));
+  if (val_loader_ && step_ == 0) {
+    initial_val_loss_ = evaluate();
+    log_val(0, initial_val_loss_);
+  }
+}
+
+void Trainer::resume_or_claim() {
+  const std::string& out = cfg_.train.out_dir;
+  if (!cfg_.checkpoint.resume) {
+    // Rank 0 decides; the others wait so that nobody writes into a directory being cleared.
+    std::string aside;
+    if (rank_ == 0) aside = claim_fresh_run_dir(out, cfg_.train.overwrite);
+    cm_->barrier();
+    if (!aside.empty()) printf("train.overwrite: the earlier run's files are now in %s\n", aside.c_str());
+    run_id_ = new_run_id();
+    cm_->broadcast(run_id_.data(), run_id_.size(), 0);  // 16 hex digits on every rank
+    return;
+  }
+  const std::vector<std::string> ckpts = list_checkpoints(out);
+  if (ckpts.empty()) {
+    printf("checkpoint.resume: no checkpoint in %s, starting from scratch\n", out.c_str());
+    run_id_ = new_run_id();
+    cm_->broadcast(run_id_.data(), run_id_.size(), 0);
+    return;
+  }
+  // The newest checkpoint that verifies on every rank; the rejected ones stay as they are.
+  std::string reasons;
+  for (size_t i = ckpts.size(); i-- > 0;) {
+    std::string why;
+    try {
+      load_checkpoint_state(ckpts[i]);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    double failed = why.empty() ? 0.0 : 1.0;
+    cm_->all_reduce_sum(&failed, 1);
+    if (failed == 0) {
+      resumed_from_ = ckpts[i];
+      printf("resumed from %s at step %lld\n", resumed_from_.c_str(), (long long)step_);
+      return;
+    }
+    if (why.empty()) why = "another rank could not verify its part of it";
+    printf("checkpoint %s rejected: %s%s\n", ckpts[i].c_str(), why.c_str(),
+           i > 0 ? "; trying the next older one" : "");
+    fflush(stdout);
+    reasons += "\n  " + ckpts[i] + ": " + why;
+  }
+  throw Error(strf("checkpoint.resume: no checkpoint in %s verifies (nothing was deleted):%s",
+                   out.c_str(), reasons.c_str()));
+}
+
+ResumeRequirements Trainer::resume_requirements() const {
+  ResumeRequirements r;
+  r.model = mc_;
+  r.num_params = model_->num_params();
+  r.batch_size = B_;
+  r.seq_len = T_;
+  r.world_size = world_;
+  r.steps = cfg_.train.steps;
+  r.step_tokens = step_tokens_;
+  r.train_shards = train_loader_->files().size();
+  r.train_tokens = train_loader_->total_tokens();
+  return r;
+}
+
+// Verifies everything first (files, fields, loader position, FP8 histories), then applies
+// it: a checkpoint that fails leaves the trainer as it was.
+void Trainer::load_checkpoint_state(const std::string& dir) {
+  // Under ZeRO-1 each rank reads the Adam moments of its own shard, whichever way the
+  // checkpoint was sharded.
+  CheckpointData cd = load_checkpoint(dir, mc_, model_->shard_begin(), model_->shard_count());
+  const std::string state_path = join_path(dir, "state.json");
+  RunState s = run_state_from_json(cd.state, state_path, resume_requirements());
+  const int64_t dir_step = checkpoint_dir_step(dir);
+  if (dir_step != s.step)
+    throw Error(strf("checkpoint state %s: field 'step' is %lld, but the directory is named "
+                     "for step %lld",
+                     state_path.c_str(), (long long)s.step, (long long)dir_step));
+  try {
+    train_loader_->set_position(s.data);
+  } catch (const Error& e) {
+    throw Error(strf("checkpoint state %s: field 'data': %s", state_path.c_str(), e.what()));
+  }
+  const bool same_precision = s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind;
+  if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) {
+    Fp8State check = *fp8_;
+    check.from_json(s.fp8, state_path);
+  }
+
+  model_->set_params(cd.params);
+  cd.m.resize(model_->shard_size(), 0.0f);
+  cd.v.resize(model_->shard_size(), 0.0f);
+  be_->upload(model_->adam_m(), cd.m.data());
+  be_->upload(model_->adam_v(), cd.v.data());
+  run_id_ = s.run_id.empty() ? new_run_id() : s.run_id;  // older checkpoints have none
+  cm_->broadcast(run_id_.data(), run_id_.size(), 0);
+  step_ = start_step_ = s.step;
+  opt_step_ = s.opt_step;
+  sample_rng_ = s.sample_rng;
+  counters_ = s.counters;
+  initial_val_loss_ = s.initial_val_loss;
+  if (same_precision) {
+    scaler_.scale = s.loss_scale.scale;
+    scaler_.good_steps = s.loss_scale.good_steps;
+    scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
+  } else {
+    printf("note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
+           s.mode.c_str(), cfg_.precision.mode.c_str());
+  }
+  if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
+  // The compute copy of the weights is what the last update rounded, stochastic or not.
+  model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
+}
+
+RunState Trainer::run_state() const {
+  RunState s;
+  s.run_id = run_id_;
+  s.step = step_;
+  s.opt_step = opt_step_;
+  s.data = train_loader_->position();
+  s.batch_size = B_;
+  s.seq_len = T_;
+  s.world_size = world_;
+  s.sample_rng = sample_rng_;
+  s.counters = counters_;
+  s.mode = cfg_.precision.mode;
+  s.loss_scale = scaler_;
+  if (fp8_) s.fp8 = fp8_->to_json();
+  s.initial_val_loss = initial_val_loss_;
+  s.config = cfg_json_;
+  s.model = mc_;
+  s.num_params = model_->num_params();
+  return s;
+}
+
+void Trainer::print_start() const {
+  const GPT& m = *model_;
+  printf("config:\n%s\n", cfg_json_.dump(2).c_str());
+  printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters\n",
+         mc_.n_layer, mc_.n_head, mc_.n_embd, mc_.vocab_size, mc_.padded_vocab_size,
+         m.num_params());
+  printf(
+      "data: %zu training shard(s), %lld tokens; batch %d x %d, %d micro-step(s) per step = "
+      "%lld tokens/step\n",
+      train_loader_->files().size(), (long long)train_loader_->total_tokens(), B_, T_,
+      grad_accum_, (long long)step_tokens_);
+  if (world_ > 1)
+    printf("data parallel: %s, %d rows per rank%s\n", cm_->name().c_str(), B_,
+           m.sharded() ? strf(", ZeRO-1: fp32 master weights and Adam moments sharded, %zu "
+                              "parameters per rank",
+                              m.shard_size())
+                             .c_str()
+                       : "");
+  printf(
+      "device: %s%s, %d thread(s); precision %s (%s weights and activations, fp32 master "
+      "weights), loss scaling %s%s\n",
+      be_->name().c_str(),
+      be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
+      omp_get_max_threads(), cfg_.precision.mode.c_str(), dtype_name(m.dtype()),
+      scaler_.kind.c_str(), cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
+  if (fp8_) {
+    std::string kept;
+    for (int l = 0; l < mc_.n_layer; l++)
+      if (!fp8_->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
+    const auto& f = cfg_.precision.fp8;
+    printf(
+        "fp8: block linears in E4M3 (forward) / E5M2 (gradients), %s scaling (history %d, "
+        "margin %d), layers kept in bf16: %s; path: %s%s\n",
+        f.recipe.c_str(), f.history_len, f.margin, kept.empty() ? "none" : kept.c_str(),
+        be_->fp8_path_name().c_str(),
+        be_->name() == "cpu" ? ""
+        : f.fast_accum       ? ", fast accumulation in the forward GEMM"
+                             : ", exact fp32 accumulation everywhere");
+  }
+  if (std::isfinite(loss_floor_))
+    printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_,
+           ln_vocab_);
+  if (device_decision_) printf("loss scale: decided on the device\n");
+  if (m.attention_lse()) printf("attention: flash (per-row logsumexp kept, no T x T probabilities)\n");
+  fflush(stdout);
+}
+
+// ---- the step ----
+
+int64_t Trainer::test_fail_rank() const {
+  // Tests make one rank fail to check that the whole job ends with its message.
+  const char* e = getenv("TG_TEST_FAIL_RANK");
+  return e ? atoi(e) : -1;
+}
+
+StepResult Trainer::step() {
+  const double t0 = now_seconds();
+  StepResult r;
+  r.step = step_ + 1;
+  // The schedule follows applied updates, so a skipped step does not advance it.
+  r.lr = lr_at(int(opt_step_), cfg_.train.steps, cfg_.optim.lr, cfg_.optim.warmup_steps,
+               cfg_.optim.schedule, cfg_.optim.final_lr_frac);
+  r.scale = scaler_.scale;
+  GPT& model = *model_;
+  model.zero_grad();
+  double loss = 0;
+  for (int micro = 0; micro < grad_accum_; micro++) {
+    train_loader_->next_batch(inputs_.data(), targets_.data());
+    loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
+                          float(r.scale / (double(grad_accum_) * world_))) /
+            grad_accum_;
+    model.backward();
+  }
+  if (test_fail_rank() == rank_ && r.step == 2)
+    throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
+  if (world_ > 1) {
+    if (fp8_) fp8_->reduce_latest(*cm_);
+    model.sync_grads();
+    cm_->all_reduce_sum(&loss, 1);
+    loss /= world_;
+  }
+  if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model.grads());
+  if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
+    record_numerics(r.step, r.scale);
+  if (!std::isfinite(loss))
+    throw Error(strf("training diverged at step %lld: the loss is %g (try a lower optim.lr)",
+                     (long long)r.step, loss));
+  if (device_decision_) {
+    // The same decision on the device (src/loss_scaler.h's loss_scale_step); the host
+    // waits once, after AdamW, to learn it.
+    model.device_decided_step(scaler_.state(), scaler_.params(), cfg_.optim.grad_clip,
+                              adamw_args(cfg_, r.lr, 0.f, opt_step_ + 1));
+    const Backend::DeviceStepReport rep = be_->device_step_report();
+    scaler_.set_state(rep.state);
+    r.skipped = rep.step.skip;
+    r.norm = rep.step.norm;
+    if (!r.skipped) opt_step_++;
+  } else {
+    r.skipped = apply_update(model, scaler_, cfg_, r.lr, r.scale, opt_step_, &r.norm);
+  }
+  if (r.skipped) {
+    counters_.skipped_steps++;
+    printf("step %lld skipped: non-finite gradient at loss scale %g; next scale %g\n",
+           (long long)r.step, r.scale, scaler_.scale);
+  }
+  be_->synchronize();  // the step's time includes the device's queued work
+  r.seconds = now_seconds() - t0;
+  r.loss = loss;
+  step_ = r.step;
+  last_loss_ = loss;
+  recent_losses_.push_back(loss);
+  if (recent_losses_.size() > 10) recent_losses_.erase(recent_losses_.begin());
+  counters_.tokens_seen += step_tokens_;
+  counters_.train_seconds += r.seconds;
+  run_train_seconds_ += r.seconds;
+  run_tokens_ += step_tokens_;
+  return r;
+}
+
+void Trainer::log_step(const StepResult& r) {
+  const double tok_s = step_tokens_ / r.seconds;
+  metrics_.write(json({{"kind", "train"},
+                       {"step", r.step},
+                       {"loss", r.loss},
+                       {"lr", r.lr},
+                       {"grad_norm", nan_to_null(r.norm)},
+                       {"loss_scale", r.scale},
+                       {"skipped", r.skipped},
+                       {"ms", r.seconds * 1e3},
+                       {"tokens_per_second", tok_s}})
+                     .dump());
+  const int64_t steps = cfg_.train.steps;
+  if (r.step % cfg_.train.log_every != 0 && r.step != steps && r.step != start_step_ + 1) return;
+  const double avg = run_train_seconds_ / double(r.step - start_step_);
+  const std::string scale_txt = scaler_.kind == "none" ? "" : strf(" | scale %g", r.scale);
+  const std::string skip_txt =
+      counters_.skipped_steps > 0 ? strf(" | skipped %lld", (long long)counters_.skipped_steps)
+                                  : "";
+  std::string mfu_txt;
+  if (peak_flops_ > 0)
+    mfu_txt = strf(" | MFU %.1f%%", 100.0 * tok_s * flops_per_token(mc_, T_) / peak_flops_);
+  printf("step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s%s | %.1f ms | %s tok/s%s | eta %s\n",
+         int(std::to_string(steps).size()), (long long)r.step, (long long)steps, r.loss, r.lr,
+         r.norm, scale_txt.c_str(), skip_txt.c_str(), r.seconds * 1e3, fmt_rate(tok_s).c_str(),
+         mfu_txt.c_str(), fmt_duration(avg * double(steps - r.step)).c_str());
+  fflush(stdout);
+}
+
+// Numerics telemetry: one metrics line per sampled step, and totals per group (act, dact,
+// grad) for the summary.
+void Trainer::record_numerics(int64_t step, double scale) {
+  json tensors = json::object();
+  for (const auto& [name, t] : model_->telemetry_tensors()) {
+    TensorStats st = be_->stats(t);
+    double n = double(std::max<size_t>(st.n, 1));
+    tensors[name] = {{"amax", st.amax},
+                     {"zero_frac", st.zeros / n},
+                     {"subnormal_frac", st.subnormals / n},
+                     {"nonfinite_frac", st.nonfinite / n}};
+    TensorStats& tot = numerics_totals_[name.substr(0, name.find('/'))];
+    tot.amax = std::max(tot.amax, st.amax);
+    tot.n += st.n;
+    tot.zeros += st.zeros;
+    tot.subnormals += st.subnormals;
+    tot.nonfinite += st.nonfinite;
+  }
+  metrics_.write(json({{"kind", "numerics"},
+                       {"step", step},
+                       {"dtype", dtype_name(model_->dtype())},
+                       {"loss_scale", scale},
+                       {"tensors", tensors}})
+                     .dump());
+}
+
+// ---- evaluation, samples, checkpoints ----
+
+double Trainer::evaluate() {
+  DataLoader& val = *val_loader_;
+  val.reset();
+  double sum = 0;
+  for (int i = 0; i < cfg_.eval.batches; i++) {
+    val.next_batch(inputs_.data(), targets_.data());
+    sum += model_->forward(inputs_.data(), targets_.data(), B_, T_, 0.0f);
+  }
+  double v = sum / cfg_.eval.batches;
+  cm_->all_reduce_sum(&v, 1);
+  return v / world_;
+}
+
+void Trainer::log_val(int64_t step, double v) {
+  std::string floor_txt;
+  if (std::isfinite(loss_floor_))
+    floor_txt = strf(" | floor %.4f | gap closed %.1f%%", loss_floor_,
+                     100.0 * (ln_vocab_ - v) / (ln_vocab_ - loss_floor_));
+  printf("val   step %lld | val loss %.4f%s\n", (long long)step, v, floor_txt.c_str());
+  fflush(stdout);
+  metrics_.write(json({{"kind", "val"}, {"step", step}, {"val_loss", v}}).dump());
+}
+
+void Trainer::sample() {
+  if (cfg_.sample.tokens <= 0 || rank_ != 0) return;
+  std::vector<int32_t> prompt = !cfg_.sample.prompt.empty() ? tokenizer_.encode(cfg_.sample.prompt)
+                                                            : std::vector<int32_t>{first_token_};
+  std::vector<int32_t> out = generate(*model_, prompt, cfg_.sample.tokens,
+                                      cfg_.sample.temperature, cfg_.sample.top_k, sample_rng_);
+  std::string text;
+  for (int32_t id : out) text += tokenizer_.decode(id);
+  printf("sample at step %lld:\n%s\n", (long long)step_, printable(text).c_str());
+  samples_.write(strf("--- step %lld\n%s", (long long)step_, text.c_str()));
+}
+
+void Trainer::save() {
+  GPT& model = *model_;
+  const std::string& out = cfg_.train.out_dir;
+  if (!model.sharded() && rank_ != 0) {  // every rank holds the same state; rank 0 writes it
+    cm_->barrier();
+    return;
+  }
+  std::vector<float> m(model.shard_size()), v(model.shard_size());
+  std::string dir;
+  if (!model.sharded()) {
+    be_->download(m.data(), model.adam_m());
+    be_->download(v.data(), model.adam_v());
+    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), m,
+                          v, cfg_.checkpoint.keep);
+  } else {
+    // ZeRO-1: the master weights are gathered for the model file; every rank writes the
+    // Adam moments of its shard; rank 0 publishes once all are written.
+    std::vector<float> params = model.params_f32();
+    if (rank_ == 0) prepare_checkpoint_dir(out, step_);
+    cm_->barrier();
+    be_->download(m.data(), model.adam_m());
+    be_->download(v.data(), model.adam_v());
+    OptimFileRecord mine = write_optim_shard(
+        checkpoint_tmp_dir(out, step_), int64_t(model.num_params()), int64_t(model.shard_begin()),
+        m.data(), v.data(), int64_t(model.shard_count()), rank_, world_);
+    std::vector<OptimFileRecord> all(world_);
+    cm_->all_gather_bytes(&mine, all.data(), sizeof(mine));
+    if (rank_ == 0)
+      dir = publish_checkpoint(out, step_, mc_, run_state_to_json(run_state()), params, all,
+                               cfg_.checkpoint.keep);
+  }
+  if (rank_ == 0) {
+    printf("checkpoint %s\n", dir.c_str());
+    fflush(stdout);
+  }
+  cm_->barrier();
+}
+
+json Trainer::stop_early() {
+  save();
+  printf(
+      "stopping after step %lld as train.stop_at_step asks; continue with "
+      "--checkpoint.resume=true\n",
+      (long long)step_);
+  json partial = {{"stopped_at_step", step_}, {"steps", cfg_.train.steps}};
+  if (rank_ == 0)
+    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), partial.dump(2) + "\n");
+  return partial;
+}
+
+json Trainer::finish() {
+  const bool trained = step_ > start_step_ || resumed_from_.empty();
+  double final_val_loss = NAN;
+  if (val_loader_) {
+    final_val_loss = evaluate();
+    // Resumed from the final checkpoint: its val line is in the log already.
+    if (trained) log_val(step_, final_val_loss);
+  }
+  if (trained) {
+    sample();
+    save();
+  }
+
+  double final_train = NAN;
+  if (!recent_losses_.empty()) {
+    final_train = 0;
+    for (double x : recent_losses_) final_train += x;
+    final_train /= recent_losses_.size();
+  }
+  const double wall = now_seconds() - t_start_;
+  const double tps = run_train_seconds_ > 0 ? run_tokens_ / run_train_seconds_ : NAN;
+  double gap = NAN;
+  if (std::isfinite(loss_floor_) && std::isfinite(final_val_loss))
+    gap = (ln_vocab_ - final_val_loss) / (ln_vocab_ - loss_floor_);
+  const double fpt = flops_per_token(mc_, T_);
+  const GPT& m = *model_;
+  json summary = {
+      {"mode", cfg_.precision.mode},
+      {"device", be_->name()},
+      {"steps", cfg_.train.steps},
+      {"num_params", m.num_params()},
+      {"tokens_per_step", step_tokens_},
+      {"initial_val_loss", nan_to_null(initial_val_loss_)},
+      {"final_train_loss", nan_to_null(final_train)},
+      {"last_train_loss", nan_to_null(last_loss_)},
+      {"final_val_loss", nan_to_null(final_val_loss)},
+      {"loss_floor", nan_to_null(loss_floor_)},
+      {"ln_vocab", ln_vocab_},
+      {"gap_closed", nan_to_null(gap)},
+      {"tokens_per_second", nan_to_null(tps)},
+      {"flops_per_token", fpt},
+      {"mfu", peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_)
+                                                    : json(nullptr)},
+      {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
+      {"peak_memory_bytes", be_->peak_bytes()},
+      {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
+                                           m.attention_lse(), world_)
+                                   .total()},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"skipped_steps", counters_.skipped_steps},
+      {"final_loss_scale", scaler_.scale},
+      {"loss_scale_kind", scaler_.kind},
+      {"optimizer_steps", opt_step_},
+      {"wall_seconds", wall},
+      {"run_id", run_id_},
+      {"resumed_from", resumed_from_.empty() ? json(nullptr) : json(resumed_from_)}};
+  if (!numerics_totals_.empty()) {
+    json nj = json::object();
+    for (const auto& [group, t] : numerics_totals_) {
+      double n = double(std::max<size_t>(t.n, 1));
+      nj[group] = {{"amax", t.amax},
+                   {"zero_frac", t.zeros / n},
+                   {"subnormal_frac", t.subnormals / n},
+                   {"nonfinite_frac", t.nonfinite / n}};
+    }
+    summary["numerics"] = nj;
+  }
+  if (rank_ == 0)
+    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), summary.dump(2) + "\n");
+  printf(
+      "summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
+      "| %s\n",
+      final_train, std::isfinite(final_val_loss) ? strf("%.4f", final_val_loss).c_str() : "n/a",
+      fmt_rate(tps).c_str(), be_->peak_bytes() / 1048576.0, fmt_duration(wall).c_str());
+  if (std::isfinite(gap))
+    printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
+           final_val_loss, loss_floor_, 100 * gap, ln_vocab_);
+  printf("run directory: %s\n", cfg_.train.out_dir.c_str());
+  fflush(stdout);
+  return summary;
+}
+
+}  // namespace tg
