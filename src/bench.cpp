@@ -82,13 +82,13 @@ double sgemm_gflops(int M, int N, int K, int iters) {
 
 int cmd_bench(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
-      {"threads", "CPU threads (0: all)", "0"},
-      {"iters", "timed steps per model", "20"},
+      int_option("threads", "CPU threads (0: all)", "0", 0, 4096),
+      int_option("iters", "timed steps per model", "20", 3, 100000),
       {"device", "cpu or cuda", "cpu"},
       {"model", "small (three small models), gpt2 (GPT-2 124M) or gpt2-medium (350M)", "small"},
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16,fp8"},
-      {"batch", "batch size for --model=gpt2 / gpt2-medium", "8"},
-      {"seq", "sequence length for --model=gpt2 / gpt2-medium", "1024"},
+      int_option("batch", "batch size for --model=gpt2 / gpt2-medium", "8", 1, 4096),
+      int_option("seq", "sequence length for --model=gpt2 / gpt2-medium", "1024", 1, 1024),
       {"fp8_recipe", "fp8 mode: delayed or current scaling", "delayed"},
       {"fp8_fast_accum", "fp8 mode: fast accumulation in the forward GEMM (GPUs)", "true"}};
   std::vector<std::pair<std::string, std::string>> ex;
@@ -100,12 +100,12 @@ int cmd_bench(int argc, char** argv) {
   Fp8Options fp8opt;
   for (auto& kv : ex) {
     if (kv.first == "threads") config_set(cfg, "train.threads", kv.second);
-    if (kv.first == "iters") iters = std::max(3, atoi(kv.second.c_str()));
+    if (kv.first == "iters") iters = atoi(kv.second.c_str());
     if (kv.first == "device") device = kv.second;
     if (kv.first == "model") model = kv.second;
     if (kv.first == "modes") modes_arg = kv.second;
-    if (kv.first == "batch") gpt2_B = std::max(1, atoi(kv.second.c_str()));
-    if (kv.first == "seq") gpt2_T = std::max(1, atoi(kv.second.c_str()));
+    if (kv.first == "batch") gpt2_B = atoi(kv.second.c_str());
+    if (kv.first == "seq") gpt2_T = atoi(kv.second.c_str());
     if (kv.first == "fp8_recipe") fp8cfg.recipe = kv.second;
     if (kv.first == "fp8_fast_accum") fp8opt.fast_accum = kv.second != "false" && kv.second != "0";
   }

@@ -83,10 +83,11 @@ int cmd_prepare(int argc, char** argv) {
   if (what == "toy") {
     std::vector<ExtraOption> opts = {
         {"out", "output directory", "data/toy"},
-        {"seed", "generator seed", "1337"},
-        {"train_tokens", "training tokens", "1048576"},
-        {"val_tokens", "validation tokens", "65536"},
-        {"record_len", "tokens per record (even; rows should hold whole records)", "32"}};
+        int_option("seed", "generator seed", "1337", 0, 9.007199254740992e15),
+        int_option("train_tokens", "training tokens", "1048576", 1, 2e9),
+        int_option("val_tokens", "validation tokens", "65536", 1, 2e9),
+        int_option("record_len", "tokens per record (even; rows should hold whole records)", "32",
+                   2, 1 << 20)};
     if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare toy", opts, &ex))
       return 0;
     std::string out = extra(ex, "out");
@@ -103,8 +104,8 @@ int cmd_prepare(int argc, char** argv) {
         {"input", "text file", ""},
         {"out", "output directory (default data/<name>)", ""},
         {"name", "shard name prefix (default: the input's name)", ""},
-        {"val_fraction", "fraction of the text kept for validation", "0.1"},
-        {"shard_tokens", "tokens per shard", "100000000"}};
+        number_option("val_fraction", "fraction of the text kept for validation", "0.1", 0, 0.99),
+        int_option("shard_tokens", "tokens per shard", "100000000", 1, 2e9)};
     if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare text", opts, &ex))
       return 0;
     std::string input = extra(ex, "input");
@@ -131,11 +132,11 @@ int cmd_sample(int argc, char** argv) {
       {"model", "an llm.c model file instead of a checkpoint", ""},
       {"tokenizer", "llm.c gpt2_tokenizer.bin for GPT-2 ids (default: bytes)", ""},
       {"prompt", "prompt text (byte tokenizer)", ""},
-      {"tokens", "tokens to generate", "256"},
-      {"temperature", "softmax temperature (0: greedy)", "1.0"},
-      {"top_k", "sample from the k most likely tokens (0: all)", "0"},
-      {"seed", "sampling seed", "1337"},
-      {"threads", "CPU threads (0: all)", "0"}};
+      int_option("tokens", "tokens to generate", "256", 1, 1 << 20),
+      number_option("temperature", "softmax temperature (0: greedy)", "1.0", 0, 100),
+      int_option("top_k", "sample from the k most likely tokens (0: all)", "0", 0, 1 << 24),
+      int_option("seed", "sampling seed", "1337", 0, 9.007199254740992e15),
+      int_option("threads", "CPU threads (0: all)", "0", 0, 4096)};
   Extras ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt sample", opts, &ex)) return 0;
   Config cfg;
@@ -181,7 +182,8 @@ int cmd_memory(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16"},
       {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""},
-      {"zero_ranks", "plan one rank of ZeRO-1 over this many ranks (1: no sharding)", "1"}};
+      int_option("zero_ranks", "plan one rank of ZeRO-1 over this many ranks (1: no sharding)", "1",
+                 1, 65536)};
   Config cfg;
   Extras ex;
   if (!config_parse_args(&cfg, argc, argv, "train_gpt memory", opts, &ex)) return 0;
@@ -211,15 +213,7 @@ int cmd_memory(int argc, char** argv) {
   GPTConfig mc =
       cfg.model.init_from.empty() ? model_config(cfg) : read_model_file(cfg.model.init_from).cfg;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
-  int zero_ranks = 1;
-  try {
-    zero_ranks = std::stoi(extra(ex, "zero_ranks"));
-  } catch (const std::exception&) {
-    zero_ranks = 0;
-  }
-  if (zero_ranks < 1)
-    throw UsageError(strf("memory: --zero_ranks must be a positive integer, not '%s'",
-                          extra(ex, "zero_ranks").c_str()));
+  const int zero_ranks = int(to_int("zero_ranks", extra(ex, "zero_ranks")));
   // TG_FLASH_ATTENTION=1: the plan of flash attention (lse instead of the T x T probabilities).
   const char* fe = std::getenv("TG_FLASH_ATTENTION");
   const bool lse = fe && std::strcmp(fe, "1") == 0;

@@ -9,10 +9,12 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common.h"
+#include "fileio.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -162,14 +164,14 @@ std::string value_text(const Config& c, const KeyDef& k) {
 [[noreturn]] void bad_value(const KeyDef& k, const std::string& what, const std::string& origin) {
   std::string expect = k.kind == Kind::Choice ? "one of " + choices_text(k) : kind_name(k.kind);
   throw UsageError(strf("config key '%s'%s: %s (expected %s)", k.name,
-                        origin.empty() ? "" : (" in " + origin).c_str(), what.c_str(),
+                        origin.empty() ? "" : (" " + origin).c_str(), what.c_str(),
                         expect.c_str()));
 }
 
 void check_range(const KeyDef& k, double v, const std::string& origin) {
   if (!(v >= k.lo && v <= k.hi))
     throw UsageError(strf("config key '%s'%s: value %g is out of range [%g, %g]", k.name,
-                          origin.empty() ? "" : (" in " + origin).c_str(), v, k.lo, k.hi));
+                          origin.empty() ? "" : (" " + origin).c_str(), v, k.lo, k.hi));
 }
 
 void set_json(Config& c, const KeyDef& k, const json& v, const std::string& origin) {
@@ -223,41 +225,87 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
   }
 }
 
+bool is_section(const std::string& name) {
+  for (const auto& d : table())
+    if (std::string(d.name).rfind(name + ".", 0) == 0) return true;
+  return false;
+}
+
 void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
     const KeyDef* k = find_key(name);
     if (k) {
       set_json(c, *k, it.value(), origin);
-    } else if (it.value().is_object()) {
-      bool is_section = false;
-      for (const auto& d : table()) is_section |= std::string(d.name).rfind(name + ".", 0) == 0;
-      if (!is_section)
-        throw UsageError(strf("unknown config section '%s' in %s", name.c_str(), origin.c_str()));
+    } else if (is_section(name)) {
+      if (!it.value().is_object())
+        throw UsageError(strf("config section '%s' %s must be a JSON object, not %s %s",
+                              name.c_str(), origin.c_str(), it.value().type_name(),
+                              it.value().dump().c_str()));
       apply_object(c, it.value(), name, origin);
     } else {
-      throw UsageError(strf("unknown config key '%s' in %s", name.c_str(), origin.c_str()));
+      throw UsageError(strf("unknown config %s '%s' %s", it.value().is_object() ? "section" : "key",
+                            name.c_str(), origin.c_str()));
     }
   }
+}
+
+// Parses JSON text, refusing a key given twice in one object (nlohmann would keep the
+// last silently); `what` names the text in errors.
+json parse_json_no_duplicates(const std::string& text, const std::string& what) {
+  std::vector<std::set<std::string>> seen;
+  std::vector<std::string> path;
+  std::string last_key;
+  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start:
+        seen.emplace_back();
+        path.push_back(last_key);
+        break;
+      case json::parse_event_t::object_end:
+        seen.pop_back();
+        path.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        last_key = parsed.get<std::string>();
+        if (!seen.back().insert(last_key).second) {
+          std::string full;
+          for (size_t i = 1; i < path.size(); i++) full += path[i] + ".";
+          throw UsageError(strf("%s: key '%s' appears twice", what.c_str(), (full + last_key).c_str()));
+        }
+        break;
+      }
+      case json::parse_event_t::array_start: last_key.clear(); break;
+      default: break;
+    }
+    return true;
+  };
+  return json::parse(text, cb, true, /*ignore_comments=*/true);
 }
 
 }  // namespace
 
 void config_apply_json(Config& cfg, const json& j, const std::string& origin) {
-  if (!j.is_object()) throw UsageError(origin + ": a config must be a JSON object");
+  if (!j.is_object())
+    throw UsageError(strf("a config must be a JSON object (%s: %s)", origin.c_str(), j.type_name()));
   apply_object(cfg, j, "", origin);
 }
 
 void config_load_file(Config& cfg, const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw UsageError(strf("cannot read config file %s: %s", path.c_str(), strerror(errno)));
+  std::vector<char> bytes;
+  try {
+    bytes = read_file(path, "config file");
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a config problem: exit code 2
+  }
+  const std::string what = "config file " + path;
   json j;
   try {
-    j = json::parse(f, nullptr, true, /*ignore_comments=*/true);
+    j = parse_json_no_duplicates(std::string(bytes.begin(), bytes.end()), what);
   } catch (const json::parse_error& e) {
     throw UsageError(strf("config file %s is not valid JSON: %s", path.c_str(), e.what()));
   }
-  config_apply_json(cfg, j, "config file " + path);
+  config_apply_json(cfg, j, "in " + what);
 }
 
 void config_set(Config& cfg, const std::string& key, const std::string& text) {
@@ -375,6 +423,45 @@ std::vector<ConfigKeyInfo> config_keys() {
   return out;
 }
 
+ExtraOption int_option(const std::string& name, const std::string& help,
+                       const std::string& default_value, double lo, double hi) {
+  ExtraOption o{name, help, default_value};
+  o.kind = ExtraOption::Kind::Int;
+  o.lo = lo;
+  o.hi = hi;
+  return o;
+}
+
+ExtraOption number_option(const std::string& name, const std::string& help,
+                          const std::string& default_value, double lo, double hi) {
+  ExtraOption o = int_option(name, help, default_value, lo, hi);
+  o.kind = ExtraOption::Kind::Number;
+  return o;
+}
+
+namespace {
+// A subcommand's numeric option, checked as config keys are (exit code 2, naming it).
+void check_option_value(const ExtraOption& e, const std::string& text) {
+  if (e.kind == ExtraOption::Kind::Text) return;
+  errno = 0;
+  char* end = nullptr;
+  double v;
+  if (e.kind == ExtraOption::Kind::Int) {
+    const long long x = strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno)
+      throw UsageError(strf("option --%s: '%s' is not an integer", e.name.c_str(), text.c_str()));
+    v = double(x);
+  } else {
+    v = strtod(text.c_str(), &end);
+    if (text.empty() || *end || !std::isfinite(v))
+      throw UsageError(strf("option --%s: '%s' is not a finite number", e.name.c_str(), text.c_str()));
+  }
+  if (!(v >= e.lo && v <= e.hi))
+    throw UsageError(strf("option --%s: %s is out of range [%g, %g]", e.name.c_str(), text.c_str(),
+                          e.lo, e.hi));
+}
+}  // namespace
+
 bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
                        const std::vector<ExtraOption>& extra,
                        std::vector<std::pair<std::string, std::string>>* extra_values,
@@ -423,6 +510,7 @@ bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& pr
       if (e.is_flag) {
         if (r.count(e.name)) extra_values->push_back({e.name, "true"});
       } else if (r.count(e.name) || !e.default_value.empty()) {
+        check_option_value(e, r[e.name].as<std::string>());
         extra_values->push_back({e.name, r[e.name].as<std::string>()});
       }
     }

@@ -121,10 +121,19 @@ std::vector<ConfigKeyInfo> config_keys();
 // the subcommand on) into *cfg; with cfg == nullptr no config keys are accepted. Options
 // of the subcommand itself are declared in `extra` and returned in `extra_values`.
 // Returns false when --help was printed.
+// Numeric options are checked like config keys (a number, inside [lo, hi], exit code 2
+// naming the option); make them with int_option / number_option.
 struct ExtraOption {
+  enum class Kind { Text, Int, Number };
   std::string name, help, default_value;
   bool is_flag = false;
+  Kind kind = Kind::Text;
+  double lo = 0, hi = 0;
 };
+ExtraOption int_option(const std::string& name, const std::string& help,
+                       const std::string& default_value, double lo, double hi);
+ExtraOption number_option(const std::string& name, const std::string& help,
+                          const std::string& default_value, double lo, double hi);
 bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
                        const std::vector<ExtraOption>& extra,
                        std::vector<std::pair<std::string, std::string>>* extra_values,

@@ -124,7 +124,7 @@ void read_data_position(const Fields& f, RunState& s, const ResumeRequirements& 
       s.world_size != req.world_size)
     f.bad("data",
           strf("was written with batch %d x %d on %d rank(s), this run has %d x %d on %d; "
-               "resume with the same data.batch_size, data.seq_len and ranks",
+               "resume with the same data.batch_size, data.seq_len and world size (ranks)",
                s.batch_size, s.seq_len, s.world_size, req.batch_size, req.seq_len,
                req.world_size));
   // Every epoch reads all shards once, so the epoch cannot run ahead of the tokens seen.

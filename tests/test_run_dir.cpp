@@ -266,3 +266,50 @@ TEST_CASE("run dir: truncate_run_logs keeps the records up to the checkpoint's s
   CHECK(tgt::slurp(d / "samples.txt") == "--- step 2\nab\ncd\n");
   CHECK(tg::earlier_run_files(d.path).size() == 2);
 }
+
+TEST_CASE("messages: config files and subcommand options are checked like config keys") {
+  tgt::TempDir d;
+  std::string out;
+  // --config naming a directory: exit 2, naming it.
+  CHECK(run_binary("train --config " + d.path, &out) == 2);
+  CHECK(has(out, d.path));
+  CHECK(has(out, "not a regular file"));
+  CHECK_FALSE(has(out, "basic_filebuf"));
+  // A section that is not an object.
+  write_text(d / "arr.json", "{\"model\": [2, 2]}");
+  CHECK(run_binary("train --config " + d / "arr.json", &out) == 2);
+  CHECK(has(out, "config section 'model'"));
+  CHECK(has(out, "must be a JSON object, not array"));
+  CHECK(has(out, d / "arr.json"));
+  // A key given twice.
+  write_text(d / "dup.json", "{\"model\": {\"n_layer\": 2, \"n_layer\": 3}}");
+  CHECK(run_binary("train --config " + d / "dup.json", &out) == 2);
+  CHECK(has(out, "key 'model.n_layer' appears twice"));
+  write_text(d / "dup2.json", "{\"optim\": {\"lr\": 1e-3}, \"optim\": {\"lr\": 2e-3}}");
+  CHECK(run_binary("train --config " + d / "dup2.json", &out) == 2);
+  CHECK(has(out, "key 'optim' appears twice"));
+  // The same key name in two sections is fine.
+  write_text(d / "ok.json", "{\"train\": {\"steps\": 1}, \"eval\": {\"every\": 1}, \"sample\": {\"every\": 1}}");
+  CHECK(run_binary("train --config " + d / "ok.json" + " --help", &out) == 0);
+  // Command-line errors read as English.
+  CHECK(run_binary("train --optim.lr=abc", &out) == 2);
+  CHECK(has(out, "'optim.lr' on the command line"));
+  CHECK_FALSE(has(out, "in on the command line"));
+  // sample: numeric options validated, naming the option.
+  REQUIRE(run_binary(tiny_args(d / "run") + " --train.steps=1 --sample.tokens=0", &out) == 0);
+  const std::string ck = "sample --checkpoint " + d / "run";
+  for (const char* bad : {"--tokens=-1", "--tokens=0", "--temperature=nan", "--temperature=-1",
+                          "--top_k=-5", "--seed=-3", "--threads=x"}) {
+    CAPTURE(bad);
+    CHECK(run_binary(ck + " " + bad, &out) == 2);
+    CHECK(has(out, std::string("option --") + std::string(bad).substr(2, std::string(bad).find('=') - 2)));
+  }
+  CHECK(run_binary(ck + " --tokens=4 --temperature=0", &out) == 0);
+  // Other subcommands' numeric options.
+  CHECK(run_binary("prepare toy --out " + d / "t" + " --record_len=0", &out) == 2);
+  CHECK(has(out, "option --record_len"));
+  CHECK(run_binary("memory --zero_ranks=0", &out) == 2);
+  CHECK(has(out, "option --zero_ranks"));
+  CHECK(run_binary("bench --iters=1", &out) == 2);
+  CHECK(has(out, "option --iters"));
+}
