@@ -145,7 +145,7 @@ endif
 # CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there).
 ifneq ($(USE_NVCC),)
 KERNELS_EMU := $(BUILD)/kernels_emulated
-KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o) $(BUILD)/src/common.o
+KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o parallel.o) $(BUILD)/src/common.o
 $(KERNELS_EMU): tests/cuda/kernels_emulated.cpp tests/cuda/cuda_emulation.h $(wildcard kernels/*.cuh) src/formats.h src/backend.h src/cpu/ops.h src/cpu/storage.h src/cuda/launch.h $(KERNELS_EMU_OBJ) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) $< $(KERNELS_EMU_OBJ) -o $@ -fopenmp $(LDLIBS)

@@ -68,6 +68,7 @@ const std::vector<KeyDef>& table() {
       {"train.stop_at_step", Kind::Int, TG_OFF(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"},
       {"train.zero_stage", Kind::Int, TG_OFF(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"},
       {"train.overwrite", Kind::Bool, TG_OFF(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"},
+      {"train.adapt_threads", Kind::Bool, TG_OFF(train.adapt_threads), 0, 0, {}, "CPU: run the train.threads parts of the work on fewer threads while that is faster (another process sharing the cores); the results do not depend on it"},
       {"dist.rank", Kind::Int, TG_OFF(dist.rank), -1, 65535, {}, "this process's rank when launched without MPI (-1: $TG_RANK, else 0)"},
       {"dist.world_size", Kind::Int, TG_OFF(dist.world_size), 0, 65536, {}, "number of processes when launched without MPI (0: $TG_WORLD_SIZE, else 1)"},
       {"dist.rendezvous", Kind::String, TG_OFF(dist.rendezvous), 0, 0, {}, "where processes launched without MPI meet: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"},

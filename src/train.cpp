@@ -8,6 +8,7 @@
 #include "common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
+#include "cpu/parallel.h"
 #ifdef TG_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -81,7 +82,7 @@ std::string resolve_device(const std::string& device) {
 std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
   const std::string device = resolve_device(cfg.train.device);
   int threads = cfg.train.threads > 0 ? cfg.train.threads : omp_get_num_procs();
-  omp_set_num_threads(threads);
+  cpu::set_parallelism(threads, threads);
   // The CPU ops split GEMMs across OpenMP threads themselves (src/cpu/matmul.cpp).
   cpu::blas_set_threads(1);
   cpu::set_gemm_loops(cfg.cpu.gemm == "loops");

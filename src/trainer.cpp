@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "comm.h"
+#include "cpu/parallel.h"
 #include "common.h"
 #include "perf.h"
 #include "prepare.h"
@@ -154,6 +155,8 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   // The skip/scale decision on the device where the backend has it (one process,
   // unsharded; otherwise the found-inf flag or the norm needs the other ranks).
   device_decision_ = be_->device_loss_scale() && world_ == 1 && !model_->sharded();
+  if (be_->name() == "cpu" && c.train.adapt_threads && cpu::num_parts() > 1)
+    tuner_ = std::make_unique<ThreadTuner>(cpu::num_parts());
 }
 
 Trainer::~Trainer() = default;
@@ -383,6 +386,7 @@ int64_t Trainer::test_fail_rank() const {
 }
 
 StepResult Trainer::step() {
+  if (tuner_) cpu::set_parallelism(cpu::num_parts(), tuner_->next_threads());
   const double t0 = now_seconds();
   StepResult r;
   r.step = step_ + 1;
@@ -434,6 +438,12 @@ StepResult Trainer::step() {
   }
   be_->synchronize();  // the step's time includes the device's queued work
   r.seconds = now_seconds() - t0;
+  r.threads = cpu::active_threads();
+  if (tuner_) {
+    const std::string change = tuner_->report(r.seconds);
+    cpu::set_parallelism(cpu::num_parts(), tuner_->active());  // evaluation and sampling too
+    if (!change.empty()) printf("step %lld: %s\n", (long long)r.step, change.c_str());
+  }
   r.loss = loss;
   step_ = r.step;
   last_loss_ = loss;
@@ -456,7 +466,8 @@ void Trainer::log_step(const StepResult& r) {
                        {"loss_scale", r.scale},
                        {"skipped", r.skipped},
                        {"ms", r.seconds * 1e3},
-                       {"tokens_per_second", tok_s}})
+                       {"tokens_per_second", tok_s},
+                       {"threads", r.threads}})
                      .dump());
   const int64_t steps = cfg_.train.steps;
   if (r.step % cfg_.train.log_every != 0 && r.step != steps && r.step != start_step_ + 1) return;

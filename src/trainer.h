@@ -29,6 +29,7 @@
 #include "loss_scaler.h"
 #include "model.h"
 #include "run_state.h"
+#include "thread_tuner.h"
 #include "tokenizer.h"
 
 namespace tg {
@@ -40,6 +41,7 @@ struct StepResult {
   int64_t step = 0;  // 1-based number of the step just done
   double loss = 0, lr = 0, norm = 0, scale = 1, seconds = 0;
   bool skipped = false;
+  int threads = 0;  // CPU threads that ran it (GPU runs: the host's)
 };
 
 // The update after the gradients are summed: fused unscale / finiteness / norm, the loss
@@ -96,6 +98,7 @@ class Trainer {
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Fp8State> fp8_;
   bool device_decision_ = false;
+  std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;
 
   // The run's state (what a checkpoint holds besides the tensors).

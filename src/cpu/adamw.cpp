@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops.h"
+#include "parallel.h"
 
 namespace tg::cpu {
 
@@ -58,11 +59,9 @@ void convert(D* dst, const S* src, size_t n, const Rounding& r) {
 
 template <typename T>
 double sum_squares(const T* x, size_t n) {
-  int nthreads = omp_get_max_threads();
+  const int nthreads = num_parts();
   std::vector<double> partial(nthreads, 0.0);
-#pragma omp parallel num_threads(nthreads)
-  {
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+  for_each_part([&](int id, int nt) {
     size_t i0 = n * id / nt, i1 = n * (id + 1) / nt;
     double s = 0;
     for (size_t i = i0; i < i1; i++) {
@@ -70,7 +69,7 @@ double sum_squares(const T* x, size_t n) {
       s += xi * xi;
     }
     partial[id] = s;
-  }
+  });
   double s = 0;
   for (double p : partial) s += p;
   return s;

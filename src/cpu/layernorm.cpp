@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops.h"
+#include "parallel.h"
 
 namespace tg::cpu {
 
@@ -41,11 +42,9 @@ template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const acc_t<T>* mean, const acc_t<T>* rstd, int N, int C) {
   using A = acc_t<T>;
-  int nthreads = omp_get_max_threads();
+  const int nthreads = num_parts();
   std::vector<A> partial(size_t(nthreads) * 2 * C, A(0));
-#pragma omp parallel num_threads(nthreads)
-  {
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+  for_each_part([&](int id, int nt) {
     int n0 = int(int64_t(N) * id / nt), n1 = int(int64_t(N) * (id + 1) / nt);
     A* pdw = partial.data() + size_t(id) * 2 * C;
     A* pdb = pdw + C;
@@ -71,7 +70,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
         di[c] = st<T>(ld(di[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
       }
     }
-  }
+  });
   for (int c = 0; c < C; c++) {
     A sw = 0, sb = 0;
     for (int t = 0; t < nthreads; t++) {
