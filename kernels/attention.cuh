@@ -9,7 +9,7 @@
 //             dq = dS k, dk = dS^T q (GEMMs);  dqkv <- dq, dk, dv (unpermute)
 // The softmax kernels give one warp to each row (b, h, t) and read only u <= t.
 //
-// fused forward (attention_forward_fused_kernel, opt-in with TG_FUSED_ATTENTION=1, head
+// fused forward (attention_forward_fused_kernel, opt-in with cuda.attention=fused, head
 // sizes 32/64/96/128): one warp per query row reads q, k, v straight from qkv (no permutes,
 // no T x T fp32 scores): pass 1 runs the online softmax (running max m and sum l, the output
 // accumulator rescaled as m grows), out = acc / l; pass 2 recomputes each score to store the

@@ -6,7 +6,7 @@
 // adamw_kernel with its gradient factor (clip factor / loss scale) and skip flag read from that
 // state. The host reads LossScaleDevice only to log.
 //
-// Used by training with TG_DEVICE_LOSS_SCALE=1 (CUDA backend, one process, unsharded:
+// Used by training with precision.loss_scale.on_device=true (CUDA backend, one process, unsharded:
 // Backend::device_decide_step / adamw_decided / device_step_report): the host learns the
 // decision once per step, after AdamW is queued, to log it, count applied steps (the learning
 // rate and Adam's bias corrections for the next step) and keep LossScaler (checkpoints) in step.

@@ -144,11 +144,11 @@ done
 # The opt-in paths, bf16 only (when time is left): flash attention (lse instead of the T x T
 # probabilities: compare tokens/s and peak memory with the bf16 row above), the fused
 # attention forward, then that plus the GELU epilogue.
-for opt in "TG_FLASH_ATTENTION=1" "TG_FUSED_ATTENTION=1" "TG_FUSED_ATTENTION=1 TG_GELU_EPILOGUE=1"; do
+for opt in "--cuda.attention=flash" "--cuda.attention=fused" "--cuda.attention=fused --cuda.gelu_epilogue=true"; do
   [ $(($(date +%s) - T0)) -lt 420 ] || { row "bench bf16, $opt" "skipped (time)" "-"; continue; }
   t=$(date +%s)
-  name=$(echo "$opt" | tr ' =' '_-')
-  env $opt timeout 90 $BIN bench --device=cuda --model=gpt2 --modes=bf16 --iters=5 \
+  name=$(echo "$opt" | sed 's/--//g' | tr ' =' '_-')
+  timeout 90 $BIN bench --device=cuda --model=gpt2 --modes=bf16 --iters=5 $opt \
     --batch=8 --seq=1024 >"$LOG/bench_$name.log" 2>&1
   rc=$?
   grep -E '^\| GPT' "$LOG/bench_$name.log" | sed "s/^/$opt: /"

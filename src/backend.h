@@ -23,6 +23,15 @@
 
 namespace tg {
 
+// How a backend computes, from the config (cuda.*, precision.loss_scale.on_device): passed
+// when the backend is made, recorded in config.json and every checkpoint's state.json.
+struct BackendOptions {
+  std::string attention = "cublas";  // cublas | fused (single-pass forward) | flash (lse)
+  bool gemm_fallback = false;        // every GEMM through cuBLAS + our epilogue (cuda.gemm)
+  bool gelu_epilogue = false;        // the MLP's GELU fused into cuBLASLt's epilogue
+  bool device_loss_scale = false;    // the loss-scale decision on the device
+};
+
 // A view of backend memory: a pointer, an element type and a length. Not an owner.
 struct Tensor {
   void* data = nullptr;
@@ -188,7 +197,7 @@ class Backend {
   // dqkv = gradient of the attention input
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
                                   int C, int NH) = 0;
-  // Flash-style attention (TG_FLASH_ATTENTION=1 in the environment when the backend is made):
+  // Flash-style attention (BackendOptions::attention = flash when the backend is made):
   // whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two ops
   // below for heads of this size. lse is in the statistics type (fp32; fp64 in fp64 models).
   virtual bool attention_saves_lse(int /*head_size*/) const { return false; }
@@ -228,7 +237,7 @@ class Backend {
     g.finite = std::isfinite(g.norm);
     return g;
   }
-  // The loss-scale decision on the device (the CUDA backend with TG_DEVICE_LOSS_SCALE=1; one
+  // The loss-scale decision on the device (the CUDA backend with device_loss_scale; one
   // process): device_decide_step queues the fused gradient check at state.scale and
   // src/loss_scaler.h's loss_scale_step on the device (the state lives there), adamw_decided
   // is adamw with a.grad_scale and the skip taken from that decision, and

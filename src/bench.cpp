@@ -92,8 +92,9 @@ int cmd_bench(int argc, char** argv) {
       {"fp8_recipe", "fp8 mode: delayed or current scaling", "delayed"},
       {"fp8_fast_accum", "fp8 mode: fast accumulation in the forward GEMM (GPUs)", "true"}};
   std::vector<std::pair<std::string, std::string>> ex;
-  if (!config_parse_args(nullptr, argc, argv, "train_gpt bench", opts, &ex)) return 0;
+  // Config keys are accepted too: cuda.* and cpu.gemm choose the paths that are timed.
   Config cfg;
+  if (!config_parse_args(&cfg, argc, argv, "train_gpt bench", opts, &ex)) return 0;
   int iters = 20, gpt2_B = 8, gpt2_T = 1024;
   std::string device = "cpu", model = "small", modes_arg = "fp32,bf16,fp16,fp8";
   Fp8Config fp8cfg;

@@ -71,6 +71,7 @@ struct Config {
       double min = 1.0;
       double max = 16777216.0;
       int hysteresis = 1;
+      bool on_device = false;  // the skip/scale decision on the GPU (one process)
     } loss_scale;
     int telemetry_every = 0;        // numerics telemetry every N steps (0: off)
     int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
@@ -96,6 +97,11 @@ struct Config {
   struct Cpu {
     std::string gemm = "auto";  // auto (OpenBLAS when built with it) | blas | loops
   } cpu;
+  struct Cuda {
+    std::string attention = "cublas";  // cublas | fused | flash
+    std::string gemm = "lt";           // lt (cuBLASLt) | fallback (cuBLAS + our epilogue)
+    bool gelu_epilogue = false;
+  } cuda;
   struct Checkpoint {
     int every = 1000;  // 0: only at the end
     int keep = 2;

@@ -13,6 +13,7 @@
 #include "cuda/cuda_backend.h"
 #endif
 #include "rng.h"
+#include "test_hooks.h"
 #include "trainer.h"
 
 namespace tg {
@@ -66,9 +67,8 @@ std::string resolve_device(const std::string& device) {
           "or auto)");
     return "cuda";
   }
-  // auto. TG_AUTO_DEVICE=cpu keeps `auto` on the CPU (the CPU-only tests set it).
-  const char* env = getenv("TG_AUTO_DEVICE");
-  if (env && std::string(env) == "cpu") return "cpu";
+  // auto; the CPU-only tests keep it on the CPU.
+  if (test_hooks::auto_device_cpu()) return "cpu";
   return gpus > 0 ? "cuda" : "cpu";
 #else
   if (device == "cuda")
@@ -86,12 +86,23 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
   // The CPU ops split GEMMs across OpenMP threads themselves (src/cpu/matmul.cpp).
   cpu::blas_set_threads(1);
   cpu::set_gemm_loops(cfg.cpu.gemm == "loops");
+  const BackendOptions options = backend_options(cfg);
 #ifdef TG_CUDA
-  if (device == "cuda") return make_cuda_backend(local_rank % std::max(1, cuda_device_count()));
+  if (device == "cuda")
+    return make_cuda_backend(local_rank % std::max(1, cuda_device_count()), options);
 #else
   (void)local_rank;
 #endif
-  return make_cpu_backend();
+  return make_cpu_backend(options);
+}
+
+BackendOptions backend_options(const Config& cfg) {
+  BackendOptions o;
+  o.attention = cfg.cuda.attention;
+  o.gemm_fallback = cfg.cuda.gemm == "fallback";
+  o.gelu_epilogue = cfg.cuda.gelu_epilogue;
+  o.device_loss_scale = cfg.precision.loss_scale.on_device;
+  return o;
 }
 
 GPTConfig model_config(const Config& cfg) {

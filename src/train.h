@@ -13,6 +13,8 @@ namespace tg {
 // The backend cfg.train.device asks for; on a machine with several GPUs, `local_rank`
 // (this process's index on its machine) picks the GPU: local_rank % number of GPUs.
 std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank = 0);
+// The backend options of the cuda.* and precision.loss_scale.on_device keys.
+BackendOptions backend_options(const Config& cfg);
 // The compute type of a precision mode (fp32 -> F32, bf16 -> BF16, fp16 -> F16).
 DType mode_dtype(const std::string& mode);
 // precision.loss_scale.kind with `auto` resolved (dynamic for fp16, none otherwise).

@@ -15,6 +15,7 @@
 #include "run_dir.h"
 #include "sample.h"
 #include "schedule.h"
+#include "test_hooks.h"
 #include "train.h"
 
 namespace tg {
@@ -138,7 +139,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
 
   DataParallel dp{world_ > 1 ? cm_ : nullptr, c.train.zero_stage == 1};
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
-  if (getenv("TG_TEST_REDUCE_CHUNK")) dp.chunk = size_t(atol(getenv("TG_TEST_REDUCE_CHUNK")));
+  if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   model_ = std::make_unique<GPT>(mc_, *be_, mode_dtype(c.precision.mode), dp);
   setup_precision();
   if (!c.model.init_from.empty())
@@ -379,12 +380,6 @@ void Trainer::print_start() const {
 
 // ---- the step ----
 
-int64_t Trainer::test_fail_rank() const {
-  // Tests make one rank fail to check that the whole job ends with its message.
-  const char* e = getenv("TG_TEST_FAIL_RANK");
-  return e ? atoi(e) : -1;
-}
-
 StepResult Trainer::step() {
   if (tuner_) cpu::set_parallelism(cpu::num_parts(), tuner_->next_threads());
   const double t0 = now_seconds();
@@ -404,7 +399,7 @@ StepResult Trainer::step() {
             grad_accum_;
     model.backward();
   }
-  if (test_fail_rank() == rank_ && r.step == 2)
+  if (test_hooks::fail_rank() == rank_ && r.step == 2)
     throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
   if (world_ > 1) {
     if (fp8_) fp8_->reduce_latest(*cm_);

@@ -80,7 +80,6 @@ class Trainer {
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);
-  int64_t test_fail_rank() const;
 
   Config cfg_;
   double t_start_;

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   if (getenv("TG_COMM_SELFTEST")) return comm_selftest() == 0 ? 0 : 1;
   // train.device=auto stays on the CPU in the binaries the CPU tests run, GPU or not (the
   // CUDA tests in tests/cuda/ ask for device=cuda explicitly).
-  setenv("TG_AUTO_DEVICE", "cpu", 0);
+  setenv("TG_TEST_AUTO_DEVICE", "cpu", 0);
   doctest::Context ctx(argc, argv);
   int rc = ctx.run();
   if (ctx.shouldExit()) return rc;

@@ -337,7 +337,7 @@ TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original st
   CHECK(st.scale == 8);
 }
 
-// TG_FLASH_ATTENTION=1: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
+// cuda.attention=flash: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
 // statistics instead of att): the plan still matches, and the step matches the att path.
 TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
   GPTConfig c = gpt_config(2, 4, 64, 300, 48);
@@ -352,9 +352,9 @@ TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
     double loss[2];
     std::vector<double> grads[2];
     for (int flash = 0; flash < 2; flash++) {
-      if (flash) setenv("TG_FLASH_ATTENTION", "1", 1);
-      auto be = make_cpu_backend();
-      unsetenv("TG_FLASH_ATTENTION");
+      BackendOptions o;
+      if (flash) o.attention = "flash";
+      auto be = make_cpu_backend(o);
       CHECK(be->attention_saves_lse(16) == bool(flash));
       size_t peak = 0;
       {

@@ -313,3 +313,20 @@ TEST_CASE("messages: config files and subcommand options are checked like config
   CHECK(run_binary("bench --iters=1", &out) == 2);
   CHECK(has(out, "option --iters"));
 }
+
+TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory plan") {
+  tgt::TempDir d;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(d / "run") + " --train.steps=2 --cuda.attention=flash", &out) == 0);
+  CHECK(has(out, "attention: flash"));  // the CPU runs its flash (lse) twin
+  const json cfg = json::parse(tgt::slurp(d / "run/config.json"));
+  CHECK(cfg["cuda"]["attention"] == "flash");
+  CHECK(cfg["cuda"]["gemm"] == "lt");
+  CHECK(cfg["precision"]["loss_scale"]["on_device"] == false);
+  const json st = json::parse(tgt::slurp(d / "run/ckpt_00000002/state.json"));
+  CHECK(st["config"]["cuda"]["attention"] == "flash");
+  REQUIRE(run_binary("memory --cuda.attention=flash", &out) == 0);
+  CHECK(has(out, "flash attention"));
+  CHECK(run_binary("train --cuda.attention=magic", &out) == 2);
+  CHECK(has(out, "cublas|fused|flash"));
+}

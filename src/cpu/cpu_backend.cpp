@@ -52,11 +52,9 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override {
     for (auto& kv : sizes_) std::free(kv.first);
   }
+  explicit CpuBackend(const BackendOptions& o) : flash_(o.attention == "flash") {}
   std::string name() const override { return "cpu"; }
-  const bool flash_ = [] {
-    const char* e = std::getenv("TG_FLASH_ATTENTION");
-    return e && std::string(e) == "1";
-  }();
+  const bool flash_;
 
   Tensor alloc(DType dtype, size_t numel) override {
     size_t bytes = numel * dtype_size(dtype);
@@ -203,7 +201,7 @@ class CpuBackend final : public Backend {
       cpu::attention_backward(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C, NH);
     });
   }
-  // The CPU keeps the att path (the reference) unless TG_FLASH_ATTENTION=1: then it runs the
+  // The CPU keeps the att path (the reference) unless cuda.attention=flash: then it runs the
   // lse twin, so that a GPU run with flash attention has a CPU run to compare with.
   bool attention_saves_lse(int) const override { return flash_; }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
@@ -366,6 +364,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
 
 }  // namespace tg

@@ -7,6 +7,6 @@
 
 namespace tg {
 
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});
 
 }  // namespace tg

@@ -64,11 +64,6 @@ bool fused_forward(Ctx& c, E* out, E* att, const E* qkv, int B, int T, int NH, i
   return true;
 }
 
-bool env_on(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, "1") == 0;
-}
-
 // fn(KJ tag) for head size hs = 32 KJ, KJ = 1..4.
 template <typename F>
 void head_dispatch(const char* op, int hs, F&& fn) {
@@ -94,8 +89,6 @@ void launch_flash(Ctx& c, K kernel, dim3 grid, size_t smem, A... args) {
 
 }  // namespace
 
-bool fused_attention_enabled() { return env_on("TG_FUSED_ATTENTION"); }
-bool flash_attention_enabled() { return env_on("TG_FLASH_ATTENTION"); }
 bool flash_attention_supported(int hs) { return hs % 32 == 0 && hs >= 32 && hs <= 128; }
 
 void attention_forward_lse(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
@@ -142,7 +135,7 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
   const long long th = (long long)T * hs, tt = (long long)T * T;
   const float scale = 1.f / std::sqrt(float(hs));
-  if (fused_attention_enabled()) {
+  if (c.opt.attention == "fused") {
     bool done = false;
     dispatch("attention_forward", t, [&](auto tag) {
       using E = decltype(tag);

@@ -64,7 +64,9 @@ void need_f32(const char* op, Tensor t) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, const BackendOptions& o)
+      : flash_(o.attention == "flash"), device_scale_(o.device_loss_scale), device_(device) {
+    ctx_.opt = o;
     const int n = cuda_device_count();
     if (n == 0) throw Error("cuda backend: no CUDA device found");
     if (device < 0 || device >= n)
@@ -81,7 +83,7 @@ class CudaBackend final : public Backend {
     TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
     ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return scratch(s, bytes); };
     result_ = static_cast<float*>(raw_alloc(64));
-    cpu_ = make_cpu_backend();
+    cpu_ = make_cpu_backend(o);
     device_fp8_path_ = cuda::fp8_path_for_device(device);
     fp8_path_ = device_fp8_path_;
   }
@@ -324,7 +326,7 @@ class CudaBackend final : public Backend {
     gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
                             NH);
   }
-  const bool flash_ = gpu::flash_attention_enabled();  // TG_FLASH_ATTENTION=1
+  const bool flash_;  // BackendOptions::attention == flash
   bool attention_saves_lse(int head_size) const override {
     return flash_ && gpu::flash_attention_supported(head_size);
   }
@@ -373,10 +375,7 @@ class CudaBackend final : public Backend {
     g.finite = r[1] == 0.f && std::isfinite(g.norm);
     return g;
   }
-  const bool device_scale_ = [] {
-    const char* e = std::getenv("TG_DEVICE_LOSS_SCALE");
-    return e && std::string(e) == "1";
-  }();
+  const bool device_scale_;
   LossScaleDevice* ls_dev_ = nullptr;  // raw_alloc'ed on first use
   bool device_loss_scale() const override { return device_scale_; }
   void device_decide_step(Tensor grads, const LossScaleState& st, const LossScaleParams& p,
@@ -693,8 +692,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  return std::make_unique<CudaBackend>(device);
+std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(device, options);
 }
 
 }  // namespace tg

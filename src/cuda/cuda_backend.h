@@ -14,6 +14,6 @@ namespace tg {
 // Number of CUDA devices visible (0 when there is none, or no driver).
 int cuda_device_count();
 // The backend on GPU `device`: cudaMalloc'd memory, one stream, cuBLASLt.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, const BackendOptions& options = {});
 
 }  // namespace tg

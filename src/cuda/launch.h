@@ -67,6 +67,7 @@ struct Ctx {
   void* lt_workspace = nullptr;
   size_t lt_workspace_bytes = 0;
   std::function<void*(ScratchSlot, size_t)> scratch;  // device memory of at least `bytes`
+  BackendOptions opt;  // cuda.gemm, cuda.gelu_epilogue, cuda.attention
 
   // A grid-stride launch size for n elements: enough blocks to fill every multiprocessor
   // several times over, never more than the work needs.
@@ -131,28 +132,24 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
 // rounding into D's type. A and B share a type; D is that type or fp32; bias (may be null)
 // has D's type. cuBLASLt (bias in its epilogue); plain cuBLAS + an epilogue kernel when
 // cuBLASLt has no algorithm for the shapes and alignments.
-// TG_GEMM_FALLBACK=1 in the environment skips cuBLASLt (the fallback for every GEMM; the
-// tests run both paths).
-bool gemm_fallback_forced();
+// c.opt.gemm_fallback (cuda.gemm=fallback) skips cuBLASLt (the fallback for every GEMM;
+// the tests run both paths).
 void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
           const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias);
-// TG_GELU_EPILOGUE=1: the MLP's first linear runs as one cuBLASLt GEMM with the
-// GELU_AUX_BIAS epilogue (pre-activation and GELU output written together; the GELU then
-// sees the unrounded pre-activation, a small difference from the CPU in 16-bit). Returns
-// false (nothing enqueued) when disabled or not applicable.
-bool gelu_epilogue_enabled();
+// c.opt.gelu_epilogue (cuda.gelu_epilogue): the MLP's first linear runs as one cuBLASLt
+// GEMM with the GELU_AUX_BIAS epilogue (pre-activation and GELU output written together;
+// the GELU then sees the unrounded pre-activation, a small difference from the CPU in
+// 16-bit). Returns false (nothing enqueued) when disabled or not applicable.
 bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const void* B,
                     const void* bias, void* pre, void* out);
 // dbias(OC) += column sums of dout(N, OC), deterministic.
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
 
 // ---- attention.cu ----
-// TG_FUSED_ATTENTION=1 in the environment switches the forward to the fused single-pass
-// kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
-bool fused_attention_enabled();
-// Flash attention (kernels/flash_attention.cuh): TG_FLASH_ATTENTION=1 turns it on (the backend
-// reads this once); head sizes 32, 64, 96, 128. lse (B, NH, T) fp32 replaces att.
-bool flash_attention_enabled();
+// c.opt.attention == fused (cuda.attention=fused) switches the forward to the fused
+// single-pass kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
+// Flash attention (kernels/flash_attention.cuh): cuda.attention=flash (the backend reads it
+// once); head sizes 32, 64, 96, 128. lse (B, NH, T) fp32 replaces att.
 bool flash_attention_supported(int hs);
 void attention_forward_lse(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
                            int C, int NH);

@@ -119,17 +119,12 @@ bool lt_gemm(Ctx& c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
 
 }  // namespace
 
-bool gemm_fallback_forced() {
-  const char* e = getenv("TG_GEMM_FALLBACK");
-  return e && std::strcmp(e, "1") == 0;
-}
-
 void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, const void* A, int lda,
           const void* B, int ldb, DType dt, void* D, int ldd, float beta, const void* bias) {
   const cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // Column-major: D^T(N, M) = op(B)^T op(A)^T.
-  if (!gemm_fallback_forced() && lt_gemm(c, opb, opa, N, M, K, cuda_type(ab), B, ldb, A, lda,
+  if (!c.opt.gemm_fallback && lt_gemm(c, opb, opa, N, M, K, cuda_type(ab), B, ldb, A, lda,
                                          cuda_type(dt), D, ldd, beta, bias))
     return;
   // Fallback: fp32 products into scratch, then beta * D + acc + bias rounded once.
@@ -148,15 +143,10 @@ void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, con
   });
 }
 
-bool gelu_epilogue_enabled() {
-  const char* e = getenv("TG_GELU_EPILOGUE");
-  return e && std::strcmp(e, "1") == 0;
-}
-
 bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const void* B,
                     const void* bias, void* pre, void* out) {
   // cuBLASLt wants the aux leading dimension a multiple of 8 and aligned vectors.
-  if (gemm_fallback_forced() || !gelu_epilogue_enabled() || N % 8 || alignment(bias) < 16 ||
+  if (c.opt.gemm_fallback || !c.opt.gelu_epilogue || N % 8 || alignment(bias) < 16 ||
       alignment(pre) < 16 || alignment(out) < 16)
     return false;
   // Row-major out(M,N) = A(M,K) B(N,K)^T + bias: column-major out^T = B A^T.

@@ -97,8 +97,10 @@ struct Pair {
 
 // Both backends, with the allocations of one test (freed at the end).
 struct Twin {
-  std::unique_ptr<tg::Backend> cpu = tg::make_cpu_backend();
-  std::unique_ptr<tg::Backend> gpu = tg::make_cuda_backend();
+  explicit Twin(const tg::BackendOptions& o = {})
+      : cpu(tg::make_cpu_backend(o)), gpu(tg::make_cuda_backend(0, o)) {}
+  std::unique_ptr<tg::Backend> cpu;
+  std::unique_ptr<tg::Backend> gpu;
   std::vector<Pair> owned;
 
   ~Twin() {

@@ -422,7 +422,7 @@ void attention_backward(const gpu::Ctx& c, E* dqkv, const E* dout, const E* qkv,
               static_cast<const E*>(dv.p), B, T, NH, hs);
 }
 
-// attention.cu's fused_forward (TG_FUSED_ATTENTION=1): one warp per row, 8 rows per block.
+// attention.cu's fused_forward (cuda.attention=fused): one warp per row, 8 rows per block.
 template <typename E, int KJ>
 void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
   const float scale = 1.f / std::sqrt(float(Cn / NH));

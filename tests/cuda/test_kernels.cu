@@ -88,16 +88,17 @@ TEST_CASE("cuda: layernorm forward, fused residual + layernorm, backward") {
 TEST_CASE("cuda: matmul forward and backward (cuBLASLt and the fallback)") {
   TG_REQUIRE_GPU();
   // Aligned shapes take cuBLASLt; odd ones may take the cuBLAS + epilogue fallback, and
-  // TG_GEMM_FALLBACK=1 forces the fallback for all.
+  // cuda.gemm=fallback forces the fallback for all.
   for (int forced = 0; forced < 2; forced++) {
-    if (forced) setenv("TG_GEMM_FALLBACK", "1", 1);
+    tg::BackendOptions o;
+    o.gemm_fallback = forced;
     for (auto sh : {std::array<int, 3>{64, 96, 288}, {33, 48, 80}, {7, 13, 9}}) {
       const int N = sh[0], C = sh[1], OC = sh[2];
       for (DType t : kAllTypes) {
         for (bool with_bias : {true, false}) {
           INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias
                        << " forced fallback=" << forced);
-          Twin tw;
+          Twin tw(o);
           Pair inp = tw.rand(t, size_t(N) * C, 20), w = tw.rand(t, size_t(OC) * C, 21, 0.2f);
           Pair bias = with_bias ? tw.rand(t, OC, 22) : Pair{};
           Pair out = tw.poisoned(t, size_t(N) * OC);
@@ -116,19 +117,19 @@ TEST_CASE("cuda: matmul forward and backward (cuBLASLt and the fallback)") {
         }
       }
     }
-    unsetenv("TG_GEMM_FALLBACK");
   }
 }
 
 TEST_CASE("cuda: matmul + GELU (plain, and the cuBLASLt GELU epilogue)") {
   TG_REQUIRE_GPU();
   for (int epilogue = 0; epilogue < 2; epilogue++) {
-    if (epilogue) setenv("TG_GELU_EPILOGUE", "1", 1);
+    tg::BackendOptions o;
+    o.gelu_epilogue = epilogue;
     for (auto sh : {std::array<int, 3>{64, 96, 384}, {33, 40, 160}, {5, 12, 20}}) {
       const int N = sh[0], C = sh[1], OC = sh[2];
       for (DType t : kAllTypes) {
         INFO(name(t) << " N=" << N << " C=" << C << " OC=" << OC << " epilogue=" << epilogue);
-        Twin tw;
+        Twin tw(o);
         Pair inp = tw.rand(t, size_t(N) * C, 26), w = tw.rand(t, size_t(OC) * C, 27, 0.2f),
              bias = tw.rand(t, OC, 28);
         Pair pre = tw.poisoned(t, size_t(N) * OC), out = tw.poisoned(t, size_t(N) * OC);
@@ -138,7 +139,6 @@ TEST_CASE("cuda: matmul + GELU (plain, and the cuBLASLt GELU epilogue)") {
         CHECK(tw.err(out) < tol(t));
       }
     }
-    unsetenv("TG_GELU_EPILOGUE");
   }
 }
 
@@ -220,21 +220,21 @@ TEST_CASE("cuda: attention forward and backward") {
   }
 }
 
-TEST_CASE("cuda: fused single-pass attention forward (TG_FUSED_ATTENTION=1)") {
+TEST_CASE("cuda: fused single-pass attention forward (cuda.attention=fused)") {
   TG_REQUIRE_GPU();
   for (auto sh :
        {std::array<int, 4>{2, 40, 96, 3}, {1, 64, 128, 2}, {2, 33, 384, 4}, {1, 70, 512, 4}}) {
     const int B = sh[0], T = sh[1], C = sh[2], NH = sh[3];  // head sizes 32, 64, 96, 128
     for (DType t : kAllTypes) {
       INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
-      Twin tw;
+      tg::BackendOptions o;
+      o.attention = "fused";
+      Twin tw(o);
       const size_t btc = size_t(B) * T * C, att_n = size_t(B) * NH * T * T;
       Pair qkv = tw.rand(t, 3 * btc, 52);
       Pair out = tw.poisoned(t, btc), att = tw.poisoned(t, att_n);
       tw.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, B, T, C, NH);
-      setenv("TG_FUSED_ATTENTION", "1", 1);
       tw.gpu->attention_forward(out.gpu, att.gpu, qkv.gpu, B, T, C, NH);
-      unsetenv("TG_FUSED_ATTENTION");
       CHECK(tw.err(out) < tol(t));
       CHECK(tw.err(att) < tol(t));
     }

@@ -85,21 +85,18 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
   Batch bt = batch(B, T, cfg.vocab_size, 7);
   // The default paths, then the opt-in flash attention (both backends keep lse: the CPU runs
   // its twin), fused attention, the forced GEMM fallback and the GELU epilogue.
-  for (const char* env :
-       {"", "TG_FLASH_ATTENTION", "TG_FUSED_ATTENTION", "TG_GEMM_FALLBACK", "TG_GELU_EPILOGUE"})
+  for (const char* path : {"default", "flash", "fused", "gemm fallback", "gelu epilogue"})
     for (DType t : kAllTypes) {
-      INFO(name(t) << " " << env);
-      if (*env) setenv(env, "1", 1);
-      struct Unset {
-        const char* e;
-        ~Unset() {
-          if (*e) unsetenv(e);
-        }
-      } unset{env};
-      auto cpu = tg::make_cpu_backend();
-      auto gpu = tg::make_cuda_backend();
+      INFO(name(t) << " " << path);
+      const std::string p = path;
+      tg::BackendOptions o;
+      if (p == "flash" || p == "fused") o.attention = p;
+      o.gemm_fallback = p == "gemm fallback";
+      o.gelu_epilogue = p == "gelu epilogue";
+      auto cpu = tg::make_cpu_backend(o);
+      auto gpu = tg::make_cuda_backend(0, o);
       tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
-      const bool flash = std::string(env) == "TG_FLASH_ATTENTION";
+      const bool flash = p == "flash";
       CHECK(mc.attention_lse() == flash);
       CHECK(mg.attention_lse() == flash);
       mc.init_random(42);
@@ -226,7 +223,7 @@ TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resum
   }
 }
 
-// TG_DEVICE_LOSS_SCALE=1: the loss-scale decision on the device gives the host decision's run
+// precision.loss_scale.on_device: the loss-scale decision on the device gives the host decision's run
 // bit for bit (fp16, dynamic scaling with a short growth interval and hysteresis, one
 // injected non-finite step, clipping).
 TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
@@ -238,9 +235,8 @@ TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
   tgt::TempDir host, dev;
   std::string out;
   REQUIRE(tgt::run_binary(train_args(host.path, "cuda", "fp16") + extra, &out) == 0);
-  setenv("TG_DEVICE_LOSS_SCALE", "1", 1);
-  const int rc = tgt::run_binary(train_args(dev.path, "cuda", "fp16") + extra, &out);
-  unsetenv("TG_DEVICE_LOSS_SCALE");
+  const int rc = tgt::run_binary(
+      train_args(dev.path, "cuda", "fp16") + extra + " --precision.loss_scale.on_device=true", &out);
   REQUIRE(rc == 0);
   CHECK(out.find("loss scale: decided on the device") != std::string::npos);
   auto h = read_train_metrics(host / "metrics.jsonl"),

@@ -1,0 +1,23 @@
+#include "test_hooks.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tg::test_hooks {
+
+bool auto_device_cpu() {
+  const char* e = getenv("TG_TEST_AUTO_DEVICE");
+  return e && strcmp(e, "cpu") == 0;
+}
+
+int fail_rank() {
+  const char* e = getenv("TG_TEST_FAIL_RANK");
+  return e ? atoi(e) : -1;
+}
+
+size_t reduce_chunk() {
+  const char* e = getenv("TG_TEST_REDUCE_CHUNK");
+  return e ? size_t(atol(e)) : 0;
+}
+
+}  // namespace tg::test_hooks
