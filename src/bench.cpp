@@ -16,6 +16,7 @@
 #include "perf.h"
 #include "rng.h"
 #include "train.h"
+#include "trainer.h"
 
 namespace tg {
 
@@ -33,10 +34,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median milliseconds of one full training step (forward, backward, norm, AdamW) in a
-// precision mode.
+// Median milliseconds of one full training step (forward, backward, the fused gradient
+// check, AdamW: the trainer's apply_update) in a precision mode, with the default optimizer
+// keys at lr 1e-4.
 double time_step(Backend& be, const BenchCase& bc, const std::string& mode, const Fp8Config& fc,
                  int warmup, int iters) {
+  const Config cfg;
+  LossScaler scaler;  // none: the bench measures the step, not the scaler
+  int64_t opt_step = 0;
   GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(mode));
   Fp8State fp8(fc, bc.L);
   if (mode == "fp8") model.set_fp8(&fp8);
@@ -53,9 +58,8 @@ double time_step(Backend& be, const BenchCase& bc, const std::string& mode, cons
     model.zero_grad();
     model.forward(in.data(), tg.data(), bc.B, bc.T, 1.0f);
     model.backward();
-    double norm = model.check_grads(1.0).norm;
-    model.adamw_step(
-        {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, i + 1, Rounding{}});
+    double norm;
+    apply_update(model, scaler, cfg, 1e-4, 1.0, opt_step, &norm);
     be.synchronize();  // devices queue work: the step ends when the device is done
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) ms.push_back(t);

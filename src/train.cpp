@@ -19,29 +19,6 @@
 namespace tg {
 using json = nlohmann::json;
 
-DType mode_dtype(const std::string& mode) {
-  if (mode == "fp32") return DType::F32;
-  if (mode == "bf16") return DType::BF16;
-  if (mode == "fp16") return DType::F16;
-  if (mode == "fp8") return DType::BF16;  // FP8 only in the block linears
-  throw UsageError(strf("config key 'precision.mode': unknown mode '%s'", mode.c_str()));
-}
-
-std::string loss_scale_kind(const Config& cfg) {
-  const std::string& k = cfg.precision.loss_scale.kind;
-  if (k != "auto") return k;
-  return cfg.precision.mode == "fp16" ? "dynamic" : "none";
-}
-
-Rounding weight_rounding(const Config& cfg, int opt_step) {
-  Rounding r;
-  r.stochastic = cfg.precision.stochastic_rounding && opt_step > 0;
-  // A fresh stream of random bits for every update, the same on every backend.
-  uint64_t x = uint64_t(cfg.train.seed) ^ 0x5352ull /*"SR"*/;
-  r.seed = splitmix64(x) + uint64_t(opt_step) * 0x9E3779B97F4A7C15ull;
-  return r;
-}
-
 void poison_gradient(Backend& be, Tensor grads) {
   Tensor first = grads.slice(0, 1);
   const float inf32 = INFINITY;

@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "config.h"
 #include "model.h"
+#include "precision.h"
 
 namespace tg {
 
@@ -15,13 +16,6 @@ namespace tg {
 std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank = 0);
 // The backend options of the cuda.* and precision.loss_scale.on_device keys.
 BackendOptions backend_options(const Config& cfg);
-// The compute type of a precision mode (fp32 -> F32, bf16 -> BF16, fp16 -> F16).
-DType mode_dtype(const std::string& mode);
-// precision.loss_scale.kind with `auto` resolved (dynamic for fp16, none otherwise).
-std::string loss_scale_kind(const Config& cfg);
-// How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
-// into the compute copy.
-Rounding weight_rounding(const Config& cfg, int opt_step);
 class Comm;
 // Sums the gradients over the ranks (fp32 on the wire; 16-bit ones rounded once after).
 void all_reduce_gradients(Backend& be, Tensor grads, Comm& cm);

@@ -140,7 +140,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   DataParallel dp{world_ > 1 ? cm_ : nullptr, c.train.zero_stage == 1};
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
-  model_ = std::make_unique<GPT>(mc_, *be_, mode_dtype(c.precision.mode), dp);
+  model_ = std::make_unique<GPT>(mc_, *be_, precision_spec(cfg_).compute, dp);
   setup_precision();
   if (!c.model.init_from.empty())
     model_->set_params(init_.params);
@@ -163,15 +163,14 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
 Trainer::~Trainer() = default;
 
 void Trainer::setup_precision() {
+  const PrecisionSpec spec = precision_spec(cfg_);
   const auto& lsc = cfg_.precision.loss_scale;
-  scaler_ = LossScaler::make(loss_scale_kind(cfg_), lsc.init, lsc.growth_interval, lsc.growth,
+  scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
-  if (cfg_.precision.mode != "fp8") return;
-  const auto& f = cfg_.precision.fp8;
-  fp8_ = std::make_unique<Fp8State>(Fp8Config{f.recipe, f.history_len, f.margin, f.keep_bf16},
-                                    mc_.n_layer);
+  if (!spec.quantized_linears) return;
+  fp8_ = std::make_unique<Fp8State>(spec.fp8, mc_.n_layer);
   Fp8Options o;
-  o.fast_accum = f.fast_accum;
+  o.fast_accum = cfg_.precision.fp8.fast_accum;
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());

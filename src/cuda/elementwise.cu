@@ -11,7 +11,6 @@
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/loss_scale.cuh"
-#include "kernels/qdq.cuh"
 #include "kernels/residual.cuh"
 #include "launch.h"
 
@@ -183,20 +182,6 @@ void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out)
     TG_LAUNCH_CHECK();
   });
   norm_final_kernel<<<1, kNormThreads, 0, c.stream>>>(out, ps, pb, kNormBlocks);
-  TG_LAUNCH_CHECK();
-}
-
-void amax(Ctx& c, const float* x, size_t n, float* out) {
-  float* pm = static_cast<float*>(c.scratch(kScratchPartialA, kAmaxBlocks * sizeof(float)));
-  float* pb = static_cast<float*>(c.scratch(kScratchPartialB, kAmaxBlocks * sizeof(float)));
-  amax_partial_kernel<<<kAmaxBlocks, kAmaxThreads, 0, c.stream>>>(pm, pb, x, n);
-  TG_LAUNCH_CHECK();
-  amax_final_kernel<<<1, kAmaxThreads, 0, c.stream>>>(out, pm, pb, kAmaxBlocks);
-  TG_LAUNCH_CHECK();
-}
-
-void qdq(Ctx& c, float* x, size_t n, float scale, bool e4m3, bool finite) {
-  qdq_kernel<<<c.grid(n, kThreads), kThreads, 0, c.stream>>>(x, n, scale, e4m3, finite);
   TG_LAUNCH_CHECK();
 }
 

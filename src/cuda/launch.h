@@ -111,9 +111,6 @@ void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n
 // Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,
 // non-finite count}.
 void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out);
-// Enqueues the amax passes over fp32 x; out (device, 1 float) = amax (inf if non-finite).
-void amax(Ctx& c, const float* x, size_t n, float* out);
-void qdq(Ctx& c, float* x, size_t n, float scale, bool e4m3, bool finite);
 void classifier(Ctx& c, float* logits, float* losses, const int32_t* targets, float dloss, int N,
                 int V, int Vp);
 

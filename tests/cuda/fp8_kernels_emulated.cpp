@@ -7,7 +7,7 @@
 // That executes the kernels' index math, vector packing, tile transposes, reductions and
 // poisoning exactly as written, on a machine without a GPU; it says nothing about the CUDA
 // compiler, the memory model or cuBLASLt (tests/cuda/test_fp8.cu on a GPU does). Built and run
-// by scripts/fp8_kernel_test.sh (g++ -std=c++20: std::barrier).
+// by `make test` (g++ -std=c++20: std::barrier).
 #define __host__
 #define __device__
 #define __global__

@@ -14,7 +14,7 @@
 //
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
-// conversions, AdamW's rounding of the compute copy, qdq, amax, permutes).
+// conversions, AdamW's rounding of the compute copy, permutes).
 #include "tests/cuda/cuda_emulation.h"
 // (the emulation first: it redefines the CUDA keywords the kernels use)
 #include "kernels/adamw.cuh"
@@ -26,7 +26,6 @@
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
-#include "kernels/qdq.cuh"
 #include "kernels/residual.cuh"
 #include "src/cpu/ops.h"
 #include "src/cuda/launch.h"
@@ -271,19 +270,6 @@ void norm(const E* x, size_t n, float inv_scale, float* out) {
   emu::launch(dim3(1), gpu::kNormThreads, &gpu::norm_final_kernel, out,
               static_cast<const float*>(ps.p), static_cast<const float*>(pb.p),
               int(gpu::kNormBlocks));
-}
-
-void amax(const float* x, size_t n, float* out) {
-  Buf<float> pm(gpu::kAmaxBlocks), pb(gpu::kAmaxBlocks);
-  emu::launch(dim3(gpu::kAmaxBlocks), gpu::kAmaxThreads, &gpu::amax_partial_kernel, pm.p, pb.p, x,
-              n);
-  emu::launch(dim3(1), gpu::kAmaxThreads, &gpu::amax_final_kernel, out,
-              static_cast<const float*>(pm.p), static_cast<const float*>(pb.p),
-              int(gpu::kAmaxBlocks));
-}
-
-void qdq(const gpu::Ctx& c, float* x, size_t n, float scale, bool e4m3, bool finite) {
-  emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::qdq_kernel, x, n, scale, e4m3, finite);
 }
 
 void classifier(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
@@ -1100,49 +1086,3 @@ TEST_CASE("global norm: sum of squares vs the CPU, unscaled, non-finite count") 
   }
 }
 
-TEST_CASE("amax and qdq: bit-exact with the CPU backend's quantize-dequantize") {
-  std::mt19937 rng(13);
-  const gpu::Ctx c = make_ctx();
-  for (size_t n : {size_t(1), size_t(1000), size_t(140001)}) {
-    CAPTURE(n);
-    Buf<float> x(n), y(n + 1), out(2);
-    fill(x.p, n, rng, 5.f);
-    x[n - 1] = -123.5f;  // the largest, last (in the tail of the last block)
-    amax(x.p, n, out.p);
-    float ref = 0;
-    for (size_t i = 0; i < n; i++) ref = std::max(ref, std::fabs(x[i]));
-    CHECK(out[0] == ref);
-    CHECK(all_poison(out.p + 1, 1));
-    for (bool e4m3 : {true, false}) {
-      CAPTURE(e4m3);
-      const float s = fp8_scale_from_amax(ref, e4m3 ? E4M3_MAX : E5M2_MAX, 1);
-      copy(y.p, x.p, n);
-      qdq(c, y.p, n, s, e4m3, true);
-      size_t bad = 0, bad2 = 0;
-      for (size_t i = 0; i < n; i++) {
-        const float v = x[i] * s;
-        const float want =
-            (e4m3 ? cpu::e4m3_round_trip(v) : cpu::e5m2_round_trip(v)) * (1.0f / s);
-        const float want2 =
-            (e4m3 ? e4m3_to_f32(f32_to_e4m3(v, true)) : e5m2_to_f32(f32_to_e5m2(v, true))) *
-            (1.0f / s);
-        bad += bits(y[i]) != bits(want);
-        bad2 += bits(y[i]) != bits(want2);
-      }
-      CHECK(bad == 0);
-      CHECK(bad2 == 0);
-      CHECK(all_poison(y.p + n, 1));
-      qdq(c, y.p, n, s, e4m3, false);  // non-finite amax: everything NaN
-      size_t nan = 0;
-      for (size_t i = 0; i < n; i++) nan += std::isnan(y[i]);
-      CHECK(nan == n);
-    }
-    x[n / 3] = -INFINITY;
-    amax(x.p, n, out.p);
-    CHECK(out[0] == INFINITY);
-    x[n / 3] = NAN;
-    amax(x.p, n, out.p);
-    CHECK(out[0] == INFINITY);
-    check_emu();
-  }
-}

@@ -1,0 +1,33 @@
+// precision.h: the precision mode, parsed once from the precision.* keys.
+//
+// A mode names a preset (README: Precision modes): the compute type of weights and
+// activations, whether the block linears run quantized, and the loss scaling that `auto`
+// resolves to. Code reads this description, never the mode string.
+#pragma once
+#include <string>
+
+#include "backend.h"
+#include "config.h"
+#include "fp8.h"
+
+namespace tg {
+
+struct PrecisionSpec {
+  std::string mode;         // fp32 | bf16 | fp16 | fp8
+  DType compute = DType::F32;
+  bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
+  std::string loss_scale;   // dynamic | static | none (auto resolved)
+  Fp8Config fp8;            // the recipe of the quantized linears
+};
+
+PrecisionSpec precision_spec(const Config& cfg);
+
+// The compute type of a precision mode (fp32 -> F32, bf16 and fp8 -> BF16, fp16 -> F16).
+DType mode_dtype(const std::string& mode);
+// precision.loss_scale.kind with `auto` resolved (dynamic for fp16, none otherwise).
+std::string loss_scale_kind(const Config& cfg);
+// How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
+// into the compute copy: nearest, or stochastic from a stream derived from the seed.
+Rounding weight_rounding(const Config& cfg, int opt_step);
+
+}  // namespace tg
