@@ -20,6 +20,7 @@
 
 #include "common.h"
 #include "loss_scaler.h"
+#include "recipe.h"
 
 namespace tg {
 
@@ -71,6 +72,7 @@ struct Fp8Quant {
   float scale = 1.0f;
   bool current = false;
   int margin = 0;
+  ElemFormat format = ElemFormat::E4M3;  // from the recipe (src/recipe.h): E4M3 or E5M2
 };
 // What an FP8 matmul reports: the amax of each quantized operand (for delayed scaling and
 // telemetry) and the scale it used.

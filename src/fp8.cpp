@@ -9,12 +9,46 @@
 
 namespace tg {
 
-Fp8State::Fp8State(const Fp8Config& cfg, int n_layer)
+QuantRecipe fp8_recipe(const Fp8Config& c) {
+  return fp8_tensor_recipe(c.recipe == "current" ? ScaleSource::Current : ScaleSource::Delayed,
+                           c.history_len, c.margin, c.keep_bf16);
+}
+
+namespace {
+void check_supported(const QuantRecipe& r) {
+  for (int g = 0; g < kGemmRoles; g++)
+    for (const OperandRecipe* o : {&r.gemm[g].a, &r.gemm[g].b}) {
+      const bool fp8 = o->elem == ElemFormat::E4M3 || o->elem == ElemFormat::E5M2;
+      if (!fp8 || o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32 ||
+          o->rounding != RoundMode::Nearest || o->transform != Transform::None ||
+          o->source != r.gemm[kForward].a.source)
+        throw UsageError(strf("precision recipe %s: the FP8 linears take per-tensor fp32-scaled "
+                              "E4M3/E5M2 operands with nearest rounding and one scale source",
+                              r.name.c_str()));
+    }
+  // The backward GEMMs reuse the forward's quantized input and weight.
+  if (r.gemm[kInputGrad].b.elem != r.gemm[kForward].b.elem ||
+      r.gemm[kWeightGrad].b.elem != r.gemm[kForward].a.elem ||
+      r.gemm[kWeightGrad].a.elem != r.gemm[kInputGrad].a.elem)
+    throw UsageError(strf("precision recipe %s: the backward GEMMs must reuse the forward's "
+                          "operand formats",
+                          r.name.c_str()));
+}
+}  // namespace
+
+const OperandRecipe& Fp8State::operand_recipe(int operand) const {
+  if (operand == INP) return cfg_.gemm[kForward].a;
+  if (operand == WEIGHT) return cfg_.gemm[kForward].b;
+  return cfg_.gemm[kInputGrad].a;
+}
+
+Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
     : cfg_(cfg),
       n_layer_(n_layer),
       fp8_layer_(n_layer, true),
       history_(size_t(n_layer) * kLinears * kOperands),
       fwd_scale_(size_t(n_layer) * kLinears * kOperands, 1.0f) {
+  check_supported(cfg_);
   for (int l : cfg.keep_bf16) {
     int idx = l < 0 ? n_layer + l : l;
     if (idx < 0 || idx >= n_layer)
@@ -27,15 +61,17 @@ Fp8State::Fp8State(const Fp8Config& cfg, int n_layer)
 }
 
 Fp8Quant Fp8State::quant(int layer, int linear, int operand) const {
+  const OperandRecipe& o = operand_recipe(operand);
   Fp8Quant q;
   q.margin = cfg_.margin;
-  if (cfg_.recipe == "current") {
+  q.format = o.elem;
+  if (o.source == ScaleSource::Current) {
     q.current = true;
     return q;
   }
   const auto& h = history_[index(layer, linear, operand)];
   float amax = h.empty() ? 0.0f : *std::max_element(h.begin(), h.end());
-  q.scale = fp8_scale_from_amax(amax, operand == GRAD ? E5M2_MAX : E4M3_MAX, cfg_.margin);
+  q.scale = fp8_scale_from_amax(amax, elem_format_max(o.elem), cfg_.margin);
   return q;
 }
 
@@ -77,7 +113,7 @@ nlohmann::json Fp8State::to_json() const {
         const Fp8Quant q = quant(l, lin, op);
         scales.push_back(q.current ? 1.0f : q.scale);
       }
-  return {{"recipe", cfg_.recipe},
+  return {{"recipe", scale_source_name(cfg_.gemm[kForward].a.source)},
           {"history_len", cfg_.history_len},
           {"amax_history", hist},
           {"scales", scales}};

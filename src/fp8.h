@@ -15,22 +15,28 @@
 #include <vector>
 
 #include "backend.h"
+#include "recipe.h"
 
 namespace tg {
 
+// The precision.fp8.* keys; fp8_recipe() turns them into the recipe Fp8State reads.
 struct Fp8Config {
   std::string recipe = "delayed";
   int history_len = 16;
   int margin = 0;
   std::vector<int> keep_bf16;
 };
+QuantRecipe fp8_recipe(const Fp8Config& c);
 
 class Fp8State {
  public:
   enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
   enum Operand { INP, WEIGHT, GRAD, kOperands };
 
-  Fp8State(const Fp8Config& cfg, int n_layer);
+  // UsageError when the recipe asks for what the FP8 linears do not implement (yet): only
+  // per-tensor fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements.
+  Fp8State(const QuantRecipe& recipe, int n_layer);
+  Fp8State(const Fp8Config& cfg, int n_layer) : Fp8State(fp8_recipe(cfg), n_layer) {}
   bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
   // How to quantize this operand now.
   Fp8Quant quant(int layer, int linear, int operand) const;
@@ -47,13 +53,15 @@ class Fp8State {
   nlohmann::json to_json() const;
   // Error naming the state file `path` when it does not fit this model or is damaged.
   void from_json(const nlohmann::json& j, const std::string& path);
-  const Fp8Config& config() const { return cfg_; }
+  const QuantRecipe& recipe() const { return cfg_; }
 
  private:
   size_t index(int layer, int linear, int operand) const {
     return (size_t(layer) * kLinears + linear) * kOperands + operand;
   }
-  Fp8Config cfg_;
+  // The recipe of one operand of the linears (INP, WEIGHT: forward; GRAD: input gradient).
+  const OperandRecipe& operand_recipe(int operand) const;
+  QuantRecipe cfg_;
   int n_layer_;
   std::vector<bool> fp8_layer_;
   std::vector<std::deque<float>> history_;

@@ -35,7 +35,7 @@ PrecisionSpec precision_spec(const Config& cfg) {
   s.compute = mode_dtype(p.mode);
   s.quantized_linears = p.mode == "fp8";
   s.loss_scale = loss_scale_kind(cfg);
-  s.fp8 = Fp8Config{p.fp8.recipe, p.fp8.history_len, p.fp8.margin, p.fp8.keep_bf16};
+  s.recipe = fp8_recipe(Fp8Config{p.fp8.recipe, p.fp8.history_len, p.fp8.margin, p.fp8.keep_bf16});
   return s;
 }
 

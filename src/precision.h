@@ -17,7 +17,7 @@ struct PrecisionSpec {
   DType compute = DType::F32;
   bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
   std::string loss_scale;   // dynamic | static | none (auto resolved)
-  Fp8Config fp8;            // the recipe of the quantized linears
+  QuantRecipe recipe;       // of the quantized linears
 };
 
 PrecisionSpec precision_spec(const Config& cfg);

@@ -168,7 +168,7 @@ void Trainer::setup_precision() {
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
   if (!spec.quantized_linears) return;
-  fp8_ = std::make_unique<Fp8State>(spec.fp8, mc_.n_layer);
+  fp8_ = std::make_unique<Fp8State>(spec.recipe, mc_.n_layer);
   Fp8Options o;
   o.fast_accum = cfg_.precision.fp8.fast_accum;
   be_->set_fp8_options(o);
@@ -360,10 +360,8 @@ void Trainer::print_start() const {
     for (int l = 0; l < mc_.n_layer; l++)
       if (!fp8_->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
     const auto& f = cfg_.precision.fp8;
-    printf(
-        "fp8: block linears in E4M3 (forward) / E5M2 (gradients), %s scaling (history %d, "
-        "margin %d), layers kept in bf16: %s; path: %s%s\n",
-        f.recipe.c_str(), f.history_len, f.margin, kept.empty() ? "none" : kept.c_str(),
+    printf("fp8: block linears: %s; layers kept in bf16: %s; path: %s%s\n",
+           describe(fp8_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
         be_->fp8_path_name().c_str(),
         be_->name() == "cpu" ? ""
         : f.fast_accum       ? ", fast accumulation in the forward GEMM"

@@ -448,7 +448,7 @@ TEST_CASE("fp8: the FP8 linear equals quantize-dequantize with fp32 accumulation
     be->zero(dw);
     be->zero(db);
     Fp8Report gr =
-        be->matmul_backward_fp8(dx, dw, db, G, X, W, N, C, OC, Fp8Quant{1.0f, true, 0}, sx, sw);
+        be->matmul_backward_fp8(dx, dw, db, G, X, W, N, C, OC, Fp8Quant{1.0f, true, 0, ElemFormat::E5M2}, sx, sw);
     float ag = 0;
     for (float v : gv) ag = std::max(ag, std::fabs(v));
     CHECK(gr.amax[0] == ag);
@@ -483,7 +483,7 @@ TEST_CASE("fp8: an overflowed gradient poisons the FP8 backward so the step is s
   be->upload(g, gbits.data());
   be->zero(dw);
   Fp8Report r = be->matmul_backward_fp8(dx, dw, Tensor{}, g, x, w, N, C, OC,
-                                        Fp8Quant{1.0f, true, 0}, 1.0f, 1.0f);
+                                        Fp8Quant{1.0f, true, 0, ElemFormat::E5M2}, 1.0f, 1.0f);
   CHECK(std::isinf(r.amax[0]));
   CHECK(std::isnan(be->sum_squares(dw)));
 }

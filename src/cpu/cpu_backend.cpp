@@ -157,8 +157,8 @@ class CpuBackend final : public Backend {
     Fp8Report rep;
     float* a = copy_wide(inp, s_a_);
     float* b = copy_wide(w, s_b_);
-    rep.scale[0] = qdq(a, inp.numel, quant[0], /*e4m3=*/true, &rep.amax[0]);
-    rep.scale[1] = qdq(b, w.numel, quant[1], true, &rep.amax[1]);
+    rep.scale[0] = qdq(a, inp.numel, quant[0], quant[0].format == ElemFormat::E4M3, &rep.amax[0]);
+    rep.scale[1] = qdq(b, w.numel, quant[1], quant[1].format == ElemFormat::E4M3, &rep.amax[1]);
     float* o = wide(out, s_out_, false);
     cpu::matmul_forward(o, a, b, wide(bias, s_c_, true), N, C, OC);
     narrow_back(out, o);
@@ -174,12 +174,13 @@ class CpuBackend final : public Backend {
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
-    rep.scale[0] = qdq(g, dout.numel, gq, /*e4m3=*/false, &rep.amax[0]);
+    rep.scale[0] = qdq(g, dout.numel, gq, gq.format == ElemFormat::E4M3, &rep.amax[0]);
     float* a = copy_wide(inp, s_a_);
     float* b = copy_wide(w, s_b_);
+    // The forward's E4M3 copies again (the recipe's dgrad and wgrad b operands).
     float unused;
-    qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0}, true, &unused);
-    qdq(b, w.numel, Fp8Quant{w_scale, false, 0}, true, &unused);
+    qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, true, &unused);
+    qdq(b, w.numel, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, true, &unused);
     float* di = wide(dinp, s_out_, false);
     float* dwf = wide(dw, s_dw_, true);
     cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);

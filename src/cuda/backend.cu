@@ -240,6 +240,9 @@ class CudaBackend final : public Backend {
   Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                                const Fp8Quant quant[2]) override {
     need_bf16("matmul_forward_fp8", {out, inp, w, bias});
+    // kernels/matmul_fp8.cuh implements today's recipes: E4M3 forward operands.
+    if (quant[0].format != ElemFormat::E4M3 || quant[1].format != ElemFormat::E4M3)
+      throw Error("cuda backend: the FP8 forward GEMM takes E4M3 operands only");
     const int lin = fp8_slot(w.data);
     fp8_before_call(lin, false);
     const cuda::Fp8Path path = fp8_call_path(N, C, OC, {out.data, inp.data, w.data, bias.data});
@@ -254,6 +257,8 @@ class CudaBackend final : public Backend {
                                 float w_scale) override {
     need_bf16("matmul_backward_fp8", {dinp, dw, dbias, dout, inp, w});
     if (!dinp) throw Error("cuda backend: matmul_backward_fp8 needs dinp");
+    if (gq.format != ElemFormat::E5M2)
+      throw Error("cuda backend: the FP8 backward GEMMs take an E5M2 output gradient only");
     const int lin = fp8_slot(w.data);
     fp8_before_call(lin, true);
     const cuda::Fp8Path path =

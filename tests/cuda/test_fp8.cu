@@ -498,7 +498,7 @@ TEST_CASE("fp8 GEMMs: exact on small integers with power-of-two scales (layouts 
   // delayed scales: inp * 4 and W * 0.5 are exact in E4M3, dout * 8 in E5M2; the sums stay
   // integers below 256, exact in fp32 and in bf16, whatever the accumulation order
   const Fp8Quant q[2] = {Fp8Quant{4.0f, false, 0}, Fp8Quant{0.5f, false, 0}};
-  const Fp8Quant gq{8.0f, false, 0};
+  const Fp8Quant gq{8.0f, false, 0, tg::ElemFormat::E5M2};
   const auto X = fp8t::widen_bf16(d.x), W = fp8t::widen_bf16(d.w), B = fp8t::widen_bf16(d.b),
              G = fp8t::widen_bf16(d.g), DW0 = fp8t::widen_bf16(d.dw0),
              DB0 = fp8t::widen_bf16(d.db0);
@@ -565,7 +565,7 @@ TEST_CASE("fp8 GEMMs: random data against fp64 on the CPU's dequantized operands
                                : fp8_scale_from_amax(1.5f * ag, E5M2_MAX, 2);
       const Fp8Quant q[2] = {Fp8Quant{current ? 1.0f : sx, current, current ? 1 : 0},
                              Fp8Quant{current ? 1.0f : sw, current, 0}};
-      const Fp8Quant gq{current ? 1.0f : sg, current, 0};
+      const Fp8Quant gq{current ? 1.0f : sg, current, 0, tg::ElemFormat::E5M2};
       const auto X = qdq_all(Fp8Format::E4M3, d.x, sx), W = qdq_all(Fp8Format::E4M3, d.w, sw),
                  G = qdq_all(Fp8Format::E5M2, d.g, sg);
       const auto B = fp8t::widen_bf16(d.b), DW0 = fp8t::widen_bf16(d.dw0),
@@ -616,7 +616,7 @@ TEST_CASE("fp8 GEMMs: a non-finite operand makes the outputs NaN, as on the CPU"
       CAPTURE(fp8_path_name(path));
       CAPTURE(current);
       const Fp8Quant q[2] = {Fp8Quant{1.0f, current, 0}, Fp8Quant{64.0f, current, 0}};
-      const Fp8Quant gq{1000.0f, current, 0};
+      const Fp8Quant gq{1000.0f, current, 0, tg::ElemFormat::E5M2};
       // NaN / inf in the forward input: out all NaN; dinp stays finite (it does not involve
       // inp), dw all NaN (inp enters it, requantized with the forward's scale)
       for (uint16_t bad : {uint16_t(0x7fc0), uint16_t(0x7f80)}) {

@@ -60,7 +60,7 @@ void check_linear(const Fp8Case& cs, bool current, const tg::Fp8Options& opt, bo
   Pair dout = tw.rand(t, size_t(N) * OC, seed + 3, 1e-3f);
   Pair dinp = tw.poisoned(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, seed + 4, 0.01f),
        db = tw.rand(t, OC, seed + 5, 0.01f);
-  tg::Fp8Quant gq{current ? 1.f : 3.1e7f, current, 0};
+  tg::Fp8Quant gq{current ? 1.f : 3.1e7f, current, 0, tg::ElemFormat::E5M2};
   tg::Fp8Report bc = tw.cpu->matmul_backward_fp8(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu,
                                                  N, C, OC, gq, rc.scale[0], rc.scale[1]);
   tg::Fp8Report bg = tw.gpu->matmul_backward_fp8(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu,

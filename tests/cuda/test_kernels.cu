@@ -183,7 +183,7 @@ TEST_CASE("cuda: FP8 quantize-dequantize matmuls match the CPU emulation") {
     Pair dout = tw.rand(t, size_t(N) * OC, 43, 1e-3f);
     Pair dinp = tw.poisoned(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, 44),
          db = tw.rand(t, OC, 45);
-    tg::Fp8Quant gq{current ? 1.f : 2e6f, current, 0};
+    tg::Fp8Quant gq{current ? 1.f : 2e6f, current, 0, tg::ElemFormat::E5M2};
     rc = tw.cpu->matmul_backward_fp8(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC,
                                      gq, rc.scale[0], rc.scale[1]);
     rg = tw.gpu->matmul_backward_fp8(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC,
