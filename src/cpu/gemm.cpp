@@ -75,27 +75,37 @@ bool have_blas() {
 
 void set_gemm_loops(bool loops) { g_use_loops = loops || !have_blas(); }
 
-void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
-          float beta, float* C, int ldc) {
+namespace {
 #ifndef TG_NO_BLAS
-  if (!g_use_loops) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
+void blas_gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
+               int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+void blas_gemm(bool ta, bool tb, int M, int N, int K, const double* A, int lda, const double* B,
+               int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0, A, lda, B, ldb, beta, C, ldc);
+}
+#endif
+
+template <typename T>
+void gemm_any(bool ta, bool tb, int M, int N, int K, const T* A, int lda, const T* B, int ldb,
+              T beta, T* C, int ldc) {
+#ifndef TG_NO_BLAS
+  if (!g_use_loops) return blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 #endif
   gemm_loops(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
+}  // namespace
+
+void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+          float beta, float* C, int ldc) {
+  gemm_any(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
 void gemm(bool ta, bool tb, int M, int N, int K, const double* A, int lda, const double* B, int ldb,
           double beta, double* C, int ldc) {
-#ifndef TG_NO_BLAS
-  if (!g_use_loops) {
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-#endif
-  gemm_loops(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  gemm_any(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 void blas_set_threads(int n) {

@@ -42,28 +42,10 @@ double rel(const std::vector<double>& a, const std::vector<double>& b, size_t of
 double model_tol(DType t) { return t == DType::F32 ? 1e-4 : 3e-2; }
 
 std::vector<nlohmann::json> read_train_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") out.push_back(j);
-  }
-  return out;
+  return tgt::read_metrics(path, "train");
 }
 
-const std::string& toy_data() {
-  static tgt::TempDir dir;
-  static bool made = false;
-  if (!made) {
-    std::string out;
-    REQUIRE(
-        tgt::run_binary("prepare toy --out " + dir.path + " --train_tokens 65536 --val_tokens 4096",
-                        &out) == 0);
-    made = true;
-  }
-  return dir.path;
-}
+const std::string& toy_data() { return tgt::toy_dir(); }
 
 std::string train_args(const std::string& out_dir, const std::string& device,
                        const std::string& mode) {
