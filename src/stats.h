@@ -1,0 +1,44 @@
+// stats.h: the statistics behind a precision verdict over several seeds.
+//
+// Each mode runs with N seeds; its final val losses are compared with the reference
+// mode's (fp32) by Welch's t-test (unequal variances, Welch-Satterthwaite degrees of
+// freedom, two-sided p-value from Student's t distribution). A difference is reported in
+// units of its standard error ("sigma"); the verdict says "same within seed noise" unless
+// p < alpha.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tg {
+
+struct Sample {
+  size_t n = 0;
+  double mean = 0, stddev = 0, min = 0, max = 0;  // stddev: sample (n - 1) estimate
+};
+Sample describe_sample(const std::vector<double>& x);
+
+struct WelchResult {
+  double diff = 0;   // mean(a) - mean(b)
+  double se = 0;     // standard error of the difference
+  double t = 0;      // diff / se (inf when se == 0 and diff != 0)
+  double df = 0;     // Welch-Satterthwaite degrees of freedom
+  double p = 1;      // two-sided
+  bool valid = false;  // false when either side has fewer than 2 values
+};
+WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>& b);
+
+// Two-sided p-value of Student's t with df degrees of freedom: P(|T| >= |t|).
+double student_t_two_sided_p(double t, double df);
+// The regularized incomplete beta function I_x(a, b), a, b > 0, x in [0, 1].
+double incomplete_beta(double a, double b, double x);
+
+struct Verdict {
+  std::string kind;  // "same", "worse", "better" or "n/a"
+  std::string text;  // e.g. "worse than fp32 by 4.1 sigma (Welch t-test, p = 0.003)"
+  WelchResult test;
+};
+// The verdict on a mode's final losses against the reference's (lower is better).
+Verdict loss_verdict(const std::vector<double>& mode, const std::vector<double>& reference,
+                     const std::string& reference_name, double alpha = 0.05);
+
+}  // namespace tg
