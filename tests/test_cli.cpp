@@ -321,29 +321,52 @@ TEST_CASE("cli: fp8 20-step loss curve within 5% of fp32, and bit-exact resume")
   for (int i = 0; i < 20; i++) CHECK(y[i]["loss"].get<double>() == x[i]["loss"].get<double>());
 }
 
-TEST_CASE("cli: compare runs every mode and writes the report") {
+TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and resumes") {
   tgt::TempDir out_dir;
   const std::string& d = toy_dir();
   std::string out;
-  int rc = run_binary(
+  const std::string cmd =
       "compare --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
       "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
       "--data.train='" +
-          d + "/toy_train_*.bin' --data.val='" + d +
-          "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
-          "--train.steps=8 --train.threads=2 --checkpoint.every=0 "
-          "--modes fp32,bf16,fp16,fp16-noscale,fp8 --out " +
-          out_dir.path,
-      &out);
+      d + "/toy_train_*.bin' --data.val='" + d +
+      "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
+      "--train.steps=8 --train.threads=2 --checkpoint.every=4 "
+      "--modes fp32,bf16,fp16-noscale,fp8 --seeds 2 --out " +
+      out_dir.path;
+  int rc = run_binary(cmd, &out);
   INFO(out);
   REQUIRE(rc == 0);
+  CHECK(out.find("compare: run 8/8 done") != std::string::npos);
   std::string report = slurp(out_dir / "report.md");
-  for (const char* mode : {"| fp32 |", "| bf16 |", "| fp16 |", "| fp16-noscale |", "| fp8 |"})
+  for (const char* mode : {"| fp32 |", "| bf16 |", "| fp16-noscale |", "| fp8 |"})
     CHECK(report.find(mode) != std::string::npos);
+  CHECK(report.find("Welch") != std::string::npos);
+  CHECK(report.find(" ± ") != std::string::npos);
   json cmp = json::parse(slurp(out_dir / "compare.json"));
-  CHECK(cmp["modes"].size() == 5);
-  CHECK(tg::file_exists(out_dir / "fp8/metrics.jsonl"));
+  REQUIRE(cmp["modes"].size() == 4);
+  CHECK(cmp["seeds"] == 2);
+  for (const auto& m : cmp["modes"]) {
+    CHECK(m["runs"].size() == 2);
+    if (m["name"] != "fp32") CHECK(m["stats"].contains("verdict"));
+  }
+  CHECK(tg::file_exists(out_dir / "fp8/seed1338/metrics.jsonl"));
+  CHECK(tg::file_exists(out_dir / "loss.png"));
+  // Seeds differ: the two fp32 runs do not train the same losses.
+  auto a = read_metrics(out_dir / "fp32/seed1337/metrics.jsonl", "train");
+  auto b = read_metrics(out_dir / "fp32/seed1338/metrics.jsonl", "train");
+  CHECK(a.back()["loss"] != b.back()["loss"]);
+  // The same command again reuses every finished run; an interrupted one resumes.
+  const std::string fp8_dir = out_dir / "fp8/seed1338";
+  tg::remove_tree(fp8_dir + "/summary.json");
+  tg::remove_tree(fp8_dir + "/ckpt_00000008");
+  REQUIRE(run_binary(cmd, &out) == 0);
+  CHECK(out.find("fp32 finished earlier with this config") != std::string::npos);
+  CHECK(out.find("fp8 was interrupted; resuming it") != std::string::npos);
+  CHECK(out.find("resumed from " + fp8_dir + "/ckpt_00000004") != std::string::npos);
+  CHECK(read_metrics(fp8_dir + "/metrics.jsonl", "train").size() == 8);
   CHECK(run_binary("compare --modes fp9", &out) == 2);
+  CHECK(run_binary("compare --seeds 0", &out) == 2);
 }
 
 TEST_CASE("cli: numerics telemetry shows fp16 underflow that fp32 does not have") {
