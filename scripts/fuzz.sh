@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh: runs the libFuzzer targets (build/fuzz/fuzz_<target>, from `make fuzz`) one after
-# another for SECONDS each, and prints a table of executions, coverage and findings.
+# another for SECONDS each, and prints a table of wall and CPU time, executions,
+# coverage (cov: code edges, ft: features) and findings.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s; shard model_file checkpoint config)
 #
@@ -22,18 +23,27 @@ declare -A MAX_LEN=([shard]=4096 [model_file]=8192 [checkpoint]=16384 [config]=4
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-# One libFuzzer run of target $1 for $2 seconds, appended to the log; prints its exit code.
+TIMES=$(mktemp)
+trap 'rm -f "$TIMES"' EXIT
+
+# Sets CPU_NOW: user+system seconds of this shell's finished children (the fuzzers).
+cpu_now() {
+  times >"$TIMES"
+  CPU_NOW=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m");
+    print int(u[1] * 60 + u[2] + s[1] * 60 + s[2]) }' "$TIMES")
+}
+
+# One libFuzzer run of target $1 for $2 seconds, appended to its log; sets RC.
 fuzz_once() {
-  local t=$1 secs=$2 scratch dict=() rc
+  local t=$1 secs=$2 scratch dict=()
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/tg_fuzz_run_XXXXXX")
   TMPDIR=$scratch nice -n 10 "build/fuzz/fuzz_$t" -max_total_time="$secs" -rss_limit_mb=2048 \
     -malloc_limit_mb=1024 -timeout=10 -max_len="${MAX_LEN[$t]:-4096}" -print_final_stats=1 \
     -artifact_prefix="build/fuzz/artifacts/$t/" "${dict[@]}" "build/fuzz/corpus/$t" \
     "tests/fuzz/corpus/$t" >>"build/fuzz/logs/$t.log" 2>&1
-  rc=$?
+  RC=$?
   rm -rf "$scratch"
-  echo "$rc"
 }
 
 # A timeout that does not reproduce (the process was stopped or starved for a while, as on
@@ -50,44 +60,54 @@ spurious_timeout() {
   return 1
 }
 
-summary=()
-status=0
+findings() { ls "build/fuzz/artifacts/$1" | grep -vc '^slow-unit-'; }
+
+# Fuzzes target $1 for SECONDS_EACH seconds of wall time, or until a finding; adds a line
+# to SUMMARY (with the CPU seconds the fuzzer got: less on a busy machine).
+fuzz_target() {
+  local t=$1 log=build/fuzz/logs/$1.log before begin cpu0 left skipped=0
+  mkdir -p "build/fuzz/corpus/$t" "build/fuzz/artifacts/$t" build/fuzz/logs
+  : >"$log"
+  before=$(findings "$t")
+  echo "fuzz.sh: $t for ${SECONDS_EACH}s (log $log)"
+  begin=$(date +%s)
+  cpu_now
+  cpu0=$CPU_NOW
+  left=$SECONDS_EACH
+  while :; do
+    fuzz_once "$t" "$left"
+    left=$((SECONDS_EACH - ($(date +%s) - begin)))
+    [ "$RC" -eq 0 ] && break
+    spurious_timeout "$t" || break
+    skipped=$((skipped + 1))
+    RC=0
+    echo "fuzz.sh: $t: a timeout did not reproduce (set aside); continuing" | tee -a "$log"
+    [ "$left" -gt 5 ] || break
+  done
+  cpu_now
+  local last execs cov ft
+  last=$(grep -E '^#[0-9]+' "$log" | tail -1)
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | awk '{s += $1} END {print s}')
+  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+  [ "$RC" -ne 0 ] && STATUS=1
+  SUMMARY+=("$(printf '%-11s %6ss %6ss %12s %7s %7s %4s %8s %8s' "$t" "$(($(date +%s) - begin))" \
+    "$((CPU_NOW - cpu0))" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$RC" "$(($(findings "$t") - before))" \
+    "$skipped")")
+}
+
+SUMMARY=()
+STATUS=0
 for t in "${TARGETS[@]}"; do
   if [ ! -x "build/fuzz/fuzz_$t" ]; then
     echo "fuzz.sh: build/fuzz/fuzz_$t is missing (run make fuzz)" >&2
     exit 2
   fi
-  log=build/fuzz/logs/$t.log
-  mkdir -p "build/fuzz/corpus/$t" "build/fuzz/artifacts/$t" build/fuzz/logs
-  : >"$log"
-  findings() { ls "build/fuzz/artifacts/$t" | grep -vc '^slow-unit-'; }
-  before=$(findings)
-  echo "fuzz.sh: $t for ${SECONDS_EACH}s (log $log)"
-  begin=$(date +%s)
-  left=$SECONDS_EACH
-  skipped=0
-  while :; do
-    rc=$(fuzz_once "$t" "$left")
-    left=$((SECONDS_EACH - ($(date +%s) - begin)))
-    if [ "$rc" -ne 0 ] && spurious_timeout "$t"; then
-      skipped=$((skipped + 1))
-      echo "fuzz.sh: $t: a timeout did not reproduce (set aside); continuing" | tee -a "$log"
-      [ "$left" -gt 5 ] && continue
-      rc=0
-    fi
-    break
-  done
-  last=$(grep -E '^#[0-9]+' "$log" | tail -1)
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | awk '{s += $1} END {print s}')
-  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
-  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
-  found=$(($(findings) - before))
-  [ "$rc" -ne 0 ] && status=1
-  summary+=("$(printf '%-11s %6ss %12s %7s %7s %5s %8s %8s' "$t" "$(($(date +%s) - begin))" \
-    "${execs:-?}" "${cov:-?}" "${ft:-?}" "$rc" "$found" "$skipped")")
+  fuzz_target "$t"
 done
 
-printf '\n%-11s %7s %12s %7s %7s %5s %8s %8s\n' target time execs cov ft rc findings spurious
-printf '%s\n' "${summary[@]}"
-[ "$status" -ne 0 ] && echo "fuzz.sh: findings under build/fuzz/artifacts/ (logs in build/fuzz/logs/)"
-exit "$status"
+printf '\n%-11s %7s %7s %12s %7s %7s %4s %8s %8s\n' target wall cpu execs cov ft rc findings \
+  spurious
+printf '%s\n' "${SUMMARY[@]}"
+[ "$STATUS" -ne 0 ] && echo "fuzz.sh: findings under build/fuzz/artifacts/ (logs in build/fuzz/logs/)"
+exit "$STATUS"

@@ -323,16 +323,21 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
     const size_t lo = std::max(begin, size_t(fb)), hi = std::min(end, size_t(fb + fc));
     if (lo >= hi) continue;  // not ours: not even read
     std::vector<char> bytes = verify(name);
-    int32_t h[256] = {};
-    memcpy(h, bytes.data(), std::min(bytes.size(), sizeof(h)));
+    if (bytes.size() < 1024)
+      throw Error(
+          strf("checkpoint file %s is truncated: %zu bytes, shorter than the 1024-byte "
+               "header",
+               path.c_str(), bytes.size()));
+    int32_t h[256];
+    memcpy(h, bytes.data(), sizeof(h));
     int64_t total = 0, hb = 0, hc = int64_t(n);
     memcpy(&total, &h[2], 8);
     if (sharded) {
       memcpy(&hb, &h[4], 8);
       memcpy(&hc, &h[6], 8);
     }
-    if (bytes.size() < 1024 || h[0] != kStateMagic || h[1] != (sharded ? 2 : 1) ||
-        total != int64_t(n) || hb != fb || hc != fc || bytes.size() != 1024 + 8 * size_t(fc))
+    if (h[0] != kStateMagic || h[1] != (sharded ? 2 : 1) || total != int64_t(n) || hb != fb ||
+        hc != fc || bytes.size() != 1024 + 8 * size_t(fc))
       throw Error(strf("checkpoint file %s has a bad header or size", path.c_str()));
     const char* mp = bytes.data() + 1024;
     const char* vp = mp + 4 * size_t(fc);
