@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <fstream>
 #include <functional>
@@ -370,6 +371,23 @@ std::vector<ConfigKeyInfo> config_keys() {
   return out;
 }
 
+namespace {
+// cxxopts matches every argument with std::regex, whose recursion overflows the stack on an
+// argument of some 20000 characters; no path or key needs more than this.
+constexpr size_t kMaxArgLength = 4096;
+
+void check_arg_lengths(int argc, char** argv) {
+  for (int i = 0; i < argc; i++) {
+    const size_t n = strlen(argv[i]);
+    if (n > kMaxArgLength)
+      throw UsageError(
+          strf("command-line argument %d is %zu characters long, more than the %zu allowed "
+               "(put long values in the --config file)",
+               i, n, kMaxArgLength));
+  }
+}
+}  // namespace
+
 bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
                        const std::vector<ExtraOption>& extra,
                        std::vector<std::pair<std::string, std::string>>* extra_values,
@@ -394,6 +412,7 @@ bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& pr
       opts.add_options("config keys")(
           k.name, k.help + " [" + k.type + "]",
           cxxopts::value<std::string>()->default_value(k.default_value));
+  check_arg_lengths(argc, argv);
   cxxopts::ParseResult r;
   try {
     r = opts.parse(argc, argv);
