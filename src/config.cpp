@@ -222,6 +222,17 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
   }
 }
 
+// Whether s is valid UTF-8, as every value must be to be written to config.json and
+// checkpoints (JSON input always is; the command line need not be).
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
 void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
@@ -253,7 +264,7 @@ void config_load_file(Config& cfg, const std::string& path) {
   json j;
   try {
     j = json::parse(f, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw UsageError(strf("config file %s is not valid JSON: %s", path.c_str(), e.what()));
   }
   config_apply_json(cfg, j, "config file " + path);
@@ -291,7 +302,10 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
         bad_value(*k, "'" + text + "' is not a boolean", origin);
       break;
     case Kind::String:
-    case Kind::Choice: v = text; break;
+    case Kind::Choice:
+      if (!valid_utf8(text)) bad_value(*k, "the value is not valid UTF-8", origin);
+      v = text;
+      break;
     case Kind::IntList: {
       v = json::array();
       size_t pos = 0;
