@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "src/checkpoint.h"
@@ -159,11 +160,36 @@ bool plain_name(const std::string& s) {
 
 std::string hex64(uint64_t x) { return tg::strf("%016llx", (unsigned long long)x); }
 
-// Writes the parts as a checkpoint directory; with kFixChecksums, state.json's entries of
-// the files written get their true sizes and checksums.
-void write_checkpoint_dir(const std::string& dir, uint8_t flags,
+// What kRetype puts in place of a state.json node: every JSON type, and numbers no field
+// can hold.
+const char* const kRetypeValues[] = {
+    "\"x\"", "1.5", "1e300", "-1",  "-9223372036854775808", "18446744073709551615",
+    "[]",    "{}",  "null",  "true"};
+
+// The nodes below j down to depth 8, depth first.
+void collect_nodes(json& j, std::vector<json*>& out, int depth = 0) {
+  if (!j.is_structured() || depth == 8) return;
+  for (auto& v : j) {
+    out.push_back(&v);
+    collect_nodes(v, out, depth + 1);
+  }
+}
+
+// kRetype: node `which` (depth first) of the state gets kRetypeValues[value].
+void retype_node(json& st, uint8_t which, uint8_t value) {
+  std::vector<json*> nodes;
+  collect_nodes(st, nodes);
+  if (nodes.empty()) return;
+  *nodes[which % nodes.size()] = json::parse(kRetypeValues[value % std::size(kRetypeValues)]);
+}
+
+// Writes the parts as a checkpoint directory (control: the input's first 5 bytes); with
+// kFixChecksums, state.json's entries of the files written get their true sizes and
+// checksums, then with kRetype one node of the state changes type.
+void write_checkpoint_dir(const std::string& dir, const uint8_t* control,
                           const std::vector<std::string>& parts) {
   if (parts.empty()) return;
+  const uint8_t flags = control[0];
   json st = json::parse(parts[0], nullptr, false);
   const bool listed = st.is_object() && st.contains("files") && st["files"].is_object();
   std::vector<std::pair<std::string, const std::string*>> files;
@@ -185,7 +211,8 @@ void write_checkpoint_dir(const std::string& dir, uint8_t flags,
       st["files"][name]["fnv1a64"] = hex64(tg::fnv1a64(bytes->data(), bytes->size()));
     }
   }
-  if ((flags & kFixChecksums) && listed) {
+  if ((flags & kRetype) && st.is_structured()) retype_node(st, control[1], control[2]);
+  if (((flags & kFixChecksums) && listed) || ((flags & kRetype) && st.is_structured())) {
     try {
       state_text = st.dump(1);
     } catch (const json::exception&) {
@@ -318,7 +345,7 @@ Outcome fuzz_checkpoint(const uint8_t* data, size_t size) {
   const uint8_t flags = data[0];
   const std::vector<std::string> parts = split_parts(data + 5, size - 5);
   const std::string dir = fresh_dir("ckpt");
-  write_checkpoint_dir(dir, flags, parts);
+  write_checkpoint_dir(dir, data, parts);
   const tg::GPTConfig cfg = (flags & kArchFromModel) && parts.size() > 1 ? header_config(parts[1])
                                                                          : seed_checkpoint_config();
   size_t begin = 0, count = SIZE_MAX;

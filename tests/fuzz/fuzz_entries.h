@@ -13,8 +13,9 @@
 //               world-1 (bits 6-7); [1] T-1 (bits 0-2), rank (bits 3-4, mod world);
 //               [2..9] a loader row (uint64), [10] its epoch; then the shard file.
 //   model_file: the whole input is the model file.
-//   checkpoint: [0] flags (kFix*, kArch*, range bits 2-3); [1..2] begin, [3..4] count
-//               (uint16, 0xffff: to the end; used with range 3); then parts, each a uint32
+//   checkpoint: [0] flags (kFix*, kArch*, range bits 2-3, kRetype); [1..2] begin, [3..4]
+//               count (uint16, 0xffff: to the end; used with range 3), [1] and [2] also
+//               pick the node and value of kRetype; then parts, each a uint32
 //               length and its bytes (a length past the end takes the rest): state.json,
 //               model.bin, then the optimizer files, named by the keys of state.json's
 //               "files" other than model.bin, in order (optim.bin when there are none).
@@ -59,6 +60,7 @@ void fuzz_load_checkpoint_dir(const std::string& dir, const tg::GPTConfig& cfg, 
 constexpr uint8_t kFixChecksums = 1;   // rewrite state.json's sizes and checksums to match
 constexpr uint8_t kArchFromModel = 2;  // the architecture from model.bin's header
 constexpr uint8_t kRangeShift = 2;     // 0 all, 1 first half, 2 second half, 3 bytes 1-4
+constexpr uint8_t kRetype = 16;  // state.json node byte 1 gets a value of another type (byte 2)
 // The architecture asked for when kArchFromModel is not set (the seeds' checkpoints).
 tg::GPTConfig seed_checkpoint_config();
 // Packs a checkpoint input from its parts (state.json text, model.bin, optimizer files).

@@ -118,6 +118,9 @@ void checkpoint_seeds() {
                                           file(d + "/optim.bin")};
   put("checkpoint", "whole", tgfuzz::pack_checkpoint_input(0, 0, 0, parts));
   put("checkpoint", "whole_fixed", tgfuzz::pack_checkpoint_input(kFixChecksums, 0, 0, parts));
+  // kRetype: one node of the state gets another type (node in byte 1, value in byte 2).
+  put("checkpoint", "whole_fixed_retyped",
+      tgfuzz::pack_checkpoint_input(kFixChecksums | tgfuzz::kRetype, 17 | 2 << 8, 0, parts));
   put("checkpoint", "arch_from_model_second_half",
       tgfuzz::pack_checkpoint_input(kArchFromModel | 2 << kRangeShift, 0, 0, parts));
 
