@@ -44,6 +44,19 @@ std::vector<char> model_file_bytes(const GPTConfig& c, const std::vector<float>&
 
 std::string hex64(uint64_t x) { return strf("%016llx", (unsigned long long)x); }
 
+// Fields of state.json, read without trusting their types (json's value() throws on a
+// wrong type, and converts a float like 1e300 to an integer with undefined behavior).
+// obj[key] when it is a string, else "".
+std::string string_field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+// obj[key] when it is a non-negative integer, else `otherwise`.
+uint64_t uint_field(const json& obj, const char* key, uint64_t otherwise) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number_unsigned() ? it->get<uint64_t>() : otherwise;
+}
+
 void check_arch(const std::string& path, const GPTConfig& got, const GPTConfig& want) {
   auto mismatch = [&](const char* key, int a, int b) {
     if (a != b)
@@ -270,9 +283,9 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
   } catch (const std::exception& e) {
     throw Error(strf("checkpoint state %s is not valid JSON: %s", state_path.c_str(), e.what()));
   }
-  if (!cd.state.is_object() || cd.state.value("format", "") != "train_gpt-state")
+  if (!cd.state.is_object() || string_field(cd.state, "format") != "train_gpt-state")
     throw Error(strf("checkpoint state %s is not a train_gpt state file", state_path.c_str()));
-  if (cd.state.value("version", 0) != 1)
+  if (uint_field(cd.state, "version", 0) != 1)
     throw Error(strf("checkpoint state %s has unsupported version", state_path.c_str()));
   if (!cd.state.contains("files") || !cd.state["files"].is_object())
     throw Error(strf("checkpoint state %s lists no files", state_path.c_str()));
@@ -282,12 +295,12 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
     std::string path = join_path(dir, name);
     std::vector<char> bytes = read_file(path, "checkpoint file");
     const json& f = files[name];
-    if (!f.is_object() || f.value("bytes", uint64_t(0)) != bytes.size())
+    if (!f.is_object() || uint_field(f, "bytes", UINT64_MAX) != bytes.size())
       throw Error(
           strf("checkpoint file %s is truncated or corrupt: size %zu does not match "
                "state.json",
                path.c_str(), bytes.size()));
-    if (f.value("fnv1a64", "") != hex64(fnv1a64(bytes.data(), bytes.size())))
+    if (string_field(f, "fnv1a64") != hex64(fnv1a64(bytes.data(), bytes.size())))
       throw Error(strf("checkpoint file %s is corrupt: checksum mismatch", path.c_str()));
     return bytes;
   };
