@@ -1,6 +1,7 @@
 # train_gpt build. `make` builds ./train_gpt (nvcc when installed, else g++ alone),
 # `make run` trains the default config, `make test` runs the test suite,
 # `make bench` prints the benchmark table. SAN=1 builds with ASan+UBSan (g++ only).
+# `make fuzz` builds the libFuzzer targets (clang++), `make fuzz-run` runs them.
 #
 # Variables: NO_MPI=1 builds without OpenMPI; NO_BLAS=1 builds without OpenBLAS (the CPU
 # matmuls use src/cpu/gemm.cpp's own loop nest); EXTRA_CFLAGS adds flags to every compile
@@ -81,7 +82,8 @@ endif
 
 SRC      := $(wildcard src/*.cpp src/cpu/*.cpp)
 OBJ      := $(SRC:%.cpp=$(BUILD)/%.o)
-TEST_SRC := $(wildcard tests/*.cpp)
+# tests/fuzz/fuzz_entries.cpp: the fuzz targets' bodies, also run by test_fuzz_regressions.cpp.
+TEST_SRC := $(wildcard tests/*.cpp) tests/fuzz/fuzz_entries.cpp
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/%.o)
 ifneq ($(USE_NVCC),)
   CU_SRC      := $(if $(HAVE_NCCL),$(wildcard src/cuda/*.cu),$(filter-out src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)))
@@ -92,7 +94,7 @@ else
   TEST_CU_OBJ :=
 endif
 
-.PHONY: all deps run test bench clean format gpu-check
+.PHONY: all deps run test bench clean format gpu-check fuzz fuzz-run fuzz-seeds
 all: $(BIN)
 
 deps:
@@ -173,11 +175,47 @@ bench: $(BIN)
 gpu-check:
 	bash scripts/gpu_check.sh
 
+# libFuzzer targets for the readers of untrusted files (tests/fuzz/: shards, model files,
+# checkpoints, configs), built by clang++ with ASan+UBSan into build/fuzz/fuzz_<target>
+# from only the sources those readers need (no MPI, no BLAS, no CUDA). `make fuzz-run
+# FUZZ_SECONDS=600` runs each target in turn on its corpus (scripts/fuzz.sh); `make
+# fuzz-seeds` rewrites the seed corpora tests/fuzz/corpus/ from the project's own writers.
+FUZZ_CXX     ?= clang++
+FUZZ_DIR     := build/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wextra \
+                -Wno-unknown-pragmas -MMD -MP -I. -DTG_NO_MPI -DTG_NO_BLAS $(EXTRA_CFLAGS)
+FUZZ_TARGETS := shard model_file checkpoint config
+FUZZ_LIB_SRC := src/common.cpp src/fileio.cpp src/data.cpp src/checkpoint.cpp src/model.cpp \
+                src/fp8.cpp src/recipe.cpp src/run_state.cpp src/config.cpp \
+                tests/fuzz/fuzz_entries.cpp
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_SECONDS ?= 60
+
+$(FUZZ_DIR)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
+$(FUZZ_DIR)/make_seeds: $(FUZZ_DIR)/tests/fuzz/make_seeds.o $(FUZZ_LIB_OBJ)
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -o $@ $^
+
+# The targets' own objects are kept (they are intermediates of a pattern chain).
+.SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/tests/fuzz/fuzz_%.o) $(FUZZ_DIR)/tests/fuzz/make_seeds.o
+fuzz: $(FUZZ_BINS)
+
+fuzz-run: fuzz
+	scripts/fuzz.sh $(FUZZ_SECONDS)
+
+fuzz-seeds: $(FUZZ_DIR)/make_seeds
+	$(FUZZ_DIR)/make_seeds
+
 format:
-	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h \
+	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h tests/fuzz/*.cpp tests/fuzz/*.h \
 	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h
 
 clean:
 	rm -rf build train_gpt
 
--include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d

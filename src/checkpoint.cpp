@@ -45,6 +45,19 @@ std::vector<char> model_file_bytes(const GPTConfig& c, const std::vector<float>&
 
 std::string hex64(uint64_t x) { return strf("%016llx", (unsigned long long)x); }
 
+// Fields of state.json, read without trusting their types (json's value() throws on a
+// wrong type, and converts a float like 1e300 to an integer with undefined behavior).
+// obj[key] when it is a string, else "".
+std::string string_field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+// obj[key] when it is a non-negative integer, else `otherwise`.
+uint64_t uint_field(const json& obj, const char* key, uint64_t otherwise) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number_unsigned() ? it->get<uint64_t>() : otherwise;
+}
+
 void check_arch(const std::string& path, const GPTConfig& got, const GPTConfig& want) {
   auto mismatch = [&](const char* key, int a, int b) {
     if (a != b)
@@ -228,8 +241,7 @@ void write_manifest(const std::string& dir, const std::string& state_text) {
 // The run id recorded in a checkpoint, or "" when its state cannot be read and verified.
 std::string checkpoint_run_id(const std::string& dir) {
   try {
-    json st = read_checkpoint_state(dir);
-    return st.value("run_id", "");
+    return string_field(read_checkpoint_state(dir), "run_id");
   } catch (const std::exception&) {
     return "";
   }
@@ -263,7 +275,7 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
                                const std::vector<OptimFileRecord>& shards, int keep) {
   const std::string final_dir = join_path(out_dir, strf("ckpt_%08lld", (long long)step));
   const std::string tmp_dir = checkpoint_tmp_dir(out_dir, step);
-  const std::string run_id = state_in.is_object() ? state_in.value("run_id", "") : "";
+  const std::string run_id = state_in.is_object() ? string_field(state_in, "run_id") : "";
   try {
     std::vector<char> model = model_file_bytes(cfg, params);
     write_file_atomic(join_path(tmp_dir, "model.bin"), model.data(), model.size());
@@ -345,13 +357,13 @@ json read_checkpoint_state(const std::string& dir) {
       throw Error(strf("checkpoint manifest %s is not valid JSON: %s", man_path.c_str(), e.what()));
     }
     const json* f = nullptr;
-    if (man.is_object() && man.value("format", "") == "train_gpt-manifest" &&
+    if (man.is_object() && string_field(man, "format") == "train_gpt-manifest" &&
         man.contains("files") && man["files"].is_object() && man["files"].contains("state.json"))
       f = &man["files"]["state.json"];
     if (!f || !f->is_object())
       throw Error(strf("checkpoint manifest %s does not list state.json", man_path.c_str()));
-    if (f->value("bytes", uint64_t(0)) != text.size() ||
-        f->value("fnv1a64", "") != hex64(fnv1a64(text.data(), text.size())))
+    if (uint_field(*f, "bytes", UINT64_MAX) != text.size() ||
+        string_field(*f, "fnv1a64") != hex64(fnv1a64(text.data(), text.size())))
       throw Error(strf("checkpoint state %s is damaged or was edited: its size or checksum does "
                        "not match %s",
                        state_path.c_str(), man_path.c_str()));
@@ -362,7 +374,7 @@ json read_checkpoint_state(const std::string& dir) {
   } catch (const std::exception& e) {
     throw Error(strf("checkpoint state %s is not valid JSON: %s", state_path.c_str(), e.what()));
   }
-  if (!state.is_object() || state.value("format", "") != "train_gpt-state")
+  if (!state.is_object() || string_field(state, "format") != "train_gpt-state")
     throw Error(strf("checkpoint state %s is not a train_gpt state file", state_path.c_str()));
   const json version = state.value("version", json(0));
   if (!version.is_number_integer() || version.get<int64_t>() < 1 ||
@@ -387,12 +399,12 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
     std::string path = join_path(dir, name);
     std::vector<char> bytes = read_file(path, "checkpoint file");
     const json& f = files[name];
-    if (!f.is_object() || f.value("bytes", uint64_t(0)) != bytes.size())
+    if (!f.is_object() || uint_field(f, "bytes", UINT64_MAX) != bytes.size())
       throw Error(
           strf("checkpoint file %s is truncated or corrupt: size %zu does not match "
                "state.json",
                path.c_str(), bytes.size()));
-    if (f.value("fnv1a64", "") != hex64(fnv1a64(bytes.data(), bytes.size())))
+    if (string_field(f, "fnv1a64") != hex64(fnv1a64(bytes.data(), bytes.size())))
       throw Error(strf("checkpoint file %s is corrupt: checksum mismatch", path.c_str()));
     return bytes;
   };
@@ -428,16 +440,21 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
     const size_t lo = std::max(begin, size_t(fb)), hi = std::min(end, size_t(fb + fc));
     if (lo >= hi) continue;  // not ours: not even read
     std::vector<char> bytes = verify(name);
-    int32_t h[256] = {};
-    memcpy(h, bytes.data(), std::min(bytes.size(), sizeof(h)));
+    if (bytes.size() < 1024)
+      throw Error(
+          strf("checkpoint file %s is truncated: %zu bytes, shorter than the 1024-byte "
+               "header",
+               path.c_str(), bytes.size()));
+    int32_t h[256];
+    memcpy(h, bytes.data(), sizeof(h));
     int64_t total = 0, hb = 0, hc = int64_t(n);
     memcpy(&total, &h[2], 8);
     if (sharded) {
       memcpy(&hb, &h[4], 8);
       memcpy(&hc, &h[6], 8);
     }
-    if (bytes.size() < 1024 || h[0] != kStateMagic || h[1] != (sharded ? 2 : 1) ||
-        total != int64_t(n) || hb != fb || hc != fc || bytes.size() != 1024 + 8 * size_t(fc))
+    if (h[0] != kStateMagic || h[1] != (sharded ? 2 : 1) || total != int64_t(n) || hb != fb ||
+        hc != fc || bytes.size() != 1024 + 8 * size_t(fc))
       throw Error(strf("checkpoint file %s has a bad header or size", path.c_str()));
     const char* mp = bytes.data() + 1024;
     const char* vp = mp + 4 * size_t(fc);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <fstream>
 #include <functional>
@@ -236,6 +237,17 @@ bool is_section(const std::string& name) {
   return false;
 }
 
+// Whether s is valid UTF-8, as every value must be to be written to config.json and
+// checkpoints (JSON input always is; the command line need not be).
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
 void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
@@ -307,7 +319,7 @@ void config_load_file(Config& cfg, const std::string& path) {
   json j;
   try {
     j = parse_json_no_duplicates(std::string(bytes.begin(), bytes.end()), what);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw UsageError(strf("config file %s is not valid JSON: %s", path.c_str(), e.what()));
   }
   config_apply_json(cfg, j, "in " + what);
@@ -345,7 +357,10 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
         bad_value(*k, "'" + text + "' is not a boolean", origin);
       break;
     case Kind::String:
-    case Kind::Choice: v = text; break;
+    case Kind::Choice:
+      if (!valid_utf8(text)) bad_value(*k, "the value is not valid UTF-8", origin);
+      v = text;
+      break;
     case Kind::IntList: {
       v = json::array();
       size_t pos = 0;
@@ -465,6 +480,21 @@ void check_option_value(const ExtraOption& e, const std::string& text) {
     throw UsageError(strf("option --%s: %s is out of range [%g, %g]", e.name.c_str(), text.c_str(),
                           e.lo, e.hi));
 }
+
+// cxxopts matches every argument with std::regex, whose recursion overflows the stack on an
+// argument of some 20000 characters; no path or key needs more than this.
+constexpr size_t kMaxArgLength = 4096;
+
+void check_arg_lengths(int argc, char** argv) {
+  for (int i = 0; i < argc; i++) {
+    const size_t n = strlen(argv[i]);
+    if (n > kMaxArgLength)
+      throw UsageError(
+          strf("command-line argument %d is %zu characters long, more than the %zu allowed "
+               "(put long values in the --config file)",
+               i, n, kMaxArgLength));
+  }
+}
 }  // namespace
 
 bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
@@ -491,6 +521,7 @@ bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& pr
       opts.add_options("config keys")(
           k.name, k.help + " [" + k.type + "]",
           cxxopts::value<std::string>()->default_value(k.default_value));
+  check_arg_lengths(argc, argv);
   cxxopts::ParseResult r;
   try {
     r = opts.parse(argc, argv);

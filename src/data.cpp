@@ -136,7 +136,8 @@ void DataLoader::set_position(const LoaderPosition& p) {
                      (unsigned long long)p.shard, files_.size()));
   pos_ = p;
   load_current();
-  if (pos_.row + uint64_t(B_) * world_ > row_order_.size())
+  // Written so that a huge row from a damaged checkpoint cannot wrap around.
+  if (pos_.row > row_order_.size() || row_order_.size() - pos_.row < uint64_t(B_) * world_)
     throw Error(strf("data position: row %llu out of range for shard %s", (unsigned long long)p.row,
                      files_[loaded_file_].c_str()));
 }
