@@ -1,9 +1,6 @@
 // fuzz_entries.cpp: the fuzz targets' bodies (see fuzz_entries.h for the input layouts):
-// each writes its input as files in a per-process scratch directory and runs one reader.
+// each writes its input as files in a scratch directory of its own and runs one reader.
 #include "fuzz_entries.h"
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -24,8 +21,9 @@ using json = nlohmann::json;
 
 namespace {
 
-// A directory of this process's own (mkdtemp under $TMPDIR, else /dev/shm, else /tmp),
-// removed at exit.
+// A directory of this process's own (mkdtemp under $TMPDIR, else /dev/shm, else /tmp) for
+// one input, removed with everything in it when the input is done (also when an exception
+// escapes; libFuzzer's single-input mode exits without static destructors).
 struct Scratch {
   std::string path;
   Scratch() {
@@ -36,20 +34,10 @@ struct Scratch {
     path = tmpl;
   }
   ~Scratch() { tg::remove_tree(path); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::string operator/(const std::string& name) const { return tg::join_path(path, name); }
 };
-
-const std::string& scratch() {
-  static Scratch s;
-  return s.path;
-}
-
-// An empty directory `name` in the scratch directory.
-std::string fresh_dir(const std::string& name) {
-  std::string dir = tg::join_path(scratch(), name);
-  tg::remove_tree(dir);
-  if (mkdir(dir.c_str(), 0755) != 0) throw std::runtime_error("fuzz: cannot create " + dir);
-  return dir;
-}
 
 void write_bytes(const std::string& path, const void* data, size_t n) {
   FILE* f = fopen(path.c_str(), "wb");
@@ -309,7 +297,8 @@ void check_round_trip(const tg::Config& cfg, int world) {
 Outcome fuzz_shard(const uint8_t* data, size_t size) {
   if (size < size_t(kShardHeader)) return {};
   const LoaderArgs a = loader_args(data);
-  const std::string path = tg::join_path(scratch(), "shard.bin");
+  const Scratch tmp;
+  const std::string path = tmp / "shard.bin";
   write_bytes(path, data + kShardHeader, size - kShardHeader);
   return guarded([&] {
     check_shard(path, a);
@@ -318,7 +307,8 @@ Outcome fuzz_shard(const uint8_t* data, size_t size) {
 }
 
 Outcome fuzz_model_file(const uint8_t* data, size_t size) {
-  const std::string path = tg::join_path(scratch(), "model.bin");
+  const Scratch tmp;
+  const std::string path = tmp / "model.bin";
   write_bytes(path, data, size);
   return guarded([&] {
     tg::ModelFile mf = tg::read_model_file(path);
@@ -374,7 +364,8 @@ Outcome fuzz_checkpoint(const uint8_t* data, size_t size) {
   if (size < 5) return {};
   const uint8_t flags = data[0];
   const std::vector<std::string> parts = split_parts(data + 5, size - 5);
-  const std::string dir = fresh_dir("ckpt");
+  const Scratch tmp;
+  const std::string dir = tmp.path;
   write_checkpoint_dir(dir, data, parts);
   const tg::GPTConfig cfg = (flags & kArchFromModel) && parts.size() > 1 ? header_config(parts[1])
                                                                          : seed_checkpoint_config();
@@ -400,9 +391,10 @@ Outcome fuzz_config(const uint8_t* data, size_t size) {
   const std::string text = rest.substr(0, nul);
   const std::vector<std::string> lines =
       split_lines(nul == std::string::npos ? "" : rest.substr(nul + 1));
+  const Scratch tmp;
   std::string path;
   if (!text.empty() && mode != 1) {
-    path = tg::join_path(scratch(), "config.json");
+    path = tmp / "config.json";
     write_text(path, text);
   }
   tg::Config cfg;
