@@ -364,9 +364,10 @@ json read_checkpoint_state(const std::string& dir) {
       throw Error(strf("checkpoint manifest %s does not list state.json", man_path.c_str()));
     if (uint_field(*f, "bytes", UINT64_MAX) != text.size() ||
         string_field(*f, "fnv1a64") != hex64(fnv1a64(text.data(), text.size())))
-      throw Error(strf("checkpoint state %s is damaged or was edited: its size or checksum does "
-                       "not match %s",
-                       state_path.c_str(), man_path.c_str()));
+      throw Error(
+          strf("checkpoint state %s is damaged or was edited: its size or checksum does "
+               "not match %s",
+               state_path.c_str(), man_path.c_str()));
   }
   json state;
   try {

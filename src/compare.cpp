@@ -90,8 +90,8 @@ json prepare_mode_run(Config& c, const std::string& name) {
   const std::string dir = c.train.out_dir;
   if (earlier_run_files(dir).empty()) return nullptr;
   const json old_cfg = read_json_or_null(join_path(dir, "config.json"));
-  const bool same = !old_cfg.is_null() &&
-                    comparable_config(old_cfg) == comparable_config(config_to_json(c));
+  const bool same =
+      !old_cfg.is_null() && comparable_config(old_cfg) == comparable_config(config_to_json(c));
   if (!same) {
     printf("compare: %s holds a run with another config; it is moved aside\n", dir.c_str());
     c.train.overwrite = true;
@@ -100,8 +100,8 @@ json prepare_mode_run(Config& c, const std::string& name) {
   const json summary = read_json_or_null(join_path(dir, "summary.json"));
   if (summary.is_object() && summary.contains("final_val_loss") &&
       summary.value("steps", -1) == c.train.steps) {
-    printf("compare: %s finished earlier with this config; reusing %s/summary.json\n",
-           name.c_str(), dir.c_str());
+    printf("compare: %s finished earlier with this config; reusing %s/summary.json\n", name.c_str(),
+           dir.c_str());
     return summary;
   }
   printf("compare: %s was interrupted; resuming it from %s\n", name.c_str(), dir.c_str());
@@ -141,7 +141,8 @@ int64_t steps_to_quality(const std::string& dir, double target) {
 
 std::string fmt_secs(double s) {
   const long t = long(s + 0.5);
-  return t >= 3600 ? strf("%ldh%02ldm", t / 3600, (t / 60) % 60) : strf("%ldm%02lds", t / 60, t % 60);
+  return t >= 3600 ? strf("%ldh%02ldm", t / 3600, (t / 60) % 60)
+                   : strf("%ldm%02lds", t / 60, t % 60);
 }
 
 // One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
@@ -153,8 +154,9 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec, i
   c.precision.stochastic_rounding = spec.stochastic;
   if (std::string(spec.name) == "fp8-current") c.precision.fp8.recipe = "current";
   c.train.seed = seed;
-  c.train.out_dir = nseeds > 1 ? join_path(join_path(out, spec.name), strf("seed%lld", (long long)seed))
-                               : join_path(out, spec.name);
+  c.train.out_dir = nseeds > 1
+                        ? join_path(join_path(out, spec.name), strf("seed%lld", (long long)seed))
+                        : join_path(out, spec.name);
   c.checkpoint.resume = false;
   c.train.overwrite = false;
   json r = {{"seed", seed}, {"dir", c.train.out_dir}};
@@ -184,7 +186,8 @@ json mode_stats(const json& runs, const std::vector<double>* ref, double quality
   const Sample s = describe_sample(vals);
   json st = {{"seeds_finished", vals.size()}, {"seeds", runs.size()}};
   if (!vals.empty())
-    st.update({{"val_mean", s.mean}, {"val_std", s.stddev}, {"val_min", s.min}, {"val_max", s.max}});
+    st.update(
+        {{"val_mean", s.mean}, {"val_std", s.stddev}, {"val_min", s.min}, {"val_max", s.max}});
   const std::vector<double> tps = finals(runs, "tokens_per_second");
   if (!tps.empty()) st["tokens_per_second"] = describe_sample(tps).mean;
   if (ref) {
@@ -218,10 +221,14 @@ int cmd_compare(int argc, char** argv) {
        "fp32,bf16,fp16,fp16-noscale,fp8"},
       {"out", "output directory", "runs/compare"},
       int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),
-      number_option("quality", "time-to-quality target: within this fraction of the loss floor "
-                    "(datasets with a floor)", "0.02", 0, 10),
-      number_option("quality_loss", "time-to-quality target as a val loss (datasets without a "
-                    "floor; 0: none)", "0", 0, 1e6)};
+      number_option("quality",
+                    "time-to-quality target: within this fraction of the loss floor "
+                    "(datasets with a floor)",
+                    "0.02", 0, 10),
+      number_option("quality_loss",
+                    "time-to-quality target as a val loss (datasets without a "
+                    "floor; 0: none)",
+                    "0", 0, 1e6)};
   Config base;
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(&base, argc, argv, "train_gpt compare", opts, &ex)) return 0;
@@ -263,11 +270,13 @@ int cmd_compare(int argc, char** argv) {
     json runs = json::array();
     for (int k = 0; k < nseeds; k++) {
       const int64_t seed = base.train.seed + k;
-      printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what, (long long)seed);
+      printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what,
+             (long long)seed);
       fflush(stdout);
       runs.push_back(run_one(base, out, spec, seed, nseeds));
       done++;
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const json& last = runs.back();
       printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", done, total,
              name.c_str(), (long long)seed,
@@ -284,11 +293,12 @@ int cmd_compare(int argc, char** argv) {
   for (auto& r : results)
     r["stats"] = mode_stats(r["runs"], ref_vals.empty() ? nullptr : &ref_vals, quality_target);
 
-  json compare = {{"modes", results},
-                  {"seeds", nseeds},
-                  {"loss_floor", std::isfinite(floor) ? json(floor) : json(nullptr)},
-                  {"quality_target", std::isfinite(quality_target) ? json(quality_target) : json(nullptr)},
-                  {"config", config_to_json(base)}};
+  json compare = {
+      {"modes", results},
+      {"seeds", nseeds},
+      {"loss_floor", std::isfinite(floor) ? json(floor) : json(nullptr)},
+      {"quality_target", std::isfinite(quality_target) ? json(quality_target) : json(nullptr)},
+      {"config", config_to_json(base)}};
   write_text_atomic(join_path(out, "compare.json"), compare.dump(2) + "\n");
 
   // Plots, through matplotlib (scripts/plot_compare.py); the report says when they are missing.
@@ -320,11 +330,11 @@ int cmd_compare(int argc, char** argv) {
       "Model: %d layers, %d heads, %d channels, vocabulary %d; batch %d x %d; %d steps; "
       "%d seed(s) per mode from %lld; data `%s`.\n\n",
       base.model.n_layer, base.model.n_head, base.model.n_embd, base.model.vocab_size,
-      base.data.batch_size, base.data.seq_len, base.train.steps, nseeds,
-      (long long)base.train.seed, base.data.train.c_str());
+      base.data.batch_size, base.data.seq_len, base.train.steps, nseeds, (long long)base.train.seed,
+      base.data.train.c_str());
   if (std::isfinite(floor)) md += strf("Loss floor of the dataset: %.4f nats/token.\n\n", floor);
   const std::string quality_col =
-      std::isfinite(floor) ? strf("steps to within %g%% of the floor", 100 * quality)
+      std::isfinite(floor)            ? strf("steps to within %g%% of the floor", 100 * quality)
       : std::isfinite(quality_target) ? strf("steps to val %.4f", quality_target)
                                       : std::string("steps to quality");
   md += "| mode | final val loss (mean ± std) | min / max | vs fp32 | verdict | " + quality_col +
@@ -350,21 +360,27 @@ int cmd_compare(int argc, char** argv) {
     for (const auto& run : r["runs"])
       if (run.contains("summary")) skipped += run["summary"].value("skipped_steps", 0);
     const int finished = st["seeds_finished"].get<int>(), all = st["seeds"].get<int>();
-    std::string val = st.contains("val_mean")
-                          ? strf("%.4f ± %.4f", st["val_mean"].get<double>(), st["val_std"].get<double>())
-                          : "n/a";
+    std::string val = st.contains("val_mean") ? strf("%.4f ± %.4f", st["val_mean"].get<double>(),
+                                                     st["val_std"].get<double>())
+                                              : "n/a";
     if (finished < all) val += strf(" (%d of %d seeds)", finished, all);
-    const std::string minmax = st.contains("val_min") ? strf("%.4f / %.4f", st["val_min"].get<double>(),
-                                                              st["val_max"].get<double>())
-                                                         : "";
+    const std::string minmax =
+        st.contains("val_min")
+            ? strf("%.4f / %.4f", st["val_min"].get<double>(), st["val_max"].get<double>())
+            : "";
     const int reached = st["quality_reached"].get<int>();
-    const std::string q = reached == 0 ? strf("not reached (0/%d)", all)
-                          : strf("%.0f (%d/%d seeds)", st["steps_to_quality_median"].get<double>(),
-                                 reached, all);
+    const std::string q =
+        reached == 0
+            ? strf("not reached (0/%d)", all)
+            : strf("%.0f (%d/%d seeds)", st["steps_to_quality_median"].get<double>(), reached, all);
     md += strf("| %s | %s | %s | %s | %s | %s | %s | %s | %.1f MiB | %s | %d |\n", name.c_str(),
-               val.c_str(), minmax.c_str(), dval.c_str(), name == "fp32" ? "reference" : verdict.c_str(),
-               q.c_str(), st.contains("tokens_per_second") ? strf("%.0f", st["tokens_per_second"].get<double>()).c_str() : "n/a",
-               dtps.c_str(), (*s)["peak_memory_bytes"].get<size_t>() / 1048576.0, dmem.c_str(), skipped);
+               val.c_str(), minmax.c_str(), dval.c_str(),
+               name == "fp32" ? "reference" : verdict.c_str(), q.c_str(),
+               st.contains("tokens_per_second")
+                   ? strf("%.0f", st["tokens_per_second"].get<double>()).c_str()
+                   : "n/a",
+               dtps.c_str(), (*s)["peak_memory_bytes"].get<size_t>() / 1048576.0, dmem.c_str(),
+               skipped);
   }
   md += strf(
       "\nThe verdict compares each mode's final val losses over its %d seed(s) with fp32's by "

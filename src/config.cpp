@@ -10,8 +10,8 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "common.h"
@@ -288,7 +288,8 @@ json parse_json_no_duplicates(const std::string& text, const std::string& what) 
         if (!seen.back().insert(last_key).second) {
           std::string full;
           for (size_t i = 1; i < path.size(); i++) full += path[i] + ".";
-          throw UsageError(strf("%s: key '%s' appears twice", what.c_str(), (full + last_key).c_str()));
+          throw UsageError(
+              strf("%s: key '%s' appears twice", what.c_str(), (full + last_key).c_str()));
         }
         break;
       }
@@ -304,7 +305,8 @@ json parse_json_no_duplicates(const std::string& text, const std::string& what) 
 
 void config_apply_json(Config& cfg, const json& j, const std::string& origin) {
   if (!j.is_object())
-    throw UsageError(strf("a config must be a JSON object (%s: %s)", origin.c_str(), j.type_name()));
+    throw UsageError(
+        strf("a config must be a JSON object (%s: %s)", origin.c_str(), j.type_name()));
   apply_object(cfg, j, "", origin);
 }
 
@@ -406,7 +408,8 @@ void config_validate(const Config& c, int world) {
         strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 #ifdef TG_NO_BLAS
-  if (c.cpu.gemm == "blas") err("cpu.gemm", "blas: this binary was built without OpenBLAS (NO_BLAS=1)");
+  if (c.cpu.gemm == "blas")
+    err("cpu.gemm", "blas: this binary was built without OpenBLAS (NO_BLAS=1)");
 #endif
 }
 
@@ -474,11 +477,12 @@ void check_option_value(const ExtraOption& e, const std::string& text) {
   } else {
     v = strtod(text.c_str(), &end);
     if (text.empty() || *end || !std::isfinite(v))
-      throw UsageError(strf("option --%s: '%s' is not a finite number", e.name.c_str(), text.c_str()));
+      throw UsageError(
+          strf("option --%s: '%s' is not a finite number", e.name.c_str(), text.c_str()));
   }
   if (!(v >= e.lo && v <= e.hi))
-    throw UsageError(strf("option --%s: %s is out of range [%g, %g]", e.name.c_str(), text.c_str(),
-                          e.lo, e.hi));
+    throw UsageError(
+        strf("option --%s: %s is out of range [%g, %g]", e.name.c_str(), text.c_str(), e.lo, e.hi));
 }
 
 // cxxopts matches every argument with std::regex, whose recursion overflows the stack on an

@@ -49,7 +49,8 @@ struct Config {
     int stop_at_step = 0;  // end this run early, with a checkpoint (0: run to steps)
     int zero_stage = 0;    // 1: ZeRO-1, master weights and Adam moments sharded over ranks
     bool overwrite = false;
-    bool adapt_threads = true;  // fewer CPU threads while another process shares the cores  // a fresh run in a used out_dir moves the old run aside
+    bool adapt_threads = true;  // fewer CPU threads while another process shares the cores  // a
+                                // fresh run in a used out_dir moves the old run aside
   } train;
   // Launching several processes without MPI (src/comm.h): rank and world size from these
   // keys or the environment (TG_RANK, TG_WORLD_SIZE, TG_RENDEZVOUS).

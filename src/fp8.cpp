@@ -22,17 +22,19 @@ void check_supported(const QuantRecipe& r) {
       if (!fp8 || o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32 ||
           o->rounding != RoundMode::Nearest || o->transform != Transform::None ||
           o->source != r.gemm[kForward].a.source)
-        throw UsageError(strf("precision recipe %s: the FP8 linears take per-tensor fp32-scaled "
-                              "E4M3/E5M2 operands with nearest rounding and one scale source",
-                              r.name.c_str()));
+        throw UsageError(
+            strf("precision recipe %s: the FP8 linears take per-tensor fp32-scaled "
+                 "E4M3/E5M2 operands with nearest rounding and one scale source",
+                 r.name.c_str()));
     }
   // The backward GEMMs reuse the forward's quantized input and weight.
   if (r.gemm[kInputGrad].b.elem != r.gemm[kForward].b.elem ||
       r.gemm[kWeightGrad].b.elem != r.gemm[kForward].a.elem ||
       r.gemm[kWeightGrad].a.elem != r.gemm[kInputGrad].a.elem)
-    throw UsageError(strf("precision recipe %s: the backward GEMMs must reuse the forward's "
-                          "operand formats",
-                          r.name.c_str()));
+    throw UsageError(
+        strf("precision recipe %s: the backward GEMMs must reuse the forward's "
+             "operand formats",
+             r.name.c_str()));
 }
 }  // namespace
 
@@ -121,8 +123,8 @@ nlohmann::json Fp8State::to_json() const {
 
 void Fp8State::from_json(const nlohmann::json& j, const std::string& path) {
   auto bad = [&](const std::string& what) {
-    throw Error(strf("checkpoint state %s: field 'fp8.amax_history' %s", path.c_str(),
-                     what.c_str()));
+    throw Error(
+        strf("checkpoint state %s: field 'fp8.amax_history' %s", path.c_str(), what.c_str()));
   };
   if (!j.is_object() || !j.contains("amax_history")) bad("is missing");
   const auto& hist = j["amax_history"];

@@ -13,11 +13,11 @@
 namespace tg {
 
 struct PrecisionSpec {
-  std::string mode;         // fp32 | bf16 | fp16 | fp8
+  std::string mode;  // fp32 | bf16 | fp16 | fp8
   DType compute = DType::F32;
   bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
-  std::string loss_scale;   // dynamic | static | none (auto resolved)
-  QuantRecipe recipe;       // of the quantized linears
+  std::string loss_scale;          // dynamic | static | none (auto resolved)
+  QuantRecipe recipe;              // of the quantized linears
 };
 
 PrecisionSpec precision_spec(const Config& cfg);

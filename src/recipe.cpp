@@ -55,8 +55,10 @@ std::string describe(const QuantRecipe& r) {
               elem_format_name(r.gemm[g].b.elem));
   const OperandRecipe& a = r.gemm[kForward].a;
   s += strf(", per-tensor fp32 scales, %s", scale_source_name(a.source));
-  if (a.source == ScaleSource::Delayed) s += strf(" (history %d, margin %d)", r.history_len, r.margin);
-  else s += strf(" (margin %d)", r.margin);
+  if (a.source == ScaleSource::Delayed)
+    s += strf(" (history %d, margin %d)", r.history_len, r.margin);
+  else
+    s += strf(" (margin %d)", r.margin);
   return s;
 }
 

@@ -41,11 +41,11 @@ struct GemmRecipe {
 };
 
 struct QuantRecipe {
-  std::string name;              // the preset's name, e.g. "fp8-delayed"
+  std::string name;  // the preset's name, e.g. "fp8-delayed"
   GemmRecipe gemm[kGemmRoles];
-  int history_len = 16;          // of delayed scale sources
-  int margin = 0;                // scale = (fmax / amax) / 2^margin
-  std::vector<int> keep_bf16;    // layers left in bf16 (negative: from the last)
+  int history_len = 16;        // of delayed scale sources
+  int margin = 0;              // scale = (fmax / amax) / 2^margin
+  std::vector<int> keep_bf16;  // layers left in bf16 (negative: from the last)
 };
 
 // Today's presets: per-tensor FP8, E4M3 for the forward operands and the weights and

@@ -23,8 +23,8 @@ class Fields {
   Fields(const json& root, const std::string& path) : root_(root), path_(path) {}
 
   [[noreturn]] void bad(const std::string& name, const std::string& what) const {
-    throw Error(strf("checkpoint state %s: field '%s' %s", path_.c_str(), name.c_str(),
-                     what.c_str()));
+    throw Error(
+        strf("checkpoint state %s: field '%s' %s", path_.c_str(), name.c_str(), what.c_str()));
   }
   bool has(const std::string& name) const { return find(name) != nullptr; }
   const json& at(const std::string& name) const {
@@ -36,12 +36,12 @@ class Fields {
     const json& j = at(name);
     if (!j.is_number_integer()) bad(name, strf("is not an integer (%s)", j.dump().c_str()));
     if (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX))
-      bad(name, strf("is %s, out of range [%lld, %lld]", j.dump().c_str(), (long long)lo,
-                     (long long)hi));
+      bad(name,
+          strf("is %s, out of range [%lld, %lld]", j.dump().c_str(), (long long)lo, (long long)hi));
     const int64_t v = j.get<int64_t>();
     if (v < lo || v > hi)
-      bad(name, strf("is %lld, out of range [%lld, %lld]", (long long)v, (long long)lo,
-                     (long long)hi));
+      bad(name,
+          strf("is %lld, out of range [%lld, %lld]", (long long)v, (long long)lo, (long long)hi));
     return v;
   }
   double number(const std::string& name, double lo, double hi) const {
@@ -120,13 +120,11 @@ void read_data_position(const Fields& f, RunState& s, const ResumeRequirements& 
   s.batch_size = int(f.integer("data.batch_size", 1, 1 << 30));
   s.seq_len = int(f.integer("data.seq_len", 1, 1 << 30));
   s.world_size = int(f.integer("data.world_size", 1, 1 << 20));
-  if (s.batch_size != req.batch_size || s.seq_len != req.seq_len ||
-      s.world_size != req.world_size)
+  if (s.batch_size != req.batch_size || s.seq_len != req.seq_len || s.world_size != req.world_size)
     f.bad("data",
           strf("was written with batch %d x %d on %d rank(s), this run has %d x %d on %d; "
                "resume with the same data.batch_size, data.seq_len and world size (ranks)",
-               s.batch_size, s.seq_len, s.world_size, req.batch_size, req.seq_len,
-               req.world_size));
+               s.batch_size, s.seq_len, s.world_size, req.batch_size, req.seq_len, req.world_size));
   // Every epoch reads all shards once, so the epoch cannot run ahead of the tokens seen.
   const int64_t epochs_max =
       req.train_tokens > 0 ? s.counters.tokens_seen / req.train_tokens + 1 : kMaxCount;
@@ -145,7 +143,8 @@ void read_rng(const Fields& f, RunState& s) {
   bool all_zero = true;
   for (int i = 0; i < 4; i++) {
     if (!r[i].is_number_unsigned() && !(r[i].is_number_integer() && r[i].get<int64_t>() >= 0))
-      f.bad(strf("rng.sample.%d", i), strf("is not a non-negative integer (%s)", r[i].dump().c_str()));
+      f.bad(strf("rng.sample.%d", i),
+            strf("is not a non-negative integer (%s)", r[i].dump().c_str()));
     s.sample_rng.s[i] = r[i].get<uint64_t>();
     all_zero &= s.sample_rng.s[i] == 0;
   }

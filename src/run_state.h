@@ -26,10 +26,10 @@ struct RunCounters {
 };
 
 struct RunState {
-  std::string run_id;     // names the run; pruning only removes checkpoints of this run
-  int64_t step = 0;       // steps done (skipped steps included)
-  int64_t opt_step = 0;   // optimizer updates applied (skipped steps do not count)
-  LoaderPosition data;    // where the training loader continues
+  std::string run_id;    // names the run; pruning only removes checkpoints of this run
+  int64_t step = 0;      // steps done (skipped steps included)
+  int64_t opt_step = 0;  // optimizer updates applied (skipped steps do not count)
+  LoaderPosition data;   // where the training loader continues
   int batch_size = 0, seq_len = 0, world_size = 1;
   Rng sample_rng;
   RunCounters counters;

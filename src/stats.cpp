@@ -88,8 +88,7 @@ WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>
     return r;
   }
   r.t = r.diff / r.se;
-  r.df = (va + vb) * (va + vb) /
-         (va * va / double(sa.n - 1) + vb * vb / double(sb.n - 1));
+  r.df = (va + vb) * (va + vb) / (va * va / double(sa.n - 1) + vb * vb / double(sb.n - 1));
   r.p = student_t_two_sided_p(r.t, r.df);
   return r;
 }

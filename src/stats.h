@@ -18,11 +18,11 @@ struct Sample {
 Sample describe_sample(const std::vector<double>& x);
 
 struct WelchResult {
-  double diff = 0;   // mean(a) - mean(b)
-  double se = 0;     // standard error of the difference
-  double t = 0;      // diff / se (inf when se == 0 and diff != 0)
-  double df = 0;     // Welch-Satterthwaite degrees of freedom
-  double p = 1;      // two-sided
+  double diff = 0;     // mean(a) - mean(b)
+  double se = 0;       // standard error of the difference
+  double t = 0;        // diff / se (inf when se == 0 and diff != 0)
+  double df = 0;       // Welch-Satterthwaite degrees of freedom
+  double p = 1;        // two-sided
   bool valid = false;  // false when either side has fewer than 2 values
 };
 WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>& b);

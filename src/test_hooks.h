@@ -9,7 +9,7 @@
 namespace tg::test_hooks {
 
 bool auto_device_cpu();
-int fail_rank();          // -1: none
-size_t reduce_chunk();    // 0: the default
+int fail_rank();        // -1: none
+size_t reduce_chunk();  // 0: the default
 
 }  // namespace tg::test_hooks

@@ -8,8 +8,8 @@
 namespace tg {
 
 namespace {
-constexpr size_t kWindow = 9;     // recent steps the probe is compared with
-constexpr double kGain = 0.95;    // a probe must take at most 95% of the median
+constexpr size_t kWindow = 9;   // recent steps the probe is compared with
+constexpr double kGain = 0.95;  // a probe must take at most 95% of the median
 constexpr size_t kMinSamples = 5;
 
 double median(const std::deque<double>& d) {
@@ -46,10 +46,10 @@ std::string ThreadTuner::report(double seconds) {
   active_ = other();
   recent_.clear();
   recent_.push_back(seconds);
-  return strf("threads: %d of %d running (a step took %.1f ms with %d, %.1f ms with %d: %s)",
-              active_, parts_, seconds * 1e3, active_, m * 1e3, from,
-              active_ < from ? "the cores are shared with another process"
-                             : "the cores are free again");
+  return strf(
+      "threads: %d of %d running (a step took %.1f ms with %d, %.1f ms with %d: %s)", active_,
+      parts_, seconds * 1e3, active_, m * 1e3, from,
+      active_ < from ? "the cores are shared with another process" : "the cores are free again");
 }
 
 }  // namespace tg

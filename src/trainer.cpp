@@ -8,8 +8,8 @@
 #include <cstdio>
 
 #include "comm.h"
-#include "cpu/parallel.h"
 #include "common.h"
+#include "cpu/parallel.h"
 #include "perf.h"
 #include "prepare.h"
 #include "run_dir.h"
@@ -24,8 +24,7 @@ using json = nlohmann::json;
 namespace {
 
 double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string fmt_duration(double s) {
@@ -130,9 +129,9 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   loss_floor_ = dataset_loss_floor(meta_, T_);
   ln_vocab_ = std::log(double(mc_.vocab_size));
 
-  train_loader_ = std::make_unique<DataLoader>(c.data.train, "training", B_, T_, rank_, world_,
-                                               c.data.shuffle, uint64_t(c.train.seed),
-                                               mc_.vocab_size);
+  train_loader_ =
+      std::make_unique<DataLoader>(c.data.train, "training", B_, T_, rank_, world_, c.data.shuffle,
+                                   uint64_t(c.train.seed), mc_.vocab_size);
   if (!c.data.val.empty())
     val_loader_ = std::make_unique<DataLoader>(c.data.val, "validation", B_, T_, rank_, world_,
                                                false, uint64_t(c.train.seed), mc_.vocab_size);
@@ -151,8 +150,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   inputs_.resize(size_t(B_) * T_);
   targets_.resize(size_t(B_) * T_);
   // MFU against the GPU's peak for this mode (src/perf.h); none on the CPU.
-  peak_flops_ =
-      be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), c.precision.mode) : 0.0;
+  peak_flops_ = be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), c.precision.mode) : 0.0;
   // The skip/scale decision on the device where the backend has it (one process,
   // unsharded; otherwise the found-inf flag or the norm needs the other ranks).
   device_decision_ = be_->device_loss_scale() && world_ == 1 && !model_->sharded();
@@ -208,7 +206,8 @@ void Trainer::resume_or_claim() {
     std::string aside;
     if (rank_ == 0) aside = claim_fresh_run_dir(out, cfg_.train.overwrite);
     cm_->barrier();
-    if (!aside.empty()) printf("train.overwrite: the earlier run's files are now in %s\n", aside.c_str());
+    if (!aside.empty())
+      printf("train.overwrite: the earlier run's files are now in %s\n", aside.c_str());
     run_id_ = new_run_id();
     cm_->broadcast(run_id_.data(), run_id_.size(), 0);  // 16 hex digits on every rank
     return;
@@ -270,9 +269,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
   RunState s = run_state_from_json(cd.state, state_path, resume_requirements());
   const int64_t dir_step = checkpoint_dir_step(dir);
   if (dir_step != s.step)
-    throw Error(strf("checkpoint state %s: field 'step' is %lld, but the directory is named "
-                     "for step %lld",
-                     state_path.c_str(), (long long)s.step, (long long)dir_step));
+    throw Error(
+        strf("checkpoint state %s: field 'step' is %lld, but the directory is named "
+             "for step %lld",
+             state_path.c_str(), (long long)s.step, (long long)dir_step));
   try {
     train_loader_->set_position(s.data);
   } catch (const Error& e) {
@@ -301,8 +301,9 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
     scaler_.good_steps = s.loss_scale.good_steps;
     scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
   } else {
-    printf("note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
-           s.mode.c_str(), cfg_.precision.mode.c_str());
+    printf(
+        "note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
+        s.mode.c_str(), cfg_.precision.mode.c_str());
   }
   if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
   // The compute copy of the weights is what the last update rounded, stochastic or not.
@@ -339,8 +340,8 @@ void Trainer::print_start() const {
   printf(
       "data: %zu training shard(s), %lld tokens; batch %d x %d, %d micro-step(s) per step = "
       "%lld tokens/step\n",
-      train_loader_->files().size(), (long long)train_loader_->total_tokens(), B_, T_,
-      grad_accum_, (long long)step_tokens_);
+      train_loader_->files().size(), (long long)train_loader_->total_tokens(), B_, T_, grad_accum_,
+      (long long)step_tokens_);
   if (world_ > 1)
     printf("data parallel: %s, %d rows per rank%s\n", cm_->name().c_str(), B_,
            m.sharded() ? strf(", ZeRO-1: fp32 master weights and Adam moments sharded, %zu "
@@ -362,16 +363,16 @@ void Trainer::print_start() const {
     const auto& f = cfg_.precision.fp8;
     printf("fp8: block linears: %s; layers kept in bf16: %s; path: %s%s\n",
            describe(fp8_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
-        be_->fp8_path_name().c_str(),
-        be_->name() == "cpu" ? ""
-        : f.fast_accum       ? ", fast accumulation in the forward GEMM"
-                             : ", exact fp32 accumulation everywhere");
+           be_->fp8_path_name().c_str(),
+           be_->name() == "cpu" ? ""
+           : f.fast_accum       ? ", fast accumulation in the forward GEMM"
+                                : ", exact fp32 accumulation everywhere");
   }
   if (std::isfinite(loss_floor_))
-    printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_,
-           ln_vocab_);
+    printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
-  if (m.attention_lse()) printf("attention: flash (per-row logsumexp kept, no T x T probabilities)\n");
+  if (m.attention_lse())
+    printf("attention: flash (per-row logsumexp kept, no T x T probabilities)\n");
   fflush(stdout);
 }
 
@@ -465,9 +466,9 @@ void Trainer::log_step(const StepResult& r) {
   if (r.step % cfg_.train.log_every != 0 && r.step != steps && r.step != start_step_ + 1) return;
   const double avg = run_train_seconds_ / double(r.step - start_step_);
   const std::string scale_txt = scaler_.kind == "none" ? "" : strf(" | scale %g", r.scale);
-  const std::string skip_txt =
-      counters_.skipped_steps > 0 ? strf(" | skipped %lld", (long long)counters_.skipped_steps)
-                                  : "";
+  const std::string skip_txt = counters_.skipped_steps > 0
+                                   ? strf(" | skipped %lld", (long long)counters_.skipped_steps)
+                                   : "";
   std::string mfu_txt;
   if (peak_flops_ > 0)
     mfu_txt = strf(" | MFU %.1f%%", 100.0 * tok_s * flops_per_token(mc_, T_) / peak_flops_);
@@ -533,8 +534,8 @@ void Trainer::sample() {
   if (cfg_.sample.tokens <= 0 || rank_ != 0) return;
   std::vector<int32_t> prompt = !cfg_.sample.prompt.empty() ? tokenizer_.encode(cfg_.sample.prompt)
                                                             : std::vector<int32_t>{first_token_};
-  std::vector<int32_t> out = generate(*model_, prompt, cfg_.sample.tokens,
-                                      cfg_.sample.temperature, cfg_.sample.top_k, sample_rng_);
+  std::vector<int32_t> out = generate(*model_, prompt, cfg_.sample.tokens, cfg_.sample.temperature,
+                                      cfg_.sample.top_k, sample_rng_);
   std::string text;
   for (int32_t id : out) text += tokenizer_.decode(id);
   printf("sample at step %lld:\n%s\n", (long long)step_, printable(text).c_str());
@@ -553,8 +554,8 @@ void Trainer::save() {
   if (!model.sharded()) {
     be_->download(m.data(), model.adam_m());
     be_->download(v.data(), model.adam_v());
-    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), m,
-                          v, cfg_.checkpoint.keep);
+    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), m, v,
+                          cfg_.checkpoint.keep);
   } else {
     // ZeRO-1: the master weights are gathered for the model file; every rank writes the
     // Adam moments of its shard; rank 0 publishes once all are written.
@@ -632,13 +633,13 @@ json Trainer::finish() {
       {"gap_closed", nan_to_null(gap)},
       {"tokens_per_second", nan_to_null(tps)},
       {"flops_per_token", fpt},
-      {"mfu", peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_)
-                                                    : json(nullptr)},
+      {"mfu",
+       peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_) : json(nullptr)},
       {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
       {"peak_memory_bytes", be_->peak_bytes()},
-      {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
-                                           m.attention_lse(), world_)
-                                   .total()},
+      {"planned_memory_bytes",
+       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_)
+           .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"skipped_steps", counters_.skipped_steps},
       {"final_loss_scale", scaler_.scale},

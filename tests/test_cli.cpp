@@ -304,7 +304,8 @@ TEST_CASE("cli: fp8 20-step loss curve within 5% of fp32, and bit-exact resume")
   std::string out;
   REQUIRE(run_binary(tiny_args(a.path) + " --train.steps=20", &out) == 0);
   REQUIRE(run_binary(tiny_args(b.path) + " --train.steps=20 --precision.mode=fp8", &out) == 0);
-  CHECK(out.find("fp8: block linears: fwd E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad E5M2 x E4M3") != std::string::npos);
+  CHECK(out.find("fp8: block linears: fwd E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad E5M2 x E4M3") !=
+        std::string::npos);
   auto ref = read_metrics(a / "metrics.jsonl", "train");
   auto m = read_metrics(b / "metrics.jsonl", "train");
   REQUIRE(m.size() == 20);

@@ -44,10 +44,12 @@ void check_losses(const std::string& dir, const json& want) {
 
 }  // namespace
 
-TEST_CASE("regression: every mode's CPU losses equal main's before the refactor, straight and resumed") {
+TEST_CASE(
+    "regression: every mode's CPU losses equal main's before the refactor, straight and resumed") {
 #if !defined(__FMA__) || defined(__SANITIZE_ADDRESS__)
-  MESSAGE("regression fixture skipped: it was recorded from a release build with fused "
-          "multiply-add contraction (-O3 -march=native on a CPU with FMA); this build has none");
+  MESSAGE(
+      "regression fixture skipped: it was recorded from a release build with fused "
+      "multiply-add contraction (-O3 -march=native on a CPU with FMA); this build has none");
   return;
 #endif
   REQUIRE(tg::file_exists(kFixture));

@@ -37,8 +37,8 @@ void edit_state(const std::string& ckpt, const std::function<void(json&)>& edit)
   write_text(ckpt + "/state.json", text);
   json man = json::parse(tgt::slurp(ckpt + "/manifest.json"));
   man["files"]["state.json"]["bytes"] = text.size();
-  man["files"]["state.json"]["fnv1a64"] = tg::strf(
-      "%016llx", (unsigned long long)tg::fnv1a64(text.data(), text.size()));
+  man["files"]["state.json"]["fnv1a64"] =
+      tg::strf("%016llx", (unsigned long long)tg::fnv1a64(text.data(), text.size()));
   write_text(ckpt + "/manifest.json", man.dump(1) + "\n");
 }
 
@@ -83,7 +83,8 @@ TEST_CASE("run dir: pruning keeps other runs' checkpoints; resume skips a foreig
   // Run A: a checkpoint at step 8.
   REQUIRE(run_binary(tiny_args(a) + " --train.steps=8 --checkpoint.every=0", &out) == 0);
   // Run B stops at step 2; A's step-8 checkpoint is copied in beside it.
-  const std::string bargs = tiny_args(b) + " --train.steps=6 --checkpoint.every=2 --checkpoint.keep=1";
+  const std::string bargs =
+      tiny_args(b) + " --train.steps=6 --checkpoint.every=2 --checkpoint.keep=1";
   REQUIRE(run_binary(bargs + " --train.stop_at_step=2", &out) == 0);
   REQUIRE(tgt::run_shell("cp -r '" + a + "/ckpt_00000008' '" + b + "/'") == 0);
   // Resuming B: A's checkpoint is newer but beyond train.steps=6: rejected, named, kept.
@@ -102,7 +103,8 @@ TEST_CASE("run dir: an edited or damaged state.json is rejected by name; resume 
   tgt::TempDir d;
   const std::string run = d / "run";
   std::string out;
-  const std::string args = tiny_args(run) + " --train.steps=6 --checkpoint.every=2 --checkpoint.keep=5";
+  const std::string args =
+      tiny_args(run) + " --train.steps=6 --checkpoint.every=2 --checkpoint.keep=5";
   REQUIRE(run_binary(args + " --train.stop_at_step=4", &out) == 0);
   const std::string c2 = run + "/ckpt_00000002", c4 = run + "/ckpt_00000004";
 
@@ -235,9 +237,13 @@ TEST_CASE("run state: every field is range-checked against the others and the ru
   CHECK(has(error_with([](json& j) { j["data"]["row"] = 6; }), "field 'data.row'"));
   CHECK(has(error_with([](json& j) { j["data"]["epoch"] = 99; }), "field 'data.epoch'"));
   CHECK(has(error_with([](json& j) { j["data"]["batch_size"] = 8; }), "field 'data'"));
-  CHECK(has(error_with([](json& j) { j["rng"]["sample"] = json::array({1, 2, 3}); }),
+  CHECK(has(error_with([](json& j) {
+              j["rng"]["sample"] = json::array({1, 2, 3});
+            }),
             "field 'rng.sample'"));
-  CHECK(has(error_with([](json& j) { j["rng"]["sample"] = json::array({0, 0, 0, 0}); }),
+  CHECK(has(error_with([](json& j) {
+              j["rng"]["sample"] = json::array({0, 0, 0, 0});
+            }),
             "all zeros"));
   CHECK(has(error_with([](json& j) { j["rng"]["sample"][2] = -4; }), "field 'rng.sample.2'"));
   CHECK(has(error_with([](json& j) { j["precision"]["loss_scale"]["scale"] = -1.0; }),
@@ -289,7 +295,8 @@ TEST_CASE("messages: config files and subcommand options are checked like config
   CHECK(run_binary("train --config " + d / "dup2.json", &out) == 2);
   CHECK(has(out, "key 'optim' appears twice"));
   // The same key name in two sections is fine.
-  write_text(d / "ok.json", "{\"train\": {\"steps\": 1}, \"eval\": {\"every\": 1}, \"sample\": {\"every\": 1}}");
+  write_text(d / "ok.json",
+             "{\"train\": {\"steps\": 1}, \"eval\": {\"every\": 1}, \"sample\": {\"every\": 1}}");
   CHECK(run_binary("train --config " + d / "ok.json" + " --help", &out) == 0);
   // Command-line errors read as English.
   CHECK(run_binary("train --optim.lr=abc", &out) == 2);
@@ -302,7 +309,8 @@ TEST_CASE("messages: config files and subcommand options are checked like config
                           "--top_k=-5", "--seed=-3", "--threads=x"}) {
     CAPTURE(bad);
     CHECK(run_binary(ck + " " + bad, &out) == 2);
-    CHECK(has(out, std::string("option --") + std::string(bad).substr(2, std::string(bad).find('=') - 2)));
+    CHECK(has(out, std::string("option --") +
+                       std::string(bad).substr(2, std::string(bad).find('=') - 2)));
   }
   CHECK(run_binary(ck + " --tokens=4 --temperature=0", &out) == 0);
   // Other subcommands' numeric options.

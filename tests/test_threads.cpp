@@ -34,7 +34,8 @@ std::vector<float> train_five_steps(int parts, int active, DType dtype) {
     model.forward(in.data(), tg.data(), 8, 32, 1.0f);
     model.backward();
     const double norm = model.check_grads(1.0).norm;
-    model.adamw_step({1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, s, Rounding{}});
+    model.adamw_step(
+        {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, norm > 1 ? float(1 / norm) : 1.0f, s, Rounding{}});
   }
   return model.params_f32();
 }

@@ -125,7 +125,7 @@ void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, con
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // Column-major: D^T(N, M) = op(B)^T op(A)^T.
   if (!c.opt.gemm_fallback && lt_gemm(c, opb, opa, N, M, K, cuda_type(ab), B, ldb, A, lda,
-                                         cuda_type(dt), D, ldd, beta, bias))
+                                      cuda_type(dt), D, ldd, beta, bias))
     return;
   // Fallback: fp32 products into scratch, then beta * D + acc + bias rounded once.
   if (ldd != N) throw Error("cuda backend: GEMM fallback needs a contiguous output");

@@ -205,9 +205,9 @@ TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resum
   }
 }
 
-// precision.loss_scale.on_device: the loss-scale decision on the device gives the host decision's run
-// bit for bit (fp16, dynamic scaling with a short growth interval and hysteresis, one
-// injected non-finite step, clipping).
+// precision.loss_scale.on_device: the loss-scale decision on the device gives the host decision's
+// run bit for bit (fp16, dynamic scaling with a short growth interval and hysteresis, one injected
+// non-finite step, clipping).
 TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
   TG_REQUIRE_GPU();
   const std::string extra =
@@ -218,7 +218,8 @@ TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
   std::string out;
   REQUIRE(tgt::run_binary(train_args(host.path, "cuda", "fp16") + extra, &out) == 0);
   const int rc = tgt::run_binary(
-      train_args(dev.path, "cuda", "fp16") + extra + " --precision.loss_scale.on_device=true", &out);
+      train_args(dev.path, "cuda", "fp16") + extra + " --precision.loss_scale.on_device=true",
+      &out);
   REQUIRE(rc == 0);
   CHECK(out.find("loss scale: decided on the device") != std::string::npos);
   auto h = read_train_metrics(host / "metrics.jsonl"),

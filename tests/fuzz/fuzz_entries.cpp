@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "src/checkpoint.h"
-#include "src/run_state.h"
 #include "src/common.h"
 #include "src/config.h"
 #include "src/data.h"
 #include "src/fileio.h"
+#include "src/run_state.h"
 
 namespace tgfuzz {
 using json = nlohmann::json;
@@ -211,12 +211,13 @@ void write_checkpoint_dir(const std::string& dir, const uint8_t* control,
   // A version-2 state is read only under a manifest that matches it: always written, so
   // that mutated state files reach the parser and the field checks behind it.
   {
-    const json man = {{"format", "train_gpt-manifest"},
-                      {"version", 1},
-                      {"files",
-                       {{"state.json",
-                         {{"bytes", state_text.size()},
-                          {"fnv1a64", hex64(tg::fnv1a64(state_text.data(), state_text.size()))}}}}}};
+    const json man = {
+        {"format", "train_gpt-manifest"},
+        {"version", 1},
+        {"files",
+         {{"state.json",
+           {{"bytes", state_text.size()},
+            {"fnv1a64", hex64(tg::fnv1a64(state_text.data(), state_text.size()))}}}}}};
     write_text(tg::join_path(dir, "manifest.json"), man.dump());
   }
 }
@@ -345,8 +346,8 @@ void fuzz_load_checkpoint_dir(const std::string& dir, const tg::GPTConfig& cfg, 
   tg::ResumeRequirements req;
   req.model = cfg;
   req.num_params = n;
-  const json& d = cd.state.contains("data") && cd.state["data"].is_object() ? cd.state["data"]
-                                                                            : json::object();
+  const json& d =
+      cd.state.contains("data") && cd.state["data"].is_object() ? cd.state["data"] : json::object();
   auto dim = [&](const char* key, int otherwise) {
     return d.contains(key) && d[key].is_number_integer() ? int(d[key].get<int64_t>()) : otherwise;
   };
