@@ -421,9 +421,17 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
   const size_t end = count > n - begin ? n : begin + count;
   cd.m.assign(end - begin, 0.0f);
   cd.v.assign(end - begin, 0.0f);
-  size_t covered = 0;
+  std::vector<std::pair<size_t, size_t>> pieces;  // the [lo, hi) read from each file
   for (const auto& [name, f] : files.items()) {
     if (name.rfind("optim", 0) != 0) continue;
+    // Only the names the writers use: nothing outside the checkpoint directory is read.
+    int r = -1;
+    char tail = 0;
+    if (name != "optim.bin" &&
+        !(name.size() == 19 && sscanf(name.c_str(), "optim_rank%5d.bi%c", &r, &tail) == 2 &&
+          tail == 'n' && r >= 0))
+      throw Error(strf("checkpoint state %s lists an unknown optimizer file '%s'",
+                       state_path.c_str(), name.c_str()));
     const std::string path = join_path(dir, name);
     const bool sharded = name != "optim.bin";
     int64_t fb = 0, fc = int64_t(n);
@@ -461,9 +469,17 @@ CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, siz
     const char* vp = mp + 4 * size_t(fc);
     memcpy(cd.m.data() + (lo - begin), mp + 4 * (lo - fb), 4 * (hi - lo));
     memcpy(cd.v.data() + (lo - begin), vp + 4 * (lo - fb), 4 * (hi - lo));
-    covered += hi - lo;
+    pieces.push_back({lo, hi});
   }
-  if (covered != end - begin)
+  // Exactly once: the pieces, sorted, must tile [begin, end) without gaps or overlaps.
+  std::sort(pieces.begin(), pieces.end());
+  size_t at = begin;
+  bool tiled = true;
+  for (const auto& [lo, hi] : pieces) {
+    tiled &= lo == at;
+    at = hi;
+  }
+  if (!tiled || at != end)
     throw Error(
         strf("checkpoint %s does not hold the optimizer state of parameters [%zu, %zu) "
              "exactly once (missing or overlapping optimizer files)",

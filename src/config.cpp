@@ -213,7 +213,9 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
       std::vector<int> out;
       for (const auto& e : v) {
         if (!e.is_number_integer()) bad_value(k, "a list entry is not an integer", origin);
-        check_range(k, double(e.get<int64_t>()), origin);
+        check_range(k,
+                    e.is_number_unsigned() ? double(e.get<uint64_t>()) : double(e.get<int64_t>()),
+                    origin);
         out.push_back(int(e.get<int64_t>()));
       }
       field<std::vector<int>>(c, k) = out;

@@ -185,3 +185,38 @@ TEST_CASE("checkpoint: a full disk fails cleanly and leaves earlier checkpoints 
   CHECK(load_checkpoint(all[0], c).params == p);
   CHECK_FALSE(dir_exists(d / ".ckpt_00000002.tmp"));
 }
+
+TEST_CASE(
+    "checkpoint: optimizer files must tile the parameters exactly once, under their own names") {
+  tgt::TempDir d;
+  GPTConfig c = small_cfg();
+  const size_t n = num_parameters(c);
+  auto p = random_params(n, 3), m = random_params(n, 4), v = random_params(n, 5);
+  const size_t half = n / 2;
+  // Two shards over the first half (overlapping) and none over the second: the element
+  // count adds up, the coverage does not.
+  prepare_checkpoint_dir(d.path, 1);
+  const std::string tmp = checkpoint_tmp_dir(d.path, 1);
+  std::vector<OptimFileRecord> recs = {
+      write_optim_shard(tmp, int64_t(n), 0, m.data(), v.data(), int64_t(half), 0, 2),
+      write_optim_shard(tmp, int64_t(n), 0, m.data(), v.data(), int64_t(n - half), 1, 2)};
+  recs[1].count = int64_t(n - half);
+  std::string e;
+  try {
+    publish_checkpoint(d.path, 1, c, {{"run_id", "r"}}, p, recs, 2);
+    e = error_of([&] { load_checkpoint(d / "ckpt_00000001", c); });
+  } catch (const std::exception& x) {
+    e = x.what();
+  }
+  CHECK(e.find("exactly once") != std::string::npos);
+  // A state that names a file outside the checkpoint is refused, not read.
+  save_checkpoint(d.path, 2, c, {{"run_id", "r"}}, p, m, v, 5);
+  const std::string ck = d / "ckpt_00000002";
+  nlohmann::json st = nlohmann::json::parse(tgt::slurp(ck + "/state.json"));
+  st["files"]["optim/../../etc/passwd"] = st["files"]["optim.bin"];
+  tg::remove_tree(ck + "/manifest.json");  // a version-1 state has no manifest
+  st["version"] = 1;
+  write_text_atomic(ck + "/state.json", st.dump(1));
+  e = error_of([&] { load_checkpoint(ck, c); });
+  CHECK(e.find("unknown optimizer file") != std::string::npos);
+}

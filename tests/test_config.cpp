@@ -85,6 +85,17 @@ TEST_CASE("config: errors name the key") {
         }).find("'optim.foo'") != std::string::npos);
 }
 
+TEST_CASE("config: an integer list entry past int64 is out of range, not wrapped") {
+  Config c;
+  const std::string e = usage_error([&] {
+    config_apply_json(
+        c, json::parse(R"({"precision": {"fp8": {"keep_bf16": [18446744073709551615]}}})"),
+        "x.json");
+  });
+  CHECK(e.find("'precision.fp8.keep_bf16'") != std::string::npos);
+  CHECK(e.find("out of range") != std::string::npos);
+}
+
 TEST_CASE("config: consistency checks between keys") {
   Config c;
   c.model.n_embd = 30;
