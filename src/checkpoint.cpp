@@ -73,6 +73,17 @@ void check_arch(const std::string& path, const GPTConfig& got, const GPTConfig& 
 
 }  // namespace
 
+GPTConfig model_header_config(const int32_t h[8]) {
+  GPTConfig c;
+  c.max_seq_len = h[2];
+  c.vocab_size = h[3];
+  c.n_layer = h[4];
+  c.n_head = h[5];
+  c.n_embd = h[6];
+  c.padded_vocab_size = h[7];
+  return c;
+}
+
 void write_model_file(const std::string& path, const GPTConfig& cfg, const std::vector<float>& p) {
   std::vector<char> buf = model_file_bytes(cfg, p);
   write_file_atomic(path, buf.data(), buf.size());
@@ -93,13 +104,8 @@ ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) 
     throw Error(strf("model file %s has unsupported version %d (expected 3 = fp32 or 5 = bf16)",
                      path.c_str(), h[1]));
   ModelFile mf;
-  GPTConfig& c = mf.cfg;
-  c.max_seq_len = h[2];
-  c.vocab_size = h[3];
-  c.n_layer = h[4];
-  c.n_head = h[5];
-  c.n_embd = h[6];
-  c.padded_vocab_size = h[7];
+  mf.cfg = model_header_config(h);
+  const GPTConfig& c = mf.cfg;
   if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 ||
       c.n_embd % c.n_head != 0 || c.padded_vocab_size < c.vocab_size || c.max_seq_len > (1 << 20) ||
       c.n_layer > 1024 || c.n_embd > 65536 || c.padded_vocab_size > (1 << 24))

@@ -39,6 +39,8 @@ struct ModelFile {
   std::vector<float> params;
 };
 ModelFile read_model_file(const std::string& path);
+// The architecture fields of a model-file header (h[2..7]), unchecked.
+GPTConfig model_header_config(const int32_t h[8]);
 
 struct CheckpointData {
   nlohmann::json state;

@@ -44,4 +44,10 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+std::string fmt_duration(double s) {
+  const long t = long(s + 0.5);
+  if (t >= 3600) return strf("%ldh%02ldm", t / 3600, (t / 60) % 60);
+  return strf("%ldm%02lds", t / 60, t % 60);
+}
+
 }  // namespace tg

@@ -20,6 +20,8 @@ struct UsageError : std::runtime_error {
 
 // printf-style formatting into a std::string.
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// "4m05s", or "1h02m" from an hour on.
+std::string fmt_duration(double seconds);
 
 // Element types of tensors. F64 exists only on the CPU backend, for fp64
 // finite-difference gradient checks of the whole model; I32 holds token ids.

@@ -139,12 +139,6 @@ int64_t steps_to_quality(const std::string& dir, double target) {
   return -1;
 }
 
-std::string fmt_secs(double s) {
-  const long t = long(s + 0.5);
-  return t >= 3600 ? strf("%ldh%02ldm", t / 3600, (t / 60) % 60)
-                   : strf("%ldm%02lds", t / 60, t % 60);
-}
-
 // One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
 json run_one(const Config& base, const std::string& out, const ModeSpec& spec, int64_t seed,
              int nseeds) {
@@ -282,7 +276,7 @@ int cmd_compare(int argc, char** argv) {
              name.c_str(), (long long)seed,
              last.contains("summary") ? num(last["summary"]["final_val_loss"], "val %.4f").c_str()
                                       : "failed",
-             fmt_secs(el).c_str(), fmt_secs(el / done * (total - done)).c_str());
+             fmt_duration(el).c_str(), fmt_duration(el / done * (total - done)).c_str());
       fflush(stdout);
     }
     results.push_back({{"name", name}, {"what", spec.what}, {"runs", runs}});

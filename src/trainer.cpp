@@ -27,12 +27,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string fmt_duration(double s) {
-  long t = long(s + 0.5);
-  if (t >= 3600) return strf("%ldh%02ldm", t / 3600, (t / 60) % 60);
-  return strf("%ldm%02lds", t / 60, t % 60);
-}
-
 std::string fmt_rate(double x) {
   if (x >= 1e6) return strf("%.2fM", x / 1e6);
   if (x >= 1e3) return strf("%.1fk", x / 1e3);
@@ -141,9 +135,10 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   model_ = std::make_unique<GPT>(mc_, *be_, precision_spec(cfg_).compute, dp);
   setup_precision();
-  if (!c.model.init_from.empty())
+  if (!c.model.init_from.empty()) {
     model_->set_params(init_.params);
-  else
+    std::vector<float>().swap(init_.params);  // only its shape is needed from here on
+  } else
     model_->init_random(uint64_t(c.train.seed));
 
   sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);

@@ -227,14 +227,7 @@ tg::GPTConfig header_config(const std::string& model) {
   if (model.size() < 32) return seed_checkpoint_config();
   int32_t h[8];
   memcpy(h, model.data(), sizeof(h));
-  tg::GPTConfig c;
-  c.max_seq_len = h[2];
-  c.vocab_size = h[3];
-  c.n_layer = h[4];
-  c.n_head = h[5];
-  c.n_embd = h[6];
-  c.padded_vocab_size = h[7];
-  return c;
+  return tg::model_header_config(h);
 }
 
 // ---- configs ----
