@@ -3,10 +3,14 @@
 
 usage: plot_compare.py OUT_DIR [MODE ...]   (default: every mode in compare.json)
 
-Writes OUT_DIR/loss.png: left, each mode's val loss minus fp32's, seed by seed (mode and
-fp32 with the same seed start from the same weights), the mean over seeds as a line and the
-min-max over seeds as a band; right, the val loss itself (mean over seeds) on a log axis.
-And OUT_DIR/loss_scale.png for modes whose loss scale moved (first seed; red x: skipped).
+Writes OUT_DIR/loss.png: left, each mode's val loss minus the reference's (compare.json's
+"reference", fp32 by default), seed by seed (runs with the same seed start from the same
+weights), the mean over seeds as a line and the min-max over seeds as a band; right, the
+val loss itself (mean over seeds) on a log axis. OUT_DIR/loss_scale.png for modes whose
+loss scale moved (first seed; red x: skipped). And per mode with numerics telemetry
+OUT_DIR/numerics_<mode>.png (first seed): rows are tensors (per layer where the run
+recorded layers), columns the sampled steps; left the share of values that underflowed
+(zero or subnormal), right log10 of the absolute maximum.
 """
 import json
 import os
@@ -19,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_metrics(path):
-    train, val = [], []
+    train, val, numerics = [], [], []
     with open(path) as f:
         for line in f:
             try:
@@ -30,7 +34,9 @@ def read_metrics(path):
                 train.append(r)
             elif r.get("kind") == "val":
                 val.append(r)
-    return train, val
+            elif r.get("kind") == "numerics":
+                numerics.append(r)
+    return train, val, numerics
 
 
 def load(out_dir, wanted):
@@ -59,7 +65,8 @@ def main():
     if not modes:
         sys.exit("no metrics to plot")
     floor = cmp.get("loss_floor")
-    ref = modes.get("fp32")
+    ref_name = cmp.get("reference") or "fp32"
+    ref = modes.get(ref_name)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -67,17 +74,17 @@ def main():
         color = colors[i % len(colors)]
         # Right: the mean over seeds of the val loss, log axis.
         per_step = {}
-        for _, val in runs.values():
+        for _, val, _ in runs.values():
             for s, v in val_by_step(val).items():
                 per_step.setdefault(s, []).append(v)
         steps = sorted(per_step)
         ax2.plot(steps, [sum(per_step[s]) / len(per_step[s]) for s in steps], "o-", color=color,
                  markersize=2.5, linewidth=1.2, label=f"{name} ({len(runs)} seeds)")
         # Left: differences from fp32, paired by seed.
-        if ref is None or name == "fp32":
+        if ref is None or name == ref_name:
             continue
         diffs = {}
-        for seed, (_, val) in runs.items():
+        for seed, (_, val, _) in runs.items():
             if seed not in ref:
                 continue
             mine, base = val_by_step(val), val_by_step(ref[seed][1])
@@ -92,7 +99,7 @@ def main():
         ax1.fill_between(ds, [min(diffs[s]) for s in ds], [max(diffs[s]) for s in ds], color=color,
                          alpha=0.18, linewidth=0)
     ax1.axhline(0, color="black", linewidth=0.8)
-    ax1.set_title("val loss minus fp32 (line: mean over seeds, band: min-max)")
+    ax1.set_title(f"val loss minus {ref_name} (line: mean over seeds, band: min-max)")
     ax1.set_ylabel("difference (nats/token)")
     if floor is not None:
         ax2.axhline(floor, color="gray", linestyle="--", linewidth=0.8, label="loss floor")
@@ -128,6 +135,60 @@ def main():
         ax.legend()
         fig.tight_layout()
         fig.savefig(os.path.join(out_dir, "loss_scale.png"), dpi=110)
+
+    for name, runs in modes.items():
+        numerics = runs[min(runs)][2]
+        if numerics:
+            plot_numerics(name, numerics, os.path.join(out_dir, f"numerics_{name}.png"))
+
+
+def numerics_rows(rec):
+    """(row label, stats dict) per tensor of one numerics record, per layer where recorded."""
+    rows = []
+    layers = rec.get("layers", {})
+    for tname, st in rec["tensors"].items():
+        if tname in layers:
+            per = layers[tname]
+            for i in range(len(per["amax"])):
+                rows.append((f"L{i} {tname}", {k: per[k][i] for k in per}))
+        else:
+            rows.append((tname, st))
+    return rows
+
+
+def plot_numerics(name, numerics, path):
+    import math
+
+    labels = [lab for lab, _ in numerics_rows(numerics[0])]
+    steps = [r["step"] for r in numerics]
+    under = [[0.0] * len(steps) for _ in labels]
+    amax = [[float("nan")] * len(steps) for _ in labels]
+    for j, rec in enumerate(numerics):
+        for i, (lab, st) in enumerate(numerics_rows(rec)):
+            if i >= len(labels) or lab != labels[i]:
+                continue
+            under[i][j] = st["zero_frac"] + st["subnormal_frac"]
+            a = st["amax"]
+            amax[i][j] = math.log10(a) if a > 0 else float("nan")
+    height = max(4.0, 0.16 * len(labels) + 1.5)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
+    im1 = ax1.imshow(under, aspect="auto", cmap="magma", vmin=0, vmax=1, interpolation="nearest")
+    # One colour scale for every mode (fp16's smallest subnormal is 6e-8), so maps compare.
+    im2 = ax2.imshow(amax, aspect="auto", cmap="viridis", vmin=-8, vmax=3, interpolation="nearest")
+    for ax in (ax1, ax2):
+        ticks = list(range(0, len(steps), max(1, len(steps) // 8)))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax.set_xlabel("step")
+    ax1.set_yticks(range(len(labels)))
+    ax1.set_yticklabels(labels, fontsize=6)
+    ax1.set_title(f"{name}: share of values zero or subnormal")
+    ax2.set_title(f"{name}: log10 |max| (white: all zero)")
+    fig.colorbar(im1, ax=ax1, fraction=0.04)
+    fig.colorbar(im2, ax=ax2, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "fileio.h"
 #include "prepare.h"
+#include "report.h"
 #include "rng.h"
 #include "sample.h"
 #include "tokenizer.h"
@@ -48,13 +49,15 @@ double to_double(const std::string& name, const std::string& s) {
 
 void usage() {
   printf(
-      "train_gpt: train GPT-2 style transformers (CPU reference backend; CUDA planned)\n\n"
+      "train_gpt: train GPT-2 style transformers in mixed precision (CPU backend; CUDA backend)\n\n"
       "usage:\n"
       "  train_gpt [train] --config FILE [--section.key=value ...]   train (the default)\n"
       "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
       "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
       "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
-      "  train_gpt compare --config FILE [--modes fp32,bf16,...]      one run per mode + report\n"
+      "  train_gpt compare --config FILE [--modes fp32,bf16,...]      runs per mode x seed + "
+      "report\n"
+      "  train_gpt report RUN_DIR... [--out DIR]                      the report for any runs\n"
       "  train_gpt memory --config FILE [--preset gpt2] [--modes ...]  memory plan per mode\n"
       "  train_gpt bench [--threads N]                                 step-time table\n\n"
       "`train_gpt <command> --help` lists that command's options; `train_gpt train --help`\n"
@@ -265,10 +268,11 @@ int run_main(int argc, char** argv) {
     if (sub == "bench") return cmd_bench(argc - 1, argv + 1);
     if (sub == "memory") return cmd_memory(argc - 1, argv + 1);
     if (sub == "compare") return cmd_compare(argc - 1, argv + 1);
+    if (sub == "report") return cmd_report(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
-    throw UsageError(
-        strf("unknown command '%s' (train, prepare, sample, compare, memory, bench; --help)",
-             sub.c_str()));
+    throw UsageError(strf(
+        "unknown command '%s' (train, prepare, sample, compare, report, memory, bench; --help)",
+        sub.c_str()));
   } catch (const UsageError& e) {
     return fail(2, e.what());
   } catch (const std::exception& e) {

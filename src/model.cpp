@@ -557,29 +557,32 @@ void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Ten
     fp8_apply(p, r);
 }
 
-std::vector<std::pair<std::string, Tensor>> GPT::telemetry_tensors() const {
+std::vector<TelemetryTensor> GPT::telemetry_tensors() const {
   const Acts& a = acts_;
-  std::vector<std::pair<std::string, Tensor>> t = {{"act/encoded", a.encoded},
-                                                   {"act/ln1", a.ln1},
-                                                   {"act/qkv", a.qkv},
-                                                   {"act/att", a.att},
-                                                   {"act/atty", a.atty},
-                                                   {"act/attproj", a.attproj},
-                                                   {"act/residual2", a.residual2},
-                                                   {"act/ln2", a.ln2},
-                                                   {"act/fch", a.fch},
-                                                   {"act/fch_gelu", a.fch_gelu},
-                                                   {"act/fcproj", a.fcproj},
-                                                   {"act/residual3", a.residual3},
-                                                   {"act/lnf", a.lnf},
-                                                   {"dact/dresidual", a.dresidual},
-                                                   {"dact/dln", a.dln},
-                                                   {"dact/dqkv", a.dqkv},
-                                                   {"dact/datty", a.datty},
-                                                   {"dact/dfch", a.dfch},
-                                                   {"dact/dfch_gelu", a.dfch_gelu}};
-  for (int i = 0; i < kNumParamTensors; i++)
-    t.push_back({std::string("grad/") + param_name(i), grad_views_[i]});
+  const int L = cfg_.n_layer;
+  std::vector<TelemetryTensor> t = {{"act/encoded", a.encoded, 0},
+                                    {"act/ln1", a.ln1, L},
+                                    {"act/qkv", a.qkv, L},
+                                    {"act/att", a.att, L},
+                                    {"act/atty", a.atty, L},
+                                    {"act/attproj", a.attproj, L},
+                                    {"act/residual2", a.residual2, L},
+                                    {"act/ln2", a.ln2, L},
+                                    {"act/fch", a.fch, L},
+                                    {"act/fch_gelu", a.fch_gelu, L},
+                                    {"act/fcproj", a.fcproj, L},
+                                    {"act/residual3", a.residual3, L},
+                                    {"act/lnf", a.lnf, 0},
+                                    {"dact/dresidual", a.dresidual, 0},
+                                    {"dact/dln", a.dln, 0},
+                                    {"dact/dqkv", a.dqkv, 0},
+                                    {"dact/datty", a.datty, 0},
+                                    {"dact/dfch", a.dfch, 0},
+                                    {"dact/dfch_gelu", a.dfch_gelu, 0}};
+  for (int i = 0; i < kNumParamTensors; i++) {
+    const bool layered = i != WTE && i != WPE && i != LNFW && i != LNFB;
+    t.push_back({std::string("grad/") + param_name(i), grad_views_[i], layered ? L : 0});
+  }
   return t;
 }
 

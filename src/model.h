@@ -88,6 +88,14 @@ struct DataParallel {
 // shard starts 64-byte aligned (vector loads, NCCL). The last shard is padded.
 size_t zero_shard_size(size_t n, int world);
 
+// One tensor numerics telemetry reports; `layers` > 0 when it holds one equal slice per
+// transformer block, in block order (so the report can draw layer x tensor maps).
+struct TelemetryTensor {
+  std::string name;
+  Tensor t;
+  int layers = 0;
+};
+
 class GPT {
  public:
   // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
@@ -167,9 +175,9 @@ class GPT {
   Tensor adam_v() const { return v_; }
   Tensor param(int i) const { return param_views_[i]; }
   // Tensors that numerics telemetry reports, named "act/<name>" (all layers of one kind),
-  // "dact/<name>" (activation-gradient scratch, as the last backward left it) and
+  // "dact/<name>" (activation-gradient scratch, as the last backward left it: layer 0) and
   // "grad/<param>". Valid after forward + backward.
-  std::vector<std::pair<std::string, Tensor>> telemetry_tensors() const;
+  std::vector<TelemetryTensor> telemetry_tensors() const;
   Tensor grad(int i) const { return grad_views_[i]; }
 
  private:

@@ -475,28 +475,60 @@ void Trainer::log_step(const StepResult& r) {
 }
 
 // Numerics telemetry: one metrics line per sampled step, and totals per group (act, dact,
-// grad) for the summary.
+// grad) for the summary. A tensor that holds one slice per block is measured per slice
+// ("layers": per tensor, one value per block for each statistic) and summed exactly for
+// "tensors", so the report can draw layer x tensor maps at no extra cost.
+namespace {
+json stats_json(const TensorStats& st) {
+  const double n = double(std::max<size_t>(st.n, 1));
+  return {{"amax", st.amax},
+          {"zero_frac", st.zeros / n},
+          {"subnormal_frac", st.subnormals / n},
+          {"nonfinite_frac", st.nonfinite / n}};
+}
+
+void add_stats(TensorStats& tot, const TensorStats& st) {
+  tot.amax = std::max(tot.amax, st.amax);
+  tot.n += st.n;
+  tot.zeros += st.zeros;
+  tot.subnormals += st.subnormals;
+  tot.nonfinite += st.nonfinite;
+}
+}  // namespace
+
 void Trainer::record_numerics(int64_t step, double scale) {
-  json tensors = json::object();
-  for (const auto& [name, t] : model_->telemetry_tensors()) {
-    TensorStats st = be_->stats(t);
-    double n = double(std::max<size_t>(st.n, 1));
-    tensors[name] = {{"amax", st.amax},
-                     {"zero_frac", st.zeros / n},
-                     {"subnormal_frac", st.subnormals / n},
-                     {"nonfinite_frac", st.nonfinite / n}};
-    TensorStats& tot = numerics_totals_[name.substr(0, name.find('/'))];
-    tot.amax = std::max(tot.amax, st.amax);
-    tot.n += st.n;
-    tot.zeros += st.zeros;
-    tot.subnormals += st.subnormals;
-    tot.nonfinite += st.nonfinite;
+  json tensors = json::object(), layers = json::object();
+  for (const TelemetryTensor& tt : model_->telemetry_tensors()) {
+    const bool sliced = tt.layers > 0 && tt.t.numel > 0 && tt.t.numel % size_t(tt.layers) == 0;
+    TensorStats st;
+    if (sliced) {
+      const size_t per = tt.t.numel / size_t(tt.layers);
+      json per_layer = {{"amax", json::array()},
+                        {"zero_frac", json::array()},
+                        {"subnormal_frac", json::array()},
+                        {"nonfinite_frac", json::array()}};
+      for (int l = 0; l < tt.layers; l++) {
+        const TensorStats sl = be_->stats(tt.t.slice(size_t(l) * per, per));
+        const double n = double(std::max<size_t>(sl.n, 1));
+        per_layer["amax"].push_back(sl.amax);
+        per_layer["zero_frac"].push_back(sl.zeros / n);
+        per_layer["subnormal_frac"].push_back(sl.subnormals / n);
+        per_layer["nonfinite_frac"].push_back(sl.nonfinite / n);
+        add_stats(st, sl);
+      }
+      layers[tt.name] = per_layer;
+    } else {
+      st = be_->stats(tt.t);
+    }
+    tensors[tt.name] = stats_json(st);
+    add_stats(numerics_totals_[tt.name.substr(0, tt.name.find('/'))], st);
   }
   metrics_.write(json({{"kind", "numerics"},
                        {"step", step},
                        {"dtype", dtype_name(model_->dtype())},
                        {"loss_scale", scale},
-                       {"tensors", tensors}})
+                       {"tensors", tensors},
+                       {"layers", layers}})
                      .dump());
 }
 

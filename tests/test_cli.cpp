@@ -332,7 +332,7 @@ TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and
       "--data.train='" +
       d + "/toy_train_*.bin' --data.val='" + d +
       "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
-      "--train.steps=8 --train.threads=2 --checkpoint.every=4 "
+      "--train.steps=8 --train.threads=2 --checkpoint.every=4 --precision.telemetry_every=4 "
       "--modes fp32,bf16,fp16-noscale,fp8 --seeds 2 --out " +
       out_dir.path;
   int rc = run_binary(cmd, &out);
@@ -353,6 +353,15 @@ TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and
   }
   CHECK(tg::file_exists(out_dir / "fp8/seed1338/metrics.jsonl"));
   CHECK(tg::file_exists(out_dir / "loss.png"));
+  for (const char* png : {"numerics_fp32.png", "numerics_fp16-noscale.png"}) {
+    CHECK(slurp(out_dir / png).size() > 1000);
+    CHECK(report.find(png) != std::string::npos);
+  }
+  // Per-layer telemetry: one value per block for the tensors that hold blocks.
+  auto nm = read_metrics(out_dir / "fp32/seed1337/metrics.jsonl", "numerics");
+  REQUIRE(!nm.empty());
+  CHECK(nm[0]["layers"]["act/qkv"]["zero_frac"].size() == 1);
+  CHECK(!nm[0]["layers"].contains("act/lnf"));
   // Seeds differ: the two fp32 runs do not train the same losses.
   auto a = read_metrics(out_dir / "fp32/seed1337/metrics.jsonl", "train");
   auto b = read_metrics(out_dir / "fp32/seed1338/metrics.jsonl", "train");
@@ -366,6 +375,15 @@ TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and
   CHECK(out.find("fp8 was interrupted; resuming it") != std::string::npos);
   CHECK(out.find("resumed from " + fp8_dir + "/ckpt_00000004") != std::string::npos);
   CHECK(read_metrics(fp8_dir + "/metrics.jsonl", "train").size() == 8);
+  // `report` on the compare's directory rebuilds the same table.
+  tgt::TempDir rep;
+  REQUIRE(run_binary("report '" + out_dir.path + "' --out '" + rep.path + "'", &out) == 0);
+  json cmp2 = json::parse(slurp(rep / "compare.json"));
+  REQUIRE(cmp2["modes"].size() == 4);
+  for (size_t i = 0; i < 4; i++) {
+    CHECK(cmp2["modes"][i]["name"] == cmp["modes"][i]["name"]);
+    CHECK(cmp2["modes"][i]["stats"]["val_mean"] == cmp["modes"][i]["stats"]["val_mean"]);
+  }
   CHECK(run_binary("compare --modes fp9", &out) == 2);
   CHECK(run_binary("compare --seeds 0", &out) == 2);
 }
