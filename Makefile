@@ -165,7 +165,7 @@ test: $(BUILD)/run_tests $(BIN) $(FP8_EMU) $(KERNELS_EMU) $(FLASH_EMU)
 	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) $(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) $(FLASH_EMU) --minimal && TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
-	@test -f data/toy/meta.json || ./train_gpt prepare toy --out data/toy
+	@grep -qs '"record_len": 16' data/toy/meta.json || ./train_gpt prepare toy --out data/toy
 	./train_gpt train --config configs/default.json --train.threads=$(THREADS)
 
 bench: $(BIN)

@@ -89,7 +89,7 @@ int cmd_prepare(int argc, char** argv) {
         int_option("seed", "generator seed", "1337", 0, 9.007199254740992e15),
         int_option("train_tokens", "training tokens", "1048576", 1, 2e9),
         int_option("val_tokens", "validation tokens", "65536", 1, 2e9),
-        int_option("record_len", "tokens per record (even; rows should hold whole records)", "32",
+        int_option("record_len", "tokens per record (even; rows should hold whole records)", "16",
                    2, 1 << 20)};
     if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare toy", opts, &ex))
       return 0;

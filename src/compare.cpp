@@ -113,6 +113,7 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec, i
   try {
     const json earlier = prepare_mode_run(c, spec.name);
     r["summary"] = earlier.is_null() ? run_training(c) : earlier;
+    if (!earlier.is_null()) r["reused"] = true;
   } catch (const Error& e) {
     // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash.
     r["error"] = e.what();
@@ -180,7 +181,7 @@ int cmd_compare(int argc, char** argv) {
 
   // Every mode x seed, with one progress line per finished run.
   const int total = int(modes.size()) * nseeds;
-  int done = 0;
+  int done = 0, reused = 0;
   const auto t0 = std::chrono::steady_clock::now();
   json results = json::array();
   for (const std::string& name : modes) {
@@ -195,13 +196,19 @@ int cmd_compare(int argc, char** argv) {
       done++;
       const double el =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const json& last = runs.back();
+      json& last = runs.back();
+      // The ETA counts the runs trained here, not the ones reused from an earlier compare.
+      if (last.value("reused", false)) reused++;
+      const int trained = done - reused;
+      const std::string eta =
+          trained > 0 ? fmt_duration(el / trained * (total - done)) : std::string("?");
+      last.erase("reused");
       printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", done, total,
              name.c_str(), (long long)seed,
              last.contains("summary") && last["summary"]["final_val_loss"].is_number()
                  ? strf("val %.4f", last["summary"]["final_val_loss"].get<double>()).c_str()
                  : "failed",
-             fmt_duration(el).c_str(), fmt_duration(el / done * (total - done)).c_str());
+             fmt_duration(el).c_str(), eta.c_str());
       fflush(stdout);
     }
     results.push_back({{"name", name}, {"what", spec.what}, {"runs", runs}});
@@ -211,6 +218,7 @@ int cmd_compare(int argc, char** argv) {
   for (const auto& r : results) spec.groups.push_back({r["name"], r["what"], r["runs"]});
   spec.config = config_to_json(base);
   spec.floor = floor;
+  spec.plateau = dataset_plateau_loss(meta, base.data.seq_len);
   spec.quality = quality;
   spec.quality_loss = quality_loss;
   if (std::find(modes.begin(), modes.end(), "fp32") == modes.end()) spec.reference = modes[0];

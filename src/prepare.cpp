@@ -17,6 +17,11 @@ double toy_loss_floor(int record_len) {
   return (k * std::log(16.0) + std::log(2.0)) / record_len;
 }
 
+double toy_plateau_loss(int record_len) {
+  int k = (record_len - 2) / 2;  // the copied half is as random as the first to such a model
+  return (2 * k * std::log(16.0) + std::log(2.0)) / record_len;
+}
+
 namespace {
 
 void toy_record(Rng& rng, int k, std::vector<uint32_t>& out) {
@@ -56,14 +61,16 @@ void prepare_toy(const std::string& out_dir, uint64_t seed, int64_t train_tokens
               toy_stream(seed, 0, train_tokens, record_len));
   write_shard(join_path(out_dir, "toy_val_000000.bin"),
               toy_stream(seed, 1, val_tokens, record_len));
-  json meta = {{"vocab_size", 256},
-               {"tokenizer", "byte"},
-               {"task", "toy: copy or reverse 15 letters; see src/prepare.h"},
-               {"record_len", record_len},
-               {"loss_floor", toy_loss_floor(record_len)},
-               {"seed", seed},
-               {"train_tokens", train_tokens},
-               {"val_tokens", val_tokens}};
+  json meta = {
+      {"vocab_size", 256},
+      {"tokenizer", "byte"},
+      {"task", strf("toy: copy or reverse %d letters; see src/prepare.h", (record_len - 2) / 2)},
+      {"record_len", record_len},
+      {"loss_floor", toy_loss_floor(record_len)},
+      {"plateau_loss", toy_plateau_loss(record_len)},
+      {"seed", seed},
+      {"train_tokens", train_tokens},
+      {"val_tokens", val_tokens}};
   write_meta(out_dir, meta);
 }
 
@@ -109,11 +116,21 @@ json read_dataset_meta(const std::string& pattern) {
   }
 }
 
-double dataset_loss_floor(const json& meta, int seq_len) {
-  if (!meta.contains("loss_floor") || !meta["loss_floor"].is_number()) return NAN;
+namespace {
+double meta_loss(const json& meta, const char* key, int seq_len) {
+  if (!meta.contains(key) || !meta[key].is_number()) return NAN;
   int record = meta.value("record_len", 0);
   if (record > 0 && seq_len % record != 0) return NAN;  // rows would cut records
-  return meta["loss_floor"].get<double>();
+  return meta[key].get<double>();
+}
+}  // namespace
+
+double dataset_loss_floor(const json& meta, int seq_len) {
+  return meta_loss(meta, "loss_floor", seq_len);
+}
+
+double dataset_plateau_loss(const json& meta, int seq_len) {
+  return meta_loss(meta, "plateau_loss", seq_len);
 }
 
 }  // namespace tg

@@ -1,13 +1,15 @@
 // prepare.h: dataset makers for `train_gpt prepare`.
 //
 // toy: a synthetic task whose best possible loss is known exactly. The stream is made
-// of independent 32-byte records
-//     '|' x1 .. x15 op y1 .. y15
-// where x1..x15 are uniform over the 16 letters 'a'..'p', op is '=' or '~' with equal
+// of independent records of record_len tokens (16 by default; k = record_len/2 - 1)
+//     '|' x1 .. xk op y1 .. yk
+// where x1..xk are uniform over the 16 letters 'a'..'p', op is '=' or '~' with equal
 // probability, and y is x copied ('=') or reversed ('~'). Predicting y needs attention
-// back over 16..30 positions, steered by the op token; everything random is uniform, so
-// the loss floor is the entropy per token: (15 ln 16 + ln 2) / 32 nats, reached when
-// rows start at record boundaries (seq_len a multiple of 32, which the loader keeps).
+// back over k+1..2k positions, steered by the op token; everything random is uniform, so
+// the loss floor is the entropy per token: (k ln 16 + ln 2) / record_len nats (1.2563 for
+// 16), reached when rows start at record boundaries (seq_len a multiple of record_len,
+// which the loader keeps). A model that ignores the context stays at the copy plateau
+// (2k ln 16 + ln 2) / record_len (2.4690 for 16).
 //
 // text: any file as bytes (vocab 256), the last val_fraction of it as validation.
 #pragma once
@@ -17,8 +19,10 @@
 
 namespace tg {
 
-constexpr int kToyRecordLen = 32;
+constexpr int kToyRecordLen = 16;
 double toy_loss_floor(int record_len = kToyRecordLen);
+// The loss of a model that learned everything but the copy (the plateau runs sit on).
+double toy_plateau_loss(int record_len = kToyRecordLen);
 
 void prepare_toy(const std::string& out_dir, uint64_t seed, int64_t train_tokens,
                  int64_t val_tokens, int record_len = kToyRecordLen);
@@ -28,7 +32,9 @@ void prepare_text(const std::string& input, const std::string& out_dir, const st
 // Dataset facts from meta.json beside the first shard matching `pattern` (an empty
 // object when there is none): vocab_size, tokenizer, loss_floor, record_len.
 nlohmann::json read_dataset_meta(const std::string& pattern);
-// The loss floor that applies to rows of seq_len tokens, or NaN when unknown.
+// The loss floor that applies to rows of seq_len tokens, or NaN when unknown; likewise the
+// toy task's copy plateau.
 double dataset_loss_floor(const nlohmann::json& meta, int seq_len);
+double dataset_plateau_loss(const nlohmann::json& meta, int seq_len);
 
 }  // namespace tg

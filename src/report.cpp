@@ -14,6 +14,7 @@
 #include "compare.h"
 #include "config.h"
 #include "fileio.h"
+#include "prepare.h"
 #include "stats.h"
 
 namespace tg {
@@ -47,7 +48,7 @@ std::string num(const json& j, const char* fmt) {
 }
 
 // Steps until the val loss first came down to `target`; -1 when it never did.
-int64_t steps_to_quality(const std::string& dir, double target) {
+int64_t first_val_step_below(const std::string& dir, double target) {
   const std::string path = join_path(dir, "metrics.jsonl");
   if (!std::isfinite(target) || !file_exists(path)) return -1;
   const std::vector<char> b = read_file(path, "metrics file");
@@ -86,10 +87,19 @@ double quality_target(const ReportSpec& s) {
   return s.quality_loss > 0 ? s.quality_loss : NAN;
 }
 
+// Per run: the steps to quality and, on the toy task, the step at which the val loss left
+// the copy plateau (came below the middle of plateau and floor); -1: never.
+void annotate_runs(json& runs, double target, double plateau_mid) {
+  for (auto& r : runs) {
+    const std::string dir = r.value("dir", "");
+    r["steps_to_quality"] = first_val_step_below(dir, target);
+    if (std::isfinite(plateau_mid)) r["plateau_left_step"] = first_val_step_below(dir, plateau_mid);
+  }
+}
+
 // Per group: the spread of the final val loss over seeds, the verdict against the
-// reference and the steps (and seconds) to quality.
-json group_stats(const json& runs, const std::vector<double>* ref, const std::string& ref_name,
-                 double target) {
+// reference and the steps (and seconds) to quality, from annotated runs.
+json group_stats(const json& runs, const std::vector<double>* ref, const std::string& ref_name) {
   const std::vector<double> vals = finals(runs, "final_val_loss");
   const Sample s = describe_sample(vals);
   json st = {{"seeds_finished", vals.size()}, {"seeds", runs.size()}};
@@ -104,9 +114,11 @@ json group_stats(const json& runs, const std::vector<double>* ref, const std::st
     st["verdict_text"] = v.text;
     if (v.test.valid) st.update({{"diff", v.test.diff}, {"t", v.test.t}, {"p", v.test.p}});
   }
-  std::vector<double> steps, seconds;
+  std::vector<double> steps, seconds, plateau;
   for (const auto& r : runs) {
-    const int64_t k = steps_to_quality(r.value("dir", ""), target);
+    if (r.value("plateau_left_step", -1) >= 0)
+      plateau.push_back(r["plateau_left_step"].get<double>());
+    const int64_t k = r.value("steps_to_quality", int64_t(-1));
     if (k < 0) continue;
     steps.push_back(double(k));
     // Seconds at that step: the run's mean step time (its wall time over its steps).
@@ -121,6 +133,8 @@ json group_stats(const json& runs, const std::vector<double>* ref, const std::st
   };
   if (!steps.empty()) st["steps_to_quality_median"] = median(steps);
   if (!seconds.empty()) st["seconds_to_quality_median"] = median(seconds);
+  st["plateau_left"] = plateau.size();
+  if (!plateau.empty()) st["plateau_left_median"] = median(plateau);
   return st;
 }
 
@@ -156,11 +170,11 @@ std::string quality_cell(const json& st) {
 }
 
 std::string table_row(const RunGroup& g, const json& st, const json* ref, double ref_tps,
-                      bool is_ref) {
+                      bool is_ref, bool plateau_col) {
   const json* s = first_summary(g.runs);
   if (!s)
     return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) +
-           " ||||||||||\n";
+           (plateau_col ? " |||||||||||\n" : " ||||||||||\n");
   std::string dval, dtps, dmem;
   if (st.contains("diff")) dval = strf("%+.4f", st["diff"].get<double>());
   if (ref_tps > 0 && st.contains("tokens_per_second"))
@@ -181,8 +195,16 @@ std::string table_row(const RunGroup& g, const json& st, const json* ref, double
           ? strf("%.4f / %.4f", st["val_min"].get<double>(), st["val_max"].get<double>())
           : "";
   const std::string verdict = is_ref ? "reference" : st.value("verdict_text", std::string("n/a"));
-  return strf("| %s | %s | %s | %s | %s | %s | %s | %s | %.1f MiB | %s | %d |\n", g.name.c_str(),
-              val.c_str(), minmax.c_str(), dval.c_str(), verdict.c_str(), quality_cell(st).c_str(),
+  std::string plateau;
+  if (plateau_col) {
+    const int left = st["plateau_left"].get<int>();
+    plateau = left == 0 ? strf(" never (0/%d) |", all)
+                        : strf(" %.0f, %d/%d seeds |", st["plateau_left_median"].get<double>(),
+                               left, all);
+  }
+  return strf("| %s | %s | %s | %s | %s |%s %s | %s | %s | %.1f MiB | %s | %d |\n", g.name.c_str(),
+              val.c_str(), minmax.c_str(), dval.c_str(), verdict.c_str(), plateau.c_str(),
+              quality_cell(st).c_str(),
               num(st.value("tokens_per_second", json(nullptr)), "%.0f").c_str(), dtps.c_str(),
               (*s)["peak_memory_bytes"].get<double>() / 1048576.0, dmem.c_str(), skipped);
 }
@@ -253,11 +275,12 @@ std::string write_report(const ReportSpec& spec) {
   json groups = json::array();
   int max_seeds = 0;
   std::vector<json> stats;
+  const double plateau_mid = (spec.plateau + spec.floor) / 2;
   for (const auto& g : spec.groups) {
-    stats.push_back(
-        group_stats(g.runs, ref_vals.empty() ? nullptr : &ref_vals, spec.reference, target));
-    groups.push_back(
-        {{"name", g.name}, {"what", g.what}, {"runs", g.runs}, {"stats", stats.back()}});
+    json runs = g.runs;
+    annotate_runs(runs, target, plateau_mid);
+    stats.push_back(group_stats(runs, ref_vals.empty() ? nullptr : &ref_vals, spec.reference));
+    groups.push_back({{"name", g.name}, {"what", g.what}, {"runs", runs}, {"stats", stats.back()}});
     max_seeds = std::max(max_seeds, int(g.runs.size()));
   }
   const json compare = {
@@ -265,6 +288,7 @@ std::string write_report(const ReportSpec& spec) {
       {"seeds", max_seeds},
       {"reference", spec.reference},
       {"loss_floor", std::isfinite(spec.floor) ? json(spec.floor) : json(nullptr)},
+      {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)},
       {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)},
       {"config", spec.config}};
   make_dirs(spec.out);
@@ -275,12 +299,16 @@ std::string write_report(const ReportSpec& spec) {
   const double ref_tps =
       ref_group ? stats[ref_group - spec.groups.data()].value("tokens_per_second", 0.0) : 0.0;
   std::string md = header_md(spec, max_seeds);
-  md += "| mode | final val loss (mean ± std) | min / max | vs " + spec.reference +
-        " | verdict | " + quality_column(spec) + " | tokens/s | vs " + spec.reference +
-        " | peak memory | vs " + spec.reference + " | skipped steps |\n";
-  md += "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
+  const bool plateau_col = std::isfinite(plateau_mid);
+  md += "| mode | final val loss (mean ± std) | min / max | vs " + spec.reference + " | verdict |" +
+        (plateau_col ? " left the plateau at step |" : "") + " " + quality_column(spec) +
+        " | tokens/s | vs " + spec.reference + " | peak memory | vs " + spec.reference +
+        " | skipped steps |\n";
+  md += std::string("|---|---:|---:|---:|---|") + (plateau_col ? "---:|" : "") +
+        "---:|---:|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < spec.groups.size(); i++)
-    md += table_row(spec.groups[i], stats[i], ref, ref_tps, spec.groups[i].name == spec.reference);
+    md += table_row(spec.groups[i], stats[i], ref, ref_tps, spec.groups[i].name == spec.reference,
+                    plateau_col);
   md += strf(
       "\nThe verdict compares each mode's final val losses over its seeds with %s's by "
       "Welch's t-test (unequal variances, two-sided, alpha = 0.05); sigma is the difference in "
@@ -289,6 +317,12 @@ std::string write_report(const ReportSpec& spec) {
       "median over the seeds that reached it, at the val evaluations (eval.every); the seconds "
       "are those steps at the run's mean step time.\n",
       spec.reference.c_str(), spec.reference.c_str());
+  if (plateau_col)
+    md += strf(
+        "A run has left the copy plateau (val loss %.4f: what a model that ignores the "
+        "context reaches) at its first val evaluation below %.4f, halfway from the plateau to "
+        "the floor; the column gives the median step over the seeds that left it.\n",
+        spec.plateau, plateau_mid);
   md += numerics_md(spec.groups);
   md +=
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "
@@ -498,6 +532,13 @@ int cmd_report(int argc, char** argv) {
         spec.floor = r["summary"]["loss_floor"].get<double>();
         break;
       }
+  // The toy task's plateau, from the dataset's meta.json where it is still there.
+  try {
+    const json d = spec.config.value("data", json::object());
+    spec.plateau = dataset_plateau_loss(read_dataset_meta(d.value("train", std::string())),
+                                        d.value("seq_len", 0));
+  } catch (const std::exception&) {
+  }
   spec.title = "Precision report";
   const std::string md = write_report(spec);
   printf("%s\nwrote %s/report.md (%zu runs in %zu groups)\n", md.c_str(), spec.out.c_str(),

@@ -25,6 +25,7 @@ struct ReportSpec {
   nlohmann::json config;           // the config of the runs (the report's header)
   std::string reference = "fp32";  // the group the others are compared with
   double floor = NAN;              // the dataset's loss floor, NAN where it has none
+  double plateau = NAN;            // the toy task's copy plateau, NAN where it has none
   double quality = 0.02;           // time to quality: within this fraction of the floor,
   double quality_loss = 0;         // or (no floor) below this val loss; 0: none
   std::string title = "Precision comparison";

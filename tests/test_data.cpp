@@ -223,25 +223,30 @@ TEST_CASE("data: toy task is deterministic, structured, and its floor is right")
   CHECK(a != read_shard(d / "c/toy_train_000000.bin", 256));
   CHECK(a.size() == 4097);
   CHECK(a != read_shard(d / "a/toy_val_000000.bin", 256));
+  // Records of 16 tokens by default: '|', 7 letters, '=' or '~', the 7 copied or reversed.
+  const int R = 16, K = 7;
   int copies = 0, reverses = 0;
-  for (size_t r = 0; r + 32 <= a.size(); r += 32) {
+  for (size_t r = 0; r + R <= a.size(); r += R) {
     const uint32_t* x = a.data() + r;
     REQUIRE(x[0] == '|');
-    for (int i = 1; i <= 15; i++) CHECK((x[i] >= 'a' && x[i] <= 'p'));
-    REQUIRE((x[16] == '=' || x[16] == '~'));
-    bool rev = x[16] == '~';
+    for (int i = 1; i <= K; i++) CHECK((x[i] >= 'a' && x[i] <= 'p'));
+    REQUIRE((x[K + 1] == '=' || x[K + 1] == '~'));
+    bool rev = x[K + 1] == '~';
     (rev ? reverses : copies)++;
-    for (int i = 0; i < 15; i++) CHECK(x[17 + i] == x[rev ? 15 - i : 1 + i]);
+    for (int i = 0; i < K; i++) CHECK(x[K + 2 + i] == x[rev ? K - i : 1 + i]);
   }
   CHECK(copies > 20);
   CHECK(reverses > 20);
   nlohmann::json meta = read_dataset_meta(d / "a/toy_train_*.bin");
   CHECK(meta["vocab_size"] == 256);
-  CHECK(meta["record_len"] == 32);
+  CHECK(meta["record_len"] == R);
   double floor = meta["loss_floor"].get<double>();
-  CHECK(floor == doctest::Approx((15 * std::log(16.0) + std::log(2.0)) / 32).epsilon(1e-12));
+  CHECK(floor == doctest::Approx((K * std::log(16.0) + std::log(2.0)) / R).epsilon(1e-12));
   CHECK(dataset_loss_floor(meta, 64) == floor);
-  CHECK(std::isnan(dataset_loss_floor(meta, 48)));  // rows would cut records
+  CHECK(std::isnan(dataset_loss_floor(meta, 24)));  // rows would cut records
+  CHECK(dataset_plateau_loss(meta, 16) ==
+        doctest::Approx((2 * K * std::log(16.0) + std::log(2.0)) / R).epsilon(1e-12));
+  CHECK(std::isnan(dataset_plateau_loss(meta, 24)));
 }
 
 TEST_CASE("data: prepare text makes byte shards and a validation split") {

@@ -56,10 +56,11 @@ TEST_CASE(
   const json fx = json::parse(tgt::slurp(kFixture));
   tgt::TempDir tmp;
   std::string out;
-  REQUIRE(tgt::run_binary("prepare toy --out " + tmp / "toy", &out) == 0);
-  const std::string base = "train --config configs/default.json" + joined(fx["common_args"]) +
-                           " --data.train='" + tmp / "toy" + "/toy_train_*.bin' --data.val='" +
-                           tmp / "toy" + "/toy_val_*.bin' --cpu.gemm=loops";
+  REQUIRE(tgt::run_binary("prepare toy --record_len 32 --out " + tmp / "toy", &out) == 0);
+  const std::string base = "train --config tests/fixtures/regression_config.json" +
+                           joined(fx["common_args"]) + " --data.train='" + tmp / "toy" +
+                           "/toy_train_*.bin' --data.val='" + tmp / "toy" +
+                           "/toy_val_*.bin' --cpu.gemm=loops";
   const int resume_at = fx["resume_at"].get<int>();
   for (const json& c : fx["cases"]) {
     const std::string name = c["name"];

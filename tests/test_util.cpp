@@ -81,7 +81,8 @@ const std::string& toy_dir() {
   static bool made = false;
   if (!made) {
     std::string out;
-    if (run_binary("prepare toy --out " + dir.path + " --train_tokens 65536 --val_tokens 4096",
+    if (run_binary("prepare toy --out " + dir.path +
+                       " --train_tokens 65536 --val_tokens 4096 --record_len 32",
                    &out) != 0) {
       fprintf(stderr, "prepare toy failed:\n%s\n", out.c_str());
       abort();
