@@ -56,7 +56,8 @@ void usage() {
       "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
       "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
       "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
-      "  train_gpt export --checkpoint DIR --out DIR [--dtype fp32]    Hugging Face GPT-2 directory\n"
+      "  train_gpt export --checkpoint DIR --out DIR [--dtype fp32]    Hugging Face GPT-2 "
+      "directory\n"
       "  train_gpt compare --config FILE [--modes fp32,bf16,...]      one run per mode + report\n"
       "  train_gpt memory --config FILE [--preset gpt2] [--modes ...]  memory plan per mode\n"
       "  train_gpt bench [--threads N]                                 step-time table\n\n"
@@ -141,8 +142,9 @@ int cmd_sample(int argc, char** argv) {
       int_option("top_k", "sample from the k most likely tokens (0: all)", "0", 0, 1 << 24),
       int_option("seed", "sampling seed", "1337", 0, 9.007199254740992e15),
       int_option("threads", "CPU threads (0: all)", "0", 0, 4096),
-      {"logits", "instead of generating, write the prompt's logits to this file (fp32, "
-                 "prompt tokens x vocab_size, row-major)",
+      {"logits",
+       "instead of generating, write the prompt's logits to this file (fp32, "
+       "prompt tokens x vocab_size, row-major)",
        ""}};
   Extras ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt sample", opts, &ex)) return 0;

@@ -35,10 +35,11 @@ int cmd_export(int argc, char** argv) {
   ModelFile mf = read_model(model_path);
   export_hf(mf, out, dtype);
   const GPTConfig& c = mf.cfg;
-  printf("wrote %s (%s, %d layers, %d heads, %d channels, vocabulary %d, %d positions) and "
-         "%s\n",
-         join_path(out, "model.safetensors").c_str(), dtype.c_str(), c.n_layer, c.n_head,
-         c.n_embd, c.vocab_size, c.max_seq_len, join_path(out, "config.json").c_str());
+  printf(
+      "wrote %s (%s, %d layers, %d heads, %d channels, vocabulary %d, %d positions) and "
+      "%s\n",
+      join_path(out, "model.safetensors").c_str(), dtype.c_str(), c.n_layer, c.n_head, c.n_embd,
+      c.vocab_size, c.max_seq_len, join_path(out, "config.json").c_str());
   return 0;
 }
 

@@ -69,7 +69,8 @@ const char* st_dtype(const std::string& d) {
 }
 
 // The slot's values in GPT-2's layout, encoded as `dtype` bytes.
-std::vector<char> encode_slot(const Slot& s, const std::vector<float>& p, const std::string& dtype) {
+std::vector<char> encode_slot(const Slot& s, const std::vector<float>& p,
+                              const std::string& dtype) {
   const size_t n = size_t(s.rows * s.cols);
   std::vector<float> v(n);
   const float* src = p.data() + s.offset;
@@ -87,8 +88,10 @@ std::vector<char> encode_slot(const Slot& s, const std::vector<float>& p, const 
   for (size_t i = 0; i < n; i++) {
     uint16_t h = dtype == "BF16" ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
     if (dtype == "F16" && std::isfinite(v[i]) && !std::isfinite(f16_to_f32(h)))
-      throw Error(strf("export: tensor '%s' holds %g, beyond fp16's range (use --dtype=bf16 or fp32)",
-                       s.name.c_str(), double(v[i])));
+      throw Error(
+          strf("export: tensor 'transformer.%s' holds %g, beyond fp16's range (use "
+               "--dtype=bf16 or fp32)",
+               s.name.c_str(), double(v[i])));
     memcpy(out.data() + 2 * i, &h, 2);
   }
   return out;
@@ -121,7 +124,9 @@ nlohmann::ordered_json hf_config(const GPTConfig& c, const std::string& dtype) {
           {"tie_word_embeddings", true},
           {"bos_token_id", eos},
           {"eos_token_id", eos},
-          {"torch_dtype", dtype == "fp32" ? "float32" : dtype == "bf16" ? "bfloat16" : "float16"},
+          {"torch_dtype", dtype == "fp32"   ? "float32"
+                          : dtype == "bf16" ? "bfloat16"
+                                            : "float16"},
           {"use_cache", true}};
 }
 
@@ -158,16 +163,16 @@ GPTConfig parse_config(const std::string& text, const std::string& where) {
   c.max_seq_len = get_int("n_positions", "n_ctx");
   c.padded_vocab_size = pad_vocab(c.vocab_size);
   if (!model_config_valid(c))
-    throw Error(strf("%s describes a model this program cannot build (n_positions=%d "
-                     "vocab_size=%d n_layer=%d n_head=%d n_embd=%d)",
-                     file.c_str(), c.max_seq_len, c.vocab_size, c.n_layer, c.n_head, c.n_embd));
+    throw Error(
+        strf("%s describes a model this program cannot build (n_positions=%d "
+             "vocab_size=%d n_layer=%d n_head=%d n_embd=%d)",
+             file.c_str(), c.max_seq_len, c.vocab_size, c.n_layer, c.n_head, c.n_embd));
   if (is("activation_function") && j["activation_function"] != "gelu_new" &&
       j["activation_function"] != "gelu_pytorch_tanh")
     bad("activation_function",
         "is " + j["activation_function"].dump() + "; this model uses the tanh GELU (gelu_new)");
-  if (is("layer_norm_epsilon") &&
-      (!j["layer_norm_epsilon"].is_number() ||
-       std::fabs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
+  if (is("layer_norm_epsilon") && (!j["layer_norm_epsilon"].is_number() ||
+                                   std::fabs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
     bad("layer_norm_epsilon", "is " + j["layer_norm_epsilon"].dump() + "; this model uses 1e-5");
   if (is("n_inner") && j["n_inner"] != 4 * c.n_embd)
     bad("n_inner", "is " + j["n_inner"].dump() + "; this model's MLP has 4 * n_embd channels");
@@ -251,9 +256,9 @@ ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>
   const std::string file = join_path(where, "model.safetensors");
   SafetensorsFile f = parse_safetensors(st_bytes, file);
   // GPT2LMHeadModel writes "transformer.h.0...", GPT2Model (the hub's gpt2) "h.0...".
-  const std::string prefix = f.tensors.count("wte.weight") && !f.tensors.count("transformer.wte.weight")
-                                 ? ""
-                                 : "transformer.";
+  const std::string prefix =
+      f.tensors.count("wte.weight") && !f.tensors.count("transformer.wte.weight") ? ""
+                                                                                  : "transformer.";
   mf.params.assign(num_parameters(mf.cfg), 0.0f);
   std::vector<std::string> used;
   for (const Slot& s : slots(mf.cfg)) {
@@ -273,9 +278,10 @@ ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>
     std::vector<float> head =
         take(f, file, "lm_head.weight", {int64_t(mf.cfg.vocab_size), int64_t(mf.cfg.n_embd)});
     if (memcmp(head.data(), mf.params.data(), head.size() * 4) != 0)
-      throw Error(strf("%s: tensor 'lm_head.weight' differs from '%swte.weight'; this model ties "
-                       "them (tie_word_embeddings)",
-                       file.c_str(), prefix.c_str()));
+      throw Error(
+          strf("%s: tensor 'lm_head.weight' differs from '%swte.weight'; this model ties "
+               "them (tie_word_embeddings)",
+               file.c_str(), prefix.c_str()));
     used.push_back("lm_head.weight");
   }
   for (const auto& kv : f.tensors) {
@@ -290,8 +296,8 @@ ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>
 
 bool is_hf_model_path(const std::string& path) {
   const std::string ext = ".safetensors";
-  return dir_exists(path) ||
-         (path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0);
+  return dir_exists(path) || (path.size() >= ext.size() &&
+                              path.compare(path.size() - ext.size(), ext.size(), ext) == 0);
 }
 
 ModelFile read_hf_model(const std::string& path) {
@@ -300,12 +306,14 @@ ModelFile read_hf_model(const std::string& path) {
   const std::string st = dir ? join_path(path, "model.safetensors") : path;
   if (dir && !file_exists(st)) {
     if (file_exists(join_path(path, "model.safetensors.index.json")))
-      throw Error(strf("%s holds a sharded safetensors model (model.safetensors.index.json); "
-                       "only a single model.safetensors is read",
-                       path.c_str()));
-    throw Error(strf("%s is a directory without model.safetensors (a Hugging Face GPT-2 "
-                     "directory holds model.safetensors and config.json)",
-                     path.c_str()));
+      throw Error(
+          strf("%s holds a sharded safetensors model (model.safetensors.index.json); "
+               "only a single model.safetensors is read",
+               path.c_str()));
+    throw Error(
+        strf("%s is a directory without model.safetensors (a Hugging Face GPT-2 "
+             "directory holds model.safetensors and config.json)",
+             path.c_str()));
   }
   const std::vector<char> cfg = read_file(join_path(where, "config.json"), "Hugging Face config");
   return parse_hf_model(std::string(cfg.begin(), cfg.end()), read_file(st, "safetensors file"),

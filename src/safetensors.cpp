@@ -31,8 +31,8 @@ bool as_uint(const nlohmann::json& j, uint64_t* out) {
 std::pair<uint64_t, uint64_t> parse_entry(const std::string& path, const std::string& name,
                                           const nlohmann::json& e, SafeTensorIn* t) {
   auto fail = [&](const std::string& what) {
-    throw Error(strf("safetensors file %s: tensor '%s': %s", path.c_str(), name.c_str(),
-                     what.c_str()));
+    throw Error(
+        strf("safetensors file %s: tensor '%s': %s", path.c_str(), name.c_str(), what.c_str()));
   };
   if (!e.is_object()) fail("its header entry is not a JSON object");
   auto dt = e.find("dtype"), sh = e.find("shape"), off = e.find("data_offsets");
@@ -45,7 +45,8 @@ std::pair<uint64_t, uint64_t> parse_entry(const std::string& path, const std::st
   uint64_t elems = 1;
   for (const auto& d : *sh) {
     uint64_t v;
-    if (!as_uint(d, &v) || v > (uint64_t(1) << 62)) fail("\"shape\" holds a value that is not a dimension");
+    if (!as_uint(d, &v) || v > (uint64_t(1) << 62))
+      fail("\"shape\" holds a value that is not a dimension");
     t->shape.push_back(int64_t(v));
     elems = (v != 0 && elems > (uint64_t(1) << 62) / v) ? (uint64_t(1) << 62) : elems * v;
   }
@@ -53,14 +54,14 @@ std::pair<uint64_t, uint64_t> parse_entry(const std::string& path, const std::st
   if (off == e.end() || !off->is_array() || off->size() != 2 || !as_uint((*off)[0], &begin) ||
       !as_uint((*off)[1], &end))
     fail("\"data_offsets\" is not a pair of non-negative integers");
-  if (end < begin) fail(strf("data_offsets [%llu, %llu] end before they begin",
-                             (unsigned long long)begin, (unsigned long long)end));
+  if (end < begin)
+    fail(strf("data_offsets [%llu, %llu] end before they begin", (unsigned long long)begin,
+              (unsigned long long)end));
   const uint64_t need = elems > (uint64_t(1) << 62) / esize ? UINT64_MAX : elems * esize;
   if (end - begin != need)
     fail(strf("data_offsets [%llu, %llu] span %llu bytes, but shape %s of %s needs %llu",
-              (unsigned long long)begin, (unsigned long long)end,
-              (unsigned long long)(end - begin), shape_str(t->shape).c_str(), t->dtype.c_str(),
-              (unsigned long long)need));
+              (unsigned long long)begin, (unsigned long long)end, (unsigned long long)(end - begin),
+              shape_str(t->shape).c_str(), t->dtype.c_str(), (unsigned long long)need));
   t->bytes = size_t(need);
   return {begin, end};
 }
@@ -69,9 +70,9 @@ std::pair<uint64_t, uint64_t> parse_entry(const std::string& path, const std::st
 
 size_t safetensors_dtype_size(const std::string& d) {
   static const std::map<std::string, size_t> sizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
-      {"I64", 8},  {"U64", 8}, {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   auto it = sizes.find(d);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -108,19 +109,22 @@ std::vector<char> safetensors_bytes(const std::vector<SafeTensorOut>& tensors,
 SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
   const char* p = path.c_str();
   if (b.size() < 8)
-    throw Error(strf("safetensors file %s is truncated: %zu bytes, shorter than the 8-byte "
-                     "header length",
-                     p, b.size()));
+    throw Error(
+        strf("safetensors file %s is truncated: %zu bytes, shorter than the 8-byte "
+             "header length",
+             p, b.size()));
   uint64_t n = 0;
   for (int i = 0; i < 8; i++) n |= uint64_t(uint8_t(b[i])) << (8 * i);
   if (n > b.size() - 8)
-    throw Error(strf("safetensors file %s: the header length %llu is larger than the file "
-                     "(%zu bytes): truncated or not a safetensors file",
-                     p, (unsigned long long)n, b.size()));
+    throw Error(
+        strf("safetensors file %s: the header length %llu is larger than the file "
+             "(%zu bytes): truncated or not a safetensors file",
+             p, (unsigned long long)n, b.size()));
   if (n > kMaxHeader)
-    throw Error(strf("safetensors file %s: the header length %llu is above the format's limit "
-                     "of %llu bytes",
-                     p, (unsigned long long)n, (unsigned long long)kMaxHeader));
+    throw Error(
+        strf("safetensors file %s: the header length %llu is above the format's limit "
+             "of %llu bytes",
+             p, (unsigned long long)n, (unsigned long long)kMaxHeader));
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + std::ptrdiff_t(n));
@@ -151,10 +155,11 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
     SafeTensorIn t;
     auto span = parse_entry(path, it.key(), *it, &t);
     if (span.second > data_size)
-      throw Error(strf("safetensors file %s: tensor '%s': data_offsets [%llu, %llu] are beyond "
-                       "the data section (%llu bytes): truncated file or bad offsets",
-                       p, it.key().c_str(), (unsigned long long)span.first,
-                       (unsigned long long)span.second, (unsigned long long)data_size));
+      throw Error(
+          strf("safetensors file %s: tensor '%s': data_offsets [%llu, %llu] are beyond "
+               "the data section (%llu bytes): truncated file or bad offsets",
+               p, it.key().c_str(), (unsigned long long)span.first, (unsigned long long)span.second,
+               (unsigned long long)data_size));
     t.data = data + span.first;
     f.tensors[it.key()] = t;
     spans.push_back({span.first, span.second, it.key()});
@@ -167,22 +172,24 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
   const Span* prev = nullptr;
   for (const Span& s : spans) {
     if (s.begin < at)
-      throw Error(strf("safetensors file %s: tensors '%s' and '%s' overlap (bytes [%llu, %llu) "
-                       "and [%llu, %llu))",
-                       p, prev->name.c_str(), s.name.c_str(), (unsigned long long)prev->begin,
-                       (unsigned long long)prev->end, (unsigned long long)s.begin,
-                       (unsigned long long)s.end));
+      throw Error(strf(
+          "safetensors file %s: tensors '%s' and '%s' overlap (bytes [%llu, %llu) "
+          "and [%llu, %llu))",
+          p, prev->name.c_str(), s.name.c_str(), (unsigned long long)prev->begin,
+          (unsigned long long)prev->end, (unsigned long long)s.begin, (unsigned long long)s.end));
     if (s.begin > at)
-      throw Error(strf("safetensors file %s: bytes [%llu, %llu) of the data section belong to "
-                       "no tensor (before '%s')",
-                       p, (unsigned long long)at, (unsigned long long)s.begin, s.name.c_str()));
+      throw Error(
+          strf("safetensors file %s: bytes [%llu, %llu) of the data section belong to "
+               "no tensor (before '%s')",
+               p, (unsigned long long)at, (unsigned long long)s.begin, s.name.c_str()));
     at = s.end;
     prev = &s;
   }
   if (at != data_size)
-    throw Error(strf("safetensors file %s: the data section has %llu bytes after the last "
-                     "tensor that belong to no tensor",
-                     p, (unsigned long long)(data_size - at)));
+    throw Error(
+        strf("safetensors file %s: the data section has %llu bytes after the last "
+             "tensor that belong to no tensor",
+             p, (unsigned long long)(data_size - at)));
   return f;
 }
 

@@ -60,9 +60,10 @@ void write_prompt_logits(GPT& model, const std::vector<int32_t>& prompt, const s
   const GPTConfig& c = model.config();
   const int T = int(prompt.size());
   if (T == 0 || T > c.max_seq_len)
-    throw UsageError(strf("sample --logits: the prompt has %d tokens; it needs 1 to max_seq_len "
-                          "(%d)",
-                          T, c.max_seq_len));
+    throw UsageError(
+        strf("sample --logits: the prompt has %d tokens; it needs 1 to max_seq_len "
+             "(%d)",
+             T, c.max_seq_len));
   model.forward(prompt.data(), nullptr, 1, T, 0.0f);
   const size_t V = c.vocab_size, Vp = c.padded_vocab_size;
   std::vector<float> all(size_t(T) * Vp), out(size_t(T) * V);

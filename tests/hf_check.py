@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """hf_check.py: checks a `train_gpt export` directory with the real Hugging Face client.
 
-usage: hf_check.py EXPORT_DIR PROMPT LOGITS_FILE GREEDY_TEXT
+usage: hf_check.py EXPORT_DIR PROMPT LOGITS_FILE GREEDY_FILE NEW_TOKENS
 
 Run by tests/test_hf.cpp. It loads EXPORT_DIR with transformers'
 GPT2LMHeadModel.from_pretrained (CPU, fp32) and checks that
@@ -10,7 +10,8 @@ GPT2LMHeadModel.from_pretrained (CPU, fp32) and checks that
   - the logits of PROMPT (its bytes are the token ids: byte-level vocabulary) match
     LOGITS_FILE, which `train_gpt sample --logits` wrote (fp32, len(PROMPT) x vocab_size):
     prints "max_abs_diff X" and fails above 1e-4;
-  - greedy generation from PROMPT gives GREEDY_TEXT (`train_gpt sample --temperature 0`).
+  - greedy generation of NEW_TOKENS tokens after PROMPT prints what GREEDY_FILE holds, the
+    output of `train_gpt sample --temperature 0 --tokens NEW_TOKENS` (prompt included).
 Exits 0 when all hold, 1 otherwise (the reason on stderr).
 """
 import os
@@ -29,10 +30,25 @@ def fail(msg):
     sys.exit(1)
 
 
+def printable(ids):
+    """The bytes `train_gpt sample` prints for these ids with its byte tokenizer: ids past
+    255 print as nothing, control bytes and bytes past 0x7e as \\xNN (train_gpt keeps valid
+    UTF-8 sequences whole; the toy model here writes ASCII)."""
+    out = b""
+    for i in ids:
+        if i > 255:
+            continue
+        if 0x20 <= i < 0x7F or i in (9, 10):
+            out += bytes([i])
+        else:
+            out += b"\\x%02x" % i
+    return out
+
+
 def main():
-    if len(sys.argv) != 5:
-        fail("usage: hf_check.py EXPORT_DIR PROMPT LOGITS_FILE GREEDY_TEXT")
-    export_dir, prompt, logits_file, greedy_text = sys.argv[1:]
+    if len(sys.argv) != 6:
+        fail(__doc__.splitlines()[2])
+    export_dir, prompt, logits_file, greedy_file, new_tokens = sys.argv[1:]
     with safe_open(os.path.join(export_dir, "model.safetensors"), framework="pt") as f:
         if f.metadata().get("format") != "pt":
             fail("metadata %r lacks format pt" % f.metadata())
@@ -54,16 +70,15 @@ def main():
     if not diff <= TOLERANCE:
         fail("logits differ by %g > %g" % (diff, TOLERANCE))
 
-    want = list(greedy_text.encode())
+    with open(greedy_file, "rb") as f:
+        want = f.read().rstrip(b"\n")
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids)),
-                             max_new_tokens=len(want) - len(ids), do_sample=False,
-                             pad_token_id=0)
-    # train_gpt's byte tokenizer prints ids beyond 255 as nothing; so do we.
-    got = [i for i in out[0].tolist() if i < 256]
-    print("greedy: " + bytes(got).decode(errors="replace"))
+                             max_new_tokens=int(new_tokens), do_sample=False, pad_token_id=0)
+    got = printable(out[0].tolist())
+    print("greedy: " + got.decode(errors="replace"))
     if got != want:
-        fail("greedy generation %r differs from train_gpt's %r" % (bytes(got), bytes(want)))
+        fail("greedy generation %r differs from train_gpt's %r" % (got, want))
 
 
 if __name__ == "__main__":
