@@ -3,10 +3,10 @@
 // runs through exactly the code that found it.
 //
 // Each entry feeds one input to one reader of untrusted files: token shards, llm.c model
-// files, checkpoint directories, configs, Hugging Face GPT-2 directories. A rejection with tg::Error or tg::UsageError is a
-// normal outcome; any other exception (including InvariantFailure, thrown when a reader
-// accepted an input but returned something inconsistent) escapes to the caller, and
-// crashes, sanitizer reports and hangs are bugs by themselves.
+// files, checkpoint directories, configs, Hugging Face GPT-2 directories. A rejection with
+// tg::Error or tg::UsageError is a normal outcome; any other exception (including InvariantFailure,
+// thrown when a reader accepted an input but returned something inconsistent) escapes to the
+// caller, and crashes, sanitizer reports and hangs are bugs by themselves.
 //
 // Input layouts (all integers little-endian):
 //   shard:      [0] vocab selector (bits 0-2), shuffle (bit 3), B-1 (bits 4-5),
