@@ -207,9 +207,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// The widened values of tensor `name` after checking its dtype and shape.
-std::vector<float> take(const SafetensorsFile& f, const std::string& file, const std::string& name,
-                        const std::vector<int64_t>& shape) {
+// Tensor `name`, after checking its dtype and shape.
+const SafeTensorIn& find_tensor(const SafetensorsFile& f, const std::string& file,
+                                const std::string& name, const std::vector<int64_t>& shape) {
   auto it = f.tensors.find(name);
   if (it == f.tensors.end())
     throw Error(strf("%s: tensor '%s' is missing", file.c_str(), name.c_str()));
@@ -220,7 +220,7 @@ std::vector<float> take(const SafetensorsFile& f, const std::string& file, const
   if (t.shape != shape)
     throw Error(strf("%s: tensor '%s' has shape %s; config.json implies %s", file.c_str(),
                      name.c_str(), shape_str(t.shape).c_str(), shape_str(shape).c_str()));
-  return widen(t);
+  return t;
 }
 
 // Tensors a GPT-2 file may hold beyond ours: the causal-mask buffers of older files.
@@ -259,11 +259,19 @@ ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>
   const std::string prefix =
       f.tensors.count("wte.weight") && !f.tensors.count("transformer.wte.weight") ? ""
                                                                                   : "transformer.";
-  mf.params.assign(num_parameters(mf.cfg), 0.0f);
+  // Every tensor is checked before the parameters are allocated: config.json alone could
+  // ask for terabytes, the tensors' bytes are in the file.
+  const std::vector<Slot> ss = slots(mf.cfg);
+  std::vector<const SafeTensorIn*> found;
   std::vector<std::string> used;
-  for (const Slot& s : slots(mf.cfg)) {
-    const std::string name = prefix + s.name;
-    std::vector<float> v = take(f, file, name, s.hf_shape());
+  for (const Slot& s : ss) {
+    used.push_back(prefix + s.name);
+    found.push_back(&find_tensor(f, file, used.back(), s.hf_shape()));
+  }
+  mf.params.assign(num_parameters(mf.cfg), 0.0f);
+  for (size_t i = 0; i < ss.size(); i++) {
+    const Slot& s = ss[i];
+    std::vector<float> v = widen(*found[i]);
     float* dst = mf.params.data() + s.offset;
     if (s.transpose) {
       for (int64_t r = 0; r < s.rows; r++)
@@ -271,12 +279,11 @@ ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>
     } else {
       memcpy(dst, v.data(), v.size() * 4);
     }
-    used.push_back(name);
   }
   // lm_head, when stored, must be the tied wte (this model has no separate output matrix).
   if (f.tensors.count("lm_head.weight")) {
-    std::vector<float> head =
-        take(f, file, "lm_head.weight", {int64_t(mf.cfg.vocab_size), int64_t(mf.cfg.n_embd)});
+    std::vector<float> head = widen(find_tensor(
+        f, file, "lm_head.weight", {int64_t(mf.cfg.vocab_size), int64_t(mf.cfg.n_embd)}));
     if (memcmp(head.data(), mf.params.data(), head.size() * 4) != 0)
       throw Error(
           strf("%s: tensor 'lm_head.weight' differs from '%swte.weight'; this model ties "

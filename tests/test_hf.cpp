@@ -309,6 +309,12 @@ TEST_CASE("hf: bad model directories are errors naming the tensor or key") {
   CHECK(has(cfg_error([](json& j) { j["tie_word_embeddings"] = false; }), "tie_word_embeddings"));
   // A config that disagrees with the tensors names the first tensor that does not fit.
   CHECK(has(cfg_error([](json& j) { j["n_embd"] = 16; }), "transformer.wte.weight"));
+  // A config.json asking for a huge model is refused by its tensors, before any allocation.
+  CHECK(has(cfg_error([](json& j) {
+              j["n_layer"] = 1024;
+              j["n_embd"] = 65536;
+            }),
+            "transformer.wte.weight"));
   // Directories without the file; a sharded model.
   tgt::TempDir empty;
   CHECK(has(error_of([&] { tg::read_hf_model(empty.path); }), "without model.safetensors"));
