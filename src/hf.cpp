@@ -317,6 +317,11 @@ ModelFile read_hf_model(const std::string& path) {
           strf("%s holds a sharded safetensors model (model.safetensors.index.json); "
                "only a single model.safetensors is read",
                path.c_str()));
+    if (file_exists(join_path(path, "model.bin")))
+      throw Error(
+          strf("%s holds model.bin, not model.safetensors: name the llm.c model file "
+               "itself (%s)",
+               path.c_str(), join_path(path, "model.bin").c_str()));
     throw Error(
         strf("%s is a directory without model.safetensors (a Hugging Face GPT-2 "
              "directory holds model.safetensors and config.json)",

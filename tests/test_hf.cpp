@@ -318,6 +318,8 @@ TEST_CASE("hf: bad model directories are errors naming the tensor or key") {
   // Directories without the file; a sharded model.
   tgt::TempDir empty;
   CHECK(has(error_of([&] { tg::read_hf_model(empty.path); }), "without model.safetensors"));
+  std::ofstream(empty / "model.bin") << "x";
+  CHECK(has(error_of([&] { tg::read_model(empty.path); }), "model.bin, not model.safetensors"));
   std::ofstream(empty / "model.safetensors.index.json") << "{}";
   CHECK(has(error_of([&] { tg::read_hf_model(empty.path); }), "sharded"));
   std::remove((d / "config.json").c_str());
