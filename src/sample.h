@@ -1,4 +1,5 @@
-// sample.h: autoregressive generation with temperature and top-k.
+// sample.h: autoregressive generation with temperature and top-k, and the logits of a prompt
+// (sample --logits) for checking other implementations against this one.
 #pragma once
 #include <cstdint>
 #include <string>
