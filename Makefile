@@ -176,8 +176,9 @@ gpu-check:
 	bash scripts/gpu_check.sh
 
 # libFuzzer targets for the readers of untrusted files (tests/fuzz/: shards, model files,
-# checkpoints, configs), built by clang++ with ASan+UBSan into build/fuzz/fuzz_<target>
-# from only the sources those readers need (no MPI, no BLAS, no CUDA). `make fuzz-run
+# checkpoints, configs, Hugging Face directories), built by clang++ with ASan+UBSan into
+# build/fuzz/fuzz_<target> from only the sources those readers need (no MPI, no BLAS, no
+# CUDA). `make fuzz-run
 # FUZZ_SECONDS=600` runs each target in turn on its corpus (scripts/fuzz.sh); `make
 # fuzz-seeds` rewrites the seed corpora tests/fuzz/corpus/ from the project's own writers.
 FUZZ_CXX     ?= clang++
@@ -185,9 +186,10 @@ FUZZ_DIR     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wextra \
                 -Wno-unknown-pragmas -MMD -MP -I. -DTG_NO_MPI -DTG_NO_BLAS $(EXTRA_CFLAGS)
-FUZZ_TARGETS := shard model_file checkpoint config
+FUZZ_TARGETS := shard model_file checkpoint config hf_model
 FUZZ_LIB_SRC := src/common.cpp src/fileio.cpp src/data.cpp src/checkpoint.cpp src/model.cpp \
-                src/fp8.cpp src/recipe.cpp src/run_state.cpp src/config.cpp \
+                src/fp8.cpp src/recipe.cpp src/run_state.cpp src/config.cpp src/hf.cpp \
+                src/safetensors.cpp \
                 tests/fuzz/fuzz_entries.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

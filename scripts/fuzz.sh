@@ -3,7 +3,7 @@
 # another for SECONDS each, and prints a table of wall and CPU time, executions,
 # coverage (cov: code edges, ft: features) and findings.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s; shard model_file checkpoint config)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s; shard model_file checkpoint config hf_model)
 #
 # Each target starts from its seed corpus tests/fuzz/corpus/<target>/ plus what earlier runs
 # found (build/fuzz/corpus/<target>/, where new inputs go); crash, leak, timeout and OOM
@@ -17,9 +17,9 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(shard model_file checkpoint config)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(shard model_file checkpoint config hf_model)
 
-declare -A MAX_LEN=([shard]=4096 [model_file]=8192 [checkpoint]=16384 [config]=4096)
+declare -A MAX_LEN=([shard]=4096 [model_file]=8192 [checkpoint]=16384 [config]=4096 [hf_model]=16384)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 

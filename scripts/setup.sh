@@ -3,11 +3,26 @@
 # Fast and silent when everything is present, so `make` can call it every time.
 #   scripts/setup.sh          install what is missing (apt-get; sudo when not root)
 #   scripts/setup.sh --check  only report; exit 1 when something is missing
+#   scripts/setup.sh --hf     also the Hugging Face client for tests/hf_check.py: Debian's
+#                             CPU-only python3-torch, and build/hf-venv, a venv over
+#                             Debian's python3 holding tests/requirements-hf.txt (pip,
+#                             PyPI); redone only when that file changes (.ci/run uses this)
 #
 # It asks dpkg which packages are installed, never whether a file exists: a file such as
 # cblas.h can come from another package (netlib's libblas-dev provides one through Debian's
 # alternatives), and the build then fails far from the cause.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+hf=0
+check=0
+for arg in "$@"; do
+  case "$arg" in
+    --hf) hf=1 ;;
+    --check) check=1 ;;
+    *) echo "setup: unknown option $arg (--check, --hf)" >&2; exit 2 ;;
+  esac
+done
 
 need=(
   libcxxopts-dev
@@ -19,6 +34,9 @@ need=(
   openmpi-bin
   python3-matplotlib
 )
+if [ $hf -eq 1 ]; then
+  need+=(python3-torch python3-venv)
+fi
 
 # dpkg-query prints "install ok installed" for a package that is fully installed; a
 # package that was removed but left its configuration says "deinstall ok config-files".
@@ -36,11 +54,40 @@ for pkg in "${need[@]}"; do
   installed "$pkg" || missing+=("$pkg")
 done
 
+# The Hugging Face venv: build/hf-venv/requirements.txt is the copy of the requirements it
+# was made from, so an unchanged venv costs one cmp.
+hf_venv() {
+  local venv=build/hf-venv req=tests/requirements-hf.txt
+  if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/requirements.txt"; then
+    return 0
+  fi
+  if [ $check -eq 1 ]; then
+    echo "missing: $venv (scripts/setup.sh --hf makes it)"
+    return 1
+  fi
+  echo "setup: making $venv (transformers, safetensors from PyPI; Debian's torch)"
+  rm -rf "$venv"
+  local log
+  log=$(mktemp)
+  if ! /usr/bin/python3 -m venv --system-site-packages "$venv" >"$log" 2>&1 ||
+    ! "$venv/bin/pip" install --disable-pip-version-check -q -r "$req" >"$log" 2>&1; then
+    echo "setup: could not make $venv:" >&2
+    tail -n 8 "$log" >&2
+    rm -f "$log"
+    rm -rf "$venv"
+    return 1
+  fi
+  rm -f "$log"
+  cp "$req" "$venv/requirements.txt"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+  [ $hf -eq 0 ] || hf_venv
+  exit $?
 fi
-if [ "${1:-}" = "--check" ]; then
+if [ $check -eq 1 ]; then
   echo "missing packages: ${missing[*]}"
+  [ $hf -eq 0 ] || hf_venv || true
   exit 1
 fi
 
@@ -82,4 +129,5 @@ if [ ${#still[@]} -ne 0 ]; then
   echo "setup: apt-get finished but these packages are still not installed: ${still[*]}" >&2
   exit 1
 fi
+[ $hf -eq 0 ] || hf_venv
 echo "setup: done"

@@ -84,6 +84,13 @@ GPTConfig model_header_config(const int32_t h[8]) {
   return c;
 }
 
+bool model_config_valid(const GPTConfig& c) {
+  return c.max_seq_len > 0 && c.vocab_size > 0 && c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0 &&
+         c.n_embd % c.n_head == 0 && c.padded_vocab_size >= c.vocab_size &&
+         c.max_seq_len <= (1 << 20) && c.n_layer <= 1024 && c.n_embd <= 65536 &&
+         c.padded_vocab_size <= (1 << 24);
+}
+
 void write_model_file(const std::string& path, const GPTConfig& cfg, const std::vector<float>& p) {
   std::vector<char> buf = model_file_bytes(cfg, p);
   write_file_atomic(path, buf.data(), buf.size());
@@ -106,9 +113,7 @@ ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) 
   ModelFile mf;
   mf.cfg = model_header_config(h);
   const GPTConfig& c = mf.cfg;
-  if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 ||
-      c.n_embd % c.n_head != 0 || c.padded_vocab_size < c.vocab_size || c.max_seq_len > (1 << 20) ||
-      c.n_layer > 1024 || c.n_embd > 65536 || c.padded_vocab_size > (1 << 24))
+  if (!model_config_valid(c))
     throw Error(strf("model file %s has an invalid header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)",
                      path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]));
   size_t n = num_parameters(c);
@@ -165,6 +170,13 @@ std::vector<std::string> list_checkpoints(const std::string& out_dir) {
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(f.second);
   return out;
+}
+
+std::string checkpoint_model_file(const std::string& dir) {
+  if (file_exists(join_path(dir, "model.bin"))) return join_path(dir, "model.bin");
+  std::vector<std::string> all = list_checkpoints(dir);
+  if (all.empty()) throw Error(strf("no checkpoint found in %s", dir.c_str()));
+  return join_path(all.back(), "model.bin");
 }
 
 int64_t checkpoint_dir_step(const std::string& dir) {

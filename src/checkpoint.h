@@ -41,6 +41,9 @@ struct ModelFile {
 ModelFile read_model_file(const std::string& path);
 // The architecture fields of a model-file header (h[2..7]), unchecked.
 GPTConfig model_header_config(const int32_t h[8]);
+// Whether a shape read from a file is one this program can build: positive sizes, heads
+// dividing the channels, Vp >= V, and bounds that keep the parameter count's arithmetic safe.
+bool model_config_valid(const GPTConfig& c);
 
 struct CheckpointData {
   nlohmann::json state;
@@ -69,6 +72,8 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
                                const nlohmann::json& state, const std::vector<float>& params,
                                const std::vector<OptimFileRecord>& shards, int keep);
 
+// The model.bin of a checkpoint directory, or of a run directory's latest checkpoint.
+std::string checkpoint_model_file(const std::string& dir);
 // Complete checkpoint directories in out_dir (ckpt_<step>), oldest first.
 std::vector<std::string> list_checkpoints(const std::string& out_dir);
 // The step in a checkpoint directory's name, or -1 when it is not ckpt_<digits>.

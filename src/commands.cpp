@@ -11,7 +11,9 @@
 #include "common.h"
 #include "compare.h"
 #include "config.h"
+#include "export.h"
 #include "fileio.h"
+#include "hf.h"
 #include "prepare.h"
 #include "report.h"
 #include "rng.h"
@@ -55,6 +57,8 @@ void usage() {
       "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
       "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
       "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
+      "  train_gpt export --checkpoint DIR --out DIR [--dtype fp32]    Hugging Face GPT-2 "
+      "directory\n"
       "  train_gpt compare --config FILE [--modes fp32,bf16,...]      runs per mode x seed + "
       "report\n"
       "  train_gpt report RUN_DIR... [--out DIR]                      the report for any runs\n"
@@ -132,29 +136,27 @@ int cmd_prepare(int argc, char** argv) {
 int cmd_sample(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       {"checkpoint", "checkpoint directory (or a run directory: its latest checkpoint)", ""},
-      {"model", "an llm.c model file instead of a checkpoint", ""},
+      {"model", "an llm.c model file or a Hugging Face GPT-2 directory instead of a checkpoint",
+       ""},
       {"tokenizer", "llm.c gpt2_tokenizer.bin for GPT-2 ids (default: bytes)", ""},
       {"prompt", "prompt text (byte tokenizer)", ""},
       int_option("tokens", "tokens to generate", "256", 1, 1 << 20),
       number_option("temperature", "softmax temperature (0: greedy)", "1.0", 0, 100),
       int_option("top_k", "sample from the k most likely tokens (0: all)", "0", 0, 1 << 24),
       int_option("seed", "sampling seed", "1337", 0, 9.007199254740992e15),
-      int_option("threads", "CPU threads (0: all)", "0", 0, 4096)};
+      int_option("threads", "CPU threads (0: all)", "0", 0, 4096),
+      {"logits",
+       "instead of generating, write the prompt's logits to this file (fp32, "
+       "prompt tokens x vocab_size, row-major)",
+       ""}};
   Extras ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt sample", opts, &ex)) return 0;
   Config cfg;
   std::string ckpt = extra(ex, "checkpoint"), model_path = extra(ex, "model");
   if (ckpt.empty() == model_path.empty())
     throw UsageError("sample: give exactly one of --checkpoint DIR or --model FILE");
-  if (!ckpt.empty()) {
-    if (!file_exists(join_path(ckpt, "model.bin"))) {
-      std::vector<std::string> all = list_checkpoints(ckpt);
-      if (all.empty()) throw Error(strf("no checkpoint found in %s", ckpt.c_str()));
-      ckpt = all.back();
-    }
-    model_path = join_path(ckpt, "model.bin");
-  }
-  ModelFile mf = read_model_file(model_path);
+  if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
+  ModelFile mf = read_model(model_path);
   cfg.train.device = "cpu";
   cfg.train.threads = int(to_int("threads", extra(ex, "threads")));
   auto be = make_backend(cfg);
@@ -171,6 +173,10 @@ int cmd_sample(int argc, char** argv) {
   for (int32_t id : prompt)
     if (id >= mf.cfg.vocab_size)
       throw UsageError(strf("prompt token %d is outside the model's vocabulary", id));
+  if (!extra(ex, "logits").empty()) {
+    write_prompt_logits(model, prompt, extra(ex, "logits"));
+    return 0;
+  }
   Rng rng(uint64_t(to_int("seed", extra(ex, "seed"))));
   std::vector<int32_t> out = generate(model, prompt, int(to_int("tokens", extra(ex, "tokens"))),
                                       to_double("temperature", extra(ex, "temperature")),
@@ -214,7 +220,7 @@ int cmd_memory(int argc, char** argv) {
   }
   config_validate(cfg);
   GPTConfig mc =
-      cfg.model.init_from.empty() ? model_config(cfg) : read_model_file(cfg.model.init_from).cfg;
+      cfg.model.init_from.empty() ? model_config(cfg) : read_model(cfg.model.init_from).cfg;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int zero_ranks = int(to_int("zero_ranks", extra(ex, "zero_ranks")));
   // cuda.attention=flash: the plan of flash attention (lse instead of the T x T probabilities).
@@ -269,10 +275,12 @@ int run_main(int argc, char** argv) {
     if (sub == "memory") return cmd_memory(argc - 1, argv + 1);
     if (sub == "compare") return cmd_compare(argc - 1, argv + 1);
     if (sub == "report") return cmd_report(argc - 1, argv + 1);
+    if (sub == "export") return cmd_export(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
-    throw UsageError(strf(
-        "unknown command '%s' (train, prepare, sample, compare, report, memory, bench; --help)",
-        sub.c_str()));
+    throw UsageError(
+        strf("unknown command '%s' (train, prepare, sample, export, compare, report, memory, "
+             "bench; --help)",
+             sub.c_str()));
   } catch (const UsageError& e) {
     return fail(2, e.what());
   } catch (const std::exception& e) {

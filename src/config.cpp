@@ -44,7 +44,7 @@ const std::vector<KeyDef>& table() {
       {"model.n_embd", Kind::Int, TG_OFF(model.n_embd), 1, 65536, {}, "channels (multiple of n_head)"},
       {"model.max_seq_len", Kind::Int, TG_OFF(model.max_seq_len), 1, 1 << 20, {}, "positions in wpe"},
       {"model.vocab_size", Kind::Int, TG_OFF(model.vocab_size), 2, 1 << 24, {}, "vocabulary (padded to a multiple of 128 inside)"},
-      {"model.init_from", Kind::String, TG_OFF(model.init_from), 0, 0, {}, "llm.c model file to start from (defines the architecture)"},
+      {"model.init_from", Kind::String, TG_OFF(model.init_from), 0, 0, {}, "llm.c model file or Hugging Face GPT-2 directory to start from (defines the architecture)"},
       {"data.train", Kind::String, TG_OFF(data.train), 0, 0, {}, "glob of training shards"},
       {"data.val", Kind::String, TG_OFF(data.val), 0, 0, {}, "glob of validation shards (empty: no validation)"},
       {"data.batch_size", Kind::Int, TG_OFF(data.batch_size), 1, 1 << 20, {}, "micro-batch rows per rank (B)"},

@@ -18,7 +18,7 @@ struct Config {
     int n_embd = 64;
     int max_seq_len = 64;
     int vocab_size = 256;
-    std::string init_from;  // an llm.c model file; its header then defines the architecture
+    std::string init_from;  // llm.c model file or Hugging Face GPT-2 dir; defines the architecture
   } model;
   struct Data {
     std::string train = "data/toy/toy_train_*.bin";

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "fileio.h"
+
 namespace tg {
 
 std::vector<int32_t> generate(GPT& model, std::vector<int32_t> tokens, int n, double temperature,
@@ -52,6 +54,29 @@ std::vector<int32_t> generate(GPT& model, std::vector<int32_t> tokens, int n, do
     tokens.push_back(next);
   }
   return tokens;
+}
+
+void write_prompt_logits(GPT& model, const std::vector<int32_t>& prompt, const std::string& path) {
+  const GPTConfig& c = model.config();
+  const int T = int(prompt.size());
+  if (T == 0 || T > c.max_seq_len)
+    throw UsageError(
+        strf("sample --logits: the prompt has %d tokens; it needs 1 to max_seq_len "
+             "(%d)",
+             T, c.max_seq_len));
+  model.forward(prompt.data(), nullptr, 1, T, 0.0f);
+  const size_t V = c.vocab_size, Vp = c.padded_vocab_size;
+  std::vector<float> all(size_t(T) * Vp), out(size_t(T) * V);
+  if (model.logits().dtype == DType::F64) {
+    std::vector<double> tmp(all.size());
+    model.backend().download(tmp.data(), model.logits().slice(0, all.size()));
+    std::copy(tmp.begin(), tmp.end(), all.begin());
+  } else {
+    model.backend().download(all.data(), model.logits().slice(0, all.size()));
+  }
+  for (int t = 0; t < T; t++)
+    std::copy(all.begin() + t * Vp, all.begin() + t * Vp + V, out.begin() + t * V);
+  write_file_atomic(path, out.data(), out.size() * 4);
 }
 
 }  // namespace tg

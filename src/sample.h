@@ -1,6 +1,8 @@
-// sample.h: autoregressive generation with temperature and top-k.
+// sample.h: autoregressive generation with temperature and top-k, and the logits of a prompt
+// (sample --logits) for checking other implementations against this one.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model.h"
@@ -13,5 +15,10 @@ namespace tg {
 // (top_k = 0: all); temperature 0 picks the most likely id.
 std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, int n, double temperature,
                               int top_k, Rng& rng);
+
+// One forward pass over the prompt (at most max_seq_len tokens) and its logits written to
+// `path`: fp32 little-endian, prompt length x vocab_size (padding dropped), row-major. Lets
+// another implementation (transformers, after `train_gpt export`) be checked against ours.
+void write_prompt_logits(GPT& model, const std::vector<int32_t>& prompt, const std::string& path);
 
 }  // namespace tg

@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "common.h"
 #include "cpu/parallel.h"
+#include "hf.h"
 #include "perf.h"
 #include "prepare.h"
 #include "run_dir.h"
@@ -93,7 +94,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
 
   // Model shape; an llm.c file defines it, and the effective config records it.
   if (!c.model.init_from.empty()) {
-    init_ = read_model_file(c.model.init_from);
+    init_ = read_model(c.model.init_from);
     cfg_.model.n_layer = init_.cfg.n_layer;
     cfg_.model.n_head = init_.cfg.n_head;
     cfg_.model.n_embd = init_.cfg.n_embd;

@@ -24,7 +24,8 @@ struct Target {
 const Target kTargets[] = {{"shard", tgfuzz::fuzz_shard},
                            {"model_file", tgfuzz::fuzz_model_file},
                            {"checkpoint", tgfuzz::fuzz_checkpoint},
-                           {"config", tgfuzz::fuzz_config}};
+                           {"config", tgfuzz::fuzz_config},
+                           {"hf_model", tgfuzz::fuzz_hf_model}};
 
 // tests/fuzz, found next to this file (the tests run from the repository root).
 std::string fuzz_dir() { return tg::join_path(tg::dirname_of(__FILE__), "fuzz"); }

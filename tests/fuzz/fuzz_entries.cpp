@@ -14,6 +14,7 @@
 #include "src/config.h"
 #include "src/data.h"
 #include "src/fileio.h"
+#include "src/hf.h"
 #include "src/run_state.h"
 
 namespace tgfuzz {
@@ -310,6 +311,29 @@ Outcome fuzz_model_file(const uint8_t* data, size_t size) {
     expect(mf.cfg.padded_vocab_size >= mf.cfg.vocab_size && mf.cfg.n_embd % mf.cfg.n_head == 0,
            "model file: inconsistent header accepted");
   });
+}
+
+Outcome fuzz_hf_model(const uint8_t* data, size_t size) {
+  const Scratch tmp;
+  const size_t head = std::min<size_t>(size, 4);
+  const size_t n = size < 4 ? 0 : size_t(std::min<uint64_t>(read_le(data, 4), size - 4));
+  write_bytes(tmp / "config.json", data + head, n);
+  write_bytes(tmp / "model.safetensors", data + head + n, size - head - n);
+  return guarded([&] {
+    tg::ModelFile mf = tg::read_hf_model(tmp.path);
+    expect(mf.params.size() == tg::num_parameters(mf.cfg), "hf model: wrong parameter count");
+    expect(mf.cfg.padded_vocab_size == tg::pad_vocab(mf.cfg.vocab_size) &&
+               mf.cfg.n_embd % mf.cfg.n_head == 0,
+           "hf model: inconsistent shape accepted");
+  });
+}
+
+std::vector<uint8_t> pack_hf_input(const std::string& config, const std::vector<char>& st) {
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 4; i++) out.push_back(uint8_t(config.size() >> (8 * i)));
+  out.insert(out.end(), config.begin(), config.end());
+  out.insert(out.end(), st.begin(), st.end());
+  return out;
 }
 
 tg::GPTConfig seed_checkpoint_config() { return tg::gpt_config(2, 2, 2, 5, 3); }

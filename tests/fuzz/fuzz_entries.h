@@ -3,10 +3,10 @@
 // runs through exactly the code that found it.
 //
 // Each entry feeds one input to one reader of untrusted files: token shards, llm.c model
-// files, checkpoint directories, configs. A rejection with tg::Error or tg::UsageError is a
-// normal outcome; any other exception (including InvariantFailure, thrown when a reader
-// accepted an input but returned something inconsistent) escapes to the caller, and
-// crashes, sanitizer reports and hangs are bugs by themselves.
+// files, checkpoint directories, configs, Hugging Face GPT-2 directories. A rejection with
+// tg::Error or tg::UsageError is a normal outcome; any other exception (including InvariantFailure,
+// thrown when a reader accepted an input but returned something inconsistent) escapes to the
+// caller, and crashes, sanitizer reports and hangs are bugs by themselves.
 //
 // Input layouts (all integers little-endian):
 //   shard:      [0] vocab selector (bits 0-2), shuffle (bit 3), B-1 (bits 4-5),
@@ -23,6 +23,8 @@
 //               config_parse_args), world-1 (bits 2-4); then the JSON text, a NUL byte,
 //               and key=value lines applied with config_set (mode 2: arguments, "--"
 //               added in front of those without a leading '-').
+//   hf_model:   [0..3] the length of config.json (uint32; a length past the end takes the
+//               rest), config.json's text, then model.safetensors (src/hf.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +51,9 @@ Outcome fuzz_shard(const uint8_t* data, size_t size);
 Outcome fuzz_model_file(const uint8_t* data, size_t size);
 Outcome fuzz_checkpoint(const uint8_t* data, size_t size);
 Outcome fuzz_config(const uint8_t* data, size_t size);
+Outcome fuzz_hf_model(const uint8_t* data, size_t size);
+// Packs an hf_model input from a directory's config.json text and model.safetensors bytes.
+std::vector<uint8_t> pack_hf_input(const std::string& config, const std::vector<char>& st);
 
 // The checkpoint reader under test, in one place so it can be pointed at a fuller loader:
 // loads `dir` for architecture `cfg` with the Adam moments of [begin, begin + count) and

@@ -12,6 +12,7 @@
 #include "src/common.h"
 #include "src/data.h"
 #include "src/fileio.h"
+#include "src/hf.h"
 #include "src/rng.h"
 #include "src/run_state.h"
 #include "tests/fuzz/fuzz_entries.h"
@@ -184,12 +185,33 @@ void config_seeds() {
 
 }  // namespace
 
+// Hugging Face directories: export_hf of a small model in fp32 and bf16, and a truncated one.
+void hf_seeds() {
+  const std::string dir = temp_dir();
+  tg::ModelFile mf;
+  mf.cfg = tg::gpt_config(1, 1, 2, 3, 2);
+  mf.params = randn(tg::num_parameters(mf.cfg), 4);
+  for (size_t i = 3 * 2; i < size_t(mf.cfg.padded_vocab_size) * 2; i++) mf.params[i] = 0;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    tg::export_hf(mf, dir, dtype);
+    std::vector<char> cfg = file(dir + "/config.json"), st = file(dir + "/model.safetensors");
+    std::vector<uint8_t> b = tgfuzz::pack_hf_input(std::string(cfg.begin(), cfg.end()), st);
+    put("hf_model", dtype, b);
+    if (std::string(dtype) == "fp32") {
+      b.resize(b.size() - 5);
+      put("hf_model", "bad_truncated", b);
+    }
+  }
+  tg::remove_tree(dir);
+}
+
 int main() {
   try {
     shard_seeds();
     model_seeds();
     checkpoint_seeds();
     config_seeds();
+    hf_seeds();
   } catch (const std::exception& e) {
     fprintf(stderr, "make_seeds: %s\n", e.what());
     return 1;
