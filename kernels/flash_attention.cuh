@@ -23,10 +23,7 @@
 // atomics. The shared-memory bytes of each kernel are flash_*_smem(hs) (above 48 KiB for the
 // larger heads: the launcher raises the kernel's limit).
 #pragma once
-#ifndef TG_FLASH_EMULATED
 #include "common.cuh"
-#define TG_FLASH_SMEM(name) extern __shared__ float name[]
-#endif
 
 namespace tg::gpu::flash {
 
@@ -56,7 +53,7 @@ template <typename T, int KJ>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, int T_, int NH, float scale) {
   constexpr int hs = 32 * KJ, KS = hs + 1;  // K rows padded: lane = key reads a column
-  TG_FLASH_SMEM(smem);
+  float* smem = dynamic_smem<float>();
   float* Qs = smem;
   float* Ks = Qs + kTile * hs;
   float* Vs = Ks + kTile * KS;
@@ -134,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
     backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                         int T_, int NH, float scale) {
   constexpr int hs = 32 * KJ, KS = hs + 1;  // Q, dO rows padded: lane = query
-  TG_FLASH_SMEM(smem);
+  float* smem = dynamic_smem<float>();
   float* Ks = smem;
   float* Vs = Ks + kTile * hs;
   float* Qs = Vs + kTile * hs;
@@ -209,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
     backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                        int T_, int NH, float scale) {
   constexpr int hs = 32 * KJ, KS = hs + 1;  // K, V rows padded: lane = key
-  TG_FLASH_SMEM(smem);
+  float* smem = dynamic_smem<float>();
   float* Qs = smem;
   float* Gs = Qs + kTile * hs;
   float* Ks = Gs + kTile * hs;

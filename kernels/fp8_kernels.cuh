@@ -1,8 +1,8 @@
 // fp8_kernels.cuh: the device code of the FP8 kernels (types, device helpers, __global__
-// kernels), without launchers or CUDA runtime calls. kernels/fp8_cast.cuh and
-// kernels/matmul_fp8.cuh hold the launchers and document the semantics; this part is separate
-// so that tests/cuda/fp8_kernels_emulated.cpp can also compile it with g++ and run every kernel
-// on the CPU (threads emulated) where no GPU is present.
+// kernels): amax, scales, casts (+ transposed copies), quantize-dequantize, poisoning, and the
+// FP8 linears' bias rows, bias gradient and fallback alphas. The launchers are in
+// src/cuda/fp8_cast.cu and src/cuda/matmul_fp8.cu (declared, with the semantics, in
+// src/cuda/fp8.h); the emulated tests run these kernels on the CPU.
 //
 // Needs the CUDA keywords and intrinsics it uses (__global__, __device__, __shared__,
 // threadIdx, __syncthreads, __reduce_max_sync, atomicMax, __float_as_uint, uint2/uint4, max):
@@ -12,7 +12,7 @@
 
 #include "src/formats.h"
 
-namespace tg::cuda {
+namespace tg::gpu {
 
 enum class Fp8Format { E4M3, E5M2 };
 
@@ -92,49 +92,31 @@ __device__ __forceinline__ void block_atomic_max(unsigned v, unsigned* out) {
 
 // ---- kernels ----
 
-// amax of bf16 x[0, n). vec: x is 16-byte aligned (8 elements per load).
-static __global__ void amax_bf16_kernel(const uint16_t* __restrict__ x, size_t n, bool vec,
-                                        unsigned* __restrict__ amax_bits) {
+__device__ __forceinline__ unsigned abs_bits(uint16_t h) { return abs_bits_bf16(h); }
+__device__ __forceinline__ unsigned abs_bits(float x) { return abs_bits_f32(x); }
+
+// amax of x[0, n), X = uint16_t (bf16 codes) or float. vec: x is 16-byte aligned (16 bytes
+// per load).
+template <typename X>
+static __global__ void amax_kernel(const X* __restrict__ x, size_t n, bool vec,
+                                   unsigned* __restrict__ amax_bits) {
+  constexpr size_t kPack = 16 / sizeof(X);
   unsigned m = 0;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   size_t done = 0;
   if (vec) {
-    const size_t nv = n / 8;
+    const size_t nv = n / kPack;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     for (size_t i = tid; i < nv; i += stride) {
       const uint4 v = xv[i];
-      const unsigned w[4] = {v.x, v.y, v.z, v.w};
+      const X* e = reinterpret_cast<const X*>(&v);
 #pragma unroll
-      for (int k = 0; k < 4; k++) {
-        m = max(m, abs_bits_bf16(uint16_t(w[k] & 0xffffu)));
-        m = max(m, abs_bits_bf16(uint16_t(w[k] >> 16)));
-      }
+      for (size_t k = 0; k < kPack; k++) m = max(m, abs_bits(e[k]));
     }
-    done = nv * 8;
+    done = nv * kPack;
   }
-  for (size_t i = done + tid; i < n; i += stride) m = max(m, abs_bits_bf16(x[i]));
-  block_atomic_max(m, amax_bits);
-}
-
-// amax of fp32 x[0, n). vec: x is 16-byte aligned (4 elements per load).
-static __global__ void amax_f32_kernel(const float* __restrict__ x, size_t n, bool vec,
-                                       unsigned* __restrict__ amax_bits) {
-  unsigned m = 0;
-  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t done = 0;
-  if (vec) {
-    const size_t nv = n / 4;
-    const float4* xv = reinterpret_cast<const float4*>(x);
-    for (size_t i = tid; i < nv; i += stride) {
-      const float4 v = xv[i];
-      m = max(max(m, abs_bits_f32(v.x)), abs_bits_f32(v.y));
-      m = max(max(m, abs_bits_f32(v.z)), abs_bits_f32(v.w));
-    }
-    done = nv * 4;
-  }
-  for (size_t i = done + tid; i < n; i += stride) m = max(m, abs_bits_f32(x[i]));
+  for (size_t i = done + tid; i < n; i += stride) m = max(m, abs_bits(x[i]));
   block_atomic_max(m, amax_bits);
 }
 
@@ -377,4 +359,4 @@ static __global__ void fallback_alpha_kernel(Fp8LinearDevice* d, int which) {
 
 }  // namespace fp8_detail
 
-}  // namespace tg::cuda
+}  // namespace tg::gpu
