@@ -515,10 +515,7 @@ class CudaBackend final : public Backend {
 
   gpu::Fp8GemmContext fp8_ctx(gpu::Fp8Path path) const {
     gpu::Fp8GemmContext c;
-    c.lt = ctx_.lt;
-    c.workspace = ctx_.lt_workspace;
-    c.workspace_bytes = ctx_.lt_workspace_bytes;
-    c.stream = ctx_.stream;
+    static_cast<gpu::LtContext&>(c) = ctx_.lt_context();
     c.path = path;
     c.fast_accum_forward = fp8_opt_.fast_accum;
     c.fast_accum_backward = false;  // gradients keep full fp32 accumulation

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "../backend.h"
+#include "cublaslt.h"
 #include "kernels/common.cuh"
 #include "kernels/fp8_kernels.cuh"
 
@@ -81,12 +82,9 @@ const char* fp8_path_name(Fp8Path p);
 // The path for a device: FP8 GEMMs from compute capability 8.9 (Ada, Hopper and later).
 Fp8Path fp8_path_for_device(int device);
 
-// Everything the GEMMs need from the backend; not an owner.
-struct Fp8GemmContext {
-  cublasLtHandle_t lt = nullptr;
-  void* workspace = nullptr;  // cuBLASLt workspace (32 MiB is plenty), 256-byte aligned
-  size_t workspace_bytes = 0;
-  cudaStream_t stream = nullptr;
+// Everything the GEMMs need from the backend (the cuBLASLt handle, workspace and stream of
+// LtContext, and the path); not an owner.
+struct Fp8GemmContext : LtContext {
   Fp8Path path = Fp8Path::kFp8;
   bool fast_accum_forward = true;    // CUBLASLT_MATMUL_DESC_FAST_ACCUM in the forward GEMM
   bool fast_accum_backward = false;  // ... and in dgrad/wgrad (off: gradients keep precision)

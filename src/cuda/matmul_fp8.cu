@@ -53,10 +53,6 @@ namespace {
 
 using fp8_detail::kThreads;
 
-LtContext lt_context(const Fp8GemmContext& ctx) {
-  return {ctx.lt, ctx.workspace, ctx.workspace_bytes, ctx.stream};
-}
-
 std::string shape_str(int N, int C, int OC) {
   return "N=" + std::to_string(N) + ", C=" + std::to_string(C) + ", OC=" + std::to_string(OC);
 }
@@ -114,7 +110,7 @@ bool run_with_bias(const Fp8GemmContext& ctx, LtGemm g, const bf16* bias, int N,
     g.epilogue = LtEpilogue::kBias;
     g.bias = bias;
   }
-  if (lt_matmul(lt_context(ctx), g)) return true;
+  if (lt_matmul(ctx, g)) return true;
   if (!bias) return false;
   launch(fp8_detail::fill_bias_rows_kernel, fp8_grid(size_t(N) * OC / 8 + 1), kThreads, 0,
          ctx.stream, reinterpret_cast<uint16_t*>(g.D), reinterpret_cast<const uint16_t*>(bias), N,
@@ -123,7 +119,7 @@ bool run_with_bias(const Fp8GemmContext& ctx, LtGemm g, const bf16* bias, int N,
   g.epilogue = LtEpilogue::kNone;
   g.bias = nullptr;
   g.beta = one;
-  return lt_matmul(lt_context(ctx), g);
+  return lt_matmul(ctx, g);
 }
 
 // dbias(OC) += column sums of bf16 dout(N, OC) (unquantized; fp32 sums, one rounding).
@@ -155,14 +151,14 @@ void fallback_dgrad(const Fp8GemmContext& ctx, bf16* dinp, const bf16* vdout, co
                     int C, int OC, const float* alpha, const float* zero) {
   LtGemm g = make_gemm(CUDA_R_16BF, CUDA_R_16BF, false, false, C, N, OC, vw, C, vdout, OC, dinp, C);
   set_device_scalars(g, alpha, zero);
-  if (!lt_matmul(lt_context(ctx), g)) no_algorithm("dgrad (bf16 fallback)", N, C, OC);
+  if (!lt_matmul(ctx, g)) no_algorithm("dgrad (bf16 fallback)", N, C, OC);
 }
 // dW(OC,C) += *alpha * vdout(N,OC)^T . vinp(N,C) (beta from *beta: the device 1 or 0).
 void fallback_wgrad(const Fp8GemmContext& ctx, bf16* dw, const bf16* vdout, const bf16* vinp, int N,
                     int C, int OC, const float* alpha, const float* beta) {
   LtGemm g = make_gemm(CUDA_R_16BF, CUDA_R_16BF, false, true, C, OC, N, vinp, C, vdout, OC, dw, C);
   set_device_scalars(g, alpha, beta);
-  if (!lt_matmul(lt_context(ctx), g)) no_algorithm("wgrad (bf16 fallback)", N, C, OC);
+  if (!lt_matmul(ctx, g)) no_algorithm("wgrad (bf16 fallback)", N, C, OC);
 }
 
 // Quantizes x (rows, cols) with quant (current: own amax; else quant.scale) into st. FP8 path:
@@ -281,7 +277,7 @@ void fp8_gemm_dgrad(const Fp8GemmContext& ctx, bf16* dinp, const uint8_t* qdout,
   LtGemm g =
       make_gemm(CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, true, false, C, N, OC, qwT, OC, qdout, OC, dinp, C);
   set_fp8_scaling(g, descale_w, descale_dout, ctx.fast_accum_backward, false);
-  if (!lt_matmul(lt_context(ctx), g)) no_algorithm(nm, N, C, OC);
+  if (!lt_matmul(ctx, g)) no_algorithm(nm, N, C, OC);
 }
 
 void fp8_gemm_wgrad(const Fp8GemmContext& ctx, bf16* dw, const uint8_t* qdoutT,
@@ -295,7 +291,7 @@ void fp8_gemm_wgrad(const Fp8GemmContext& ctx, bf16* dw, const uint8_t* qdoutT,
   LtGemm g =
       make_gemm(CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, true, false, C, OC, N, qinpT, N, qdoutT, N, dw, C);
   set_fp8_scaling(g, descale_inp, descale_dout, ctx.fast_accum_backward, accumulate);
-  if (!lt_matmul(lt_context(ctx), g)) no_algorithm(nm, N, C, OC);
+  if (!lt_matmul(ctx, g)) no_algorithm(nm, N, C, OC);
 }
 
 Fp8ScratchLayout fp8_scratch_layout(Fp8Path path, const Fp8LinearShape& s) {
