@@ -214,7 +214,7 @@ fuzz-seeds: $(FUZZ_DIR)/make_seeds
 
 format:
 	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h tests/fuzz/*.cpp tests/fuzz/*.h \
-	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h
+	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h tests/cuda/*.cpp
 
 clean:
 	rm -rf build train_gpt

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/common.cuh"
 #include "src/formats.h"
 
 namespace tg::gpu {
@@ -92,10 +93,10 @@ __device__ __forceinline__ void block_atomic_max(unsigned v, unsigned* out) {
 
 // ---- kernels ----
 
-__device__ __forceinline__ unsigned abs_bits(uint16_t h) { return abs_bits_bf16(h); }
+__device__ __forceinline__ unsigned abs_bits(bf16 h) { return abs_bits_bf16(h.bits); }
 __device__ __forceinline__ unsigned abs_bits(float x) { return abs_bits_f32(x); }
 
-// amax of x[0, n), X = uint16_t (bf16 codes) or float. vec: x is 16-byte aligned (16 bytes
+// amax of x[0, n), X = bf16 or float. vec: x is 16-byte aligned (16 bytes
 // per load).
 template <typename X>
 static __global__ void amax_kernel(const X* __restrict__ x, size_t n, bool vec,
@@ -143,7 +144,7 @@ static __global__ void set_scale_kernel(float s, float* __restrict__ scale,
 // q[i] = encode(x[i] * s) for bf16 x[0, n); optional amax of x; optional poisoning.
 // vec: x 16-byte aligned and q 8-byte aligned.
 template <Fp8Format F>
-static __global__ void cast_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q,
+static __global__ void cast_bf16_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ q,
                                         size_t n, bool vec, const float* __restrict__ scale,
                                         unsigned* __restrict__ amax_bits,
                                         const float* __restrict__ poison_amax) {
@@ -173,7 +174,7 @@ static __global__ void cast_bf16_kernel(const uint16_t* __restrict__ x, uint8_t*
     done = nv * 8;
   }
   for (size_t i = done + tid; i < n; i += stride) {
-    const uint16_t h = x[i];
+    const uint16_t h = x[i].bits;
     m = max(m, abs_bits_bf16(h));
     q[i] = poison ? kFp8NaN : encode<F>(bf16_to_f32(h) * s);
   }
@@ -191,7 +192,7 @@ inline constexpr int kTile = 64;
 // element-wise path.
 template <Fp8Format F>
 static __global__ void __launch_bounds__(256)
-    cast_transpose_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q,
+    cast_transpose_bf16_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ q,
                                uint8_t* __restrict__ qT, int rows, int cols, bool vec_in,
                                bool vec_out, const float* __restrict__ scale,
                                unsigned* __restrict__ amax_bits,
@@ -232,7 +233,7 @@ static __global__ void __launch_bounds__(256)
       for (int k = 0; k < 8; k++) {
         codes[k] = 0;
         if (r < rows && c + k < cols) {
-          const uint16_t h = x[size_t(r) * cols + c + k];
+          const uint16_t h = x[size_t(r) * cols + c + k].bits;
           m = max(m, abs_bits_bf16(h));
           codes[k] = poison ? kFp8NaN : encode<F>(bf16_to_f32(h) * s);
           if (q) q[size_t(r) * cols + c + k] = codes[k];
@@ -265,8 +266,8 @@ static __global__ void __launch_bounds__(256)
 // fp8 value itself, exact in bf16). Optional amax of x, optional poisoning (y = NaN).
 // vec: x and y 16-byte aligned.
 template <Fp8Format F>
-static __global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ y,
-                                       size_t n, bool vec, const float* __restrict__ scale,
+static __global__ void qdq_bf16_kernel(const bf16* __restrict__ x, bf16* __restrict__ y, size_t n,
+                                       bool vec, const float* __restrict__ scale,
                                        const float* __restrict__ descale,
                                        unsigned* __restrict__ amax_bits,
                                        const float* __restrict__ poison_amax) {
@@ -300,26 +301,26 @@ static __global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t*
     }
     done = nv * 8;
   }
-  for (size_t i = done + tid; i < n; i += stride) y[i] = one(x[i]);
+  for (size_t i = done + tid; i < n; i += stride) y[i] = bf16{one(x[i].bits)};
   if (amax_bits) block_atomic_max(m, amax_bits);
 }
 
 // Every element of bf16 out[0, n) becomes NaN (0x7FFF) when *a or *b (either may be null) is
 // non-finite; otherwise nothing is written (every thread returns after one load).
-static __global__ void poison_bf16_kernel(uint16_t* __restrict__ out, size_t n,
+static __global__ void poison_bf16_kernel(bf16* __restrict__ out, size_t n,
                                           const float* __restrict__ a,
                                           const float* __restrict__ b) {
   const bool bad = (a != nullptr && !finite_amax(a)) || (b != nullptr && !finite_amax(b));
   if (!bad) return;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = tid; i < n; i += stride) out[i] = 0x7fffu;
+  for (size_t i = tid; i < n; i += stride) out[i] = bf16{0x7fffu};
 }
 
 // out(N, OC) rows = bias (before a GEMM with beta = 1 when no bias epilogue is available:
 // the bias then enters the fp32 sum and the output is rounded once, as on the CPU).
-static __global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out,
-                                             const uint16_t* __restrict__ bias, int N, int OC) {
+static __global__ void fill_bias_rows_kernel(bf16* __restrict__ out, const bf16* __restrict__ bias,
+                                             int N, int OC) {
   const size_t n = size_t(N) * OC;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x)
@@ -329,20 +330,20 @@ static __global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out,
 // dbias(OC) += sum over rows of dout(N, OC), fp32 sums, deterministic (fixed order): block
 // (32 columns) x (8 row groups); row group y sums rows y, y+8, ...; then the 8 partial sums in
 // order.
-static __global__ void bias_backward_kernel(uint16_t* __restrict__ dbias,
-                                            const uint16_t* __restrict__ dout, int N, int OC) {
+static __global__ void bias_backward_kernel(bf16* __restrict__ dbias, const bf16* __restrict__ dout,
+                                            int N, int OC) {
   __shared__ float part[8][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const int o = blockIdx.x * 32 + tx;
   float s = 0.f;
   if (o < OC)
-    for (int r = ty; r < N; r += 8) s += bf16_to_f32(dout[size_t(r) * OC + o]);
+    for (int r = ty; r < N; r += 8) s += bf16_to_f32(dout[size_t(r) * OC + o].bits);
   part[ty][tx] = s;
   __syncthreads();
   if (ty == 0 && o < OC) {
     float t = 0.f;
     for (int y = 0; y < 8; y++) t += part[y][tx];
-    dbias[o] = f32_to_bf16(bf16_to_f32(dbias[o]) + t);
+    dbias[o] = bf16{f32_to_bf16(bf16_to_f32(dbias[o].bits) + t)};
   }
 }
 

@@ -44,8 +44,8 @@ void fp8_amax(float* amax, const bf16* x, size_t n, cudaStream_t stream) {
   TG_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0) return;
   const bool vec = aligned(x, 16);
-  launch(amax_kernel<uint16_t>, fp8_grid(vec ? n / 8 + 1 : n), kThreads, 0, stream,
-         reinterpret_cast<const uint16_t*>(x), n, vec, reinterpret_cast<unsigned*>(amax));
+  launch(amax_kernel<bf16>, fp8_grid(vec ? n / 8 + 1 : n), kThreads, 0, stream, x, n, vec,
+         reinterpret_cast<unsigned*>(amax));
   TG_LAUNCH_CHECK();
 }
 void fp8_amax(float* amax, const float* x, size_t n, cudaStream_t stream) {
@@ -76,13 +76,12 @@ void fp8_cast(uint8_t* q, const bf16* x, size_t n, Fp8Format fmt, const float* s
   if (n == 0) return;
   const bool vec = aligned(x, 16) && aligned(q, 8);
   const unsigned grid = fp8_grid(vec ? n / 8 + 1 : n);
-  const uint16_t* xs = reinterpret_cast<const uint16_t*>(x);
   unsigned* ab = reinterpret_cast<unsigned*>(amax_out);
   if (fmt == Fp8Format::E4M3)
-    launch(cast_bf16_kernel<Fp8Format::E4M3>, grid, kThreads, 0, stream, xs, q, n, vec, scale, ab,
+    launch(cast_bf16_kernel<Fp8Format::E4M3>, grid, kThreads, 0, stream, x, q, n, vec, scale, ab,
            poison_amax);
   else
-    launch(cast_bf16_kernel<Fp8Format::E5M2>, grid, kThreads, 0, stream, xs, q, n, vec, scale, ab,
+    launch(cast_bf16_kernel<Fp8Format::E5M2>, grid, kThreads, 0, stream, x, q, n, vec, scale, ab,
            poison_amax);
   TG_LAUNCH_CHECK();
 }
@@ -97,13 +96,12 @@ void fp8_cast_transpose(uint8_t* q, uint8_t* qT, const bf16* x, int rows, int co
   const bool vec_out = rows % 16 == 0 && aligned(qT, 16);
   const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
   if (grid.y > 65535u) throw Error("fp8_cast_transpose: too many rows for one launch");
-  const uint16_t* xs = reinterpret_cast<const uint16_t*>(x);
   unsigned* ab = reinterpret_cast<unsigned*>(amax_out);
   if (fmt == Fp8Format::E4M3)
-    launch(cast_transpose_bf16_kernel<Fp8Format::E4M3>, grid, 256, 0, stream, xs, q, qT, rows, cols,
+    launch(cast_transpose_bf16_kernel<Fp8Format::E4M3>, grid, 256, 0, stream, x, q, qT, rows, cols,
            vec_in, vec_out, scale, ab, poison_amax);
   else
-    launch(cast_transpose_bf16_kernel<Fp8Format::E5M2>, grid, 256, 0, stream, xs, q, qT, rows, cols,
+    launch(cast_transpose_bf16_kernel<Fp8Format::E5M2>, grid, 256, 0, stream, x, q, qT, rows, cols,
            vec_in, vec_out, scale, ab, poison_amax);
   TG_LAUNCH_CHECK();
 }
@@ -116,14 +114,12 @@ void fp8_qdq_bf16(bf16* y, const bf16* x, size_t n, Fp8Format fmt, const float* 
   if (n == 0) return;
   const bool vec = aligned(x, 16) && aligned(y, 16);
   const unsigned grid = fp8_grid(vec ? n / 8 + 1 : n);
-  const uint16_t* xs = reinterpret_cast<const uint16_t*>(x);
-  uint16_t* ys = reinterpret_cast<uint16_t*>(y);
   unsigned* ab = reinterpret_cast<unsigned*>(amax_out);
   if (fmt == Fp8Format::E4M3)
-    launch(qdq_bf16_kernel<Fp8Format::E4M3>, grid, kThreads, 0, stream, xs, ys, n, vec, scale,
+    launch(qdq_bf16_kernel<Fp8Format::E4M3>, grid, kThreads, 0, stream, x, y, n, vec, scale,
            descale, ab, poison_amax);
   else
-    launch(qdq_bf16_kernel<Fp8Format::E5M2>, grid, kThreads, 0, stream, xs, ys, n, vec, scale,
+    launch(qdq_bf16_kernel<Fp8Format::E5M2>, grid, kThreads, 0, stream, x, y, n, vec, scale,
            descale, ab, poison_amax);
   TG_LAUNCH_CHECK();
 }
@@ -132,8 +128,7 @@ void fp8_poison_if_nonfinite(bf16* out, size_t n, const float* amax_a, const flo
                              cudaStream_t stream) {
   using namespace fp8_detail;
   if (n == 0) return;
-  launch(poison_bf16_kernel, fp8_grid(n / 8 + 1), kThreads, 0, stream,
-         reinterpret_cast<uint16_t*>(out), n, amax_a, amax_b);
+  launch(poison_bf16_kernel, fp8_grid(n / 8 + 1), kThreads, 0, stream, out, n, amax_a, amax_b);
   TG_LAUNCH_CHECK();
 }
 

@@ -113,8 +113,7 @@ bool run_with_bias(const Fp8GemmContext& ctx, LtGemm g, const bf16* bias, int N,
   if (lt_matmul(ctx, g)) return true;
   if (!bias) return false;
   launch(fp8_detail::fill_bias_rows_kernel, fp8_grid(size_t(N) * OC / 8 + 1), kThreads, 0,
-         ctx.stream, reinterpret_cast<uint16_t*>(g.D), reinterpret_cast<const uint16_t*>(bias), N,
-         OC);
+         ctx.stream, static_cast<bf16*>(g.D), bias, N, OC);
   TG_LAUNCH_CHECK();
   g.epilogue = LtEpilogue::kNone;
   g.bias = nullptr;
@@ -125,8 +124,7 @@ bool run_with_bias(const Fp8GemmContext& ctx, LtGemm g, const bf16* bias, int N,
 // dbias(OC) += column sums of bf16 dout(N, OC) (unquantized; fp32 sums, one rounding).
 void bias_backward_bf16(bf16* dbias, const bf16* dout, int N, int OC, cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return;
-  launch(fp8_detail::bias_backward_kernel, (OC + 31) / 32, 256, 0, stream,
-         reinterpret_cast<uint16_t*>(dbias), reinterpret_cast<const uint16_t*>(dout), N, OC);
+  launch(fp8_detail::bias_backward_kernel, (OC + 31) / 32, 256, 0, stream, dbias, dout, N, OC);
   TG_LAUNCH_CHECK();
 }
 

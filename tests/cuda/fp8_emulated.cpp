@@ -26,6 +26,7 @@ uint8_t enc(Fp8Format f, float v) {
 float dec(Fp8Format f, uint8_t q) { return f == Fp8Format::E4M3 ? e4m3_to_f32(q) : e5m2_to_f32(q); }
 
 const bf16* B16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+bf16* B16(uint16_t* p) { return reinterpret_cast<bf16*>(p); }
 
 // fp8_cast (the launcher picks the vector path when x and q are aligned); vec = false forces
 // the scalar path through the kernel itself.
@@ -33,9 +34,9 @@ void cast_any(Fp8Format f, dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool
               const float* s, unsigned* a, const float* poison) {
   if (vec) return fp8_cast(q, B16(x), n, f, s, reinterpret_cast<float*>(a), poison, nullptr);
   if (f == Fp8Format::E4M3)
-    launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E4M3>, x, q, n, false, s, a, poison);
+    launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E4M3>, B16(x), q, n, false, s, a, poison);
   else
-    launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E5M2>, x, q, n, false, s, a, poison);
+    launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E5M2>, B16(x), q, n, false, s, a, poison);
 }
 // fp8_cast_transpose; vin = vout = false forces the element-wise paths through the kernel.
 void cast_t_any(Fp8Format f, const uint16_t* x, uint8_t* q, uint8_t* qT, int rows, int cols,
@@ -45,11 +46,11 @@ void cast_t_any(Fp8Format f, const uint16_t* x, uint8_t* q, uint8_t* qT, int row
                               nullptr);
   const dim3 g((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
   if (f == Fp8Format::E4M3)
-    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E4M3>, x, q, qT, rows, cols, false, false,
-           s, a, poison);
+    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E4M3>, B16(x), q, qT, rows, cols, false,
+           false, s, a, poison);
   else
-    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E5M2>, x, q, qT, rows, cols, false, false,
-           s, a, poison);
+    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E5M2>, B16(x), q, qT, rows, cols, false,
+           false, s, a, poison);
 }
 
 const Fp8Format kFormats[2] = {Fp8Format::E4M3, Fp8Format::E5M2};
@@ -146,7 +147,7 @@ TEST_CASE("emulated: amax of bf16 and fp32 (vector, scalar, non-finite)") {
   xf[7] = -1.0e20f;
   for (bool vec : {true, false}) {
     Buf<unsigned> a(1, 0);
-    launch(dim3(3), kThreads, &amax_kernel<uint16_t>, static_cast<const uint16_t*>(x.p), n, vec,
+    launch(dim3(3), kThreads, &amax_kernel<bf16>, B16(static_cast<const uint16_t*>(x.p)), n, vec,
            a.p);
     CHECK(a[0] == __float_as_uint(50.0f));
     a[0] = 0;
@@ -156,7 +157,7 @@ TEST_CASE("emulated: amax of bf16 and fp32 (vector, scalar, non-finite)") {
   x[500] = 0xffc1;  // NaN
   xf[n - 2] = -INFINITY;
   Buf<unsigned> a(1, 0);
-  launch(dim3(2), kThreads, &amax_kernel<uint16_t>, static_cast<const uint16_t*>(x.p), n, true,
+  launch(dim3(2), kThreads, &amax_kernel<bf16>, B16(static_cast<const uint16_t*>(x.p)), n, true,
          a.p);
   CHECK(a[0] == 0x7f800000u);
   a[0] = 0;
@@ -175,11 +176,11 @@ TEST_CASE("emulated: qdq values, dequantized values, poisoning") {
     auto run = [&](const float* descale, const float* poison, bool vec) {
       if (f == Fp8Format::E4M3)
         launch(dim3(2), kThreads, &qdq_bf16_kernel<Fp8Format::E4M3>,
-               static_cast<const uint16_t*>(x.p), y.p, size_t(65536), vec,
+               B16(static_cast<const uint16_t*>(x.p)), B16(y.p), size_t(65536), vec,
                static_cast<const float*>(sc.p), descale, static_cast<unsigned*>(nullptr), poison);
       else
         launch(dim3(2), kThreads, &qdq_bf16_kernel<Fp8Format::E5M2>,
-               static_cast<const uint16_t*>(x.p), y.p, size_t(65536), vec,
+               B16(static_cast<const uint16_t*>(x.p)), B16(y.p), size_t(65536), vec,
                static_cast<const float*>(sc.p), descale, static_cast<unsigned*>(nullptr), poison);
     };
     for (bool vec : {true, false}) {
@@ -221,10 +222,10 @@ TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas
   Buf<float> ok(1), bad(1);
   ok[0] = 3.0f;
   bad[0] = INFINITY;
-  launch(dim3(2), kThreads, &poison_bf16_kernel, out.p, size_t(1000),
+  launch(dim3(2), kThreads, &poison_bf16_kernel, B16(out.p), size_t(1000),
          static_cast<const float*>(ok.p), static_cast<const float*>(nullptr));
   CHECK(std::count(out.p, out.p + 1000, uint16_t(0x1212)) == 1000);
-  launch(dim3(2), kThreads, &poison_bf16_kernel, out.p, size_t(1000),
+  launch(dim3(2), kThreads, &poison_bf16_kernel, B16(out.p), size_t(1000),
          static_cast<const float*>(ok.p), static_cast<const float*>(bad.p));
   CHECK(std::count(out.p, out.p + 1000, uint16_t(0x7fff)) == 1000);
 
@@ -238,8 +239,8 @@ TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas
     db[o] = f32_to_bf16(float(d(rng)));
   }
   for (size_t i = 0; i < size_t(N) * OC; i++) dout[i] = f32_to_bf16(float(d(rng)));
-  launch(dim3(3), kThreads, &fill_bias_rows_kernel, rows.p, static_cast<const uint16_t*>(bias.p), N,
-         OC);
+  launch(dim3(3), kThreads, &fill_bias_rows_kernel, B16(rows.p),
+         B16(static_cast<const uint16_t*>(bias.p)), N, OC);
   size_t wrong = 0;
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) wrong += rows[size_t(n) * OC + o] != bias[o];
@@ -250,8 +251,8 @@ TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas
     for (int n = 0; n < N; n++) s += bf16_to_f32(dout[size_t(n) * OC + o]);
     ref[o] = s;
   }
-  launch(dim3((OC + 31) / 32), 256, &bias_backward_kernel, db.p,
-         static_cast<const uint16_t*>(dout.p), N, OC);
+  launch(dim3((OC + 31) / 32), 256, &bias_backward_kernel, B16(db.p),
+         B16(static_cast<const uint16_t*>(dout.p)), N, OC);
   wrong = 0;
   for (int o = 0; o < OC; o++) wrong += db[o] != f32_to_bf16(ref[o]);
   CHECK(wrong == 0);

@@ -1,20 +1,3 @@
-// kernels_emulated.cpp: runs the CUDA backend's kernels (kernels/*.cuh) on the CPU, with the
-// CUDA threads emulated by tests/cuda/cuda_emulation.h, and compares them with the CPU
-// backend's ops (src/cpu/, the reference). No GPU needed: it checks the kernels' index math,
-// grid-stride loops, tails, 16-byte packs, warp and block reductions, early exits and
-// rounding points exactly as written; not nvcc, the memory model, device libm or cuBLAS
-// (tests/cuda/test_kernels.cu on a GPU does that).
-//
-// Launch configurations: Ctx::grid and dispatch come from src/cuda/launch.h itself (host
-// code, compiled here with an emulated multiprocessor count); the launchers in
-// src/cuda/*.cu are mixed with <<<>>> and CUDA runtime calls, so their choices (threads per
-// block, grids, pack-or-scalar, the encoder's token buckets, chunk counts, the GEMM
-// fallback's epilogue) are mirrored below, each next to the launcher it copies.
-// The GEMMs (cuBLAS/cuBLASLt) are replaced by a plain fp32 loop.
-//
-// Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
-// pure data movement or a single rounding of the same fp32 value (encoder, residual,
-// conversions, AdamW's rounding of the compute copy, permutes).
 // kernels_emulated.cpp: runs the CUDA backend's launchers (src/cuda/*.cu, compiled by g++)
 // and their kernels (kernels/*.cuh) on the CPU, with the CUDA threads emulated by
 // tests/cuda/cuda_emulation.h, and compares them with the CPU backend's ops (src/cpu/, the
