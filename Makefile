@@ -130,39 +130,40 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 endif
 
-# The FP8 kernels' device code run on the CPU with CUDA threads emulated (needs the CUDA
-# headers; C++20 for std::barrier): checks their index math without a GPU.
-ifneq ($(USE_NVCC),)
-FP8_EMU := $(BUILD)/fp8_kernels_emulated
-$(FP8_EMU): tests/cuda/fp8_kernels_emulated.cpp kernels/fp8_kernels.cuh src/formats.h | deps
-	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(EXTRA_CFLAGS) $< -o $@
-endif
-
-# The CUDA backend's kernels (kernels/*.cuh) run on the CPU with CUDA threads emulated as
-# fibers (tests/cuda/cuda_emulation.h; needs the CUDA headers; C++20) and compared with the
-# CPU backend's ops (linked from its objects): checks their logic without a GPU.
+# The CUDA backend's launchers (src/cuda/*.cu but the backend, cuBLASLt and NCCL ones) and
+# their kernels run on the CPU with CUDA threads emulated as fibers (tests/cuda/
+# cuda_emulation.h, passed with -include; the runtime and cuBLAS as host stand-ins,
+# tests/cuda/cuda_emulation.cpp; needs the CUDA headers; C++20), compared with the CPU
+# backend's ops (linked from its objects): one binary, tests/cuda/*_emulated.cpp.
 # -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
 # kernels' 16-byte packs are type-punned through int4, as nvcc allows; -march=native as the
 # CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there).
+# -Wno-unused-function: a launcher includes static kernels it does not launch;
+# -fno-extern-tls-init: the dynamic shared memory is an extern thread_local array that needs
+# no initialisation (GCC would call a missing init function through a null pointer).
 ifneq ($(USE_NVCC),)
 KERNELS_EMU := $(BUILD)/kernels_emulated
-KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o parallel.o) $(BUILD)/src/common.o
-$(KERNELS_EMU): tests/cuda/kernels_emulated.cpp tests/cuda/cuda_emulation.h $(wildcard kernels/*.cuh) src/formats.h src/backend.h src/cpu/ops.h src/cpu/storage.h src/cuda/launch.h $(KERNELS_EMU_OBJ) | deps
+EMU_DIR     := $(BUILD)/emu
+EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
+               -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
+               $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h
+EMU_CU      := $(filter-out src/cuda/backend.cu src/cuda/cublaslt.cu src/cuda/matmul_fp8.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu))
+EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp
+EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
+KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o residual.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o parallel.o) $(BUILD)/src/common.o
+$(EMU_DIR)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. -I$(CUDA_HOME)/include $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) $< $(KERNELS_EMU_OBJ) -o $@ -fopenmp $(LDLIBS)
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(EMU_DIR)/%.o: %.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_FLAGS) -c $< -o $@
+$(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
+	$(CXX) -pthread -o $@ $^ -fopenmp $(LDLIBS)
 endif
 
-# The flash attention kernels (kernels/flash_attention.cuh) run on the CPU with CUDA threads
-# emulated, against src/cpu/attention.cpp (plain g++, no CUDA headers needed).
-FLASH_EMU := $(BUILD)/flash_emulated
-$(FLASH_EMU): tests/cuda/flash_emulated.cpp kernels/flash_attention.cuh src/cpu/attention.cpp src/cpu/ops.h src/cpu/storage.h src/formats.h | deps
-	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 -O2 -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas -I. $(EXTRA_CFLAGS) tests/cuda/flash_emulated.cpp src/cpu/attention.cpp -o $@
-
 # The test binary prints its own closing line "N passed, N failed" (last).
-test: $(BUILD)/run_tests $(BIN) $(FP8_EMU) $(KERNELS_EMU) $(FLASH_EMU)
-	@$(if $(FP8_EMU),$(FP8_EMU) --minimal &&) $(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) $(FLASH_EMU) --minimal && TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+test: $(BUILD)/run_tests $(BIN) $(KERNELS_EMU)
+	@$(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@grep -qs '"record_len": 16' data/toy/meta.json || ./train_gpt prepare toy --out data/toy
@@ -215,9 +216,9 @@ fuzz-seeds: $(FUZZ_DIR)/make_seeds
 
 format:
 	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h tests/fuzz/*.cpp tests/fuzz/*.h \
-	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h
+	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h tests/cuda/*.cpp
 
 clean:
 	rm -rf build train_gpt
 
--include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d

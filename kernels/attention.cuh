@@ -21,6 +21,16 @@
 
 namespace tg::gpu {
 
+// Where element i of a (B,NH,T,hs) tensor lies in a (B,T,rows,NH,hs) one: rows = 3 for qkv
+// (then + C, + 2C reach k and v), 1 for (B,T,C).
+__device__ __forceinline__ size_t head_to_row_index(size_t i, int T_, int NH, int hs, int rows) {
+  const int d = int(i % hs);
+  const int t = int((i / hs) % T_);
+  const int h = int((i / (size_t(hs) * T_)) % NH);
+  const int b = int(i / (size_t(hs) * T_ * NH));
+  return (size_t(b) * T_ + t) * rows * NH * hs + size_t(h) * hs + d;
+}
+
 // q, k, v (B,NH,T,hs) from qkv (B,T,3,NH,hs); one thread per element of q.
 template <typename T>
 __global__ void attention_permute_kernel(T* q, T* k, T* v, const T* qkv, int B, int T_, int NH,
@@ -29,11 +39,7 @@ __global__ void attention_permute_kernel(T* q, T* k, T* v, const T* qkv, int B, 
   const int C = NH * hs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % hs);
-    const int t = int((i / hs) % T_);
-    const int h = int((i / (size_t(hs) * T_)) % NH);
-    const int b = int(i / (size_t(hs) * T_ * NH));
-    const size_t src = (size_t(b) * T_ + t) * 3 * C + size_t(h) * hs + d;
+    const size_t src = head_to_row_index(i, T_, NH, hs, 3);
     q[i] = qkv[src];
     k[i] = qkv[src + C];
     v[i] = qkv[src + 2 * C];
@@ -44,14 +50,9 @@ __global__ void attention_permute_kernel(T* q, T* k, T* v, const T* qkv, int B, 
 template <typename T>
 __global__ void attention_unpermute_kernel(T* out, const T* y, int B, int T_, int NH, int hs) {
   const size_t n = size_t(B) * NH * T_ * hs;
-  const int C = NH * hs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % hs);
-    const int t = int((i / hs) % T_);
-    const int h = int((i / (size_t(hs) * T_)) % NH);
-    const int b = int(i / (size_t(hs) * T_ * NH));
-    out[(size_t(b) * T_ + t) * C + size_t(h) * hs + d] = y[i];
+    out[head_to_row_index(i, T_, NH, hs, 1)] = y[i];
   }
 }
 
@@ -59,14 +60,9 @@ __global__ void attention_unpermute_kernel(T* out, const T* y, int B, int T_, in
 template <typename T>
 __global__ void attention_permute_one_kernel(T* y, const T* out, int B, int T_, int NH, int hs) {
   const size_t n = size_t(B) * NH * T_ * hs;
-  const int C = NH * hs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % hs);
-    const int t = int((i / hs) % T_);
-    const int h = int((i / (size_t(hs) * T_)) % NH);
-    const int b = int(i / (size_t(hs) * T_ * NH));
-    y[i] = out[(size_t(b) * T_ + t) * C + size_t(h) * hs + d];
+    y[i] = out[head_to_row_index(i, T_, NH, hs, 1)];
   }
 }
 
@@ -78,11 +74,7 @@ __global__ void attention_unpermute_qkv_kernel(T* dqkv, const T* dq, const T* dk
   const int C = NH * hs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % hs);
-    const int t = int((i / hs) % T_);
-    const int h = int((i / (size_t(hs) * T_)) % NH);
-    const int b = int(i / (size_t(hs) * T_ * NH));
-    const size_t dst = (size_t(b) * T_ + t) * 3 * C + size_t(h) * hs + d;
+    const size_t dst = head_to_row_index(i, T_, NH, hs, 3);
     dqkv[dst] = dq[i];
     dqkv[dst + C] = dk[i];
     dqkv[dst + 2 * C] = dv[i];

@@ -87,6 +87,13 @@ inline bool can_pack16(size_t n, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// The block's dynamic shared memory (the launch's smem bytes), 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ T* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char tg_dynamic_smem[];
+  return reinterpret_cast<T*>(tg_dynamic_smem);
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;

@@ -23,10 +23,7 @@
 // atomics. The shared-memory bytes of each kernel are flash_*_smem(hs) (above 48 KiB for the
 // larger heads: the launcher raises the kernel's limit).
 #pragma once
-#ifndef TG_FLASH_EMULATED
 #include "common.cuh"
-#define TG_FLASH_SMEM(name) extern __shared__ float name[]
-#endif
 
 namespace tg::gpu::flash {
 
@@ -52,14 +49,29 @@ __device__ __forceinline__ void load_tile(float* dst, int stride, const T* src, 
   }
 }
 
+// The block's dynamic shared memory as consecutive float arrays of lengths len[0..N).
+template <int N>
+struct SmemArrays {
+  float* p[N];
+};
+template <int N>
+__device__ __forceinline__ SmemArrays<N> smem_arrays(const int (&len)[N]) {
+  SmemArrays<N> a;
+  float* next = dynamic_smem<float>();
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    a.p[i] = next;
+    next += len[i];
+  }
+  return a;
+}
+
 template <typename T, int KJ>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(T* out, float* lse, const T* qkv, int T_, int NH, float scale) {
   constexpr int hs = 32 * KJ, KS = hs + 1;  // K rows padded: lane = key reads a column
-  TG_FLASH_SMEM(smem);
-  float* Qs = smem;
-  float* Ks = Qs + kTile * hs;
-  float* Vs = Ks + kTile * KS;
+  const SmemArrays<3> sm = smem_arrays<3>({kTile * hs, kTile * KS, kTile * hs});
+  float *Qs = sm.p[0], *Ks = sm.p[1], *Vs = sm.p[2];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int q0 = blockIdx.x * kTile, h = blockIdx.y, b = blockIdx.z, C = NH * hs;
   const size_t ld3 = 3 * size_t(C);
@@ -134,13 +146,9 @@ __global__ void __launch_bounds__(kThreads)
     backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                         int T_, int NH, float scale) {
   constexpr int hs = 32 * KJ, KS = hs + 1;  // Q, dO rows padded: lane = query
-  TG_FLASH_SMEM(smem);
-  float* Ks = smem;
-  float* Vs = Ks + kTile * hs;
-  float* Qs = Vs + kTile * hs;
-  float* Gs = Qs + kTile * KS;
-  float* Ls = Gs + kTile * KS;
-  float* Ds = Ls + kTile;
+  const SmemArrays<6> sm =
+      smem_arrays<6>({kTile * hs, kTile * hs, kTile * KS, kTile * KS, kTile, kTile});
+  float *Ks = sm.p[0], *Vs = sm.p[1], *Qs = sm.p[2], *Gs = sm.p[3], *Ls = sm.p[4], *Ds = sm.p[5];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int u0 = blockIdx.x * kTile, h = blockIdx.y, b = blockIdx.z, C = NH * hs;
   const size_t ld3 = 3 * size_t(C), bh = size_t(b) * NH + h;
@@ -209,11 +217,8 @@ __global__ void __launch_bounds__(kThreads)
     backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                        int T_, int NH, float scale) {
   constexpr int hs = 32 * KJ, KS = hs + 1;  // K, V rows padded: lane = key
-  TG_FLASH_SMEM(smem);
-  float* Qs = smem;
-  float* Gs = Qs + kTile * hs;
-  float* Ks = Gs + kTile * hs;
-  float* Vs = Ks + kTile * KS;
+  const SmemArrays<4> sm = smem_arrays<4>({kTile * hs, kTile * hs, kTile * KS, kTile * KS});
+  float *Qs = sm.p[0], *Gs = sm.p[1], *Ks = sm.p[2], *Vs = sm.p[3];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int q0 = blockIdx.x * kTile, h = blockIdx.y, b = blockIdx.z, C = NH * hs;
   const size_t ld3 = 3 * size_t(C), bh = size_t(b) * NH + h;

@@ -1,8 +1,8 @@
 // fp8_kernels.cuh: the device code of the FP8 kernels (types, device helpers, __global__
-// kernels), without launchers or CUDA runtime calls. kernels/fp8_cast.cuh and
-// kernels/matmul_fp8.cuh hold the launchers and document the semantics; this part is separate
-// so that tests/cuda/fp8_kernels_emulated.cpp can also compile it with g++ and run every kernel
-// on the CPU (threads emulated) where no GPU is present.
+// kernels): amax, scales, casts (+ transposed copies), quantize-dequantize, poisoning, and the
+// FP8 linears' bias rows, bias gradient and fallback alphas. The launchers are in
+// src/cuda/fp8_cast.cu and src/cuda/matmul_fp8.cu (declared, with the semantics, in
+// src/cuda/fp8.h); the emulated tests run these kernels on the CPU.
 //
 // Needs the CUDA keywords and intrinsics it uses (__global__, __device__, __shared__,
 // threadIdx, __syncthreads, __reduce_max_sync, atomicMax, __float_as_uint, uint2/uint4, max):
@@ -10,9 +10,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/common.cuh"
 #include "src/formats.h"
 
-namespace tg::cuda {
+namespace tg::gpu {
 
 enum class Fp8Format { E4M3, E5M2 };
 
@@ -92,49 +93,31 @@ __device__ __forceinline__ void block_atomic_max(unsigned v, unsigned* out) {
 
 // ---- kernels ----
 
-// amax of bf16 x[0, n). vec: x is 16-byte aligned (8 elements per load).
-static __global__ void amax_bf16_kernel(const uint16_t* __restrict__ x, size_t n, bool vec,
-                                        unsigned* __restrict__ amax_bits) {
+__device__ __forceinline__ unsigned abs_bits(bf16 h) { return abs_bits_bf16(h.bits); }
+__device__ __forceinline__ unsigned abs_bits(float x) { return abs_bits_f32(x); }
+
+// amax of x[0, n), X = bf16 or float. vec: x is 16-byte aligned (16 bytes
+// per load).
+template <typename X>
+static __global__ void amax_kernel(const X* __restrict__ x, size_t n, bool vec,
+                                   unsigned* __restrict__ amax_bits) {
+  constexpr size_t kPack = 16 / sizeof(X);
   unsigned m = 0;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   size_t done = 0;
   if (vec) {
-    const size_t nv = n / 8;
+    const size_t nv = n / kPack;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     for (size_t i = tid; i < nv; i += stride) {
       const uint4 v = xv[i];
-      const unsigned w[4] = {v.x, v.y, v.z, v.w};
+      const X* e = reinterpret_cast<const X*>(&v);
 #pragma unroll
-      for (int k = 0; k < 4; k++) {
-        m = max(m, abs_bits_bf16(uint16_t(w[k] & 0xffffu)));
-        m = max(m, abs_bits_bf16(uint16_t(w[k] >> 16)));
-      }
+      for (size_t k = 0; k < kPack; k++) m = max(m, abs_bits(e[k]));
     }
-    done = nv * 8;
+    done = nv * kPack;
   }
-  for (size_t i = done + tid; i < n; i += stride) m = max(m, abs_bits_bf16(x[i]));
-  block_atomic_max(m, amax_bits);
-}
-
-// amax of fp32 x[0, n). vec: x is 16-byte aligned (4 elements per load).
-static __global__ void amax_f32_kernel(const float* __restrict__ x, size_t n, bool vec,
-                                       unsigned* __restrict__ amax_bits) {
-  unsigned m = 0;
-  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t done = 0;
-  if (vec) {
-    const size_t nv = n / 4;
-    const float4* xv = reinterpret_cast<const float4*>(x);
-    for (size_t i = tid; i < nv; i += stride) {
-      const float4 v = xv[i];
-      m = max(max(m, abs_bits_f32(v.x)), abs_bits_f32(v.y));
-      m = max(max(m, abs_bits_f32(v.z)), abs_bits_f32(v.w));
-    }
-    done = nv * 4;
-  }
-  for (size_t i = done + tid; i < n; i += stride) m = max(m, abs_bits_f32(x[i]));
+  for (size_t i = done + tid; i < n; i += stride) m = max(m, abs_bits(x[i]));
   block_atomic_max(m, amax_bits);
 }
 
@@ -161,7 +144,7 @@ static __global__ void set_scale_kernel(float s, float* __restrict__ scale,
 // q[i] = encode(x[i] * s) for bf16 x[0, n); optional amax of x; optional poisoning.
 // vec: x 16-byte aligned and q 8-byte aligned.
 template <Fp8Format F>
-static __global__ void cast_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q,
+static __global__ void cast_bf16_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ q,
                                         size_t n, bool vec, const float* __restrict__ scale,
                                         unsigned* __restrict__ amax_bits,
                                         const float* __restrict__ poison_amax) {
@@ -191,7 +174,7 @@ static __global__ void cast_bf16_kernel(const uint16_t* __restrict__ x, uint8_t*
     done = nv * 8;
   }
   for (size_t i = done + tid; i < n; i += stride) {
-    const uint16_t h = x[i];
+    const uint16_t h = x[i].bits;
     m = max(m, abs_bits_bf16(h));
     q[i] = poison ? kFp8NaN : encode<F>(bf16_to_f32(h) * s);
   }
@@ -209,7 +192,7 @@ inline constexpr int kTile = 64;
 // element-wise path.
 template <Fp8Format F>
 static __global__ void __launch_bounds__(256)
-    cast_transpose_bf16_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q,
+    cast_transpose_bf16_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ q,
                                uint8_t* __restrict__ qT, int rows, int cols, bool vec_in,
                                bool vec_out, const float* __restrict__ scale,
                                unsigned* __restrict__ amax_bits,
@@ -250,7 +233,7 @@ static __global__ void __launch_bounds__(256)
       for (int k = 0; k < 8; k++) {
         codes[k] = 0;
         if (r < rows && c + k < cols) {
-          const uint16_t h = x[size_t(r) * cols + c + k];
+          const uint16_t h = x[size_t(r) * cols + c + k].bits;
           m = max(m, abs_bits_bf16(h));
           codes[k] = poison ? kFp8NaN : encode<F>(bf16_to_f32(h) * s);
           if (q) q[size_t(r) * cols + c + k] = codes[k];
@@ -283,8 +266,8 @@ static __global__ void __launch_bounds__(256)
 // fp8 value itself, exact in bf16). Optional amax of x, optional poisoning (y = NaN).
 // vec: x and y 16-byte aligned.
 template <Fp8Format F>
-static __global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ y,
-                                       size_t n, bool vec, const float* __restrict__ scale,
+static __global__ void qdq_bf16_kernel(const bf16* __restrict__ x, bf16* __restrict__ y, size_t n,
+                                       bool vec, const float* __restrict__ scale,
                                        const float* __restrict__ descale,
                                        unsigned* __restrict__ amax_bits,
                                        const float* __restrict__ poison_amax) {
@@ -318,26 +301,26 @@ static __global__ void qdq_bf16_kernel(const uint16_t* __restrict__ x, uint16_t*
     }
     done = nv * 8;
   }
-  for (size_t i = done + tid; i < n; i += stride) y[i] = one(x[i]);
+  for (size_t i = done + tid; i < n; i += stride) y[i] = bf16{one(x[i].bits)};
   if (amax_bits) block_atomic_max(m, amax_bits);
 }
 
 // Every element of bf16 out[0, n) becomes NaN (0x7FFF) when *a or *b (either may be null) is
 // non-finite; otherwise nothing is written (every thread returns after one load).
-static __global__ void poison_bf16_kernel(uint16_t* __restrict__ out, size_t n,
+static __global__ void poison_bf16_kernel(bf16* __restrict__ out, size_t n,
                                           const float* __restrict__ a,
                                           const float* __restrict__ b) {
   const bool bad = (a != nullptr && !finite_amax(a)) || (b != nullptr && !finite_amax(b));
   if (!bad) return;
   const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = tid; i < n; i += stride) out[i] = 0x7fffu;
+  for (size_t i = tid; i < n; i += stride) out[i] = bf16{0x7fffu};
 }
 
 // out(N, OC) rows = bias (before a GEMM with beta = 1 when no bias epilogue is available:
 // the bias then enters the fp32 sum and the output is rounded once, as on the CPU).
-static __global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out,
-                                             const uint16_t* __restrict__ bias, int N, int OC) {
+static __global__ void fill_bias_rows_kernel(bf16* __restrict__ out, const bf16* __restrict__ bias,
+                                             int N, int OC) {
   const size_t n = size_t(N) * OC;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x)
@@ -347,20 +330,20 @@ static __global__ void fill_bias_rows_kernel(uint16_t* __restrict__ out,
 // dbias(OC) += sum over rows of dout(N, OC), fp32 sums, deterministic (fixed order): block
 // (32 columns) x (8 row groups); row group y sums rows y, y+8, ...; then the 8 partial sums in
 // order.
-static __global__ void bias_backward_kernel(uint16_t* __restrict__ dbias,
-                                            const uint16_t* __restrict__ dout, int N, int OC) {
+static __global__ void bias_backward_kernel(bf16* __restrict__ dbias, const bf16* __restrict__ dout,
+                                            int N, int OC) {
   __shared__ float part[8][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const int o = blockIdx.x * 32 + tx;
   float s = 0.f;
   if (o < OC)
-    for (int r = ty; r < N; r += 8) s += bf16_to_f32(dout[size_t(r) * OC + o]);
+    for (int r = ty; r < N; r += 8) s += bf16_to_f32(dout[size_t(r) * OC + o].bits);
   part[ty][tx] = s;
   __syncthreads();
   if (ty == 0 && o < OC) {
     float t = 0.f;
     for (int y = 0; y < 8; y++) t += part[y][tx];
-    dbias[o] = f32_to_bf16(bf16_to_f32(dbias[o]) + t);
+    dbias[o] = bf16{f32_to_bf16(bf16_to_f32(dbias[o].bits) + t)};
   }
 }
 
@@ -377,4 +360,4 @@ static __global__ void fallback_alpha_kernel(Fp8LinearDevice* d, int which) {
 
 }  // namespace fp8_detail
 
-}  // namespace tg::cuda
+}  // namespace tg::gpu

@@ -13,7 +13,7 @@
 #include "cpu/gemm.h"
 #include "fp8.h"
 #include "model.h"
-#include "perf.h"
+#include "gpu_peak.h"
 #include "rng.h"
 #include "train.h"
 #include "trainer.h"

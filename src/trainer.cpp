@@ -10,8 +10,8 @@
 #include "comm.h"
 #include "common.h"
 #include "cpu/parallel.h"
+#include "gpu_peak.h"
 #include "hf.h"
-#include "perf.h"
 #include "prepare.h"
 #include "run_dir.h"
 #include "sample.h"
@@ -145,7 +145,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);
   inputs_.resize(size_t(B_) * T_);
   targets_.resize(size_t(B_) * T_);
-  // MFU against the GPU's peak for this mode (src/perf.h); none on the CPU.
+  // MFU against the GPU's peak for this mode (src/gpu_peak.h); none on the CPU.
   peak_flops_ = be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), c.precision.mode) : 0.0;
   // The skip/scale decision on the device where the backend has it (one process,
   // unsharded; otherwise the found-inf flag or the norm needs the other ranks).

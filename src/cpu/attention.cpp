@@ -65,10 +65,23 @@ void store_head_grads(T* dqkv, int b, int h, int T_, int C, int hs, const A* dq,
     }
   }
 }
-}  // namespace
 
-template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
+// One query row of the forward after its causal scores: s[u] = exp(scale q_t.k_u - maxv) for
+// u <= t, sum their total. The row's function adds sum_u p_u v_u into o (hs, zeroed), which
+// forward_rows then rounds into out.
+template <typename A>
+struct Row {
+  int b, h, t;
+  const A* s;
+  A maxv, sum;
+  const A* v;  // the head's values (T x hs)
+  A* o;
+};
+
+// row(r) for every (b, h, t), in parallel over (b, h) (each thread widens one head's q, k, v
+// once); then out[b,t,h] = o.
+template <typename T, typename F>
+void forward_rows(T* out, const T* qkv, int B, int T_, int C, int NH, F&& row) {
   using A = acc_t<T>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
@@ -80,23 +93,34 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
       for (int h = 0; h < NH; h++) {
         load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
         for (int t = 0; t < T_; t++) {
-          T* a = att + ((size_t(b) * NH + h) * T_ + t) * T_;
-          A maxv, sum;
-          causal_scores(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &maxv, &sum);
-          A inv = A(1) / sum;
+          Row<A> r{b, h, t, s.data(), A(0), A(0), v.data(), o.data()};
+          causal_scores(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &r.maxv,
+                        &r.sum);
           for (int i = 0; i < hs; i++) o[i] = 0;
-          for (int u = 0; u <= t; u++) {
-            A p = s[u] * inv;
-            a[u] = st<T>(p);
-            const A* vu = v.data() + size_t(u) * hs;
-            for (int i = 0; i < hs; i++) o[i] += p * vu[i];
-          }
-          for (int u = t + 1; u < T_; u++) a[u] = st<T>(A(0));
+          row(r);
           T* out_t = out + (size_t(b) * T_ + t) * C + h * hs;
           for (int i = 0; i < hs; i++) out_t[i] = st<T>(o[i]);
         }
       }
   }
+}
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
+  using A = acc_t<T>;
+  const int hs = C / NH;
+  forward_rows(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
+    T* a = att + ((size_t(r.b) * NH + r.h) * T_ + r.t) * T_;
+    A inv = A(1) / r.sum;
+    for (int u = 0; u <= r.t; u++) {
+      A p = r.s[u] * inv;
+      a[u] = st<T>(p);
+      const A* vu = r.v + size_t(u) * hs;
+      for (int i = 0; i < hs; i++) r.o[i] += p * vu[i];
+    }
+    for (int u = r.t + 1; u < T_; u++) a[u] = st<T>(A(0));
+  });
 }
 
 template <typename T>
@@ -154,29 +178,14 @@ template <typename T>
 void attention_forward_lse(T* out, acc_t<T>* lse, const T* qkv, int B, int T_, int C, int NH) {
   using A = acc_t<T>;
   const int hs = C / NH;
-  const A scale = A(1) / std::sqrt(A(hs));
-#pragma omp parallel
-  {
-    std::vector<A> q(size_t(T_) * hs), k(size_t(T_) * hs), v(size_t(T_) * hs), s(T_), o(hs);
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-      for (int h = 0; h < NH; h++) {
-        load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
-        for (int t = 0; t < T_; t++) {
-          A maxv, sum;
-          causal_scores(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &maxv, &sum);
-          const A inv = A(1) / sum;
-          for (int i = 0; i < hs; i++) o[i] = 0;
-          for (int u = 0; u <= t; u++) {
-            const A* vu = v.data() + size_t(u) * hs;
-            for (int i = 0; i < hs; i++) o[i] += s[u] * inv * vu[i];
-          }
-          T* out_t = out + (size_t(b) * T_ + t) * C + h * hs;
-          for (int i = 0; i < hs; i++) out_t[i] = st<T>(o[i]);
-          lse[(size_t(b) * NH + h) * T_ + t] = maxv + std::log(sum);
-        }
-      }
-  }
+  forward_rows(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
+    const A inv = A(1) / r.sum;
+    for (int u = 0; u <= r.t; u++) {
+      const A* vu = r.v + size_t(u) * hs;
+      for (int i = 0; i < hs; i++) r.o[i] += r.s[u] * inv * vu[i];
+    }
+    lse[(size_t(r.b) * NH + r.h) * T_ + r.t] = r.maxv + std::log(r.sum);
+  });
 }
 
 template <typename T>

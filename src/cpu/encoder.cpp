@@ -1,7 +1,6 @@
 // encoder: out[b,t,:] = wte[token[b,t],:] + wpe[t,:].
 // Backward scatters dout into the rows of dwte picked by the tokens and into dwpe. The
 // threads split the channels, so repeated tokens never race and the sum order is fixed.
-// residual: out = a + b.
 #include <omp.h>
 
 #include "ops.h"
@@ -39,16 +38,9 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, in
   }
 }
 
-template <typename T>
-void residual_forward(T* out, const T* a, const T* b, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) out[i] = st<T>(ld(a[i]) + ld(b[i]));
-}
-
 #define TG_INSTANTIATE(T)                                                                  \
   template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int); \
-  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);      \
-  template void residual_forward<T>(T*, const T*, const T*, size_t);
+  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 TG_INSTANTIATE(bf16)

@@ -43,20 +43,20 @@ bool fused_forward(Ctx& c, E* out, E* att, const E* qkv, int B, int T, int NH, i
   const unsigned blocks = row_blocks(size_t(B) * NH * T);
   switch (hs) {
     case 32:
-      attention_forward_fused_kernel<E, 1>
-          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      launch(attention_forward_fused_kernel<E, 1>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
+             T, NH, scale);
       break;
     case 64:
-      attention_forward_fused_kernel<E, 2>
-          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      launch(attention_forward_fused_kernel<E, 2>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
+             T, NH, scale);
       break;
     case 96:
-      attention_forward_fused_kernel<E, 3>
-          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      launch(attention_forward_fused_kernel<E, 3>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
+             T, NH, scale);
       break;
     case 128:
-      attention_forward_fused_kernel<E, 4>
-          <<<blocks, kThreads, 0, c.stream>>>(out, att, qkv, B, T, NH, scale);
+      launch(attention_forward_fused_kernel<E, 4>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
+             T, NH, scale);
       break;
     default: return false;
   }
@@ -81,9 +81,9 @@ void head_dispatch(const char* op, int hs, F&& fn) {
 template <typename K, typename... A>
 void launch_flash(Ctx& c, K kernel, dim3 grid, size_t smem, A... args) {
   if (smem > 48 * 1024)
-    TG_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, flash::kThreads, smem, c.stream>>>(args...);
+    TG_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch(kernel, grid, flash::kThreads, smem, c.stream, args...);
   TG_LAUNCH_CHECK();
 }
 
@@ -114,8 +114,8 @@ void attention_backward_lse(Ctx& c, DType t, void* dqkv, const void* dout, const
   float* D = static_cast<float*>(c.scratch(kScratchS, size_t(B) * NH * T * 4));
   dispatch("attention_backward_lse", t, [&](auto tag) {
     using E = decltype(tag);
-    flash::delta_kernel<E><<<row_blocks(size_t(B) * NH * T), kThreads, 0, c.stream>>>(
-        D, static_cast<const E*>(out), static_cast<const E*>(dout), B, T, NH, hs);
+    launch(flash::delta_kernel<E>, row_blocks(size_t(B) * NH * T), kThreads, 0, c.stream, D,
+           static_cast<const E*>(out), static_cast<const E*>(dout), B, T, NH, hs);
     TG_LAUNCH_CHECK();
     head_dispatch("attention_backward_lse", hs, [&](auto kj) {
       constexpr int KJ = decltype(kj)::value;
@@ -151,17 +151,17 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   float* S = static_cast<float*>(c.scratch(kScratchS, size_t(BH) * tt * 4));
   dispatch("attention_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    attention_permute_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
-        static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv), B,
-        T, NH, hs);
+    launch(attention_permute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
+           B, T, NH, hs);
     TG_LAUNCH_CHECK();
     bgemm(c, false, true, T, T, hs, t, q, hs, th, k, hs, th, DType::F32, S, T, tt, scale, BH);
-    attention_softmax_forward_kernel<E>
-        <<<row_blocks(size_t(BH) * T), kThreads, 0, c.stream>>>(static_cast<E*>(att), S, BH * T, T);
+    launch(attention_softmax_forward_kernel<E>, row_blocks(size_t(BH) * T), kThreads, 0, c.stream,
+           static_cast<E*>(att), S, BH * T, T);
     TG_LAUNCH_CHECK();
     bgemm(c, false, false, T, hs, T, t, att, T, tt, v, hs, th, t, y, hs, th, 1.f, BH);
-    attention_unpermute_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
-        static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
+    launch(attention_unpermute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
     TG_LAUNCH_CHECK();
   });
 }
@@ -183,25 +183,25 @@ void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const voi
   void* dv = c.scratch(kScratchDV, btc * es);
   dispatch("attention_backward", t, [&](auto tag) {
     using E = decltype(tag);
-    attention_permute_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
-        static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv), B,
-        T, NH, hs);
+    launch(attention_permute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
+           B, T, NH, hs);
     TG_LAUNCH_CHECK();
-    attention_permute_one_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
-        static_cast<E*>(dy), static_cast<const E*>(dout), B, T, NH, hs);
+    launch(attention_permute_one_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(dy), static_cast<const E*>(dout), B, T, NH, hs);
     TG_LAUNCH_CHECK();
     // dP = dy v^T (fp32);  dv = att^T dy
     bgemm(c, false, true, T, T, hs, t, dy, hs, th, v, hs, th, DType::F32, dP, T, tt, 1.f, BH);
     bgemm(c, true, false, T, hs, T, t, att, T, tt, dy, hs, th, t, dv, hs, th, 1.f, BH);
-    attention_softmax_backward_kernel<E><<<row_blocks(size_t(BH) * T), kThreads, 0, c.stream>>>(
-        static_cast<E*>(dS), dP, static_cast<const E*>(att), BH * T, T, scale);
+    launch(attention_softmax_backward_kernel<E>, row_blocks(size_t(BH) * T), kThreads, 0, c.stream,
+           static_cast<E*>(dS), dP, static_cast<const E*>(att), BH * T, T, scale);
     TG_LAUNCH_CHECK();
     // dq = dS k;  dk = dS^T q
     bgemm(c, false, false, T, hs, T, t, dS, T, tt, k, hs, th, t, dq, hs, th, 1.f, BH);
     bgemm(c, true, false, T, hs, T, t, dS, T, tt, q, hs, th, t, dk, hs, th, 1.f, BH);
-    attention_unpermute_qkv_kernel<E><<<c.grid(btc, kThreads), kThreads, 0, c.stream>>>(
-        static_cast<E*>(dqkv), static_cast<const E*>(dq), static_cast<const E*>(dk),
-        static_cast<const E*>(dv), B, T, NH, hs);
+    launch(attention_unpermute_qkv_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(dqkv), static_cast<const E*>(dq), static_cast<const E*>(dk),
+           static_cast<const E*>(dv), B, T, NH, hs);
     TG_LAUNCH_CHECK();
   });
 }

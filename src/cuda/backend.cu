@@ -21,16 +21,10 @@
 
 #include "../cpu/cpu_backend.h"
 #include "cuda_backend.h"
-#include "kernels/matmul_fp8.cuh"
+#include "fp8.h"
 #include "launch.h"
 
 namespace tg {
-
-namespace gpu {
-void cuda_fail(const char* what, const char* file, int line) {
-  throw Error(strf("CUDA error at %s:%d: %s", file, line, what));
-}
-}  // namespace gpu
 
 int cuda_device_count() {
   int n = 0;
@@ -84,7 +78,7 @@ class CudaBackend final : public Backend {
     ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return scratch(s, bytes); };
     result_ = static_cast<float*>(raw_alloc(64));
     cpu_ = make_cpu_backend(o);
-    device_fp8_path_ = cuda::fp8_path_for_device(device);
+    device_fp8_path_ = gpu::fp8_path_for_device(device);
     fp8_path_ = device_fp8_path_;
   }
   int device_index() const override { return device_; }
@@ -223,7 +217,7 @@ class CudaBackend final : public Backend {
     narrow_back(dbias, dbf);
   }
 
-  // ---- FP8 block linears (kernels/matmul_fp8.cuh, call order as in kernels/README.md) ----
+  // ---- FP8 block linears (src/cuda/matmul_fp8.cu, call order as in kernels/README.md) ----
   //
   // The path is the device's (FP8 GEMMs from compute capability 8.9, else bf16 GEMMs of the
   // quantized values) unless Fp8Options::force_fallback. A linear whose shape or pointers do
@@ -240,16 +234,16 @@ class CudaBackend final : public Backend {
   Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                                const Fp8Quant quant[2]) override {
     need_bf16("matmul_forward_fp8", {out, inp, w, bias});
-    // kernels/matmul_fp8.cuh implements today's recipes: E4M3 forward operands.
+    // src/cuda/matmul_fp8.cu implements today's recipes: E4M3 forward operands.
     if (quant[0].format != ElemFormat::E4M3 || quant[1].format != ElemFormat::E4M3)
       throw Error("cuda backend: the FP8 forward GEMM takes E4M3 operands only");
     const int lin = fp8_slot(w.data);
     fp8_before_call(lin, false);
-    const cuda::Fp8Path path = fp8_call_path(N, C, OC, {out.data, inp.data, w.data, bias.data});
-    cuda::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
-    cuda::fp8_linear_forward(fp8_ctx(path), plan, lin, out.as<__nv_bfloat16>(),
-                             inp.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
-                             bias ? bias.as<__nv_bfloat16>() : nullptr, N, C, OC, quant);
+    const gpu::Fp8Path path = fp8_call_path(N, C, OC, {out.data, inp.data, w.data, bias.data});
+    gpu::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
+    gpu::fp8_linear_forward(fp8_ctx(path), plan, lin, out.as<gpu::bf16>(), inp.as<gpu::bf16>(),
+                            w.as<gpu::bf16>(), bias ? bias.as<gpu::bf16>() : nullptr, N, C, OC,
+                            quant);
     return fp8_after_call(lin, false);
   }
   Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
@@ -261,29 +255,29 @@ class CudaBackend final : public Backend {
       throw Error("cuda backend: the FP8 backward GEMMs take an E5M2 output gradient only");
     const int lin = fp8_slot(w.data);
     fp8_before_call(lin, true);
-    const cuda::Fp8Path path =
+    const gpu::Fp8Path path =
         fp8_call_path(N, C, OC, {dinp.data, dw.data, dbias.data, dout.data, inp.data, w.data});
-    cuda::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
-    cuda::fp8_linear_backward(fp8_ctx(path), plan, lin, dinp.as<__nv_bfloat16>(),
-                              dw.as<__nv_bfloat16>(), dbias ? dbias.as<__nv_bfloat16>() : nullptr,
-                              dout.as<__nv_bfloat16>(), inp.as<__nv_bfloat16>(),
-                              w.as<__nv_bfloat16>(), N, C, OC, gq, inp_scale, w_scale);
+    gpu::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
+    gpu::fp8_linear_backward(fp8_ctx(path), plan, lin, dinp.as<gpu::bf16>(), dw.as<gpu::bf16>(),
+                             dbias ? dbias.as<gpu::bf16>() : nullptr, dout.as<gpu::bf16>(),
+                             inp.as<gpu::bf16>(), w.as<gpu::bf16>(), N, C, OC, gq, inp_scale,
+                             w_scale);
     return fp8_after_call(lin, true);
   }
   void set_fp8_options(const Fp8Options& o) override {
     fp8_opt_ = o;
-    fp8_path_ = o.force_fallback ? cuda::Fp8Path::kBf16Fallback : device_fp8_path_;
+    fp8_path_ = o.force_fallback ? gpu::Fp8Path::kBf16Fallback : device_fp8_path_;
   }
-  std::string fp8_path_name() const override { return cuda::fp8_path_name(fp8_path_); }
+  std::string fp8_path_name() const override { return gpu::fp8_path_name(fp8_path_); }
   std::string fp8_shape_problem(int N, int C, int OC) const override {
-    return fp8_path_ == cuda::Fp8Path::kFp8 ? cuda::fp8_shape_problem(N, C, OC) : "";
+    return fp8_path_ == gpu::Fp8Path::kFp8 ? gpu::fp8_shape_problem(N, C, OC) : "";
   }
   void fp8_prepare(const Fp8Setup& s) override {
     fp8_ensure_state(std::max(s.n_linears, 1));
     // Scratch per path for the shapes that take it, in the given scratch when it fits.
-    std::vector<cuda::Fp8LinearShape> by_path[2];
+    std::vector<gpu::Fp8LinearShape> by_path[2];
     for (const LinearShape& l : s.shapes) {
-      const bool fast = fp8_path_ == cuda::Fp8Path::kFp8 && cuda::fp8_shape_ok(l.N, l.C, l.OC);
+      const bool fast = fp8_path_ == gpu::Fp8Path::kFp8 && gpu::fp8_shape_ok(l.N, l.C, l.OC);
       by_path[fast ? 0 : 1].push_back({l.N, l.C, l.OC});
     }
     char* ext = static_cast<char*>(s.scratch.data);
@@ -294,10 +288,10 @@ class CudaBackend final : public Backend {
       ext += pad;
     }
     for (int k = 0; k < 2; k++) {
-      const auto path = k == 0 ? cuda::Fp8Path::kFp8 : cuda::Fp8Path::kBf16Fallback;
+      const auto path = k == 0 ? gpu::Fp8Path::kFp8 : gpu::Fp8Path::kBf16Fallback;
       if (by_path[k].empty()) continue;
       const size_t need =
-          cuda::fp8_plan_scratch_bytes(path, by_path[k].data(), int(by_path[k].size()));
+          gpu::fp8_plan_scratch_bytes(path, by_path[k].data(), int(by_path[k].size()));
       Fp8Scratch& sc = fp8_scratch_[k];
       if (ext && need <= ext_bytes) {
         fp8_free_own_scratch(sc);
@@ -519,21 +513,18 @@ class CudaBackend final : public Backend {
   // workspace, which shrinks by this much in FP8 mode; more go to an allocation of their own.
   static constexpr size_t kFp8StateReserve = size_t(64) << 10;
 
-  cuda::Fp8GemmContext fp8_ctx(cuda::Fp8Path path) const {
-    cuda::Fp8GemmContext c;
-    c.lt = ctx_.lt;
-    c.workspace = ctx_.lt_workspace;
-    c.workspace_bytes = ctx_.lt_workspace_bytes;
-    c.stream = ctx_.stream;
+  gpu::Fp8GemmContext fp8_ctx(gpu::Fp8Path path) const {
+    gpu::Fp8GemmContext c;
+    static_cast<gpu::LtContext&>(c) = ctx_.lt_context();
     c.path = path;
     c.fast_accum_forward = fp8_opt_.fast_accum;
     c.fast_accum_backward = false;  // gradients keep full fp32 accumulation
     return c;
   }
   // The path of one call: the backend's, or the fallback when the FP8 GEMMs cannot take it.
-  cuda::Fp8Path fp8_call_path(int N, int C, int OC, std::initializer_list<void*> ptrs) {
-    if (fp8_path_ != cuda::Fp8Path::kFp8) return fp8_path_;
-    bool ok = cuda::fp8_shape_ok(N, C, OC);
+  gpu::Fp8Path fp8_call_path(int N, int C, int OC, std::initializer_list<void*> ptrs) {
+    if (fp8_path_ != gpu::Fp8Path::kFp8) return fp8_path_;
+    bool ok = gpu::fp8_shape_ok(N, C, OC);
     for (void* p : ptrs)
       if (p && reinterpret_cast<uintptr_t>(p) % 16) ok = false;
     if (ok) return fp8_path_;
@@ -545,36 +536,32 @@ class CudaBackend final : public Backend {
               N, C, OC);
       fp8_warned_ = true;
     }
-    return cuda::Fp8Path::kBf16Fallback;
+    return gpu::Fp8Path::kBf16Fallback;
   }
   // Per-linear state: fp8_state_cap_ entries at fp8_state_, initialised as fp8_plan_create
   // does; growing keeps the entries there are.
   void fp8_ensure_state(int n) {
     if (n <= fp8_state_cap_) return;
     n = std::max(n, 64);
-    const size_t bytes = cuda::fp8_align256(cuda::fp8_plan_state_bytes(n));
+    const size_t bytes = gpu::fp8_align256(gpu::fp8_plan_state_bytes(n));
     TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the workspace may be in use
-    cuda::Fp8LinearDevice* fresh = nullptr;
+    gpu::Fp8LinearDevice* fresh = nullptr;
     void* own = nullptr;
     int cap = n;
     if (fp8_state_ == nullptr && bytes <= kFp8StateReserve &&
         ctx_.lt_workspace_bytes >= 2 * kFp8StateReserve) {
       ctx_.lt_workspace_bytes -= kFp8StateReserve;
       TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
-      fresh = reinterpret_cast<cuda::Fp8LinearDevice*>(static_cast<char*>(ctx_.lt_workspace) +
-                                                       ctx_.lt_workspace_bytes);
-      cap = int(kFp8StateReserve / sizeof(cuda::Fp8LinearDevice));
+      fresh = reinterpret_cast<gpu::Fp8LinearDevice*>(static_cast<char*>(ctx_.lt_workspace) +
+                                                      ctx_.lt_workspace_bytes);
+      cap = int(kFp8StateReserve / sizeof(gpu::Fp8LinearDevice));
     } else {
       own = raw_alloc(bytes);
-      fresh = static_cast<cuda::Fp8LinearDevice*>(own);
+      fresh = static_cast<gpu::Fp8LinearDevice*>(own);
     }
-    cuda::Fp8LinearDevice init{};
-    for (auto& t : init.t) t = cuda::Fp8TensorScale{0.f, 1.f, 1.f, 0.f};
-    for (float& a : init.alpha) a = 1.f;
-    init.zero = 0.f;
-    init.one = 1.f;
+    const gpu::Fp8LinearDevice init = gpu::fp8_initial_state();
     // On this backend's stream (non-blocking: plain cudaMemcpy would not order with it).
-    std::vector<cuda::Fp8LinearDevice> h(size_t(cap), init);
+    std::vector<gpu::Fp8LinearDevice> h(size_t(cap), init);
     TG_CUDA_CHECK(cudaMemcpyAsync(fresh, h.data(), h.size() * sizeof(init), cudaMemcpyHostToDevice,
                                   ctx_.stream));
     if (fp8_state_)
@@ -586,7 +573,7 @@ class CudaBackend final : public Backend {
     fp8_state_own_ = own;
     fp8_state_cap_ = cap;
   }
-  // The state index of the linear whose weight lives at w (cuda::fp8_plan_slot's rule: the
+  // The state index of the linear whose weight lives at w (gpu::fp8_plan_slot's rule: the
   // next free index on first sight).
   int fp8_slot(const void* w) {
     const auto it = fp8_slots_.find(w);
@@ -609,12 +596,12 @@ class CudaBackend final : public Backend {
   }
   // The plan (state + scratch) of one path for a call of this shape; grows what is missing
   // (a call before fp8_prepare, or a shape it did not list).
-  cuda::Fp8Plan& fp8_plan_for(cuda::Fp8Path path, const cuda::Fp8LinearShape& shape) {
-    const int k = path == cuda::Fp8Path::kFp8 ? 0 : 1;
+  gpu::Fp8Plan& fp8_plan_for(gpu::Fp8Path path, const gpu::Fp8LinearShape& shape) {
+    const int k = path == gpu::Fp8Path::kFp8 ? 0 : 1;
     Fp8Scratch& sc = fp8_scratch_[k];
-    const size_t need = cuda::fp8_plan_scratch_bytes(path, &shape, 1);
+    const size_t need = gpu::fp8_plan_scratch_bytes(path, &shape, 1);
     if (sc.bytes < need) fp8_grow_own_scratch(sc, need);
-    cuda::Fp8Plan& p = fp8_plan_[k];
+    gpu::Fp8Plan& p = fp8_plan_[k];
     p.path = path;
     p.n_linears = fp8_state_cap_;
     p.dev = fp8_state_;
@@ -629,30 +616,17 @@ class CudaBackend final : public Backend {
     for (const auto& p : fp8_pending_)
       if (!p.ready && p.lin == lin && p.backward == backward) return fp8_materialize();
   }
-  static Fp8Report fp8_report(const cuda::Fp8LinearDevice& h, bool backward) {
-    Fp8Report r;
-    if (backward) {
-      r.amax[0] = h.t[cuda::kFp8Grad].amax;
-      r.scale[0] = h.t[cuda::kFp8Grad].scale;
-    } else {
-      r.amax[0] = h.t[cuda::kFp8Inp].amax;
-      r.scale[0] = h.t[cuda::kFp8Inp].scale;
-      r.amax[1] = h.t[cuda::kFp8Weight].amax;
-      r.scale[1] = h.t[cuda::kFp8Weight].scale;
-    }
-    return r;
-  }
   Fp8Report fp8_after_call(int lin, bool backward) {
     if (fp8_defer_) {
       fp8_pending_.push_back({lin, backward, false, Fp8Report{}});
       return Fp8Report{};
     }
-    // Eager: one state, one wait (what cuda::fp8_forward_report / fp8_backward_report do).
-    cuda::Fp8LinearDevice h{};
+    // Eager: one state, one wait (what gpu::fp8_forward_report / fp8_backward_report do).
+    gpu::Fp8LinearDevice h{};
     TG_CUDA_CHECK(
         cudaMemcpyAsync(&h, fp8_state_ + lin, sizeof h, cudaMemcpyDeviceToHost, ctx_.stream));
     TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    return fp8_report(h, backward);
+    return gpu::fp8_report(h, backward);
   }
   // Every pending report from one copy of the states in use (one wait).
   void fp8_materialize() {
@@ -662,12 +636,12 @@ class CudaBackend final : public Backend {
     if (hi < 0) return;
     fp8_host_.resize(size_t(hi) + 1);
     TG_CUDA_CHECK(cudaMemcpyAsync(fp8_host_.data(), fp8_state_,
-                                  fp8_host_.size() * sizeof(cuda::Fp8LinearDevice),
+                                  fp8_host_.size() * sizeof(gpu::Fp8LinearDevice),
                                   cudaMemcpyDeviceToHost, ctx_.stream));
     TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     for (auto& p : fp8_pending_)
       if (!p.ready) {
-        p.rep = fp8_report(fp8_host_[size_t(p.lin)], p.backward);
+        p.rep = gpu::fp8_report(fp8_host_[size_t(p.lin)], p.backward);
         p.ready = true;
       }
   }
@@ -682,17 +656,17 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   // FP8
-  cuda::Fp8Path device_fp8_path_ = cuda::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
+  gpu::Fp8Path device_fp8_path_ = gpu::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
   Fp8Options fp8_opt_;
-  cuda::Fp8LinearDevice* fp8_state_ = nullptr;
+  gpu::Fp8LinearDevice* fp8_state_ = nullptr;
   void* fp8_state_own_ = nullptr;
   int fp8_state_cap_ = 0;
   std::unordered_map<const void*, int> fp8_slots_;
   Fp8Scratch fp8_scratch_[2];  // [0] FP8 path, [1] fallback
-  cuda::Fp8Plan fp8_plan_[2];
+  gpu::Fp8Plan fp8_plan_[2];
   bool fp8_defer_ = false, fp8_warned_ = false;
   std::vector<Fp8Pending> fp8_pending_;
-  std::vector<cuda::Fp8LinearDevice> fp8_host_;
+  std::vector<gpu::Fp8LinearDevice> fp8_host_;
 };
 
 }  // namespace

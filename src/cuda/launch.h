@@ -1,6 +1,6 @@
 // launch.h: what the CUDA backend's translation units share (nvcc only): the launch context
 // (stream, device properties, BLAS handles, scratch memory), error checks, type dispatch and
-// the host-side launchers of each op group (one .cu per group, kernels in kernels/*.cuh).
+// the host-side launchers of each op (one .cu per kernels/*.cuh; the FP8 ones in fp8.h).
 //
 // Launchers take raw device pointers and element types; they only enqueue work on the
 // stream (no host synchronisation) unless their comment says they return a value.
@@ -13,11 +13,14 @@
 #include <functional>
 
 #include "../backend.h"
+#include "cublaslt.h"
 #include "kernels/common.cuh"
 
 namespace tg::gpu {
 
-[[noreturn]] void cuda_fail(const char* what, const char* file, int line);
+[[noreturn]] inline void cuda_fail(const char* what, const char* file, int line) {
+  throw Error(strf("CUDA error at %s:%d: %s", file, line, what));
+}
 #define TG_CUDA_CHECK(x)                                                     \
   do {                                                                       \
     cudaError_t tg_err_ = (x);                                               \
@@ -32,6 +35,23 @@ namespace tg::gpu {
   } while (0)
 // After a launch: a bad configuration shows up here, not at the next synchronisation.
 #define TG_LAUNCH_CHECK() TG_CUDA_CHECK(cudaGetLastError())
+
+// kernel<<<grid, block, smem, stream>>>(args...), written as a call so that the emulated
+// tests (tests/cuda/cuda_emulation.h, which defines TG_CUDA_EMULATION) run these same
+// launchers on the CPU, the kernels' threads emulated.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            A... args) {
+#ifdef TG_CUDA_EMULATION
+  (void)stream;
+  emu::launch(grid, block, smem, kernel, args...);
+#else
+  // (clang-format reads the chevrons of a .h as shifts)
+  // clang-format off
+  kernel<<<grid, block, smem, stream>>>(args...);
+  // clang-format on
+#endif
+}
 
 // Scratch buffers the ops keep between calls (grown on demand, counted in the backend's
 // bytes_in_use). Two live uses at once must have different slots.
@@ -69,6 +89,8 @@ struct Ctx {
   std::function<void*(ScratchSlot, size_t)> scratch;  // device memory of at least `bytes`
   BackendOptions opt;  // cuda.gemm, cuda.gelu_epilogue, cuda.attention
 
+  LtContext lt_context() const { return {lt, lt_workspace, lt_workspace_bytes, stream}; }
+
   // A grid-stride launch size for n elements: enough blocks to fill every multiprocessor
   // several times over, never more than the work needs.
   unsigned grid(size_t n, int threads) const {
@@ -90,16 +112,18 @@ void dispatch(const char* op, DType t, F&& f) {
   }
 }
 
-// ---- elementwise.cu ----
+// ---- encoder.cu ----
 void encoder_forward(Ctx& c, DType t, void* out, const int32_t* tokens, const void* wte,
                      const void* wpe, int B, int T, int C);
 // Groups positions by token on the host: from host_tokens (a host copy of tokens) when
 // given, else it reads the tokens back (a small copy the host waits for).
 void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
                       const int32_t* tokens, const int32_t* host_tokens, int B, int T, int C);
+// ---- residual.cu, gelu.cu ----
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
 void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
 void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
+// ---- loss_scale.cu, adamw.cu ----
 // Queues loss_scale_step_kernel: d's state updated from check = {sum of squares, non-finite}.
 void loss_scale_decide(Ctx& c, LossScaleDevice* d, const float* check, const LossScaleParams& p,
                        double clip);
@@ -108,6 +132,7 @@ void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, flo
            size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr);
 void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
              const Rounding& r);
+// ---- global_norm.cu, classifier.cu ----
 // Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,
 // non-finite count}.
 void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out);

@@ -13,9 +13,9 @@ void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, con
                        const void* w, const void* b, int N, int C) {
   dispatch("layernorm_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    layernorm_forward_kernel<E><<<row_blocks(N), kThreads, 0, c.stream>>>(
-        static_cast<E*>(out), mean, rstd, static_cast<const E*>(inp), static_cast<const E*>(w),
-        static_cast<const E*>(b), N, C);
+    launch(layernorm_forward_kernel<E>, row_blocks(N), kThreads, 0, c.stream, static_cast<E*>(out),
+           mean, rstd, static_cast<const E*>(inp), static_cast<const E*>(w),
+           static_cast<const E*>(b), N, C);
     TG_LAUNCH_CHECK();
   });
 }
@@ -25,9 +25,9 @@ void residual_layernorm_forward(Ctx& c, DType t, void* res, void* out, float* me
                                 int C) {
   dispatch("residual_layernorm_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    residual_layernorm_forward_kernel<E><<<row_blocks(N), kThreads, 0, c.stream>>>(
-        static_cast<E*>(res), static_cast<E*>(out), mean, rstd, static_cast<const E*>(a),
-        static_cast<const E*>(bb), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
+    launch(residual_layernorm_forward_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
+           static_cast<E*>(res), static_cast<E*>(out), mean, rstd, static_cast<const E*>(a),
+           static_cast<const E*>(bb), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
     TG_LAUNCH_CHECK();
   });
 }
@@ -42,15 +42,15 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
     using E = decltype(tag);
     const E* d = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(inp);
-    layernorm_backward_dinp_kernel<E><<<row_blocks(N), kThreads, 0, c.stream>>>(
-        static_cast<E*>(dinp), d, x, static_cast<const E*>(w), mean, rstd, N, C);
+    launch(layernorm_backward_dinp_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
+           static_cast<E*>(dinp), d, x, static_cast<const E*>(w), mean, rstd, N, C);
     TG_LAUNCH_CHECK();
     dim3 grid(unsigned((C + 255) / 256), unsigned(chunks));
-    layernorm_backward_partial_kernel<E>
-        <<<grid, 256, 0, c.stream>>>(pdw, pdb, d, x, mean, rstd, N, C, rows);
+    launch(layernorm_backward_partial_kernel<E>, grid, 256, 0, c.stream, pdw, pdb, d, x, mean, rstd,
+           N, C, rows);
     TG_LAUNCH_CHECK();
-    layernorm_backward_final_kernel<E><<<unsigned((C + 255) / 256), 256, 0, c.stream>>>(
-        static_cast<E*>(dw), static_cast<E*>(db), pdw, pdb, chunks, C);
+    launch(layernorm_backward_final_kernel<E>, unsigned((C + 255) / 256), 256, 0, c.stream,
+           static_cast<E*>(dw), static_cast<E*>(db), pdw, pdb, chunks, C);
     TG_LAUNCH_CHECK();
   });
 }

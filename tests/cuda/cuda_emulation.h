@@ -1,12 +1,20 @@
 // cuda_emulation.h: enough of the CUDA execution model to run kernels/*.cuh device code on
 // the CPU (g++ -std=c++20, no GPU, the CUDA headers for the vector and half types).
 //
-// Include this before any kernel header. What it does:
+// Include this before any kernel header (the Makefile passes it with -include, so that
+// src/cuda/*.cu compile as C++ with it: their launchers go through gpu::launch, which maps
+// to emu::launch when TG_CUDA_EMULATION is defined). What it does:
 //   - the CUDA runtime headers are included first (host parts: vector types, cuda_fp16.h's
 //     host conversions, which are bit-exact with the device _rn ones), then the keywords are
 //     redefined: __device__/__global__/__host__ vanish, __forceinline__ is inline, __shared__
-//     is `static` (a kernel's shared arrays are function statics: blocks run one at a time);
-//   - emu::launch(grid, block, kernel, args...) runs the grid block after block (x fastest),
+//     is `thread_local` (a kernel's shared arrays are function statics: blocks run one at a
+//     time, all fibers on one OS thread; `extern __shared__`, the dynamic shared memory, is
+//     common.cuh's dynamic_smem(), here one buffer of kMaxDynamicSmem bytes filled with 0xFF
+//     bytes before each block);
+//   - the CUDA runtime and cuBLAS calls the launchers make are host stand-ins
+//     (tests/cuda/cuda_emulation.cpp: copies, no-op synchronisation, one multiprocessor,
+//     cuBLAS GEMMs as fp32 loops, cuBLASLt declining every GEMM so the fallback runs);
+//   - emu::launch(grid, block, smem, kernel, args...) runs the grid block after block (x fastest),
 //     each block as blockDim.x cooperative fibers (ucontext stacks, switched with
 //     _setjmp/_longjmp) on the calling thread: a fiber runs until it waits at a barrier,
 //     then the next one runs. (OS threads were tried first: with hundreds of threads per block
@@ -22,11 +30,12 @@
 // The interleaving is one fixed, legal schedule (threads in index order, each up to its next
 // barrier): it executes every thread's code as written but finds no race between barriers.
 // It does not emulate: the memory model (every store is visible at once to every fiber),
-// races between barriers, warp-synchronous code without shuffles, dynamic shared memory
-// (extern __shared__: no kernel uses it; it would need its own buffer here), 2-D/3-D blocks,
+// races between barriers, warp-synchronous code without shuffles, 2-D/3-D blocks,
 // nvcc's code generation (FMA contraction, fast-math intrinsics), device libm accuracy
-// (expf, tanhf, ... are the host's), resource limits (registers, shared memory, grid size).
+// (expf, tanhf, ... are the host's), resource limits (registers, grid size; shared memory
+// only as far as kMaxDynamicSmem goes), streams (every call runs at once, in order).
 #pragma once
+#define TG_CUDA_EMULATION 1
 // _longjmp between fiber stacks: glibc's fortified longjmp (__longjmp_chk) would refuse it.
 #undef _FORTIFY_SOURCE
 #include <cuda_fp16.h>
@@ -43,10 +52,11 @@
 #define __host__
 #define __device__
 #define __global__
-#define __shared__ static
+#define __shared__ thread_local
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 
+#include <math.h>  // isfinite etc. unqualified, as device code calls them (host libm)
 #include <ucontext.h>
 
 #include <algorithm>
@@ -55,10 +65,15 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <math.h>  // isfinite etc. unqualified, as device code calls them (host libm)
 #include <memory>
 #include <string>
 #include <vector>
+
+// The dynamic shared memory (kernels reach it through common.cuh's dynamic_smem()).
+namespace tg::gpu {
+inline constexpr size_t kMaxDynamicSmem = 228 * 1024;  // Hopper's per-block maximum
+alignas(16) inline thread_local unsigned char tg_dynamic_smem[kMaxDynamicSmem];
+}  // namespace tg::gpu
 
 namespace emu {
 
@@ -196,11 +211,18 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
   }
 }
 
-// kernel<<<grid, block>>>(args...) with 1-D blocks (every kernel of this project uses them).
+// kernel<<<grid, block, smem>>>(args...) with 1-D blocks (every kernel of this project uses
+// them) and smem bytes of dynamic shared memory.
 template <typename... P, typename... A>
-void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
+void launch(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args) {
   State& s = state();
   constexpr size_t kStack = 128 * 1024;
+  if (block3.y != 1 || block3.z != 1) error("2-D or 3-D blocks are not emulated");
+  if (smem > tg::gpu::kMaxDynamicSmem) {
+    error("dynamic shared memory of " + std::to_string(smem) + " bytes: more than emulated");
+    return;
+  }
+  const unsigned block = block3.x;
   block_dim = dim3(block);
   grid_dim = grid;
   s.threads = int(block);
@@ -225,6 +247,7 @@ void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
     for (unsigned by = 0; by < grid.y; by++)
       for (unsigned bx = 0; bx < grid.x; bx++) {
         block_idx = uint3{bx, by, bz};
+        std::memset(tg::gpu::tg_dynamic_smem, 0xff, smem);  // NaN in every float type
         s.block.reset(int(block));
         for (int w = 0; w < nwarps; w++) s.warps[w].reset(std::min(32, int(block) - 32 * w));
         for (int b = 0; b < 2; b++) s.lane_stamps[b].assign(size_t(nwarps) * 32, 0);
@@ -243,17 +266,22 @@ void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
         }
         // Every thread must have passed the same number of __syncthreads: one that exited
         // earlier left the others at a barrier it never reached (undefined on the GPU).
-        const auto [lo, hi] = std::minmax_element(
-            s.fibers.begin(), s.fibers.end(),
-            [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
+        const auto [lo, hi] =
+            std::minmax_element(s.fibers.begin(), s.fibers.end(),
+                                [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
         if (lo->syncs != hi->syncs)
-          error("__syncthreads not reached by every thread of block (" + std::to_string(bx) +
-                "," + std::to_string(by) + "): thread " + std::to_string(lo->idx.x) +
-                " passed " + std::to_string(lo->syncs) + ", thread " +
-                std::to_string(hi->idx.x) + " passed " + std::to_string(hi->syncs));
+          error("__syncthreads not reached by every thread of block (" + std::to_string(bx) + "," +
+                std::to_string(by) + "): thread " + std::to_string(lo->idx.x) + " passed " +
+                std::to_string(lo->syncs) + ", thread " + std::to_string(hi->idx.x) + " passed " +
+                std::to_string(hi->syncs));
       }
   s.cur = nullptr;
   s.fibers.clear();  // parked in yield(): nothing on their stacks needs destroying
+}
+// kernel<<<grid, block>>>(args...)
+template <typename... P, typename... A>
+void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
+  launch(grid, dim3(block), 0, kernel, args...);
 }
 
 }  // namespace emu

@@ -1,9 +1,6 @@
-// fp8_test_util.h: the few helpers tests/cuda/test_fp8.cu needs, standalone (the shared
-// tests/cuda/cuda_test_util.h lives on the `cuda` branch; after the merge these may move there).
+// fp8_test_util.h: the helpers tests/cuda/test_fp8.cu needs besides cuda_test_util.h's
+// (TG_REQUIRE_GPU):
 //
-//   FP8_NEED_GPU()        first line of a test case that needs a device: without one (or when
-//                         cudaGetDeviceCount fails) the case returns, and the first such case
-//                         prints "CUDA tests skipped: no GPU" once.
 //   DevBuf<T>             a device buffer (RAII) filled with 0xFF bytes first, so that anything
 //                         a kernel forgets to write is NaN (bf16 0xFFFF, fp32, fp8 0xFF).
 //   random_bf16 / ...     seeded random fills.
@@ -22,26 +19,6 @@
 #include "src/formats.h"
 
 namespace fp8t {
-
-inline bool gpu_available() {
-  static int state = -1;
-  if (state < 0) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    state = e == cudaSuccess && n > 0;
-    if (!state) {
-      (void)cudaGetLastError();
-      std::printf("CUDA tests skipped: no GPU\n");
-      std::fflush(stdout);
-    }
-  }
-  return state == 1;
-}
-
-#define FP8_NEED_GPU()                    \
-  do {                                    \
-    if (!::fp8t::gpu_available()) return; \
-  } while (0)
 
 #define FP8_CUDA_OK(call) REQUIRE((call) == cudaSuccess)
 

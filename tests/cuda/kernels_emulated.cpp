@@ -1,435 +1,116 @@
-// kernels_emulated.cpp: runs the CUDA backend's kernels (kernels/*.cuh) on the CPU, with the
-// CUDA threads emulated by tests/cuda/cuda_emulation.h, and compares them with the CPU
-// backend's ops (src/cpu/, the reference). No GPU needed: it checks the kernels' index math,
+// kernels_emulated.cpp: runs the CUDA backend's launchers (src/cuda/*.cu, compiled by g++)
+// and their kernels (kernels/*.cuh) on the CPU, with the CUDA threads emulated by
+// tests/cuda/cuda_emulation.h, and compares them with the CPU backend's ops (src/cpu/, the
+// reference). No GPU needed: it checks the launch configurations, the kernels' index math,
 // grid-stride loops, tails, 16-byte packs, warp and block reductions, early exits and
 // rounding points exactly as written; not nvcc, the memory model, device libm or cuBLAS
-// (tests/cuda/test_kernels.cu on a GPU does that).
-//
-// Launch configurations: Ctx::grid and dispatch come from src/cuda/launch.h itself (host
-// code, compiled here with an emulated multiprocessor count); the launchers in
-// src/cuda/*.cu are mixed with <<<>>> and CUDA runtime calls, so their choices (threads per
-// block, grids, pack-or-scalar, the encoder's token buckets, chunk counts, the GEMM
-// fallback's epilogue) are mirrored below, each next to the launcher it copies.
-// The GEMMs (cuBLAS/cuBLASLt) are replaced by a plain fp32 loop.
+// (tests/cuda/test_kernels.cu on a GPU does that). The GEMMs (cuBLAS) are fp32 loops and
+// cuBLASLt declines every GEMM (tests/cuda/cuda_emulation.cpp), so the launchers' fallbacks
+// run. The same binary holds fp8_emulated.cpp and flash_emulated.cpp.
 //
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
 // conversions, AdamW's rounding of the compute copy, permutes).
-#include "tests/cuda/cuda_emulation.h"
-// (the emulation first: it redefines the CUDA keywords the kernels use)
-#include "kernels/adamw.cuh"
-#include "kernels/attention.cuh"
-#include "kernels/classifier.cuh"
-#include "kernels/common.cuh"
-#include "kernels/encoder.cuh"
-#include "kernels/gelu.cuh"
-#include "kernels/global_norm.cuh"
-#include "kernels/layernorm.cuh"
-#include "kernels/matmul.cuh"
-#include "kernels/residual.cuh"
-#include "src/cpu/ops.h"
-#include "src/cuda/launch.h"
-
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
-#include <doctest/doctest.h>
-
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN  // this file holds the binary's main
+#include "tests/cuda/emulated_util.h"
+// (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <type_traits>
 
-using namespace tg;
-using gpu::bf16;
-using gpu::f16;
+#include "kernels/attention.cuh"
+#include "kernels/encoder.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+
+using namespace emu_test;
 
 namespace {
 
-// ---- buffers and values ----
+// ---- the real launchers, typed for the tests ----
 
-// 64-byte aligned host buffer, poisoned with 0xFF bytes (NaN in every float type).
-template <typename T>
-struct Buf {
-  T* p;
-  size_t n;
-  explicit Buf(size_t count, unsigned char fill = 0xff) : n(count) {
-    p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64 + 64));
-    std::memset(static_cast<void*>(p), fill, n * sizeof(T) + 16);
-  }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  ~Buf() { std::free(p); }
-  T& operator[](size_t i) { return p[i]; }
-  const T& operator[](size_t i) const { return p[i]; }
-};
+constexpr int kThreads = 256;  // the launchers' block size for element-wise kernels
 
-// The CPU backend's type for a kernel element type (same 16-bit codes).
-template <typename E>
-struct CpuOf {
-  using type = E;
-};
-template <>
-struct CpuOf<bf16> {
-  using type = cpu::bf16;
-};
-template <>
-struct CpuOf<f16> {
-  using type = cpu::f16;
-};
-template <typename E>
-using cpu_t = typename CpuOf<E>::type;
-template <typename E>
-cpu_t<E>* C(E* p) {
-  return reinterpret_cast<cpu_t<E>*>(p);
-}
-template <typename E>
-const cpu_t<E>* C(const E* p) {
-  return reinterpret_cast<const cpu_t<E>*>(p);
-}
-
-template <typename E>
-float f(E x) {
-  return gpu::ld(x);
-}
-template <typename E>
-E e(float v) {
-  return gpu::st<E>(v);
-}
-template <typename E>
-uint32_t bits(E x) {
-  uint32_t u = 0;
-  std::memcpy(&u, &x, sizeof(E));
-  return u;
-}
-template <typename E>
-const char* tname() {
-  return std::is_same_v<E, float> ? "fp32" : std::is_same_v<E, bf16> ? "bf16" : "fp16";
-}
-template <typename E>
-double tol() {
-  return std::is_same_v<E, float> ? 1e-5 : 1e-2;
-}
-
-// Random values, never zero: normal(0, scale) with |x| >= scale / 64.
-template <typename E>
-void fill(E* p, size_t n, std::mt19937& rng, float scale = 1.f) {
-  std::normal_distribution<float> d(0.f, scale);
-  for (size_t i = 0; i < n; i++) {
-    float v = d(rng);
-    if (std::fabs(v) < scale / 64) v = v < 0 ? -scale / 2 : scale / 2;
-    p[i] = e<E>(v);
-  }
-}
-template <typename E>
-void copy(E* dst, const E* src, size_t n) {
-  std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), n * sizeof(E));
-}
-
-// ||out - ref|| / ||ref|| in double; a NaN anywhere in out (a never-written poisoned
-// element) gives infinity.
-template <typename E>
-double rel_err(const E* out, const E* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double o = f(out[i]), r = f(ref[i]);
-    if (!std::isfinite(o) || !std::isfinite(r)) return INFINITY;
-    num += (o - r) * (o - r);
-    den += r * r;
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-template <typename E>
-size_t bit_diffs(const E* a, const E* b, size_t n) {
-  size_t d = 0;
-  for (size_t i = 0; i < n; i++) d += bits(a[i]) != bits(b[i]);
-  return d;
-}
-template <typename E>
-bool all_poison(const E* p, size_t n) {
-  const unsigned char* c = reinterpret_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n * sizeof(E); i++)
-    if (c[i] != 0xff) return false;
-  return true;
-}
-
-void check_emu() {
-  for (const std::string& err : emu::errors()) FAIL_CHECK("emulation: " << err);
-}
-
-// The launch context: Ctx::grid from src/cuda/launch.h with one emulated multiprocessor
-// (at most 32 blocks), so that larger sizes run the grid-stride loops more than once.
-gpu::Ctx make_ctx() {
-  gpu::Ctx c;
-  c.prop.multiProcessorCount = 1;
-  return c;
-}
-
-// ---- mirrors of the launchers (src/cuda/*.cu); kThreads etc. as there ----
-
-constexpr int kThreads = 256;  // elementwise.cu, attention.cu
-
-// elementwise.cu: encoder_backward's token buckets (host code mixed with cudaMemcpy there).
-struct Buckets {
-  std::vector<int32_t> host;
-  int nb = 0;
-};
-Buckets make_buckets(const int32_t* host_tokens, int BT) {
-  std::map<int32_t, std::vector<int32_t>> groups;
-  for (int i = 0; i < BT; i++) groups[host_tokens[i]].push_back(i);
-  Buckets b;
-  b.nb = int(groups.size());
-  const int nb = b.nb;
-  b.host.resize(size_t(nb) + nb + 1 + BT);
-  int32_t* btok = b.host.data();
-  int32_t* bstart = btok + nb;
-  int32_t* bpos = bstart + nb + 1;
-  int k = 0, pos = 0;
-  for (const auto& [token, list] : groups) {
-    btok[k] = token;
-    bstart[k] = pos;
-    for (int32_t p : list) bpos[pos++] = p;
-    k++;
-  }
-  bstart[nb] = pos;
-  return b;
-}
+gpu::Ctx make_ctx() { return emu_ctx(); }
 
 template <typename E>
 void encoder_backward(E* dwte, E* dwpe, const E* dout, const int32_t* tokens, int B, int T, int C) {
-  Buckets bk = make_buckets(tokens, B * T);
-  const int nb = bk.nb;
-  const int32_t* dev = bk.host.data();
-  emu::launch(dim3(unsigned(nb), unsigned((C + kThreads - 1) / kThreads)), kThreads,
-              &gpu::encoder_backward_wte_kernel<E>, dwte, dout, dev, dev + nb, dev + 2 * nb + 1, C);
-  const size_t n = size_t(T) * C;
-  emu::launch(dim3(unsigned((n + kThreads - 1) / kThreads)), kThreads,
-              &gpu::encoder_backward_wpe_kernel<E>, dwpe, dout, B, T, C);
-}
-
-template <typename E>
-void residual_forward(const gpu::Ctx& c, E* o, const E* a, const E* b, size_t n) {
-  if (gpu::can_pack16<E>(n, {o, a, b})) {
-    const size_t n16 = n / gpu::Pack16<E>::N;
-    emu::launch(dim3(c.grid(n16, kThreads)), kThreads, &gpu::residual_forward_pack_kernel<E>, o, a,
-                b, n16);
-  } else {
-    emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::residual_forward_kernel<E>, o, a, b, n);
-  }
-}
-
-template <typename E>
-void gelu_forward(const gpu::Ctx& c, E* o, const E* x, size_t n) {
-  if (gpu::can_pack16<E>(n, {o, x})) {
-    const size_t n16 = n / gpu::Pack16<E>::N;
-    emu::launch(dim3(c.grid(n16, kThreads)), kThreads, &gpu::gelu_forward_pack_kernel<E>, o, x,
-                n16);
-  } else {
-    emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::gelu_forward_kernel<E>, o, x, n);
-  }
+  gpu::encoder_backward(emu_ctx(), dtype_of<E>(), dwte, dwpe, dout, tokens, nullptr, B, T, C);
 }
 template <typename E>
-void gelu_backward(const gpu::Ctx& c, E* di, const E* x, const E* d, size_t n) {
-  if (gpu::can_pack16<E>(n, {di, x, d})) {
-    const size_t n16 = n / gpu::Pack16<E>::N;
-    emu::launch(dim3(c.grid(n16, kThreads)), kThreads, &gpu::gelu_backward_pack_kernel<E>, di, x,
-                d, n16);
-  } else {
-    emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::gelu_backward_kernel<E>, di, x, d, n);
-  }
+void residual_forward(const gpu::Ctx&, E* o, const E* a, const E* b, size_t n) {
+  gpu::residual_forward(emu_ctx(), dtype_of<E>(), o, a, b, n);
 }
-
 template <typename E>
-void adamw(const gpu::Ctx& c, E* params, float* master, const E* grads, float* m, float* v,
-           size_t n, const AdamWArgs& a) {
-  gpu::AdamWParams p;
-  p.lr = a.lr;
-  p.beta1 = a.beta1;
-  p.beta2 = a.beta2;
-  p.eps = a.eps;
-  p.weight_decay = a.weight_decay;
-  p.grad_scale = a.grad_scale;
-  p.c1 = 1.0f - std::pow(a.beta1, float(a.step));
-  p.c2 = 1.0f - std::pow(a.beta2, float(a.step));
-  p.stochastic = a.rounding.stochastic;
-  p.seed = a.rounding.seed;
-  p.offset = a.rounding.offset;
-  emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::adamw_kernel<E>, params, master, grads, m,
-              v, n, p);
+void gelu_forward(const gpu::Ctx&, E* o, const E* x, size_t n) {
+  gpu::gelu_forward(emu_ctx(), dtype_of<E>(), o, x, n);
 }
-
+template <typename E>
+void gelu_backward(const gpu::Ctx&, E* di, const E* x, const E* d, size_t n) {
+  gpu::gelu_backward(emu_ctx(), dtype_of<E>(), di, x, d, n);
+}
+template <typename E>
+void adamw(const gpu::Ctx&, E* params, float* master, const E* grads, float* m, float* v, size_t n,
+           const AdamWArgs& a) {
+  gpu::adamw(emu_ctx(), dtype_of<E>(), params, master, grads, m, v, n, a);
+}
 template <typename D, typename S>
-void convert(const gpu::Ctx& c, D* dst, const S* src, size_t n, const Rounding& r) {
-  emu::launch(dim3(c.grid(n, kThreads)), kThreads, &gpu::convert_kernel<D, S>, dst, src, n,
-              r.stochastic, r.seed, r.offset);
+void convert(const gpu::Ctx&, D* dst, const S* src, size_t n, const Rounding& r) {
+  gpu::convert(emu_ctx(), dtype_of<D>(), dst, dtype_of<S>(), src, n, r);
 }
-
 template <typename E>
 void norm(const E* x, size_t n, float inv_scale, float* out) {
-  Buf<float> ps(gpu::kNormBlocks), pb(gpu::kNormBlocks);
-  emu::launch(dim3(gpu::kNormBlocks), gpu::kNormThreads, &gpu::norm_partial_kernel<E>, ps.p, pb.p,
-              x, n, inv_scale);
-  emu::launch(dim3(1), gpu::kNormThreads, &gpu::norm_final_kernel, out,
-              static_cast<const float*>(ps.p), static_cast<const float*>(pb.p),
-              int(gpu::kNormBlocks));
+  gpu::norm(emu_ctx(), dtype_of<E>(), x, n, inv_scale, out);
 }
-
 void classifier(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
                 int Vp) {
-  emu::launch(dim3(unsigned(N)), 512, &gpu::classifier_kernel, logits, losses, targets, dloss, V,
-              Vp);
+  gpu::classifier(emu_ctx(), logits, losses, targets, dloss, N, V, Vp);
 }
-
-// layernorm.cu: a warp per row, 8 rows per block.
-constexpr int kLnWarps = 8, kLnThreads = 32 * kLnWarps;
-unsigned ln_row_blocks(int N) { return unsigned((N + kLnWarps - 1) / kLnWarps); }
-
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* w, const E* b,
                        int N, int Cn) {
-  emu::launch(dim3(ln_row_blocks(N)), kLnThreads, &gpu::layernorm_forward_kernel<E>, out, mean,
-              rstd, inp, w, b, N, Cn);
+  gpu::layernorm_forward(emu_ctx(), dtype_of<E>(), out, mean, rstd, inp, w, b, N, Cn);
 }
 template <typename E>
 void residual_layernorm_forward(E* res, E* out, float* mean, float* rstd, const E* a, const E* bb,
                                 const E* w, const E* b, int N, int Cn) {
-  emu::launch(dim3(ln_row_blocks(N)), kLnThreads, &gpu::residual_layernorm_forward_kernel<E>, res,
-              out, mean, rstd, a, bb, w, b, N, Cn);
+  gpu::residual_layernorm_forward(emu_ctx(), dtype_of<E>(), res, out, mean, rstd, a, bb, w, b, N,
+                                  Cn);
 }
 template <typename E>
 void layernorm_backward(E* dinp, E* dw, E* db, const E* dout, const E* inp, const E* w,
                         const float* mean, const float* rstd, int N, int Cn) {
-  const int rows = gpu::rows_per_chunk(N), chunks = (N + rows - 1) / rows;
-  Buf<float> pdw(size_t(chunks) * Cn), pdb(size_t(chunks) * Cn);
-  emu::launch(dim3(ln_row_blocks(N)), kLnThreads, &gpu::layernorm_backward_dinp_kernel<E>, dinp,
-              dout, inp, w, mean, rstd, N, Cn);
-  emu::launch(dim3(unsigned((Cn + 255) / 256), unsigned(chunks)), 256,
-              &gpu::layernorm_backward_partial_kernel<E>, pdw.p, pdb.p, dout, inp, mean, rstd, N,
-              Cn, rows);
-  emu::launch(dim3(unsigned((Cn + 255) / 256)), 256, &gpu::layernorm_backward_final_kernel<E>, dw,
-              db, static_cast<const float*>(pdw.p), static_cast<const float*>(pdb.p), chunks, Cn);
+  gpu::layernorm_backward(emu_ctx(), dtype_of<E>(), dinp, dw, db, dout, inp, w, mean, rstd, N, Cn);
 }
-
-// matmul.cu: bias_backward, and the GEMM fallback (fp32 products, then the epilogue kernel).
 template <typename E>
 void bias_backward(E* dbias, const E* dout, int N, int OC) {
-  const int rows = gpu::bias_rows_per_chunk(N), chunks = (N + rows - 1) / rows;
-  Buf<float> partial(size_t(chunks) * OC);
-  emu::launch(dim3(unsigned((OC + 255) / 256), unsigned(chunks)), 256,
-              &gpu::bias_backward_partial_kernel<E>, partial.p, dout, N, OC, rows);
-  emu::launch(dim3(unsigned((OC + 255) / 256)), 256, &gpu::bias_backward_final_kernel<E>, dbias,
-              static_cast<const float*>(partial.p), chunks, OC);
+  gpu::bias_backward(emu_ctx(), dtype_of<E>(), dbias, dout, N, OC);
 }
-
-// Row-major D(M,N) = alpha op(A)(M,K) op(B)(K,N) in fp32 (what cuBLAS computes), rounded to
-// D's type once. Stands in for cuBLAS/cuBLASLt.
-template <typename A, typename D>
-void ref_gemm(bool ta, bool tb, int M, int N, int K, const A* a, int lda, const A* b, int ldb,
-              D* d, int ldd, float alpha) {
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      float s = 0;
-      for (int k = 0; k < K; k++) {
-        const float x = f(ta ? a[size_t(k) * lda + i] : a[size_t(i) * lda + k]);
-        const float y = f(tb ? b[size_t(j) * ldb + k] : b[size_t(k) * ldb + j]);
-        s += x * y;
-      }
-      d[size_t(i) * ldd + j] = e<D>(alpha * s);
-    }
-}
-
-// matmul.cu's gemm() fallback path: acc = op(A) op(B) in fp32, then
-// matmul_epilogue_kernel<E, E> with c.grid(n, 256) blocks of 256.
+// matmul.cu's gemm(), on its fallback path (fp32 products, then the epilogue kernel).
 template <typename E>
-void gemm_fallback(const gpu::Ctx& c, bool ta, bool tb, int M, int N, int K, const E* A, int lda,
+void gemm_fallback(const gpu::Ctx&, bool ta, bool tb, int M, int N, int K, const E* A, int lda,
                    const E* B, int ldb, E* D, float beta, const E* bias) {
-  Buf<float> acc(size_t(M) * N);
-  ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc.p, N, 1.f);
-  const size_t n = size_t(M) * N;
-  emu::launch(dim3(c.grid(n, 256)), 256, &gpu::matmul_epilogue_kernel<E, E>, D,
-              static_cast<const float*>(acc.p), bias, beta, M, N);
+  gpu::gemm(emu_ctx(), ta, tb, M, N, K, dtype_of<E>(), A, lda, B, ldb, dtype_of<E>(), D, N, beta,
+            bias);
 }
-
-// attention.cu: the cuBLAS path (bgemm -> ref_gemm per (b, h)).
-unsigned att_row_blocks(size_t rows) { return unsigned((rows + 7) / 8); }
-
-template <typename AB, typename D>
-void bgemm(bool ta, bool tb, int M, int N, int K, const AB* A, int lda, long long sa, const AB* B,
-           int ldb, long long sb, D* Dp, int ldd, long long sd, float alpha, int count) {
-  for (int i = 0; i < count; i++)
-    ref_gemm(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, Dp + i * sd, ldd, alpha);
-}
-
 template <typename E>
-void attention_forward(const gpu::Ctx& c, E* out, E* att, const E* qkv, int B, int T, int Cn,
+void attention_forward(const gpu::Ctx&, E* out, E* att, const E* qkv, int B, int T, int Cn,
                        int NH) {
-  const int hs = Cn / NH, BH = B * NH;
-  const size_t btc = size_t(B) * T * Cn;
-  const long long th = (long long)T * hs, tt = (long long)T * T;
-  const float scale = 1.f / std::sqrt(float(hs));
-  Buf<E> q(btc), k(btc), v(btc), y(btc);
-  Buf<float> S(size_t(BH) * tt);
-  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
-              v.p, qkv, B, T, NH, hs);
-  bgemm(false, true, T, T, hs, q.p, hs, th, k.p, hs, th, S.p, T, tt, scale, BH);
-  emu::launch(dim3(att_row_blocks(size_t(BH) * T)), kThreads,
-              &gpu::attention_softmax_forward_kernel<E>, att, static_cast<const float*>(S.p),
-              BH * T, T);
-  bgemm(false, false, T, hs, T, static_cast<const E*>(att), T, tt, static_cast<const E*>(v.p), hs,
-        th, y.p, hs, th, 1.f, BH);
-  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_kernel<E>, out,
-              static_cast<const E*>(y.p), B, T, NH, hs);
+  gpu::attention_forward(emu_ctx(), dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
 }
-
 template <typename E>
-void attention_backward(const gpu::Ctx& c, E* dqkv, const E* dout, const E* qkv, const E* att,
-                        int B, int T, int Cn, int NH) {
-  const int hs = Cn / NH, BH = B * NH;
-  const size_t btc = size_t(B) * T * Cn;
-  const long long th = (long long)T * hs, tt = (long long)T * T;
-  const float scale = 1.f / std::sqrt(float(hs));
-  Buf<E> q(btc), k(btc), v(btc), dy(btc), dS(size_t(BH) * tt), dq(btc), dk(btc), dv(btc);
-  Buf<float> dP(size_t(BH) * tt);
-  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
-              v.p, qkv, B, T, NH, hs);
-  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_one_kernel<E>, dy.p,
-              dout, B, T, NH, hs);
-  bgemm(false, true, T, T, hs, static_cast<const E*>(dy.p), hs, th, static_cast<const E*>(v.p), hs,
-        th, dP.p, T, tt, 1.f, BH);
-  bgemm(true, false, T, hs, T, att, T, tt, static_cast<const E*>(dy.p), hs, th, dv.p, hs, th, 1.f,
-        BH);
-  emu::launch(dim3(att_row_blocks(size_t(BH) * T)), kThreads,
-              &gpu::attention_softmax_backward_kernel<E>, dS.p, static_cast<const float*>(dP.p),
-              att, BH * T, T, scale);
-  bgemm(false, false, T, hs, T, static_cast<const E*>(dS.p), T, tt, static_cast<const E*>(k.p), hs,
-        th, dq.p, hs, th, 1.f, BH);
-  bgemm(true, false, T, hs, T, static_cast<const E*>(dS.p), T, tt, static_cast<const E*>(q.p), hs,
-        th, dk.p, hs, th, 1.f, BH);
-  emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_qkv_kernel<E>, dqkv,
-              static_cast<const E*>(dq.p), static_cast<const E*>(dk.p),
-              static_cast<const E*>(dv.p), B, T, NH, hs);
+void attention_backward(const gpu::Ctx&, E* dqkv, const E* dout, const E* qkv, const E* att, int B,
+                        int T, int Cn, int NH) {
+  gpu::attention_backward(emu_ctx(), dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
 }
-
-// attention.cu's fused_forward (cuda.attention=fused): one warp per row, 8 rows per block.
+// attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
 template <typename E, int KJ>
 void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
-  const float scale = 1.f / std::sqrt(float(Cn / NH));
-  emu::launch(dim3(att_row_blocks(size_t(B) * NH * T)), kThreads,
-              &gpu::attention_forward_fused_kernel<E, KJ>, out, att, qkv, B, T, NH, scale);
+  gpu::Ctx c = emu_ctx();
+  c.opt.attention = "fused";
+  gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
 }
-
-// Runs the block once with E = float, bf16, f16.
-#define FOR_TYPES(...)  \
-  {                     \
-    using E = float;    \
-    __VA_ARGS__         \
-  }                     \
-  {                     \
-    using E = bf16;     \
-    __VA_ARGS__         \
-  }                     \
-  {                     \
-    using E = f16;      \
-    __VA_ARGS__         \
-  }
 
 }  // namespace
 
@@ -525,10 +206,7 @@ TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp1
       fill(wte.p, wte.n, rng);
       fill(wpe.p, wpe.n, rng);
       fill(dout.p, nout, rng);
-      const gpu::Ctx c = make_ctx();
-      emu::launch(dim3(c.grid(nout, kThreads)), kThreads, &gpu::encoder_forward_kernel<E>, out.p,
-                  static_cast<const int32_t*>(tokens.data()), static_cast<const E*>(wte.p),
-                  static_cast<const E*>(wpe.p), B * T, T, Cn);
+      gpu::encoder_forward(emu_ctx(), dtype_of<E>(), out.p, tokens.data(), wte.p, wpe.p, B, T, Cn);
       cpu::encoder_forward(C(ref.p), tokens.data(), C(wte.p), C(wpe.p), B, T, Cn);
       CHECK(bit_diffs(out.p, ref.p, nout) == 0);
       CHECK(all_poison(out.p + nout, 1));
@@ -709,8 +387,8 @@ TEST_CASE("bias backward and the GEMM fallback's epilogue vs the CPU matmul") {
       std::vector<float> wo2(wo.size()), wi2(inp2.n), ww2(W2.n);
       for (size_t i = 0; i < inp2.n; i++) wi2[i] = f(inp2[i]);
       for (size_t i = 0; i < W2.n; i++) ww2[i] = f(W2[i]);
-      cpu::matmul_forward(wo2.data(), wi2.data(), ww2.data(), static_cast<const float*>(nullptr),
-                          N, Cn, OC);
+      cpu::matmul_forward(wo2.data(), wi2.data(), ww2.data(), static_cast<const float*>(nullptr), N,
+                          Cn, OC);
       for (size_t i = 0; i < wo2.size(); i++) ref[i] = e<E>(wo2[i] + f(out[i]));
       gemm_fallback<E>(c, false, true, N, OC, Cn, inp2.p, Cn, W2.p, Cn, out.p, 1.f,
                        static_cast<const E*>(nullptr));
@@ -858,8 +536,8 @@ TEST_CASE("attention permutes: bit-exact round trips") {
 TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
   std::mt19937 rng(8);
   // B, T, C, NH: head sizes 32, 64, 96, 128
-  const int shapes[][4] = {{1, 5, 64, 2}, {2, 37, 64, 2}, {1, 45, 128, 2}, {1, 33, 96, 1},
-                           {1, 20, 256, 2}};
+  const int shapes[][4] = {
+      {1, 5, 64, 2}, {2, 37, 64, 2}, {1, 45, 128, 2}, {1, 33, 96, 1}, {1, 20, 256, 2}};
   for (const auto& sh : shapes) {
     const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
     CAPTURE(T);
@@ -920,69 +598,68 @@ TEST_CASE("classifier: losses and in-place gradient vs the CPU, padding zeroed")
 
 template <typename E>
 void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr) {
-    CAPTURE(tname<E>());
-    AdamWArgs a{};
-    a.lr = 3e-3f;
-    a.beta1 = 0.9f;
-    a.beta2 = 0.95f;
-    a.eps = 1e-8f;
-    a.weight_decay = 0.1f;
-    a.grad_scale = 0.5f;
-    a.step = 7;
-    a.rounding.stochastic = sr;
-    a.rounding.seed = 1234;
-    a.rounding.offset = 77;
-    Buf<E> p(n + 1), g(n), rp(n);
-    Buf<float> master(n + 1), m(n + 1), v(n + 1), rmaster(n), rm(n), rv(n);
-    fill(g.p, n, rng);
-    fill(master.p, n, rng);
-    fill(m.p, n, rng, 0.1f);
-    for (size_t i = 0; i < n; i++) v[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
-    copy(rmaster.p, master.p, n);
-    copy(rm.p, m.p, n);
-    copy(rv.p, v.p, n);
-    E* params = p.p;
-    if constexpr (std::is_same_v<E, float>) {
-      // fp32: params alias the master weights, as the backend allows
-      params = master.p;
-      adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
-      cpu::adamw(rp.p, rmaster.p, C(g.p), rm.p, rv.p, n, a);
-    } else {
-      adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
-      cpu::adamw(C(rp.p), rmaster.p, C(g.p), rm.p, rv.p, n, a);
-    }
-    CHECK(rel_err(master.p, rmaster.p, n) <= 1e-6);
-    CHECK(rel_err(m.p, rm.p, n) <= 1e-6);
-    CHECK(rel_err(v.p, rv.p, n) <= 1e-6);
-    // the compute copy: exactly the rounding of the kernel's own master weight
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-      E want;
-      if constexpr (std::is_same_v<E, bf16>)
-        want = sr ? bf16{f32_to_bf16_sr(master[i], sr_hash(1234, 77 + i))}
-                  : bf16{f32_to_bf16(master[i])};
-      else if constexpr (std::is_same_v<E, f16>)
-        want = sr ? f16{f32_to_f16_sr(master[i], sr_hash(1234, 77 + i))}
-                  : f16{f32_to_f16(master[i])};
-      else
-        want = master[i];
-      bad += bits(params[i]) != bits(want);
-    }
-    CHECK(bad == 0);
-    if constexpr (!std::is_same_v<E, float>) {
-      // and where the masters agree bit for bit, the copies do too
-      size_t same = 0, agree = 0;
-      for (size_t i = 0; i < n; i++)
-        if (bits(master[i]) == bits(rmaster[i])) {
-          same++;
-          agree += bits(p[i]) == bits(rp[i]);
-        }
-      CHECK(agree == same);
-      CHECK(all_poison(p.p + n, 1));
-    }
-    CHECK(all_poison(master.p + n, 1));
-    CHECK(all_poison(m.p + n, 1));
-    check_emu();
+  CAPTURE(tname<E>());
+  AdamWArgs a{};
+  a.lr = 3e-3f;
+  a.beta1 = 0.9f;
+  a.beta2 = 0.95f;
+  a.eps = 1e-8f;
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f;
+  a.step = 7;
+  a.rounding.stochastic = sr;
+  a.rounding.seed = 1234;
+  a.rounding.offset = 77;
+  Buf<E> p(n + 1), g(n), rp(n);
+  Buf<float> master(n + 1), m(n + 1), v(n + 1), rmaster(n), rm(n), rv(n);
+  fill(g.p, n, rng);
+  fill(master.p, n, rng);
+  fill(m.p, n, rng, 0.1f);
+  for (size_t i = 0; i < n; i++) v[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
+  copy(rmaster.p, master.p, n);
+  copy(rm.p, m.p, n);
+  copy(rv.p, v.p, n);
+  E* params = p.p;
+  if constexpr (std::is_same_v<E, float>) {
+    // fp32: params alias the master weights, as the backend allows
+    params = master.p;
+    adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
+    cpu::adamw(rp.p, rmaster.p, C(g.p), rm.p, rv.p, n, a);
+  } else {
+    adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
+    cpu::adamw(C(rp.p), rmaster.p, C(g.p), rm.p, rv.p, n, a);
+  }
+  CHECK(rel_err(master.p, rmaster.p, n) <= 1e-6);
+  CHECK(rel_err(m.p, rm.p, n) <= 1e-6);
+  CHECK(rel_err(v.p, rv.p, n) <= 1e-6);
+  // the compute copy: exactly the rounding of the kernel's own master weight
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    E want;
+    if constexpr (std::is_same_v<E, bf16>)
+      want = sr ? bf16{f32_to_bf16_sr(master[i], sr_hash(1234, 77 + i))}
+                : bf16{f32_to_bf16(master[i])};
+    else if constexpr (std::is_same_v<E, f16>)
+      want = sr ? f16{f32_to_f16_sr(master[i], sr_hash(1234, 77 + i))} : f16{f32_to_f16(master[i])};
+    else
+      want = master[i];
+    bad += bits(params[i]) != bits(want);
+  }
+  CHECK(bad == 0);
+  if constexpr (!std::is_same_v<E, float>) {
+    // and where the masters agree bit for bit, the copies do too
+    size_t same = 0, agree = 0;
+    for (size_t i = 0; i < n; i++)
+      if (bits(master[i]) == bits(rmaster[i])) {
+        same++;
+        agree += bits(p[i]) == bits(rp[i]);
+      }
+    CHECK(agree == same);
+    CHECK(all_poison(p.p + n, 1));
+  }
+  CHECK(all_poison(master.p + n, 1));
+  CHECK(all_poison(m.p + n, 1));
+  check_emu();
 }
 
 TEST_CASE("AdamW: master, moments vs the CPU; the 16-bit copy bit-exact (nearest, stochastic)") {
@@ -1085,4 +762,3 @@ TEST_CASE("global norm: sum of squares vs the CPU, unscaled, non-finite count") 
     })
   }
 }
-

@@ -1,4 +1,4 @@
-// FP8 kernels (kernels/fp8_cast.cuh, kernels/matmul_fp8.cuh) against the CPU emulation:
+// FP8 kernels (src/cuda/fp8_cast.cu, src/cuda/matmul_fp8.cu) against the CPU emulation:
 // formats.h's encoders/decoders and CpuBackend::qdq's semantics (amax, scale rule, NaN
 // poisoning, quantize-dequantize with fp32 accumulation).
 //
@@ -18,11 +18,13 @@
 #include <numeric>
 #include <string>
 
-#include "kernels/matmul_fp8.cuh"
+#include "src/cuda/cublaslt.h"
+#include "src/cuda/fp8.h"
+#include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/fp8_test_util.h"
 
 using namespace tg;
-using namespace tg::cuda;
+using namespace tg::gpu;
 using fp8t::DevBuf;
 
 namespace {
@@ -34,7 +36,7 @@ float dec(Fp8Format f, uint8_t q) { return f == Fp8Format::E4M3 ? e4m3_to_f32(q)
 // The CPU's quantize-dequantize of one finite value (CpuBackend::qdq: round trip * (1 / s)).
 float qdq_cpu(Fp8Format f, float x, float s) { return dec(f, enc(f, x * s)) * (1.0f / s); }
 
-__nv_bfloat16* bf(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+gpu::bf16* bf(uint16_t* p) { return reinterpret_cast<gpu::bf16*>(p); }
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -62,7 +64,7 @@ void set_state(DevBuf<Fp8TensorScale>& st, float amax, float scale, float descal
 }  // namespace
 
 TEST_CASE("fp8 cast: every bf16 code times several scales, E4M3 and E5M2, bit-exact") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   const std::vector<uint16_t> codes = all_codes();
   DevBuf<uint16_t> x(codes);
   DevBuf<Fp8TensorScale> st(1);
@@ -150,7 +152,7 @@ TEST_CASE("fp8 cast: every bf16 code times several scales, E4M3 and E5M2, bit-ex
 }
 
 TEST_CASE("fp8 qdq: bf16 -> fp8 -> bf16 equals the CPU's quantize-dequantize on every code") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   const std::vector<uint16_t> codes = all_codes();
   DevBuf<uint16_t> x(codes), y(65536);
   DevBuf<Fp8TensorScale> st(1);
@@ -195,7 +197,7 @@ TEST_CASE("fp8 qdq: bf16 -> fp8 -> bf16 equals the CPU's quantize-dequantize on 
 }
 
 TEST_CASE("fp8 amax: exact for bf16 and fp32, +inf on NaN or inf, 0 for zeros") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   const size_t n = (size_t(1) << 20) + 5;
   std::vector<uint16_t> h = fp8t::random_bf16(n, 3.0f, 1);
   h[123457] = f32_to_bf16(-97.5f);  // the largest magnitude is negative
@@ -251,7 +253,7 @@ TEST_CASE("fp8 amax: exact for bf16 and fp32, +inf on NaN or inf, 0 for zeros") 
 }
 
 TEST_CASE("fp8 scales: current (from the device amax) and delayed (from the host) match the CPU") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   DevBuf<Fp8TensorScale> st(1);
   const float amaxes[] = {0.0f,   -0.0f,  1.0e-45f, 1.0e-30f, 1.0f,     3.5f,
                           448.0f, 7.0e4f, 1.0e30f,  3.4e38f,  INFINITY, NAN};
@@ -281,7 +283,7 @@ TEST_CASE("fp8 scales: current (from the device amax) and delayed (from the host
 }
 
 TEST_CASE("fp8 recipes: current and delayed quantization end to end, and NaN poisoning") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   const int rows = 48, cols = 80;
   const size_t n = size_t(rows) * cols;
   for (Fp8Format fmt : kFormats) {
@@ -484,7 +486,7 @@ LinearRun run_linear(Fp8Path path, bool fast_accum, const LinearData& d, const F
 }  // namespace
 
 TEST_CASE("fp8 GEMMs: exact on small integers with power-of-two scales (layouts and descales)") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   LinearData d;
   d.N = 32;
   d.C = 64;
@@ -535,7 +537,7 @@ TEST_CASE("fp8 GEMMs: exact on small integers with power-of-two scales (layouts 
 }
 
 TEST_CASE("fp8 GEMMs: random data against fp64 on the CPU's dequantized operands") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   // shapes of a small GPT-2 block's linears (C = 192): qkv, attproj, fc, fcproj
   const int shapes[][3] = {{128, 192, 576}, {128, 192, 192}, {128, 192, 768}, {128, 768, 192}};
   uint32_t seed = 100;
@@ -600,7 +602,7 @@ TEST_CASE("fp8 GEMMs: random data against fp64 on the CPU's dequantized operands
 }
 
 TEST_CASE("fp8 GEMMs: a non-finite operand makes the outputs NaN, as on the CPU") {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   LinearData d;
   d.N = 32;
   d.C = 64;
@@ -651,7 +653,7 @@ TEST_CASE("fp8 GEMMs: a non-finite operand makes the outputs NaN, as on the CPU"
 TEST_CASE("fp8 GEMM shape and alignment errors name the GEMM and the shape") {
   Fp8GemmContext ctx;  // never reaches cuBLASLt: the checks come first
   uint8_t* p = reinterpret_cast<uint8_t*>(uintptr_t(0x100000));
-  __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(uintptr_t(0x200000));
+  gpu::bf16* o = reinterpret_cast<gpu::bf16*>(uintptr_t(0x200000));
   const float* s = reinterpret_cast<const float*>(uintptr_t(0x300000));
   auto message = [](auto&& f) -> std::string {
     try {
@@ -680,7 +682,7 @@ TEST_CASE("fp8 GEMM shape and alignment errors name the GEMM and the shape") {
   m = message([&] { fp8_gemm_wgrad(ctx, o + 1, p, p, 32, 64, 48, s, s); });
   CHECK(m.find("dweight") != std::string::npos);
   m = message([&] {
-    fp8_gemm_forward(ctx, o, p, p, reinterpret_cast<const __nv_bfloat16*>(p + 2), 32, 64, 48, s, s);
+    fp8_gemm_forward(ctx, o, p, p, reinterpret_cast<const gpu::bf16*>(p + 2), 32, 64, 48, s, s);
   });
   CHECK(m.find("bias") != std::string::npos);
   CHECK(fp8_shape_ok(4096, 768, 3072));
@@ -730,8 +732,7 @@ TEST_CASE("fp8 plan: a weight's address names its linear's state slot") {
   CHECK_THROWS_AS(fp8_plan_slot(plan, &c), Error);
 }
 
-TEST_CASE("fp8 GEMM pointer alignment told to cuBLASLt's heuristic") {
-  using fp8_detail::pointer_alignment;
+TEST_CASE("GEMM pointer alignment told to cuBLASLt's heuristic (src/cuda/cublaslt.h)") {
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12300))) == 256);
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12310))) == 16);
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12380))) == 128);
@@ -760,7 +761,7 @@ double time_ms(F&& f, int reps = 20) {
 }  // namespace
 
 TEST_CASE("fp8 bench: casts and GEMMs at GPT-2 124M sizes (informational)" * doctest::skip()) {
-  FP8_NEED_GPU();
+  TG_REQUIRE_GPU();
   const int N = 8192, C = 768, OC = 3072;  // the fc linear at B*T = 8192
   const size_t nx = size_t(N) * C;
   DevBuf<uint16_t> x(fp8t::random_bf16(nx, 1.0f, 1)),

@@ -1,5 +1,5 @@
 // FP8 through the Backend interface on the GPU (CudaBackend::matmul_forward_fp8 /
-// matmul_backward_fp8 over kernels/matmul_fp8.cuh) against the CPU backend's FP8 emulation,
+// matmul_backward_fp8 over src/cuda/matmul_fp8.cu) against the CPU backend's FP8 emulation,
 // the semantics: each matmul on the same inputs and Fp8Quant (both recipes, both GPU paths,
 // eager and deferred reports), ten training steps of a whole model, the memory accounting.
 //
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/matmul_fp8.cuh"
+#include "src/cuda/fp8.h"
 #include "src/model.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -265,11 +265,11 @@ TEST_CASE("fp8 memory: scratch fits in the logits, state in the workspace reserv
       for (int T : {256, 1024}) {
         const int N = B * T, C = m.C, Vp = tg::pad_vocab(50257);
         INFO(m.name << " B=" << B << " T=" << T);
-        const tg::cuda::Fp8LinearShape shapes[4] = {
+        const tg::gpu::Fp8LinearShape shapes[4] = {
             {N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
         const size_t logits = size_t(N) * Vp * 4;  // (the model lends the losses too)
-        for (auto path : {tg::cuda::Fp8Path::kFp8, tg::cuda::Fp8Path::kBf16Fallback})
-          CHECK(tg::cuda::fp8_plan_scratch_bytes(path, shapes, 4) <= logits - 256);
-        CHECK(tg::cuda::fp8_plan_state_bytes(4 * m.L) <= size_t(64) << 10);
+        for (auto path : {tg::gpu::Fp8Path::kFp8, tg::gpu::Fp8Path::kBf16Fallback})
+          CHECK(tg::gpu::fp8_plan_scratch_bytes(path, shapes, 4) <= logits - 256);
+        CHECK(tg::gpu::fp8_plan_state_bytes(4 * m.L) <= size_t(64) << 10);
       }
 }

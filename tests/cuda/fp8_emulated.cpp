@@ -1,147 +1,56 @@
-// fp8_kernels_emulated.cpp: runs the FP8 kernels of kernels/fp8_kernels.cuh on the CPU.
-//
-// The kernels' source is compiled by g++ with the CUDA keywords and intrinsics emulated:
-// every block runs as blockDim.x std::threads (blocks one after another), __syncthreads is a
-// std::barrier over the block, __reduce_max_sync a barrier over the 32 threads of the warp,
-// __shared__ variables are function statics (one block at a time), atomicMax takes a mutex.
-// That executes the kernels' index math, vector packing, tile transposes, reductions and
-// poisoning exactly as written, on a machine without a GPU; it says nothing about the CUDA
-// compiler, the memory model or cuBLASLt (tests/cuda/test_fp8.cu on a GPU does). Built and run
-// by `make test` (g++ -std=c++20: std::barrier).
-#define __host__
-#define __device__
-#define __global__
-#define __shared__ static
-#define __launch_bounds__(...)
-#include <vector_functions.h>
-#include <vector_types.h>
-
+// fp8_emulated.cpp: the FP8 quantization launchers (src/cuda/fp8_cast.cu) and the kernels of
+// kernels/fp8_kernels.cuh on the CPU, CUDA threads emulated (tests/cuda/cuda_emulation.h):
+// casts on every bf16 code (vector and scalar paths), transposed casts on full and partial
+// tiles, amax, scales, qdq, poisoning, the bias kernels and the fallback alphas, bit-exact
+// against src/formats.h. It executes the index math, vector packing, tile transposes and
+// reductions as written; it says nothing about nvcc, the memory model or cuBLASLt
+// (tests/cuda/test_fp8.cu on a GPU does). Kernels whose vector paths the launchers choose by
+// alignment are also launched directly, to force each path.
+#include "tests/cuda/emulated_util.h"
+// (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <algorithm>
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <mutex>
-#include <numeric>
-#include <random>
-#include <thread>
-#include <vector>
 
-namespace emu {
-thread_local uint3 thread_idx, block_idx;
-dim3 block_dim, grid_dim;
-std::barrier<>* block_barrier = nullptr;
-std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-unsigned warp_vals[32][32];
-std::mutex atomic_mu;
-}  // namespace emu
+#include "src/cuda/fp8.h"
 
-#define threadIdx emu::thread_idx
-#define blockIdx emu::block_idx
-#define blockDim emu::block_dim
-#define gridDim emu::grid_dim
-
-inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
-inline unsigned __reduce_max_sync(unsigned, unsigned v) {
-  const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
-  emu::warp_vals[w][l] = v;
-  emu::warp_barriers[w]->arrive_and_wait();
-  unsigned m = 0;
-  for (int i = 0; i < 32; i++) m = std::max(m, emu::warp_vals[w][i]);
-  emu::warp_barriers[w]->arrive_and_wait();
-  return m;
-}
-inline unsigned atomicMax(unsigned* p, unsigned v) {
-  std::lock_guard<std::mutex> g(emu::atomic_mu);
-  const unsigned old = *p;
-  if (v > old) *p = v;
-  return old;
-}
-inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-
-#include "kernels/fp8_kernels.cuh"
-
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
-#include <doctest/doctest.h>
-
-using namespace tg;
-using namespace tg::cuda;
-using namespace tg::cuda::fp8_detail;
+using namespace emu_test;
+using namespace tg::gpu;
+using namespace tg::gpu::fp8_detail;
+using emu::launch;
 
 namespace {
-
-// kernel<<<grid, block>>>(args...) with 1-D blocks.
-template <typename... P, typename... A>
-void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
-  emu::block_dim = dim3(block);
-  emu::grid_dim = grid;
-  for (unsigned bz = 0; bz < grid.z; bz++)
-    for (unsigned by = 0; by < grid.y; by++)
-      for (unsigned bx = 0; bx < grid.x; bx++) {
-        std::barrier<> bar(block);
-        emu::block_barrier = &bar;
-        emu::warp_barriers.clear();
-        for (unsigned w = 0; w < (block + 31) / 32; w++)
-          emu::warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, block)));
-        std::vector<std::thread> th;
-        for (unsigned t = 0; t < block; t++)
-          th.emplace_back([=] {
-            emu::thread_idx = uint3{t, 0, 0};
-            emu::block_idx = uint3{bx, by, bz};
-            kernel(args...);
-          });
-        for (auto& x : th) x.join();
-      }
-}
-
-// 64-byte aligned host buffers (the kernels' vector paths need 16).
-template <typename T>
-struct Buf {
-  T* p;
-  size_t n;
-  explicit Buf(size_t count, unsigned char fill = 0xff) : n(count) {
-    p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64 + 64));
-    std::memset(static_cast<void*>(p), fill, n * sizeof(T));
-  }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  ~Buf() { std::free(p); }
-  T& operator[](size_t i) { return p[i]; }
-};
 
 uint8_t enc(Fp8Format f, float v) {
   return f == Fp8Format::E4M3 ? f32_to_e4m3(v, true) : f32_to_e5m2(v, true);
 }
 float dec(Fp8Format f, uint8_t q) { return f == Fp8Format::E4M3 ? e4m3_to_f32(q) : e5m2_to_f32(q); }
 
-template <Fp8Format F>
-void cast(dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool vec, const float* s, unsigned* a,
-          const float* poison) {
-  launch(g, kThreads, &cast_bf16_kernel<F>, x, q, n, vec, s, a, poison);
-}
+const bf16* B16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+bf16* B16(uint16_t* p) { return reinterpret_cast<bf16*>(p); }
+
+// fp8_cast (the launcher picks the vector path when x and q are aligned); vec = false forces
+// the scalar path through the kernel itself.
 void cast_any(Fp8Format f, dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool vec,
               const float* s, unsigned* a, const float* poison) {
+  if (vec) return fp8_cast(q, B16(x), n, f, s, reinterpret_cast<float*>(a), poison, nullptr);
   if (f == Fp8Format::E4M3)
-    cast<Fp8Format::E4M3>(g, x, q, n, vec, s, a, poison);
+    launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E4M3>, B16(x), q, n, false, s, a, poison);
   else
-    cast<Fp8Format::E5M2>(g, x, q, n, vec, s, a, poison);
+    launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E5M2>, B16(x), q, n, false, s, a, poison);
 }
+// fp8_cast_transpose; vin = vout = false forces the element-wise paths through the kernel.
 void cast_t_any(Fp8Format f, const uint16_t* x, uint8_t* q, uint8_t* qT, int rows, int cols,
                 bool vin, bool vout, const float* s, unsigned* a, const float* poison) {
+  if (vin || vout)
+    return fp8_cast_transpose(q, qT, B16(x), rows, cols, f, s, reinterpret_cast<float*>(a), poison,
+                              nullptr);
   const dim3 g((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
   if (f == Fp8Format::E4M3)
-    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E4M3>, x, q, qT, rows, cols, vin, vout, s,
-           a, poison);
+    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E4M3>, B16(x), q, qT, rows, cols, false,
+           false, s, a, poison);
   else
-    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E5M2>, x, q, qT, rows, cols, vin, vout, s,
-           a, poison);
+    launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E5M2>, B16(x), q, qT, rows, cols, false,
+           false, s, a, poison);
 }
 
 const Fp8Format kFormats[2] = {Fp8Format::E4M3, Fp8Format::E5M2};
@@ -238,19 +147,21 @@ TEST_CASE("emulated: amax of bf16 and fp32 (vector, scalar, non-finite)") {
   xf[7] = -1.0e20f;
   for (bool vec : {true, false}) {
     Buf<unsigned> a(1, 0);
-    launch(dim3(3), kThreads, &amax_bf16_kernel, static_cast<const uint16_t*>(x.p), n, vec, a.p);
+    launch(dim3(3), kThreads, &amax_kernel<bf16>, B16(static_cast<const uint16_t*>(x.p)), n, vec,
+           a.p);
     CHECK(a[0] == __float_as_uint(50.0f));
     a[0] = 0;
-    launch(dim3(3), kThreads, &amax_f32_kernel, static_cast<const float*>(xf.p), n, vec, a.p);
+    launch(dim3(3), kThreads, &amax_kernel<float>, static_cast<const float*>(xf.p), n, vec, a.p);
     CHECK(a[0] == __float_as_uint(1.0e20f));
   }
   x[500] = 0xffc1;  // NaN
   xf[n - 2] = -INFINITY;
   Buf<unsigned> a(1, 0);
-  launch(dim3(2), kThreads, &amax_bf16_kernel, static_cast<const uint16_t*>(x.p), n, true, a.p);
+  launch(dim3(2), kThreads, &amax_kernel<bf16>, B16(static_cast<const uint16_t*>(x.p)), n, true,
+         a.p);
   CHECK(a[0] == 0x7f800000u);
   a[0] = 0;
-  launch(dim3(2), kThreads, &amax_f32_kernel, static_cast<const float*>(xf.p), n, true, a.p);
+  launch(dim3(2), kThreads, &amax_kernel<float>, static_cast<const float*>(xf.p), n, true, a.p);
   CHECK(a[0] == 0x7f800000u);
 }
 
@@ -265,11 +176,11 @@ TEST_CASE("emulated: qdq values, dequantized values, poisoning") {
     auto run = [&](const float* descale, const float* poison, bool vec) {
       if (f == Fp8Format::E4M3)
         launch(dim3(2), kThreads, &qdq_bf16_kernel<Fp8Format::E4M3>,
-               static_cast<const uint16_t*>(x.p), y.p, size_t(65536), vec,
+               B16(static_cast<const uint16_t*>(x.p)), B16(y.p), size_t(65536), vec,
                static_cast<const float*>(sc.p), descale, static_cast<unsigned*>(nullptr), poison);
       else
         launch(dim3(2), kThreads, &qdq_bf16_kernel<Fp8Format::E5M2>,
-               static_cast<const uint16_t*>(x.p), y.p, size_t(65536), vec,
+               B16(static_cast<const uint16_t*>(x.p)), B16(y.p), size_t(65536), vec,
                static_cast<const float*>(sc.p), descale, static_cast<unsigned*>(nullptr), poison);
     };
     for (bool vec : {true, false}) {
@@ -311,10 +222,10 @@ TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas
   Buf<float> ok(1), bad(1);
   ok[0] = 3.0f;
   bad[0] = INFINITY;
-  launch(dim3(2), kThreads, &poison_bf16_kernel, out.p, size_t(1000),
+  launch(dim3(2), kThreads, &poison_bf16_kernel, B16(out.p), size_t(1000),
          static_cast<const float*>(ok.p), static_cast<const float*>(nullptr));
   CHECK(std::count(out.p, out.p + 1000, uint16_t(0x1212)) == 1000);
-  launch(dim3(2), kThreads, &poison_bf16_kernel, out.p, size_t(1000),
+  launch(dim3(2), kThreads, &poison_bf16_kernel, B16(out.p), size_t(1000),
          static_cast<const float*>(ok.p), static_cast<const float*>(bad.p));
   CHECK(std::count(out.p, out.p + 1000, uint16_t(0x7fff)) == 1000);
 
@@ -328,8 +239,8 @@ TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas
     db[o] = f32_to_bf16(float(d(rng)));
   }
   for (size_t i = 0; i < size_t(N) * OC; i++) dout[i] = f32_to_bf16(float(d(rng)));
-  launch(dim3(3), kThreads, &fill_bias_rows_kernel, rows.p, static_cast<const uint16_t*>(bias.p), N,
-         OC);
+  launch(dim3(3), kThreads, &fill_bias_rows_kernel, B16(rows.p),
+         B16(static_cast<const uint16_t*>(bias.p)), N, OC);
   size_t wrong = 0;
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) wrong += rows[size_t(n) * OC + o] != bias[o];
@@ -340,8 +251,8 @@ TEST_CASE("emulated: scales, poisoning of outputs, bias kernels, fallback alphas
     for (int n = 0; n < N; n++) s += bf16_to_f32(dout[size_t(n) * OC + o]);
     ref[o] = s;
   }
-  launch(dim3((OC + 31) / 32), 256, &bias_backward_kernel, db.p,
-         static_cast<const uint16_t*>(dout.p), N, OC);
+  launch(dim3((OC + 31) / 32), 256, &bias_backward_kernel, B16(db.p),
+         B16(static_cast<const uint16_t*>(dout.p)), N, OC);
   wrong = 0;
   for (int o = 0; o < OC; o++) wrong += db[o] != f32_to_bf16(ref[o]);
   CHECK(wrong == 0);

@@ -1,4 +1,5 @@
-// perf.h: model FLOPs utilisation (MFU): achieved FLOP/s over the device's peak.
+// gpu_peak.h: peak dense FLOP/s of the GPUs we know, the denominator of the model FLOPs
+// utilisation (MFU) the training log and `train_gpt bench` show.
 #pragma once
 #include <string>
 

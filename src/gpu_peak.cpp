@@ -1,4 +1,4 @@
-#include "perf.h"
+#include "gpu_peak.h"
 
 namespace tg {
 

@@ -1,0 +1,159 @@
+// cublaslt.cu: the cuBLASLt wrapper (cublaslt.h): descriptors per call, the heuristic's answer
+// cached per GEMM configuration (the query costs tens of microseconds; a training step makes
+// the same dozen GEMMs over and over).
+#include <array>
+#include <map>
+#include <mutex>
+
+#include "cublaslt.h"
+#include "launch.h"
+
+namespace tg::gpu {
+
+namespace {
+
+// Owns the cuBLASLt descriptors of one call.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtDescs() = default;
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename T>
+void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
+}
+template <typename T>
+void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const T& v) {
+  TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof v));
+}
+
+bool is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+void set_epilogue(cublasLtMatmulDesc_t op, const LtGemm& g) {
+  if (g.epilogue == LtEpilogue::kNone) return;
+  const cublasLtEpilogue_t epi =
+      g.epilogue == LtEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
+  set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(g.d_type));
+  if (g.epilogue == LtEpilogue::kGeluAuxBias) {
+    set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
+    set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(g.ldd));
+  }
+}
+
+void make_descs(LtDescs& d, const LtGemm& g) {
+  TG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attr(d.op, CUBLASLT_MATMUL_DESC_TRANSA, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_attr(d.op, CUBLASLT_MATMUL_DESC_TRANSB, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  if (g.device_scalars)
+    set_attr(d.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_DEVICE);
+  if (is_fp8(g.a_type)) {
+    set_attr(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.a_scale));
+    set_attr(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.b_scale));
+    set_attr(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(g.fast_accum ? 1 : 0));
+  }
+  set_epilogue(d.op, g);
+  TG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, g.a_type, g.transa ? g.k : g.m,
+                                             g.transa ? g.m : g.k, g.lda));
+  TG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, g.b_type, g.transb ? g.n : g.k,
+                                             g.transb ? g.k : g.n, g.ldb));
+  TG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.d, g.d_type, g.m, g.n, g.ldd));
+}
+
+// The heuristic's first algorithm for g, or false when it has none.
+bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatmulAlgo_t* algo) {
+  TG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  set_pref(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(c.workspace_bytes));
+  // Split-K partial sums only in fp32 (the compute type): the in-place and output-type
+  // schemes would round partial sums to a 16-bit D, a rounding the CPU reference never does.
+  set_pref(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+           uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+  // The heuristic assumes 256-byte aligned pointers unless told otherwise (a weight or bias
+  // slice of a small model may be aligned to 16 bytes only).
+  const uint32_t al_d = pointer_alignment(g.D);
+  set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, pointer_alignment(g.A));
+  set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, pointer_alignment(g.B));
+  set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_d);
+  set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d);
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(c.lt, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &res, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  *algo = res.algo;
+  return true;
+}
+
+using AlgoKey = std::array<int64_t, 21>;
+struct AlgoEntry {
+  bool usable = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+AlgoKey key_of(const LtContext& c, const LtGemm& g) {
+  return {reinterpret_cast<int64_t>(c.lt),
+          int64_t(c.workspace_bytes),
+          g.a_type,
+          g.b_type,
+          g.d_type,
+          g.transa,
+          g.transb,
+          g.m,
+          g.n,
+          g.k,
+          g.lda,
+          g.ldb,
+          g.ldd,
+          int64_t(g.epilogue),
+          g.fast_accum && is_fp8(g.a_type),
+          g.device_scalars,
+          pointer_alignment(g.A),
+          pointer_alignment(g.B),
+          pointer_alignment(g.D),
+          g.bias ? pointer_alignment(g.bias) : 0,
+          g.gelu_aux ? pointer_alignment(g.gelu_aux) : 0};
+}
+
+// The cached heuristic answer for g, asked on first sight.
+AlgoEntry cached_algo(const LtContext& c, LtDescs& d, const LtGemm& g) {
+  static std::map<AlgoKey, AlgoEntry> cache;
+  static std::mutex mu;
+  const AlgoKey key = key_of(c, g);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  AlgoEntry e;
+  e.usable = ask_heuristic(c, d, g, &e.algo);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[key] = e;
+  return e;
+}
+
+}  // namespace
+
+bool lt_matmul(const LtContext& c, const LtGemm& g) {
+  // cuBLASLt takes no alignment hint for the bias vector: leave odd ones to the caller.
+  if (g.bias && pointer_alignment(g.bias) < 16) return false;
+  LtDescs d;
+  make_descs(d, g);
+  const AlgoEntry e = cached_algo(c, d, g);
+  if (!e.usable) return false;
+  return cublasLtMatmul(c.lt, d.op, g.alpha, g.A, d.a, g.B, d.b, g.beta, g.D, d.d, g.D, d.d,
+                        &e.algo, c.workspace, c.workspace_bytes, c.stream) == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace tg::gpu

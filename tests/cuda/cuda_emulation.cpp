@@ -1,0 +1,120 @@
+// cuda_emulation.cpp: host stand-ins for the CUDA runtime, cuBLAS and cuBLASLt calls that
+// src/cuda/*.cu's launchers make, for the emulated tests (tests/cuda/cuda_emulation.h; this
+// binary does not link libcudart or cuBLAS). "Device" memory is host memory, a stream runs
+// everything at once in order, the device has one multiprocessor and compute capability 9.0.
+// cuBLAS's GEMMs are fp32 loops in k order (what cuBLAS computes, up to the summation order)
+// rounded once into C's type; cuBLASLt declines every GEMM (tg::gpu::lt_matmul returns
+// false), so the launchers take their own fallbacks, as they do on a GPU when cuBLASLt has
+// no algorithm.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "src/cuda/cublaslt.h"
+#include "src/formats.h"
+
+extern "C" {
+
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
+const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
+  std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : a == cudaDevAttrMultiProcessorCount ? 1 : 0;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+
+const char* cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS error"; }
+
+}  // extern "C"
+
+namespace {
+
+float load(cudaDataType_t t, const void* p, size_t i) {
+  switch (t) {
+    case CUDA_R_32F: return static_cast<const float*>(p)[i];
+    case CUDA_R_16BF: return tg::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return tg::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+// Rounded as kernels/common.cuh's st<T> does (nearest even; fp16 NaN as 0x7FFF).
+void store(cudaDataType_t t, void* p, size_t i, float v) {
+  switch (t) {
+    case CUDA_R_32F: static_cast<float*>(p)[i] = v; break;
+    case CUDA_R_16BF: static_cast<uint16_t*>(p)[i] = tg::f32_to_bf16(v); break;
+    default: static_cast<uint16_t*>(p)[i] = v != v ? uint16_t(0x7fff) : tg::f32_to_f16(v);
+  }
+}
+
+// Column-major C(m,n) = alpha op(A) op(B) + beta C (C not read when beta is 0).
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+          const void* A, cudaDataType_t at, int lda, const void* B, cudaDataType_t bt, int ldb,
+          float beta, void* C, cudaDataType_t ct, int ldc) {
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      float s = 0.f;
+      for (int p = 0; p < k; p++) {
+        const size_t ia = ta == CUBLAS_OP_N ? size_t(p) * lda + i : size_t(i) * lda + p;
+        const size_t ib = tb == CUBLAS_OP_N ? size_t(j) * ldb + p : size_t(p) * ldb + j;
+        s += load(at, A, ia) * load(bt, B, ib);
+      }
+      const size_t ic = size_t(j) * ldc + i;
+      store(ct, C, ic, beta == 0.f ? alpha * s : alpha * s + beta * load(ct, C, ic));
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void* alpha, const void* A, cudaDataType at,
+                            int lda, const void* B, cudaDataType bt, int ldb, const void* beta,
+                            void* C, cudaDataType ct, int ldc, cublasComputeType_t,
+                            cublasGemmAlgo_t) {
+  gemm(ta, tb, m, n, k, *static_cast<const float*>(alpha), A, at, lda, B, bt, ldb,
+       *static_cast<const float*>(beta), C, ct, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void* alpha, const void* A, cudaDataType at,
+                                          int lda, long long sa, const void* B, cudaDataType bt,
+                                          int ldb, long long sb, const void* beta, void* C,
+                                          cudaDataType ct, int ldc, long long sc, int count,
+                                          cublasComputeType_t, cublasGemmAlgo_t) {
+  const auto* a = static_cast<const char*>(A);
+  const auto* b = static_cast<const char*>(B);
+  auto* c = static_cast<char*>(C);
+  const size_t ea = at == CUDA_R_32F ? 4 : 2, eb = bt == CUDA_R_32F ? 4 : 2,
+               ec = ct == CUDA_R_32F ? 4 : 2;
+  for (int i = 0; i < count; i++)
+    gemm(ta, tb, m, n, k, *static_cast<const float*>(alpha), a + i * sa * ea, at, lda,
+         b + i * sb * eb, bt, ldb, *static_cast<const float*>(beta), c + i * sc * ec, ct, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+namespace tg::gpu {
+bool lt_matmul(const LtContext&, const LtGemm&) { return false; }
+}  // namespace tg::gpu

@@ -1,0 +1,175 @@
+// emulated_util.h: what the emulated kernel tests (tests/cuda/*_emulated.cpp, one binary)
+// share: poisoned host buffers, the kernels' element types next to the CPU's, error
+// measures, the launch context of the real launchers.
+#pragma once
+#include "tests/cuda/cuda_emulation.h"
+// (the emulation first: it redefines the CUDA keywords the kernels use)
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "src/cpu/ops.h"
+#include "src/cuda/launch.h"
+
+namespace emu_test {
+
+using namespace tg;
+using gpu::bf16;
+using gpu::f16;
+
+// ---- buffers and values ----
+
+// 64-byte aligned host buffer, poisoned with 0xFF bytes (NaN in every float type).
+template <typename T>
+struct Buf {
+  T* p;
+  size_t n;
+  explicit Buf(size_t count, unsigned char fill = 0xff) : n(count) {
+    p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64 + 64));
+    std::memset(static_cast<void*>(p), fill, n * sizeof(T) + 16);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() { std::free(p); }
+  T& operator[](size_t i) { return p[i]; }
+  const T& operator[](size_t i) const { return p[i]; }
+};
+
+// The CPU backend's type for a kernel element type (same 16-bit codes).
+template <typename E>
+struct CpuOf {
+  using type = E;
+};
+template <>
+struct CpuOf<bf16> {
+  using type = cpu::bf16;
+};
+template <>
+struct CpuOf<f16> {
+  using type = cpu::f16;
+};
+template <typename E>
+using cpu_t = typename CpuOf<E>::type;
+template <typename E>
+cpu_t<E>* C(E* p) {
+  return reinterpret_cast<cpu_t<E>*>(p);
+}
+template <typename E>
+const cpu_t<E>* C(const E* p) {
+  return reinterpret_cast<const cpu_t<E>*>(p);
+}
+
+template <typename E>
+float f(E x) {
+  return gpu::ld(x);
+}
+template <typename E>
+E e(float v) {
+  return gpu::st<E>(v);
+}
+template <typename E>
+uint32_t bits(E x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof(E));
+  return u;
+}
+template <typename E>
+const char* tname() {
+  return std::is_same_v<E, float> ? "fp32" : std::is_same_v<E, bf16> ? "bf16" : "fp16";
+}
+template <typename E>
+double tol() {
+  return std::is_same_v<E, float> ? 1e-5 : 1e-2;
+}
+
+// Random values, never zero: normal(0, scale) with |x| >= scale / 64.
+template <typename E>
+void fill(E* p, size_t n, std::mt19937& rng, float scale = 1.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  for (size_t i = 0; i < n; i++) {
+    float v = d(rng);
+    if (std::fabs(v) < scale / 64) v = v < 0 ? -scale / 2 : scale / 2;
+    p[i] = e<E>(v);
+  }
+}
+template <typename E>
+void copy(E* dst, const E* src, size_t n) {
+  std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), n * sizeof(E));
+}
+
+// ||out - ref|| / ||ref|| in double; a NaN anywhere in out (a never-written poisoned
+// element) gives infinity.
+template <typename E>
+double rel_err(const E* out, const E* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double o = f(out[i]), r = f(ref[i]);
+    if (!std::isfinite(o) || !std::isfinite(r)) return INFINITY;
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+template <typename E>
+size_t bit_diffs(const E* a, const E* b, size_t n) {
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++) d += bits(a[i]) != bits(b[i]);
+  return d;
+}
+template <typename E>
+bool all_poison(const E* p, size_t n) {
+  const unsigned char* c = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n * sizeof(E); i++)
+    if (c[i] != 0xff) return false;
+  return true;
+}
+
+inline void check_emu() {
+  for (const std::string& err : emu::errors()) FAIL_CHECK("emulation: " << err);
+}
+
+// The launch context of the real launchers: one emulated multiprocessor (Ctx::grid gives at
+// most 32 blocks, so that larger sizes run the grid-stride loops more than once), no stream,
+// scratch from host memory (poisoned when it grows).
+inline gpu::Ctx& emu_ctx() {
+  static std::vector<std::unique_ptr<Buf<char>>> slots(gpu::kNumScratch);
+  static gpu::Ctx c = [] {
+    gpu::Ctx x;
+    x.prop.multiProcessorCount = 1;
+    x.scratch = [](gpu::ScratchSlot s, size_t bytes) -> void* {
+      auto& b = slots[size_t(s)];
+      if (!b || b->n < bytes) b = std::make_unique<Buf<char>>(bytes);
+      return b->p;
+    };
+    return x;
+  }();
+  return c;
+}
+
+// The DType of a kernel element type.
+template <typename E>
+DType dtype_of() {
+  return std::is_same_v<E, float> ? DType::F32 : std::is_same_v<E, bf16> ? DType::BF16 : DType::F16;
+}
+
+// Runs the block once with E = float, bf16, f16.
+#define FOR_TYPES(...) \
+  {                    \
+    using E = float;   \
+    __VA_ARGS__        \
+  }                    \
+  {                    \
+    using E = bf16;    \
+    __VA_ARGS__        \
+  }                    \
+  {                    \
+    using E = f16;     \
+    __VA_ARGS__        \
+  }
+
+}  // namespace emu_test
