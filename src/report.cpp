@@ -94,7 +94,33 @@ void annotate_runs(json& runs, double target, double plateau_mid) {
     const std::string dir = r.value("dir", "");
     r["steps_to_quality"] = first_val_step_below(dir, target);
     if (std::isfinite(plateau_mid)) r["plateau_left_step"] = first_val_step_below(dir, plateau_mid);
+    const json cfg = read_json_or_null(join_path(dir, "config.json"));
+    if (cfg.is_object() && cfg.contains("train")) r["threads"] = cfg["train"].value("threads", 0);
   }
+}
+
+// One line per run: where each mode's spread comes from.
+std::string runs_md(const json& groups, bool plateau_col) {
+  std::string md = "\nEvery run (threads: train.threads, the CPU part count that fixes fp32's ";
+  md += "summation order):\n\n| mode | seed | threads | final val loss |";
+  md += plateau_col ? " left the plateau at step |" : "";
+  md += " steps to quality | directory |\n|---|---:|---:|---:|";
+  md += plateau_col ? "---:|" : "";
+  md += "---:|---|\n";
+  auto step = [](const json& r, const char* k) {
+    const int64_t s = r.value(k, int64_t(-1));
+    return s < 0 ? std::string("never") : std::to_string(s);
+  };
+  for (const auto& g : groups)
+    for (const auto& r : g["runs"]) {
+      const json& sm = r.value("summary", json::object());
+      md += strf("| %s | %lld | %d | %s |", g["name"].get<std::string>().c_str(),
+                 (long long)r.value("seed", 0LL), r.value("threads", 0),
+                 num(sm.value("final_val_loss", json(nullptr)), "%.4f").c_str());
+      if (plateau_col) md += " " + step(r, "plateau_left_step") + " |";
+      md += " " + step(r, "steps_to_quality") + " | `" + r.value("dir", std::string()) + "` |\n";
+    }
+  return md;
 }
 
 // Per group: the spread of the final val loss over seeds, the verdict against the
@@ -323,6 +349,7 @@ std::string write_report(const ReportSpec& spec) {
         "context reaches) at its first val evaluation below %.4f, halfway from the plateau to "
         "the floor; the column gives the median step over the seeds that left it.\n",
         spec.plateau, plateau_mid);
+  md += runs_md(groups, plateau_col);
   md += numerics_md(spec.groups);
   md +=
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "
