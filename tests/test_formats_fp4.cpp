@@ -147,13 +147,19 @@ const std::vector<double>& e5m2_table() {
 }
 const SrFmt kSrFmts[] = {
     {"e2m1", tg::f32_to_e2m1_sr,
-     [](float x) { return uint32_t((std::signbit(x) ? 8 : 0) | trunc_index(e2m1_values(), std::fabs(x))); },
+     [](float x) {
+       return uint32_t((std::signbit(x) ? 8 : 0) | trunc_index(e2m1_values(), std::fabs(x)));
+     },
      [](uint32_t c) { return ref_e2m1_decode(uint8_t(c)); }, 7, 8},
     {"e4m3", tg::f32_to_e4m3_sr,
-     [](float x) { return uint32_t((std::signbit(x) ? 0x80 : 0) | trunc_index(e4m3_table(), std::fabs(x))); },
+     [](float x) {
+       return uint32_t((std::signbit(x) ? 0x80 : 0) | trunc_index(e4m3_table(), std::fabs(x)));
+     },
      [](uint32_t c) { return (c & 0x80 ? -1 : 1) * e4m3_table()[c & 0x7f]; }, 0x7e, 0x80},
     {"e5m2", tg::f32_to_e5m2_sr,
-     [](float x) { return uint32_t((std::signbit(x) ? 0x80 : 0) | trunc_index(e5m2_table(), std::fabs(x))); },
+     [](float x) {
+       return uint32_t((std::signbit(x) ? 0x80 : 0) | trunc_index(e5m2_table(), std::fabs(x)));
+     },
      [](uint32_t c) { return (c & 0x80 ? -1 : 1) * e5m2_table()[c & 0x7f]; }, 0x7b, 0x80},
 };
 
@@ -163,15 +169,42 @@ const SrFmt kSrFmts[] = {
 // actually round).
 template <typename F>
 void for_each_input(F&& f) {
-  const float edges[] = {0.f, -0.f, kInf, -kInf, std::nanf(""), -std::nanf(""),
-                         from_bits(0x7f800001u), from_bits(0x00000001u), from_bits(0x80000001u),
-                         from_bits(0x00400000u), from_bits(0x00400001u), from_bits(0x003fffffu),
-                         from_bits(0x007fffffu), from_bits(0x7f7fffffu), from_bits(0x7f000000u),
-                         from_bits(0x7f000001u), 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f, 6.f,
-                         7.f, -5.f, -0.25f, 448.f, 464.f, 480.f, 1e-30f, 1e30f};
+  const float edges[] = {0.f,
+                         -0.f,
+                         kInf,
+                         -kInf,
+                         std::nanf(""),
+                         -std::nanf(""),
+                         from_bits(0x7f800001u),
+                         from_bits(0x00000001u),
+                         from_bits(0x80000001u),
+                         from_bits(0x00400000u),
+                         from_bits(0x00400001u),
+                         from_bits(0x003fffffu),
+                         from_bits(0x007fffffu),
+                         from_bits(0x7f7fffffu),
+                         from_bits(0x7f000000u),
+                         from_bits(0x7f000001u),
+                         0.25f,
+                         0.75f,
+                         1.25f,
+                         1.75f,
+                         2.5f,
+                         3.5f,
+                         5.f,
+                         6.f,
+                         7.f,
+                         -5.f,
+                         -0.25f,
+                         448.f,
+                         464.f,
+                         480.f,
+                         1e-30f,
+                         1e30f};
   for (float x : edges) f(x);
   for (uint32_t hi = 0; hi < 0x10000u; hi++)
-    for (uint32_t lo : {0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) f(from_bits(hi << 16 | lo));
+    for (uint32_t lo : {0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      f(from_bits(hi << 16 | lo));
   std::mt19937_64 rng(20261201);
   for (int i = 0; i < 10000000; i++) f(from_bits(uint32_t(rng())));
   std::uniform_real_distribution<double> lg(-12, 10);
@@ -184,11 +217,14 @@ void for_each_input(F&& f) {
 }  // namespace
 
 TEST_CASE("formats fp4: E2M1, E8M0 and UE4M3 decode every code by the definitions") {
-  for (uint32_t c = 0; c < 16; c++) CHECK(double(tg::e2m1_to_f32(uint8_t(c))) == ref_e2m1_decode(uint8_t(c)));
+  for (uint32_t c = 0; c < 16; c++)
+    CHECK(double(tg::e2m1_to_f32(uint8_t(c))) == ref_e2m1_decode(uint8_t(c)));
   CHECK(std::signbit(tg::e2m1_to_f32(0x8)));
-  for (uint32_t c = 0; c < 255; c++) CHECK(double(tg::e8m0_to_f32(uint8_t(c))) == std::ldexp(1.0, int(c) - 127));
+  for (uint32_t c = 0; c < 255; c++)
+    CHECK(double(tg::e8m0_to_f32(uint8_t(c))) == std::ldexp(1.0, int(c) - 127));
   CHECK(std::isnan(tg::e8m0_to_f32(0xff)));
-  for (uint32_t c = 0; c < 0x7f; c++) CHECK(double(tg::ue4m3_to_f32(uint8_t(c))) == ue4m3_values()[c]);
+  for (uint32_t c = 0; c < 0x7f; c++)
+    CHECK(double(tg::ue4m3_to_f32(uint8_t(c))) == ue4m3_values()[c]);
   CHECK(std::isnan(tg::ue4m3_to_f32(0x7f)));
   // Round trips.
   for (uint32_t c = 0; c < 16; c++) CHECK(tg::f32_to_e2m1(tg::e2m1_to_f32(uint8_t(c))) == c);
@@ -206,19 +242,19 @@ TEST_CASE("formats fp4: edge classes") {
   CHECK(f32_to_e2m1(0.25f) == 0x0);   // tie to even: 0
   CHECK(f32_to_e2m1(-0.25f) == 0x8);  // underflow keeps the sign
   CHECK(f32_to_e2m1(0.2500001f) == 0x1);
-  CHECK(f32_to_e2m1(0.75f) == 0x2);   // tie between 0.5 and 1: even code (1.0)
-  CHECK(f32_to_e2m1(1.25f) == 0x2);   // 1.0
-  CHECK(f32_to_e2m1(1.75f) == 0x4);   // 2.0
-  CHECK(f32_to_e2m1(2.5f) == 0x4);    // 2.0
-  CHECK(f32_to_e2m1(3.5f) == 0x6);    // 4.0
-  CHECK(f32_to_e2m1(5.f) == 0x6);     // 4.0
+  CHECK(f32_to_e2m1(0.75f) == 0x2);  // tie between 0.5 and 1: even code (1.0)
+  CHECK(f32_to_e2m1(1.25f) == 0x2);  // 1.0
+  CHECK(f32_to_e2m1(1.75f) == 0x4);  // 2.0
+  CHECK(f32_to_e2m1(2.5f) == 0x4);   // 2.0
+  CHECK(f32_to_e2m1(3.5f) == 0x6);   // 4.0
+  CHECK(f32_to_e2m1(5.f) == 0x6);    // 4.0
   CHECK(f32_to_e2m1(5.0001f) == 0x7);
-  CHECK(f32_to_e2m1(1e30f) == 0x7);   // saturation
+  CHECK(f32_to_e2m1(1e30f) == 0x7);  // saturation
   CHECK(f32_to_e2m1(kInf) == 0x7);
   CHECK(f32_to_e2m1(-kInf) == 0xf);
-  CHECK(f32_to_e2m1(std::nanf("")) == 0x7);   // no NaN in E2M1: +max, as CUDA
+  CHECK(f32_to_e2m1(std::nanf("")) == 0x7);  // no NaN in E2M1: +max, as CUDA
   CHECK(f32_to_e2m1(-std::nanf("")) == 0x7);
-  CHECK(f32_to_e2m1(from_bits(1)) == 0x0);    // fp32 subnormal
+  CHECK(f32_to_e2m1(from_bits(1)) == 0x0);  // fp32 subnormal
   using tg::f32_to_e8m0;
   CHECK(f32_to_e8m0(1.f, false, true) == 127);
   CHECK(f32_to_e8m0(1.5f, false, true) == 127);
@@ -263,7 +299,8 @@ TEST_CASE("formats fp4: bit-exact against the CUDA toolkit's host conversions") 
   {
     Mism dec{"e2m1 decode vs __nv_cvt_fp4_to_halfraw"};
     for (uint32_t c = 0; c < 16; c++) {
-      const float want = __half2float(__half(__nv_cvt_fp4_to_halfraw(__nv_fp4_storage_t(c), __NV_E2M1)));
+      const float want =
+          __half2float(__half(__nv_cvt_fp4_to_halfraw(__nv_fp4_storage_t(c), __NV_E2M1)));
       dec.expect(float(c), bits(tg::e2m1_to_f32(uint8_t(c))), bits(want));
     }
     Mism e8{"e8m0 decode vs __nv_cvt_e8m0_to_bf16raw"};
@@ -278,24 +315,30 @@ TEST_CASE("formats fp4: bit-exact against the CUDA toolkit's host conversions") 
     }
   }
   Mism fp4{"e2m1 vs __nv_cvt_float_to_fp4 RN"}, fp4z{"e2m1 SR(bits 0) vs __nv_cvt_float_to_fp4 RZ"},
-      e8u{"e8m0 up vs __nv_cvt_float_to_e8m0 RP sat"}, e8z{"e8m0 zero vs __nv_cvt_float_to_e8m0 RZ sat"},
-      e8un{"e8m0 up vs RP nosat"}, e8zn{"e8m0 zero vs RZ nosat"},
-      ue{"ue4m3 vs __nv_cvt_float_to_fp8 E4M3 satfinite (x >= +0)"};
+      e8u{"e8m0 up vs __nv_cvt_float_to_e8m0 RP sat"},
+      e8z{"e8m0 zero vs __nv_cvt_float_to_e8m0 RZ sat"}, e8un{"e8m0 up vs RP nosat"},
+      e8zn{"e8m0 zero vs RZ nosat"}, ue{"ue4m3 vs __nv_cvt_float_to_fp8 E4M3 satfinite (x >= +0)"};
   for_each_input([&](float x) {
     fp4.expect(x, tg::f32_to_e2m1(x), __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest));
     // Truncation saturates at +-6 like RN; CUDA's RZ maps NaN to +6 as well.
     fp4z.expect(x, tg::f32_to_e2m1_sr(x, 0), __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundZero));
-    e8u.expect(x, tg::f32_to_e8m0(x, true, true), __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf));
-    e8z.expect(x, tg::f32_to_e8m0(x, false, true), __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero));
-    e8un.expect(x, tg::f32_to_e8m0(x, true, false), __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf));
-    e8zn.expect(x, tg::f32_to_e8m0(x, false, false), __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero));
+    e8u.expect(x, tg::f32_to_e8m0(x, true, true),
+               __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf));
+    e8z.expect(x, tg::f32_to_e8m0(x, false, true),
+               __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero));
+    e8un.expect(x, tg::f32_to_e8m0(x, true, false),
+                __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf));
+    e8zn.expect(x, tg::f32_to_e8m0(x, false, false),
+                __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero));
     if (!std::signbit(x) || std::isnan(x))
-      ue.expect(x, tg::f32_to_ue4m3(x), std::isnan(x) ? 0x7fu : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+      ue.expect(x, tg::f32_to_ue4m3(x),
+                std::isnan(x) ? 0x7fu : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
   });
 }
 #else
 TEST_CASE("formats fp4: bit-exact against the CUDA toolkit's host conversions") {
-  MESSAGE("skipped: cuda_fp4.h / cuda_fp8.h not on the include path (the slow reference still ran)");
+  MESSAGE(
+      "skipped: cuda_fp4.h / cuda_fp8.h not on the include path (the slow reference still ran)");
 }
 #endif
 
