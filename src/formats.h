@@ -291,6 +291,21 @@ TG_HD inline uint32_t sr_hash(uint64_t seed, uint64_t index) {
   return uint32_t(detail::splitmix64_mix(z + (index + 1) * golden) >> 32);
 }
 
+// Random bits of the block quantizers' stochastic rounding (src/cpu/quantize.cpp): element
+// `index` of an operand takes one half of a 64-bit hash of (seed, index / 2), one mix per two
+// elements instead of sr_hash's two per element. `mixed` = quant_sr_seed(seed), once per
+// operand.
+TG_HD inline uint64_t quant_sr_seed(uint64_t seed) {
+  return detail::splitmix64_mix(seed + 0x9e3779b97f4a7c15ull);
+}
+TG_HD inline uint64_t quant_sr_pair(uint64_t mixed, uint64_t pair) {
+  return detail::splitmix64_mix(mixed + (pair + 1) * 0x9e3779b97f4a7c15ull);
+}
+TG_HD inline uint32_t quant_sr_bits(uint64_t mixed, uint64_t index) {
+  const uint64_t h = quant_sr_pair(mixed, index >> 1);
+  return uint32_t((index & 1) ? h >> 32 : h);
+}
+
 // ---- FP8 scaling ----
 
 // Per-tensor scale s = (fmax / amax) / 2^margin, so that q = sat(x * s) maps the largest

@@ -498,3 +498,42 @@ TEST_CASE("recipe: presets and their switches") {
   CHECK(!tg::is_per_tensor(blk));
   CHECK_THROWS(tg::block_scaled_recipe("fp8", tg::RecipeOptions{}));
 }
+
+TEST_CASE("quantize: the fast E2M1 round trip equals encode + decode from formats.h") {
+  long bad = 0;
+  auto check = [&](float x) {
+    if (!std::isfinite(x)) return;
+    const float want = tg::e2m1_to_f32(tg::f32_to_e2m1(x)), got = tg::cpu::e2m1_round_trip(x);
+    if (bits(got) != bits(want) && bad++ < 5)
+      FAIL_CHECK("x=" << x << " got " << got << " want " << want);
+  };
+  for (uint32_t hi = 0; hi < 0x10000u; hi++)
+    for (uint32_t lo : {0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      float x;
+      const uint32_t u = hi << 16 | lo;
+      std::memcpy(&x, &u, sizeof x);
+      check(x);
+    }
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> u(-8, 8);
+  for (int i = 0; i < 2000000; i++) check(u(rng));
+  CHECK(bad == 0);
+  // Stochastic: every input above with several random words, and the words 0 and all ones.
+  long bad_sr = 0;
+  auto check_sr = [&](float x, uint32_t b) {
+    if (!std::isfinite(x)) return;
+    const float want = tg::e2m1_to_f32(tg::f32_to_e2m1_sr(x, b));
+    const float got = tg::cpu::e2m1_sr_round_trip(x, b);
+    if (bits(got) != bits(want) && bad_sr++ < 5)
+      FAIL_CHECK("x=" << x << " bits=" << b << " got " << got << " want " << want);
+  };
+  for (uint32_t hi = 0; hi < 0x10000u; hi++) {
+    float x;
+    const uint32_t v = hi << 16 | (hi * 2654435761u >> 16);
+    std::memcpy(&x, &v, sizeof x);
+    for (uint32_t b : {0u, 0xffffffffu, uint32_t(rng()), uint32_t(rng()), 0x200000u, 0x1fffffu})
+      check_sr(x, b);
+  }
+  for (int i = 0; i < 2000000; i++) check_sr(u(rng), uint32_t(rng()));
+  CHECK(bad_sr == 0);
+}

@@ -17,7 +17,8 @@
 //         S and S / d are clamped to the largest float (tensors of tiny values)
 // An all-zero group gets scale 1 (E8M0 code 127); a group whose E4M3 decode scale rounds to
 // zero becomes zeros. Elements round to nearest even, saturating, or stochastically with the
-// bits sr_hash(seed, r * cols + c) (deterministic, independent of the thread count).
+// bits quant_sr_bits(quant_sr_seed(seed), r * cols + c) (formats.h; deterministic,
+// independent of the thread count).
 // Non-finite values (an overflowed gradient) turn the whole operand into NaN, so the loss
 // scaler skips the step, as the per-tensor FP8 path does.
 //
@@ -35,14 +36,18 @@ namespace {
 
 constexpr float kMaxFloat = 3.40282347e38f;
 
-float round_elem(float v, ElemFormat f, bool sr, uint32_t bits) {
-  switch (f) {
-    case ElemFormat::E4M3: return sr ? e4m3_to_f32(f32_to_e4m3_sr(v, bits)) : e4m3_round_trip(v);
-    case ElemFormat::E5M2: return sr ? e5m2_to_f32(f32_to_e5m2_sr(v, bits)) : e5m2_round_trip(v);
-    case ElemFormat::E2M1: return e2m1_to_f32(sr ? f32_to_e2m1_sr(v, bits) : f32_to_e2m1(v));
-    case ElemFormat::BF16: return bf16_to_f32(f32_to_bf16(v));
-  }
-  return v;
+// v rounded into format F and back (nearest: the fast round trips of storage.h, equal to
+// formats.h's encode + decode; stochastic: formats.h with the given bits).
+template <ElemFormat F, bool SR>
+inline float round_elem(float v, uint32_t bits) {
+  if constexpr (F == ElemFormat::E4M3)
+    return SR ? e4m3_to_f32(f32_to_e4m3_sr(v, bits)) : e4m3_round_trip(v);
+  else if constexpr (F == ElemFormat::E5M2)
+    return SR ? e5m2_to_f32(f32_to_e5m2_sr(v, bits)) : e5m2_round_trip(v);
+  else if constexpr (F == ElemFormat::E2M1)
+    return SR ? e2m1_sr_round_trip(v, bits) : e2m1_round_trip(v);
+  else
+    return bf16_to_f32(f32_to_bf16(v));
 }
 
 // The exponent of the element format's largest power of two (OCP MX's emax_elem).
@@ -110,6 +115,38 @@ void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {
   }
 }
 
+// One row: every column group at its scale. idx0: the row's first element index (SR bits).
+template <ElemFormat F, bool SR>
+void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0) {
+  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
+    const float enc = sg[j].enc, dec = sg[j].dec;
+    const int c1 = c0 + gc < cols ? c0 + gc : cols;
+    if constexpr (SR) {
+      uint64_t pair = ~uint64_t(0), h = 0;
+      for (int c = c0; c < c1; c++) {
+        const uint64_t i = idx0 + c;
+        if ((i >> 1) != pair) h = quant_sr_pair(seed, pair = i >> 1);
+        const uint32_t bits = uint32_t((i & 1) ? h >> 32 : h);  // = quant_sr_bits(seed, i)
+        xr[c] = round_elem<F, true>(xr[c] * enc, bits) * dec;
+      }
+    } else {
+      for (int c = c0; c < c1; c++) xr[c] = round_elem<F, false>(xr[c] * enc, 0u) * dec;
+    }
+  }
+}
+
+using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t);
+RowFn row_fn(ElemFormat f, bool sr) {
+  using E = ElemFormat;
+  switch (f) {
+    case E::E4M3: return sr ? apply_row<E::E4M3, true> : apply_row<E::E4M3, false>;
+    case E::E5M2: return sr ? apply_row<E::E5M2, true> : apply_row<E::E5M2, false>;
+    case E::E2M1: return sr ? apply_row<E::E2M1, true> : apply_row<E::E2M1, false>;
+    case E::BF16: break;
+  }
+  return apply_row<E::BF16, false>;
+}
+
 }  // namespace
 
 float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed) {
@@ -159,17 +196,12 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
           : 1.0f;
   std::vector<GroupScale> scale(amax.size());
   for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
-  const bool sr = o.rounding == RoundMode::Stochastic;
+  const RowFn apply = row_fn(o.elem, o.rounding == RoundMode::Stochastic);
+  const uint64_t mixed = quant_sr_seed(seed);
 #pragma omp parallel for schedule(static) if (big)
-  for (int r = 0; r < rows; r++) {
-    float* xr = x + size_t(r) * cols;
-    const GroupScale* sg = scale.data() + size_t(r / gr) * ngc;
-    for (int c = 0; c < cols; c++) {
-      const GroupScale& g = sg[c / gc];
-      const uint32_t bits = sr ? sr_hash(seed, uint64_t(r) * cols + c) : 0u;
-      xr[c] = round_elem(xr[c] * g.enc, o.elem, sr, bits) * g.dec;
-    }
-  }
+  for (int r = 0; r < rows; r++)
+    apply(x + size_t(r) * cols, cols, gc, scale.data() + size_t(r / gr) * ngc, mixed,
+          uint64_t(r) * cols);
   return o.scale == ScaleFormat::E4M3 ? 1.0f / tensor_scale : 1.0f;
 }
 
