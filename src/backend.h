@@ -81,6 +81,16 @@ struct Fp8Report {
   float scale[2] = {1, 1};
 };
 
+// A block-scaled linear (a recipe that is not per-tensor FP8: rows, blocks or tiles with
+// their own scales, src/recipe.h): the recipe of its three GEMMs, and the seed of the random
+// bits its stochastic rounding and Hadamard signs draw (one per linear and micro-batch; each
+// GEMM role and operand derives its own stream from it). Scales come from the operands
+// themselves (current amax), so nothing is reported back.
+struct ScaledLinear {
+  const QuantRecipe* recipe = nullptr;
+  uint64_t seed = 0;
+};
+
 // FP8 options of a backend (precision.fp8.*; the model and training loop pass them on).
 struct Fp8Options {
   // Fast (reduced-precision, periodically promoted) accumulation in the forward FP8 GEMM on
@@ -177,6 +187,20 @@ class Backend {
   virtual Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                                         Tensor inp, Tensor w, int N, int C, int OC,
                                         const Fp8Quant& gq, float inp_scale, float w_scale) = 0;
+  // Block-scaled linears (ScaledLinear): matmul_forward / matmul_backward with every GEMM
+  // operand quantized as q.recipe says for that GEMM role, along that GEMM's reduction
+  // dimension, products accumulated in fp32, outputs rounded once; dbias from the
+  // unquantized dout. A non-finite operand poisons the results with NaN (the step is
+  // skipped). Backends without them (today: CUDA) say so and the trainer refuses the mode.
+  virtual bool has_block_scaled_linears() const { return false; }
+  virtual void matmul_forward_scaled(Tensor, Tensor, Tensor, Tensor, int, int, int,
+                                     const ScaledLinear& q) {
+    throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
+  }
+  virtual void matmul_backward_scaled(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int,
+                                      const ScaledLinear& q) {
+    throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
+  }
   // FP8 plumbing (defaults: nothing to set up, reports returned at once).
   virtual void set_fp8_options(const Fp8Options&) {}
   // Which FP8 path the matmuls above run, for the line printed at start.

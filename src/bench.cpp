@@ -43,8 +43,12 @@ double time_step(Backend& be, const BenchCase& bc, const std::string& mode, cons
   LossScaler scaler;  // none: the bench measures the step, not the scaler
   int64_t opt_step = 0;
   GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(mode));
-  Fp8State fp8(fc, bc.L);
-  if (mode == "fp8") model.set_fp8(&fp8);
+  // Block-scaled modes with their preset options, every layer quantized.
+  RecipeOptions ro;
+  ro.bf16_last = 0;
+  Fp8State fp8 = is_block_scaled_mode(mode) ? Fp8State(block_scaled_recipe(mode, ro), bc.L)
+                                            : Fp8State(fc, bc.L);
+  if (mode == "fp8" || is_block_scaled_mode(mode)) model.set_fp8(&fp8);
   model.init_random(1);
   Rng r(2);
   std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);

@@ -42,6 +42,17 @@ const ModeSpec kModes[] = {
     {"fp8", "fp8", "", false,
      "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling"},
     {"fp8-current", "fp8", "", false, "fp8 with current (just-in-time) scaling"},
+    // The block-scaled recipes (src/recipe.h; options: precision.recipe.*), CPU only for now.
+    {"fp8-rowwise", "fp8-rowwise", "", false, "block linears in E4M3 with one fp32 scale per row"},
+    {"fp8-block", "fp8-block", "", false,
+     "block linears in E4M3, fp32 scales per 1x128 block (activations, gradients) and 128x128 "
+     "tile (weights)"},
+    {"mxfp8", "mxfp8", "", false, "block linears in MXFP8: E4M3 with an E8M0 scale per 32"},
+    {"mxfp4", "mxfp4", "", false,
+     "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad"},
+    {"nvfp4", "nvfp4", "", false,
+     "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
+     "gradients, Hadamard wgrad, last layer bf16"},
 };
 
 const ModeSpec& find_mode(const std::string& name) {
@@ -138,7 +149,9 @@ std::string compare_mode_what(const std::string& name) { return find_mode(name).
 
 int cmd_compare(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
-      {"modes", "comma-separated: fp32, bf16, bf16-sr, fp16, fp16-noscale, fp8, fp8-current",
+      {"modes",
+       "comma-separated: fp32, bf16, bf16-sr, fp16, fp16-noscale, fp8, fp8-current, "
+       "fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4",
        "fp32,bf16,fp16,fp16-noscale,fp8"},
       {"out", "output directory", "runs/compare"},
       int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),

@@ -74,7 +74,7 @@ const std::vector<KeyDef>& table() {
       {"dist.world_size", Kind::Int, TG_OFF(dist.world_size), 0, 65536, {}, "number of processes when launched without MPI (0: $TG_WORLD_SIZE, else 1)"},
       {"dist.rendezvous", Kind::String, TG_OFF(dist.rendezvous), 0, 0, {}, "where processes launched without MPI meet: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"},
       {"dist.timeout", Kind::Int, TG_OFF(dist.timeout), 1, 86400, {}, "seconds to wait for every process at the rendezvous"},
-      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16", "fp8"}, "numeric mode (see README: Precision modes)"},
+      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}, "numeric mode (see README: Precision modes)"},
       {"precision.stochastic_rounding", Kind::Bool, TG_OFF(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"},
       {"precision.loss_scale.kind", Kind::Choice, TG_OFF(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"},
       {"precision.loss_scale.init", Kind::Float, TG_OFF(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"},
@@ -90,6 +90,14 @@ const std::vector<KeyDef>& table() {
       {"precision.fp8.margin", Kind::Int, TG_OFF(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"},
       {"precision.fp8.keep_bf16", Kind::IntList, TG_OFF(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"},
       {"precision.fp8.fast_accum", Kind::Bool, TG_OFF(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32)"},
+      {"precision.recipe.pow2_scales", Kind::Bool, TG_OFF(precision.recipe.pow2_scales), 0, 0, {}, "fp8-rowwise: round each scale down to a power of two"},
+      {"precision.recipe.scale_rule", Kind::Choice, TG_OFF(precision.recipe.scale_rule), 0, 0, {"auto", "ocp", "ceil"}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"},
+      {"precision.recipe.grad_format", Kind::Choice, TG_OFF(precision.recipe.grad_format), 0, 0, {"auto", "e4m3", "e5m2"}, "mxfp8: element format of the output gradients (auto: e4m3)"},
+      {"precision.recipe.stochastic_grads", Kind::Bool, TG_OFF(precision.recipe.stochastic_grads), 0, 0, {}, "mxfp4, nvfp4: round the output gradients stochastically (seeded by train.seed, step, layer)"},
+      {"precision.recipe.hadamard", Kind::Bool, TG_OFF(precision.recipe.hadamard), 0, 0, {}, "mxfp4, nvfp4: random Hadamard transform of both wgrad operands along the tokens"},
+      {"precision.recipe.hadamard_size", Kind::Int, TG_OFF(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"},
+      {"precision.recipe.weight_2d", Kind::Bool, TG_OFF(precision.recipe.weight_2d), 0, 0, {}, "nvfp4: one scale per 16x16 weight tile (the same in forward and backward) instead of 1x16 blocks"},
+      {"precision.recipe.bf16_last", Kind::Int, TG_OFF(precision.recipe.bf16_last), -1, 1024, {}, "block-scaled modes: the last N layers' linears stay bf16 (-1: nvfp4 1, others 0)"},
       {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
@@ -408,6 +416,9 @@ void config_validate(const Config& c, int world) {
   if (ls.min > ls.max)
     err("precision.loss_scale.min",
         strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
+  const int hs = c.precision.recipe.hadamard_size;
+  if (hs & (hs - 1))
+    err("precision.recipe.hadamard_size", strf("%d is not a power of two", hs));
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 #ifdef TG_NO_BLAS
   if (c.cpu.gemm == "blas")

@@ -83,6 +83,18 @@ struct Config {
       std::vector<int> keep_bf16;  // layer indices; negative counts from the last
       bool fast_accum = true;      // fast accumulation in the forward FP8 GEMM (GPUs)
     } fp8;
+    // Options of the block-scaled presets (fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4;
+    // src/recipe.h), each switchable on its own so a study can remove them one at a time.
+    struct Recipe {
+      bool pow2_scales = false;          // fp8-rowwise: scales rounded down to powers of two
+      std::string scale_rule = "auto";   // mx*: E8M0 rule ocp | ceil (auto: mxfp8 ceil, mxfp4 ocp)
+      std::string grad_format = "auto";  // mxfp8: e4m3 | e5m2 output gradients (auto: e4m3)
+      bool stochastic_grads = true;      // mxfp4, nvfp4: output gradients rounded stochastically
+      bool hadamard = true;              // mxfp4, nvfp4: random Hadamard on the wgrad inputs
+      int hadamard_size = 16;            // its points (a power of two)
+      bool weight_2d = true;             // nvfp4: 16x16 weight tiles (else 1x16 blocks)
+      int bf16_last = -1;                // last N block layers in bf16 (-1: nvfp4 1, others 0)
+    } recipe;
   } precision;
   struct Eval {
     int every = 500;  // 0: only at start and end

@@ -1,5 +1,6 @@
 // formats.h: exact conversions between fp32 and the narrow formats (bf16, fp16, FP8 E4M3 and
-// E5M2), stochastic rounding and the FP8 scale rule.
+// E5M2, FP4 E2M1, and the block-scale formats E8M0 and UE4M3), stochastic rounding and the FP8
+// scale rule.
 //
 // Header-only and __host__ __device__ so that the CPU reference backend and the CUDA kernels
 // round through the very same code: the CPU backend is the oracle for the kernels, so the two
@@ -18,6 +19,12 @@
 //     NaN. Without saturate: E5M2 gives +-inf, E4M3 (no inf) gives a NaN that keeps the sign
 //     (0x7F / 0xFF).
 //   - underflow to zero keeps the sign.
+//   - FP4 E2M1 (__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) always saturates: |x|
+//     past 6 and +-inf give +-6, and NaN gives +6 (code 0x7; the format has no NaN).
+//   - E8M0 (__nv_cvt_float_to_e8m0) is a power of two 2^(code - 127) that ignores the sign:
+//     rounding toward zero keeps |x|'s exponent, rounding up takes the next power of two
+//     unless |x| is one; both clip at 2^-127 (code 0: zero and subnormals) and, saturating, at
+//     2^127 (0xFE); NaN (and overflow without saturation) is 0xFF.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -122,11 +129,12 @@ TG_HD inline uint16_t to_f16(float x, bool stochastic, uint32_t rand_bits) {
 }
 
 TG_HD inline uint8_t to_fp8(float x, bool saturate, int M, int bias, uint32_t max_mag,
-                            uint32_t nosat_overflow) {
+                            uint32_t nosat_overflow, bool stochastic = false,
+                            uint32_t rand_bits = 0) {
   const uint32_t u = f32_bits(x);
   if (is_nan_bits(u)) return 0x7f;
   const uint32_t sign = (u >> 24) & 0x80u;
-  uint32_t mag = round_magnitude(u & 0x7fffffffu, M, bias, false, 0);
+  uint32_t mag = round_magnitude(u & 0x7fffffffu, M, bias, stochastic, rand_bits);
   if (mag > max_mag) mag = saturate ? max_mag : nosat_overflow;
   return uint8_t(sign | mag);
 }
@@ -180,6 +188,64 @@ TG_HD inline float e5m2_to_f32(uint8_t q) {
   return bits_f32(sign | f32_bits(detail::magnitude_to_f32(mag, 2, 15)));
 }
 
+// ---- FP4 E2M1 (OCP MX): 1 sign, 2 exponent (bias 1), 1 mantissa bit; +-{0, 0.5, 1, 1.5, 2, 3,
+// 4, 6}; no inf, no NaN. Codes are 4 bits (sign = 0x8) in the low nibble of a byte. ----
+
+inline constexpr float E2M1_MAX = 6.f;
+
+namespace detail {
+TG_HD inline uint8_t to_e2m1(float x, bool stochastic, uint32_t rand_bits) {
+  const uint32_t u = f32_bits(x);
+  if (is_nan_bits(u)) return 0x7u;  // CUDA: NaN gives +max
+  const uint32_t sign = (u >> 28) & 0x8u;
+  // An infinity's exponent is far past the format's, so it saturates like any large value.
+  uint32_t mag = round_magnitude(u & 0x7fffffffu, 1, 1, stochastic, rand_bits);
+  if (mag > 0x7u) mag = 0x7u;
+  return uint8_t(sign | mag);
+}
+}  // namespace detail
+
+TG_HD inline uint8_t f32_to_e2m1(float x) { return detail::to_e2m1(x, false, 0); }
+
+TG_HD inline float e2m1_to_f32(uint8_t q) {
+  const uint32_t sign = uint32_t(q & 0x8u) << 28;
+  return bits_f32(sign | f32_bits(detail::magnitude_to_f32(q & 0x7u, 1, 1)));
+}
+
+// ---- E8M0 (OCP MX block scale): 8 exponent bits, bias 127, 2^-127 .. 2^127, 0xFF = NaN ----
+
+TG_HD inline uint8_t f32_to_e8m0(float x, bool round_up, bool saturate) {
+  const uint32_t a = f32_bits(x) & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0xff;
+  if (a == 0x7f800000u) return saturate ? 0xfe : 0xff;
+  uint32_t e = a >> 23;
+  // Up: the next power of two when any mantissa bit is set, except at or below 2^-127
+  // (0x00400000), where the clip to the smallest scale wins.
+  if (round_up && (a & 0x7fffffu) && a > 0x00400000u) e++;
+  if (e == 0xffu && saturate) e = 0xfe;
+  return uint8_t(e);
+}
+
+// 2^(code - 127); 0xFF gives NaN, code 0 the fp32 subnormal 2^-127.
+TG_HD inline float e8m0_to_f32(uint8_t c) {
+  if (c == 0xffu) return bits_f32(0x7fffffffu);
+  return c == 0 ? bits_f32(0x00400000u) : bits_f32(uint32_t(c) << 23);
+}
+
+// ---- UE4M3 (NVFP4 block scale): E4M3 without the sign bit, 0 .. 448 ----
+//
+// Encoding rounds to nearest even and saturates (+inf gives 448); a negative input (scales
+// never are) gives 0, as does -0; NaN gives 0x7F.
+
+TG_HD inline uint8_t f32_to_ue4m3(float x) {
+  const uint32_t u = f32_bits(x);
+  if (detail::is_nan_bits(u)) return 0x7f;
+  if (u & 0x80000000u) return 0;
+  return detail::to_fp8(x, true, 3, 7, 0x7eu, 0x7fu);
+}
+
+TG_HD inline float ue4m3_to_f32(uint8_t q) { return e4m3_to_f32(uint8_t(q & 0x7fu)); }
+
 // ---- stochastic rounding ----
 //
 // Rounds |x| away from zero with probability equal to the fraction of a unit in the last place
@@ -203,6 +269,19 @@ TG_HD inline uint16_t f32_to_f16_sr(float x, uint32_t rand_bits) {
   return detail::to_f16(x, true, rand_bits);
 }
 
+// E2M1, E4M3 and E5M2 with stochastic rounding (saturating: rounding up past the largest
+// finite value gives it): the low bits of rand_bits below the kept precision, as above (E2M1
+// normals: 22 bits, E4M3: 20, E5M2: 21; more for subnormals). NaN as with nearest rounding.
+TG_HD inline uint8_t f32_to_e2m1_sr(float x, uint32_t rand_bits) {
+  return detail::to_e2m1(x, true, rand_bits);
+}
+TG_HD inline uint8_t f32_to_e4m3_sr(float x, uint32_t rand_bits) {
+  return detail::to_fp8(x, true, 3, 7, 0x7eu, 0x7fu, true, rand_bits);
+}
+TG_HD inline uint8_t f32_to_e5m2_sr(float x, uint32_t rand_bits) {
+  return detail::to_fp8(x, true, 2, 15, 0x7bu, 0x7cu, true, rand_bits);
+}
+
 // Counter-based random bits: element `index` of a tensor rounded with `seed` gets the same bits
 // on the CPU and on the GPU, whatever the thread layout. Two splitmix64 finalizer rounds; the
 // seed is mixed first so that (seed, index) and (seed + 1, index - 1) do not collide.
@@ -210,6 +289,21 @@ TG_HD inline uint32_t sr_hash(uint64_t seed, uint64_t index) {
   const uint64_t golden = 0x9e3779b97f4a7c15ull;
   const uint64_t z = detail::splitmix64_mix(seed + golden);
   return uint32_t(detail::splitmix64_mix(z + (index + 1) * golden) >> 32);
+}
+
+// Random bits of the block quantizers' stochastic rounding (src/cpu/quantize.cpp): element
+// `index` of an operand takes one half of a 64-bit hash of (seed, index / 2), one mix per two
+// elements instead of sr_hash's two per element. `mixed` = quant_sr_seed(seed), once per
+// operand.
+TG_HD inline uint64_t quant_sr_seed(uint64_t seed) {
+  return detail::splitmix64_mix(seed + 0x9e3779b97f4a7c15ull);
+}
+TG_HD inline uint64_t quant_sr_pair(uint64_t mixed, uint64_t pair) {
+  return detail::splitmix64_mix(mixed + (pair + 1) * 0x9e3779b97f4a7c15ull);
+}
+TG_HD inline uint32_t quant_sr_bits(uint64_t mixed, uint64_t index) {
+  const uint64_t h = quant_sr_pair(mixed, index >> 1);
+  return uint32_t((index & 1) ? h >> 32 : h);
 }
 
 // ---- FP8 scaling ----

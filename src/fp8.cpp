@@ -15,6 +15,31 @@ QuantRecipe fp8_recipe(const Fp8Config& c) {
 }
 
 namespace {
+void check_block_scaled(const QuantRecipe& r) {
+  for (int g = 0; g < kGemmRoles; g++) {
+    const GemmRecipe& gr = r.gemm[g];
+    for (const OperandRecipe* o : {&gr.a, &gr.b}) {
+      const int b = o->block;
+      if (o->elem == ElemFormat::BF16 || o->source != ScaleSource::Current ||
+          ((o->granularity == Granularity::Block || o->granularity == Granularity::Tile) &&
+           b < 1) ||
+          (o->scale == ScaleFormat::E8M0 && o->granularity == Granularity::Tensor))
+        throw UsageError(
+            strf("precision recipe %s: operands scaled other than per-tensor in "
+                 "fp32 (block-scaled) take E4M3/E5M2/E2M1 elements, current "
+                 "scales and a block size",
+                 r.name.c_str()));
+    }
+    const int ta = gr.a.transform == Transform::Hadamard ? gr.a.transform_size : 0;
+    const int tb = gr.b.transform == Transform::Hadamard ? gr.b.transform_size : 0;
+    if (ta != tb || (ta & (ta - 1)))
+      throw UsageError(
+          strf("precision recipe %s: a Hadamard transform must rotate both "
+               "operands of a GEMM alike (a power of two points)",
+               r.name.c_str()));
+  }
+}
+
 void check_supported(const QuantRecipe& r) {
   for (int g = 0; g < kGemmRoles; g++)
     for (const OperandRecipe* o : {&r.gemm[g].a, &r.gemm[g].b}) {
@@ -50,7 +75,11 @@ Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
       fp8_layer_(n_layer, true),
       history_(size_t(n_layer) * kLinears * kOperands),
       fwd_scale_(size_t(n_layer) * kLinears * kOperands, 1.0f) {
-  check_supported(cfg_);
+  block_scaled_ = !is_per_tensor(cfg_);
+  if (block_scaled_)
+    check_block_scaled(cfg_);
+  else
+    check_supported(cfg_);
   for (int l : cfg.keep_bf16) {
     int idx = l < 0 ? n_layer + l : l;
     if (idx < 0 || idx >= n_layer)
@@ -60,6 +89,11 @@ Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
                l, n_layer));
     fp8_layer_[idx] = false;
   }
+}
+
+ScaledLinear Fp8State::scaled(int layer, int linear) const {
+  return {&cfg_, detail::splitmix64_mix(rng_seed_ + uint64_t(layer * kLinears + linear + 1) *
+                                                        0x9E3779B97F4A7C15ull)};
 }
 
 Fp8Quant Fp8State::quant(int layer, int linear, int operand) const {

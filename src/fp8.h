@@ -33,11 +33,19 @@ class Fp8State {
   enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
   enum Operand { INP, WEIGHT, GRAD, kOperands };
 
-  // UsageError when the recipe asks for what the FP8 linears do not implement (yet): only
-  // per-tensor fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements.
+  // UsageError when the recipe asks for what the linears do not implement (yet): per-tensor
+  // recipes take fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements; block-scaled
+  // ones current scales and quantized (not bf16) elements, Hadamard on both operands of a
+  // GEMM or neither.
   Fp8State(const QuantRecipe& recipe, int n_layer);
   Fp8State(const Fp8Config& cfg, int n_layer) : Fp8State(fp8_recipe(cfg), n_layer) {}
   bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
+  // Whether the linears run block-scaled (Backend::matmul_*_scaled) rather than per-tensor.
+  bool block_scaled() const { return block_scaled_; }
+  // The block-scaled linear `linear` of `layer` in the current micro-batch.
+  ScaledLinear scaled(int layer, int linear) const;
+  // Before each training micro-batch: the seed of its random bits (quant_seed).
+  void set_rng_seed(uint64_t seed) { rng_seed_ = seed; }
   // How to quantize this operand now.
   Fp8Quant quant(int layer, int linear, int operand) const;
   void record(int layer, int linear, int operand, float amax);
@@ -62,6 +70,8 @@ class Fp8State {
   // The recipe of one operand of the linears (INP, WEIGHT: forward; GRAD: input gradient).
   const OperandRecipe& operand_recipe(int operand) const;
   QuantRecipe cfg_;
+  bool block_scaled_ = false;
+  uint64_t rng_seed_ = 0;
   int n_layer_;
   std::vector<bool> fp8_layer_;
   std::vector<std::deque<float>> history_;

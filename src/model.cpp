@@ -532,6 +532,10 @@ void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tenso
     be_.matmul_forward(out, inp, w, b, N, C, OC);
     return;
   }
+  if (fp8_->block_scaled()) {
+    be_.matmul_forward_scaled(out, inp, w, b, N, C, OC, fp8_->scaled(l, lin));
+    return;
+  }
   const Fp8Quant q[2] = {fp8_->quant(l, lin, Fp8State::INP), fp8_->quant(l, lin, Fp8State::WEIGHT)};
   const Fp8Report r = be_.matmul_forward_fp8(out, inp, w, b, N, C, OC, q);
   const Fp8Pending p{l, lin, false, training};
@@ -545,6 +549,10 @@ void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Ten
                           Tensor inp, Tensor w, int N, int C, int OC) {
   if (!fp8_ || !fp8_->layer_in_fp8(l)) {
     be_.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    return;
+  }
+  if (fp8_->block_scaled()) {
+    be_.matmul_backward_scaled(dinp, dw, db, dout, inp, w, N, C, OC, fp8_->scaled(l, lin));
     return;
   }
   const Fp8Report r = be_.matmul_backward_fp8(

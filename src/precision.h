@@ -13,7 +13,7 @@
 namespace tg {
 
 struct PrecisionSpec {
-  std::string mode;  // fp32 | bf16 | fp16 | fp8
+  std::string mode;  // fp32 | bf16 | fp16 | fp8 | a block-scaled mode (src/recipe.h)
   DType compute = DType::F32;
   bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
   std::string loss_scale;          // dynamic | static | none (auto resolved)
@@ -29,5 +29,9 @@ std::string loss_scale_kind(const Config& cfg);
 // How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
 // into the compute copy: nearest, or stochastic from a stream derived from the seed.
 Rounding weight_rounding(const Config& cfg, int opt_step);
+// The seed of the random bits (stochastic rounding, Hadamard signs) of the block-scaled
+// linears in micro-batch `micro` of step `step` (0-based): a function of the run's seed and
+// the position only, so a resumed run draws the same bits (nothing to checkpoint).
+uint64_t quant_seed(const Config& cfg, int64_t step, int micro);
 
 }  // namespace tg

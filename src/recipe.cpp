@@ -1,5 +1,7 @@
 #include "recipe.h"
 
+#include <algorithm>
+
 #include "common.h"
 #include "formats.h"
 
@@ -21,6 +23,83 @@ QuantRecipe fp8_tensor_recipe(ScaleSource source, int history_len, int margin,
   r.margin = margin;
   r.keep_bf16 = keep_bf16;
   return r;
+}
+
+bool is_block_scaled_mode(const std::string& m) {
+  return m == "fp8-rowwise" || m == "fp8-block" || m == "mxfp8" || m == "mxfp4" || m == "nvfp4";
+}
+
+namespace {
+OperandRecipe operand(ElemFormat e, Granularity g, int block, ScaleFormat s) {
+  OperandRecipe o;
+  o.elem = e;
+  o.granularity = g;
+  o.block = block;
+  o.scale = s;
+  o.source = ScaleSource::Current;
+  return o;
+}
+// The same recipe for every operand of every role.
+void all_operands(QuantRecipe* r, const OperandRecipe& o) {
+  for (auto& g : r->gemm) g.a = g.b = o;
+}
+void hadamard_wgrad(QuantRecipe* r, int size) {
+  for (OperandRecipe* o : {&r->gemm[kWeightGrad].a, &r->gemm[kWeightGrad].b}) {
+    o->transform = Transform::Hadamard;
+    o->transform_size = size;
+  }
+}
+}  // namespace
+
+QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& opt) {
+  using E = ElemFormat;
+  using G = Granularity;
+  using S = ScaleFormat;
+  QuantRecipe r;
+  r.name = mode;
+  int bf16_last = 0;
+  if (mode == "fp8-rowwise") {
+    all_operands(&r, operand(E::E4M3, G::Row, 0, opt.pow2_scales ? S::Pow2 : S::FP32));
+  } else if (mode == "fp8-block") {
+    all_operands(&r, operand(E::E4M3, G::Block, 128, S::FP32));
+    r.gemm[kForward].b = r.gemm[kInputGrad].b = operand(E::E4M3, G::Tile, 128, S::FP32);
+  } else if (mode == "mxfp8" || mode == "mxfp4") {
+    const bool fp8 = mode == "mxfp8";
+    OperandRecipe o = operand(fp8 ? E::E4M3 : E::E2M1, G::Block, 32, S::E8M0);
+    const std::string rule = opt.scale_rule == "auto" ? (fp8 ? "ceil" : "ocp") : opt.scale_rule;
+    o.scale_rule = rule == "ceil" ? ScaleRule::Ceil : ScaleRule::Ocp;
+    all_operands(&r, o);
+    OperandRecipe g = o;
+    if (fp8 && opt.grad_format == "e5m2") g.elem = E::E5M2;
+    if (!fp8 && opt.stochastic_grads) g.rounding = RoundMode::Stochastic;
+    r.gemm[kInputGrad].a = r.gemm[kWeightGrad].a = g;
+    if (!fp8 && opt.hadamard) hadamard_wgrad(&r, opt.hadamard_size);
+  } else if (mode == "nvfp4") {
+    const OperandRecipe o = operand(E::E2M1, G::Block, 16, S::E4M3);
+    all_operands(&r, o);
+    if (opt.weight_2d)
+      r.gemm[kForward].b = r.gemm[kInputGrad].b = operand(E::E2M1, G::Tile, 16, S::E4M3);
+    if (opt.stochastic_grads)
+      r.gemm[kInputGrad].a.rounding = r.gemm[kWeightGrad].a.rounding = RoundMode::Stochastic;
+    if (opt.hadamard) hadamard_wgrad(&r, opt.hadamard_size);
+    bf16_last = 1;
+  } else {
+    throw UsageError(
+        strf("config key 'precision.mode': '%s' is not a block-scaled mode", mode.c_str()));
+  }
+  if (opt.bf16_last >= 0) bf16_last = opt.bf16_last;
+  r.keep_bf16 = opt.keep_bf16;
+  for (int i = 1; i <= bf16_last; i++)
+    if (std::find(r.keep_bf16.begin(), r.keep_bf16.end(), -i) == r.keep_bf16.end())
+      r.keep_bf16.push_back(-i);
+  return r;
+}
+
+bool is_per_tensor(const QuantRecipe& r) {
+  for (const auto& g : r.gemm)
+    for (const OperandRecipe* o : {&g.a, &g.b})
+      if (o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32) return false;
+  return true;
 }
 
 float elem_format_max(ElemFormat f) {
@@ -47,9 +126,40 @@ const char* scale_source_name(ScaleSource s) {
   return s == ScaleSource::Delayed ? "delayed" : "current";
 }
 
+namespace {
+// e.g. "E2M1 1x16 E4M3+fp32 SR H16"
+std::string describe(const OperandRecipe& o) {
+  std::string s = elem_format_name(o.elem);
+  switch (o.granularity) {
+    case Granularity::Tensor: s += " tensor"; break;
+    case Granularity::Row: s += " row"; break;
+    case Granularity::Block: s += strf(" 1x%d", o.block); break;
+    case Granularity::Tile: s += strf(" %dx%d", o.block, o.block); break;
+  }
+  switch (o.scale) {
+    case ScaleFormat::FP32: s += " fp32"; break;
+    case ScaleFormat::Pow2: s += " pow2"; break;
+    case ScaleFormat::E8M0:
+      s += o.scale_rule == ScaleRule::Ceil ? " E8M0(ceil)" : " E8M0(ocp)";
+      break;
+    case ScaleFormat::E4M3: s += " UE4M3+fp32"; break;
+  }
+  if (o.rounding == RoundMode::Stochastic) s += " SR";
+  if (o.transform == Transform::Hadamard) s += strf(" H%d", o.transform_size);
+  return s;
+}
+}  // namespace
+
 std::string describe(const QuantRecipe& r) {
   static const char* roles[kGemmRoles] = {"fwd", "dgrad", "wgrad"};
   std::string s;
+  if (!is_per_tensor(r)) {
+    s = r.name + ":";
+    for (int g = 0; g < kGemmRoles; g++)
+      s += strf("%s %s [%s] x [%s]", g ? "," : "", roles[g], describe(r.gemm[g].a).c_str(),
+                describe(r.gemm[g].b).c_str());
+    return s + ", current scales";
+  }
   for (int g = 0; g < kGemmRoles; g++)
     s += strf("%s%s %s x %s", g ? ", " : "", roles[g], elem_format_name(r.gemm[g].a.elem),
               elem_format_name(r.gemm[g].b.elem));

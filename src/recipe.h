@@ -11,6 +11,14 @@
 // Operands per role: forward   out = input x weight^T      (a = input,       b = weight)
 //                    dgrad     dinp = dout x weight         (a = output grad, b = weight)
 //                    wgrad     dW = dout^T x input          (a = output grad, b = input)
+//
+// Each operand is quantized along its own GEMM's reduction dimension: the forward quantizes
+// the input's and the weight's rows (over C), dgrad the gradient's rows (over OC) and the
+// transposed weight (over OC), wgrad the transposed gradient and transposed input (over the
+// N tokens). So the backward GEMMs re-quantize the transposed operands afresh from their
+// high-precision copies, as the hardware's block-scaled GEMMs need (scales run along K), and
+// not from the forward's quantized copies (that would put the blocks across K). A Tile
+// scale is the same in both orientations, which is why weights may use one.
 #pragma once
 #include <string>
 #include <vector>
@@ -23,12 +31,21 @@ enum class ScaleFormat { FP32, Pow2, E8M0, E4M3 };
 enum class ScaleSource { Delayed, Current };
 enum class RoundMode { Nearest, Stochastic };
 enum class Transform { None, Hadamard };
+// How an E8M0 block scale follows from the block's amax: OCP MX v1.0 2^(floor(log2 amax) -
+// emax_elem) (values above the element max saturate), or NVIDIA's MXFP8 rule (arXiv
+// 2506.08027) 2^ceil(log2(amax / max_elem)), which never saturates.
+enum class ScaleRule { Ocp, Ceil };
 
+// Scale formats: FP32 s = max_elem / amax (q = x s, dequantized q / s); Pow2 the same rounded
+// down to a power of two; E8M0 a power of two by scale_rule; E4M3 (NVFP4) an unsigned-E4M3
+// decode scale amax_block / max_elem per block, stored relative to an fp32 tensor scale.
 struct OperandRecipe {
   ElemFormat elem = ElemFormat::BF16;
   Granularity granularity = Granularity::Tensor;
   int block = 0;  // elements per block (Block) or tile side (Tile)
   ScaleFormat scale = ScaleFormat::FP32;
+  ScaleRule scale_rule = ScaleRule::Ocp;  // E8M0 only
+  int transform_size = 0;                 // Hadamard points (a power of two)
   ScaleSource source = ScaleSource::Delayed;
   RoundMode rounding = RoundMode::Nearest;
   Transform transform = Transform::None;
@@ -53,6 +70,34 @@ struct QuantRecipe {
 // history of `history_len` steps (delayed) or from each tensor's own amax (current).
 QuantRecipe fp8_tensor_recipe(ScaleSource source, int history_len, int margin,
                               const std::vector<int>& keep_bf16);
+
+// The block-scaled presets (src/config.h's precision.recipe.* keys select the options):
+//   fp8-rowwise  E4M3, fp32 scale per row of each operand (per token of activations and
+//                gradients, per output channel of the weight in the forward), torchao rowwise
+//   fp8-block    E4M3, fp32 scales; 1x128 blocks for activations and gradients, 128x128 tiles
+//                for the weight (DeepSeek-V3)
+//   mxfp8        E4M3 (E5M2 gradients as an option), E8M0 scale per 32 elements
+//   mxfp4        E2M1, E8M0 per 32; stochastic rounding of the gradients and a random
+//                Hadamard transform of the wgrad operands as options
+//   nvfp4        E2M1, UE4M3 per 16 with an fp32 tensor scale, 16x16 weight tiles,
+//                stochastic rounding of gradients, 16-point random Hadamard on the wgrad
+//                operands, the last layer in bf16
+// Every operand takes its scale from its current amax (no history).
+struct RecipeOptions {
+  bool pow2_scales = false;
+  std::string scale_rule = "auto";   // auto | ocp | ceil
+  std::string grad_format = "auto";  // auto | e4m3 | e5m2
+  bool stochastic_grads = true;
+  bool hadamard = true;
+  int hadamard_size = 16;
+  bool weight_2d = true;
+  int bf16_last = -1;          // -1: the preset's
+  std::vector<int> keep_bf16;  // precision.fp8.keep_bf16, merged with bf16_last
+};
+bool is_block_scaled_mode(const std::string& mode);
+QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& o);
+// Per-tensor fp32 scales on every operand (today's fp8 linears), as opposed to the above.
+bool is_per_tensor(const QuantRecipe& r);
 
 // The largest finite value of an element format.
 float elem_format_max(ElemFormat f);

@@ -153,7 +153,8 @@ void read_rng(const Fields& f, RunState& s) {
 
 void read_precision(const Fields& f, RunState& s) {
   s.mode = f.text("precision.mode");
-  if (s.mode != "fp32" && s.mode != "bf16" && s.mode != "fp16" && s.mode != "fp8")
+  if (s.mode != "fp32" && s.mode != "bf16" && s.mode != "fp16" && s.mode != "fp8" &&
+      !is_block_scaled_mode(s.mode))
     f.bad("precision.mode", strf("is '%s', not a precision mode", s.mode.c_str()));
   LossScaler& ls = s.loss_scale;
   ls.kind = f.text("precision.loss_scale.kind");

@@ -163,6 +163,11 @@ void Trainer::setup_precision() {
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
   if (!spec.quantized_linears) return;
   fp8_ = std::make_unique<Fp8State>(spec.recipe, mc_.n_layer);
+  if (fp8_->block_scaled() && !be_->has_block_scaled_linears())
+    throw UsageError(
+        strf("precision.mode=%s: the %s backend has no block-scaled linears yet "
+             "(train.device=cpu runs them)",
+             cfg_.precision.mode.c_str(), be_->name().c_str()));
   Fp8Options o;
   o.fast_accum = cfg_.precision.fp8.fast_accum;
   be_->set_fp8_options(o);
@@ -388,6 +393,7 @@ StepResult Trainer::step() {
   double loss = 0;
   for (int micro = 0; micro < grad_accum_; micro++) {
     train_loader_->next_batch(inputs_.data(), targets_.data());
+    if (fp8_) fp8_->set_rng_seed(quant_seed(cfg_, step_, micro));
     loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
                           float(r.scale / (double(grad_accum_) * world_))) /
             grad_accum_;

@@ -189,6 +189,32 @@ class CpuBackend final : public Backend {
     return rep;
   }
 
+  bool has_block_scaled_linears() const override { return true; }
+  void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                             const ScaledLinear& q) override {
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    float* o = wide(out, s_out_, false);
+    cpu::matmul_forward_scaled(o, a, b, wide(bias, s_c_, true), N, C, OC, *q.recipe, q.seed);
+    narrow_back(out, o);
+  }
+  void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                              Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
+    float* g = copy_wide(dout, s_g_);
+    if (dbias) {  // the bias gradient comes from the unquantized gradient
+      float* dbf = wide(dbias, s_db_, true);
+      cpu::bias_backward(dbf, g, N, OC);
+      narrow_back(dbias, dbf);
+    }
+    const float* a = wide(inp, s_a_, true);
+    const float* b = wide(w, s_b_, true);
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    cpu::matmul_backward_scaled(di, dwf, g, a, b, N, C, OC, *q.recipe, q.seed, scaled_);
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+  }
+
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
     dispatch("attention_forward", out.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
@@ -324,39 +350,15 @@ class CpuBackend final : public Backend {
     convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
     return buf.data();
   }
-  // Quantize-dequantize x in place through E4M3 or E5M2 with the scale q gives (or, when
-  // q.current, the scale from x's own amax); returns the scale, sets *amax. A non-finite
-  // amax (an overflowed gradient) turns x into NaN so that the step is skipped.
   static float qdq(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
-    float m = 0;
-    int nonfinite = 0;  // max and a count do not depend on the reduction order
-#pragma omp parallel for reduction(max : m) reduction(+ : nonfinite) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-      float a = std::fabs(x[i]);
-      nonfinite += !std::isfinite(a);
-      m = a > m ? a : m;
-    }
-    const bool finite = nonfinite == 0;
-    *amax = finite ? m : INFINITY;
-    const float fmax = e4m3 ? E4M3_MAX : E5M2_MAX;
-    const float s = q.current ? fp8_scale_from_amax(*amax, fmax, q.margin) : q.scale;
-    const float inv = 1.0f / s;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-      if (!finite) {
-        x[i] = NAN;
-        continue;
-      }
-      float v = x[i] * s;
-      x[i] = (e4m3 ? cpu::e4m3_round_trip(v) : cpu::e5m2_round_trip(v)) * inv;
-    }
-    return s;
+    return cpu::qdq_tensor_fp8(x, n, q, e4m3, amax);
   }
   // Rounds fp32 results back into t when wide() handed out a buffer.
   void narrow_back(Tensor t, float* f) {
     if (t && t.dtype != DType::F32) convert(t, Tensor{f, DType::F32, t.numel}, Rounding{});
   }
 
+  cpu::ScaledScratch scaled_;
   std::map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
   // Scratch for widened matmul operands, kept between calls.

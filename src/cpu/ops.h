@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "../backend.h"
 #include "storage.h"
@@ -79,5 +80,32 @@ void adamw(P* params, M* master, const G* grads, M* m, M* v, size_t n, const Ada
 // random bits sr_hash(seed, offset + i).
 template <typename D, typename S>
 void convert(D* dst, const S* src, size_t n, const Rounding& r);
+
+// Elementwise loops over fewer values than this run on one thread (quantize, matmul_scaled).
+inline constexpr size_t kParallelMin = size_t(1) << 15;
+
+// quantize.cpp (fp32 only). x(rows, cols) row-major, cols along the GEMM's reduction
+// dimension, quantized and dequantized in place per the operand recipe o; seed: the bits of
+// stochastic rounding. Returns the factor the GEMM output takes for this operand (1 / the
+// fp32 tensor scale of UE4M3-scaled operands, else 1).
+float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed);
+// Random Hadamard rotation H D of every run of n (a power of two) values along each row;
+// inverse: its transpose D H.
+void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse);
+// The fp8 mode's per-tensor quantize-dequantize through E4M3 or E5M2 with q's scale (or,
+// when q.current, the scale from x's own amax); returns the scale, sets *amax. A non-finite
+// amax (an overflowed gradient) turns x into NaN so that the step is skipped.
+float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax);
+
+// matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
+// (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates.
+struct ScaledScratch {
+  std::vector<float> a, b, tmp;
+};
+void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, int N, int C,
+                           int OC, const QuantRecipe& r, uint64_t seed);
+void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* inp, const float* w,
+                            int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
+                            ScaledScratch& s);
 
 }  // namespace tg::cpu

@@ -96,6 +96,37 @@ inline float fp8_round_trip(float x, float fmax) {
   return std::copysign(r, x);
 }
 inline float e4m3_round_trip(float x) { return fp8_round_trip<3, -6, -9>(x, E4M3_MAX); }
+// E2M1 round trip (nearest even, saturating at 6) of a finite value without branches: the
+// grid {0, 0.5, 1, 1.5, 2, 3, 4, 6} has step 0.5 below 2, 1 below 4, 2 above, and in each
+// range an even multiple of the step is an even code, so rint (ties to even) at that step is
+// the format's rounding. Equal to e2m1_to_f32(f32_to_e2m1(x)) for finite x
+// (tests/test_quantize.cpp checks it).
+inline float e2m1_round_trip(float x) {
+  const float a = std::fabs(x);
+  const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+  const float inv = a < 2.0f ? 2.0f : a < 4.0f ? 1.0f : 0.5f;  // exact: powers of two
+  float r = std::rint(a * inv) * step;
+  r = r > 6.0f ? 6.0f : r;
+  return std::copysign(r, x);
+}
+// The same with stochastic rounding: e2m1_to_f32(f32_to_e2m1_sr(x, bits)) for finite x, with
+// the dropped bits read as a fraction of the step instead of through the bit encoder. Values
+// more than 2^32 below their step (where formats.h scales the random bits) take formats.h.
+inline float e2m1_sr_round_trip(float x, uint32_t bits) {
+  const float a = std::fabs(x);
+  const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+  const float inv = a < 2.0f ? 2.0f : a < 4.0f ? 1.0f : 0.5f;
+  const float k = a * inv, fl = std::floor(k);
+  // a's dropped bits: shift = log2(step) - (exponent of a's last mantissa bit).
+  const int e = int(f32_bits(a) >> 23);
+  const int shift = (a < 2.0f ? -1 : a < 4.0f ? 0 : 1) + 150 - (e > 0 ? e : 1);
+  if (shift > 32) return e2m1_to_f32(f32_to_e2m1_sr(x, bits));
+  const uint64_t F = uint64_t(double(k - fl) * double(uint64_t(1) << shift));  // exact
+  const uint64_t R = bits & ((uint64_t(1) << shift) - 1);
+  float r = (fl + float((F + R) >> shift)) * step;
+  r = r > 6.0f ? 6.0f : r;
+  return std::copysign(r, x);
+}
 inline float e5m2_round_trip(float x) { return fp8_round_trip<2, -14, -16>(x, E5M2_MAX); }
 
 }  // namespace tg::cpu

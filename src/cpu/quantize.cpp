@@ -1,0 +1,267 @@
+// quantize: quantize-dequantize of one GEMM operand, as a recipe operand says
+// (src/recipe.h), in place in fp32.
+//
+// The operand is a (rows, cols) row-major matrix whose cols run along its GEMM's reduction
+// dimension. Its values are split into scale groups: the whole tensor, each row, each 1 x B
+// block of a row, or each B x B tile (partial blocks and tiles at the edges are groups of
+// their own). Each group gets a scale from its amax, each value is rounded into the element
+// format at that scale and multiplied back, so the result holds exactly the values a GPU's
+// block-scaled GEMM would multiply:
+//   FP32  s = max_elem / amax (fp8_scale_from_amax), q = round(x s), x' = q (1 / s)
+//   Pow2  s as FP32, rounded down to a power of two (x' = q / s exactly)
+//   E8M0  X = 2^(floor(log2 amax) - emax_elem) (OCP) or 2^ceil(log2(amax / max_elem))
+//         (ceil; the quotient in fp32), q = round(x / X), x' = q X (exact)
+//   E4M3  (NVFP4) an fp32 tensor scale S = 448 max_elem / amax_tensor, a block decode scale
+//         d = ue4m3(amax_block / max_elem S), q = round(x S / d), x' = q d (exact); the GEMM
+//         multiplies its output by 1 / S of each operand (what quantize_dequantize returns);
+//         S and S / d are clamped to the largest float (tensors of tiny values)
+// An all-zero group gets scale 1 (E8M0 code 127); a group whose E4M3 decode scale rounds to
+// zero becomes zeros. Elements round to nearest even, saturating, or stochastically with the
+// bits quant_sr_bits(quant_sr_seed(seed), r * cols + c) (formats.h; deterministic,
+// independent of the thread count).
+// Non-finite values (an overflowed gradient) turn the whole operand into NaN, so the loss
+// scaler skips the step, as the per-tensor FP8 path does.
+//
+// Also here: the random Hadamard transform of operand rows, and the per-tensor FP8
+// quantize-dequantize of the fp8 mode's linears (qdq_tensor_fp8).
+#include <cmath>
+#include <vector>
+
+#include "../formats.h"
+#include "ops.h"
+
+namespace tg::cpu {
+
+namespace {
+
+constexpr float kMaxFloat = 3.40282347e38f;
+
+// v rounded into format F and back (nearest: the fast round trips of storage.h, equal to
+// formats.h's encode + decode; stochastic: formats.h with the given bits).
+template <ElemFormat F, bool SR>
+inline float round_elem(float v, uint32_t bits) {
+  if constexpr (F == ElemFormat::E4M3)
+    return SR ? e4m3_to_f32(f32_to_e4m3_sr(v, bits)) : e4m3_round_trip(v);
+  else if constexpr (F == ElemFormat::E5M2)
+    return SR ? e5m2_to_f32(f32_to_e5m2_sr(v, bits)) : e5m2_round_trip(v);
+  else if constexpr (F == ElemFormat::E2M1)
+    return SR ? e2m1_sr_round_trip(v, bits) : e2m1_round_trip(v);
+  else
+    return bf16_to_f32(f32_to_bf16(v));
+}
+
+// The exponent of the element format's largest power of two (OCP MX's emax_elem).
+int elem_emax(ElemFormat f) {
+  switch (f) {
+    case ElemFormat::E4M3: return 8;   // 448 = 1.75 x 2^8
+    case ElemFormat::E5M2: return 15;  // 57344 = 1.75 x 2^15
+    case ElemFormat::E2M1: return 2;   // 6 = 1.5 x 2^2
+    case ElemFormat::BF16: return 127;
+  }
+  return 0;
+}
+
+// A group's multipliers: before rounding (enc) and after (dec).
+struct GroupScale {
+  float enc = 1, dec = 1;
+};
+
+GroupScale group_scale(const OperandRecipe& o, float amax, float tensor_scale) {
+  const float fmax = elem_format_max(o.elem);
+  GroupScale g;
+  switch (o.scale) {
+    case ScaleFormat::FP32:
+      g.enc = fp8_scale_from_amax(amax, fmax, 0);
+      g.dec = 1.0f / g.enc;
+      break;
+    case ScaleFormat::Pow2: {
+      const float s = fp8_scale_from_amax(amax, fmax, 0);  // >= 2^-126 for any finite amax
+      g.enc = bits_f32(f32_bits(s) & 0xff800000u);
+      g.dec = 1.0f / g.enc;  // exact: a power of two
+      break;
+    }
+    case ScaleFormat::E8M0: {
+      int code = 127;
+      if (amax > 0) {
+        if (o.scale_rule == ScaleRule::Ceil) {
+          code = f32_to_e8m0(amax / fmax, true, true);
+        } else {
+          code = int(f32_to_e8m0(amax, false, true)) - elem_emax(o.elem);
+          if (code < 0) code = 0;
+        }
+      }
+      g.dec = e8m0_to_f32(uint8_t(code));
+      g.enc = std::ldexp(1.0f, 127 - code);
+      break;
+    }
+    case ScaleFormat::E4M3: {
+      g.dec = ue4m3_to_f32(f32_to_ue4m3(amax / fmax * tensor_scale));
+      g.enc = g.dec > 0 ? tensor_scale / g.dec : 0.0f;
+      // A tiny tensor (scale clamped to the largest float) may overflow this: clamp likewise.
+      if (!(g.enc <= kMaxFloat)) g.enc = kMaxFloat;
+      break;
+    }
+  }
+  return g;
+}
+
+// The rows x cols extent of one scale group.
+void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {
+  switch (o.granularity) {
+    case Granularity::Tensor: *gr = rows, *gc = cols; return;
+    case Granularity::Row: *gr = 1, *gc = cols; return;
+    case Granularity::Block: *gr = 1, *gc = o.block; return;
+    case Granularity::Tile: *gr = o.block, *gc = o.block; return;
+  }
+}
+
+// One row: every column group at its scale. idx0: the row's first element index (SR bits).
+template <ElemFormat F, bool SR>
+void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0) {
+  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
+    const float enc = sg[j].enc, dec = sg[j].dec;
+    const int c1 = c0 + gc < cols ? c0 + gc : cols;
+    if constexpr (SR) {
+      uint64_t pair = ~uint64_t(0), h = 0;
+      for (int c = c0; c < c1; c++) {
+        const uint64_t i = idx0 + c;
+        if ((i >> 1) != pair) h = quant_sr_pair(seed, pair = i >> 1);
+        const uint32_t bits = uint32_t((i & 1) ? h >> 32 : h);  // = quant_sr_bits(seed, i)
+        xr[c] = round_elem<F, true>(xr[c] * enc, bits) * dec;
+      }
+    } else {
+      for (int c = c0; c < c1; c++) xr[c] = round_elem<F, false>(xr[c] * enc, 0u) * dec;
+    }
+  }
+}
+
+using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t);
+RowFn row_fn(ElemFormat f, bool sr) {
+  using E = ElemFormat;
+  switch (f) {
+    case E::E4M3: return sr ? apply_row<E::E4M3, true> : apply_row<E::E4M3, false>;
+    case E::E5M2: return sr ? apply_row<E::E5M2, true> : apply_row<E::E5M2, false>;
+    case E::E2M1: return sr ? apply_row<E::E2M1, true> : apply_row<E::E2M1, false>;
+    case E::BF16: break;
+  }
+  return apply_row<E::BF16, false>;
+}
+
+}  // namespace
+
+float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed) {
+  if (rows <= 0 || cols <= 0) return 1.0f;
+  int gr = rows, gc = cols;
+  group_shape(o, rows, cols, &gr, &gc);
+  if (gc > cols) gc = cols;
+  if (gr > rows) gr = rows;
+  const int ngc = (cols + gc - 1) / gc, ngr = (rows + gr - 1) / gr;
+  // amax of every (row, column group), then of every group: max is exact in any order.
+  std::vector<float> row_amax(size_t(rows) * ngc);
+  // Small operands run on one thread: a parallel region costs more than they do.
+  const bool big = size_t(rows) * cols >= kParallelMin;
+  int nonfinite = 0;
+#pragma omp parallel for reduction(+ : nonfinite) schedule(static) if (big)
+  for (int r = 0; r < rows; r++) {
+    const float* xr = x + size_t(r) * cols;
+    for (int j = 0; j < ngc; j++) {
+      float m = 0;
+      const int c1 = (j + 1) * gc < cols ? (j + 1) * gc : cols;
+      for (int c = j * gc; c < c1; c++) {
+        const float a = std::fabs(xr[c]);
+        nonfinite += !std::isfinite(a);
+        m = a > m ? a : m;
+      }
+      row_amax[size_t(r) * ngc + j] = m;
+    }
+  }
+  if (nonfinite) {
+#pragma omp parallel for schedule(static) if (big)
+    for (size_t i = 0; i < size_t(rows) * cols; i++) x[i] = NAN;
+    return 1.0f;
+  }
+  std::vector<float> amax(size_t(ngr) * ngc, 0.0f);
+  float tensor_amax = 0;
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < ngc; j++) {
+      float& m = amax[size_t(r / gr) * ngc + j];
+      const float a = row_amax[size_t(r) * ngc + j];
+      m = a > m ? a : m;
+      tensor_amax = a > tensor_amax ? a : tensor_amax;
+    }
+  // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
+  const float tensor_scale =
+      o.scale == ScaleFormat::E4M3
+          ? fp8_scale_from_amax(tensor_amax, E4M3_MAX * elem_format_max(o.elem), 0)
+          : 1.0f;
+  std::vector<GroupScale> scale(amax.size());
+  for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
+  const RowFn apply = row_fn(o.elem, o.rounding == RoundMode::Stochastic);
+  const uint64_t mixed = quant_sr_seed(seed);
+#pragma omp parallel for schedule(static) if (big)
+  for (int r = 0; r < rows; r++)
+    apply(x + size_t(r) * cols, cols, gc, scale.data() + size_t(r / gr) * ngc, mixed,
+          uint64_t(r) * cols);
+  return o.scale == ScaleFormat::E4M3 ? 1.0f / tensor_scale : 1.0f;
+}
+
+// x <- H D x on each run of n consecutive values of every row (D: random signs per column,
+// sign of column c from sr_hash(seed, c); H: the Sylvester Hadamard matrix scaled by
+// 1/sqrt(n), orthogonal and symmetric). inverse applies (H D)^T = D H. A row's last cols % n
+// values stay as they are: both operands of a GEMM get the same treatment, so their product
+// is unchanged either way. For n a power of 4 the scale is a power of two, so H D is exact up
+// to the rounding of the butterflies' additions.
+void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse) {
+  if (n < 2) return;
+  std::vector<float> sign(static_cast<size_t>(cols));
+  for (int c = 0; c < cols; c++) sign[c] = (sr_hash(seed, uint64_t(c)) & 1u) ? -1.0f : 1.0f;
+  const float norm = float(1.0 / std::sqrt(double(n)));
+  const int full = cols / n * n;
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
+  for (int r = 0; r < rows; r++) {
+    float* xr = x + size_t(r) * cols;
+    for (int c0 = 0; c0 < full; c0 += n) {
+      float* v = xr + c0;
+      if (!inverse)
+        for (int i = 0; i < n; i++) v[i] *= sign[c0 + i];
+      for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+          for (int j = i; j < i + h; j++) {
+            const float a = v[j], b = v[j + h];
+            v[j] = a + b;
+            v[j + h] = a - b;
+          }
+      for (int i = 0; i < n; i++) v[i] *= norm;
+      if (inverse)
+        for (int i = 0; i < n; i++) v[i] *= sign[c0 + i];
+    }
+  }
+}
+
+float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
+  float m = 0;
+  int nonfinite = 0;  // max and a count do not depend on the reduction order
+#pragma omp parallel for reduction(max : m) reduction(+ : nonfinite) schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float a = std::fabs(x[i]);
+    nonfinite += !std::isfinite(a);
+    m = a > m ? a : m;
+  }
+  const bool finite = nonfinite == 0;
+  *amax = finite ? m : INFINITY;
+  const float fmax = e4m3 ? E4M3_MAX : E5M2_MAX;
+  const float s = q.current ? fp8_scale_from_amax(*amax, fmax, q.margin) : q.scale;
+  const float inv = 1.0f / s;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    if (!finite) {
+      x[i] = NAN;
+      continue;
+    }
+    float v = x[i] * s;
+    x[i] = (e4m3 ? e4m3_round_trip(v) : e5m2_round_trip(v)) * inv;
+  }
+  return s;
+}
+
+}  // namespace tg::cpu
