@@ -5,7 +5,7 @@ usage: plot_compare.py OUT_DIR [MODE ...]   (default: every mode in compare.json
 
 Writes OUT_DIR/loss.png: left, each mode's val loss minus the reference's (compare.json's
 "reference", fp32 by default), seed by seed (runs with the same seed start from the same
-weights), the mean over seeds as a line and the min-max over seeds as a band; right, the
+weights; a report over several thread counts pairs runs by seed and train.threads), the mean over seeds as a line and the min-max over seeds as a band; right, the
 val loss itself (mean over seeds) on a log axis. OUT_DIR/loss_scale.png for modes whose
 loss scale moved (first seed; red x: skipped). And per mode with numerics telemetry
 OUT_DIR/numerics_<mode>.png (first seed): rows are tensors (per layer where the run
@@ -49,7 +49,8 @@ def load(out_dir, wanted):
         for r in m.get("runs", []):
             p = os.path.join(r["dir"], "metrics.jsonl")
             if os.path.exists(p):
-                runs[r["seed"]] = read_metrics(p)
+                # Runs pair up by seed and CPU part count (a report may hold both).
+                runs[(r["seed"], r.get("threads", 0))] = read_metrics(p)
         if runs:
             modes[m["name"]] = runs
     return cmp, modes
@@ -79,7 +80,7 @@ def main():
                 per_step.setdefault(s, []).append(v)
         steps = sorted(per_step)
         ax2.plot(steps, [sum(per_step[s]) / len(per_step[s]) for s in steps], "o-", color=color,
-                 markersize=2.5, linewidth=1.2, label=f"{name} ({len(runs)} seeds)")
+                 markersize=2.5, linewidth=1.2, label=f"{name} ({len(runs)} runs)")
         # Left: differences from fp32, paired by seed.
         if ref is None or name == ref_name:
             continue

@@ -171,7 +171,7 @@ std::string header_md(const ReportSpec& s, int max_seeds) {
   std::string md = "# " + s.title + "\n\n";
   md += strf(
       "Model: %d layers, %d heads, %d channels, vocabulary %d; batch %d x %d; %d steps; "
-      "up to %d seed(s) per mode from %lld; data `%s`.\n\n",
+      "up to %d run(s) per mode, seeds from %lld; data `%s`.\n\n",
       m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0), m.value("vocab_size", 0),
       d.value("batch_size", 0), d.value("seq_len", 0), t.value("steps", 0), max_seeds,
       (long long)t.value("seed", 0LL), d.value("train", std::string("?")).c_str());
