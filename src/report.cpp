@@ -192,7 +192,7 @@ std::string quality_cell(const json& st) {
   std::string q = strf("%.0f", st["steps_to_quality_median"].get<double>());
   if (st.contains("seconds_to_quality_median"))
     q += strf(" (%.0f s)", st["seconds_to_quality_median"].get<double>());
-  return q + strf(", %d/%d seeds", reached, all);
+  return q + strf(", %d/%d runs", reached, all);
 }
 
 std::string table_row(const RunGroup& g, const json& st, const json* ref, double ref_tps,
@@ -215,7 +215,7 @@ std::string table_row(const RunGroup& g, const json& st, const json* ref, double
   std::string val = st.contains("val_mean") ? strf("%.4f ± %.4f", st["val_mean"].get<double>(),
                                                    st["val_std"].get<double>())
                                             : "n/a";
-  if (finished < all) val += strf(" (%d of %d seeds)", finished, all);
+  if (finished < all) val += strf(" (%d of %d runs)", finished, all);
   const std::string minmax =
       st.contains("val_min")
           ? strf("%.4f / %.4f", st["val_min"].get<double>(), st["val_max"].get<double>())
@@ -224,9 +224,9 @@ std::string table_row(const RunGroup& g, const json& st, const json* ref, double
   std::string plateau;
   if (plateau_col) {
     const int left = st["plateau_left"].get<int>();
-    plateau = left == 0 ? strf(" never (0/%d) |", all)
-                        : strf(" %.0f, %d/%d seeds |", st["plateau_left_median"].get<double>(),
-                               left, all);
+    plateau = left == 0
+                  ? strf(" never (0/%d) |", all)
+                  : strf(" %.0f, %d/%d runs |", st["plateau_left_median"].get<double>(), left, all);
   }
   return strf("| %s | %s | %s | %s | %s |%s %s | %s | %s | %.1f MiB | %s | %d |\n", g.name.c_str(),
               val.c_str(), minmax.c_str(), dval.c_str(), verdict.c_str(), plateau.c_str(),
@@ -336,18 +336,20 @@ std::string write_report(const ReportSpec& spec) {
     md += table_row(spec.groups[i], stats[i], ref, ref_tps, spec.groups[i].name == spec.reference,
                     plateau_col);
   md += strf(
-      "\nThe verdict compares each mode's final val losses over its seeds with %s's by "
+      "\nThe verdict compares each mode's final val losses over its runs (its seeds, and "
+      "thread counts where a report holds several) with %s's by "
       "Welch's t-test (unequal variances, two-sided, alpha = 0.05); sigma is the difference in "
       "units of its standard error. Seeds change the initialisation and the data order; mode "
       "k's seed s and %s's seed s start from the same weights. The steps to quality are the "
-      "median over the seeds that reached it, at the val evaluations (eval.every); the seconds "
-      "are those steps at the run's mean step time.\n",
+      "median over the runs that reached it, at the val evaluations (eval.every); the seconds "
+      "are those steps at the run's mean step time (tokens/s and seconds are only comparable "
+      "between runs that had the machine to themselves).\n",
       spec.reference.c_str(), spec.reference.c_str());
   if (plateau_col)
     md += strf(
-        "A run has left the copy plateau (val loss %.4f: what a model that ignores the "
+        "\nA run has left the copy plateau (val loss %.4f: what a model that ignores the "
         "context reaches) at its first val evaluation below %.4f, halfway from the plateau to "
-        "the floor; the column gives the median step over the seeds that left it.\n",
+        "the floor; the column gives the median step over the runs that left it.\n",
         spec.plateau, plateau_mid);
   md += runs_md(groups, plateau_col);
   md += numerics_md(spec.groups);
