@@ -100,12 +100,12 @@ def main():
         ax1.fill_between(ds, [min(diffs[s]) for s in ds], [max(diffs[s]) for s in ds], color=color,
                          alpha=0.18, linewidth=0)
     ax1.axhline(0, color="black", linewidth=0.8)
-    ax1.set_title(f"val loss minus {ref_name} (line: mean over seeds, band: min-max)")
+    ax1.set_title(f"val loss minus {ref_name} (line: mean over runs, band: min-max)")
     ax1.set_ylabel("difference (nats/token)")
     if floor is not None:
         ax2.axhline(floor, color="gray", linestyle="--", linewidth=0.8, label="loss floor")
     ax2.set_yscale("log")
-    ax2.set_title("val loss (mean over seeds)")
+    ax2.set_title("val loss (mean over runs)")
     ax2.set_ylabel("loss (nats/token, log)")
     for ax in (ax1, ax2):
         ax.set_xlabel("step")
