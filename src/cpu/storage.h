@@ -120,7 +120,9 @@ inline float e2m1_sr_round_trip(float x, uint32_t bits) {
   // a's dropped bits: shift = log2(step) - (exponent of a's last mantissa bit).
   const int e = int(f32_bits(a) >> 23);
   const int shift = (a < 2.0f ? -1 : a < 4.0f ? 0 : 1) + 150 - (e > 0 ? e : 1);
-  if (shift > 32) return e2m1_to_f32(f32_to_e2m1_sr(x, bits));
+  // Outside [0, 32] (tiny values; or beyond 2^24 and non-finite, where the shift would go
+  // negative) formats.h decides.
+  if (shift > 32 || shift < 0) return e2m1_to_f32(f32_to_e2m1_sr(x, bits));
   const uint64_t F = uint64_t(double(k - fl) * double(uint64_t(1) << shift));  // exact
   const uint64_t R = bits & ((uint64_t(1) << shift) - 1);
   float r = (fl + float((F + R) >> shift)) * step;
