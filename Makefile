@@ -8,9 +8,10 @@
 # (scripts/gpu_deps.sh + EXTRA_CFLAGS=-I.deps/include for a machine without the header
 # packages); SKIP_SETUP=1 never runs scripts/setup.sh (no package registry). A build with
 # NO_MPI or NO_BLAS goes to its own folder, build/<variant>/, binary included.
-# With nvcc, src/cuda/*.cu (the CUDA backend) is linked into train_gpt and tests/cuda/*.cu
-# into the test binary; without nvcc (or with SAN=1) neither is built and train_gpt runs on
-# the CPU only.
+# With nvcc, src/cuda/*.cu (the CUDA backend) is built into libtrain_gpt_cuda.so beside the
+# binary, which train_gpt opens only when a run asks for a GPU (src/cuda_library.h), and is
+# linked with tests/cuda/*.cu into the test binary; without nvcc (or with SAN=1) neither is
+# built and train_gpt runs on the CPU only.
 
 CXX      ?= g++
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -65,7 +66,7 @@ endif
 CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(USE_NVCC))
 CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
 CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(MPI_FLAGS) $(MPI_WARN) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lgomp -lpthread -lm
+LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lgomp -lpthread -lm -ldl
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fopenmp,-Wall,-Wextra,-Werror -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
@@ -89,9 +90,11 @@ ifneq ($(USE_NVCC),)
   CU_SRC      := $(if $(HAVE_NCCL),$(wildcard src/cuda/*.cu),$(filter-out src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)))
   CU_OBJ      := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
   TEST_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard tests/cuda/*.cu))
+  CUDA_LIB    := $(dir $(BIN))libtrain_gpt_cuda.so
 else
   CU_OBJ      :=
   TEST_CU_OBJ :=
+  CUDA_LIB    :=
 endif
 
 .PHONY: all deps run test bench clean format gpu-check fuzz fuzz-run fuzz-seeds
@@ -106,24 +109,25 @@ $(BUILD)/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-ifneq ($(USE_NVCC),)
-$(BUILD)/train_gpt.o: train_gpt.cu | deps
-	@mkdir -p $(dir $@)
-	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/src/cuda/%.o: src/cuda/%.cu | deps
-	@mkdir -p $(dir $@)
-	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/tests/cuda/%.o: tests/cuda/%.cu | deps
-	@mkdir -p $(dir $@)
-	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
-$(BIN): $(BUILD)/train_gpt.o $(OBJ) $(CU_OBJ)
-	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
-$(BUILD)/run_tests: $(TEST_OBJ) $(TEST_CU_OBJ) $(OBJ) $(CU_OBJ)
-	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
-else
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
+ifneq ($(USE_NVCC),)
+# -fPIC: the backend's objects go into the shared library as well as the test binary.
+$(BUILD)/src/cuda/%.o: src/cuda/%.cu | deps
+	@mkdir -p $(dir $@)
+	$(USE_NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
+$(BUILD)/tests/cuda/%.o: tests/cuda/%.cu | deps
+	@mkdir -p $(dir $@)
+	$(USE_NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+# The library leaves the host code it calls undefined: train_gpt exports its own (-rdynamic).
+$(CUDA_LIB): $(CU_OBJ)
+	$(USE_NVCC) -shared $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(CUDA_LIBS)
+$(BIN): $(BUILD)/train_gpt.o $(OBJ) $(CUDA_LIB)
+	$(CXX) $(OPT) -rdynamic -fopenmp -o $@ $(filter %.o,$^) $(LDLIBS)
+$(BUILD)/run_tests: $(TEST_OBJ) $(TEST_CU_OBJ) $(OBJ) $(CU_OBJ)
+	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+else
 $(BIN): $(BUILD)/train_gpt.o $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
@@ -147,7 +151,7 @@ EMU_DIR     := $(BUILD)/emu
 EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
                -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
                $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h
-EMU_CU      := $(filter-out src/cuda/backend.cu src/cuda/cublaslt.cu src/cuda/matmul_fp8.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu))
+EMU_CU      := $(filter-out src/cuda/backend.cu src/cuda/library.cu src/cuda/cublaslt.cu src/cuda/matmul_fp8.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu))
 EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
 KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o residual.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o parallel.o) $(BUILD)/src/common.o
@@ -219,6 +223,6 @@ format:
 	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h tests/cuda/*.cpp
 
 clean:
-	rm -rf build train_gpt
+	rm -rf build train_gpt libtrain_gpt_cuda.so
 
 -include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d

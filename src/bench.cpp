@@ -12,8 +12,8 @@
 #include "config.h"
 #include "cpu/gemm.h"
 #include "fp8.h"
-#include "model.h"
 #include "gpu_peak.h"
+#include "model.h"
 #include "rng.h"
 #include "train.h"
 #include "trainer.h"
@@ -31,8 +31,16 @@ struct BenchCase {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+// One model in one mode over the repeats: each repeat's median step, and the peak memory of
+// the first repeat's fresh backend.
+struct RowTimes {
+  std::vector<double> ms;
+  double peak_bytes = 0;
+};
 
 // Median milliseconds of one full training step (forward, backward, the fused gradient
 // check, AdamW: the trainer's apply_update) in a precision mode, with the default optimizer
@@ -86,12 +94,32 @@ double sgemm_gflops(int M, int N, int K, int iters) {
   return 2.0 * M * N * K / median(s) / 1e9;
 }
 
+// The sgemm table on all the threads; returns the 1024^3 figure (GFLOP/s), the ceiling the
+// training rows are measured against.
+double print_sgemm_table() {
+  cpu::blas_set_threads(omp_get_max_threads());
+  printf("| sgemm (%s), %d threads (M x N x K) | GFLOP/s |\n|---|---:|\n", cpu::blas_name(),
+         omp_get_max_threads());
+  const int shapes[][3] = {{1024, 1024, 1024}, {256, 1024, 96}, {1024, 1024, 256}};
+  double ceiling = 0;
+  for (auto& s : shapes) {
+    const double g = sgemm_gflops(s[0], s[1], s[2], 10);
+    if (ceiling == 0) ceiling = g;
+    printf("| %d x %d x %d | %.1f |\n", s[0], s[1], s[2], g);
+  }
+  printf("\n");
+  return ceiling;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       int_option("threads", "CPU threads (0: all)", "0", 0, 4096),
-      int_option("iters", "timed steps per model", "20", 3, 100000),
+      int_option("iters", "timed steps per repeat (their median is the repeat's time)", "10", 3,
+                 100000),
+      int_option("repeats", "repeats per model and mode, interleaved across the modes", "5", 1,
+                 1000),
       {"device", "cpu or cuda", "cpu"},
       {"model", "small (three small models), gpt2 (GPT-2 124M) or gpt2-medium (350M)", "small"},
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16,fp8"},
@@ -103,13 +131,14 @@ int cmd_bench(int argc, char** argv) {
   // Config keys are accepted too: cuda.* and cpu.gemm choose the paths that are timed.
   Config cfg;
   if (!config_parse_args(&cfg, argc, argv, "train_gpt bench", opts, &ex)) return 0;
-  int iters = 20, gpt2_B = 8, gpt2_T = 1024;
+  int iters = 10, repeats = 5, gpt2_B = 8, gpt2_T = 1024;
   std::string device = "cpu", model = "small", modes_arg = "fp32,bf16,fp16,fp8";
   Fp8Config fp8cfg;
   Fp8Options fp8opt;
   for (auto& kv : ex) {
     if (kv.first == "threads") config_set(cfg, "train.threads", kv.second);
     if (kv.first == "iters") iters = atoi(kv.second.c_str());
+    if (kv.first == "repeats") repeats = atoi(kv.second.c_str());
     if (kv.first == "device") device = kv.second;
     if (kv.first == "model") model = kv.second;
     if (kv.first == "modes") modes_arg = kv.second;
@@ -153,6 +182,7 @@ int cmd_bench(int argc, char** argv) {
         {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
     };
   const bool gpu = be->name() == "cuda";
+  const std::string be_model = be->device_model();
   if (gpu) {
     printf("train_gpt bench: training step on %s (%s)\n", be->name().c_str(),
            be->device_model().c_str());
@@ -170,45 +200,50 @@ int cmd_bench(int argc, char** argv) {
                                  : "exact fp32 accumulation everywhere");
       }
     printf("\n");
-  } else
-    printf("train_gpt bench: training step on %s, %d thread(s)\n\n", be->name().c_str(),
-           omp_get_max_threads());
+  }
+  // The CPU's ceiling first, so that every row can say what share of it the step reaches:
+  // OpenBLAS (or the loops) on all the threads, as training splits its GEMMs.
+  double ceiling = 0;
+  if (!gpu) {
+    printf(
+        "train_gpt bench: training step on %s, %d thread(s); median of %d steps per repeat, "
+        "%d repeats interleaved across the modes\n\n",
+        be->name().c_str(), omp_get_max_threads(), iters, repeats);
+    ceiling = print_sgemm_table() * 1e9;
+  }
   printf(
-      "| model | params | B x T | mode | ms/step | tokens/s | GFLOP/s | MFU | time vs first | "
-      "peak memory | memory vs first |\n");
-  printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| model | params | B x T | mode | ms/step | spread | tokens/s | GFLOP/s | %s | time vs "
+      "first | peak memory | memory vs first |\n",
+      gpu ? "MFU" : "of sgemm");
+  printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   be.reset();
   for (const auto& bc : cases) {
     GPTConfig c = gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT);
-    double ms0 = 0, mem0 = 0;
-    for (const std::string& mode : modes) {
-      // A fresh backend per mode, so its peak is this model's alone.
-      auto mbe = make_backend(cfg);
-      mbe->set_fp8_options(fp8opt);
-      double ms = time_step(*mbe, bc, mode, fp8cfg, 3, iters);
-      double mem = double(mbe->peak_bytes());
-      if (ms0 == 0) {
-        ms0 = ms;
-        mem0 = mem;
+    std::vector<RowTimes> rows(modes.size());
+    for (int r = 0; r < repeats; r++)
+      for (size_t m = 0; m < modes.size(); m++) {
+        // A fresh backend per mode and repeat, so its peak is this model's alone.
+        auto mbe = make_backend(cfg);
+        mbe->set_fp8_options(fp8opt);
+        rows[m].ms.push_back(time_step(*mbe, bc, modes[m], fp8cfg, r == 0 ? 3 : 1, iters));
+        if (r == 0) rows[m].peak_bytes = double(mbe->peak_bytes());
       }
+    const double ms0 = median(rows[0].ms), mem0 = rows[0].peak_bytes;
+    for (size_t m = 0; m < modes.size(); m++) {
+      const double ms = median(rows[m].ms), mem = rows[m].peak_bytes;
+      const auto [lo, hi] = std::minmax_element(rows[m].ms.begin(), rows[m].ms.end());
       double tps = bc.B * bc.T / (ms / 1e3);
       const double flops = tps * flops_per_token(c, bc.T);
-      const double peak = gpu ? gpu_peak_flops(mbe->device_model(), mode) : 0.0;
-      const std::string mfu = peak > 0 ? strf("%.1f%%", 100 * flops / peak) : "-";
-      printf("| %s | %zu | %d x %d | %s | %.2f | %.0f | %.1f | %s | %.2fx | %.1f MiB | %.2fx |\n",
-             bc.name, num_parameters(c), bc.B, bc.T, mode.c_str(), ms, tps, flops / 1e9,
-             mfu.c_str(), ms / ms0, mem / 1048576.0, mem / mem0);
+      const double peak = gpu ? gpu_peak_flops(be_model, modes[m]) : ceiling;
+      const std::string share = peak > 0 ? strf("%.1f%%", 100 * flops / peak) : "-";
+      printf(
+          "| %s | %zu | %d x %d | %s | %.2f | %.2f-%.2f | %.0f | %.1f | %s | %.2fx | %.1f MiB | "
+          "%.2fx |\n",
+          bc.name, num_parameters(c), bc.B, bc.T, modes[m].c_str(), ms, *lo, *hi, tps, flops / 1e9,
+          share.c_str(), ms / ms0, mem / 1048576.0, mem / mem0);
       fflush(stdout);
     }
   }
-  if (gpu) return 0;
-  // The ceiling: OpenBLAS on all the threads (training calls it single-threaded per thread).
-  cpu::blas_set_threads(omp_get_max_threads());
-  printf("\n| sgemm (%s), %d threads (M x N x K) | GFLOP/s |\n|---|---:|\n", cpu::blas_name(),
-         omp_get_max_threads());
-  const int shapes[][3] = {{1024, 1024, 1024}, {256, 1024, 96}, {1024, 1024, 256}};
-  for (auto& s : shapes)
-    printf("| %d x %d x %d | %.1f |\n", s[0], s[1], s[2], sgemm_gflops(s[0], s[1], s[2], 10));
   return 0;
 }
 

@@ -194,14 +194,6 @@ Comm& comm() {
 
 std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
 
-#ifndef TG_NCCL
-std::unique_ptr<Comm> make_nccl_comm(Comm&, int) {
-  throw Error(
-      "this binary was built without NCCL, so several GPUs cannot train together (rebuild "
-      "with nvcc and NCCL's headers in NCCL_HOME, or use one GPU per job)");
-}
-#endif
-
 int comm_local_rank() {
   for (const char* v :
        {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})

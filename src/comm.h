@@ -63,7 +63,8 @@ std::unique_ptr<Comm> make_single_comm();
 std::unique_ptr<Comm> make_tcp_comm(int rank, int world, const std::string& rendezvous,
                                     int timeout_s);
 // GPUs: NCCL on `device`, its ncclUniqueId broadcast over `bootstrap` (MPI or TCP), which
-// must outlive it. Only in binaries built with CUDA (src/cuda/nccl_comm.cu).
+// must outlive it. Defined in the CUDA library (src/cuda/nccl_comm.cu) when NCCL was found;
+// host code reaches it through make_gpu_comm (src/cuda_library.h).
 std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, int device);
 // True once comm() has been set up with more than one process.
 bool comm_is_distributed();

@@ -3,15 +3,14 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
-#ifdef TG_CUDA
-#include "cuda/cuda_backend.h"
-#endif
+#include "cuda_library.h"
 #include "rng.h"
 #include "test_hooks.h"
 #include "trainer.h"
@@ -35,25 +34,35 @@ void poison_gradient(Backend& be, Tensor grads) {
 
 std::string resolve_device(const std::string& device) {
   if (device == "cpu") return "cpu";
-#ifdef TG_CUDA
-  const int gpus = cuda_device_count();
+  if (!cuda_built()) {
+    if (device == "cuda")
+      throw UsageError(
+          "config key 'train.device': cuda is not available: this binary was built without "
+          "CUDA (build with nvcc installed; use cpu or auto)");
+    return "cpu";
+  }
   if (device == "cuda") {
+    int gpus = 0;
+    try {
+      gpus = cuda_library().device_count();
+    } catch (const Error& e) {
+      throw UsageError(strf("config key 'train.device': cuda was asked for, but %s", e.what()));
+    }
     if (gpus == 0)
       throw UsageError(
           "config key 'train.device': cuda was asked for, but no CUDA GPU is visible (use cpu "
           "or auto)");
     return "cuda";
   }
-  // auto; the CPU-only tests keep it on the CPU.
-  if (test_hooks::auto_device_cpu()) return "cpu";
-  return gpus > 0 ? "cuda" : "cpu";
-#else
-  if (device == "cuda")
-    throw UsageError(
-        "config key 'train.device': cuda is not available: this binary was built without CUDA "
-        "(build with nvcc installed; use cpu or auto)");
-  return "cpu";
-#endif
+  // auto; the CPU-only tests keep it on the CPU. Without a device the driver shows, the CUDA
+  // library is not even opened, so a CPU run does not load the CUDA libraries.
+  if (test_hooks::auto_device_cpu() || !nvidia_device_present()) return "cpu";
+  try {
+    return cuda_library().device_count() > 0 ? "cuda" : "cpu";
+  } catch (const Error& e) {
+    std::fprintf(stderr, "warning: train.device=auto runs on the CPU: %s\n", e.what());
+    return "cpu";
+  }
 }
 
 std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
@@ -64,12 +73,10 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
   cpu::blas_set_threads(1);
   cpu::set_gemm_loops(cfg.cpu.gemm == "loops");
   const BackendOptions options = backend_options(cfg);
-#ifdef TG_CUDA
-  if (device == "cuda")
-    return make_cuda_backend(local_rank % std::max(1, cuda_device_count()), options);
-#else
-  (void)local_rank;
-#endif
+  if (device == "cuda") {
+    const CudaLibrary& cuda = cuda_library();
+    return cuda.make_backend(local_rank % std::max(1, cuda.device_count()), options);
+  }
   return make_cpu_backend(options);
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "src/checkpoint.h"
 #include "src/common.h"
@@ -337,4 +338,30 @@ TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory p
   CHECK(has(out, "flash attention"));
   CHECK(run_binary("train --cuda.attention=magic", &out) == 2);
   CHECK(has(out, "cublas|fused|flash"));
+}
+
+TEST_CASE("bench: every row has its spread over the repeats and its share of the sgemm ceiling") {
+  std::string out;
+  REQUIRE(run_binary("bench --iters=3 --repeats=2 --modes=fp32,bf16 --threads=2", &out) == 0);
+  INFO(out);
+  CHECK(has(out, "2 repeats interleaved"));
+  CHECK(has(out, "| spread |"));
+  CHECK(has(out, "| of sgemm |"));
+  // A row: ms/step, then the repeats' min-max, then tokens/s, GFLOP/s and the share in %.
+  std::istringstream lines(out);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| small (L4 C256", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::istringstream cs(line);
+    for (std::string c; std::getline(cs, c, '|');) cells.push_back(c);
+    REQUIRE(cells.size() >= 10);
+    const double ms = std::stod(cells[5]);
+    const double lo = std::stod(cells[6]), hi = std::stod(cells[6].substr(cells[6].find('-') + 1));
+    CHECK(lo <= ms);
+    CHECK(ms <= hi);
+    CHECK(cells[9].find('%') != std::string::npos);
+    rows++;
+  }
+  CHECK(rows == 2);
 }
