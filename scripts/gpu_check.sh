@@ -63,7 +63,7 @@ else
   printf '%s\n' "| stage | result | time |" "|---|---|---|" "${ROWS[@]}"
   exit 1
 fi
-cuobjdump --list-elf "$BIN" 2>/dev/null | sed 's/^/  /' | head -20
+cuobjdump --list-elf "$BUILD/libtrain_gpt_cuda.so" 2>/dev/null | sed 's/^/  /' | head -20
 
 # ---- CUDA tests
 t=$(date +%s)
