@@ -1,4 +1,4 @@
-// attention.cu: causal self-attention from cuBLAS strided-batched GEMMs (one batch entry per
+// attention.cu: causal self-attention from batched GEMMs (cuBLASLt, one batch entry per
 // (b, h)) and the kernels of kernels/attention.cuh. Row-major throughout; see matmul.cu for
 // how a row-major product maps onto column-major cuBLAS. Scores and dP are fp32 scratch
 // (B, NH, T, T); the softmax probabilities live in the model's att tensor.
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cublaslt.h"
 #include "kernels/attention.cuh"
 #include "kernels/flash_attention.cuh"
 #include "launch.h"
@@ -21,11 +22,22 @@ cudaDataType_t cuda_type(DType t) {
   return t == DType::F32 ? CUDA_R_32F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
-// Row-major, for each of `count` entries: D(M,N) = alpha op(A)(M,K) op(B)(K,N).
+// Row-major, for each of `count` entries: D(M,N) = alpha op(A)(M,K) op(B)(K,N), through the
+// cuBLASLt wrapper as one batched GEMM (column-major: D^T = op(B)^T op(A)^T), or cuBLAS's
+// strided-batched GEMM when cuda.gemm=fallback or cuBLASLt has no algorithm.
 void bgemm(Ctx& c, bool ta, bool tb, int M, int N, int K, DType ab, const void* A, int lda,
            long long sa, const void* B, int ldb, long long sb, DType dt, void* D, int ldd,
            long long sd, float alpha, int count) {
   const float beta = 0.f;
+  LtGemm g = lt_gemm_of(cuda_type(ab), cuda_type(ab), cuda_type(dt), tb, ta, N, M, K, B, ldb, A,
+                        lda, D, ldd);
+  g.alpha = &alpha;
+  g.beta = &beta;
+  g.batch = count;
+  g.stride_a = sb;
+  g.stride_b = sa;
+  g.stride_d = sd;
+  if (!c.opt.gemm_fallback && lt_matmul(c.lt_context(), g)) return;
   TG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
       cuda_type(ab), ldb, sb, A, cuda_type(ab), lda, sa, &beta, D, cuda_type(dt), ldd, sd, count,

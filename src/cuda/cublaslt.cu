@@ -38,6 +38,15 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof v));
 }
 
+void set_batch(cublasLtMatrixLayout_t l, int count, long long stride) {
+  const int32_t n = count;
+  const int64_t s = stride;
+  TG_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n));
+  TG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                   &s, sizeof s));
+}
+
 bool is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 
 void set_epilogue(cublasLtMatmulDesc_t op, const LtGemm& g) {
@@ -70,6 +79,11 @@ void make_descs(LtDescs& d, const LtGemm& g) {
   TG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, g.b_type, g.transb ? g.n : g.k,
                                              g.transb ? g.k : g.n, g.ldb));
   TG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.d, g.d_type, g.m, g.n, g.ldd));
+  if (g.batch > 1) {
+    set_batch(d.a, g.batch, g.stride_a);
+    set_batch(d.b, g.batch, g.stride_b);
+    set_batch(d.d, g.batch, g.stride_d);
+  }
 }
 
 // The heuristic's first algorithm for g, or false when it has none.
@@ -96,7 +110,7 @@ bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatm
   return true;
 }
 
-using AlgoKey = std::array<int64_t, 21>;
+using AlgoKey = std::array<int64_t, 25>;
 struct AlgoEntry {
   bool usable = false;
   cublasLtMatmulAlgo_t algo{};
@@ -123,7 +137,11 @@ AlgoKey key_of(const LtContext& c, const LtGemm& g) {
           pointer_alignment(g.B),
           pointer_alignment(g.D),
           g.bias ? pointer_alignment(g.bias) : 0,
-          g.gelu_aux ? pointer_alignment(g.gelu_aux) : 0};
+          g.gelu_aux ? pointer_alignment(g.gelu_aux) : 0,
+          g.batch,
+          g.stride_a,
+          g.stride_b,
+          g.stride_d};
 }
 
 // The cached heuristic answer for g, asked on first sight.

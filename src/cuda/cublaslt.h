@@ -1,5 +1,6 @@
 // cublaslt.h: the one cuBLASLt wrapper every GEMM of the CUDA backend goes through (matmul.cu's
-// GEMMs, the GELU epilogue, the FP8 block linears of matmul_fp8.cu).
+// GEMMs, the GELU epilogue, attention.cu's batched GEMMs, the FP8 block linears of
+// matmul_fp8.cu).
 //
 // A GEMM is described by an LtGemm (column-major, cuBLAS's convention); lt_matmul builds its
 // descriptors, asks cuBLASLt's heuristic once per configuration (the answer is cached under a
@@ -27,7 +28,9 @@ enum class LtEpilogue { kNone, kBias, kGeluAuxBias };
 
 // Column-major D(m,n) = alpha * [a_scale * b_scale *] op(A) op(B) [+ bias(m)] + beta * D.
 // Stored shapes: A is m x k (k x m when transa), B is k x n (n x k when transb). alpha and
-// beta point to floats on the host, or on the device with device_scalars.
+// beta point to floats on the host, or on the device with device_scalars. With batch > 1,
+// `batch` such products, the i-th at A + i stride_a, B + i stride_b, D + i stride_d (strides
+// in elements; CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / STRIDED_BATCH_OFFSET).
 struct LtGemm {
   cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F, d_type = CUDA_R_32F;
   bool transa = false, transb = false;
@@ -44,6 +47,8 @@ struct LtGemm {
   bool device_scalars = false;
   const float* alpha = nullptr;
   const float* beta = nullptr;
+  int batch = 1;
+  long long stride_a = 0, stride_b = 0, stride_d = 0;
 };
 
 // The GEMM D(m,n) = op(A) op(B); epilogue, scaling and scalars left to fill in.

@@ -3,15 +3,13 @@
 // binary does not link libcudart or cuBLAS). "Device" memory is host memory, a stream runs
 // everything at once in order, the device has one multiprocessor and compute capability 9.0.
 // cuBLAS's GEMMs are fp32 loops in k order (what cuBLAS computes, up to the summation order)
-// rounded once into C's type; cuBLASLt declines every GEMM (tg::gpu::lt_matmul returns
-// false), so the launchers take their own fallbacks, as they do on a GPU when cuBLASLt has
-// no algorithm.
+// rounded once into C's type. cuBLASLt is emulated the same way from its descriptors
+// (tests/cuda/cublaslt_emulation.cpp), so the real wrapper (src/cuda/cublaslt.cu) runs.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
 
-#include "src/cuda/cublaslt.h"
 #include "src/formats.h"
 
 extern "C" {
@@ -46,12 +44,14 @@ const char* cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS erro
 
 }  // extern "C"
 
-namespace {
+namespace emu_blas {
 
 float load(cudaDataType_t t, const void* p, size_t i) {
   switch (t) {
     case CUDA_R_32F: return static_cast<const float*>(p)[i];
     case CUDA_R_16BF: return tg::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_8F_E4M3: return tg::e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case CUDA_R_8F_E5M2: return tg::e5m2_to_f32(static_cast<const uint8_t*>(p)[i]);
     default: return tg::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
   }
 }
@@ -63,6 +63,16 @@ void store(cudaDataType_t t, void* p, size_t i, float v) {
     default: static_cast<uint16_t*>(p)[i] = v != v ? uint16_t(0x7fff) : tg::f32_to_f16(v);
   }
 }
+size_t elem_bytes(cudaDataType_t t) {
+  return t == CUDA_R_32F ? 4 : t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2 ? 1 : 2;
+}
+
+}  // namespace emu_blas
+
+namespace {
+
+using emu_blas::load;
+using emu_blas::store;
 
 // Column-major C(m,n) = alpha op(A) op(B) + beta C (C not read when beta is 0).
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
@@ -105,8 +115,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
   const auto* a = static_cast<const char*>(A);
   const auto* b = static_cast<const char*>(B);
   auto* c = static_cast<char*>(C);
-  const size_t ea = at == CUDA_R_32F ? 4 : 2, eb = bt == CUDA_R_32F ? 4 : 2,
-               ec = ct == CUDA_R_32F ? 4 : 2;
+  const size_t ea = emu_blas::elem_bytes(at), eb = emu_blas::elem_bytes(bt),
+               ec = emu_blas::elem_bytes(ct);
   for (int i = 0; i < count; i++)
     gemm(ta, tb, m, n, k, *static_cast<const float*>(alpha), a + i * sa * ea, at, lda,
          b + i * sb * eb, bt, ldb, *static_cast<const float*>(beta), c + i * sc * ec, ct, ldc);
@@ -114,7 +124,3 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
 }
 
 }  // extern "C"
-
-namespace tg::gpu {
-bool lt_matmul(const LtContext&, const LtGemm&) { return false; }
-}  // namespace tg::gpu

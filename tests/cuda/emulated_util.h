@@ -129,6 +129,10 @@ bool all_poison(const E* p, size_t n) {
   return true;
 }
 
+// How many GEMMs the emulated cuBLASLt has run (tests/cuda/cublaslt_emulation.cpp): a test
+// of the wrapper's path checks that it was taken.
+int emu_lt_matmul_calls();
+
 inline void check_emu() {
   for (const std::string& err : emu::errors()) FAIL_CHECK("emulation: " << err);
 }

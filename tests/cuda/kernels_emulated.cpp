@@ -87,22 +87,30 @@ template <typename E>
 void bias_backward(E* dbias, const E* dout, int N, int OC) {
   gpu::bias_backward(emu_ctx(), dtype_of<E>(), dbias, dout, N, OC);
 }
-// matmul.cu's gemm(), on its fallback path (fp32 products, then the epilogue kernel).
+// The context with cuda.gemm = fallback (cuBLAS, then matmul.cu's epilogue kernel) or lt (the
+// cuBLASLt wrapper, emulated by tests/cuda/cublaslt_emulation.cpp).
+gpu::Ctx gemm_ctx(bool fallback) {
+  gpu::Ctx c = emu_ctx();
+  c.opt.gemm_fallback = fallback;
+  return c;
+}
+// matmul.cu's gemm() on either path.
 template <typename E>
-void gemm_fallback(const gpu::Ctx&, bool ta, bool tb, int M, int N, int K, const E* A, int lda,
-                   const E* B, int ldb, E* D, float beta, const E* bias) {
-  gpu::gemm(emu_ctx(), ta, tb, M, N, K, dtype_of<E>(), A, lda, B, ldb, dtype_of<E>(), D, N, beta,
-            bias);
+void gemm(bool fallback, bool ta, bool tb, int M, int N, int K, const E* A, int lda, const E* B,
+          int ldb, E* D, float beta, const E* bias) {
+  gpu::Ctx c = gemm_ctx(fallback);
+  gpu::gemm(c, ta, tb, M, N, K, dtype_of<E>(), A, lda, B, ldb, dtype_of<E>(), D, N, beta, bias);
 }
 template <typename E>
-void attention_forward(const gpu::Ctx&, E* out, E* att, const E* qkv, int B, int T, int Cn,
-                       int NH) {
-  gpu::attention_forward(emu_ctx(), dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
+void attention_forward(bool fallback, E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
+  gpu::Ctx c = gemm_ctx(fallback);
+  gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
 }
 template <typename E>
-void attention_backward(const gpu::Ctx&, E* dqkv, const E* dout, const E* qkv, const E* att, int B,
+void attention_backward(bool fallback, E* dqkv, const E* dout, const E* qkv, const E* att, int B,
                         int T, int Cn, int NH) {
-  gpu::attention_backward(emu_ctx(), dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
+  gpu::Ctx c = gemm_ctx(fallback);
+  gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
 }
 // attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
 template <typename E, int KJ>
@@ -339,10 +347,76 @@ TEST_CASE("layernorm forward, fused residual + layernorm, backward vs the CPU") 
   }
 }
 
-TEST_CASE("bias backward and the GEMM fallback's epilogue vs the CPU matmul") {
+TEST_CASE("bias backward, and the GEMMs (cuBLASLt wrapper and fallback) vs the CPU matmul") {
   std::mt19937 rng(5);
-  const gpu::Ctx c = make_ctx();
   const int shapes[][3] = {{1, 3, 5}, {13, 20, 37}, {150, 9, 300}};  // N, C, OC
+  for (const bool fallback : {false, true})
+    for (const auto& sh : shapes) {
+      CAPTURE(fallback);
+      const int lt_calls = emu_lt_matmul_calls();
+      const int N = sh[0], Cn = sh[1], OC = sh[2];
+      CAPTURE(N);
+      CAPTURE(Cn);
+      CAPTURE(OC);
+      FOR_TYPES({
+        CAPTURE(tname<E>());
+        // dbias += column sums of dout; reference: the CPU's fp32 bias_backward on widened
+        // values, rounded once (what the CPU backend does for 16-bit tensors)
+        Buf<E> dout(size_t(N) * OC), db(OC + 1), rdb(OC);
+        fill(dout.p, dout.n, rng);
+        fill(db.p, OC, rng);
+        std::vector<float> wd(dout.n), wdb(OC);
+        for (size_t i = 0; i < dout.n; i++) wd[i] = f(dout[i]);
+        for (int j = 0; j < OC; j++) wdb[j] = f(db[j]);
+        cpu::bias_backward(wdb.data(), wd.data(), N, OC);
+        for (int j = 0; j < OC; j++) rdb[j] = e<E>(wdb[j]);
+        bias_backward<E>(db.p, dout.p, N, OC);
+        CHECK(rel_err(db.p, rdb.p, OC) <= tol<E>());
+        CHECK(all_poison(db.p + OC, 1));
+
+        // out = inp W^T + bias (beta 0), then out = dout' W + 1 * out (beta 1, no bias)
+        Buf<E> inp(size_t(N) * Cn), W(size_t(OC) * Cn), bias(OC), out(size_t(N) * OC + 1),
+            ref(size_t(N) * OC);
+        fill(inp.p, inp.n, rng);
+        fill(W.p, W.n, rng);
+        fill(bias.p, OC, rng);
+        gemm<E>(fallback, false, true, N, OC, Cn, inp.p, Cn, W.p, Cn, out.p, 0.f, bias.p);
+        std::vector<float> wi(inp.n), ww(W.n), wb(OC), wo(size_t(N) * OC);
+        for (size_t i = 0; i < inp.n; i++) wi[i] = f(inp[i]);
+        for (size_t i = 0; i < W.n; i++) ww[i] = f(W[i]);
+        for (int j = 0; j < OC; j++) wb[j] = f(bias[j]);
+        cpu::matmul_forward(wo.data(), wi.data(), ww.data(), wb.data(), N, Cn, OC);
+        for (size_t i = 0; i < wo.size(); i++) ref[i] = e<E>(wo[i]);
+        CHECK(rel_err(out.p, ref.p, wo.size()) <= tol<E>());
+        CHECK(all_poison(out.p + wo.size(), 1));
+        // beta = 1, no bias: out += inp2 (N, C) W2^T with W2 (OC, C) (i.e. the dW-style
+        // accumulation); reference: widened old out + products, one rounding
+        Buf<E> inp2(size_t(N) * Cn), W2(size_t(OC) * Cn);
+        fill(inp2.p, inp2.n, rng);
+        fill(W2.p, W2.n, rng);
+        std::vector<float> wo2(wo.size()), wi2(inp2.n), ww2(W2.n);
+        for (size_t i = 0; i < inp2.n; i++) wi2[i] = f(inp2[i]);
+        for (size_t i = 0; i < W2.n; i++) ww2[i] = f(W2[i]);
+        cpu::matmul_forward(wo2.data(), wi2.data(), ww2.data(), static_cast<const float*>(nullptr),
+                            N, Cn, OC);
+        for (size_t i = 0; i < wo2.size(); i++) ref[i] = e<E>(wo2[i] + f(out[i]));
+        gemm<E>(fallback, false, true, N, OC, Cn, inp2.p, Cn, W2.p, Cn, out.p, 1.f,
+                static_cast<const E*>(nullptr));
+        CHECK(rel_err(out.p, ref.p, wo.size()) <= tol<E>());
+        check_emu();
+      })
+      // The Lt path went through cuBLASLt (2 GEMMs per type; odd biases may fall back), the
+      // fallback never did.
+      if (fallback)
+        CHECK(emu_lt_matmul_calls() == lt_calls);
+      else
+        CHECK(emu_lt_matmul_calls() > lt_calls);
+    }
+}
+
+TEST_CASE("GEMM + bias + GELU in cuBLASLt's epilogue vs the CPU matmul and gelu") {
+  std::mt19937 rng(15);
+  const int shapes[][3] = {{1, 3, 8}, {13, 20, 40}, {70, 9, 264}};  // N, C, OC (OC % 8 == 0)
   for (const auto& sh : shapes) {
     const int N = sh[0], Cn = sh[1], OC = sh[2];
     CAPTURE(N);
@@ -350,49 +424,36 @@ TEST_CASE("bias backward and the GEMM fallback's epilogue vs the CPU matmul") {
     CAPTURE(OC);
     FOR_TYPES({
       CAPTURE(tname<E>());
-      // dbias += column sums of dout; reference: the CPU's fp32 bias_backward on widened
-      // values, rounded once (what the CPU backend does for 16-bit tensors)
-      Buf<E> dout(size_t(N) * OC), db(OC + 1), rdb(OC);
-      fill(dout.p, dout.n, rng);
-      fill(db.p, OC, rng);
-      std::vector<float> wd(dout.n), wdb(OC);
-      for (size_t i = 0; i < dout.n; i++) wd[i] = f(dout[i]);
-      for (int j = 0; j < OC; j++) wdb[j] = f(db[j]);
-      cpu::bias_backward(wdb.data(), wd.data(), N, OC);
-      for (int j = 0; j < OC; j++) rdb[j] = e<E>(wdb[j]);
-      bias_backward<E>(db.p, dout.p, N, OC);
-      CHECK(rel_err(db.p, rdb.p, OC) <= tol<E>());
-      CHECK(all_poison(db.p + OC, 1));
-
-      // out = inp W^T + bias (beta 0), then out = dout' W + 1 * out (beta 1, no bias)
-      Buf<E> inp(size_t(N) * Cn), W(size_t(OC) * Cn), bias(OC), out(size_t(N) * OC + 1),
-          ref(size_t(N) * OC);
+      Buf<E> inp(size_t(N) * Cn), W(size_t(OC) * Cn), bias(OC), pre(size_t(N) * OC + 1),
+          out(size_t(N) * OC + 1), rpre(size_t(N) * OC), rout(size_t(N) * OC);
       fill(inp.p, inp.n, rng);
       fill(W.p, W.n, rng);
       fill(bias.p, OC, rng);
-      gemm_fallback<E>(c, false, true, N, OC, Cn, inp.p, Cn, W.p, Cn, out.p, 0.f, bias.p);
-      std::vector<float> wi(inp.n), ww(W.n), wb(OC), wo(size_t(N) * OC);
+      gpu::Ctx c = gemm_ctx(false);
+      c.opt.gelu_epilogue = true;  // cuda.gelu_epilogue
+      const int lt_calls = emu_lt_matmul_calls();
+      REQUIRE(gpu::gemm_bias_gelu(c, N, OC, Cn, dtype_of<E>(), inp.p, W.p, bias.p, pre.p, out.p));
+      CHECK(emu_lt_matmul_calls() == lt_calls + 1);
+      // reference: fp32 pre-activation, rounded once; gelu of the fp32 value, rounded once
+      std::vector<float> wi(inp.n), ww(W.n), wb(OC), wp(size_t(N) * OC), wg(wp.size());
       for (size_t i = 0; i < inp.n; i++) wi[i] = f(inp[i]);
       for (size_t i = 0; i < W.n; i++) ww[i] = f(W[i]);
       for (int j = 0; j < OC; j++) wb[j] = f(bias[j]);
-      cpu::matmul_forward(wo.data(), wi.data(), ww.data(), wb.data(), N, Cn, OC);
-      for (size_t i = 0; i < wo.size(); i++) ref[i] = e<E>(wo[i]);
-      CHECK(rel_err(out.p, ref.p, wo.size()) <= tol<E>());
-      CHECK(all_poison(out.p + wo.size(), 1));
-      // beta = 1, no bias: out += inp2 (N, C) W2^T with W2 (OC, C) (i.e. the dW-style
-      // accumulation); reference: widened old out + products, one rounding
-      Buf<E> inp2(size_t(N) * Cn), W2(size_t(OC) * Cn);
-      fill(inp2.p, inp2.n, rng);
-      fill(W2.p, W2.n, rng);
-      std::vector<float> wo2(wo.size()), wi2(inp2.n), ww2(W2.n);
-      for (size_t i = 0; i < inp2.n; i++) wi2[i] = f(inp2[i]);
-      for (size_t i = 0; i < W2.n; i++) ww2[i] = f(W2[i]);
-      cpu::matmul_forward(wo2.data(), wi2.data(), ww2.data(), static_cast<const float*>(nullptr), N,
-                          Cn, OC);
-      for (size_t i = 0; i < wo2.size(); i++) ref[i] = e<E>(wo2[i] + f(out[i]));
-      gemm_fallback<E>(c, false, true, N, OC, Cn, inp2.p, Cn, W2.p, Cn, out.p, 1.f,
-                       static_cast<const E*>(nullptr));
-      CHECK(rel_err(out.p, ref.p, wo.size()) <= tol<E>());
+      cpu::matmul_forward(wp.data(), wi.data(), ww.data(), wb.data(), N, Cn, OC);
+      cpu::gelu_forward(wg.data(), wp.data(), wp.size());
+      for (size_t i = 0; i < wp.size(); i++) {
+        rpre[i] = e<E>(wp[i]);
+        rout[i] = e<E>(wg[i]);
+      }
+      CHECK(rel_err(pre.p, rpre.p, wp.size()) <= tol<E>());
+      CHECK(rel_err(out.p, rout.p, wp.size()) <= tol<E>());
+      CHECK(all_poison(pre.p + wp.size(), 1));
+      CHECK(all_poison(out.p + wp.size(), 1));
+      // cuda.gemm=fallback turns the fused epilogue down (the model runs GEMM, then GELU)
+      gpu::Ctx fb = gemm_ctx(true);
+      fb.opt.gelu_epilogue = true;
+      CHECK_FALSE(
+          gpu::gemm_bias_gelu(fb, N, OC, Cn, dtype_of<E>(), inp.p, W.p, bias.p, pre.p, out.p));
       check_emu();
     })
   }
@@ -456,42 +517,43 @@ TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 row
   }
 }
 
-TEST_CASE("attention forward and backward (cuBLAS path, GEMMs on the host) vs the CPU") {
+TEST_CASE("attention forward and backward (batched GEMMs: cuBLASLt and cuBLAS) vs the CPU") {
   std::mt19937 rng(6);
-  const gpu::Ctx c = make_ctx();
   const int shapes[][4] = {{1, 5, 8, 2}, {2, 37, 24, 3}, {1, 70, 64, 2}};  // B, T, C, NH
-  for (const auto& sh : shapes) {
-    const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
-    CAPTURE(B);
-    CAPTURE(T);
-    CAPTURE(Cn);
-    CAPTURE(NH);
-    FOR_TYPES({
-      CAPTURE(tname<E>());
-      const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
-      Buf<E> qkv(3 * btc), out(btc + 1), att(natt + 1), rout(btc), ratt(natt);
-      fill(qkv.p, qkv.n, rng);
-      attention_forward<E>(c, out.p, att.p, qkv.p, B, T, Cn, NH);
-      cpu::attention_forward(C(rout.p), C(ratt.p), C(qkv.p), B, T, Cn, NH);
-      CHECK(rel_err(out.p, rout.p, btc) <= tol<E>());
-      CHECK(rel_err(att.p, ratt.p, natt) <= tol<E>());
-      size_t upper = 0;  // exact zeros above the diagonal
-      for (size_t r = 0; r < size_t(B) * NH * T; r++)
-        for (int u = int(r % T) + 1; u < T; u++) upper += bits(att[r * T + u]) != 0;
-      CHECK(upper == 0);
-      CHECK(all_poison(out.p + btc, 1));
-      CHECK(all_poison(att.p + natt, 1));
-      check_emu();
+  for (const bool fallback : {false, true})
+    for (const auto& sh : shapes) {
+      CAPTURE(fallback);
+      const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
+      CAPTURE(B);
+      CAPTURE(T);
+      CAPTURE(Cn);
+      CAPTURE(NH);
+      FOR_TYPES({
+        CAPTURE(tname<E>());
+        const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
+        Buf<E> qkv(3 * btc), out(btc + 1), att(natt + 1), rout(btc), ratt(natt);
+        fill(qkv.p, qkv.n, rng);
+        attention_forward<E>(fallback, out.p, att.p, qkv.p, B, T, Cn, NH);
+        cpu::attention_forward(C(rout.p), C(ratt.p), C(qkv.p), B, T, Cn, NH);
+        CHECK(rel_err(out.p, rout.p, btc) <= tol<E>());
+        CHECK(rel_err(att.p, ratt.p, natt) <= tol<E>());
+        size_t upper = 0;  // exact zeros above the diagonal
+        for (size_t r = 0; r < size_t(B) * NH * T; r++)
+          for (int u = int(r % T) + 1; u < T; u++) upper += bits(att[r * T + u]) != 0;
+        CHECK(upper == 0);
+        CHECK(all_poison(out.p + btc, 1));
+        CHECK(all_poison(att.p + natt, 1));
+        check_emu();
 
-      Buf<E> dout(btc), dqkv(3 * btc + 1), rdqkv(3 * btc);
-      fill(dout.p, btc, rng);
-      attention_backward<E>(c, dqkv.p, dout.p, qkv.p, ratt.p, B, T, Cn, NH);
-      cpu::attention_backward(C(rdqkv.p), C(dout.p), C(qkv.p), C(ratt.p), B, T, Cn, NH);
-      CHECK(rel_err(dqkv.p, rdqkv.p, 3 * btc) <= (std::is_same_v<E, float> ? 1e-5 : 2e-2));
-      CHECK(all_poison(dqkv.p + 3 * btc, 1));
-      check_emu();
-    })
-  }
+        Buf<E> dout(btc), dqkv(3 * btc + 1), rdqkv(3 * btc);
+        fill(dout.p, btc, rng);
+        attention_backward<E>(fallback, dqkv.p, dout.p, qkv.p, ratt.p, B, T, Cn, NH);
+        cpu::attention_backward(C(rdqkv.p), C(dout.p), C(qkv.p), C(ratt.p), B, T, Cn, NH);
+        CHECK(rel_err(dqkv.p, rdqkv.p, 3 * btc) <= (std::is_same_v<E, float> ? 1e-5 : 2e-2));
+        CHECK(all_poison(dqkv.p + 3 * btc, 1));
+        check_emu();
+      })
+    }
 }
 
 TEST_CASE("attention permutes: bit-exact round trips") {

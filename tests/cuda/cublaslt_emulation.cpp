@@ -1,0 +1,237 @@
+// cublaslt_emulation.cpp: host stand-ins for the cuBLASLt calls of src/cuda/cublaslt.cu, for
+// the emulated tests (see cuda_emulation.cpp). The descriptors are read as cuBLASLt documents
+// them (cublasLt.h; cuBLAS docs, cublasLtMatmul):
+//
+//   D = epilogue(alpha * a_scale * b_scale * op(A) op(B) + beta * C [+ bias])   column-major,
+//   GELU_AUX_BIAS: aux = alpha ... + bias (rounded to D's type), D = gelu(aux in fp32),
+//
+// for each of the layouts' batch entries; the products are fp32 sums in k order, rounded once
+// into D's type. Attributes the wrapper does not set are refused (CUBLAS_STATUS_NOT_SUPPORTED),
+// so a new one shows up here first. Like the real library, FP8 operands want the TN layout
+// (the heuristic finds no algorithm otherwise), and the heuristic checks that the layouts
+// agree on m, n and k.
+#include <cublasLt.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace emu_blas {
+float load(cudaDataType_t t, const void* p, size_t i);
+void store(cudaDataType_t t, void* p, size_t i, float v);
+size_t elem_bytes(cudaDataType_t t);
+}  // namespace emu_blas
+
+namespace emu_test {
+int lt_matmul_calls = 0;
+int emu_lt_matmul_calls() { return lt_matmul_calls; }
+}  // namespace emu_test
+
+namespace {
+
+struct EmuMatmulDesc {
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtPointerMode_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+  const void* a_scale = nullptr;
+  const void* b_scale = nullptr;
+  int8_t fast_accum = 0;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  int32_t bias_type = -1;  // -1: D's type
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+
+struct EmuLayout {
+  cudaDataType_t type = CUDA_R_32F;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int32_t batch = 1;
+  int64_t stride = 0;
+};
+
+EmuMatmulDesc* desc(cublasLtMatmulDesc_t d) { return reinterpret_cast<EmuMatmulDesc*>(d); }
+EmuLayout* layout(cublasLtMatrixLayout_t l) { return reinterpret_cast<EmuLayout*>(l); }
+
+template <typename T>
+cublasStatus_t take(T* dst, const void* buf, size_t n) {
+  if (n != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(dst, buf, n);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+bool is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+// The GEMM's m, n, k from D, A and the transposes; false when B disagrees.
+bool shape_of(const EmuMatmulDesc& op, const EmuLayout& a, const EmuLayout& b, const EmuLayout& d,
+              uint64_t* m, uint64_t* n, uint64_t* k) {
+  *m = d.rows;
+  *n = d.cols;
+  const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
+  *k = ta ? a.rows : a.cols;
+  if ((ta ? a.cols : a.rows) != *m) return false;
+  return (tb ? b.cols : b.rows) == *k && (tb ? b.rows : b.cols) == *n;
+}
+
+// alpha and beta: host or "device" pointer alike (device memory is host memory here).
+float scalar(const void* p) { return *static_cast<const float*>(p); }
+
+float gelu(float x) {
+  const float s = std::sqrt(2.0f / float(M_PI));
+  return 0.5f * x * (1.0f + std::tanh(s * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  auto* e = new EmuMatmulDesc;
+  e->compute = compute;
+  *d = reinterpret_cast<cublasLtMatmulDesc_t>(e);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete desc(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                              size_t n) {
+  EmuMatmulDesc& o = *desc(d);
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return take(&o.transa, buf, n);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return take(&o.transb, buf, n);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return take(&o.pointer_mode, buf, n);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return take(&o.a_scale, buf, n);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return take(&o.b_scale, buf, n);
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return take(&o.fast_accum, buf, n);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return take(&o.epilogue, buf, n);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return take(&o.bias, buf, n);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return take(&o.bias_type, buf, n);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return take(&o.aux, buf, n);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return take(&o.aux_ld, buf, n);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  if (ld < int64_t(rows)) return CUBLAS_STATUS_INVALID_VALUE;  // column-major: ld >= rows
+  auto* e = new EmuLayout;
+  e->type = type;
+  e->rows = rows;
+  e->cols = cols;
+  e->ld = ld;
+  *l = reinterpret_cast<cublasLtMatrixLayout_t>(e);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete layout(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t n) {
+  switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return take(&layout(l)->batch, buf, n);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return take(&layout(l)->stride, buf, n);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+// Preferences only narrow the heuristic's choice; the emulation has one algorithm.
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = reinterpret_cast<cublasLtMatmulPreference_t>(new int);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete reinterpret_cast<int*>(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void*, size_t) {
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return CUBLAS_STATUS_SUCCESS;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int* found) {
+  *found = 0;
+  uint64_t m, n, k;
+  if (requested < 1 || !shape_of(*desc(op), *layout(a), *layout(b), *layout(d), &m, &n, &k))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (layout(c)->rows != m || layout(c)->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool fp8 = is_fp8(layout(a)->type) || is_fp8(layout(b)->type);
+  if (fp8 && !(desc(op)->transa == CUBLAS_OP_T && desc(op)->transb == CUBLAS_OP_N))
+    return CUBLAS_STATUS_SUCCESS;  // FP8 kernels are TN only: no algorithm
+  std::memset(&results[0], 0, sizeof results[0]);
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t opd, const void* alpha_p,
+                              const void* A, cublasLtMatrixLayout_t ad, const void* B,
+                              cublasLtMatrixLayout_t bd, const void* beta_p, const void* C,
+                              cublasLtMatrixLayout_t cd, void* D, cublasLtMatrixLayout_t dd,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+  const EmuMatmulDesc& op = *desc(opd);
+  const EmuLayout &a = *layout(ad), &b = *layout(bd), &c = *layout(cd), &d = *layout(dd);
+  uint64_t m, n, k;
+  if (!shape_of(op, a, b, d, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+  const float alpha = scalar(alpha_p), beta = scalar(beta_p);
+  float scale = 1.0f;
+  if (op.a_scale) scale *= *static_cast<const float*>(op.a_scale);
+  if (op.b_scale) scale *= *static_cast<const float*>(op.b_scale);
+  const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
+  const bool bias =
+      op.epilogue == CUBLASLT_EPILOGUE_BIAS || op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu_aux = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (op.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if ((bias && !op.bias) || (gelu_aux && (!op.aux || op.aux_ld < int64_t(m))))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const cudaDataType_t bias_type = op.bias_type < 0 ? d.type : cudaDataType_t(op.bias_type);
+  emu_test::lt_matmul_calls++;
+  for (int32_t e = 0; e < d.batch; e++) {
+    const auto* pa = static_cast<const char*>(A) + e * a.stride * emu_blas::elem_bytes(a.type);
+    const auto* pb = static_cast<const char*>(B) + e * b.stride * emu_blas::elem_bytes(b.type);
+    const auto* pc = static_cast<const char*>(C) + e * c.stride * emu_blas::elem_bytes(c.type);
+    auto* pd = static_cast<char*>(D) + e * d.stride * emu_blas::elem_bytes(d.type);
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t i = 0; i < m; i++) {
+        float s = 0.f;
+        for (uint64_t p = 0; p < k; p++) {
+          const size_t ia = ta ? i * a.ld + p : p * a.ld + i;
+          const size_t ib = tb ? p * b.ld + j : j * b.ld + p;
+          s += emu_blas::load(a.type, pa, ia) * emu_blas::load(b.type, pb, ib);
+        }
+        float v = alpha * (scale * s);
+        if (beta != 0.f) v += beta * emu_blas::load(c.type, pc, j * c.ld + i);
+        if (bias) v += emu_blas::load(bias_type, op.bias, i);
+        if (gelu_aux) {
+          emu_blas::store(d.type, op.aux, j * op.aux_ld + i, v);
+          v = gelu(v);
+        }
+        emu_blas::store(d.type, pd, j * d.ld + i, v);
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
