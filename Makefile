@@ -134,12 +134,11 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 endif
 
-# The CUDA backend's launchers and the cuBLASLt wrapper (src/cuda/*.cu but the backend, the
-# library entry, the FP8 GEMMs and NCCL) and their kernels run on the CPU with CUDA threads
-# emulated as fibers (tests/cuda/cuda_emulation.h, passed with -include; the runtime, cuBLAS
-# and cuBLASLt as host stand-ins, tests/cuda/cuda_emulation.cpp and cublaslt_emulation.cpp;
-# needs the CUDA headers; C++20), compared with the CPU
-# backend's ops (linked from its objects): one binary, tests/cuda/*_emulated.cpp.
+# The CUDA backend (src/cuda/*.cu but the library entry and NCCL) and its kernels run on the
+# CPU with CUDA threads emulated as fibers (tests/cuda/cuda_emulation.h, passed with
+# -include; the runtime, cuBLAS and cuBLASLt as host stand-ins, tests/cuda/*_emulation.cpp;
+# needs the CUDA headers; C++20), compared with the CPU backend (linked from its objects):
+# one binary of tests/cuda/*_emulated.cpp and the GPU tests tests/cuda/test_*.cu but NCCL's.
 # -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
 # kernels' 16-byte packs are type-punned through int4, as nvcc allows; -march=native as the
 # CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there).
@@ -152,10 +151,12 @@ EMU_DIR     := $(BUILD)/emu
 EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
                -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
                $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h
-EMU_CU      := $(filter-out src/cuda/backend.cu src/cuda/library.cu src/cuda/matmul_fp8.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu))
-EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp tests/cuda/cublaslt_emulation.cpp
+EMU_CU      := $(filter-out src/cuda/library.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)) \
+               $(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu))
+EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp \
+               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
-KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o residual.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o parallel.o) $(BUILD)/src/common.o
+KERNELS_EMU_OBJ := $(OBJ) $(BUILD)/tests/test_util.o
 $(EMU_DIR)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@

@@ -11,9 +11,10 @@
 //     time, all fibers on one OS thread; `extern __shared__`, the dynamic shared memory, is
 //     common.cuh's dynamic_smem(), here one buffer of kMaxDynamicSmem bytes filled with 0xFF
 //     bytes before each block);
-//   - the CUDA runtime and cuBLAS calls the launchers make are host stand-ins
-//     (tests/cuda/cuda_emulation.cpp: copies, no-op synchronisation, one multiprocessor,
-//     cuBLAS GEMMs as fp32 loops, cuBLASLt declining every GEMM so the fallback runs);
+//   - the CUDA runtime, cuBLAS and cuBLASLt calls the backend makes are host stand-ins
+//     (tests/cuda/cuda_emulation.cpp, runtime_emulation.cpp, cublaslt_emulation.cpp: copies,
+//     no-op synchronisation, one device with one multiprocessor, GEMMs as fp32 loops, the
+//     cuBLASLt matmul computed from its descriptors);
 //   - emu::launch(grid, block, smem, kernel, args...) runs the grid block after block (x fastest),
 //     each block as blockDim.x cooperative fibers (ucontext stacks, switched with
 //     _setjmp/_longjmp) on the calling thread: a fiber runs until it waits at a barrier,

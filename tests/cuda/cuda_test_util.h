@@ -45,6 +45,18 @@ inline bool gpu_available() {
     }                                        \
   } while (0)
 
+// A case that runs the train_gpt binary on the GPU: under the emulation
+// (tests/cuda/cuda_emulation.h) the binary has no emulated device, so it skips there.
+#ifdef TG_CUDA_EMULATION
+#define TG_REQUIRE_GPU_BINARY()                                                 \
+  do {                                                                          \
+    MESSAGE("skipped under the emulation: runs the train_gpt binary on a GPU"); \
+    return;                                                                     \
+  } while (0)
+#else
+#define TG_REQUIRE_GPU_BINARY() TG_REQUIRE_GPU()
+#endif
+
 // Per-precision tolerance of one kernel's relative error.
 inline double tol(DType t) { return t == DType::F32 ? 1e-5 : 1e-2; }
 inline const char* name(DType t) { return tg::dtype_name(t); }

@@ -4,9 +4,11 @@
 // reference). No GPU needed: it checks the launch configurations, the kernels' index math,
 // grid-stride loops, tails, 16-byte packs, warp and block reductions, early exits and
 // rounding points exactly as written; not nvcc, the memory model, device libm or cuBLAS
-// (tests/cuda/test_kernels.cu on a GPU does that). The GEMMs (cuBLAS) are fp32 loops and
-// cuBLASLt declines every GEMM (tests/cuda/cuda_emulation.cpp), so the launchers' fallbacks
-// run. The same binary holds fp8_emulated.cpp and flash_emulated.cpp.
+// (tests/cuda/test_kernels.cu on a GPU does that). The GEMMs are fp32 loops, cuBLAS's and
+// cuBLASLt's (tests/cuda/cuda_emulation.cpp, cublaslt_emulation.cpp: the real wrapper
+// src/cuda/cublaslt.cu runs), so both GEMM paths are tested. The same binary holds
+// fp8_emulated.cpp, flash_emulated.cpp and the GPU tests tests/cuda/test_*.cu, compiled against the
+// same stand-ins.
 //
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,

@@ -11,6 +11,7 @@
 // fp32 differences (1e-6). Hence 5e-3 with exact accumulation; the forward with fast
 // accumulation (reduced-precision accumulator on Hopper) gets 1e-2. amax and scales are
 // order-free (a max; the same function of the same amax): bit-equal.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -188,17 +189,31 @@ void fp8_training_parity(const std::string& recipe, bool fallback, const std::ve
     CHECK(std::fabs(loss[1] / loss[0] - 1) < 1e-2);
     CHECK(std::fabs(norm[1] / norm[0] - 1) < 5e-2);
   }
-  // The amax histories (what checkpoints keep) follow the CPU's.
+  // The amax histories (what checkpoints keep) follow the CPU's. Each entry is the maximum of
+  // a tensor whose elements move by whole E4M3 / E5M2 steps (6% / 12%) wherever a rounding
+  // flips, and flips come as soon as the two backends sum in different orders (the CPU's
+  // blocked sgemm, cuBLASLt's kernels, the emulation's k-order loops): under the emulation,
+  // the gradients' amaxes differ by up to 3% after the first step and the inputs' by up to
+  // 10% after ten. A slot or scale mix-up moves entries by factors (weights ~0.08, inputs ~3,
+  // gradients ~1e-3), hence: every entry within 25%, and the median within 3%.
   const nlohmann::json jc = sc.to_json(), jg = sg.to_json();
   const auto &hc = jc.at("amax_history"), &hg = jg.at("amax_history");
   REQUIRE(hc.size() == hg.size());
+  std::vector<double> rel;
   for (size_t i = 0; i < hc.size(); i++) {
     REQUIRE(hc[i].size() == hg[i].size());
     for (size_t k = 0; k < hc[i].size(); k++) {
       const double a = hc[i][k].get<double>(), b = hg[i][k].get<double>();
-      CHECK(std::fabs(b - a) <= 5e-2 * std::fabs(a));
+      CAPTURE(i);
+      CAPTURE(k);
+      CHECK(std::fabs(b - a) <= 0.25 * std::fabs(a));
+      rel.push_back(std::fabs(b - a) / std::fabs(a));
     }
   }
+  REQUIRE(!rel.empty());
+  std::nth_element(rel.begin(), rel.begin() + rel.size() / 2, rel.end());
+  MESSAGE("amax histories: median relative difference " << rel[rel.size() / 2]);
+  CHECK(rel[rel.size() / 2] <= 0.03);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "kernels/loss_scale.cuh"
+#include "src/cuda/launch.h"
 #include "src/loss_scaler.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -328,8 +329,12 @@ TEST_CASE("cuda: fused classifier (softmax, cross-entropy, dlogits in place)") {
       Pair losses = tw.poisoned(DType::F32, N);
       tw.cpu->classifier(logits.cpu, losses.cpu, tgt.cpu, dloss, N, V, Vp);
       tw.gpu->classifier(logits.gpu, losses.gpu, tgt.gpu, dloss, N, V, Vp);
-      CHECK(tw.err(losses) < 1e-5);
-      CHECK(tw.err(logits) < 1e-5);
+      // The CPU sums the row's exponentials in order in fp32: over V = 50257 terms that sum
+      // carries about sqrt(V) 2^-24 = 1.3e-5 of relative rounding, which a block's tree
+      // reduction does not share (the emulation measured 1.02e-5 on the dlogits).
+      const double bound = V > 1000 ? 3e-5 : 1e-5;
+      CHECK(tw.err(losses) < bound);
+      CHECK(tw.err(logits) < bound);
     }
   }
 }
@@ -444,15 +449,19 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
     const float c[2] = {float(0.5 + step), bad ? 1.f : 0.f};
     cudaMemcpy(check, c, sizeof(c), cudaMemcpyHostToDevice);
     const double scale = host.scale;
-    tg::gpu::loss_scale_step_kernel<<<1, 32>>>(d, check, host.params(), 2.0);
+    tg::gpu::launch(tg::gpu::loss_scale_step_kernel, 1, 32, 0, nullptr, d, check, host.params(),
+                    2.0);
     const bool skip = host.update(bad);
     applied += skip ? 0 : 1;
     tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0};
     const double norm = std::sqrt(double(c[0]));
     a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
-    if (!skip) tg::gpu::adamw_kernel<float><<<4, 256>>>(dw1, dw1, dg, dm1, dv1, n, a);
+    if (!skip)
+      tg::gpu::launch(tg::gpu::adamw_kernel<float>, 4, 256, 0, nullptr, dw1, dw1, dg, dm1, dv1, n,
+                      a);
     a.grad_scale = 0.f;  // must not be used
-    tg::gpu::adamw_device_kernel<float><<<4, 256>>>(dw2, dw2, dg, dm2, dv2, n, a, d);
+    tg::gpu::launch(tg::gpu::adamw_device_kernel<float>, 4, 256, 0, nullptr, dw2, dw2, dg, dm2, dv2,
+                    n, a, d);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     tg::LossScaleDevice got;
     cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);

@@ -141,7 +141,7 @@ TEST_CASE("cuda: ten training steps follow the CPU") {
 }
 
 TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resume") {
-  TG_REQUIRE_GPU();
+  TG_REQUIRE_GPU_BINARY();
   // mode, extra options, and the GPU-vs-CPU loss tolerance; fp8 quantizes, so an ulp of
   // difference in an activation can move a code (fp8 twice: delayed and current recipe).
   struct Case {
@@ -209,7 +209,7 @@ TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resum
 // run bit for bit (fp16, dynamic scaling with a short growth interval and hysteresis, one injected
 // non-finite step, clipping).
 TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
-  TG_REQUIRE_GPU();
+  TG_REQUIRE_GPU_BINARY();
   const std::string extra =
       " --train.steps=10 --precision.loss_scale.growth_interval=3 "
       "--precision.loss_scale.hysteresis=2 --precision.inject_nonfinite_step=4 "
@@ -236,7 +236,7 @@ TEST_CASE("cuda: the loss-scale decision on the device matches the host's") {
 }
 
 TEST_CASE("cuda: a CPU checkpoint resumes on the GPU") {
-  TG_REQUIRE_GPU();
+  TG_REQUIRE_GPU_BINARY();
   tgt::TempDir run, ref;
   std::string out;
   REQUIRE(tgt::run_binary(
@@ -255,7 +255,7 @@ TEST_CASE("cuda: a CPU checkpoint resumes on the GPU") {
 }
 
 TEST_CASE("cuda: fp8 training shapes the FP8 GEMMs cannot take are refused at start") {
-  TG_REQUIRE_GPU();
+  TG_REQUIRE_GPU_BINARY();
   auto gpu = tg::make_cuda_backend();
   if (!gpu->fp8_shape_problem(16, 40, 40).empty()) {  // an FP8 GPU: n_embd 40 is refused
     tgt::TempDir run;

@@ -1,0 +1,136 @@
+// runtime_emulation.cpp: the rest of the CUDA runtime and cuBLAS handle calls that the CUDA
+// backend (src/cuda/backend.cu, matmul_fp8.cu) and the GPU tests (tests/cuda/test_*.cu) make,
+// as host stand-ins, so that they run under the emulation (tests/cuda/cuda_emulation.h) as
+// they run on a GPU: one emulated device, "device" memory from the host heap (256-byte
+// aligned, filled with 0xFF bytes as poison, counted against an 80 GiB device), streams and
+// events that complete at once (every call runs when it is made), compute capability 9.0 and
+// one multiprocessor (cuda_emulation.cpp's cudaDeviceGetAttribute says the same).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace {
+
+std::mutex g_mu;
+std::map<void*, size_t>& allocations() {
+  static std::map<void*, size_t> m;
+  return m;
+}
+constexpr size_t kDeviceBytes = size_t(80) << 30;
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d != 0) return cudaErrorInvalidDevice;
+  std::memset(p, 0, sizeof *p);
+  std::strcpy(p->name, "emulated CUDA device (tests/cuda/cuda_emulation.h)");
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 1;
+  p->totalGlobalMem = kDeviceBytes;
+  p->sharedMemPerBlock = 48 << 10;
+  p->sharedMemPerBlockOptin = 227 << 10;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0xff, n);
+  std::lock_guard<std::mutex> lock(g_mu);
+  allocations()[*p] = n;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!allocations().erase(p)) return cudaErrorInvalidValue;
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  size_t used = 0;
+  for (const auto& a : allocations()) used += a.second;
+  *total = kDeviceBytes;
+  *free_bytes = kDeviceBytes - used;
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  std::memset(a, 0, sizeof *a);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& m = allocations();
+  auto it = m.upper_bound(const_cast<void*>(p));
+  const bool device = it != m.begin() && (--it, static_cast<const char*>(p) <
+                                                    static_cast<char*>(it->first) + it->second);
+  a->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  return cudaSuccess;
+}
+
+// Streams and events: the work of every call is done when the call returns.
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = reinterpret_cast<cudaStream_t>(new int);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<int*>(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new int);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<int*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.f;
+  return cudaSuccess;
+}
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  *h = reinterpret_cast<cublasHandle_t>(new int);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  delete reinterpret_cast<int*>(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = reinterpret_cast<cublasLtHandle_t>(new int);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete reinterpret_cast<int*>(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
