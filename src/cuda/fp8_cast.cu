@@ -32,11 +32,7 @@ int sm_count() {
 const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 
 unsigned fp8_grid(size_t work) {
-  const size_t per_block = fp8_detail::kThreads;
-  size_t want = (work + per_block - 1) / per_block;
-  const size_t cap = size_t(sm_count()) * 4;
-  if (want > cap) want = cap;
-  return unsigned(want < 1 ? 1 : want);
+  return grid_stride_blocks(work, fp8_detail::kThreads, sm_count(), 4);
 }
 
 void fp8_amax(float* amax, const bf16* x, size_t n, cudaStream_t stream) {

@@ -79,6 +79,16 @@ enum ScratchSlot {
   kNumScratch
 };
 
+// A grid-stride launch size for n elements of `threads` per block: enough blocks to fill each
+// of the `sms` multiprocessors `blocks_per_sm` times over, never more than the work needs,
+// at least one.
+inline unsigned grid_stride_blocks(size_t n, int threads, int sms, int blocks_per_sm) {
+  size_t blocks = (n + threads - 1) / threads;
+  const size_t cap = size_t(sms > 0 ? sms : 1) * size_t(blocks_per_sm);
+  if (blocks > cap) blocks = cap;
+  return unsigned(blocks > 0 ? blocks : 1);
+}
+
 struct Ctx {
   cudaStream_t stream = nullptr;
   cudaDeviceProp prop{};
@@ -91,13 +101,9 @@ struct Ctx {
 
   LtContext lt_context() const { return {lt, lt_workspace, lt_workspace_bytes, stream}; }
 
-  // A grid-stride launch size for n elements: enough blocks to fill every multiprocessor
-  // several times over, never more than the work needs.
+  // A grid-stride launch size for n elements (grid_stride_blocks, 32 blocks per SM).
   unsigned grid(size_t n, int threads) const {
-    size_t blocks = (n + threads - 1) / threads;
-    size_t cap = size_t(prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1) * 32;
-    if (blocks > cap) blocks = cap;
-    return unsigned(blocks > 0 ? blocks : 1);
+    return grid_stride_blocks(n, threads, prop.multiProcessorCount, 32);
   }
 };
 
