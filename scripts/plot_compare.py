@@ -10,7 +10,10 @@ val loss itself (mean over seeds) on a log axis. OUT_DIR/loss_scale.png for mode
 loss scale moved (first seed; red x: skipped). And per mode with numerics telemetry
 OUT_DIR/numerics_<mode>.png (first seed): rows are tensors (per layer where the run
 recorded layers), columns the sampled steps; left the share of values that underflowed
-(zero or subnormal), right log10 of the absolute maximum.
+(zero or subnormal), right log10 of the absolute maximum. And per mode with
+precision.mode=auto records OUT_DIR/auto_<mode>.png (first seed): rows are the GEMM
+operands of every layer's block linears, columns the measured steps; left the format each
+one was given (colour), right the SQNR of the narrowest candidate (how sensitive it is).
 """
 import json
 import os
@@ -23,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_metrics(path):
-    train, val, numerics = [], [], []
+    train, val, numerics, auto = [], [], [], []
     with open(path) as f:
         for line in f:
             try:
@@ -36,7 +39,9 @@ def read_metrics(path):
                 val.append(r)
             elif r.get("kind") == "numerics":
                 numerics.append(r)
-    return train, val, numerics
+            elif r.get("kind") == "auto":
+                auto.append(r)
+    return train, val, numerics, auto
 
 
 def load(out_dir, wanted):
@@ -75,7 +80,7 @@ def main():
         color = colors[i % len(colors)]
         # Right: the mean over seeds of the val loss, log axis.
         per_step = {}
-        for _, val, _ in runs.values():
+        for _, val, _, _ in runs.values():
             for s, v in val_by_step(val).items():
                 per_step.setdefault(s, []).append(v)
         steps = sorted(per_step)
@@ -85,7 +90,7 @@ def main():
         if ref is None or name == ref_name:
             continue
         diffs = {}
-        for seed, (_, val, _) in runs.items():
+        for seed, (_, val, _, _) in runs.items():
             if seed not in ref:
                 continue
             mine, base = val_by_step(val), val_by_step(ref[seed][1])
@@ -141,6 +146,9 @@ def main():
         numerics = runs[min(runs)][2]
         if numerics:
             plot_numerics(name, numerics, os.path.join(out_dir, f"numerics_{name}.png"))
+        auto = runs[min(runs)][3]
+        if auto:
+            plot_auto(name, auto, os.path.join(out_dir, f"auto_{name}.png"))
 
 
 def numerics_rows(rec):
@@ -186,6 +194,53 @@ def plot_numerics(name, numerics, path):
     ax1.set_title(f"{name}: share of values zero or subnormal")
     ax2.set_title(f"{name}: log10 |max| (white: all zero)")
     fig.colorbar(im1, ax=ax1, fraction=0.04)
+    fig.colorbar(im2, ax=ax2, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_auto(name, records, path):
+    """Formats chosen per (layer, linear, GEMM role, operand) over the measured steps."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    cands = records[0]["candidates"]
+    sl = records[0]["slots"]
+    labels = [f"L{l} {lin} {role[0:5]} {op}" for l, lin, role, op in
+              zip(sl["layer"], sl["linear"], sl["role"], sl["operand"])]
+    steps = [r["step"] for r in records]
+    fmt = [[cands.index(r["slots"]["format"][i]) for r in records] for i in range(len(labels))]
+    narrow = cands[0]
+    sqnr = [[r["slots"]["sqnr_db"][narrow][i] for r in records] for i in range(len(labels))]
+    sqnr = [[float("nan") if v is None else v for v in row] for row in sqnr]
+    height = max(4.0, 0.13 * len(labels) + 1.8)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, height), sharey=True)
+    # Narrow formats warm, wide ones cool; one colour per candidate, in the candidates' order.
+    palette = ["#d62728", "#ff7f0e", "#bcbd22", "#2ca02c", "#17becf", "#1f77b4", "#7f7f7f"]
+    cmap = ListedColormap(palette[:len(cands) - 1] + ["#1f3b73"] if len(cands) > 1 else ["#1f3b73"])
+    ax1.imshow(fmt, aspect="auto", cmap=cmap, vmin=-0.5, vmax=len(cands) - 0.5,
+               interpolation="nearest")
+    im2 = ax2.imshow(sqnr, aspect="auto", cmap="viridis", interpolation="nearest")
+    for ax in (ax1, ax2):
+        ticks = list(range(0, len(steps), max(1, len(steps) // 10)))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax.set_xlabel("step (measured)")
+        # A line between layers.
+        for i in range(1, len(labels)):
+            if sl["layer"][i] != sl["layer"][i - 1]:
+                ax.axhline(i - 0.5, color="white", linewidth=1.2)
+    ax1.set_yticks(range(len(labels)))
+    ax1.set_yticklabels(labels, fontsize=5.5)
+    share = records[-1].get("low_bit_flop_share")
+    ax1.set_title(f"{name}: format per GEMM operand"
+                  + (f" (last: {100 * share:.0f}% of linear FLOPs <= 8 bits)" if share is not None
+                     else ""), fontsize=9)
+    ax1.legend(handles=[Patch(color=cmap(i), label=c) for i, c in enumerate(cands)],
+               loc="upper left", bbox_to_anchor=(0, -0.06), ncol=len(cands), fontsize=7)
+    thr = records[0].get("threshold_db")
+    ax2.set_title(f"SQNR of {narrow} (dB; threshold {thr:g} dB)", fontsize=9)
     fig.colorbar(im2, ax=ax2, fraction=0.04)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

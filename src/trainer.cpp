@@ -173,6 +173,43 @@ void Trainer::setup_precision() {
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());
+  if (cfg_.precision.mode != "auto") return;
+  const auto& a = cfg_.precision.auto_;
+  const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db, a.budget,
+                       a.priors,     a.every,        a.window};
+  auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
+  apply_auto_formats();
+}
+
+void Trainer::apply_auto_formats() {
+  for (int l = 0; l < mc_.n_layer; l++)
+    for (int lin = 0; lin < kAutoLinears; lin++)
+      fp8_->set_linear_recipe(l, lin, auto_->linear_recipe(l, lin));
+}
+
+// Each linear's weight gradient's squared norm, and all gradients' (this rank's, before the
+// reduction: AutoPrecision::reduce sums them over the ranks).
+void Trainer::auto_grad_norms() {
+  const size_t C = size_t(mc_.n_embd);
+  const int weight[kAutoLinears] = {QKVW, ATTPROJW, FCW, FCPROJW};
+  const size_t per[kAutoLinears] = {3 * C * C, C * C, 4 * C * C, 4 * C * C};
+  std::vector<double> sq;
+  for (int l = 0; l < mc_.n_layer; l++)
+    for (int lin = 0; lin < kAutoLinears; lin++)
+      sq.push_back(
+          be_->sum_squares(model_->grad(weight[lin]).slice(size_t(l) * per[lin], per[lin])));
+  auto_->take_grad_norms(sq, be_->sum_squares(model_->grads()));
+}
+
+void Trainer::auto_decide() {
+  auto_->reduce(*cm_);
+  const std::vector<AutoChange> changes = auto_->decide();
+  metrics_.write(auto_->record().dump());
+  if (changes.empty()) return;
+  apply_auto_formats();
+  if (rank_ != 0) return;
+  for (const AutoChange& c : changes)
+    printf("auto: step %lld: %s\n", (long long)(step_ + 1), auto_->describe(c).c_str());
 }
 
 // ---- start: the run directory, resume, logs ----
@@ -284,6 +321,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
     Fp8State check = *fp8_;
     check.from_json(s.fp8, state_path);
   }
+  if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
+    AutoPrecision check = *auto_;
+    check.from_json(s.auto_precision, state_path);
+  }
 
   model_->set_params(cd.params);
   cd.m.resize(model_->shard_size(), 0.0f);
@@ -307,6 +348,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
         s.mode.c_str(), cfg_.precision.mode.c_str());
   }
   if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
+  if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
+    auto_->from_json(s.auto_precision, state_path);
+    apply_auto_formats();
+  }
   // The compute copy of the weights is what the last update rounded, stochastic or not.
   model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
 }
@@ -325,6 +370,7 @@ RunState Trainer::run_state() const {
   s.mode = cfg_.precision.mode;
   s.loss_scale = scaler_;
   if (fp8_) s.fp8 = fp8_->to_json();
+  if (auto_) s.auto_precision = auto_->to_json();
   s.initial_val_loss = initial_val_loss_;
   s.config = cfg_json_;
   s.model = mc_;
@@ -369,6 +415,18 @@ void Trainer::print_start() const {
            : f.fast_accum       ? ", fast accumulation in the forward GEMM"
                                 : ", exact fp32 accumulation everywhere");
   }
+  if (auto_) {
+    const auto& a = cfg_.precision.auto_;
+    std::string names;
+    for (const AutoCandidate& c : auto_->candidates()) names += (names.empty() ? "" : ",") + c.name;
+    printf(
+        "auto: candidates %s (narrowest first); SQNR threshold %g dB, hysteresis %g dB, "
+        "budget %s; measured at step 1 and every %d steps; priors %s\n",
+        names.c_str(), a.threshold_db, a.hysteresis_db,
+        a.budget > 0 ? strf("%.0f%% of block-linear FLOPs in <= 8 bits", 100 * a.budget).c_str()
+                     : "none",
+        a.every, a.priors ? "on (first and last layers start wide)" : "off");
+  }
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
@@ -391,14 +449,22 @@ StepResult Trainer::step() {
   GPT& model = *model_;
   model.zero_grad();
   double loss = 0;
+  // auto: the first micro-batch's operands are measured (copies; the step is unchanged).
+  const bool measure = auto_ && auto_->due(r.step);
   for (int micro = 0; micro < grad_accum_; micro++) {
     train_loader_->next_batch(inputs_.data(), targets_.data());
     if (fp8_) fp8_->set_rng_seed(quant_seed(cfg_, step_, micro));
+    if (measure && micro == 0) {
+      auto_->begin(r.step, quant_seed(cfg_, step_, -1));
+      model.set_probe(auto_.get());
+    }
     loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
                           float(r.scale / (double(grad_accum_) * world_))) /
             grad_accum_;
     model.backward();
+    model.set_probe(nullptr);
   }
+  if (measure) auto_grad_norms();
   if (test_hooks::fail_rank() == rank_ && r.step == 2)
     throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
   if (world_ > 1) {
@@ -407,6 +473,7 @@ StepResult Trainer::step() {
     cm_->all_reduce_sum(&loss, 1);
     loss /= world_;
   }
+  if (measure) auto_decide();
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model.grads());
   if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
     record_numerics(r.step, r.scale);
@@ -693,6 +760,8 @@ json Trainer::finish() {
     }
     summary["numerics"] = nj;
   }
+  if (auto_)
+    summary["auto"] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
   if (rank_ == 0)
     write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), summary.dump(2) + "\n");
   printf(
@@ -703,6 +772,9 @@ json Trainer::finish() {
   if (std::isfinite(gap))
     printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
            final_val_loss, loss_floor_, 100 * gap, ln_vocab_);
+  if (auto_)
+    printf("auto: final formats (%.0f%% of block-linear FLOPs in <= 8 bits):\n%s",
+           100 * auto_->flop_share(), auto_->map_text().c_str());
   printf("run directory: %s\n", cfg_.train.out_dir.c_str());
   fflush(stdout);
   return summary;
