@@ -207,7 +207,8 @@ def plot_auto(name, records, path):
 
     cands = records[0]["candidates"]
     sl = records[0]["slots"]
-    labels = [f"L{l} {lin} {role[0:5]} {op}" for l, lin, role, op in
+    short = {"forward": "fwd", "dgrad": "dgrad", "wgrad": "wgrad"}
+    labels = [f"L{l} {lin} {short.get(role, role)} {op}" for l, lin, role, op in
               zip(sl["layer"], sl["linear"], sl["role"], sl["operand"])]
     steps = [r["step"] for r in records]
     fmt = [[cands.index(r["slots"]["format"][i]) for r in records] for i in range(len(labels))]
@@ -221,7 +222,10 @@ def plot_auto(name, records, path):
     cmap = ListedColormap(palette[:len(cands) - 1] + ["#1f3b73"] if len(cands) > 1 else ["#1f3b73"])
     ax1.imshow(fmt, aspect="auto", cmap=cmap, vmin=-0.5, vmax=len(cands) - 0.5,
                interpolation="nearest")
-    im2 = ax2.imshow(sqnr, aspect="auto", cmap="viridis", interpolation="nearest")
+    # Centred on the threshold: red below (too lossy for that format), blue above.
+    thr = records[0].get("threshold_db", 20)
+    im2 = ax2.imshow(sqnr, aspect="auto", cmap="RdBu", vmin=thr - 10, vmax=thr + 10,
+                     interpolation="nearest")
     for ax in (ax1, ax2):
         ticks = list(range(0, len(steps), max(1, len(steps) // 10)))
         ax.set_xticks(ticks)
@@ -234,12 +238,11 @@ def plot_auto(name, records, path):
     ax1.set_yticks(range(len(labels)))
     ax1.set_yticklabels(labels, fontsize=5.5)
     share = records[-1].get("low_bit_flop_share")
-    ax1.set_title(f"{name}: format per GEMM operand"
+    ax1.set_title(f"{name}: format per GEMM operand after each measurement"
                   + (f" (last: {100 * share:.0f}% of linear FLOPs <= 8 bits)" if share is not None
                      else ""), fontsize=9)
     ax1.legend(handles=[Patch(color=cmap(i), label=c) for i, c in enumerate(cands)],
                loc="upper left", bbox_to_anchor=(0, -0.06), ncol=len(cands), fontsize=7)
-    thr = records[0].get("threshold_db")
     ax2.set_title(f"SQNR of {narrow} (dB; threshold {thr:g} dB)", fontsize=9)
     fig.colorbar(im2, ax=ax2, fraction=0.04)
     fig.tight_layout()

@@ -202,6 +202,10 @@ AutoPrecision::AutoPrecision(const AutoOptions& o, std::vector<AutoCandidate> c,
       for (int s = 0; s < kAutoLinears * kSlotsPerLinear; s++)
         fmt_[size_t(l) * kAutoLinears * kSlotsPerLinear + size_t(s)] = n - 1;
   amax_window_.resize(size_t(n_layer_) * kAutoLinears * kLinearOperands);
+  in_channels_ = {m.n_embd, m.n_embd, m.n_embd, 4 * m.n_embd};
+  split_.resize(size_t(n_layer_) * kAutoLinears);
+  outliers_.resize(split_.size());
+  outlier_ratio_.assign(split_.size(), 0.0);
 }
 
 void AutoPrecision::begin(int64_t step, uint64_t seed) {
@@ -212,9 +216,25 @@ void AutoPrecision::begin(int64_t step, uint64_t seed) {
   grad_sq_.assign(size_t(n_layer_) * kAutoLinears, 0.0);
   grad_total_sq_ = 0;
   last_changes_.clear();
+  chan_amax_.assign(split_.size(), {});
+  for (int l = 0; l < n_layer_; l++)
+    for (int lin = 0; lin < kAutoLinears; lin++)
+      chan_amax_[size_t(l) * kAutoLinears + size_t(lin)].assign(size_t(in_channels_[size_t(lin)]),
+                                                                0.0f);
 }
 
 namespace {
+// The error of the forward operand x(rows, cols) when its columns `split` run unquantized:
+// the error of the quantized rest, relative to the rest (an outlier's energy, kept exactly,
+// would otherwise hide how much the other channels lose).
+cpu::QuantError split_error(const float* x, int rows, int cols, const std::vector<int>& split,
+                            const OperandRecipe& o, uint64_t seed) {
+  std::vector<float> rest(x, x + size_t(rows) * cols);
+  for (int r = 0; r < rows; r++)
+    for (int c : split) rest[size_t(r) * cols + c] = 0.0f;
+  return cpu::quant_error(rest.data(), rows, cols, o, seed);
+}
+
 std::vector<float> transposed(const float* x, int rows, int cols) {
   std::vector<float> t(size_t(rows) * cols);
   for (int r = 0; r < rows; r++)
@@ -228,6 +248,13 @@ void AutoPrecision::take(int layer, int linear, int operand, const float* x, int
   float amax = 0;
   for (size_t i = 0; i < n; i++) amax = std::max(amax, std::fabs(x[i]));  // NaN: ignored
   amax_[size_t(tensor_index(layer, linear, operand))] = amax;
+  const size_t li = size_t(layer) * kAutoLinears + size_t(linear);
+  if (operand == kLinearInput) {
+    std::vector<float>& ch = chan_amax_[li];
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols && c < int(ch.size()); c++)
+        ch[size_t(c)] = std::max(ch[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
+  }
   std::vector<float> xt;
   for (int g = 0; g < kGemmRoles; g++)
     for (int b = 0; b < 2; b++) {
@@ -245,8 +272,12 @@ void AutoPrecision::take(int layer, int linear, int operand, const float* x, int
         }
         const uint64_t s = detail::splitmix64_mix(seed_ + uint64_t(slot * 64 + int(c) + 1) *
                                                               0x9E3779B97F4A7C15ull);
-        e = t ? cpu::quant_error(xt.data(), cols, rows, o, s)
-              : cpu::quant_error(x, rows, cols, o, s);
+        if (t)
+          e = cpu::quant_error(xt.data(), cols, rows, o, s);
+        else if (g == kForward && !split_[li].empty())
+          e = split_error(x, rows, cols, split_[li], o, s);
+        else
+          e = cpu::quant_error(x, rows, cols, o, s);
       }
     }
 }
@@ -272,6 +303,32 @@ void AutoPrecision::reduce(Comm& comm) {
   for (double& g : grad_sq_) g = v[k++];
   grad_total_sq_ = v[k];
   comm.all_reduce_max(amax_.data(), amax_.size());
+  for (auto& ch : chan_amax_) comm.all_reduce_max(ch.data(), ch.size());
+}
+
+// Channels above outlier_k x the median channel amax; with splitting, they become the split.
+void AutoPrecision::find_outliers() {
+  for (size_t i = 0; i < chan_amax_.size(); i++) {
+    std::vector<float> sorted = chan_amax_[i];
+    std::sort(sorted.begin(), sorted.end());
+    const float median = sorted.empty() ? 0.0f : sorted[sorted.size() / 2];
+    outliers_[i].clear();
+    outlier_ratio_[i] = median > 0 ? sorted.back() / double(median) : 0.0;
+    if (median > 0)
+      for (size_t c = 0; c < chan_amax_[i].size(); c++)
+        if (chan_amax_[i][c] > opt_.outlier_k * median) outliers_[i].push_back(int(c));
+    if (!opt_.split_outliers || outliers_[i] == split_[i]) continue;
+    std::string list;
+    for (int c : outliers_[i]) list += (list.empty() ? "" : ",") + std::to_string(c);
+    const int slot = auto_slot(int(i) / kAutoLinears, int(i) % kAutoLinears, kForward, 0);
+    last_changes_.push_back(
+        {slot, fmt_[size_t(slot)], fmt_[size_t(slot)],
+         outliers_[i].empty()
+             ? std::string("no outlier channels: none split any more")
+             : strf("outlier channels [%s] (largest %.1fx the median) split out unquantized",
+                    list.c_str(), outlier_ratio_[i])});
+    split_[i] = outliers_[i];
+  }
 }
 
 std::vector<AutoChange> AutoPrecision::decide() {
@@ -291,6 +348,7 @@ std::vector<AutoChange> AutoPrecision::decide() {
   fmt_ = choose_formats(fmt_, sqnr, low_bit, gemm_flops_,
                         AutoPolicy{opt_.threshold_db, opt_.hysteresis_db, opt_.budget}, names,
                         &last_changes_);
+  find_outliers();
   return last_changes_;
 }
 
@@ -299,7 +357,11 @@ std::string AutoPrecision::describe(const AutoChange& c) const {
 }
 
 QuantRecipe AutoPrecision::linear_recipe(int layer, int linear) const {
-  return compose_linear_recipe(cand_, &fmt_[size_t(auto_slot(layer, linear, 0, 0))]);
+  QuantRecipe r = compose_linear_recipe(cand_, &fmt_[size_t(auto_slot(layer, linear, 0, 0))]);
+  // The split matters only where a forward operand is quantized.
+  if (is_low_bit(r.gemm[kForward].a) || is_low_bit(r.gemm[kForward].b))
+    r.split_channels = split_channels(layer, linear);
+  return r;
 }
 
 double AutoPrecision::flop_share() const {
@@ -356,6 +418,16 @@ json AutoPrecision::record() const {
   for (double g : grad_sq_) share.push_back(grad_total_sq_ > 0 ? g / grad_total_sq_ : 0.0);
   json changes = json::array();
   for (const AutoChange& c : last_changes_) changes.push_back(describe(c));
+  json outliers = {{"count", json::array()},
+                   {"channels", json::array()},
+                   {"max_ratio", json::array()},
+                   {"split", json::array()}};
+  for (size_t i = 0; i < outliers_.size(); i++) {
+    outliers["count"].push_back(outliers_[i].size());
+    outliers["channels"].push_back(outliers_[i]);
+    outliers["max_ratio"].push_back(outlier_ratio_[i]);
+    outliers["split"].push_back(split_[i]);
+  }
   return {{"kind", "auto"},
           {"step", step_},
           {"candidates", names},
@@ -364,11 +436,13 @@ json AutoPrecision::record() const {
           {"slots", slots},
           {"tensors", tensors},
           {"grad_share", share},
+          {"outliers", outliers},
           {"changes", changes}};
 }
 
 std::string AutoPrecision::map_text() const {
-  std::string s = "layer  linear   fwd input/weight  dgrad grad/weight  wgrad grad/input\n";
+  std::string s =
+      "layer  linear   fwd input/weight  dgrad grad/weight  wgrad grad/input  split channels\n";
   for (int l = 0; l < n_layer_; l++)
     for (int lin = 0; lin < kAutoLinears; lin++) {
       s += strf("%5d  %-7s", l, auto_linear_name(lin));
@@ -377,7 +451,9 @@ std::string AutoPrecision::map_text() const {
         s += strf("  %8s/%-8s", cand_[size_t(fmt_[size_t(k)])].name.c_str(),
                   cand_[size_t(fmt_[size_t(k) + 1])].name.c_str());
       }
-      s += "\n";
+      std::string list;
+      for (int c : split_channels(l, lin)) list += (list.empty() ? "" : ",") + std::to_string(c);
+      s += "  " + (list.empty() ? std::string("-") : list) + "\n";
     }
   return s;
 }
@@ -392,6 +468,7 @@ json AutoPrecision::map_json() const {
         for (int b = 0; b < 2; b++)
           r[std::string(auto_role_name(g)) + "." + auto_operand_name(auto_slot_operand(g, b))] =
               cand_[size_t(fmt_[size_t(auto_slot(l, lin, g, b))])].name;
+      r["split_channels"] = split_channels(l, lin);
       lj[auto_linear_name(lin)] = r;
     }
     layers.push_back(lj);
@@ -404,7 +481,10 @@ json AutoPrecision::to_json() const {
   for (const AutoCandidate& c : cand_) names.push_back(c.name);
   for (int f : fmt_) formats.push_back(cand_[size_t(f)].name);
   for (const auto& w : amax_window_) windows.push_back(std::vector<float>(w.begin(), w.end()));
-  return {{"candidates", names}, {"formats", formats}, {"amax_window", windows}};
+  return {{"candidates", names},
+          {"formats", formats},
+          {"amax_window", windows},
+          {"split_channels", split_}};
 }
 
 void AutoPrecision::from_json(const json& j, const std::string& path) {
@@ -439,8 +519,24 @@ void AutoPrecision::from_json(const json& j, const std::string& path) {
     }
     while (int(w[i].size()) > opt_.window) w[i].pop_front();
   }
+  const json& sc = j.contains("split_channels") ? j["split_channels"] : json();
+  if (!sc.is_array() || sc.size() != split_.size())
+    bad("split_channels", strf("does not hold %zu channel lists", split_.size()));
+  std::vector<std::vector<int>> split(split_.size());
+  for (size_t i = 0; i < split.size(); i++) {
+    const int n = in_channels_[i % kAutoLinears];
+    if (!sc[i].is_array()) bad("split_channels", strf("entry %zu is not a list", i));
+    for (const auto& c : sc[i]) {
+      if (!c.is_number_integer() || c.get<int64_t>() < 0 || c.get<int64_t>() >= n ||
+          (!split[i].empty() && c.get<int64_t>() <= split[i].back()))
+        bad("split_channels",
+            strf("entry %zu holds %s, not an increasing channel below %d", i, c.dump().c_str(), n));
+      split[i].push_back(c.get<int>());
+    }
+  }
   fmt_ = f;
   amax_window_ = w;
+  split_ = split;
 }
 
 }  // namespace tg

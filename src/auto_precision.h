@@ -11,7 +11,11 @@
 //     share (nonzero values that become zero) and the saturation share (values clipped);
 //   per model operand (input, weight, output gradient of each linear): amax, and its drift
 //     over the last precision.auto.window measurements (max / min amax);
-//   per linear: its weight gradient's share of the squared global gradient norm.
+//   per linear: its weight gradient's share of the squared global gradient norm, and the
+//     amax of every input channel of its input: channels above precision.auto.outlier_k x
+//     the median channel are outliers. With precision.auto.outliers=split they run in the
+//     forward GEMM unquantized beside the rest (QuantRecipe::split_channels), and the
+//     forward operands' SQNR is measured as that split GEMM sees them.
 // With several ranks the sums behind these are all-reduced, so every rank decides alike.
 // The policy (choose_formats) then gives each slot the narrowest candidate whose SQNR is at
 // least precision.auto.threshold_db (a narrower one than now needs hysteresis_db more), and
@@ -42,6 +46,8 @@ struct AutoOptions {
   double budget = 0;  // share of block-linear FLOPs in <= 8 bits to reach (0: none)
   bool priors = true;
   int every = 10, window = 8;
+  double outlier_k = 8;        // an input channel above k x the median channel is an outlier
+  bool split_outliers = true;  // outlier channels run unquantized in the forward GEMM
 };
 
 constexpr int kAutoLinears = 4;  // qkv, attproj, fc, fcproj (Fp8State::Linear)
@@ -118,6 +124,10 @@ class AutoPrecision : public LinearProbe {
   // The per-layer map for the run summary: one line per layer, a column per slot.
   std::string map_text() const;
   nlohmann::json map_json() const;
+  // The outlier channels split out of linear `linear` of `layer` now.
+  const std::vector<int>& split_channels(int layer, int linear) const {
+    return split_[size_t(layer) * kAutoLinears + linear];
+  }
 
   nlohmann::json to_json() const;
   // Error naming the state file `path` when j does not fit this run.
@@ -140,6 +150,12 @@ class AutoPrecision : public LinearProbe {
   std::vector<double> grad_sq_;  // per (layer, linear)
   double grad_total_sq_ = 0;
   std::vector<AutoChange> last_changes_;
+  std::vector<int> in_channels_;               // per linear kind
+  std::vector<std::vector<float>> chan_amax_;  // per (layer, linear): of each input channel
+  std::vector<std::vector<int>> outliers_;     // per (layer, linear): flagged this measurement
+  std::vector<double> outlier_ratio_;          // per (layer, linear): largest amax / median
+  std::vector<std::vector<int>> split_;        // per (layer, linear): split out now
+  void find_outliers();
 };
 
 }  // namespace tg

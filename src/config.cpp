@@ -106,6 +106,8 @@ const std::vector<KeyDef>& table() {
       {"precision.auto.budget", Kind::Float, TG_OFF(precision.auto_.budget), 0, 1, {}, "auto: share of block-linear FLOPs to keep in <= 8 bits, narrowing the best-measured GEMMs past the threshold (0: none)"},
       {"precision.auto.priors", Kind::Bool, TG_OFF(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"},
       {"precision.auto.window", Kind::Int, TG_OFF(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"},
+      {"precision.auto.outlier_k", Kind::Float, TG_OFF(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"},
+      {"precision.auto.outliers", Kind::Choice, TG_OFF(precision.auto_.outliers), 0, 0, {"split", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), or are only counted (none)"},
       {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},

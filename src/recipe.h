@@ -63,6 +63,10 @@ struct QuantRecipe {
   int history_len = 16;        // of delayed scale sources
   int margin = 0;              // scale = (fmax / amax) / 2^margin
   std::vector<int> keep_bf16;  // layers left in bf16 (negative: from the last)
+  // Outlier channels (precision.mode=auto): input channels of the forward GEMM that run
+  // unquantized beside the rest, out = X_o W_o^T + Q(X_r) Q(W_r)^T, so that they do not set
+  // the scales of the channels they share scale groups with. Sorted, distinct.
+  std::vector<int> split_channels;
 };
 
 // Today's presets: per-tensor FP8, E4M3 for the forward operands and the weights and

@@ -55,6 +55,22 @@ AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt
 
 // The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
 // error otherwise (sampling, with its own shapes, may still take the slower path).
+// Tests (TG_TEST_OUTLIER): one channel of a layer's fc input made an outlier through its
+// ln2 gain, the way outlier features arise in trained transformers.
+void inject_outlier(GPT& model, const GPTConfig& mc) {
+  int layer = 0, channel = 0;
+  double factor = 1;
+  if (!test_hooks::outlier(&layer, &channel, &factor)) return;
+  if (layer < 0 || layer >= mc.n_layer || channel < 0 || channel >= mc.n_embd)
+    throw Error(strf("TG_TEST_OUTLIER: no channel %d in layer %d", channel, layer));
+  std::vector<float> p = model.params_f32();
+  size_t off = 0;
+  const auto sizes = param_sizes(mc);
+  for (int i = 0; i < LN2W; i++) off += sizes[i];
+  p[off + size_t(layer) * mc.n_embd + size_t(channel)] *= float(factor);
+  model.set_params(p);
+}
+
 void check_fp8_shapes(Backend& be, int N, int C) {
   const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
   for (const auto& sh : shapes) {
@@ -141,6 +157,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
     std::vector<float>().swap(init_.params);  // only its shape is needed from here on
   } else
     model_->init_random(uint64_t(c.train.seed));
+  inject_outlier(*model_, mc_);
 
   sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);
   inputs_.resize(size_t(B_) * T_);
@@ -175,8 +192,9 @@ void Trainer::setup_precision() {
   model_->set_fp8(fp8_.get());
   if (cfg_.precision.mode != "auto") return;
   const auto& a = cfg_.precision.auto_;
-  const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db, a.budget,
-                       a.priors,     a.every,        a.window};
+  const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
+                       a.budget,     a.priors,       a.every,
+                       a.window,     a.outlier_k,    a.outliers == "split"};
   auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
   apply_auto_formats();
 }

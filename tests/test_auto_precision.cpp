@@ -298,3 +298,89 @@ TEST_CASE("cli: auto config errors name the key") {
   CHECK(run_binary(base + " --precision.auto.budget=1.5", &out) == 2);
   CHECK(out.find("precision.auto.budget") != std::string::npos);
 }
+
+TEST_CASE("auto: the split GEMM equals the unsplit one in exact arithmetic") {
+  const int N = 6, C = 40, OC = 5;
+  // Small integers: every product and partial sum is exact in fp32, in any order.
+  std::vector<float> x(size_t(N) * C), w(size_t(OC) * C);
+  tg::Rng rng(3);
+  for (float& v : x) v = float(int(rng.next() % 9) - 4);
+  for (float& v : w) v = float(int(rng.next() % 7) - 3);
+  x[size_t(2) * C + 7] = 300;  // an outlier in channel 7
+  const std::vector<int> split = {7, 30};
+  tg::QuantRecipe wide = tg::candidate_recipe("bf16", tg::RecipeOptions{}, "test");
+  auto run = [&](const tg::QuantRecipe& r) {
+    std::vector<float> a = x, b = w, out(size_t(N) * OC);
+    tg::cpu::matmul_forward_scaled(out.data(), a.data(), b.data(), nullptr, N, C, OC, r, 1);
+    return out;
+  };
+  tg::QuantRecipe wide_split = wide;
+  wide_split.split_channels = split;
+  CHECK(run(wide_split) == run(wide));
+  // Quantized: Q(the rest, split channels zero) plus the split channels' exact product.
+  tg::QuantRecipe q = tg::candidate_recipe("mxfp4", tg::RecipeOptions{}, "test");
+  tg::QuantRecipe q_split = q;
+  q_split.split_channels = split;
+  std::vector<float> xr = x, wr = w;
+  for (int c : split) {
+    for (int n = 0; n < N; n++) xr[size_t(n) * C + c] = 0;
+    for (int o = 0; o < OC; o++) wr[size_t(o) * C + c] = 0;
+  }
+  std::vector<float> rest(size_t(N) * OC);
+  tg::cpu::matmul_forward_scaled(rest.data(), xr.data(), wr.data(), nullptr, N, C, OC, q, 1);
+  const std::vector<float> got = run(q_split);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      float exact = 0;
+      for (int c : split) exact += x[size_t(n) * C + c] * w[size_t(o) * C + c];
+      CHECK(got[size_t(n) * OC + o] == rest[size_t(n) * OC + o] + exact);
+    }
+  // And the outlier really hurts the unsplit quantized GEMM (it shares scale blocks).
+  const std::vector<float> plain = run(q), ref = run(wide);
+  double err_split = 0, err_plain = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    err_split += std::fabs(got[i] - ref[i]);
+    err_plain += std::fabs(plain[i] - ref[i]);
+  }
+  CHECK(err_split < err_plain);
+}
+
+TEST_CASE("cli: an injected outlier channel is found, split out, and changes the map") {
+  tgt::TempDir plain, outlier, part;
+  std::string out;
+  const std::string args =
+      " --model.n_layer=3 --train.steps=8 --eval.every=0 --precision.mode=auto "
+      "--precision.auto.every=4";
+  REQUIRE(run_binary(tiny_args(plain.path) + args, &out) == 0);
+  setenv("TG_TEST_OUTLIER", "1,5,30", 1);
+  const int rc = run_binary(tiny_args(outlier.path) + args, &out);
+  // The split channels travel in checkpoints: a resumed run decides alike.
+  const int rc1 = run_binary(tiny_args(part.path) + args + " --train.stop_at_step=5", nullptr);
+  const int rc2 = run_binary(tiny_args(part.path) + args + " --checkpoint.resume=true", nullptr);
+  unsetenv("TG_TEST_OUTLIER");
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(rc1 == 0);
+  REQUIRE(rc2 == 0);
+  CHECK(out.find("auto: step 1: layer 1 fc forward input: outlier channels [5]") !=
+        std::string::npos);
+  const json a = json::parse(tgt::slurp(plain / "summary.json"))["auto"];
+  const json b = json::parse(tgt::slurp(outlier / "summary.json"))["auto"];
+  CHECK(a["formats"] != b["formats"]);
+  CHECK(a["formats"][1]["fc"]["split_channels"].empty());
+  CHECK(b["formats"][1]["fc"]["split_channels"] == json::array({5}));
+  CHECK(b["formats"][0]["fc"]["split_channels"].empty());
+  const auto rec = read_metrics(outlier / "metrics.jsonl", "auto");
+  REQUIRE(!rec.empty());
+  const size_t fc1 = 1 * 4 + 2;
+  CHECK(rec[0]["outliers"]["count"][fc1] == 1);
+  CHECK(rec[0]["outliers"]["max_ratio"][fc1].get<double>() > 8);
+  const auto prec = read_metrics(plain / "metrics.jsonl", "auto");
+  CHECK(prec[0]["outliers"]["count"][fc1] == 0);
+  CHECK(json::parse(tgt::slurp(part / "summary.json"))["auto"] == b);
+  const auto t1 = read_metrics(outlier / "metrics.jsonl", "train");
+  const auto t2 = read_metrics(part / "metrics.jsonl", "train");
+  REQUIRE(t1.size() == 8);
+  REQUIRE(t2.size() == 8);
+  for (size_t i = 0; i < 8; i++) CHECK(t2[i]["loss"].get<double>() == t1[i]["loss"].get<double>());
+}
