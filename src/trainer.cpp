@@ -222,6 +222,12 @@ void Trainer::auto_grad_norms() {
 void Trainer::auto_decide() {
   auto_->reduce(*cm_);
   const std::vector<AutoChange> changes = auto_->decide();
+  if (world_ > 1) {  // the same statistics give the same decisions; a cheap check that they did
+    std::vector<int32_t> mine(auto_->formats().begin(), auto_->formats().end()), root = mine;
+    cm_->broadcast(root.data(), root.size() * sizeof(int32_t), 0);
+    if (root != mine)
+      throw Error(strf("precision.mode=auto: rank %d chose other formats than rank 0", rank_));
+  }
   metrics_.write(auto_->record().dump());
   if (changes.empty()) return;
   apply_auto_formats();

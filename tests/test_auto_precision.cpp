@@ -384,3 +384,32 @@ TEST_CASE("cli: an injected outlier channel is found, split out, and changes the
   REQUIRE(t2.size() == 8);
   for (size_t i = 0; i < 8; i++) CHECK(t2[i]["loss"].get<double>() == t1[i]["loss"].get<double>());
 }
+
+TEST_CASE("mpi: auto decisions agree over 2 ranks and match one process with all the rows") {
+  tgt::TempDir one, two;
+  std::string out;
+  const std::string args =
+      " --model.n_layer=3 --train.steps=8 --eval.every=0 --precision.mode=auto "
+      "--precision.auto.every=4 --train.threads=1";
+  REQUIRE(run_binary(tiny_args(one.path) + args + " --data.batch_size=8", &out) == 0);
+  // Every rank checks its formats against rank 0's after each decision (Trainer::auto_decide).
+  const int rc = tgt::run_shell(
+      "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+          tgt::binary() + " " + tiny_args(two.path) + args + " --data.batch_size=4",
+      &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("data parallel: MPI, 2 processes") != std::string::npos);
+  const auto a = read_metrics(one / "metrics.jsonl", "auto");
+  const auto b = read_metrics(two / "metrics.jsonl", "auto");
+  REQUIRE(a.size() == 3);
+  REQUIRE(b.size() == 3);
+  for (size_t i = 0; i < 3; i++) {
+    CHECK(b[i]["slots"]["format"] == a[i]["slots"]["format"]);
+    // Block-scaled SQNRs are sums over rows, so 2 x 4 rows measure what 8 rows do.
+    const auto& qa = a[i]["slots"]["sqnr_db"]["mxfp8"];
+    const auto& qb = b[i]["slots"]["sqnr_db"]["mxfp8"];
+    for (size_t s = 0; s < qa.size(); s++)
+      CHECK(std::fabs(qa[s].get<double>() - qb[s].get<double>()) < 0.5);
+  }
+}
