@@ -306,7 +306,7 @@ void AutoPrecision::reduce(Comm& comm) {
   for (auto& ch : chan_amax_) comm.all_reduce_max(ch.data(), ch.size());
 }
 
-// Channels above outlier_k x the median channel amax; with splitting, they become the split.
+// Channels above outlier_k x the median channel amax; with splitting, they join the split.
 void AutoPrecision::find_outliers() {
   for (size_t i = 0; i < chan_amax_.size(); i++) {
     std::vector<float> sorted = chan_amax_[i];
@@ -314,20 +314,28 @@ void AutoPrecision::find_outliers() {
     const float median = sorted.empty() ? 0.0f : sorted[sorted.size() / 2];
     outliers_[i].clear();
     outlier_ratio_[i] = median > 0 ? sorted.back() / double(median) : 0.0;
+    // A split channel stays split while above half the threshold, so the split set does not
+    // flap with channels hovering around k x the median.
+    std::vector<int> split;
     if (median > 0)
-      for (size_t c = 0; c < chan_amax_[i].size(); c++)
-        if (chan_amax_[i][c] > opt_.outlier_k * median) outliers_[i].push_back(int(c));
-    if (!opt_.split_outliers || outliers_[i] == split_[i]) continue;
+      for (size_t c = 0; c < chan_amax_[i].size(); c++) {
+        const float a = chan_amax_[i][c];
+        if (a > opt_.outlier_k * median) outliers_[i].push_back(int(c));
+        const bool was = std::binary_search(split_[i].begin(), split_[i].end(), int(c));
+        if (a > opt_.outlier_k * median || (was && a > 0.5 * opt_.outlier_k * median))
+          split.push_back(int(c));
+      }
+    if (!opt_.split_outliers || split == split_[i]) continue;
     std::string list;
-    for (int c : outliers_[i]) list += (list.empty() ? "" : ",") + std::to_string(c);
+    for (int c : split) list += (list.empty() ? "" : ",") + std::to_string(c);
     const int slot = auto_slot(int(i) / kAutoLinears, int(i) % kAutoLinears, kForward, 0);
     last_changes_.push_back(
         {slot, fmt_[size_t(slot)], fmt_[size_t(slot)],
-         outliers_[i].empty()
+         split.empty()
              ? std::string("no outlier channels: none split any more")
              : strf("outlier channels [%s] (largest %.1fx the median) split out unquantized",
                     list.c_str(), outlier_ratio_[i])});
-    split_[i] = outliers_[i];
+    split_[i] = split;
   }
 }
 

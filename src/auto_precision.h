@@ -14,8 +14,9 @@
 //   per linear: its weight gradient's share of the squared global gradient norm, and the
 //     amax of every input channel of its input: channels above precision.auto.outlier_k x
 //     the median channel are outliers. With precision.auto.outliers=split they run in the
-//     forward GEMM unquantized beside the rest (QuantRecipe::split_channels), and the
-//     forward operands' SQNR is measured as that split GEMM sees them.
+//     forward GEMM unquantized beside the rest (QuantRecipe::split_channels; a split channel
+//     leaves the split once below k/2 x the median), and the forward operands' SQNR is that
+//     of the quantized rest.
 // With several ranks the sums behind these are all-reduced, so every rank decides alike.
 // The policy (choose_formats) then gives each slot the narrowest candidate whose SQNR is at
 // least precision.auto.threshold_db (a narrower one than now needs hysteresis_db more), and

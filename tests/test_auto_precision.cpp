@@ -413,3 +413,38 @@ TEST_CASE("mpi: auto decisions agree over 2 ranks and match one process with all
       CHECK(std::fabs(qa[s].get<double>() - qb[s].get<double>()) < 0.5);
   }
 }
+
+TEST_CASE("auto: outlier channels are flagged above k x the median and leave below k/2") {
+  tg::AutoOptions o;
+  o.outlier_k = 8;
+  const tg::GPTConfig m = tg::gpt_config(1, 2, 16, 256, 32);
+  tg::AutoPrecision a(o, tg::auto_candidates(o, tg::RecipeOptions{}), m);
+  const int N = 8, C = 16;
+  auto measure = [&](float outlier) {
+    std::vector<float> x(size_t(N) * C);
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++) x[size_t(n) * C + c] = (n + c) % 2 ? 1.0f : -0.5f;
+    x[size_t(3) * C + 9] = outlier;  // channel 9, one token
+    a.begin(1, 7);
+    a.take(0, tg::Fp8State::FC, tg::kLinearInput, x.data(), N, C);
+    return a.decide();
+  };
+  std::vector<tg::AutoChange> ch = measure(20);
+  CHECK(a.split_channels(0, tg::Fp8State::FC) == std::vector<int>{9});
+  CHECK(a.split_channels(0, tg::Fp8State::QKV).empty());
+  bool logged = false;
+  for (const auto& c : ch)
+    logged |= a.describe(c) ==
+              "layer 0 fc forward input: outlier channels [9] (largest 20.0x the median) split "
+              "out unquantized";
+  CHECK(logged);
+  CHECK(a.linear_recipe(0, tg::Fp8State::FC).split_channels == std::vector<int>{9});
+  CHECK(a.record()["outliers"]["count"][2] == 1);
+  measure(6);  // below k, above k/2: stays split
+  CHECK(a.split_channels(0, tg::Fp8State::FC) == std::vector<int>{9});
+  CHECK(a.record()["outliers"]["count"][2] == 0);
+  measure(3);  // below k/2: back with the others
+  CHECK(a.split_channels(0, tg::Fp8State::FC).empty());
+  measure(7);  // not above k: not split again
+  CHECK(a.split_channels(0, tg::Fp8State::FC).empty());
+}
