@@ -286,11 +286,15 @@ std::string auto_md(const std::vector<RunGroup>& groups) {
       md += strf("| %zu |", l);
       for (const char* lin : {"qkv", "attproj", "fc", "fcproj"}) {
         std::map<std::string, int> count;
-        for (const auto& [op, f] : a["formats"][l][lin].items()) count[f.get<std::string>()]++;
+        std::string split;
+        for (const auto& [op, f] : a["formats"][l][lin].items()) {
+          if (f.is_string()) count[f.get<std::string>()]++;
+          if (op == "split_channels" && f.is_array() && !f.empty()) split = f.dump();
+        }
         std::string cell;
         for (const auto& [f, n] : count)
           cell += (cell.empty() ? "" : ", ") + strf("%s x%d", f.c_str(), n);
-        md += " " + cell + " |";
+        md += " " + cell + (split.empty() ? "" : "; split channels " + split) + " |";
       }
       md += "\n";
     }

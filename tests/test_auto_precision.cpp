@@ -383,6 +383,15 @@ TEST_CASE("cli: an injected outlier channel is found, split out, and changes the
   REQUIRE(t1.size() == 8);
   REQUIRE(t2.size() == 8);
   for (size_t i = 0; i < 8; i++) CHECK(t2[i]["loss"].get<double>() == t1[i]["loss"].get<double>());
+
+  // The report shows the final map (with the split) and draws it over the steps.
+  tgt::TempDir rep;
+  REQUIRE(run_binary("report " + outlier.path + " --out " + rep.path, &out) == 0);
+  const std::string md = tgt::slurp(rep / "report.md");
+  CHECK(md.find("auto: final formats") != std::string::npos);
+  CHECK(md.find("split channels [5]") != std::string::npos);
+  CHECK(md.find("auto_auto.png") != std::string::npos);
+  CHECK(tgt::slurp(rep / "auto_auto.png").size() > 1000);
 }
 
 TEST_CASE("mpi: auto decisions agree over 2 ranks and match one process with all the rows") {
