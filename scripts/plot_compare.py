@@ -13,7 +13,8 @@ recorded layers), columns the sampled steps; left the share of values that under
 (zero or subnormal), right log10 of the absolute maximum. And per mode with
 precision.mode=auto records OUT_DIR/auto_<mode>.png (first seed): rows are the GEMM
 operands of every layer's block linears, columns the measured steps; left the format each
-one was given (colour), right the SQNR of the narrowest candidate (how sensitive it is).
+one was given (colour), middle the SQNR of the narrowest candidate (how sensitive it is),
+right the outlier input channels of each linear.
 """
 import json
 import os
@@ -216,7 +217,11 @@ def plot_auto(name, records, path):
     sqnr = [[r["slots"]["sqnr_db"][narrow][i] for r in records] for i in range(len(labels))]
     sqnr = [[float("nan") if v is None else v for v in row] for row in sqnr]
     height = max(4.0, 0.13 * len(labels) + 1.8)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, height), sharey=True)
+    fig = plt.figure(figsize=(16, height))
+    grid = fig.add_gridspec(1, 3, width_ratios=[5, 5, 2.2])
+    ax1 = fig.add_subplot(grid[0])
+    ax2 = fig.add_subplot(grid[1], sharey=ax1)
+    ax3 = fig.add_subplot(grid[2])
     # Narrow formats warm, wide ones cool; one colour per candidate, in the candidates' order.
     palette = ["#d62728", "#ff7f0e", "#bcbd22", "#2ca02c", "#17becf", "#1f77b4", "#7f7f7f"]
     cmap = ListedColormap(palette[:len(cands) - 1] + ["#1f3b73"] if len(cands) > 1 else ["#1f3b73"])
@@ -244,7 +249,28 @@ def plot_auto(name, records, path):
     ax1.legend(handles=[Patch(color=cmap(i), label=c) for i, c in enumerate(cands)],
                loc="upper left", bbox_to_anchor=(0, -0.06), ncol=len(cands), fontsize=7)
     ax2.set_title(f"SQNR of {narrow} (dB; threshold {thr:g} dB)", fontsize=9)
+    plt.setp(ax2.get_yticklabels(), visible=False)
     fig.colorbar(im2, ax=ax2, fraction=0.04)
+    # Outlier channels per linear (its input channels above k x the median).
+    n_lin = len(records[0].get("outliers", {}).get("count", []))
+    if n_lin:
+        lins = []
+        for l, lin in zip(sl["layer"], sl["linear"]):
+            if f"L{l} {lin}" not in lins:
+                lins.append(f"L{l} {lin}")
+        counts = [[r["outliers"]["count"][i] for r in records] for i in range(n_lin)]
+        im3 = ax3.imshow(counts, aspect="auto", cmap="Greys", vmin=0,
+                         vmax=max(1, max(max(c) for c in counts)), interpolation="nearest")
+        ax3.set_yticks(range(n_lin))
+        ax3.set_yticklabels(lins[:n_lin], fontsize=7)
+        ticks = list(range(0, len(steps), max(1, len(steps) // 5)))
+        ax3.set_xticks(ticks)
+        ax3.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax3.set_xlabel("step (measured)")
+        ax3.set_title("outlier input channels", fontsize=9)
+        fig.colorbar(im3, ax=ax3, fraction=0.08)
+    else:
+        ax3.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
