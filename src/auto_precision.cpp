@@ -145,6 +145,17 @@ std::vector<int> choose_formats(const std::vector<int>& current, const std::vect
                     db_text(p.threshold_db).c_str(), db_text(p.hysteresis_db).c_str());
   }
   // The budget: narrow whole GEMMs, the best-measured first, until enough FLOPs are low-bit.
+  // A GEMM that is low-bit now keeps its formats and ranks hysteresis_db higher, so the
+  // budget's choice does not flap between GEMMs of about equal SQNR either.
+  auto budget_format = [&](size_t s, double* sqnr) {
+    const int k = low_bit[size_t(current[s])]
+                      ? current[s]
+                      : best_low_bit(&sqnr_db[s * size_t(n)], low_bit, sqnr);
+    if (k >= 0)
+      *sqnr = std::isnan(sqnr_db[s * size_t(n) + size_t(k)]) ? -INFINITY
+                                                             : sqnr_db[s * size_t(n) + size_t(k)];
+    return k;
+  };
   while (p.budget > 0) {
     const double share = low_bit_flop_share(f, low_bit, gemm_flops);
     if (share >= p.budget) break;
@@ -155,19 +166,21 @@ std::vector<int> choose_formats(const std::vector<int>& current, const std::vect
       bool wide = false;
       for (size_t s = 2 * g; s < 2 * g + 2; s++) {
         if (low_bit[size_t(f[s])]) continue;
-        double b;
-        if (best_low_bit(&sqnr_db[s * size_t(n)], low_bit, &b) < 0) score = -INFINITY;
+        double b = -INFINITY;
+        if (budget_format(s, &b) < 0) b = -INFINITY;
         wide = true;
         score = std::min(score, b);
       }
+      if (low_bit[size_t(current[2 * g])] && low_bit[size_t(current[2 * g + 1])])
+        score += p.hysteresis_db;
       if (wide && score > -INFINITY && (best_g < 0 || score > best_score))
         best_g = int(g), best_score = score;
     }
     if (best_g < 0) break;  // nothing left to narrow
     for (size_t s = 2 * size_t(best_g); s < 2 * size_t(best_g) + 2; s++) {
       if (low_bit[size_t(f[s])]) continue;
-      double b;
-      f[s] = best_low_bit(&sqnr_db[s * size_t(n)], low_bit, &b);
+      double b = -INFINITY;
+      f[s] = budget_format(s, &b);
       why[s] = strf("budget: low-bit FLOP share %.2f < %.2f, SQNR %s dB", share, p.budget,
                     db_text(b).c_str());
     }

@@ -172,6 +172,16 @@ TEST_CASE("auto: the FLOP budget narrows the best-measured GEMMs first") {
   f = tg::choose_formats(wide, q, kLowBit, flops, tg::AutoPolicy{20, 0, 0.5}, kNames, nullptr);
   CHECK(f == std::vector<int>{1, 1, 1, 1});
   CHECK(tg::low_bit_flop_share(f, kLowBit, flops) == 1.0);
+  // Hysteresis in the budget: GEMM 1, low-bit now (nvfp4), keeps its formats although GEMM 0
+  // measures 2 dB better, less than the 3 dB hysteresis; with 4 dB better, GEMM 0 wins.
+  const std::vector<double> flops2 = {1.0, 1.0};
+  const tg::AutoPolicy bh{20, 3, 0.5};
+  std::vector<double> q2 = {10, 17, kInf, 10, 17, kInf, 15, 12, kInf, 15, 12, kInf};
+  CHECK(tg::choose_formats({2, 2, 0, 0}, q2, kLowBit, flops2, bh, kNames, nullptr) ==
+        std::vector<int>{2, 2, 0, 0});
+  q2 = {10, 19.5, kInf, 10, 19.5, kInf, 15, 12, kInf, 15, 12, kInf};
+  CHECK(tg::choose_formats({2, 2, 0, 0}, q2, kLowBit, flops2, bh, kNames, nullptr) ==
+        std::vector<int>{1, 1, 2, 2});
   // No low-bit candidate at all: the budget cannot be met and nothing changes.
   const std::vector<bool> none = {false, false, false};
   CHECK(tg::choose_formats(wide, q, none, flops, tg::AutoPolicy{20, 0, 0.5}, kNames, nullptr) ==
