@@ -10,7 +10,11 @@ val loss itself (mean over seeds) on a log axis. OUT_DIR/loss_scale.png for mode
 loss scale moved (first seed; red x: skipped). And per mode with numerics telemetry
 OUT_DIR/numerics_<mode>.png (first seed): rows are tensors (per layer where the run
 recorded layers), columns the sampled steps; left the share of values that underflowed
-(zero or subnormal), right log10 of the absolute maximum.
+(zero or subnormal), right log10 of the absolute maximum. And per mode with
+precision.mode=auto records OUT_DIR/auto_<mode>.png (first seed): rows are the GEMM
+operands of every layer's block linears, columns the measured steps; left the format each
+one was given (colour), middle the SQNR of the narrowest candidate (how sensitive it is),
+right the outlier input channels of each linear.
 """
 import json
 import os
@@ -23,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_metrics(path):
-    train, val, numerics = [], [], []
+    train, val, numerics, auto = [], [], [], []
     with open(path) as f:
         for line in f:
             try:
@@ -36,7 +40,9 @@ def read_metrics(path):
                 val.append(r)
             elif r.get("kind") == "numerics":
                 numerics.append(r)
-    return train, val, numerics
+            elif r.get("kind") == "auto":
+                auto.append(r)
+    return train, val, numerics, auto
 
 
 def load(out_dir, wanted):
@@ -75,7 +81,7 @@ def main():
         color = colors[i % len(colors)]
         # Right: the mean over seeds of the val loss, log axis.
         per_step = {}
-        for _, val, _ in runs.values():
+        for _, val, _, _ in runs.values():
             for s, v in val_by_step(val).items():
                 per_step.setdefault(s, []).append(v)
         steps = sorted(per_step)
@@ -85,7 +91,7 @@ def main():
         if ref is None or name == ref_name:
             continue
         diffs = {}
-        for seed, (_, val, _) in runs.items():
+        for seed, (_, val, _, _) in runs.items():
             if seed not in ref:
                 continue
             mine, base = val_by_step(val), val_by_step(ref[seed][1])
@@ -141,6 +147,9 @@ def main():
         numerics = runs[min(runs)][2]
         if numerics:
             plot_numerics(name, numerics, os.path.join(out_dir, f"numerics_{name}.png"))
+        auto = runs[min(runs)][3]
+        if auto:
+            plot_auto(name, auto, os.path.join(out_dir, f"auto_{name}.png"))
 
 
 def numerics_rows(rec):
@@ -187,6 +196,81 @@ def plot_numerics(name, numerics, path):
     ax2.set_title(f"{name}: log10 |max| (white: all zero)")
     fig.colorbar(im1, ax=ax1, fraction=0.04)
     fig.colorbar(im2, ax=ax2, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_auto(name, records, path):
+    """Formats chosen per (layer, linear, GEMM role, operand) over the measured steps."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    cands = records[0]["candidates"]
+    sl = records[0]["slots"]
+    short = {"forward": "fwd", "dgrad": "dgrad", "wgrad": "wgrad"}
+    labels = [f"L{l} {lin} {short.get(role, role)} {op}" for l, lin, role, op in
+              zip(sl["layer"], sl["linear"], sl["role"], sl["operand"])]
+    steps = [r["step"] for r in records]
+    fmt = [[cands.index(r["slots"]["format"][i]) for r in records] for i in range(len(labels))]
+    narrow = cands[0]
+    sqnr = [[r["slots"]["sqnr_db"][narrow][i] for r in records] for i in range(len(labels))]
+    sqnr = [[float("nan") if v is None else v for v in row] for row in sqnr]
+    height = max(4.0, 0.13 * len(labels) + 1.8)
+    fig = plt.figure(figsize=(16, height))
+    grid = fig.add_gridspec(1, 3, width_ratios=[5, 5, 2.2])
+    ax1 = fig.add_subplot(grid[0])
+    ax2 = fig.add_subplot(grid[1], sharey=ax1)
+    ax3 = fig.add_subplot(grid[2])
+    # Narrow formats warm, wide ones cool; one colour per candidate, in the candidates' order.
+    palette = ["#d62728", "#ff7f0e", "#bcbd22", "#2ca02c", "#17becf", "#1f77b4", "#7f7f7f"]
+    cmap = ListedColormap(palette[:len(cands) - 1] + ["#1f3b73"] if len(cands) > 1 else ["#1f3b73"])
+    ax1.imshow(fmt, aspect="auto", cmap=cmap, vmin=-0.5, vmax=len(cands) - 0.5,
+               interpolation="nearest")
+    # Centred on the threshold: red below (too lossy for that format), blue above.
+    thr = records[0].get("threshold_db", 20)
+    im2 = ax2.imshow(sqnr, aspect="auto", cmap="RdBu", vmin=thr - 10, vmax=thr + 10,
+                     interpolation="nearest")
+    for ax in (ax1, ax2):
+        ticks = list(range(0, len(steps), max(1, len(steps) // 10)))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax.set_xlabel("step (measured)")
+        # A line between layers.
+        for i in range(1, len(labels)):
+            if sl["layer"][i] != sl["layer"][i - 1]:
+                ax.axhline(i - 0.5, color="white", linewidth=1.2)
+    ax1.set_yticks(range(len(labels)))
+    ax1.set_yticklabels(labels, fontsize=5.5)
+    share = records[-1].get("low_bit_flop_share")
+    ax1.set_title(f"{name}: format per GEMM operand after each measurement"
+                  + (f" (last: {100 * share:.0f}% of linear FLOPs <= 8 bits)" if share is not None
+                     else ""), fontsize=9)
+    ax1.legend(handles=[Patch(color=cmap(i), label=c) for i, c in enumerate(cands)],
+               loc="upper left", bbox_to_anchor=(0, -0.06), ncol=len(cands), fontsize=7)
+    ax2.set_title(f"SQNR of {narrow} (dB; threshold {thr:g} dB)", fontsize=9)
+    plt.setp(ax2.get_yticklabels(), visible=False)
+    fig.colorbar(im2, ax=ax2, fraction=0.04)
+    # Outlier channels per linear (its input channels above k x the median).
+    n_lin = len(records[0].get("outliers", {}).get("count", []))
+    if n_lin:
+        lins = []
+        for l, lin in zip(sl["layer"], sl["linear"]):
+            if f"L{l} {lin}" not in lins:
+                lins.append(f"L{l} {lin}")
+        counts = [[r["outliers"]["count"][i] for r in records] for i in range(n_lin)]
+        im3 = ax3.imshow(counts, aspect="auto", cmap="Greys", vmin=0,
+                         vmax=max(1, max(max(c) for c in counts)), interpolation="nearest")
+        ax3.set_yticks(range(n_lin))
+        ax3.set_yticklabels(lins[:n_lin], fontsize=7)
+        ticks = list(range(0, len(steps), max(1, len(steps) // 5)))
+        ax3.set_xticks(ticks)
+        ax3.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax3.set_xlabel("step (measured)")
+        ax3.set_title("outlier input channels", fontsize=9)
+        fig.colorbar(im3, ax=ax3, fraction=0.08)
+    else:
+        ax3.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

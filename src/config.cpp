@@ -1,6 +1,7 @@
 // config.cpp: the key table and everything driven by it.
 #include "config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -22,7 +23,7 @@ using json = nlohmann::json;
 
 namespace {
 
-enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList };
+enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList };
 
 struct KeyDef {
   const char* name;
@@ -74,7 +75,7 @@ const std::vector<KeyDef>& table() {
       {"dist.world_size", Kind::Int, TG_OFF(dist.world_size), 0, 65536, {}, "number of processes when launched without MPI (0: $TG_WORLD_SIZE, else 1)"},
       {"dist.rendezvous", Kind::String, TG_OFF(dist.rendezvous), 0, 0, {}, "where processes launched without MPI meet: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"},
       {"dist.timeout", Kind::Int, TG_OFF(dist.timeout), 1, 86400, {}, "seconds to wait for every process at the rendezvous"},
-      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}, "numeric mode (see README: Precision modes)"},
+      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4", "auto"}, "numeric mode (see README: Precision modes; auto: README: Adaptive precision)"},
       {"precision.stochastic_rounding", Kind::Bool, TG_OFF(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"},
       {"precision.loss_scale.kind", Kind::Choice, TG_OFF(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"},
       {"precision.loss_scale.init", Kind::Float, TG_OFF(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"},
@@ -98,6 +99,15 @@ const std::vector<KeyDef>& table() {
       {"precision.recipe.hadamard_size", Kind::Int, TG_OFF(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"},
       {"precision.recipe.weight_2d", Kind::Bool, TG_OFF(precision.recipe.weight_2d), 0, 0, {}, "nvfp4: one scale per 16x16 weight tile (the same in forward and backward) instead of 1x16 blocks"},
       {"precision.recipe.bf16_last", Kind::Int, TG_OFF(precision.recipe.bf16_last), -1, 1024, {}, "block-scaled modes: the last N layers' linears stay bf16 (-1: nvfp4 1, others 0)"},
+      {"precision.auto.every", Kind::Int, TG_OFF(precision.auto_.every), 1, 1e9, {}, "auto: measure the block linears' operand sensitivity every N steps (and at step 1)"},
+      {"precision.auto.candidates", Kind::ChoiceList, TG_OFF(precision.auto_.candidates), 0, 0, {"nvfp4", "mxfp4", "mxfp8", "fp8-block", "fp8-rowwise", "fp8", "bf16"}, "auto: the formats each operand may take, narrowest first (the last is the fallback)"},
+      {"precision.auto.threshold_db", Kind::Float, TG_OFF(precision.auto_.threshold_db), -100, 200, {}, "auto: least SQNR (dB) of an operand's format against its bf16 values"},
+      {"precision.auto.hysteresis_db", Kind::Float, TG_OFF(precision.auto_.hysteresis_db), 0, 100, {}, "auto: a narrower format must beat the threshold by this much (dB)"},
+      {"precision.auto.budget", Kind::Float, TG_OFF(precision.auto_.budget), 0, 1, {}, "auto: share of block-linear FLOPs to keep in <= 8 bits, narrowing the best-measured GEMMs past the threshold (0: none)"},
+      {"precision.auto.priors", Kind::Bool, TG_OFF(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"},
+      {"precision.auto.window", Kind::Int, TG_OFF(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"},
+      {"precision.auto.outlier_k", Kind::Float, TG_OFF(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"},
+      {"precision.auto.outliers", Kind::Choice, TG_OFF(precision.auto_.outliers), 0, 0, {"split", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), or are only counted (none)"},
       {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
@@ -144,6 +154,7 @@ const char* kind_name(Kind k) {
     case Kind::String: return "string";
     case Kind::Choice: return "choice";
     case Kind::IntList: return "integer list";
+    case Kind::ChoiceList: return "list of names";
   }
   return "?";
 }
@@ -171,12 +182,19 @@ std::string value_text(const Config& c, const KeyDef& k) {
       for (int v : field<std::vector<int>>(c, k)) s += (s.empty() ? "" : ",") + std::to_string(v);
       return s;
     }
+    case Kind::ChoiceList: {
+      std::string s;
+      for (const auto& v : field<std::vector<std::string>>(c, k)) s += (s.empty() ? "" : ",") + v;
+      return s;
+    }
   }
   return "";
 }
 
 [[noreturn]] void bad_value(const KeyDef& k, const std::string& what, const std::string& origin) {
-  std::string expect = k.kind == Kind::Choice ? "one of " + choices_text(k) : kind_name(k.kind);
+  std::string expect = k.kind == Kind::Choice       ? "one of " + choices_text(k)
+                       : k.kind == Kind::ChoiceList ? "a list of " + choices_text(k)
+                                                    : kind_name(k.kind);
   throw UsageError(strf("config key '%s'%s: %s (expected %s)", k.name,
                         origin.empty() ? "" : (" " + origin).c_str(), what.c_str(),
                         expect.c_str()));
@@ -227,6 +245,19 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
         out.push_back(int(e.get<int64_t>()));
       }
       field<std::vector<int>>(c, k) = out;
+      break;
+    }
+    case Kind::ChoiceList: {
+      if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      std::vector<std::string> out;
+      for (const auto& e : v) {
+        if (!e.is_string()) bad_value(k, "a list entry is not a string", origin);
+        const std::string s = e.get<std::string>();
+        if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+          bad_value(k, "'" + s + "' is not allowed", origin);
+        out.push_back(s);
+      }
+      field<std::vector<std::string>>(c, k) = out;
       break;
     }
     case Kind::Choice: {
@@ -388,6 +419,17 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
       }
       break;
     }
+    case Kind::ChoiceList: {
+      v = json::array();
+      size_t pos = 0;
+      while (pos < text.size()) {
+        size_t next = text.find(',', pos);
+        if (next == std::string::npos) next = text.size();
+        v.push_back(text.substr(pos, next - pos));
+        pos = next + 1;
+      }
+      break;
+    }
   }
   set_json(cfg, *k, v, origin);
 }
@@ -444,6 +486,7 @@ json config_to_json(const Config& c) {
       case Kind::String:
       case Kind::Choice: (*node)[name] = field<std::string>(c, k); break;
       case Kind::IntList: (*node)[name] = field<std::vector<int>>(c, k); break;
+      case Kind::ChoiceList: (*node)[name] = field<std::vector<std::string>>(c, k); break;
     }
   }
   return j;
@@ -453,7 +496,9 @@ std::vector<ConfigKeyInfo> config_keys() {
   Config defaults;
   std::vector<ConfigKeyInfo> out;
   for (const auto& k : table()) {
-    std::string type = k.kind == Kind::Choice ? choices_text(k) : kind_name(k.kind);
+    std::string type = k.kind == Kind::Choice       ? choices_text(k)
+                       : k.kind == Kind::ChoiceList ? "list of " + choices_text(k)
+                                                    : kind_name(k.kind);
     out.push_back({k.name, type, k.help, value_text(defaults, k)});
   }
   return out;

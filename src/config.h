@@ -95,6 +95,18 @@ struct Config {
       bool weight_2d = true;             // nvfp4: 16x16 weight tiles (else 1x16 blocks)
       int bf16_last = -1;                // last N block layers in bf16 (-1: nvfp4 1, others 0)
     } recipe;
+    // precision.mode=auto (src/auto_precision.h): formats chosen per layer while training.
+    struct Auto {
+      int every = 10;  // measure the operands' sensitivity every N steps (and at step 1)
+      std::vector<std::string> candidates = {"nvfp4", "mxfp8", "fp8", "bf16"};  // narrowest first
+      double threshold_db = 20;        // the least SQNR a slot's format may have
+      double hysteresis_db = 3;        // what a narrower format must beat the threshold by
+      double budget = 0;               // share of block-linear FLOPs to run in <= 8 bits (0: none)
+      bool priors = true;              // first and last layers start in the widest candidate
+      int window = 8;                  // measurements in the amax drift window
+      double outlier_k = 8;            // input channels above k x the median channel are outliers
+      std::string outliers = "split";  // split: outlier channels unquantized | none
+    } auto_;
   } precision;
   struct Eval {
     int every = 500;  // 0: only at start and end

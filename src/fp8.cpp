@@ -20,13 +20,18 @@ void check_block_scaled(const QuantRecipe& r) {
     const GemmRecipe& gr = r.gemm[g];
     for (const OperandRecipe* o : {&gr.a, &gr.b}) {
       const int b = o->block;
-      if (o->elem == ElemFormat::BF16 || o->source != ScaleSource::Current ||
+      if (o->elem == ElemFormat::BF16) {  // left as it is (auto's wide operands)
+        if (o->transform == Transform::None) continue;
+        throw UsageError(
+            strf("precision recipe %s: a bf16 operand takes no transform", r.name.c_str()));
+      }
+      if (o->source != ScaleSource::Current ||
           ((o->granularity == Granularity::Block || o->granularity == Granularity::Tile) &&
            b < 1) ||
           (o->scale == ScaleFormat::E8M0 && o->granularity == Granularity::Tensor))
         throw UsageError(
             strf("precision recipe %s: operands scaled other than per-tensor in "
-                 "fp32 (block-scaled) take E4M3/E5M2/E2M1 elements, current "
+                 "fp32 (block-scaled) take bf16 or E4M3/E5M2/E2M1 elements, current "
                  "scales and a block size",
                  r.name.c_str()));
     }
@@ -74,7 +79,8 @@ Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
       n_layer_(n_layer),
       fp8_layer_(n_layer, true),
       history_(size_t(n_layer) * kLinears * kOperands),
-      fwd_scale_(size_t(n_layer) * kLinears * kOperands, 1.0f) {
+      fwd_scale_(size_t(n_layer) * kLinears * kOperands, 1.0f),
+      table_(size_t(n_layer) * kLinears, cfg) {
   block_scaled_ = !is_per_tensor(cfg_);
   if (block_scaled_)
     check_block_scaled(cfg_);
@@ -91,9 +97,16 @@ Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
   }
 }
 
+void Fp8State::set_linear_recipe(int layer, int linear, const QuantRecipe& r) {
+  if (!block_scaled_) throw Error("per-linear recipes need block-scaled linears");
+  check_block_scaled(r);
+  table_[size_t(layer) * kLinears + linear] = r;
+}
+
 ScaledLinear Fp8State::scaled(int layer, int linear) const {
-  return {&cfg_, detail::splitmix64_mix(rng_seed_ + uint64_t(layer * kLinears + linear + 1) *
-                                                        0x9E3779B97F4A7C15ull)};
+  return {&table_[size_t(layer) * kLinears + linear],
+          detail::splitmix64_mix(rng_seed_ +
+                                 uint64_t(layer * kLinears + linear + 1) * 0x9E3779B97F4A7C15ull)};
 }
 
 Fp8Quant Fp8State::quant(int layer, int linear, int operand) const {

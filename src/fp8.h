@@ -42,8 +42,15 @@ class Fp8State {
   bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
   // Whether the linears run block-scaled (Backend::matmul_*_scaled) rather than per-tensor.
   bool block_scaled() const { return block_scaled_; }
-  // The block-scaled linear `linear` of `layer` in the current micro-batch.
+  // The block-scaled linear `linear` of `layer` in the current micro-batch: its entry of the
+  // per-linear recipe table (every entry the constructor's recipe, unless set below).
   ScaledLinear scaled(int layer, int linear) const;
+  // Block-scaled linears only: from now on this linear runs recipe r (precision.mode=auto's
+  // per-layer choice). UsageError when r is not one the block-scaled linears implement.
+  void set_linear_recipe(int layer, int linear, const QuantRecipe& r);
+  const QuantRecipe& linear_recipe(int layer, int linear) const {
+    return table_[size_t(layer) * kLinears + linear];
+  }
   // Before each training micro-batch: the seed of its random bits (quant_seed).
   void set_rng_seed(uint64_t seed) { rng_seed_ = seed; }
   // How to quantize this operand now.
@@ -76,6 +83,7 @@ class Fp8State {
   std::vector<bool> fp8_layer_;
   std::vector<std::deque<float>> history_;
   std::vector<float> fwd_scale_;
+  std::vector<QuantRecipe> table_;  // per (layer, linear), block-scaled linears
 };
 
 }  // namespace tg

@@ -436,6 +436,11 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                      P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
       be_.gelu_forward(fchg, fch, 4 * btc);
     } else {
+      if (training) {
+        probe_take(l, Fp8State::FC, kLinearInput, ln2, BT, C);
+        probe_take(l, Fp8State::FC, kLinearWeight,
+                   P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), 4 * C, C);
+      }
       be_.matmul_gelu_forward(fch, fchg, ln2,
                               P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                               P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
@@ -526,8 +531,19 @@ void GPT::backward() {
   have_dlogits_ = false;
 }
 
+void GPT::probe_take(int l, int lin, int operand, Tensor t, int rows, int cols) {
+  if (!probe_) return;
+  const std::vector<double> wide = download_f64(be_, t);
+  const std::vector<float> x(wide.begin(), wide.end());  // exact: t holds fp32 or narrower
+  probe_->take(l, lin, operand, x.data(), rows, cols);
+}
+
 void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,
                          int OC, bool training) {
+  if (training) {
+    probe_take(l, lin, kLinearInput, inp, N, C);
+    probe_take(l, lin, kLinearWeight, w, OC, C);
+  }
   if (!fp8_ || !fp8_->layer_in_fp8(l)) {
     be_.matmul_forward(out, inp, w, b, N, C, OC);
     return;
@@ -547,6 +563,7 @@ void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tenso
 
 void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                           Tensor inp, Tensor w, int N, int C, int OC) {
+  probe_take(l, lin, kLinearGrad, dout, N, OC);
   if (!fp8_ || !fp8_->layer_in_fp8(l)) {
     be_.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
     return;

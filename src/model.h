@@ -96,6 +96,15 @@ struct TelemetryTensor {
   int layers = 0;
 };
 
+// The operands of the block linears, handed to a probe as the training passes use them and
+// before any quantization (fp32 host copies; precision.mode=auto's sensitivity statistics):
+// the forward's input (N, C) and weight (OC, C), the backward's output gradient (N, OC).
+enum LinearOperand { kLinearInput, kLinearWeight, kLinearGrad, kLinearOperands };
+struct LinearProbe {
+  virtual ~LinearProbe() = default;
+  virtual void take(int layer, int linear, int operand, const float* x, int rows, int cols) = 0;
+};
+
 class GPT {
  public:
   // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
@@ -119,6 +128,8 @@ class GPT {
     fp8_ = s;
     fp8_prepared_ = false;
   }
+  // While set, training passes hand every block linear's operands to p (nullptr: none).
+  void set_probe(LinearProbe* p) { probe_ = p; }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
   // copy (rounded to nearest). Under ZeRO-1 params_f32 gathers the shards: every rank must
   // call it.
@@ -202,6 +213,7 @@ class GPT {
   void fp8_apply(const Fp8Pending& p, const Fp8Report& r);
   void fp8_flush();
   void fp8_prepare(int B, int T);
+  void probe_take(int l, int lin, int operand, Tensor t, int rows, int cols);
   // Offsets of every activation for (B, T); returns the element counts of the compute-type
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
@@ -236,6 +248,7 @@ class GPT {
   Fp8State* fp8_ = nullptr;
   bool fp8_prepared_ = false, fp8_defer_ = false;
   std::vector<Fp8Pending> fp8_pending_;
+  LinearProbe* probe_ = nullptr;
 };
 
 }  // namespace tg

@@ -12,6 +12,7 @@ DType mode_dtype(const std::string& mode) {
   if (mode == "fp16") return DType::F16;
   if (mode == "fp8") return DType::BF16;               // FP8 only in the block linears
   if (is_block_scaled_mode(mode)) return DType::BF16;  // likewise the block-scaled linears
+  if (mode == "auto") return DType::BF16;  // the block linears' formats chosen while training
   throw UsageError(strf("config key 'precision.mode': unknown mode '%s'", mode.c_str()));
 }
 
@@ -37,19 +38,27 @@ uint64_t quant_seed(const Config& cfg, int64_t step, int micro) {
                                 uint64_t(micro) * 0xD1B54A32D192ED03ull);
 }
 
+RecipeOptions recipe_options(const Config& cfg) {
+  const auto& p = cfg.precision;
+  const auto& r = p.recipe;
+  return RecipeOptions{r.pow2_scales,   r.scale_rule, r.grad_format, r.stochastic_grads, r.hadamard,
+                       r.hadamard_size, r.weight_2d,  r.bf16_last,   p.fp8.keep_bf16};
+}
+
 PrecisionSpec precision_spec(const Config& cfg) {
   const auto& p = cfg.precision;
   PrecisionSpec s;
   s.mode = p.mode;
   s.compute = mode_dtype(p.mode);
-  s.quantized_linears = p.mode == "fp8" || is_block_scaled_mode(p.mode);
+  s.quantized_linears = p.mode == "fp8" || is_block_scaled_mode(p.mode) || p.mode == "auto";
   s.loss_scale = loss_scale_kind(cfg);
   if (is_block_scaled_mode(p.mode)) {
-    const auto& r = p.recipe;
-    s.recipe =
-        block_scaled_recipe(p.mode, RecipeOptions{r.pow2_scales, r.scale_rule, r.grad_format,
-                                                  r.stochastic_grads, r.hadamard, r.hadamard_size,
-                                                  r.weight_2d, r.bf16_last, p.fp8.keep_bf16});
+    s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));
+  } else if (p.mode == "auto") {
+    // Every linear starts as bf16; the Trainer sets each one's recipe from AutoPrecision.
+    s.recipe = candidate_recipe("bf16", recipe_options(cfg), "precision.mode");
+    s.recipe.name = "auto";
+    s.recipe.keep_bf16 = p.fp8.keep_bf16;
   } else {
     s.recipe =
         fp8_recipe(Fp8Config{p.fp8.recipe, p.fp8.history_len, p.fp8.margin, p.fp8.keep_bf16});

@@ -21,6 +21,8 @@ struct PrecisionSpec {
 };
 
 PrecisionSpec precision_spec(const Config& cfg);
+// The precision.recipe.* options of the block-scaled presets (with precision.fp8.keep_bf16).
+RecipeOptions recipe_options(const Config& cfg);
 
 // The compute type of a precision mode (fp32 -> F32, bf16 and fp8 -> BF16, fp16 -> F16).
 DType mode_dtype(const std::string& mode);

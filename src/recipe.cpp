@@ -98,9 +98,35 @@ QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& op
 bool is_per_tensor(const QuantRecipe& r) {
   for (const auto& g : r.gemm)
     for (const OperandRecipe* o : {&g.a, &g.b})
-      if (o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32) return false;
+      if (o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32 ||
+          o->elem == ElemFormat::BF16)
+        return false;
   return true;
 }
+
+QuantRecipe candidate_recipe(const std::string& name, const RecipeOptions& o, const char* key) {
+  if (name == "bf16") {
+    QuantRecipe r;  // every operand BF16: the block linear's GEMMs see their inputs as they are
+    r.name = name;
+    return r;
+  }
+  if (name == "fp8") {
+    QuantRecipe r = fp8_tensor_recipe(ScaleSource::Current, 16, 0, {});
+    r.name = name;
+    return r;
+  }
+  if (!is_block_scaled_mode(name))
+    throw UsageError(
+        strf("config key '%s': '%s' is not a candidate format (bf16, fp8, "
+             "fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4)",
+             key, name.c_str()));
+  RecipeOptions every_layer = o;
+  every_layer.bf16_last = 0;
+  every_layer.keep_bf16.clear();
+  return block_scaled_recipe(name, every_layer);
+}
+
+bool is_low_bit(const OperandRecipe& o) { return o.elem != ElemFormat::BF16; }
 
 float elem_format_max(ElemFormat f) {
   switch (f) {

@@ -63,6 +63,10 @@ struct QuantRecipe {
   int history_len = 16;        // of delayed scale sources
   int margin = 0;              // scale = (fmax / amax) / 2^margin
   std::vector<int> keep_bf16;  // layers left in bf16 (negative: from the last)
+  // Outlier channels (precision.mode=auto): input channels of the forward GEMM that run
+  // unquantized beside the rest, out = X_o W_o^T + Q(X_r) Q(W_r)^T, so that they do not set
+  // the scales of the channels they share scale groups with. Sorted, distinct.
+  std::vector<int> split_channels;
 };
 
 // Today's presets: per-tensor FP8, E4M3 for the forward operands and the weights and
@@ -96,8 +100,17 @@ struct RecipeOptions {
 };
 bool is_block_scaled_mode(const std::string& mode);
 QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& o);
-// Per-tensor fp32 scales on every operand (today's fp8 linears), as opposed to the above.
+// Per-tensor fp32 scales on every operand, all of them FP8 (today's fp8 linears), as opposed
+// to the above and to recipes that leave some operands in bf16 (precision.mode=auto).
 bool is_per_tensor(const QuantRecipe& r);
+
+// The recipes precision.mode=auto chooses among, by name: "bf16" (no operand quantized),
+// "fp8" (per-tensor E4M3 / E5M2 gradients, current scales: auto re-chooses formats, so no
+// amax history) and the block-scaled presets above with every layer quantized (which layers
+// stay wide is the policy's choice, not the preset's). UsageError naming `key` otherwise.
+QuantRecipe candidate_recipe(const std::string& name, const RecipeOptions& o, const char* key);
+// Whether an operand (a recipe's forward operands) is stored in 8 bits or fewer.
+bool is_low_bit(const OperandRecipe& o);
 
 // The largest finite value of an element format.
 float elem_format_max(ElemFormat f);

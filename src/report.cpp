@@ -269,6 +269,39 @@ std::string numerics_md(const std::vector<RunGroup>& groups) {
   return md;
 }
 
+// precision.mode=auto: each run's final formats (first seed), per layer and block linear,
+// counted over the linear's six GEMM operands.
+std::string auto_md(const std::vector<RunGroup>& groups) {
+  std::string md;
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (!fs || !fs->contains("auto")) continue;
+    const json& a = (*fs)["auto"];
+    md += strf(
+        "\n%s: final formats (first seed; %.0f%% of block-linear FLOPs in <= 8 bits), "
+        "counted over each linear's six GEMM operands.\n\n"
+        "| layer | qkv | attproj | fc | fcproj |\n|---:|---|---|---|---|\n",
+        g.name.c_str(), 100 * a.value("low_bit_flop_share", 0.0));
+    for (size_t l = 0; l < a["formats"].size(); l++) {
+      md += strf("| %zu |", l);
+      for (const char* lin : {"qkv", "attproj", "fc", "fcproj"}) {
+        std::map<std::string, int> count;
+        std::string split;
+        for (const auto& [op, f] : a["formats"][l][lin].items()) {
+          if (f.is_string()) count[f.get<std::string>()]++;
+          if (op == "split_channels" && f.is_array() && !f.empty()) split = f.dump();
+        }
+        std::string cell;
+        for (const auto& [f, n] : count)
+          cell += (cell.empty() ? "" : ", ") + strf("%s x%d", f.c_str(), n);
+        md += " " + cell + (split.empty() ? "" : "; split channels " + split) + " |";
+      }
+      md += "\n";
+    }
+  }
+  return md;
+}
+
 // Runs scripts/plot_compare.py; returns the pictures it wrote, in report order.
 std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s) {
   std::string cmd = "/usr/bin/python3";
@@ -282,8 +315,11 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
   };
   add("loss.png", "val loss: difference from the reference, and absolute");
   add("loss_scale.png", "loss scale");
-  for (const auto& g : s.groups)
+  for (const auto& g : s.groups) {
     add("numerics_" + g.name + ".png", g.name + ": numerics per layer and tensor over steps");
+    add("auto_" + g.name + ".png",
+        g.name + ": formats chosen per layer and GEMM operand over steps, beside SQNR");
+  }
   return pics;
 }
 
@@ -353,6 +389,7 @@ std::string write_report(const ReportSpec& spec) {
         spec.plateau, plateau_mid);
   md += runs_md(groups, plateau_col);
   md += numerics_md(spec.groups);
+  md += auto_md(spec.groups);
   md +=
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "
       "the backend allocated (weights, master weights, gradients, Adam state, activations).\n\n";

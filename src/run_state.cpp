@@ -154,7 +154,7 @@ void read_rng(const Fields& f, RunState& s) {
 void read_precision(const Fields& f, RunState& s) {
   s.mode = f.text("precision.mode");
   if (s.mode != "fp32" && s.mode != "bf16" && s.mode != "fp16" && s.mode != "fp8" &&
-      !is_block_scaled_mode(s.mode))
+      s.mode != "auto" && !is_block_scaled_mode(s.mode))
     f.bad("precision.mode", strf("is '%s', not a precision mode", s.mode.c_str()));
   LossScaler& ls = s.loss_scale;
   ls.kind = f.text("precision.loss_scale.kind");
@@ -168,6 +168,10 @@ void read_precision(const Fields& f, RunState& s) {
         !f.at("fp8.amax_history").is_array())
       f.bad("fp8", "has no amax_history array");
     s.fp8 = f.at("fp8");
+  }
+  if (f.has("auto") && !f.at("auto").is_null()) {
+    if (!f.at("auto").is_object()) f.bad("auto", "is not an object");
+    s.auto_precision = f.at("auto");  // checked field by field by AutoPrecision::from_json
   }
 }
 
@@ -209,6 +213,7 @@ json run_state_to_json(const RunState& s) {
                 {"hysteresis_left", s.loss_scale.hysteresis_left}}}}},
             {"initial_val_loss", nan_to_null(s.initial_val_loss)}};
   if (!s.fp8.is_null()) j["fp8"] = s.fp8;
+  if (!s.auto_precision.is_null()) j["auto"] = s.auto_precision;
   return j;
 }
 

@@ -33,9 +33,10 @@ struct RunState {
   int batch_size = 0, seq_len = 0, world_size = 1;
   Rng sample_rng;
   RunCounters counters;
-  std::string mode;       // precision.mode it was trained in
-  LossScaler loss_scale;  // kind and state (scale, good_steps, hysteresis_left)
-  nlohmann::json fp8;     // Fp8State::to_json(), or null
+  std::string mode;               // precision.mode it was trained in
+  LossScaler loss_scale;          // kind and state (scale, good_steps, hysteresis_left)
+  nlohmann::json fp8;             // Fp8State::to_json(), or null
+  nlohmann::json auto_precision;  // AutoPrecision::to_json() (precision.mode=auto), or null
   double initial_val_loss = NAN;
   nlohmann::json config;  // the effective config of the run that wrote it
   GPTConfig model;

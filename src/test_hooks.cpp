@@ -1,5 +1,6 @@
 #include "test_hooks.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,6 +14,11 @@ bool auto_device_cpu() {
 int fail_rank() {
   const char* e = getenv("TG_TEST_FAIL_RANK");
   return e ? atoi(e) : -1;
+}
+
+bool outlier(int* layer, int* channel, double* factor) {
+  const char* e = getenv("TG_TEST_OUTLIER");
+  return e && sscanf(e, "%d,%d,%lf", layer, channel, factor) == 3;
 }
 
 size_t reduce_chunk() {

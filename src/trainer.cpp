@@ -56,6 +56,22 @@ AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt
 
 // The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
 // error otherwise (sampling, with its own shapes, may still take the slower path).
+// Tests (TG_TEST_OUTLIER): one channel of a layer's fc input made an outlier through its
+// ln2 gain, the way outlier features arise in trained transformers.
+void inject_outlier(GPT& model, const GPTConfig& mc) {
+  int layer = 0, channel = 0;
+  double factor = 1;
+  if (!test_hooks::outlier(&layer, &channel, &factor)) return;
+  if (layer < 0 || layer >= mc.n_layer || channel < 0 || channel >= mc.n_embd)
+    throw Error(strf("TG_TEST_OUTLIER: no channel %d in layer %d", channel, layer));
+  std::vector<float> p = model.params_f32();
+  size_t off = 0;
+  const auto sizes = param_sizes(mc);
+  for (int i = 0; i < LN2W; i++) off += sizes[i];
+  p[off + size_t(layer) * mc.n_embd + size_t(channel)] *= float(factor);
+  model.set_params(p);
+}
+
 void check_fp8_shapes(Backend& be, int N, int C) {
   const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
   for (const auto& sh : shapes) {
@@ -142,6 +158,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
     std::vector<float>().swap(init_.params);  // only its shape is needed from here on
   } else
     model_->init_random(uint64_t(c.train.seed));
+  inject_outlier(*model_, mc_);
 
   sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);
   inputs_.resize(size_t(B_) * T_);
@@ -174,6 +191,50 @@ void Trainer::setup_precision() {
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());
+  if (cfg_.precision.mode != "auto") return;
+  const auto& a = cfg_.precision.auto_;
+  const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
+                       a.budget,     a.priors,       a.every,
+                       a.window,     a.outlier_k,    a.outliers == "split"};
+  auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
+  apply_auto_formats();
+}
+
+void Trainer::apply_auto_formats() {
+  for (int l = 0; l < mc_.n_layer; l++)
+    for (int lin = 0; lin < kAutoLinears; lin++)
+      fp8_->set_linear_recipe(l, lin, auto_->linear_recipe(l, lin));
+}
+
+// Each linear's weight gradient's squared norm, and all gradients' (this rank's, before the
+// reduction: AutoPrecision::reduce sums them over the ranks).
+void Trainer::auto_grad_norms() {
+  const size_t C = size_t(mc_.n_embd);
+  const int weight[kAutoLinears] = {QKVW, ATTPROJW, FCW, FCPROJW};
+  const size_t per[kAutoLinears] = {3 * C * C, C * C, 4 * C * C, 4 * C * C};
+  std::vector<double> sq;
+  for (int l = 0; l < mc_.n_layer; l++)
+    for (int lin = 0; lin < kAutoLinears; lin++)
+      sq.push_back(
+          be_->sum_squares(model_->grad(weight[lin]).slice(size_t(l) * per[lin], per[lin])));
+  auto_->take_grad_norms(sq, be_->sum_squares(model_->grads()));
+}
+
+void Trainer::auto_decide() {
+  auto_->reduce(*cm_);
+  const std::vector<AutoChange> changes = auto_->decide();
+  if (world_ > 1) {  // the same statistics give the same decisions; a cheap check that they did
+    std::vector<int32_t> mine(auto_->formats().begin(), auto_->formats().end()), root = mine;
+    cm_->broadcast(root.data(), root.size() * sizeof(int32_t), 0);
+    if (root != mine)
+      throw Error(strf("precision.mode=auto: rank %d chose other formats than rank 0", rank_));
+  }
+  metrics_.write(auto_->record().dump());
+  if (changes.empty()) return;
+  apply_auto_formats();
+  if (rank_ != 0) return;
+  for (const AutoChange& c : changes)
+    printf("auto: step %lld: %s\n", (long long)(step_ + 1), auto_->describe(c).c_str());
 }
 
 // ---- start: the run directory, resume, logs ----
@@ -285,6 +346,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
     Fp8State check = *fp8_;
     check.from_json(s.fp8, state_path);
   }
+  if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
+    AutoPrecision check = *auto_;
+    check.from_json(s.auto_precision, state_path);
+  }
 
   model_->set_params(cd.params);
   cd.m.resize(model_->shard_size(), 0.0f);
@@ -308,6 +373,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
         s.mode.c_str(), cfg_.precision.mode.c_str());
   }
   if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
+  if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
+    auto_->from_json(s.auto_precision, state_path);
+    apply_auto_formats();
+  }
   // The compute copy of the weights is what the last update rounded, stochastic or not.
   model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
 }
@@ -326,6 +395,7 @@ RunState Trainer::run_state() const {
   s.mode = cfg_.precision.mode;
   s.loss_scale = scaler_;
   if (fp8_) s.fp8 = fp8_->to_json();
+  if (auto_) s.auto_precision = auto_->to_json();
   s.initial_val_loss = initial_val_loss_;
   s.config = cfg_json_;
   s.model = mc_;
@@ -370,6 +440,18 @@ void Trainer::print_start() const {
            : f.fast_accum       ? ", fast accumulation in the forward GEMM"
                                 : ", exact fp32 accumulation everywhere");
   }
+  if (auto_) {
+    const auto& a = cfg_.precision.auto_;
+    std::string names;
+    for (const AutoCandidate& c : auto_->candidates()) names += (names.empty() ? "" : ",") + c.name;
+    printf(
+        "auto: candidates %s (narrowest first); SQNR threshold %g dB, hysteresis %g dB, "
+        "budget %s; measured at step 1 and every %d steps; priors %s\n",
+        names.c_str(), a.threshold_db, a.hysteresis_db,
+        a.budget > 0 ? strf("%.0f%% of block-linear FLOPs in <= 8 bits", 100 * a.budget).c_str()
+                     : "none",
+        a.every, a.priors ? "on (first and last layers start wide)" : "off");
+  }
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
@@ -392,14 +474,22 @@ StepResult Trainer::step() {
   GPT& model = *model_;
   model.zero_grad();
   double loss = 0;
+  // auto: the first micro-batch's operands are measured (copies; the step is unchanged).
+  const bool measure = auto_ && auto_->due(r.step);
   for (int micro = 0; micro < grad_accum_; micro++) {
     train_loader_->next_batch(inputs_.data(), targets_.data());
     if (fp8_) fp8_->set_rng_seed(quant_seed(cfg_, step_, micro));
+    if (measure && micro == 0) {
+      auto_->begin(r.step, quant_seed(cfg_, step_, -1));
+      model.set_probe(auto_.get());
+    }
     loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
                           float(r.scale / (double(grad_accum_) * world_))) /
             grad_accum_;
     model.backward();
+    model.set_probe(nullptr);
   }
+  if (measure) auto_grad_norms();
   if (test_hooks::fail_rank() == rank_ && r.step == 2)
     throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
   if (world_ > 1) {
@@ -408,6 +498,7 @@ StepResult Trainer::step() {
     cm_->all_reduce_sum(&loss, 1);
     loss /= world_;
   }
+  if (measure) auto_decide();
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model.grads());
   if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
     record_numerics(r.step, r.scale);
@@ -694,6 +785,8 @@ json Trainer::finish() {
     }
     summary["numerics"] = nj;
   }
+  if (auto_)
+    summary["auto"] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
   if (rank_ == 0)
     write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), summary.dump(2) + "\n");
   printf(
@@ -704,6 +797,9 @@ json Trainer::finish() {
   if (std::isfinite(gap))
     printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
            final_val_loss, loss_floor_, 100 * gap, ln_vocab_);
+  if (auto_)
+    printf("auto: final formats (%.0f%% of block-linear FLOPs in <= 8 bits):\n%s",
+           100 * auto_->flop_share(), auto_->map_text().c_str());
   printf("run directory: %s\n", cfg_.train.out_dir.c_str());
   fflush(stdout);
   return summary;

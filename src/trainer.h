@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "auto_precision.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -80,6 +81,10 @@ class Trainer {
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);
+  // precision.mode=auto: each linear's recipe from the chosen formats; a measurement's end.
+  void apply_auto_formats();
+  void auto_grad_norms();
+  void auto_decide();
 
   Config cfg_;
   double t_start_;
@@ -96,6 +101,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Fp8State> fp8_;
+  std::unique_ptr<AutoPrecision> auto_;  // precision.mode=auto
   bool device_decision_ = false;
   std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;

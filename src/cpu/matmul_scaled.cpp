@@ -11,7 +11,10 @@
 // product runs in fp32 (sgemm), times the operands' tensor factors (NVFP4's 1/S), which is
 // what hardware with fp32 accumulation computes up to the order of the additions.
 // Every GEMM role and operand draws its stochastic-rounding bits from its own stream of the
-// linear's seed.
+// linear's seed. A recipe's split_channels (outlier input channels) leave the forward's
+// quantized GEMM (their columns of inp and W are zero there, so they set no scale) and are
+// added back as an fp32 product of their unquantized values: X_o W_o^T + Q(X_r) Q(W_r)^T,
+// equal to the unsplit product in exact arithmetic.
 #include <vector>
 
 #include "../formats.h"
@@ -58,9 +61,35 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
 
 }  // namespace
 
+namespace {
+// Moves columns `ch` of x(rows, cols) into dst(rows, ch.size()), leaving zeros behind.
+void take_columns(float* dst, float* x, int rows, int cols, const std::vector<int>& ch) {
+  const int k = int(ch.size());
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < k; j++) {
+      float& v = x[size_t(r) * cols + ch[j]];
+      dst[size_t(r) * k + j] = v;
+      v = 0.0f;
+    }
+}
+}  // namespace
+
 void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, int N, int C,
                            int OC, const QuantRecipe& r, uint64_t seed) {
+  const std::vector<int>& ch = r.split_channels;
+  std::vector<float> xo, wo;
+  if (!ch.empty()) {
+    xo.resize(size_t(N) * ch.size());
+    wo.resize(size_t(OC) * ch.size());
+    take_columns(xo.data(), inp, N, C, ch);
+    take_columns(wo.data(), w, OC, C, ch);
+  }
   scaled_gemm(out, inp, w, N, OC, C, r.gemm[kForward], seed, kForward, false, nullptr);
+  if (!ch.empty()) {
+    std::vector<float> o(size_t(N) * OC);
+    matmul_forward<float>(o.data(), xo.data(), wo.data(), nullptr, N, int(ch.size()), OC);
+    for (size_t i = 0; i < o.size(); i++) out[i] += o[i];
+  }
   if (bias) {
 #pragma omp parallel for schedule(static) if (size_t(N) * OC >= kParallelMin)
     for (int n = 0; n < N; n++) {

@@ -87,8 +87,10 @@ inline constexpr size_t kParallelMin = size_t(1) << 15;
 // quantize.cpp (fp32 only). x(rows, cols) row-major, cols along the GEMM's reduction
 // dimension, quantized and dequantized in place per the operand recipe o; seed: the bits of
 // stochastic rounding. Returns the factor the GEMM output takes for this operand (1 / the
-// fp32 tensor scale of UE4M3-scaled operands, else 1).
-float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed);
+// fp32 tensor scale of UE4M3-scaled operands, else 1). *saturated (when given) += the values
+// clipped to the element format's largest. A bf16 operand is left as it is.
+float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                          size_t* saturated = nullptr);
 // Random Hadamard rotation H D of every run of n (a power of two) values along each row;
 // inverse: its transpose D H.
 void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse);
@@ -107,5 +109,13 @@ void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, 
 void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* inp, const float* w,
                             int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
                             ScaledScratch& s);
+
+// quant_error.cpp: how much one operand loses in a recipe operand's format (sensitivity
+// statistics of precision.mode=auto), measured on a copy.
+struct QuantError {
+  double signal = 0, noise = 0;  // sum x^2, sum (x - Q(x))^2 (after the transform, if any)
+  double values = 0, nonzero = 0, underflow = 0, saturated = 0;  // counts
+};
+QuantError quant_error(const float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed);
 
 }  // namespace tg::cpu

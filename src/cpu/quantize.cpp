@@ -20,7 +20,9 @@
 // bits quant_sr_bits(quant_sr_seed(seed), r * cols + c) (formats.h; deterministic,
 // independent of the thread count).
 // Non-finite values (an overflowed gradient) turn the whole operand into NaN, so the loss
-// scaler skips the step, as the per-tensor FP8 path does.
+// scaler skips the step, as the per-tensor FP8 path does. A bf16 operand (precision.mode=auto's
+// wide choice) is left as it is. *saturated, when given, counts the values clipped to the
+// element format's largest (sensitivity statistics).
 //
 // Also here: the random Hadamard transform of operand rows, and the per-tensor FP8
 // quantize-dequantize of the fp8 mode's linears (qdq_tensor_fp8).
@@ -116,11 +118,17 @@ void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {
 }
 
 // One row: every column group at its scale. idx0: the row's first element index (SR bits).
+// saturated (when given): += the values beyond the element format's largest at their scale.
 template <ElemFormat F, bool SR>
-void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0) {
+void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
+               int* saturated) {
   for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
     const float enc = sg[j].enc, dec = sg[j].dec;
     const int c1 = c0 + gc < cols ? c0 + gc : cols;
+    if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
+      const float fmax = elem_format_max(F) * (1.0f + 1.0f / 1024);
+      for (int c = c0; c < c1; c++) *saturated += std::fabs(xr[c] * enc) > fmax;
+    }
     if constexpr (SR) {
       uint64_t pair = ~uint64_t(0), h = 0;
       for (int c = c0; c < c1; c++) {
@@ -135,7 +143,7 @@ void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed,
   }
 }
 
-using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t);
+using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t, int*);
 RowFn row_fn(ElemFormat f, bool sr) {
   using E = ElemFormat;
   switch (f) {
@@ -149,8 +157,10 @@ RowFn row_fn(ElemFormat f, bool sr) {
 
 }  // namespace
 
-float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed) {
-  if (rows <= 0 || cols <= 0) return 1.0f;
+float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                          size_t* saturated) {
+  // A bf16 operand stays as it is: the model's operands are bf16 values already.
+  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) return 1.0f;
   int gr = rows, gc = cols;
   group_shape(o, rows, cols, &gr, &gc);
   if (gc > cols) gc = cols;
@@ -198,10 +208,12 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
   for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
   const RowFn apply = row_fn(o.elem, o.rounding == RoundMode::Stochastic);
   const uint64_t mixed = quant_sr_seed(seed);
+  std::vector<int> row_sat(saturated ? size_t(rows) : 0, 0);
 #pragma omp parallel for schedule(static) if (big)
   for (int r = 0; r < rows; r++)
     apply(x + size_t(r) * cols, cols, gc, scale.data() + size_t(r / gr) * ngc, mixed,
-          uint64_t(r) * cols);
+          uint64_t(r) * cols, saturated ? &row_sat[r] : nullptr);
+  for (int n : row_sat) *saturated += size_t(n);
   return o.scale == ScaleFormat::E4M3 ? 1.0f / tensor_scale : 1.0f;
 }
 
