@@ -53,6 +53,9 @@ const ModeSpec kModes[] = {
     {"nvfp4", "nvfp4", "", false,
      "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
      "gradients, Hadamard wgrad, last layer bf16"},
+    {"auto", "auto", "", false,
+     "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
+     "precision.auto.threshold_db (src/auto_precision.h)"},
 };
 
 const ModeSpec& find_mode(const std::string& name) {
@@ -151,7 +154,7 @@ int cmd_compare(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       {"modes",
        "comma-separated: fp32, bf16, bf16-sr, fp16, fp16-noscale, fp8, fp8-current, "
-       "fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4",
+       "fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4, auto",
        "fp32,bf16,fp16,fp16-noscale,fp8"},
       {"out", "output directory", "runs/compare"},
       int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),

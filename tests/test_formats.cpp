@@ -36,17 +36,8 @@
 
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+uint32_t bits(float f) { return tg::f32_bits(f); }
+float from_bits(uint32_t u) { return tg::bits_f32(u); }
 
 std::string hex(uint32_t v) {
   char buf[16];
