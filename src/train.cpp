@@ -8,6 +8,7 @@
 #include "common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/parallel.h"
 #ifdef TG_CUDA
 #include "cuda/cuda_backend.h"
@@ -63,6 +64,8 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
   // The CPU ops split GEMMs across OpenMP threads themselves (src/cpu/matmul.cpp).
   cpu::blas_set_threads(1);
   cpu::set_gemm_loops(cfg.cpu.gemm == "loops");
+  cpu::set_narrow_gemm(
+      cpu::choose_narrow_gemm(cfg.cpu.narrow_gemm, cfg.cpu.gemm == "loops", cpu::cpu_features()));
   const BackendOptions options = backend_options(cfg);
 #ifdef TG_CUDA
   if (device == "cuda")
