@@ -9,8 +9,9 @@
 // with each addition rounded to nearest even (an odd K pads its last pair with zeros). This
 // order does not depend on the blocking or on how rows are split across threads, so results
 // are bit-identical run to run and for any thread count. Unlike sgemm on widened values,
-// subnormals are not kept: subnormal operands (bf16 codes and C) count as zero and subnormal
-// products and sums are flushed to zero (the instruction ignores MXCSR).
+// subnormals are not kept: subnormal operands (bf16 codes and C) count as zero and a sum
+// below 2^-126 is flushed to zero (a product that small is still exact inside the sum); the
+// instruction ignores MXCSR. tests/test_gemm_bf16.cpp checks all of this.
 #pragma once
 #include <cstdint>
 #include <string>
