@@ -24,6 +24,7 @@
 //
 // Also here: the random Hadamard transform of operand rows, and the per-tensor FP8
 // quantize-dequantize of the fp8 mode's linears (qdq_tensor_fp8).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -272,17 +273,29 @@ float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* am
   return s;
 }
 
-// FP8 values have 3 (E4M3) or 2 (E5M2) mantissa bits and exponents in [-9, 8] / [-16, 15],
-// well inside bf16's 7 bits and [-126, 127]: the bf16 code holds them exactly.
-float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
-                          float* amax) {
-  const float s = tensor_fp8_scale(x, n, q, e4m3, amax);
-  const bool finite = std::isfinite(*amax);
+namespace {
+// codes[i] = round(x[i] s) in format F, as bf16: FP8 values have 3 (E4M3) or 2 (E5M2)
+// mantissa bits and exponents in [-9, 8] / [-16, 15], well inside bf16's 7 bits and
+// [-126, 127], so the top half of the fp32 value is the exact bf16 code.
+template <bool E4M3>
+void fp8_codes(bf16* codes, const float* x, size_t n, float s) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
     const float v = x[i] * s;
-    codes[i] = bf16{f32_to_bf16(!finite ? NAN : e4m3 ? e4m3_round_trip(v) : e5m2_round_trip(v))};
+    codes[i] = bf16{uint16_t(f32_bits(E4M3 ? e4m3_round_trip(v) : e5m2_round_trip(v)) >> 16)};
   }
+}
+}  // namespace
+
+float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
+                          float* amax) {
+  const float s = tensor_fp8_scale(x, n, q, e4m3, amax);
+  if (!std::isfinite(*amax))
+    std::fill(codes, codes + n, bf16{0x7fc0});  // NaN: the step is skipped
+  else if (e4m3)
+    fp8_codes<true>(codes, x, n, s);
+  else
+    fp8_codes<false>(codes, x, n, s);
   return s;
 }
 
