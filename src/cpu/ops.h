@@ -67,6 +67,11 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+// The formulas evaluated per element, which bf16 and fp16's tables (gelu.cpp) must equal.
+template <typename T>
+void gelu_forward_reference(T* out, const T* inp, size_t n);
+template <typename T>
+void gelu_backward_reference(T* dinp, const T* inp, const T* dout, size_t n);
 
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n);
