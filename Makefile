@@ -150,7 +150,7 @@ EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasi
 EMU_CU      := $(filter-out src/cuda/backend.cu src/cuda/cublaslt.cu src/cuda/matmul_fp8.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu))
 EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
-KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o residual.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o parallel.o) $(BUILD)/src/common.o
+KERNELS_EMU_OBJ := $(addprefix $(BUILD)/src/cpu/,encoder.o residual.o layernorm.o gelu.o attention.o adamw.o classifier.o matmul.o gemm.o gemm_bf16.o cpu_features.o parallel.o) $(BUILD)/src/common.o
 $(EMU_DIR)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
