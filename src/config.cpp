@@ -118,6 +118,7 @@ const std::vector<KeyDef>& table() {
       {"sample.top_k", Kind::Int, TG_OFF(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"},
       {"sample.prompt", Kind::String, TG_OFF(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"},
       {"cpu.gemm", Kind::Choice, TG_OFF(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"},
+      {"cpu.narrow_gemm", Kind::Choice, TG_OFF(cpu.narrow_gemm), 0, 0, {"auto", "exact"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation on the CPU's AVX512-BF16 instructions when present (auto; not with cpu.gemm=loops), or the operands widened to fp32 through cpu.gemm, the exact reference (exact)"},
       {"cuda.attention", Kind::Choice, TG_OFF(cuda.attention), 0, 0, {"cublas", "fused", "flash"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), or tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash; the CPU then runs its flash twin)"},
       {"cuda.gemm", Kind::Choice, TG_OFF(cuda.gemm), 0, 0, {"lt", "fallback"}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"},
       {"cuda.gelu_epilogue", Kind::Bool, TG_OFF(cuda.gelu_epilogue), 0, 0, {}, "CUDA: the MLP's GELU fused into its first GEMM (cuBLASLt GELU_AUX_BIAS)"},

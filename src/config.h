@@ -121,6 +121,9 @@ struct Config {
   } sample;
   struct Cpu {
     std::string gemm = "auto";  // auto (OpenBLAS when built with it) | blas | loops
+    // auto: the narrow modes' matmuls as bf16 products on the CPU's instructions when it has
+    // them (AVX512-BF16), else and with exact: widened to fp32 through cpu.gemm
+    std::string narrow_gemm = "auto";
   } cpu;
   struct Cuda {
     std::string attention = "cublas";  // cublas | fused | flash

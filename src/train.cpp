@@ -9,6 +9,7 @@
 #include "common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/parallel.h"
 #include "cuda_library.h"
 #include "rng.h"
@@ -72,6 +73,8 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
   // The CPU ops split GEMMs across OpenMP threads themselves (src/cpu/matmul.cpp).
   cpu::blas_set_threads(1);
   cpu::set_gemm_loops(cfg.cpu.gemm == "loops");
+  cpu::set_narrow_gemm(
+      cpu::choose_narrow_gemm(cfg.cpu.narrow_gemm, cfg.cpu.gemm == "loops", cpu::cpu_features()));
   const BackendOptions options = backend_options(cfg);
   if (device == "cuda") {
     const CudaLibrary& cuda = cuda_library();

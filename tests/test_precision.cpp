@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "src/cpu/cpu_backend.h"
+#include "src/cpu/ops.h"
 #include "src/cpu/storage.h"
 #include "src/formats.h"
 #include "src/loss_scaler.h"
@@ -447,8 +448,8 @@ TEST_CASE("fp8: the FP8 linear equals quantize-dequantize with fp32 accumulation
            db = be->alloc(DType::BF16, OC);
     be->zero(dw);
     be->zero(db);
-    Fp8Report gr =
-        be->matmul_backward_fp8(dx, dw, db, G, X, W, N, C, OC, Fp8Quant{1.0f, true, 0, ElemFormat::E5M2}, sx, sw);
+    Fp8Report gr = be->matmul_backward_fp8(dx, dw, db, G, X, W, N, C, OC,
+                                           Fp8Quant{1.0f, true, 0, ElemFormat::E5M2}, sx, sw);
     float ag = 0;
     for (float v : gv) ag = std::max(ag, std::fabs(v));
     CHECK(gr.amax[0] == ag);
@@ -549,4 +550,32 @@ TEST_CASE("fp8: the fast round trip equals encode + decode from formats.h") {
                   1e-30f, -1e-45f})
     check(x);
   CHECK(bad == 0);
+}
+
+namespace {
+// The 16-bit GELU tables (src/cpu/gelu.cpp) against the per-element formulas, bit for bit:
+// every input code, in a random order, with random output gradients.
+template <typename T>
+void check_gelu_tables() {
+  const size_t n = 65536;
+  std::vector<T> x(n), dout(n), got(n), want(n);
+  Rng r(5);
+  int bad = 0;
+  for (int pass = 0; pass < 8; pass++) {
+    for (size_t c = 0; c < n; c++) x[c] = T{uint16_t(c * 40503u + pass * 7919u)};  // a permutation
+    for (auto& d : dout) d = cpu::st<T>(float(r.normal() * std::ldexp(1.0, int(r.below(30)) - 15)));
+    cpu::gelu_backward(got.data(), x.data(), dout.data(), n);
+    cpu::gelu_backward_reference(want.data(), x.data(), dout.data(), n);
+    for (size_t c = 0; c < n; c++) bad += got[c].bits != want[c].bits;
+    cpu::gelu_forward(got.data(), x.data(), n);
+    cpu::gelu_forward_reference(want.data(), x.data(), n);
+    for (size_t c = 0; c < n; c++) bad += got[c].bits != want[c].bits;
+  }
+  CHECK(bad == 0);
+}
+}  // namespace
+
+TEST_CASE("gelu: the bf16 and fp16 tables equal the formula for every input code") {
+  check_gelu_tables<cpu::bf16>();
+  check_gelu_tables<cpu::f16>();
 }

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gemm_bf16.h"
 #include "ops.h"
 
 namespace tg {
@@ -112,7 +113,8 @@ class CpuBackend final : public Backend {
   }
 
   // Matmuls with 16-bit operands widen them to fp32, multiply with sgemm (fp32 accumulate),
-  // and round each output once.
+  // and round each output once. bf16 operands go to the bf16 GEMM instead while
+  // cpu.narrow_gemm selects the hardware path (exact products, fp32 sums in another order).
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                       int OC) override {
     if (all_wide_and_same({out, inp, w, bias})) {
@@ -123,6 +125,11 @@ class CpuBackend final : public Backend {
       return;
     }
     float* o = wide(out, s_out_, false);
+    if (hardware_bf16({inp, w})) {
+      cpu::matmul_forward_bf16(o, P<bf16>(inp), P<bf16>(w), wide(bias, s_c_, true), 1.0f, N, C, OC);
+      narrow_back(out, o);
+      return;
+    }
     cpu::matmul_forward(o, wide(inp, s_a_, true), wide(w, s_b_, true), wide(bias, s_c_, true), N, C,
                         OC);
     narrow_back(out, o);
@@ -140,8 +147,13 @@ class CpuBackend final : public Backend {
     float* di = wide(dinp, s_out_, false);
     float* dwf = wide(dw, s_dw_, true);
     float* dbf = wide(dbias, s_db_, true);
-    cpu::matmul_backward(di, dwf, dbf, wide(dout, s_a_, true), wide(inp, s_b_, true),
-                         wide(w, s_c_, true), N, C, OC);
+    if (hardware_bf16({dout, inp, w})) {
+      cpu::matmul_backward_bf16(di, dwf, P<bf16>(dout), P<bf16>(inp), P<bf16>(w), N, C, OC);
+      if (dbf) cpu::bias_backward(dbf, P<bf16>(dout), N, OC);
+    } else {
+      cpu::matmul_backward(di, dwf, dbf, wide(dout, s_a_, true), wide(inp, s_b_, true),
+                           wide(w, s_c_, true), N, C, OC);
+    }
     narrow_back(dinp, di);
     narrow_back(dw, dwf);
     narrow_back(dbias, dbf);
@@ -157,6 +169,16 @@ class CpuBackend final : public Backend {
     Fp8Report rep;
     float* a = copy_wide(inp, s_a_);
     float* b = copy_wide(w, s_b_);
+    if (cpu::narrow_gemm_hardware()) {
+      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after.
+      rep.scale[0] = quantize_codes(q_a_, a, inp.numel, quant[0], &rep.amax[0]);
+      rep.scale[1] = quantize_codes(q_b_, b, w.numel, quant[1], &rep.amax[1]);
+      float* o = wide(out, s_out_, false);
+      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), wide(bias, s_c_, true),
+                               (1.0f / rep.scale[0]) * (1.0f / rep.scale[1]), N, C, OC);
+      narrow_back(out, o);
+      return rep;
+    }
     rep.scale[0] = qdq(a, inp.numel, quant[0], quant[0].format == ElemFormat::E4M3, &rep.amax[0]);
     rep.scale[1] = qdq(b, w.numel, quant[1], quant[1].format == ElemFormat::E4M3, &rep.amax[1]);
     float* o = wide(out, s_out_, false);
@@ -174,9 +196,23 @@ class CpuBackend final : public Backend {
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
-    rep.scale[0] = qdq(g, dout.numel, gq, gq.format == ElemFormat::E4M3, &rep.amax[0]);
     float* a = copy_wide(inp, s_a_);
     float* b = copy_wide(w, s_b_);
+    if (cpu::narrow_gemm_hardware()) {
+      rep.scale[0] = quantize_codes(q_g_, g, dout.numel, gq, &rep.amax[0]);
+      float unused;
+      quantize_codes(q_a_, a, inp.numel, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, &unused);
+      quantize_codes(q_b_, b, w.numel, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, &unused);
+      float* di = wide(dinp, s_out_, false);
+      float* dwf = wide(dw, s_dw_, true);
+      const float inv_g = 1.0f / rep.scale[0];
+      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC,
+                                inv_g * (1.0f / w_scale), inv_g * (1.0f / inp_scale));
+      narrow_back(dinp, di);
+      narrow_back(dw, dwf);
+      return rep;
+    }
+    rep.scale[0] = qdq(g, dout.numel, gq, gq.format == ElemFormat::E4M3, &rep.amax[0]);
     // The forward's E4M3 copies again (the recipe's dgrad and wgrad b operands).
     float unused;
     qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, true, &unused);
@@ -353,6 +389,19 @@ class CpuBackend final : public Backend {
   static float qdq(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
     return cpu::qdq_tensor_fp8(x, n, q, e4m3, amax);
   }
+  // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
+  static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n, const Fp8Quant& q,
+                              float* amax) {
+    buf.resize(n);
+    return cpu::quantize_tensor_fp8(buf.data(), x, n, q, q.format == ElemFormat::E4M3, amax);
+  }
+  // Whether the bf16 GEMM takes these operands: the hardware path is on and all are bf16.
+  static bool hardware_bf16(std::initializer_list<Tensor> ts) {
+    if (!cpu::narrow_gemm_hardware()) return false;
+    for (const Tensor& t : ts)
+      if (t.dtype != DType::BF16) return false;
+    return true;
+  }
   // Rounds fp32 results back into t when wide() handed out a buffer.
   void narrow_back(Tensor t, float* f) {
     if (t && t.dtype != DType::F32) convert(t, Tensor{f, DType::F32, t.numel}, Rounding{});
@@ -363,6 +412,8 @@ class CpuBackend final : public Backend {
   size_t in_use_ = 0, peak_ = 0;
   // Scratch for widened matmul operands, kept between calls.
   std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_, s_g_;
+  // FP8 codes of the hardware path's operands.
+  std::vector<bf16> q_a_, q_b_, q_g_;
 };
 
 }  // namespace

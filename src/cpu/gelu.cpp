@@ -1,7 +1,14 @@
 // gelu (tanh approximation, as GPT-2):
 //   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 //   gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// A 16-bit input (bf16, fp16) has only 65536 values, so for those types both passes read
+// tables built once by the formulas' own loops over every code: the forward's table holds the
+// rounded outputs (the same bits by construction), the backward's the fp32 local gradient,
+// multiplied by dout and rounded as the loop does (tests/test_precision.cpp checks every code
+// against the loop). tanhf was a fifth of a bf16 training step.
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "ops.h"
 
@@ -10,10 +17,9 @@ namespace tg::cpu {
 namespace {
 template <typename A>
 constexpr A kGeluScale = A(0.7978845608028654);  // sqrt(2/pi)
-}
 
 template <typename T>
-void gelu_forward(T* out, const T* inp, size_t n) {
+void gelu_forward_loop(T* out, const T* inp, size_t n) {
   using A = acc_t<T>;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
@@ -23,8 +29,17 @@ void gelu_forward(T* out, const T* inp, size_t n) {
   }
 }
 
+// The loop's local gradient alone, for the table (checked equal to the loop's, see above).
+template <typename A>
+inline A gelu_local_grad(A x) {
+  A cube = A(0.044715) * x * x * x;
+  A th = std::tanh(kGeluScale<A> * (x + cube));
+  A dth = (A(1) - th * th) * kGeluScale<A> * (A(1) + A(3 * 0.044715) * x * x);
+  return A(0.5) * (A(1) + th) + A(0.5) * x * dth;
+}
+
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+void gelu_backward_loop(T* dinp, const T* inp, const T* dout, size_t n) {
   using A = acc_t<T>;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
@@ -36,6 +51,59 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   }
 }
 
+template <typename T>
+constexpr bool kSixteenBit = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+// Every 16-bit code's gelu (rounded) and local gradient (fp32), built on first use.
+template <typename T>
+struct GeluTables {
+  std::vector<T> out;
+  std::vector<float> grad;
+  GeluTables() : out(65536), grad(65536) {
+    std::vector<T> codes(65536);
+    for (uint32_t c = 0; c < 65536; c++) codes[c] = T{uint16_t(c)};
+    gelu_forward_loop(out.data(), codes.data(), codes.size());
+    for (uint32_t c = 0; c < 65536; c++) grad[c] = gelu_local_grad(ld(codes[c]));
+  }
+};
+template <typename T>
+const GeluTables<T>& gelu_tables() {
+  static const GeluTables<T> t;
+  return t;
+}
+}  // namespace
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, size_t n) {
+  if constexpr (kSixteenBit<T>) {
+    const T* table = gelu_tables<T>().out.data();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = table[inp[i].bits];
+  } else {
+    gelu_forward_loop(out, inp, n);
+  }
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+  if constexpr (kSixteenBit<T>) {
+    const float* grad = gelu_tables<T>().grad.data();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = st<T>(grad[inp[i].bits] * ld(dout[i]));
+  } else {
+    gelu_backward_loop(dinp, inp, dout, n);
+  }
+}
+
+template <typename T>
+void gelu_forward_reference(T* out, const T* inp, size_t n) {
+  gelu_forward_loop(out, inp, n);
+}
+template <typename T>
+void gelu_backward_reference(T* dinp, const T* inp, const T* dout, size_t n) {
+  gelu_backward_loop(dinp, inp, dout, n);
+}
+
 #define TG_INSTANTIATE(T)                              \
   template void gelu_forward<T>(T*, const T*, size_t); \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);
@@ -44,5 +112,9 @@ TG_INSTANTIATE(double)
 TG_INSTANTIATE(bf16)
 TG_INSTANTIATE(f16)
 #undef TG_INSTANTIATE
+template void gelu_forward_reference<bf16>(bf16*, const bf16*, size_t);
+template void gelu_forward_reference<f16>(f16*, const f16*, size_t);
+template void gelu_backward_reference<bf16>(bf16*, const bf16*, const bf16*, size_t);
+template void gelu_backward_reference<f16>(f16*, const f16*, const f16*, size_t);
 
 }  // namespace tg::cpu

@@ -5,9 +5,13 @@
 // and OpenBLAS threads spinning against each other (measured: ~40% of a step on 2 cores).
 // The bias sums run over a fixed split of rows per part, added in part order. The row
 // blocks are parts (parallel.h), so the bits do not depend on how many threads run them.
+// The _bf16 twins take bf16 operands straight from their storage into gemm_bf16 (the
+// hardware path of cpu.narrow_gemm), with fp32 outputs and an optional factor on the
+// products (the FP8 tensor scales, applied after the GEMM as a GPU applies them).
 #include <vector>
 
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "ops.h"
 #include "parallel.h"
 
@@ -58,20 +62,74 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
-template <typename T>
-void bias_backward(T* dbias, const T* dout, int N, int OC) {
+namespace {
+// dbias (A) += column sums of dout (any storage type D, widened exactly to A).
+template <typename A, typename D>
+void bias_sums(A* dbias, const D* dout, int N, int OC) {
   const int nthreads = num_parts();
-  std::vector<T> partial(size_t(nthreads) * OC, T(0));
+  std::vector<A> partial(size_t(nthreads) * OC, A(0));
   for_each_part([&](int id, int nt) {
     int n0 = int(int64_t(N) * id / nt), n1 = int(int64_t(N) * (id + 1) / nt);
-    T* p = partial.data() + size_t(id) * OC;
+    A* p = partial.data() + size_t(id) * OC;
     for (int n = n0; n < n1; n++) {
-      const T* d = dout + size_t(n) * OC;
-      for (int j = 0; j < OC; j++) p[j] += d[j];
+      const D* d = dout + size_t(n) * OC;
+      for (int j = 0; j < OC; j++) p[j] += ld(d[j]);
     }
   });
   for (int t = 0; t < nthreads; t++)
     for (int j = 0; j < OC; j++) dbias[j] += partial[size_t(t) * OC + j];
+}
+
+const uint16_t* codes(const bf16* x) { return reinterpret_cast<const uint16_t*>(x); }
+}  // namespace
+
+template <typename T>
+void bias_backward(T* dbias, const T* dout, int N, int OC) {
+  bias_sums(dbias, dout, N, OC);
+}
+void bias_backward(float* dbias, const bf16* dout, int N, int OC) { bias_sums(dbias, dout, N, OC); }
+
+void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
+                         int N, int C, int OC) {
+  for_each_part([&](int id, int nt) {
+    int n0, n1;
+    thread_rows(N, id, nt, &n0, &n1);
+    if (n1 > n0)
+      gemm_bf16(false, true, n1 - n0, OC, C, codes(inp) + size_t(n0) * C, C, codes(w), C, 0.0f,
+                out + size_t(n0) * OC, OC);
+  });
+  if (!bias && scale == 1.0f) return;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float* o = out + size_t(n) * OC;
+    for (int j = 0; j < OC; j++) o[j] = o[j] * scale + (bias ? bias[j] : 0.0f);
+  }
+}
+
+void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
+                          int N, int C, int OC, float dinp_scale, float dw_scale) {
+  for_each_part([&](int id, int nt) {
+    int r0, r1;
+    thread_rows(N, id, nt, &r0, &r1);
+    if (dinp && r1 > r0) {
+      gemm_bf16(false, false, r1 - r0, C, OC, codes(dout) + size_t(r0) * OC, OC, codes(w), C, 0.0f,
+                dinp + size_t(r0) * C, C);
+      if (dinp_scale != 1.0f)
+        for (size_t i = size_t(r0) * C; i < size_t(r1) * C; i++) dinp[i] *= dinp_scale;
+    }
+    thread_rows(OC, id, nt, &r0, &r1);
+    if (r1 <= r0) return;
+    float* dwr = dw + size_t(r0) * C;
+    if (dw_scale == 1.0f) {
+      gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, OC, codes(inp), C, 1.0f, dwr, C);
+      return;
+    }
+    // dW += scale x (the product): the product first, as the exact path's scaled GEMMs.
+    std::vector<float> prod(size_t(r1 - r0) * C);
+    gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, OC, codes(inp), C, 0.0f, prod.data(),
+              C);
+    for (size_t i = 0; i < prod.size(); i++) dwr[i] += prod[i] * dw_scale;
+  });
 }
 
 #define TG_INSTANTIATE(T)                                                                    \

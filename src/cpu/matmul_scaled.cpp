@@ -10,6 +10,9 @@
 // the values a block-scaled GEMM multiplies (element x power-of-two or UE4M3 scale), and the
 // product runs in fp32 (sgemm), times the operands' tensor factors (NVFP4's 1/S), which is
 // what hardware with fp32 accumulation computes up to the order of the additions.
+// With cpu.narrow_gemm's hardware path, operands whose dequantized values are exact in bf16
+// go through the bf16 GEMM instead (bf16_exact below says which), the same products summed
+// in gemm_bf16's order.
 // Every GEMM role and operand draws its stochastic-rounding bits from its own stream of the
 // linear's seed. A recipe's split_channels (outlier input channels) leave the forward's
 // quantized GEMM (their columns of inp and W are zero there, so they set no scale) and are
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "../formats.h"
+#include "gemm_bf16.h"
 #include "ops.h"
 #include "parallel.h"
 
@@ -36,6 +40,41 @@ void transpose(float* dst, const float* src, int rows, int cols) {
     for (int r = 0; r < rows; r++) dst[size_t(c) * rows + r] = src[size_t(r) * cols + c];
 }
 
+// Whether every dequantized value x' = q d of the operand is a bf16 value (8 significant
+// bits, exponent >= -126), so that converting it to bf16 loses nothing:
+//   E4M3 / E5M2 elements (4 / 3 significant bits) x E8M0 or power-of-two scales: the
+//     element's bits times 2^e;
+//   E2M1 elements (2 bits: 0.5 ... 6) x E8M0 or powers of two: likewise;
+//   any of these x a UE4M3 block scale (NVFP4: E2M1): at most 4 + 4 = 8 significant bits
+//     (E2M1: 6), and |x'| >= 2^-9 x 2^-9 (the smallest subnormals), a normal bf16 value;
+//     the fp32 tensor scale 1/S stays outside the GEMM (post).
+// The exception: a value below 2^-126 (a block whose scale is under 2^-118 or so, i.e. an
+// amax that small) becomes a bf16 subnormal or zero, which vdpbf16ps reads as zero, where
+// the exact path keeps the fp32 subnormal. fp32 scales (fp8-rowwise, fp8-block, the
+// per-tensor recipes) are not exact: q (1/s) has up to 24 bits; those stay on sgemm.
+bool bf16_exact(const OperandRecipe& o) {
+  const bool fp8_or_fp4 =
+      o.elem == ElemFormat::E4M3 || o.elem == ElemFormat::E5M2 || o.elem == ElemFormat::E2M1;
+  const bool exact_scale =
+      o.scale == ScaleFormat::E8M0 || o.scale == ScaleFormat::Pow2 || o.scale == ScaleFormat::E4M3;
+  return fp8_or_fp4 && exact_scale;
+}
+
+// out(M,N) = A(M,K) B(N,K)^T: the bf16 GEMM on bf16 copies of A and B (exact per bf16_exact)
+// when the hardware path is on and both operands allow it, else sgemm.
+void product(float* out, const float* A, const float* B, int M, int N, int K, bool bf16_ok) {
+  if (!bf16_ok || !narrow_gemm_hardware()) {
+    matmul_forward<float>(out, A, B, nullptr, M, K, N);
+    return;
+  }
+  static thread_local std::vector<bf16> a, b;
+  a.resize(size_t(M) * K);
+  b.resize(size_t(N) * K);
+  convert(a.data(), A, a.size(), Rounding{});
+  convert(b.data(), B, b.size(), Rounding{});
+  matmul_forward_bf16(out, a.data(), b.data(), nullptr, 1.0f, M, K, N);
+}
+
 // out(M,Nout) (+)= post * A(M,K) B(Nout,K)^T, A and B quantized in place first.
 void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const GemmRecipe& g,
                  uint64_t seed, int role, bool accumulate, std::vector<float>* tmp) {
@@ -52,7 +91,7 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
     tmp->resize(size_t(M) * Nout);
     o = tmp->data();
   }
-  matmul_forward<float>(o, A, B, nullptr, M, K, Nout);
+  product(o, A, B, M, Nout, K, bf16_exact(ra) && bf16_exact(rb));
   if (!accumulate && post == 1.0f) return;
 #pragma omp parallel for schedule(static) if (size_t(M) * Nout >= kParallelMin)
   for (size_t i = 0; i < size_t(M) * Nout; i++)

@@ -38,6 +38,15 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // dbias += column sums of dout(N, OC), in a fixed order
 template <typename T>
 void bias_backward(T* dbias, const T* dout, int N, int OC);
+void bias_backward(float* dbias, const bf16* dout, int N, int OC);
+
+// The hardware path of cpu.narrow_gemm (gemm_bf16.h; only while narrow_gemm_hardware()):
+// bf16 operands, fp32 results. Forward: out = scale (inp W^T) + bias. Backward: dinp =
+// dinp_scale (dout W) (overwrites; skipped when null), dW += dw_scale (dout^T inp).
+void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
+                         int N, int C, int OC);
+void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
+                          int N, int C, int OC, float dinp_scale = 1.0f, float dw_scale = 1.0f);
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
@@ -58,6 +67,11 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+// The formulas evaluated per element, which bf16 and fp16's tables (gelu.cpp) must equal.
+template <typename T>
+void gelu_forward_reference(T* out, const T* inp, size_t n);
+template <typename T>
+void gelu_backward_reference(T* dinp, const T* inp, const T* dout, size_t n);
 
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n);
@@ -98,6 +112,10 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
 // when q.current, the scale from x's own amax); returns the scale, sets *amax. A non-finite
 // amax (an overflowed gradient) turns x into NaN so that the step is skipped.
 float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax);
+// The same, quantized but not scaled back: codes[i] = the FP8 value round(x[i] s) as a bf16
+// code (exact), for the bf16 GEMMs of the hardware path, which multiply the result by 1 / s.
+float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
+                          float* amax);
 
 // matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
 // (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates.

@@ -26,6 +26,7 @@
 //
 // Also here: the random Hadamard transform of operand rows, and the per-tensor FP8
 // quantize-dequantize of the fp8 mode's linears (qdq_tensor_fp8).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -250,7 +251,10 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
   }
 }
 
-float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
+namespace {
+// The per-tensor FP8 scale of x (q's, or from x's amax when q.current); sets *amax
+// (infinite when x holds a non-finite value).
+float tensor_fp8_scale(const float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
   float m = 0;
   int nonfinite = 0;  // max and a count do not depend on the reduction order
 #pragma omp parallel for reduction(max : m) reduction(+ : nonfinite) schedule(static)
@@ -259,10 +263,15 @@ float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* am
     nonfinite += !std::isfinite(a);
     m = a > m ? a : m;
   }
-  const bool finite = nonfinite == 0;
-  *amax = finite ? m : INFINITY;
+  *amax = nonfinite == 0 ? m : INFINITY;
   const float fmax = e4m3 ? E4M3_MAX : E5M2_MAX;
-  const float s = q.current ? fp8_scale_from_amax(*amax, fmax, q.margin) : q.scale;
+  return q.current ? fp8_scale_from_amax(*amax, fmax, q.margin) : q.scale;
+}
+}  // namespace
+
+float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
+  const float s = tensor_fp8_scale(x, n, q, e4m3, amax);
+  const bool finite = std::isfinite(*amax);
   const float inv = 1.0f / s;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
@@ -273,6 +282,32 @@ float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* am
     float v = x[i] * s;
     x[i] = (e4m3 ? e4m3_round_trip(v) : e5m2_round_trip(v)) * inv;
   }
+  return s;
+}
+
+namespace {
+// codes[i] = round(x[i] s) in format F, as bf16: FP8 values have 3 (E4M3) or 2 (E5M2)
+// mantissa bits and exponents in [-9, 8] / [-16, 15], well inside bf16's 7 bits and
+// [-126, 127], so the top half of the fp32 value is the exact bf16 code.
+template <bool E4M3>
+void fp8_codes(bf16* codes, const float* x, size_t n, float s) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float v = x[i] * s;
+    codes[i] = bf16{uint16_t(f32_bits(E4M3 ? e4m3_round_trip(v) : e5m2_round_trip(v)) >> 16)};
+  }
+}
+}  // namespace
+
+float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
+                          float* amax) {
+  const float s = tensor_fp8_scale(x, n, q, e4m3, amax);
+  if (!std::isfinite(*amax))
+    std::fill(codes, codes + n, bf16{0x7fc0});  // NaN: the step is skipped
+  else if (e4m3)
+    fp8_codes<true>(codes, x, n, s);
+  else
+    fp8_codes<false>(codes, x, n, s);
   return s;
 }
 

@@ -79,21 +79,22 @@ inline f16 st<f16>(float v) {
 // with the add-and-mask trick in the normal range, round to the subnormal step with rint()
 // below it, clamp to the largest finite value. Equal to decode(encode(x, saturate)) for all
 // finite x (tests/test_precision.cpp checks it against formats.h).
+// Both roundings are computed and one selected, without branches, so that loops over
+// tensors vectorise (the quantize passes of the fp8 mode).
 template <int kMantBits, int kMinNormalExp, int kSubnormalExp>
 inline float fp8_round_trip(float x, float fmax) {
-  float a = std::fabs(x);
-  float r;
-  if (a >= std::ldexp(1.0f, kMinNormalExp)) {
-    uint32_t b = f32_bits(a);
-    const int drop = 23 - kMantBits;
-    b += ((1u << (drop - 1)) - 1) + ((b >> drop) & 1u);
-    r = bits_f32(b & ~((1u << drop) - 1));
-  } else {
-    const float step = std::ldexp(1.0f, kSubnormalExp);
-    r = std::rint(a / step) * step;
-  }
+  const uint32_t sign = f32_bits(x) & 0x80000000u;
+  const float a = std::fabs(x);
+  const uint32_t b = f32_bits(a);
+  constexpr int drop = 23 - kMantBits;
+  const float normal =
+      bits_f32((b + ((1u << (drop - 1)) - 1) + ((b >> drop) & 1u)) & ~((1u << drop) - 1));
+  // x / step and back: exact, the step being a power of two.
+  constexpr float step = float(1ull << (kSubnormalExp + 64)) / 18446744073709551616.0f;
+  const float sub = std::rint(a * (1.0f / step)) * step;
+  float r = a >= step * float(1 << (kMinNormalExp - kSubnormalExp)) ? normal : sub;
   r = r > fmax ? fmax : r;
-  return std::copysign(r, x);
+  return bits_f32(f32_bits(r) | sign);
 }
 inline float e4m3_round_trip(float x) { return fp8_round_trip<3, -6, -9>(x, E4M3_MAX); }
 // E2M1 round trip (nearest even, saturating at 6) of a finite value without branches: the
