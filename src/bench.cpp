@@ -10,7 +10,9 @@
 
 #include "common.h"
 #include "config.h"
+#include "cpu/cpu_features.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_bf16.h"
 #include "fp8.h"
 #include "gpu_peak.h"
 #include "model.h"
@@ -212,8 +214,12 @@ int cmd_bench(int argc, char** argv) {
   if (!gpu) {
     printf(
         "train_gpt bench: training step on %s, %d thread(s); median of %d steps per repeat, "
-        "%d repeats interleaved across the modes\n\n",
+        "%d repeats interleaved across the modes\n",
         be->name().c_str(), omp_get_max_threads(), iters, repeats);
+    // What the numbers depend on: the CPU, the instructions it offers and the GEMM paths.
+    printf("CPU: %s; instruction sets: %s; sgemm: %s; narrow-mode GEMMs: %s\n\n",
+           cpu::cpu_model_name().c_str(), cpu::cpu_isa_summary().c_str(), cpu::blas_name(),
+           cpu::narrow_gemm_name(cpu::narrow_gemm()));
     ceiling = print_sgemm_table() * 1e9;
   }
   printf(

@@ -52,7 +52,7 @@ const ModeSpec kModes[] = {
      "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad"},
     {"nvfp4", "nvfp4", "", false,
      "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
-     "gradients, Hadamard wgrad, last layer bf16"},
+     "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in bf16"},
     {"auto", "auto", "", false,
      "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
      "precision.auto.threshold_db (src/auto_precision.h)"},

@@ -345,6 +345,9 @@ TEST_CASE("bench: every row has its spread over the repeats and its share of the
   REQUIRE(run_binary("bench --iters=3 --repeats=2 --modes=fp32,bf16 --threads=2", &out) == 0);
   INFO(out);
   CHECK(has(out, "2 repeats interleaved"));
+  CHECK(has(out, "CPU: "));
+  CHECK(has(out, "instruction sets: "));
+  CHECK(has(out, "narrow-mode GEMMs: "));
   CHECK(has(out, "| spread |"));
   CHECK(has(out, "| of sgemm |"));
   // A row: ms/step, then the repeats' min-max, then tokens/s, GFLOP/s and the share in %.
