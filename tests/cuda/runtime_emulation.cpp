@@ -23,6 +23,17 @@ std::map<void*, size_t>& allocations() {
 }
 constexpr size_t kDeviceBytes = size_t(80) << 30;
 
+// Streams, events and library handles are opaque pointers nothing reads: a fresh allocation
+// each, so that distinct handles compare unequal and a double destroy shows up under ASan.
+template <typename H>
+H new_handle() {
+  return reinterpret_cast<H>(new int);
+}
+template <typename H>
+void delete_handle(H h) {
+  delete reinterpret_cast<int*>(h);
+}
+
 }  // namespace
 
 extern "C" {
@@ -63,14 +74,6 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  size_t used = 0;
-  for (const auto& a : allocations()) used += a.second;
-  *total = kDeviceBytes;
-  *free_bytes = kDeviceBytes - used;
-  return cudaSuccess;
-}
 cudaError_t cudaMemset(void* p, int v, size_t n) {
   std::memset(p, v, n);
   return cudaSuccess;
@@ -87,22 +90,20 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 }
 
 // Streams and events: the work of every call is done when the call returns.
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new int);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = new_handle<cudaStream_t>();
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<int*>(s);
+  delete_handle(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new int);
+  *e = new_handle<cudaEvent_t>();
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<int*>(e);
+  delete_handle(e);
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
@@ -113,11 +114,11 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
 }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
-  *h = reinterpret_cast<cublasHandle_t>(new int);
+  *h = new_handle<cublasHandle_t>();
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
-  delete reinterpret_cast<int*>(h);
+  delete_handle(h);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
@@ -125,11 +126,11 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
-  *h = reinterpret_cast<cublasLtHandle_t>(new int);
+  *h = new_handle<cublasLtHandle_t>();
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-  delete reinterpret_cast<int*>(h);
+  delete_handle(h);
   return CUBLAS_STATUS_SUCCESS;
 }
 
