@@ -269,6 +269,54 @@ std::string numerics_md(const std::vector<RunGroup>& groups) {
   return md;
 }
 
+// Gradient underflow, named per mode: a loss that matches the reference does not mean the
+// precision held (fp16 without loss scaling can flush a sixth of its activation gradients to
+// zero and still reach the floor of an easy task). A mode is flagged when a gradient kind has
+// at least 1 point more zeros than the reference, or at least 5% of its values subnormal.
+json underflow_flags(const json& numerics, const json* ref_numerics) {
+  json flags = json::array();
+  for (const char* kind : {"dact", "grad"}) {
+    if (!numerics.contains(kind)) continue;
+    const json& n = numerics[kind];
+    const double zero = n.value("zero_frac", 0.0), sub = n.value("subnormal_frac", 0.0);
+    const double ref_zero = ref_numerics && ref_numerics->contains(kind)
+                                ? (*ref_numerics)[kind].value("zero_frac", 0.0)
+                                : 0.0;
+    if (zero - ref_zero >= 0.01 || sub >= 0.05)
+      flags.push_back({{"tensors", kind},
+                       {"zero_frac", zero},
+                       {"reference_zero_frac", ref_zero},
+                       {"subnormal_frac", sub}});
+  }
+  return flags;
+}
+
+std::string underflow_md(const std::vector<RunGroup>& groups, const std::string& reference) {
+  const json* ref_nm = nullptr;
+  for (const auto& g : groups)
+    if (g.name == reference && first_summary(g.runs) && first_summary(g.runs)->contains("numerics"))
+      ref_nm = &(*first_summary(g.runs))["numerics"];
+  std::string md;
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (g.name == reference || !fs || !fs->contains("numerics")) continue;
+    std::string what;
+    for (const auto& f : underflow_flags((*fs)["numerics"], ref_nm)) {
+      const std::string k = f["tensors"] == "dact" ? "activation" : "weight";
+      what += strf("%s%.1f%% of the %s gradients stored as zero (%s: %.2f%%), %.1f%% subnormal",
+                   what.empty() ? "" : "; ", 100 * f["zero_frac"].get<double>(), k.c_str(),
+                   reference.c_str(), 100 * f["reference_zero_frac"].get<double>(),
+                   100 * f["subnormal_frac"].get<double>());
+    }
+    if (!what.empty()) md += "- **" + g.name + "**: gradient underflow: " + what + ".\n";
+  }
+  if (md.empty()) return "";
+  return "\nUnderflow (flagged at 1 point more zeros than " + reference +
+         " or 5% subnormal): the precision these modes lose, whatever the loss verdict says "
+         "it cost on this task.\n\n" +
+         md;
+}
+
 // precision.mode=auto: each run's final formats (first seed), per layer and block linear,
 // counted over the linear's six GEMM operands.
 std::string auto_md(const std::vector<RunGroup>& groups) {
@@ -342,6 +390,11 @@ std::string write_report(const ReportSpec& spec) {
     json runs = g.runs;
     annotate_runs(runs, target, plateau_mid);
     stats.push_back(group_stats(runs, ref_vals.empty() ? nullptr : &ref_vals, spec.reference));
+    const json* fs = first_summary(g.runs);
+    const json* rs = ref_group ? first_summary(ref_group->runs) : nullptr;
+    if (fs && fs->contains("numerics") && &g != ref_group)
+      stats.back()["underflow"] = underflow_flags(
+          (*fs)["numerics"], rs && rs->contains("numerics") ? &(*rs)["numerics"] : nullptr);
     groups.push_back({{"name", g.name}, {"what", g.what}, {"runs", runs}, {"stats", stats.back()}});
     max_seeds = std::max(max_seeds, int(g.runs.size()));
   }
@@ -389,6 +442,7 @@ std::string write_report(const ReportSpec& spec) {
         spec.plateau, plateau_mid);
   md += runs_md(groups, plateau_col);
   md += numerics_md(spec.groups);
+  md += underflow_md(spec.groups, spec.reference);
   md += auto_md(spec.groups);
   md +=
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "

@@ -48,13 +48,23 @@ void make_run(const std::string& dir, const std::string& mode, const std::string
            "\n";
   }
   tg::write_text_atomic(dir + "/metrics.jsonl", m);
-  const json summary = {{"final_val_loss", final_val},
-                        {"tokens_per_second", 1000.0},
-                        {"peak_memory_bytes", 1 << 20},
-                        {"steps", 100},
-                        {"wall_seconds", 10.0},
-                        {"skipped_steps", 0},
-                        {"loss_floor", 1.0}};
+  json summary = {{"final_val_loss", final_val},
+                  {"tokens_per_second", 1000.0},
+                  {"peak_memory_bytes", 1 << 20},
+                  {"steps", 100},
+                  {"wall_seconds", 10.0},
+                  {"skipped_steps", 0},
+                  {"loss_floor", 1.0}};
+  // The summary's numerics: fp16 without scaling flushes a sixth of its activation gradients.
+  const bool noscale = mode == "fp16" && scale == "none";
+  summary["numerics"] = {
+      {"dact",
+       {{"zero_frac", noscale ? 0.159 : 0.0006},
+        {"subnormal_frac", noscale ? 0.788 : 0.0},
+        {"nonfinite_frac", 0.0}}},
+      {"grad",
+       {{"zero_frac", noscale ? 0.073 : 0.0}, {"subnormal_frac", 0.0}, {"nonfinite_frac", 0.0}}},
+      {"act", {{"zero_frac", 0.0}, {"subnormal_frac", 0.0}, {"nonfinite_frac", 0.0}}}};
   tg::write_text_atomic(dir + "/summary.json", summary.dump(2));
 }
 
@@ -101,6 +111,16 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   for (const char* row : {"| fp32 |", "| bf16 |", "| fp16-noscale |"})
     CHECK(md.find(row) != std::string::npos);
   CHECK(md.find("worse than fp32") != std::string::npos);
+  // Only fp16-noscale is flagged for underflow, both gradient kinds, with the reference's zeros.
+  CHECK((*b)["stats"].value("underflow", json::array()).empty());
+  REQUIRE((*n)["stats"]["underflow"].size() == 2);
+  CHECK((*n)["stats"]["underflow"][0]["tensors"] == "dact");
+  CHECK((*n)["stats"]["underflow"][0]["reference_zero_frac"].get<double>() ==
+        doctest::Approx(0.0006));
+  CHECK(md.find("**fp16-noscale**: gradient underflow: 15.9% of the activation gradients stored "
+                "as zero (fp32: 0.06%), 78.8% subnormal; 7.3% of the weight gradients") !=
+        std::string::npos);
+  CHECK(md.find("**bf16**: gradient underflow") == std::string::npos);
   for (const char* png :
        {"loss.png", "numerics_fp32.png", "numerics_bf16.png", "numerics_fp16-noscale.png"}) {
     INFO(png);
