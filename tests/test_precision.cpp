@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "src/cpu/cpu_backend.h"
 #include "src/cpu/ops.h"
 #include "src/cpu/storage.h"
+#include "src/cpu/tanh_fp32.h"
 #include "src/formats.h"
 #include "src/loss_scaler.h"
 #include "src/model.h"
@@ -578,4 +580,92 @@ void check_gelu_tables() {
 TEST_CASE("gelu: the bf16 and fp16 tables equal the formula for every input code") {
   check_gelu_tables<cpu::bf16>();
   check_gelu_tables<cpu::f16>();
+}
+
+namespace {
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t to_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Feeds tanh_fp32 in chunks and counts the inputs whose result is not std::tanh's bits (a NaN
+// for a NaN is enough).
+struct TanhChecker {
+  std::vector<float> x, got;
+  size_t checked = 0, bad = 0;
+  void add(float v) {
+    x.push_back(v);
+    if (x.size() == 1 << 16) flush();
+  }
+  void flush() {
+    got = x;
+    cpu::tanh_fp32(got.data(), got.size());
+    for (size_t i = 0; i < x.size(); i++) {
+      const float want = std::tanh(x[i]);
+      const bool same = std::isnan(want) ? std::isnan(got[i]) : to_bits(got[i]) == to_bits(want);
+      if (!same && bad++ < 5) {
+        char line[96];
+        std::snprintf(line, sizeof line, "tanh(%a) = %a, want %a", x[i], got[i], want);
+        MESSAGE(line);
+      }
+    }
+    checked += x.size();
+    x.clear();
+  }
+};
+}  // namespace
+
+// The exhaustive check (all 2^32 inputs) was a one-off run; this is its fast sample.
+TEST_CASE("gelu: tanh_fp32 gives glibc's tanhf bits: every 97th pattern, [-10, 10], the edges") {
+  if (!cpu::tanh_fp32_vectorized())
+    MESSAGE("tanh_fp32 runs the per-element calls here (no AVX-512F): nothing new is checked");
+  TanhChecker c;
+  for (uint64_t b = 0; b < (1ull << 32); b += 97) c.add(from_bits(uint32_t(b)));
+  for (int i = 0; i <= 2000000; i++) c.add(float(-10 + i * 1e-5));
+  // The cases' edges in x (tanh's: 2^-55, 1, 22; expm1f's at u = 2|x|: 2^-25, ln2/2, 1.5 ln2,
+  // 27 ln2) and where k = round(2|x| / ln2) steps, with their neighbours, both signs.
+  std::vector<float> edges = {
+      0.f,      from_bits(1), from_bits(0x007fffff), from_bits(0x00800000), from_bits(0x7f7fffff),
+      INFINITY, NAN,          from_bits(0x7f800001)};
+  for (uint32_t b :
+       {0x24000000u, 0x3f800000u, 0x41b00000u, 0x32800000u, 0x3e317218u, 0x3f051592u, 0x4115b844u})
+    edges.push_back(from_bits(b));
+  for (int k = 1; k <= 64; k++) edges.push_back(float((k - 0.5) * 0.6931471805599453 / 2));
+  for (float e : edges)
+    for (int d = -64; d <= 64; d++) {
+      const float v = from_bits(to_bits(e) + uint32_t(d));
+      c.add(v);
+      c.add(-v);
+    }
+  c.flush();
+  MESSAGE(c.checked << " inputs checked");
+  CHECK(c.bad == 0);
+}
+
+// The fp32 blocks (tanh_fp32, then the formula) against the per-element loops, bit for bit, on
+// inputs of many scales, a partial last block included.
+TEST_CASE("gelu: the fp32 passes equal the per-element loops bit for bit") {
+  const size_t n = (1 << 20) + 77;
+  std::vector<float> x(n), dout(n), got(n), want(n);
+  Rng r(17);
+  for (size_t i = 0; i < n; i++) {
+    x[i] = float(r.normal() * std::ldexp(1.0, int(r.below(16)) - 10));
+    dout[i] = float(r.normal() * std::ldexp(1.0, int(r.below(30)) - 15));
+  }
+  for (float v : {0.f, -0.f, 1e-40f, -1e-40f, 1.f, -1.f, 22.f, -22.f, 1e30f, -1e30f, INFINITY})
+    x[r.below(n)] = v;
+  size_t bad = 0;
+  cpu::gelu_forward(got.data(), x.data(), n);
+  cpu::gelu_forward_reference(want.data(), x.data(), n);
+  for (size_t i = 0; i < n; i++) bad += to_bits(got[i]) != to_bits(want[i]);
+  cpu::gelu_backward(got.data(), x.data(), dout.data(), n);
+  cpu::gelu_backward_reference(want.data(), x.data(), dout.data(), n);
+  for (size_t i = 0; i < n; i++) bad += to_bits(got[i]) != to_bits(want[i]);
+  CHECK(bad == 0);
 }

@@ -67,7 +67,8 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
-// The formulas evaluated per element, which bf16 and fp16's tables (gelu.cpp) must equal.
+// The formulas evaluated per element, which bf16 and fp16's tables and fp32's blocks (gelu.cpp)
+// must equal.
 template <typename T>
 void gelu_forward_reference(T* out, const T* inp, size_t n);
 template <typename T>
