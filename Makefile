@@ -112,6 +112,11 @@ $(BUILD)/%.o: %.cpp | deps
 # glibc's tanhf rounds every product on its own, and src/cpu/tanh_fp32.cpp must round as it does.
 $(BUILD)/src/cpu/tanh_fp32.o: CXXFLAGS += -ffp-contract=off
 
+# src/cpu/attention.cpp spells out each fused multiply-add its reference's compiled code makes, and
+# src/cpu/exp_fp32.cpp each one glibc's expf makes.
+$(BUILD)/src/cpu/attention.o: CXXFLAGS += -ffp-contract=off
+$(BUILD)/src/cpu/exp_fp32.o: CXXFLAGS += -ffp-contract=off
+
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@

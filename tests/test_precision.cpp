@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "src/cpu/cpu_backend.h"
+#include "src/cpu/cpu_features.h"
+#include "src/cpu/exp_fp32.h"
 #include "src/cpu/ops.h"
 #include "src/cpu/storage.h"
 #include "src/cpu/tanh_fp32.h"
@@ -594,24 +596,29 @@ uint32_t to_bits(float f) {
   return b;
 }
 
-// Feeds tanh_fp32 in chunks and counts the inputs whose result is not std::tanh's bits (a NaN
-// for a NaN is enough).
-struct TanhChecker {
+// Feeds lanes (tanh_fp32, exp_fp32) in chunks and counts the inputs whose result is not the C
+// library's bits, lib (a NaN for a NaN is enough).
+struct LibmChecker {
+  void (*lanes)(float*, size_t);
+  float (*lib)(float);
+  const char* name;
   std::vector<float> x, got;
   size_t checked = 0, bad = 0;
+  LibmChecker(void (*l)(float*, size_t), float (*f)(float), const char* n)
+      : lanes(l), lib(f), name(n) {}
   void add(float v) {
     x.push_back(v);
     if (x.size() == 1 << 16) flush();
   }
   void flush() {
     got = x;
-    cpu::tanh_fp32(got.data(), got.size());
+    lanes(got.data(), got.size());
     for (size_t i = 0; i < x.size(); i++) {
-      const float want = std::tanh(x[i]);
+      const float want = lib(x[i]);
       const bool same = std::isnan(want) ? std::isnan(got[i]) : to_bits(got[i]) == to_bits(want);
       if (!same && bad++ < 5) {
         char line[96];
-        std::snprintf(line, sizeof line, "tanh(%a) = %a, want %a", x[i], got[i], want);
+        std::snprintf(line, sizeof line, "%s(%a) = %a, want %a", name, x[i], got[i], want);
         MESSAGE(line);
       }
     }
@@ -619,13 +626,15 @@ struct TanhChecker {
     x.clear();
   }
 };
+float libm_tanh(float x) { return std::tanh(x); }
+float libm_exp(float x) { return std::exp(x); }
 }  // namespace
 
 // The exhaustive check (all 2^32 inputs) was a one-off run; this is its fast sample.
 TEST_CASE("gelu: tanh_fp32 gives glibc's tanhf bits: every 97th pattern, [-10, 10], the edges") {
   if (!cpu::tanh_fp32_vectorized())
     MESSAGE("tanh_fp32 runs the per-element calls here (no AVX-512F): nothing new is checked");
-  TanhChecker c;
+  LibmChecker c(cpu::tanh_fp32, libm_tanh, "tanh");
   for (uint64_t b = 0; b < (1ull << 32); b += 97) c.add(from_bits(uint32_t(b)));
   for (int i = 0; i <= 2000000; i++) c.add(float(-10 + i * 1e-5));
   // The cases' edges in x (tanh's: 2^-55, 1, 22; expm1f's at u = 2|x|: 2^-25, ln2/2, 1.5 ln2,
@@ -639,6 +648,35 @@ TEST_CASE("gelu: tanh_fp32 gives glibc's tanhf bits: every 97th pattern, [-10, 1
   for (int k = 1; k <= 64; k++) edges.push_back(float((k - 0.5) * 0.6931471805599453 / 2));
   for (float e : edges)
     for (int d = -64; d <= 64; d++) {
+      const float v = from_bits(to_bits(e) + uint32_t(d));
+      c.add(v);
+      c.add(-v);
+    }
+  c.flush();
+  MESSAGE(c.checked << " inputs checked");
+  CHECK(c.bad == 0);
+}
+
+// The exhaustive check (all 2^32 inputs) was a one-off run; this is its fast sample.
+TEST_CASE(
+    "attention: exp_fp32 gives glibc's expf bits: every 97th pattern, [-110, 90], the edges") {
+  if (!cpu::exp_fp32_vectorized())
+    MESSAGE("exp_fp32 runs the per-element calls here (no AVX-512F): nothing new is checked");
+  LibmChecker c(cpu::exp_fp32, libm_exp, "exp");
+  for (uint64_t b = 0; b < (1ull << 32); b += 97) c.add(from_bits(uint32_t(b)));
+  for (int i = 0; i <= 2000000; i++) c.add(float(-110 + i * 1e-4));
+  // The main path's bound (exponent field 0x42a, |x| just under 88), the overflow and underflow
+  // thresholds, the smallest and largest floats, and where k = round(32 x / ln2) steps, with
+  // their neighbours, both signs.
+  std::vector<float> edges = {
+      0.f,      from_bits(1), from_bits(0x007fffff), from_bits(0x00800000), from_bits(0x7f7fffff),
+      INFINITY, NAN,          from_bits(0x7f800001)};
+  for (uint32_t b : {0x42b00000u, 0x42b17217u, 0x42cff1b4u, 0x42ce8ecfu})
+    edges.push_back(from_bits(b));
+  for (int k = -4800; k <= 4100; k += 7)
+    edges.push_back(float((k + 0.5) * 0.6931471805599453 / 32));
+  for (float e : edges)
+    for (int d = -8; d <= 8; d++) {
       const float v = from_bits(to_bits(e) + uint32_t(d));
       c.add(v);
       c.add(-v);
@@ -668,4 +706,104 @@ TEST_CASE("gelu: the fp32 passes equal the per-element loops bit for bit") {
   cpu::gelu_backward_reference(want.data(), x.data(), dout.data(), n);
   for (size_t i = 0; i < n; i++) bad += to_bits(got[i]) != to_bits(want[i]);
   CHECK(bad == 0);
+}
+
+// src/cpu/attention.cpp (dot products in lanes across the keys) against the scalar loops it
+// replaced (attention_reference.cpp), bit for bit: both passes, the att path and the lse twin,
+// for every element type, on odd sequence lengths and head sizes of every remainder.
+namespace {
+template <typename T>
+std::vector<T> random_codes(size_t n, uint64_t seed, double scale) {
+  Rng r(seed);
+  std::vector<T> x(n);
+  for (auto& v : x) v = cpu::st<T>(cpu::acc_t<T>(r.normal() * scale));
+  return x;
+}
+
+// Counts the elements of a and b whose bytes differ (element types without padding).
+template <typename T>
+size_t differing(const std::vector<T>& a, const std::vector<T>& b) {
+  size_t bad = 0;
+  for (size_t i = 0; i < a.size(); i++) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return bad;
+}
+
+template <typename T>
+size_t attention_lanes_vs_reference(int B, int T_, int hs, int NH, uint64_t seed) {
+  using A = cpu::acc_t<T>;
+  const int C = hs * NH;
+  const size_t n = size_t(B) * T_ * C, na = size_t(B) * NH * T_ * T_;
+  // Scores of a few units, so the softmax rows are neither flat nor one-hot.
+  const std::vector<T> qkv = random_codes<T>(3 * n, seed, 1.5),
+                       dout = random_codes<T>(n, seed + 1, 1);
+  std::vector<T> out(n), out_ref(n), att(na), att_ref(na), d(3 * n), d_ref(3 * n);
+  size_t bad = 0;
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T_, C, NH);
+  cpu::attention_forward_reference(out_ref.data(), att_ref.data(), qkv.data(), B, T_, C, NH);
+  bad += differing(out, out_ref) + differing(att, att_ref);
+  cpu::attention_backward(d.data(), dout.data(), qkv.data(), att_ref.data(), B, T_, C, NH);
+  cpu::attention_backward_reference(d_ref.data(), dout.data(), qkv.data(), att_ref.data(), B, T_, C,
+                                    NH);
+  bad += differing(d, d_ref);
+  std::vector<A> lse(size_t(B) * NH * T_), lse_ref(lse.size());
+  cpu::attention_forward_lse(out.data(), lse.data(), qkv.data(), B, T_, C, NH);
+  cpu::attention_forward_lse_reference(out_ref.data(), lse_ref.data(), qkv.data(), B, T_, C, NH);
+  bad += differing(out, out_ref) + differing(lse, lse_ref);
+  cpu::attention_backward_lse(d.data(), dout.data(), qkv.data(), out_ref.data(), lse_ref.data(), B,
+                              T_, C, NH);
+  cpu::attention_backward_lse_reference(d_ref.data(), dout.data(), qkv.data(), out_ref.data(),
+                                        lse_ref.data(), B, T_, C, NH);
+  bad += differing(d, d_ref);
+  return bad;
+}
+
+template <typename T>
+void check_attention_shapes(const char* type) {
+  uint64_t seed = 100;
+  for (int T_ : {1, 7, 64, 129})
+    for (int hs : {8, 12, 64})
+      for (auto [B, NH] : {std::pair{1, 1}, std::pair{3, 4}}) {
+        CAPTURE(type);
+        CAPTURE(T_);
+        CAPTURE(hs);
+        CAPTURE(B * NH);
+        CHECK(attention_lanes_vs_reference<T>(B, T_, hs, NH, seed++) == 0);
+      }
+}
+
+template <typename T>
+void check_attention_head_sizes(const char* type) {
+  for (int hs = 1; hs <= 70; hs++) {
+    CAPTURE(type);
+    CAPTURE(hs);
+    CHECK(attention_lanes_vs_reference<T>(2, 19, hs, 2, 500 + hs) == 0);
+  }
+}
+}  // namespace
+
+TEST_CASE("attention: lanes equal the reference bit for bit, T 1 to 129, B*NH 1 and 12") {
+  check_attention_shapes<float>("float");
+  check_attention_shapes<cpu::bf16>("bf16");
+  check_attention_shapes<cpu::f16>("f16");
+  check_attention_shapes<double>("double");
+}
+
+TEST_CASE("attention: lanes equal the reference bit for bit, every head size 1 to 70") {
+  check_attention_head_sizes<float>("float");
+  check_attention_head_sizes<cpu::bf16>("bf16");
+  check_attention_head_sizes<cpu::f16>("f16");
+  check_attention_head_sizes<double>("double");
+}
+
+TEST_CASE("attention: the lanes run for every element type in this build") {
+  // attention.cpp falls back to the reference when its first-use check fails; on x86-64 with
+  // AVX-512 and GCC (the build the regression fixtures come from) it must not.
+  if (!cpu::cpu_features().avx512f) {
+    MESSAGE("no AVX-512F: attention runs the reference loops, nothing new is checked");
+    return;
+  }
+  CHECK(cpu::attention_lanes<float>());
+  CHECK(cpu::attention_lanes<cpu::bf16>());
+  CHECK(cpu::attention_lanes<cpu::f16>());
+  CHECK(cpu::attention_lanes<double>());
 }

@@ -63,6 +63,23 @@ template <typename T>
 void attention_backward_lse(T* dqkv, const T* dout, const T* qkv, const T* out, const acc_t<T>* lse,
                             int B, int T_, int C, int NH);
 
+// The scalar loops attention.cpp replaced (attention_reference.cpp), which it must equal bit for
+// bit: the tests compare the two. attention_lanes<T>() says whether attention.cpp runs its own
+// (vectorised) passes for T in this build, or these.
+template <typename T>
+bool attention_lanes();
+template <typename T>
+void attention_forward_reference(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
+template <typename T>
+void attention_backward_reference(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_,
+                                  int C, int NH);
+template <typename T>
+void attention_forward_lse_reference(T* out, acc_t<T>* lse, const T* qkv, int B, int T_, int C,
+                                     int NH);
+template <typename T>
+void attention_backward_lse_reference(T* dqkv, const T* dout, const T* qkv, const T* out,
+                                      const acc_t<T>* lse, int B, int T_, int C, int NH);
+
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
