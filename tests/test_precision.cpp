@@ -802,6 +802,13 @@ TEST_CASE("attention: the lanes run for every element type in this build") {
     MESSAGE("no AVX-512F: attention runs the reference loops, nothing new is checked");
     return;
   }
+#if !defined(__FMA__) || !defined(__OPTIMIZE__)
+  // The reference rounds as the compiler builds it: without -O2/-O3 vectorisation and FMA (the
+  // SAN=1 build's -O1) its sums differ from the release build's, the lanes' first-use check
+  // sees that and the reference runs, as it should.
+  MESSAGE("a build without FMA or optimisation: the reference runs, nothing new is checked");
+  return;
+#endif
   CHECK(cpu::attention_lanes<float>());
   CHECK(cpu::attention_lanes<cpu::bf16>());
   CHECK(cpu::attention_lanes<cpu::f16>());
