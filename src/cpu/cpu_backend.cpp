@@ -371,18 +371,24 @@ class CpuBackend final : public Backend {
     }
     return true;
   }
+  // Scratch holds at least n elements. It never shrinks: resize() to a smaller size and back
+  // would zero the regrown part on every call (a few percent of an fp8 step).
+  template <typename V>
+  static void grow(V& buf, size_t n) {
+    if (buf.size() < n) buf.resize(n);
+  }
   // fp32 view of a tensor: its own memory when it is fp32, else `buf` (filled with the
   // widened values when `load`). Empty tensors give nullptr.
   float* wide(Tensor t, std::vector<float>& buf, bool load) {
     if (!t) return nullptr;
     if (t.dtype == DType::F32) return P<float>(t);
-    buf.resize(t.numel);
+    grow(buf, t.numel);
     if (load) convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
     return buf.data();
   }
   // A private fp32 copy of t in buf (for quantizing in place).
   float* copy_wide(Tensor t, std::vector<float>& buf) {
-    buf.resize(t.numel);
+    grow(buf, t.numel);
     convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
     return buf.data();
   }
@@ -392,7 +398,7 @@ class CpuBackend final : public Backend {
   // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
   static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n, const Fp8Quant& q,
                               float* amax) {
-    buf.resize(n);
+    grow(buf, n);
     return cpu::quantize_tensor_fp8(buf.data(), x, n, q, q.format == ElemFormat::E4M3, amax);
   }
   // Whether the bf16 GEMM takes these operands: the hardware path is on and all are bf16.

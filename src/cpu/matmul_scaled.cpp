@@ -67,11 +67,12 @@ void product(float* out, const float* A, const float* B, int M, int N, int K, bo
     matmul_forward<float>(out, A, B, nullptr, M, K, N);
     return;
   }
+  // Grown, never shrunk: shrinking and regrowing would zero the buffers on every call.
   static thread_local std::vector<bf16> a, b;
-  a.resize(size_t(M) * K);
-  b.resize(size_t(N) * K);
-  convert(a.data(), A, a.size(), Rounding{});
-  convert(b.data(), B, b.size(), Rounding{});
+  if (a.size() < size_t(M) * K) a.resize(size_t(M) * K);
+  if (b.size() < size_t(N) * K) b.resize(size_t(N) * K);
+  convert(a.data(), A, size_t(M) * K, Rounding{});
+  convert(b.data(), B, size_t(N) * K, Rounding{});
   matmul_forward_bf16(out, a.data(), b.data(), nullptr, 1.0f, M, K, N);
 }
 
