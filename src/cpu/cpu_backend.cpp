@@ -167,18 +167,18 @@ class CpuBackend final : public Backend {
   Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                                const Fp8Quant quant[2]) override {
     Fp8Report rep;
-    float* a = copy_wide(inp, s_a_);
-    float* b = copy_wide(w, s_b_);
     if (cpu::narrow_gemm_hardware()) {
       // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after.
-      rep.scale[0] = quantize_codes(q_a_, a, inp.numel, quant[0], &rep.amax[0]);
-      rep.scale[1] = quantize_codes(q_b_, b, w.numel, quant[1], &rep.amax[1]);
+      rep.scale[0] = quantize_codes(q_a_, inp, s_a_, quant[0], &rep.amax[0]);
+      rep.scale[1] = quantize_codes(q_b_, w, s_b_, quant[1], &rep.amax[1]);
       float* o = wide(out, s_out_, false);
       cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), wide(bias, s_c_, true),
                                (1.0f / rep.scale[0]) * (1.0f / rep.scale[1]), N, C, OC);
       narrow_back(out, o);
       return rep;
     }
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
     rep.scale[0] = qdq(a, inp.numel, quant[0], quant[0].format == ElemFormat::E4M3, &rep.amax[0]);
     rep.scale[1] = qdq(b, w.numel, quant[1], quant[1].format == ElemFormat::E4M3, &rep.amax[1]);
     float* o = wide(out, s_out_, false);
@@ -196,13 +196,11 @@ class CpuBackend final : public Backend {
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
-    float* a = copy_wide(inp, s_a_);
-    float* b = copy_wide(w, s_b_);
     if (cpu::narrow_gemm_hardware()) {
       rep.scale[0] = quantize_codes(q_g_, g, dout.numel, gq, &rep.amax[0]);
       float unused;
-      quantize_codes(q_a_, a, inp.numel, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, &unused);
-      quantize_codes(q_b_, b, w.numel, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, &unused);
+      quantize_codes(q_a_, inp, s_a_, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, &unused);
+      quantize_codes(q_b_, w, s_b_, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, &unused);
       float* di = wide(dinp, s_out_, false);
       float* dwf = wide(dw, s_dw_, true);
       const float inv_g = 1.0f / rep.scale[0];
@@ -212,6 +210,8 @@ class CpuBackend final : public Backend {
       narrow_back(dw, dwf);
       return rep;
     }
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
     rep.scale[0] = qdq(g, dout.numel, gq, gq.format == ElemFormat::E4M3, &rep.amax[0]);
     // The forward's E4M3 copies again (the recipe's dgrad and wgrad b operands).
     float unused;
@@ -400,6 +400,16 @@ class CpuBackend final : public Backend {
                               float* amax) {
     grow(buf, n);
     return cpu::quantize_tensor_fp8(buf.data(), x, n, q, q.format == ElemFormat::E4M3, amax);
+  }
+  // The same straight from t: a bf16 tensor is read as it is (its fp32 copy would hold the
+  // same values), anything else is widened into `wide_buf` first.
+  float quantize_codes(std::vector<bf16>& buf, Tensor t, std::vector<float>& wide_buf,
+                       const Fp8Quant& q, float* amax) {
+    if (t.dtype != DType::BF16)
+      return quantize_codes(buf, copy_wide(t, wide_buf), t.numel, q, amax);
+    grow(buf, t.numel);
+    return cpu::quantize_tensor_fp8(buf.data(), P<bf16>(t), t.numel, q,
+                                    q.format == ElemFormat::E4M3, amax);
   }
   // Whether the bf16 GEMM takes these operands: the hardware path is on and all are bf16.
   static bool hardware_bf16(std::initializer_list<Tensor> ts) {

@@ -134,6 +134,9 @@ float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* am
 // code (exact), for the bf16 GEMMs of the hardware path, which multiply the result by 1 / s.
 float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
                           float* amax);
+// The same from bf16 values (the codes and amax of their exact fp32 widening).
+float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const Fp8Quant& q, bool e4m3,
+                          float* amax);
 
 // matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
 // (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates.

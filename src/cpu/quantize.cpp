@@ -254,14 +254,15 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
 namespace {
 // The per-tensor FP8 scale of x (q's, or from x's amax when q.current); sets *amax
 // (infinite when x holds a non-finite value).
-float tensor_fp8_scale(const float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
+template <typename T>
+float tensor_fp8_scale(const T* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
   // |x|'s bits order as |x| does (inf above every finite value, NaNs above inf), so one
   // integer max, which vectorises where a float max with NaN checks does not, gives both the
   // amax and whether x holds a non-finite value. A max does not depend on the order.
   uint32_t m = 0;
 #pragma omp parallel for simd reduction(max : m) schedule(static)
   for (size_t i = 0; i < n; i++) {
-    const uint32_t a = f32_bits(x[i]) & 0x7fffffffu;
+    const uint32_t a = f32_bits(ld(x[i])) & 0x7fffffffu;
     m = a > m ? a : m;
   }
   *amax = m < 0x7f800000u ? bits_f32(m) : INFINITY;
@@ -290,18 +291,19 @@ namespace {
 // codes[i] = round(x[i] s) in format F, as bf16: FP8 values have 3 (E4M3) or 2 (E5M2)
 // mantissa bits and exponents in [-9, 8] / [-16, 15], well inside bf16's 7 bits and
 // [-126, 127], so the top half of the fp32 value is the exact bf16 code.
-template <bool E4M3>
-void fp8_codes(bf16* codes, const float* x, size_t n, float s) {
+template <bool E4M3, typename T>
+void fp8_codes(bf16* codes, const T* x, size_t n, float s) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
-    const float v = x[i] * s;
+    const float v = ld(x[i]) * s;
     codes[i] = bf16{uint16_t(f32_bits(E4M3 ? e4m3_round_trip(v) : e5m2_round_trip(v)) >> 16)};
   }
 }
 }  // namespace
 
-float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
-                          float* amax) {
+namespace {
+template <typename T>
+float quantize_codes(bf16* codes, const T* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
   const float s = tensor_fp8_scale(x, n, q, e4m3, amax);
   if (!std::isfinite(*amax))
     std::fill(codes, codes + n, bf16{0x7fc0});  // NaN: the step is skipped
@@ -310,6 +312,19 @@ float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant&
   else
     fp8_codes<false>(codes, x, n, s);
   return s;
+}
+}  // namespace
+
+float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
+                          float* amax) {
+  return quantize_codes(codes, x, n, q, e4m3, amax);
+}
+
+// bf16 widens to fp32 exactly, so reading it directly gives the codes and amax of its fp32
+// copy without writing that copy.
+float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const Fp8Quant& q, bool e4m3,
+                          float* amax) {
+  return quantize_codes(codes, x, n, q, e4m3, amax);
 }
 
 }  // namespace tg::cpu
