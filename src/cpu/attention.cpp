@@ -36,6 +36,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention_store.h"
 #include "exp_fp32.h"
 #include "ops.h"
 
@@ -265,20 +266,6 @@ void causal_scores(const Head<A>& hd, int t, A scale, A* s, A* maxv, A* sum) {
   for (int u = 0; u <= t; u++) total += s[u];
   *maxv = m;
   *sum = total;
-}
-
-// One head's dq, dk, dv (widened, T x hs each) stored into dqkv(B,T,3C), rounded once.
-template <typename T, typename A>
-void store_head_grads(T* dqkv, int b, int h, int T_, int C, int hs, const A* dq, const A* dk,
-                      const A* dv) {
-  for (int t = 0; t < T_; t++) {
-    T* d = dqkv + (size_t(b) * T_ + t) * 3 * C + h * hs;
-    for (int i = 0; i < hs; i++) {
-      d[i] = st<T>(dq[size_t(t) * hs + i]);
-      d[C + i] = st<T>(dk[size_t(t) * hs + i]);
-      d[2 * C + i] = st<T>(dv[size_t(t) * hs + i]);
-    }
-  }
 }
 
 // One query row of the forward after its causal scores: s[u] = exp(scale q_t.k_u - maxv) for
