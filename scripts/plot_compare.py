@@ -14,7 +14,11 @@ recorded layers), columns the sampled steps; left the share of values that under
 precision.mode=auto records OUT_DIR/auto_<mode>.png (first seed): rows are the GEMM
 operands of every layer's block linears, columns the measured steps; left the format each
 one was given (colour), middle the SQNR of the narrowest candidate (how sensitive it is),
-right the outlier input channels of each linear.
+right the outlier input channels of each linear. And per block-scaled mode with numerics
+telemetry OUT_DIR/quant_<mode>.png (first seed): rows are the quantized GEMM operands of
+every layer's block linears, columns the sampled steps; left the SQNR of the run's own
+recipe, middle the share of elements that quantize to zero, right the share of scale
+groups with a clipped element.
 """
 import json
 import os
@@ -27,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_metrics(path):
-    train, val, numerics, auto = [], [], [], []
+    train, val, numerics, auto, quant = [], [], [], [], []
     with open(path) as f:
         for line in f:
             try:
@@ -42,7 +46,9 @@ def read_metrics(path):
                 numerics.append(r)
             elif r.get("kind") == "auto":
                 auto.append(r)
-    return train, val, numerics, auto
+            elif r.get("kind") == "quant":
+                quant.append(r)
+    return train, val, numerics, auto, quant
 
 
 def load(out_dir, wanted):
@@ -81,7 +87,7 @@ def main():
         color = colors[i % len(colors)]
         # Right: the mean over seeds of the val loss, log axis.
         per_step = {}
-        for _, val, _, _ in runs.values():
+        for _, val, *_ in runs.values():
             for s, v in val_by_step(val).items():
                 per_step.setdefault(s, []).append(v)
         steps = sorted(per_step)
@@ -91,7 +97,7 @@ def main():
         if ref is None or name == ref_name:
             continue
         diffs = {}
-        for seed, (_, val, _, _) in runs.items():
+        for seed, (_, val, *_) in runs.items():
             if seed not in ref:
                 continue
             mine, base = val_by_step(val), val_by_step(ref[seed][1])
@@ -150,6 +156,9 @@ def main():
         auto = runs[min(runs)][3]
         if auto:
             plot_auto(name, auto, os.path.join(out_dir, f"auto_{name}.png"))
+        quant = runs[min(runs)][4]
+        if quant:
+            plot_quant(name, quant, os.path.join(out_dir, f"quant_{name}.png"))
 
 
 def numerics_rows(rec):
@@ -271,6 +280,59 @@ def plot_auto(name, records, path):
         fig.colorbar(im3, ax=ax3, fraction=0.08)
     else:
         ax3.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_quant(name, records, path):
+    """SQNR, zeros and saturating blocks per quantized (layer, linear, role, operand)."""
+    sl = records[-1]["slots"]
+    short = {"forward": "fwd", "dgrad": "dgrad", "wgrad": "wgrad"}
+    keys = list(zip(sl["layer"], sl["linear"], sl["role"], sl["operand"]))
+    labels = [f"L{l} {lin} {short.get(role, role)} {op} ({f})"
+              for (l, lin, role, op), f in zip(keys, sl["format"])]
+    steps = [r["step"] for r in records]
+
+    def grid(field):
+        rows = []
+        for k in keys:
+            row = []
+            for r in records:
+                s = r["slots"]
+                at = dict(zip(zip(s["layer"], s["linear"], s["role"], s["operand"]), s[field]))
+                v = at.get(k)
+                row.append(float("nan") if v is None else v)
+            rows.append(row)
+        return rows
+
+    sqnr, zero, sat = grid("sqnr_db"), grid("zero_frac"), grid("block_saturated_frac")
+    height = max(4.0, 0.13 * len(labels) + 1.8)
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, height), sharey=True)
+    finite = [v for row in sqnr for v in row if v == v]
+    lo, hi = (min(finite), max(finite)) if finite else (0, 40)
+    panels = [(ax1, sqnr, "viridis", lo, hi, "SQNR (dB)"),
+              (ax2, [[100 * v for v in row] for row in zero], "magma", 0, None,
+               "elements quantized to zero (%)"),
+              (ax3, [[100 * v for v in row] for row in sat], "magma", 0, None,
+               "scale groups with a clipped element (%)")]
+    for ax, data, cmap, vmin, vmax, title in panels:
+        if vmax is None:
+            vals = [v for row in data for v in row if v == v]
+            vmax = max(1e-9, max(vals)) if vals else 1
+        im = ax.imshow(data, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax,
+                       interpolation="nearest")
+        ticks = list(range(0, len(steps), max(1, len(steps) // 8)))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax.set_xlabel("step (sampled)")
+        ax.set_title(f"{name}: {title}" if ax is ax1 else title, fontsize=9)
+        for i in range(1, len(keys)):
+            if keys[i][0] != keys[i - 1][0]:
+                ax.axhline(i - 0.5, color="white", linewidth=1.2)
+        fig.colorbar(im, ax=ax, fraction=0.04)
+    ax1.set_yticks(range(len(labels)))
+    ax1.set_yticklabels(labels, fontsize=5.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

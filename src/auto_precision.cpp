@@ -248,13 +248,14 @@ cpu::QuantError split_error(const float* x, int rows, int cols, const std::vecto
   return cpu::quant_error(rest.data(), rows, cols, o, seed);
 }
 
+}  // namespace
+
 std::vector<float> transposed(const float* x, int rows, int cols) {
   std::vector<float> t(size_t(rows) * cols);
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) t[size_t(c) * rows + r] = x[size_t(r) * cols + c];
   return t;
 }
-}  // namespace
 
 void AutoPrecision::take(int layer, int linear, int operand, const float* x, int rows, int cols) {
   const size_t n = size_t(rows) * cols;
@@ -304,14 +305,16 @@ void AutoPrecision::reduce(Comm& comm) {
   if (comm.world() == 1) return;
   std::vector<double> v;
   for (const cpu::QuantError& e : err_)
-    v.insert(v.end(), {e.signal, e.noise, e.values, e.nonzero, e.underflow, e.saturated});
+    v.insert(v.end(), {e.signal, e.noise, e.values, e.nonzero, e.underflow, e.saturated, e.groups,
+                       e.groups_saturated, e.groups_underflow, e.zeros});
   v.insert(v.end(), grad_sq_.begin(), grad_sq_.end());
   v.push_back(grad_total_sq_);
   comm.all_reduce_sum(v.data(), v.size());
   size_t k = 0;
   for (cpu::QuantError& e : err_) {
-    e = {v[k], v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]};
-    k += 6;
+    e = {v[k],     v[k + 1], v[k + 2], v[k + 3], v[k + 4],
+         v[k + 5], v[k + 6], v[k + 7], v[k + 8], v[k + 9]};
+    k += 10;
   }
   for (double& g : grad_sq_) g = v[k++];
   grad_total_sq_ = v[k];

@@ -98,6 +98,9 @@ double low_bit_flop_share(const std::vector<int>& formats, const std::vector<boo
                           const std::vector<double>& gemm_flops);
 // e.g. "layer 3 fc forward input"
 std::string auto_slot_name(int slot);
+// x(rows, cols) transposed into a new (cols, rows) matrix (the operands the backward GEMMs
+// take transposed).
+std::vector<float> transposed(const float* x, int rows, int cols);
 // SQNR in dB of a measured error (inf when nothing was lost, NaN for non-finite operands).
 double sqnr_db(const cpu::QuantError& e);
 

@@ -25,6 +25,17 @@ using json = nlohmann::json;
 
 namespace {
 
+// NVFP4's ingredients (arXiv 2509.25149), switched off one at a time by the ablation modes
+// below so that a study shows what each buys.
+enum Nvfp4Ingredients {
+  kKeepRecipe = -1,  // the config's precision.recipe.* keys as they are
+  kSr = 1,           // stochastic rounding of the output gradients
+  kRht = 2,          // 16-point random Hadamard transform of the wgrad operands
+  kTiles2d = 4,      // 16x16 weight tiles
+  kBf16Last = 8,     // the last layer's linears in bf16
+  kAllIngredients = kSr | kRht | kTiles2d | kBf16Last,
+};
+
 // What each name on --modes means, as config changes.
 struct ModeSpec {
   const char* name;
@@ -32,6 +43,7 @@ struct ModeSpec {
   const char* loss_scale;  // "" keeps the config's
   bool stochastic;
   const char* what;
+  int ingredients = kKeepRecipe;  // nvfp4 ablations: the ingredients left on
 };
 const ModeSpec kModes[] = {
     {"fp32", "fp32", "", false, "fp32 everywhere"},
@@ -53,17 +65,36 @@ const ModeSpec kModes[] = {
     {"nvfp4", "nvfp4", "", false,
      "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
      "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in bf16"},
+    // The ablation study of NVFP4's ingredients: each mode takes exactly one away (bare: all).
+    {"nvfp4-no-sr", "nvfp4", "", false,
+     "nvfp4 without stochastic rounding of the gradients (round to nearest)",
+     kAllIngredients & ~kSr},
+    {"nvfp4-no-rht", "nvfp4", "", false, "nvfp4 without the random Hadamard transform of wgrad",
+     kAllIngredients & ~kRht},
+    {"nvfp4-no-2d", "nvfp4", "", false, "nvfp4 with 1x16 weight blocks instead of 16x16 tiles",
+     kAllIngredients & ~kTiles2d},
+    {"nvfp4-no-bf16last", "nvfp4", "", false, "nvfp4 with the last layer quantized too",
+     kAllIngredients & ~kBf16Last},
+    {"nvfp4-bare", "nvfp4", "", false,
+     "nvfp4 without any of them: E2M1 with UE4M3 scales per 1x16 and the tensor scale, nearest "
+     "rounding, every layer quantized",
+     0},
     {"auto", "auto", "", false,
      "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
      "precision.auto.threshold_db (src/auto_precision.h)"},
 };
 
+std::string mode_names() {
+  std::string all;
+  for (const ModeSpec& m : kModes) all += std::string(all.empty() ? "" : ", ") + m.name;
+  return all;
+}
+
 const ModeSpec& find_mode(const std::string& name) {
   for (const ModeSpec& m : kModes)
     if (name == m.name) return m;
-  std::string all;
-  for (const ModeSpec& m : kModes) all += std::string(all.empty() ? "" : ", ") + m.name;
-  throw UsageError(strf("compare: unknown mode '%s' (one of %s)", name.c_str(), all.c_str()));
+  throw UsageError(
+      strf("compare: unknown mode '%s' (one of %s)", name.c_str(), mode_names().c_str()));
 }
 
 // The config a run directory was trained with, without the keys that only say how a run
@@ -110,6 +141,13 @@ void apply_mode(Config& c, const ModeSpec& spec) {
   c.precision.stochastic_rounding = spec.stochastic;
   if (std::string(spec.mode) == "fp8")
     c.precision.fp8.recipe = std::string(spec.name) == "fp8-current" ? "current" : "delayed";
+  if (spec.ingredients != kKeepRecipe) {
+    auto& r = c.precision.recipe;
+    r.stochastic_grads = spec.ingredients & kSr;
+    r.hadamard = spec.ingredients & kRht;
+    r.weight_2d = spec.ingredients & kTiles2d;
+    r.bf16_last = (spec.ingredients & kBf16Last) ? -1 : 0;
+  }
 }
 
 // One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
@@ -140,11 +178,15 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec, i
 
 std::string compare_mode_of(const Config& c) {
   const json have = config_to_json(c)["precision"];
-  for (const ModeSpec& m : kModes) {
-    Config x = c;
-    apply_mode(x, m);
-    if (config_to_json(x)["precision"] == have) return m.name;
-  }
+  // The modes that set the recipe's ingredients first: plain nvfp4 keeps whatever the config
+  // says, so it would also match every ablation.
+  for (bool keeps : {false, true})
+    for (const ModeSpec& m : kModes) {
+      if ((m.ingredients == kKeepRecipe) != keeps) continue;
+      Config x = c;
+      apply_mode(x, m);
+      if (config_to_json(x)["precision"] == have) return m.name;
+    }
   return "";
 }
 
@@ -152,10 +194,7 @@ std::string compare_mode_what(const std::string& name) { return find_mode(name).
 
 int cmd_compare(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
-      {"modes",
-       "comma-separated: fp32, bf16, bf16-sr, fp16, fp16-noscale, fp8, fp8-current, "
-       "fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4, auto",
-       "fp32,bf16,fp16,fp16-noscale,fp8"},
+      {"modes", "comma-separated: " + mode_names(), "fp32,bf16,fp16,fp16-noscale,fp8"},
       {"out", "output directory", "runs/compare"},
       int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),
       number_option("quality",

@@ -317,6 +317,46 @@ std::string underflow_md(const std::vector<RunGroup>& groups, const std::string&
          md;
 }
 
+// The block-scaled modes' quantization error at their last telemetry step (first seed):
+// SQNR per GEMM operand over every quantized slot (and the least slot's), and the worst
+// operand's shares of zeros and of saturating and underflowing block scales.
+std::string quant_md(const std::vector<RunGroup>& groups) {
+  static const char* kOperands[] = {"forward input", "forward weight", "dgrad grad",
+                                    "dgrad weight",  "wgrad grad",     "wgrad input"};
+  std::string md;
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (!fs || !fs->contains("quant") || !(*fs)["quant"].is_object()) continue;
+    const json& q = (*fs)["quant"];
+    const json& ops = q["operands"];
+    std::string row = "| " + g.name + " | " + std::to_string(q.value("step", 0)) + " |";
+    double zero = 0, sat = 0, under = 0;
+    for (const char* op : kOperands) {
+      if (!ops.contains(op)) {
+        row += " bf16 |";
+        continue;
+      }
+      const json& o = ops[op];
+      row += " " + num(o["sqnr_db"], "%.1f") + " (" + num(o["least_sqnr_db"], "%.1f") + ") |";
+      zero = std::max(zero, o.value("zero_frac", 0.0));
+      sat = std::max(sat, o.value("block_saturated_frac", 0.0));
+      under = std::max(under, o.value("block_underflow_frac", 0.0));
+    }
+    md += row + strf(" %.1f%% | %.1f%% | %.2f%% |\n", 100 * zero, 100 * sat, 100 * under);
+  }
+  if (md.empty()) return "";
+  return "\nQuantization error of each block-scaled recipe at its last telemetry step (first "
+         "seed), per GEMM operand: SQNR in dB of the quantized operand against its bf16 values "
+         "over all quantized layers (the least layer's in brackets); then, for the worst "
+         "operand, the share of elements that quantize to zero and the shares of scale "
+         "groups with a clipped element (saturated) and with a scale at or below its format's "
+         "least normal value (underflow). bf16: not quantized.\n\n"
+         "| mode | step | fwd input | fwd weight | dgrad grad | dgrad weight | wgrad grad | "
+         "wgrad input | zeros | blocks saturated | blocks underflowing |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+         md;
+}
+
 // precision.mode=auto: each run's final formats (first seed), per layer and block linear,
 // counted over the linear's six GEMM operands.
 std::string auto_md(const std::vector<RunGroup>& groups) {
@@ -367,6 +407,10 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
     add("numerics_" + g.name + ".png", g.name + ": numerics per layer and tensor over steps");
     add("auto_" + g.name + ".png",
         g.name + ": formats chosen per layer and GEMM operand over steps, beside SQNR");
+    add("quant_" + g.name + ".png",
+        g.name +
+            ": quantization error per layer and GEMM operand over steps (SQNR, zeros, "
+            "saturating scale groups)");
   }
   return pics;
 }
@@ -443,6 +487,7 @@ std::string write_report(const ReportSpec& spec) {
   md += runs_md(groups, plateau_col);
   md += numerics_md(spec.groups);
   md += underflow_md(spec.groups, spec.reference);
+  md += quant_md(spec.groups);
   md += auto_md(spec.groups);
   md +=
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "

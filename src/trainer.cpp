@@ -191,6 +191,9 @@ void Trainer::setup_precision() {
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());
+  // auto measures its operands itself (kind "auto"); the fixed block-scaled recipes here.
+  if (fp8_->block_scaled() && cfg_.precision.mode != "auto" && cfg_.precision.telemetry_every > 0)
+    quant_telemetry_ = std::make_unique<QuantTelemetry>(*fp8_, mc_.n_layer);
   if (cfg_.precision.mode != "auto") return;
   const auto& a = cfg_.precision.auto_;
   const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
@@ -476,12 +479,17 @@ StepResult Trainer::step() {
   double loss = 0;
   // auto: the first micro-batch's operands are measured (copies; the step is unchanged).
   const bool measure = auto_ && auto_->due(r.step);
+  const bool quant_stats = quant_telemetry_ && r.step % cfg_.precision.telemetry_every == 0;
   for (int micro = 0; micro < grad_accum_; micro++) {
     train_loader_->next_batch(inputs_.data(), targets_.data());
     if (fp8_) fp8_->set_rng_seed(quant_seed(cfg_, step_, micro));
     if (measure && micro == 0) {
       auto_->begin(r.step, quant_seed(cfg_, step_, -1));
       model.set_probe(auto_.get());
+    }
+    if (quant_stats && micro == 0) {
+      quant_telemetry_->begin(r.step, quant_seed(cfg_, step_, -1));
+      model.set_probe(quant_telemetry_.get());
     }
     loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
                           float(r.scale / (double(grad_accum_) * world_))) /
@@ -499,6 +507,10 @@ StepResult Trainer::step() {
     loss /= world_;
   }
   if (measure) auto_decide();
+  if (quant_stats) {
+    quant_telemetry_->reduce(*cm_);
+    metrics_.write(quant_telemetry_->record().dump());
+  }
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model.grads());
   if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
     record_numerics(r.step, r.scale);
@@ -785,6 +797,7 @@ json Trainer::finish() {
     }
     summary["numerics"] = nj;
   }
+  if (quant_telemetry_) summary["quant"] = quant_telemetry_->summary();
   if (auto_)
     summary["auto"] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
   if (rank_ == 0)

@@ -29,6 +29,7 @@
 #include "fp8.h"
 #include "loss_scaler.h"
 #include "model.h"
+#include "quant_telemetry.h"
 #include "run_state.h"
 #include "thread_tuner.h"
 #include "tokenizer.h"
@@ -102,6 +103,8 @@ class Trainer {
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Fp8State> fp8_;
   std::unique_ptr<AutoPrecision> auto_;  // precision.mode=auto
+  // The block-scaled modes' per-operand quantization statistics (precision.telemetry_every).
+  std::unique_ptr<QuantTelemetry> quant_telemetry_;
   bool device_decision_ = false;
   std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;

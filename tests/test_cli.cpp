@@ -543,15 +543,18 @@ TEST_CASE("mpi: fp8 with delayed scaling reduces amax over the ranks") {
 
 TEST_CASE("mpi: ZeRO-1 trains exactly like unsharded data parallelism") {
   // bf16 with stochastic rounding: the random bits follow each parameter's global index;
-  // fp16 with gradient accumulation and a skipped step (the found-inf decision is global).
-  for (const char* mode : {"fp32", "bf16", "fp16"}) {
+  // fp16 with gradient accumulation and a skipped step (the found-inf decision is global);
+  // the block-scaled recipes (each rank quantizes its own rows with the bits of (seed, step):
+  // sharding the optimizer changes nothing of that), nvfp4 with every ingredient on.
+  for (const char* mode : {"fp32", "bf16", "fp16", "nvfp4", "mxfp8"}) {
     tgt::TempDir plain, zero;
     std::string out;
     const std::string m = mode;
     const std::string args =
         " --train.steps=10 --data.batch_size=4 --precision.mode=" + m +
         (m == "bf16" ? " --precision.stochastic_rounding=true" : "") +
-        (m == "fp16" ? " --precision.inject_nonfinite_step=3 --data.total_batch_tokens=512" : "");
+        (m == "fp16" ? " --precision.inject_nonfinite_step=3 --data.total_batch_tokens=512" : "") +
+        (m == "nvfp4" ? " --precision.recipe.bf16_last=0" : "");
     REQUIRE(run_mpi(2, tiny_args(plain.path) + args, &out) == 0);
     // ZeRO-1 reduces through many small staging chunks (the last one partial).
     setenv("TG_TEST_REDUCE_CHUNK", "1000", 1);

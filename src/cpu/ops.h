@@ -149,11 +149,28 @@ void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* in
                             int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
                             ScaledScratch& s);
 
+// quantize.cpp's scale groups (also read by quant_error.cpp's block statistics): a group's
+// multipliers before rounding (enc) and after (dec); the scale of a group of amax `amax`
+// (tensor_scale: NVFP4's fp32 second level, else 1); the extent of one group; and the
+// exponent of an element format's largest power of two (OCP MX's emax_elem).
+struct GroupScale {
+  float enc = 1, dec = 1;
+};
+GroupScale group_scale(const OperandRecipe& o, float amax, float tensor_scale);
+void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc);
+int elem_emax(ElemFormat f);
+
 // quant_error.cpp: how much one operand loses in a recipe operand's format (sensitivity
 // statistics of precision.mode=auto), measured on a copy.
 struct QuantError {
   double signal = 0, noise = 0;  // sum x^2, sum (x - Q(x))^2 (after the transform, if any)
   double values = 0, nonzero = 0, underflow = 0, saturated = 0;  // counts
+  // Counts of scale groups (blocks, rows, tiles or the tensor): all, those whose scale
+  // saturates (a value clipped to the element format's largest at it) and those whose scale
+  // underflows (nonzero amax, but the scale at or below its format's least normal value: precision
+  // of the scale lost, or the whole group flushed); and of values that quantize to zero (zeros
+  // included).
+  double groups = 0, groups_saturated = 0, groups_underflow = 0, zeros = 0;
 };
 QuantError quant_error(const float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed);
 

@@ -53,6 +53,46 @@ inline float round_elem(float v, uint32_t bits) {
     return bf16_to_f32(f32_to_bf16(v));
 }
 
+// One row: every column group at its scale. idx0: the row's first element index (SR bits).
+// saturated (when given): += the values beyond the element format's largest at their scale.
+template <ElemFormat F, bool SR>
+void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
+               int* saturated) {
+  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
+    const float enc = sg[j].enc, dec = sg[j].dec;
+    const int c1 = c0 + gc < cols ? c0 + gc : cols;
+    if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
+      const float fmax = elem_format_max(F) * (1.0f + 1.0f / 1024);
+      for (int c = c0; c < c1; c++) *saturated += std::fabs(xr[c] * enc) > fmax;
+    }
+    if constexpr (SR) {
+      uint64_t pair = ~uint64_t(0), h = 0;
+      for (int c = c0; c < c1; c++) {
+        const uint64_t i = idx0 + c;
+        if ((i >> 1) != pair) h = quant_sr_pair(seed, pair = i >> 1);
+        const uint32_t bits = uint32_t((i & 1) ? h >> 32 : h);  // = quant_sr_bits(seed, i)
+        xr[c] = round_elem<F, true>(xr[c] * enc, bits) * dec;
+      }
+    } else {
+      for (int c = c0; c < c1; c++) xr[c] = round_elem<F, false>(xr[c] * enc, 0u) * dec;
+    }
+  }
+}
+
+using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t, int*);
+RowFn row_fn(ElemFormat f, bool sr) {
+  using E = ElemFormat;
+  switch (f) {
+    case E::E4M3: return sr ? apply_row<E::E4M3, true> : apply_row<E::E4M3, false>;
+    case E::E5M2: return sr ? apply_row<E::E5M2, true> : apply_row<E::E5M2, false>;
+    case E::E2M1: return sr ? apply_row<E::E2M1, true> : apply_row<E::E2M1, false>;
+    case E::BF16: break;
+  }
+  return apply_row<E::BF16, false>;
+}
+
+}  // namespace
+
 // The exponent of the element format's largest power of two (OCP MX's emax_elem).
 int elem_emax(ElemFormat f) {
   switch (f) {
@@ -63,11 +103,6 @@ int elem_emax(ElemFormat f) {
   }
   return 0;
 }
-
-// A group's multipliers: before rounding (enc) and after (dec).
-struct GroupScale {
-  float enc = 1, dec = 1;
-};
 
 GroupScale group_scale(const OperandRecipe& o, float amax, float tensor_scale) {
   const float fmax = elem_format_max(o.elem);
@@ -117,46 +152,6 @@ void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {
     case Granularity::Tile: *gr = o.block, *gc = o.block; return;
   }
 }
-
-// One row: every column group at its scale. idx0: the row's first element index (SR bits).
-// saturated (when given): += the values beyond the element format's largest at their scale.
-template <ElemFormat F, bool SR>
-void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
-               int* saturated) {
-  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
-    const float enc = sg[j].enc, dec = sg[j].dec;
-    const int c1 = c0 + gc < cols ? c0 + gc : cols;
-    if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
-      const float fmax = elem_format_max(F) * (1.0f + 1.0f / 1024);
-      for (int c = c0; c < c1; c++) *saturated += std::fabs(xr[c] * enc) > fmax;
-    }
-    if constexpr (SR) {
-      uint64_t pair = ~uint64_t(0), h = 0;
-      for (int c = c0; c < c1; c++) {
-        const uint64_t i = idx0 + c;
-        if ((i >> 1) != pair) h = quant_sr_pair(seed, pair = i >> 1);
-        const uint32_t bits = uint32_t((i & 1) ? h >> 32 : h);  // = quant_sr_bits(seed, i)
-        xr[c] = round_elem<F, true>(xr[c] * enc, bits) * dec;
-      }
-    } else {
-      for (int c = c0; c < c1; c++) xr[c] = round_elem<F, false>(xr[c] * enc, 0u) * dec;
-    }
-  }
-}
-
-using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t, int*);
-RowFn row_fn(ElemFormat f, bool sr) {
-  using E = ElemFormat;
-  switch (f) {
-    case E::E4M3: return sr ? apply_row<E::E4M3, true> : apply_row<E::E4M3, false>;
-    case E::E5M2: return sr ? apply_row<E::E5M2, true> : apply_row<E::E5M2, false>;
-    case E::E2M1: return sr ? apply_row<E::E2M1, true> : apply_row<E::E2M1, false>;
-    case E::BF16: break;
-  }
-  return apply_row<E::BF16, false>;
-}
-
-}  // namespace
 
 float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
                           size_t* saturated) {

@@ -1,0 +1,137 @@
+// quant_telemetry.cpp: the per-operand quantization statistics of the block-scaled modes
+// (see quant_telemetry.h).
+#include "quant_telemetry.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "auto_precision.h"
+#include "comm.h"
+#include "fp8.h"
+#include "rng.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+QuantTelemetry::QuantTelemetry(const Fp8State& fp8, int n_layer) : fp8_(fp8), n_layer_(n_layer) {
+  const size_t slots = size_t(n_layer) * kAutoLinears * kSlotsPerLinear;
+  err_.resize(slots);
+  measured_.resize(slots);
+}
+
+void QuantTelemetry::begin(int64_t step, uint64_t seed) {
+  step_ = step;
+  seed_ = seed;
+  std::fill(err_.begin(), err_.end(), cpu::QuantError{});
+  std::fill(measured_.begin(), measured_.end(), false);
+}
+
+void QuantTelemetry::take(int layer, int linear, int operand, const float* x, int rows, int cols) {
+  if (!fp8_.layer_in_fp8(layer)) return;
+  const QuantRecipe& r = fp8_.linear_recipe(layer, linear);
+  std::vector<float> xt;
+  for (int g = 0; g < kGemmRoles; g++)
+    for (int b = 0; b < 2; b++) {
+      if (auto_slot_operand(g, b) != operand) continue;
+      const OperandRecipe& o = b ? r.gemm[g].b : r.gemm[g].a;
+      if (!is_low_bit(o)) continue;
+      const int slot = auto_slot(layer, linear, g, b);
+      const uint64_t s = detail::splitmix64_mix(seed_ + uint64_t(slot + 1) * 0x9E3779B97F4A7C15ull);
+      if (auto_slot_transposed(g, b)) {
+        if (xt.empty()) xt = transposed(x, rows, cols);
+        err_[size_t(slot)] = cpu::quant_error(xt.data(), cols, rows, o, s);
+      } else {
+        err_[size_t(slot)] = cpu::quant_error(x, rows, cols, o, s);
+      }
+      measured_[size_t(slot)] = true;
+    }
+}
+
+void QuantTelemetry::reduce(Comm& comm) {
+  if (comm.world() == 1) return;
+  std::vector<double> v;
+  for (const cpu::QuantError& e : err_)
+    v.insert(v.end(), {e.signal, e.noise, e.values, e.nonzero, e.underflow, e.saturated, e.groups,
+                       e.groups_saturated, e.groups_underflow, e.zeros});
+  comm.all_reduce_sum(v.data(), v.size());
+  for (size_t i = 0, k = 0; i < err_.size(); i++, k += 10)
+    err_[i] = {v[k],     v[k + 1], v[k + 2], v[k + 3], v[k + 4],
+               v[k + 5], v[k + 6], v[k + 7], v[k + 8], v[k + 9]};
+}
+
+namespace {
+double share(double part, double whole) { return whole > 0 ? part / whole : 0.0; }
+// The element format of a slot's operand, e.g. "E2M1" (the recipe's name says the rest).
+const char* operand_format(const QuantRecipe& r, int role, int b) {
+  return elem_format_name(b ? r.gemm[role].b.elem : r.gemm[role].a.elem);
+}
+}  // namespace
+
+json QuantTelemetry::record() const {
+  json slots = {{"layer", json::array()},
+                {"linear", json::array()},
+                {"role", json::array()},
+                {"operand", json::array()},
+                {"format", json::array()},
+                {"sqnr_db", json::array()},
+                {"zero_frac", json::array()},
+                {"underflow_frac", json::array()},
+                {"saturated_frac", json::array()},
+                {"block_saturated_frac", json::array()},
+                {"block_underflow_frac", json::array()}};
+  for (size_t s = 0; s < err_.size(); s++) {
+    if (!measured_[s]) continue;
+    const int b = int(s % 2), role = int(s / 2 % kGemmRoles);
+    const int lin = int(s / kSlotsPerLinear % kAutoLinears);
+    const int layer = int(s / (kSlotsPerLinear * kAutoLinears));
+    const cpu::QuantError& e = err_[s];
+    const double db = sqnr_db(e);
+    slots["layer"].push_back(layer);
+    slots["linear"].push_back(auto_linear_name(lin));
+    slots["role"].push_back(auto_role_name(role));
+    slots["operand"].push_back(auto_operand_name(auto_slot_operand(role, b)));
+    slots["format"].push_back(operand_format(fp8_.linear_recipe(layer, lin), role, b));
+    slots["sqnr_db"].push_back(std::isfinite(db) ? json(db) : json(nullptr));
+    slots["zero_frac"].push_back(share(e.zeros, e.values));
+    slots["underflow_frac"].push_back(share(e.underflow, e.nonzero));
+    slots["saturated_frac"].push_back(share(e.saturated, e.values));
+    slots["block_saturated_frac"].push_back(share(e.groups_saturated, e.groups));
+    slots["block_underflow_frac"].push_back(share(e.groups_underflow, e.groups));
+  }
+  return {{"kind", "quant"}, {"step", step_}, {"slots", slots}};
+}
+
+json QuantTelemetry::summary() const {
+  if (step_ == 0) return nullptr;
+  json out = json::object();
+  for (int role = 0; role < kGemmRoles; role++)
+    for (int b = 0; b < 2; b++) {
+      cpu::QuantError sum;
+      double least = INFINITY;
+      int n = 0;
+      for (size_t s = 0; s < err_.size(); s++) {
+        if (!measured_[s] || int(s % 2) != b || int(s / 2 % kGemmRoles) != role) continue;
+        const cpu::QuantError& e = err_[s];
+        sum.signal += e.signal, sum.noise += e.noise, sum.values += e.values;
+        sum.nonzero += e.nonzero, sum.underflow += e.underflow, sum.saturated += e.saturated;
+        sum.groups += e.groups, sum.groups_saturated += e.groups_saturated;
+        sum.groups_underflow += e.groups_underflow, sum.zeros += e.zeros;
+        least = std::min(least, sqnr_db(e));
+        n++;
+      }
+      if (n == 0) continue;
+      const double all = sqnr_db(sum);
+      out[std::string(auto_role_name(role)) + " " + auto_operand_name(auto_slot_operand(role, b))] =
+          {{"slots", n},
+           {"sqnr_db", std::isfinite(all) ? json(all) : json(nullptr)},
+           {"least_sqnr_db", std::isfinite(least) ? json(least) : json(nullptr)},
+           {"zero_frac", share(sum.zeros, sum.values)},
+           {"underflow_frac", share(sum.underflow, sum.nonzero)},
+           {"saturated_frac", share(sum.saturated, sum.values)},
+           {"block_saturated_frac", share(sum.groups_saturated, sum.groups)},
+           {"block_underflow_frac", share(sum.groups_underflow, sum.groups)}};
+    }
+  return {{"step", step_}, {"operands", out}};
+}
+
+}  // namespace tg
