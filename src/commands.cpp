@@ -14,7 +14,10 @@
 #include "export.h"
 #include "fileio.h"
 #include "hf.h"
+#include "model.h"
+#include "precision.h"
 #include "prepare.h"
+#include "quant_memory.h"
 #include "report.h"
 #include "rng.h"
 #include "sample.h"
@@ -187,6 +190,44 @@ int cmd_sample(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+// The block-scaled modes among `modes` (comma-separated): the bits of their formats and what
+// a native block-scaled path would hold instead of the bf16 copies (src/quant_memory.h).
+void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::string& modes, int B,
+                          int T, int zero_ranks, bool lse) {
+  auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
+  bool header = false;
+  for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
+    const std::string mode = modes.substr(pos, next - pos);
+    if (!is_block_scaled_mode(mode)) continue;
+    const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
+    const QuantMemoryPlan q = plan_quantized_linears(mc, r, B, T);
+    const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    if (!header) {
+      printf(
+          "\nBlock-scaled modes on a native path (quantized copies of the block linears' "
+          "operands, scales included; bits per element of layer 0's fc):\n\n"
+          "| mode | quantized layers | fwd input bits | weight bits | wgrad input bits | "
+          "weight copies | saved linear inputs, bf16 -> quantized | total |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      header = true;
+    }
+    const size_t total =
+        p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
+    printf("| %s | %d/%d | %.3f | %.3f | %.3f | %s | %s -> %s | %s |\n", mode.c_str(),
+           q.quantized_layers, mc.n_layer, q.input_bits, q.weight_bits, q.wgrad_input_bits,
+           mib(q.weight_copies).c_str(), mib(q.saved_inputs_bf16).c_str(),
+           mib(q.saved_inputs_quantized).c_str(), mib(total).c_str());
+  }
+  if (header)
+    printf(
+        "\nThe weight copies sit beside the bf16 weights; the saved inputs are quantized in the "
+        "forward as the weight-gradient GEMM takes them (input^T along the tokens), replacing "
+        "their bf16 copies. The CPU backend emulates these modes with the bf16 copies (the "
+        "first table).\n");
+}
+}  // namespace
+
 int cmd_memory(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16"},
@@ -244,6 +285,7 @@ int cmd_memory(int argc, char** argv) {
   printf(
       "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
       "\"reduction\" is the staging of the gradient reduction over ranks.\n");
+  print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);
   return 0;
 }
 
