@@ -30,6 +30,7 @@
 #include "loss_scaler.h"
 #include "model.h"
 #include "run_state.h"
+#include "smoothing.h"
 #include "thread_tuner.h"
 #include "tokenizer.h"
 
@@ -81,10 +82,14 @@ class Trainer {
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);
-  // precision.mode=auto: each linear's recipe from the chosen formats; a measurement's end.
-  void apply_auto_formats();
+  // Each linear's recipe: auto's chosen formats (or the mode's recipe) with the smoothing
+  // factors of now; set where either changes.
+  void apply_linear_recipes();
+  // precision.mode=auto: a measurement's end.
   void auto_grad_norms();
   void auto_decide();
+  // Channel smoothing: new factors from this step's measurement.
+  void smooth_update();
 
   Config cfg_;
   double t_start_;
@@ -101,7 +106,9 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Fp8State> fp8_;
-  std::unique_ptr<AutoPrecision> auto_;  // precision.mode=auto
+  std::unique_ptr<AutoPrecision> auto_;       // precision.mode=auto
+  std::unique_ptr<ChannelSmoothing> smooth_;  // precision.recipe.smooth, auto.outliers=smooth
+  ProbeFanout probes_;                        // of the step being measured
   bool device_decision_ = false;
   std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;

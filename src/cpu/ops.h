@@ -148,6 +148,9 @@ void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, 
 void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* inp, const float* w,
                             int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
                             ScaledScratch& s);
+// x(rows, cols) <- x diag(1/s) (divide) or x diag(s), s one factor per column: the operands
+// of a smoothed forward GEMM (QuantRecipe::smooth).
+void smooth_columns(float* x, int rows, int cols, const std::vector<float>& s, bool divide);
 
 // quant_error.cpp: how much one operand loses in a recipe operand's format (sensitivity
 // statistics of precision.mode=auto), measured on a copy.
