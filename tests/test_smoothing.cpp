@@ -366,7 +366,7 @@ TEST_CASE("mpi: smoothing factors agree over 2 ranks and equal one process with 
   const std::string args =
       " --model.n_layer=2 --train.steps=4 --eval.every=0 --precision.mode=mxfp8 "
       "--precision.recipe.smooth=true --precision.recipe.smooth_every=2 "
-      "--precision.inject_outlier=0:5:30 --train.threads=1";
+      "--precision.inject_outlier=0:5:30 --train.threads=1 --train.stop_at_step=1";
   REQUIRE(run_binary(tiny_args(one.path) + args + " --data.batch_size=8", &out) == 0);
   const int rc = tgt::run_shell(
       "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
@@ -375,28 +375,19 @@ TEST_CASE("mpi: smoothing factors agree over 2 ranks and equal one process with 
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("data parallel: MPI, 2 processes") != std::string::npos);
-  // Per-channel amaxes maxed over the ranks are those of all the rows: the same factors.
+  // Per-channel amaxes maxed over the ranks are those of all the rows: step 1 (before any
+  // update, whose gradient sums would differ in their last bits) gives the same factors, bit
+  // for bit, as the checkpoints hold them (rank 0 writes; every rank runs rank 0's).
   const auto a = read_metrics(one / "metrics.jsonl", "smooth");
   const auto b = read_metrics(two / "metrics.jsonl", "smooth");
-  REQUIRE(a.size() == 3);
-  REQUIRE(b.size() == 3);
-  // Step 1 measures the initial weights: bit for bit. Later the weights differ in their last
-  // bits (the gradients are summed in another order), and so may the factors.
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
   CHECK(b[0] == a[0]);
-  for (size_t i = 1; i < 3; i++)
-    for (const char* k : {"min_factor", "max_factor"})
-      for (size_t j = 0; j < a[i][k].size(); j++)
-        CHECK(b[i][k][j].get<double>() == doctest::Approx(a[i][k][j].get<double>()).epsilon(1e-3));
-  // Every factor, as the checkpoints hold them (rank 0 writes; all ranks ran rank 0's).
-  const json sa = json::parse(tgt::slurp(one / "ckpt_00000004/state.json"))["smoothing"];
-  const json sb = json::parse(tgt::slurp(two / "ckpt_00000004/state.json"))["smoothing"];
+  const json sa = json::parse(tgt::slurp(one / "ckpt_00000001/state.json"))["smoothing"];
+  const json sb = json::parse(tgt::slurp(two / "ckpt_00000001/state.json"))["smoothing"];
   REQUIRE(sa["factors"].size() == 8);
-  REQUIRE(sb["factors"].size() == 8);
-  CHECK(sa["updated_at"] == 4);
-  for (size_t i = 0; i < 8; i++) {
-    REQUIRE(sb["factors"][i].size() == sa["factors"][i].size());
-    for (size_t c = 0; c < sa["factors"][i].size(); c++)
-      CHECK(sb["factors"][i][c].get<double>() ==
-            doctest::Approx(sa["factors"][i][c].get<double>()).epsilon(1e-3));
-  }
+  CHECK(sa["updated_at"] == 1);
+  // The injected outlier channel (x30): about sqrt(30) x its neighbours' factor.
+  CHECK(sa["factors"][2][5].get<double>() > 3 * sa["factors"][2][4].get<double>());
+  CHECK(sb == sa);
 }
