@@ -230,12 +230,16 @@ void Trainer::smooth_update() {
   const nlohmann::json rec = smooth_->record();
   metrics_.write(rec.dump());
   apply_linear_recipes();
-  if (rank_ != 0) return;
+  // One line for the run's first factors; the later ones are in metrics.jsonl only.
+  if (rank_ != 0 || smooth_logged_) return;
+  smooth_logged_ = true;
   float lo = 1, hi = 1;
   for (const auto& x : rec["min_factor"]) lo = std::min(lo, x.get<float>());
   for (const auto& x : rec["max_factor"]) hi = std::max(hi, x.get<float>());
-  printf("smooth: step %lld: channel factors recomputed (%.3g ... %.3g)\n",
-         (long long)smooth_->updated_at(), lo, hi);
+  printf(
+      "smooth: step %lld: channel factors %.3g ... %.3g (recomputed every %d steps: "
+      "metrics.jsonl kind \"smooth\")\n",
+      (long long)smooth_->updated_at(), lo, hi, cfg_.precision.recipe.smooth_every);
 }
 
 // Each linear's weight gradient's squared norm, and all gradients' (this rank's, before the

@@ -109,6 +109,7 @@ class Trainer {
   std::unique_ptr<AutoPrecision> auto_;       // precision.mode=auto
   std::unique_ptr<ChannelSmoothing> smooth_;  // precision.recipe.smooth, auto.outliers=smooth
   ProbeFanout probes_;                        // of the step being measured
+  bool smooth_logged_ = false;
   bool device_decision_ = false;
   std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;
