@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "common.h"
 #include "formats.h"
+#include "smoothing.h"
 
 namespace tg {
 
@@ -270,6 +271,13 @@ void AutoPrecision::take(int layer, int linear, int operand, const float* x, int
         ch[size_t(c)] = std::max(ch[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
   }
   std::vector<float> xt;
+  // The forward GEMM runs the smoothed operands (the backward ones the operands as they are).
+  std::vector<float> xs;
+  if (smooth_ && operand != kLinearGrad && !smooth_->factors(layer, linear).empty()) {
+    xs.assign(x, x + n);
+    cpu::smooth_columns(xs.data(), rows, cols, smooth_->factors(layer, linear),
+                        operand == kLinearInput);
+  }
   for (int g = 0; g < kGemmRoles; g++)
     for (int b = 0; b < 2; b++) {
       if (auto_slot_operand(g, b) != operand) continue;
@@ -286,12 +294,13 @@ void AutoPrecision::take(int layer, int linear, int operand, const float* x, int
         }
         const uint64_t s = detail::splitmix64_mix(seed_ + uint64_t(slot * 64 + int(c) + 1) *
                                                               0x9E3779B97F4A7C15ull);
+        const float* xf = g == kForward && !xs.empty() ? xs.data() : x;
         if (t)
           e = cpu::quant_error(xt.data(), cols, rows, o, s);
         else if (g == kForward && !split_[li].empty())
-          e = split_error(x, rows, cols, split_[li], o, s);
+          e = split_error(xf, rows, cols, split_[li], o, s);
         else
-          e = cpu::quant_error(x, rows, cols, o, s);
+          e = cpu::quant_error(xf, rows, cols, o, s);
       }
     }
 }

@@ -16,7 +16,9 @@
 //     the median channel are outliers. With precision.auto.outliers=split they run in the
 //     forward GEMM unquantized beside the rest (QuantRecipe::split_channels; a split channel
 //     leaves the split once below k/2 x the median), and the forward operands' SQNR is that
-//     of the quantized rest.
+//     of the quantized rest. With precision.auto.outliers=smooth every channel is smoothed
+//     instead (src/smoothing.h) and the forward operands' SQNR is that of the smoothed
+//     operands X diag(1/s) and W diag(s) with the factors the step runs.
 // With several ranks the sums behind these are all-reduced, so every rank decides alike.
 // The policy (choose_formats) then gives each slot the narrowest candidate whose SQNR is at
 // least precision.auto.threshold_db (a narrower one than now needs hysteresis_db more), and
@@ -40,6 +42,7 @@
 namespace tg {
 
 class Comm;
+class ChannelSmoothing;
 
 struct AutoOptions {
   std::vector<std::string> candidates = {"nvfp4", "mxfp8", "fp8", "bf16"};  // narrowest first
@@ -111,6 +114,8 @@ class AutoPrecision : public LinearProbe {
   // Starts a measurement (step: 1-based; seed: of its stochastic rounding and rotations).
   void begin(int64_t step, uint64_t seed);
   void take(int layer, int linear, int operand, const float* x, int rows, int cols) override;
+  // The smoothing whose factors the forward GEMMs run (null: none); measured with them.
+  void set_smoothing(const ChannelSmoothing* s) { smooth_ = s; }
   // Squared norm of each linear's weight gradient (layer-major) and of all gradients.
   void take_grad_norms(const std::vector<double>& linear_sq, double total_sq);
   // Sums the measurement over the ranks (max for amaxes).
@@ -159,6 +164,7 @@ class AutoPrecision : public LinearProbe {
   std::vector<std::vector<int>> outliers_;     // per (layer, linear): flagged this measurement
   std::vector<double> outlier_ratio_;          // per (layer, linear): largest amax / median
   std::vector<std::vector<int>> split_;        // per (layer, linear): split out now
+  const ChannelSmoothing* smooth_ = nullptr;
   void find_outliers();
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cxxopts.hpp>
@@ -17,6 +18,7 @@
 
 #include "common.h"
 #include "fileio.h"
+#include "recipe.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -99,6 +101,9 @@ const std::vector<KeyDef>& table() {
       {"precision.recipe.hadamard_size", Kind::Int, TG_OFF(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"},
       {"precision.recipe.weight_2d", Kind::Bool, TG_OFF(precision.recipe.weight_2d), 0, 0, {}, "nvfp4: one scale per 16x16 weight tile (the same in forward and backward) instead of 1x16 blocks"},
       {"precision.recipe.bf16_last", Kind::Int, TG_OFF(precision.recipe.bf16_last), -1, 1024, {}, "block-scaled modes: the last N layers' linears stay bf16 (-1: nvfp4 1, others 0)"},
+      {"precision.recipe.smooth", Kind::Bool, TG_OFF(precision.recipe.smooth), 0, 0, {}, "block-scaled modes and auto: SmoothQuant smoothing of the forward GEMM, X diag(1/s) times (W diag(s))^T, s per input channel (README: Adaptive precision)"},
+      {"precision.recipe.smooth_alpha", Kind::Float, TG_OFF(precision.recipe.smooth_alpha), 0, 1, {}, "smoothing: s_c = amax_x(c)^alpha / amax_w(c)^(1-alpha)"},
+      {"precision.recipe.smooth_every", Kind::Int, TG_OFF(precision.recipe.smooth_every), 1, 1e9, {}, "smoothing: recompute the factors from the per-channel amaxes at step 1 and every N steps (held in between)"},
       {"precision.auto.every", Kind::Int, TG_OFF(precision.auto_.every), 1, 1e9, {}, "auto: measure the block linears' operand sensitivity every N steps (and at step 1)"},
       {"precision.auto.candidates", Kind::ChoiceList, TG_OFF(precision.auto_.candidates), 0, 0, {"nvfp4", "mxfp4", "mxfp8", "fp8-block", "fp8-rowwise", "fp8", "bf16"}, "auto: the formats each operand may take, narrowest first (the last is the fallback)"},
       {"precision.auto.threshold_db", Kind::Float, TG_OFF(precision.auto_.threshold_db), -100, 200, {}, "auto: least SQNR (dB) of an operand's format against its bf16 values"},
@@ -107,9 +112,10 @@ const std::vector<KeyDef>& table() {
       {"precision.auto.priors", Kind::Bool, TG_OFF(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"},
       {"precision.auto.window", Kind::Int, TG_OFF(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"},
       {"precision.auto.outlier_k", Kind::Float, TG_OFF(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"},
-      {"precision.auto.outliers", Kind::Choice, TG_OFF(precision.auto_.outliers), 0, 0, {"split", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), or are only counted (none)"},
+      {"precision.auto.outliers", Kind::Choice, TG_OFF(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"},
       {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
+      {"precision.inject_outlier", Kind::String, TG_OFF(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input (\"\": off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
       {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},
       {"sample.every", Kind::Int, TG_OFF(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"},
@@ -435,6 +441,17 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
   set_json(cfg, *k, v, origin);
 }
 
+bool parse_inject_outlier(const std::string& s, InjectedOutlier* o) {
+  *o = InjectedOutlier{};
+  if (s.empty()) return true;
+  int n = 0;
+  if (sscanf(s.c_str(), "%d:%d:%lf%n", &o->layer, &o->channel, &o->factor, &n) != 3 ||
+      n != int(s.size()) || o->layer < 0 || o->channel < 0 || !std::isfinite(o->factor))
+    return false;
+  o->on = true;
+  return true;
+}
+
 void config_validate(const Config& c, int world) {
   for (const auto& k : table()) {
     if (k.kind == Kind::Int) check_range(k, field<int>(c, k), "");
@@ -460,8 +477,15 @@ void config_validate(const Config& c, int world) {
     err("precision.loss_scale.min",
         strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
   const int hs = c.precision.recipe.hadamard_size;
-  if (hs & (hs - 1))
-    err("precision.recipe.hadamard_size", strf("%d is not a power of two", hs));
+  if (hs & (hs - 1)) err("precision.recipe.hadamard_size", strf("%d is not a power of two", hs));
+  if (c.precision.recipe.smooth && c.precision.mode != "auto" &&
+      !is_block_scaled_mode(c.precision.mode))
+    err("precision.recipe.smooth",
+        strf("needs a block-scaled precision.mode or auto, not %s", c.precision.mode.c_str()));
+  InjectedOutlier io;
+  if (!parse_inject_outlier(c.precision.inject_outlier, &io))
+    err("precision.inject_outlier",
+        strf("'%s' is not LAYER:CHANNEL:FACTOR (e.g. 1:5:30)", c.precision.inject_outlier.c_str()));
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 #ifdef TG_NO_BLAS
   if (c.cpu.gemm == "blas")

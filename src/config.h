@@ -76,6 +76,7 @@ struct Config {
     } loss_scale;
     int telemetry_every = 0;        // numerics telemetry every N steps (0: off)
     int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
+    std::string inject_outlier;     // "LAYER:CHANNEL:FACTOR": scale that ln2 gain ("": off)
     struct Fp8 {
       std::string recipe = "delayed";
       int history_len = 16;
@@ -94,6 +95,9 @@ struct Config {
       int hadamard_size = 16;            // its points (a power of two)
       bool weight_2d = true;             // nvfp4: 16x16 weight tiles (else 1x16 blocks)
       int bf16_last = -1;                // last N block layers in bf16 (-1: nvfp4 1, others 0)
+      bool smooth = false;               // SmoothQuant smoothing of the forward GEMM
+      double smooth_alpha = 0.5;         // s_c = amax_x(c)^alpha / amax_w(c)^(1 - alpha)
+      int smooth_every = 10;             // recompute the factors every N steps (and at step 1)
     } recipe;
     // precision.mode=auto (src/auto_precision.h): formats chosen per layer while training.
     struct Auto {
@@ -105,7 +109,7 @@ struct Config {
       bool priors = true;              // first and last layers start in the widest candidate
       int window = 8;                  // measurements in the amax drift window
       double outlier_k = 8;            // input channels above k x the median channel are outliers
-      std::string outliers = "split";  // split: outlier channels unquantized | none
+      std::string outliers = "split";  // split: outlier channels unquantized | smooth | none
     } auto_;
   } precision;
   struct Eval {
@@ -145,6 +149,14 @@ void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& 
 void config_set(Config& cfg, const std::string& key, const std::string& value);
 // Range checks of single keys and consistency between keys; `world` is the rank count.
 void config_validate(const Config& cfg, int world = 1);
+// precision.inject_outlier parsed: "" is off; false when the text is not LAYER:CHANNEL:FACTOR
+// (whether the layer and channel exist is the trainer's check: it knows the model).
+struct InjectedOutlier {
+  bool on = false;
+  int layer = 0, channel = 0;
+  double factor = 1;
+};
+bool parse_inject_outlier(const std::string& text, InjectedOutlier* out);
 nlohmann::json config_to_json(const Config& cfg);
 // All key names, in table order, with help text and default values (for --help).
 struct ConfigKeyInfo {

@@ -104,6 +104,13 @@ struct LinearProbe {
   virtual ~LinearProbe() = default;
   virtual void take(int layer, int linear, int operand, const float* x, int rows, int cols) = 0;
 };
+// Several probes measuring the same micro-batch (precision.mode=auto and channel smoothing).
+struct ProbeFanout : LinearProbe {
+  std::vector<LinearProbe*> to;
+  void take(int layer, int linear, int operand, const float* x, int rows, int cols) override {
+    for (LinearProbe* p : to) p->take(layer, linear, operand, x, rows, cols);
+  }
+};
 
 class GPT {
  public:

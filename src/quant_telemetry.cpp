@@ -30,6 +30,13 @@ void QuantTelemetry::take(int layer, int linear, int operand, const float* x, in
   if (!fp8_.layer_in_fp8(layer)) return;
   const QuantRecipe& r = fp8_.linear_recipe(layer, linear);
   std::vector<float> xt;
+  // The forward GEMM runs the smoothed operands (src/smoothing.h), the backward ones the
+  // operands as they are.
+  std::vector<float> xs;
+  if (!r.smooth.empty() && operand != kLinearGrad) {
+    xs.assign(x, x + size_t(rows) * cols);
+    cpu::smooth_columns(xs.data(), rows, cols, r.smooth, operand == kLinearInput);
+  }
   for (int g = 0; g < kGemmRoles; g++)
     for (int b = 0; b < 2; b++) {
       if (auto_slot_operand(g, b) != operand) continue;
@@ -41,7 +48,8 @@ void QuantTelemetry::take(int layer, int linear, int operand, const float* x, in
         if (xt.empty()) xt = transposed(x, rows, cols);
         err_[size_t(slot)] = cpu::quant_error(xt.data(), cols, rows, o, s);
       } else {
-        err_[size_t(slot)] = cpu::quant_error(x, rows, cols, o, s);
+        const float* xf = g == kForward && !xs.empty() ? xs.data() : x;
+        err_[size_t(slot)] = cpu::quant_error(xf, rows, cols, o, s);
       }
       measured_[size_t(slot)] = true;
     }

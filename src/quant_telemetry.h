@@ -6,7 +6,8 @@
 // slot (layer x linear x GEMM role x operand, src/auto_precision.h's numbering) that the
 // layer's recipe quantizes, the operand is quantized as that GEMM quantizes it (along its
 // reduction dimension, transposed where the GEMM takes it so, Hadamard-rotated where the
-// recipe says) and compared with its bf16 values:
+// recipe says, smoothed in the forward where the recipe has channel factors) and compared
+// with its bf16 values (smoothed likewise):
 //   sqnr_db               10 log10(sum x^2 / sum (x - Q(x))^2)
 //   zero_frac             share of the elements that quantize to zero (zeros included)
 //   underflow_frac        share of the nonzero elements that quantize to zero

@@ -67,6 +67,10 @@ struct QuantRecipe {
   // unquantized beside the rest, out = X_o W_o^T + Q(X_r) Q(W_r)^T, so that they do not set
   // the scales of the channels they share scale groups with. Sorted, distinct.
   std::vector<int> split_channels;
+  // Channel smoothing (src/smoothing.h): one factor s_c per input channel of the forward GEMM,
+  // out = (X diag(1/s)) (W diag(s))^T, applied before the split and the quantization; empty:
+  // none. The backward GEMMs take the unsmoothed operands.
+  std::vector<float> smooth;
 };
 
 // Today's presets: per-tensor FP8, E4M3 for the forward operands and the weights and

@@ -173,6 +173,10 @@ void read_precision(const Fields& f, RunState& s) {
     if (!f.at("auto").is_object()) f.bad("auto", "is not an object");
     s.auto_precision = f.at("auto");  // checked field by field by AutoPrecision::from_json
   }
+  if (f.has("smoothing") && !f.at("smoothing").is_null()) {
+    if (!f.at("smoothing").is_object()) f.bad("smoothing", "is not an object");
+    s.smoothing = f.at("smoothing");  // checked by ChannelSmoothing::from_json
+  }
 }
 
 }  // namespace
@@ -214,6 +218,7 @@ json run_state_to_json(const RunState& s) {
             {"initial_val_loss", nan_to_null(s.initial_val_loss)}};
   if (!s.fp8.is_null()) j["fp8"] = s.fp8;
   if (!s.auto_precision.is_null()) j["auto"] = s.auto_precision;
+  if (!s.smoothing.is_null()) j["smoothing"] = s.smoothing;
   return j;
 }
 

@@ -16,11 +16,6 @@ int fail_rank() {
   return e ? atoi(e) : -1;
 }
 
-bool outlier(int* layer, int* channel, double* factor) {
-  const char* e = getenv("TG_TEST_OUTLIER");
-  return e && sscanf(e, "%d,%d,%lf", layer, channel, factor) == 3;
-}
-
 size_t reduce_chunk() {
   const char* e = getenv("TG_TEST_REDUCE_CHUNK");
   return e ? size_t(atol(e)) : 0;

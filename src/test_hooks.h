@@ -3,8 +3,6 @@
 //   TG_TEST_AUTO_DEVICE=cpu   train.device=auto stays on the CPU (CPU-only tests on a GPU machine)
 //   TG_TEST_FAIL_RANK=R       rank R throws at step 2 (a failing rank ends the whole job)
 //   TG_TEST_REDUCE_CHUNK=N    the gradient reduction's staging chunk, in elements
-//   TG_TEST_OUTLIER=L,C,F     a fresh run multiplies layer L's ln2 gain of channel C by F, so
-//                             that channel of the fc's input is an outlier (precision.mode=auto)
 #pragma once
 #include <cstddef>
 
@@ -13,7 +11,5 @@ namespace tg::test_hooks {
 bool auto_device_cpu();
 int fail_rank();        // -1: none
 size_t reduce_chunk();  // 0: the default
-// TG_TEST_OUTLIER: false when unset, else true with its layer, channel and factor.
-bool outlier(int* layer, int* channel, double* factor);
 
 }  // namespace tg::test_hooks

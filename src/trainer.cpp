@@ -54,24 +54,26 @@ AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt
           weight_rounding(cfg, int(opt_step))};
 }
 
-// The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
-// error otherwise (sampling, with its own shapes, may still take the slower path).
-// Tests (TG_TEST_OUTLIER): one channel of a layer's fc input made an outlier through its
-// ln2 gain, the way outlier features arise in trained transformers.
-void inject_outlier(GPT& model, const GPTConfig& mc) {
-  int layer = 0, channel = 0;
-  double factor = 1;
-  if (!test_hooks::outlier(&layer, &channel, &factor)) return;
-  if (layer < 0 || layer >= mc.n_layer || channel < 0 || channel >= mc.n_embd)
-    throw Error(strf("TG_TEST_OUTLIER: no channel %d in layer %d", channel, layer));
+// precision.inject_outlier: one channel of a layer's fc input made an outlier through its ln2
+// gain, the way outlier features arise in trained transformers (a fresh run's init only).
+void inject_outlier(GPT& model, const GPTConfig& mc, const std::string& spec) {
+  InjectedOutlier o;
+  if (!parse_inject_outlier(spec, &o) || !o.on) return;  // config_validate checked the text
+  if (o.layer >= mc.n_layer || o.channel >= mc.n_embd)
+    throw UsageError(
+        strf("config key 'precision.inject_outlier': no channel %d in layer %d (the "
+             "model has %d layers of %d channels)",
+             o.channel, o.layer, mc.n_layer, mc.n_embd));
   std::vector<float> p = model.params_f32();
   size_t off = 0;
   const auto sizes = param_sizes(mc);
   for (int i = 0; i < LN2W; i++) off += sizes[i];
-  p[off + size_t(layer) * mc.n_embd + size_t(channel)] *= float(factor);
+  p[off + size_t(o.layer) * mc.n_embd + size_t(o.channel)] *= float(o.factor);
   model.set_params(p);
 }
 
+// The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
+// error otherwise (sampling, with its own shapes, may still take the slower path).
 void check_fp8_shapes(Backend& be, int N, int C) {
   const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
   for (const auto& sh : shapes) {
@@ -158,7 +160,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
     std::vector<float>().swap(init_.params);  // only its shape is needed from here on
   } else
     model_->init_random(uint64_t(c.train.seed));
-  inject_outlier(*model_, mc_);
+  inject_outlier(*model_, mc_, c.precision.inject_outlier);
 
   sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);
   inputs_.resize(size_t(B_) * T_);
@@ -191,22 +193,56 @@ void Trainer::setup_precision() {
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());
+  const auto& rc = cfg_.precision.recipe;
+  const bool is_auto = cfg_.precision.mode == "auto";
+  if (rc.smooth || (is_auto && cfg_.precision.auto_.outliers == "smooth")) {
+    if (!fp8_->block_scaled())  // config_validate refuses the other modes
+      throw UsageError("config key 'precision.recipe.smooth': needs block-scaled linears");
+    smooth_ =
+        std::make_unique<ChannelSmoothing>(SmoothOptions{rc.smooth_alpha, rc.smooth_every}, mc_);
+  }
+  if (is_auto) {
+    const auto& a = cfg_.precision.auto_;
+    const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
+                         a.budget,     a.priors,       a.every,
+                         a.window,     a.outlier_k,    a.outliers == "split"};
+    auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
+    auto_->set_smoothing(smooth_.get());
+  }
+  apply_linear_recipes();
   // auto measures its operands itself (kind "auto"); the fixed block-scaled recipes here.
-  if (fp8_->block_scaled() && cfg_.precision.mode != "auto" && cfg_.precision.telemetry_every > 0)
+  if (fp8_->block_scaled() && !is_auto && cfg_.precision.telemetry_every > 0)
     quant_telemetry_ = std::make_unique<QuantTelemetry>(*fp8_, mc_.n_layer);
-  if (cfg_.precision.mode != "auto") return;
-  const auto& a = cfg_.precision.auto_;
-  const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
-                       a.budget,     a.priors,       a.every,
-                       a.window,     a.outlier_k,    a.outliers == "split"};
-  auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
-  apply_auto_formats();
 }
 
-void Trainer::apply_auto_formats() {
+void Trainer::apply_linear_recipes() {
+  if (!auto_ && !smooth_) return;  // every linear runs the mode's recipe, as Fp8State starts
   for (int l = 0; l < mc_.n_layer; l++)
-    for (int lin = 0; lin < kAutoLinears; lin++)
-      fp8_->set_linear_recipe(l, lin, auto_->linear_recipe(l, lin));
+    for (int lin = 0; lin < kAutoLinears; lin++) {
+      QuantRecipe r = auto_ ? auto_->linear_recipe(l, lin) : fp8_->recipe();
+      // Smoothing matters only where a forward operand is quantized (bf16 ones stay as they
+      // are: smoothing them would only add the rounding of x / s).
+      if (smooth_ && (is_low_bit(r.gemm[kForward].a) || is_low_bit(r.gemm[kForward].b)))
+        r.smooth = smooth_->factors(l, lin);
+      fp8_->set_linear_recipe(l, lin, r);
+    }
+}
+
+void Trainer::smooth_update() {
+  smooth_->update(*cm_);
+  const nlohmann::json rec = smooth_->record();
+  metrics_.write(rec.dump());
+  apply_linear_recipes();
+  // One line for the run's first factors; the later ones are in metrics.jsonl only.
+  if (rank_ != 0 || smooth_logged_) return;
+  smooth_logged_ = true;
+  float lo = 1, hi = 1;
+  for (const auto& x : rec["min_factor"]) lo = std::min(lo, x.get<float>());
+  for (const auto& x : rec["max_factor"]) hi = std::max(hi, x.get<float>());
+  printf(
+      "smooth: step %lld: channel factors %.3g ... %.3g (recomputed every %d steps: "
+      "metrics.jsonl kind \"smooth\")\n",
+      (long long)smooth_->updated_at(), lo, hi, cfg_.precision.recipe.smooth_every);
 }
 
 // Each linear's weight gradient's squared norm, and all gradients' (this rank's, before the
@@ -234,7 +270,7 @@ void Trainer::auto_decide() {
   }
   metrics_.write(auto_->record().dump());
   if (changes.empty()) return;
-  apply_auto_formats();
+  apply_linear_recipes();
   if (rank_ != 0) return;
   for (const AutoChange& c : changes)
     printf("auto: step %lld: %s\n", (long long)(step_ + 1), auto_->describe(c).c_str());
@@ -353,6 +389,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
     AutoPrecision check = *auto_;
     check.from_json(s.auto_precision, state_path);
   }
+  if (smooth_ && !s.smoothing.is_null()) {
+    ChannelSmoothing check = *smooth_;
+    check.from_json(s.smoothing, state_path);
+  }
 
   model_->set_params(cd.params);
   cd.m.resize(model_->shard_size(), 0.0f);
@@ -378,7 +418,11 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
   if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
   if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
     auto_->from_json(s.auto_precision, state_path);
-    apply_auto_formats();
+    apply_linear_recipes();
+  }
+  if (smooth_ && !s.smoothing.is_null()) {
+    smooth_->from_json(s.smoothing, state_path);
+    apply_linear_recipes();
   }
   // The compute copy of the weights is what the last update rounded, stochastic or not.
   model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
@@ -399,6 +443,7 @@ RunState Trainer::run_state() const {
   s.loss_scale = scaler_;
   if (fp8_) s.fp8 = fp8_->to_json();
   if (auto_) s.auto_precision = auto_->to_json();
+  if (smooth_) s.smoothing = smooth_->to_json();
   s.initial_val_loss = initial_val_loss_;
   s.config = cfg_json_;
   s.model = mc_;
@@ -455,6 +500,12 @@ void Trainer::print_start() const {
                      : "none",
         a.every, a.priors ? "on (first and last layers start wide)" : "off");
   }
+  if (smooth_)
+    printf(
+        "smoothing: forward GEMMs of the quantized linears, s_c = amax_x(c)^%g / "
+        "amax_w(c)^%g, recomputed at step 1 and every %d steps\n",
+        cfg_.precision.recipe.smooth_alpha, 1 - cfg_.precision.recipe.smooth_alpha,
+        cfg_.precision.recipe.smooth_every);
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
@@ -479,17 +530,20 @@ StepResult Trainer::step() {
   double loss = 0;
   // auto: the first micro-batch's operands are measured (copies; the step is unchanged).
   const bool measure = auto_ && auto_->due(r.step);
+  const bool smooth_measure = smooth_ && smooth_->due(r.step);
   const bool quant_stats = quant_telemetry_ && r.step % cfg_.precision.telemetry_every == 0;
+  probes_.to.clear();
+  if (measure) probes_.to.push_back(auto_.get());
+  if (smooth_measure) probes_.to.push_back(smooth_.get());
+  if (quant_stats) probes_.to.push_back(quant_telemetry_.get());
   for (int micro = 0; micro < grad_accum_; micro++) {
     train_loader_->next_batch(inputs_.data(), targets_.data());
     if (fp8_) fp8_->set_rng_seed(quant_seed(cfg_, step_, micro));
-    if (measure && micro == 0) {
-      auto_->begin(r.step, quant_seed(cfg_, step_, -1));
-      model.set_probe(auto_.get());
-    }
-    if (quant_stats && micro == 0) {
-      quant_telemetry_->begin(r.step, quant_seed(cfg_, step_, -1));
-      model.set_probe(quant_telemetry_.get());
+    if (micro == 0 && !probes_.to.empty()) {
+      if (measure) auto_->begin(r.step, quant_seed(cfg_, step_, -1));
+      if (smooth_measure) smooth_->begin(r.step);
+      if (quant_stats) quant_telemetry_->begin(r.step, quant_seed(cfg_, step_, -1));
+      model.set_probe(&probes_);
     }
     loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
                           float(r.scale / (double(grad_accum_) * world_))) /
@@ -506,11 +560,12 @@ StepResult Trainer::step() {
     cm_->all_reduce_sum(&loss, 1);
     loss /= world_;
   }
-  if (measure) auto_decide();
+  if (measure) auto_decide();  // measured with the factors this step ran
   if (quant_stats) {
     quant_telemetry_->reduce(*cm_);
     metrics_.write(quant_telemetry_->record().dump());
   }
+  if (smooth_measure) smooth_update();
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model.grads());
   if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
     record_numerics(r.step, r.scale);

@@ -31,6 +31,7 @@
 #include "model.h"
 #include "quant_telemetry.h"
 #include "run_state.h"
+#include "smoothing.h"
 #include "thread_tuner.h"
 #include "tokenizer.h"
 
@@ -82,10 +83,14 @@ class Trainer {
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);
-  // precision.mode=auto: each linear's recipe from the chosen formats; a measurement's end.
-  void apply_auto_formats();
+  // Each linear's recipe: auto's chosen formats (or the mode's recipe) with the smoothing
+  // factors of now; set where either changes.
+  void apply_linear_recipes();
+  // precision.mode=auto: a measurement's end.
   void auto_grad_norms();
   void auto_decide();
+  // Channel smoothing: new factors from this step's measurement.
+  void smooth_update();
 
   Config cfg_;
   double t_start_;
@@ -102,9 +107,12 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Fp8State> fp8_;
-  std::unique_ptr<AutoPrecision> auto_;  // precision.mode=auto
+  std::unique_ptr<AutoPrecision> auto_;       // precision.mode=auto
+  std::unique_ptr<ChannelSmoothing> smooth_;  // precision.recipe.smooth, auto.outliers=smooth
   // The block-scaled modes' per-operand quantization statistics (precision.telemetry_every).
   std::unique_ptr<QuantTelemetry> quant_telemetry_;
+  ProbeFanout probes_;  // of the step being measured
+  bool smooth_logged_ = false;
   bool device_decision_ = false;
   std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;

@@ -362,12 +362,13 @@ TEST_CASE("cli: an injected outlier channel is found, split out, and changes the
       " --model.n_layer=3 --train.steps=8 --eval.every=0 --precision.mode=auto "
       "--precision.auto.every=4";
   REQUIRE(run_binary(tiny_args(plain.path) + args, &out) == 0);
-  setenv("TG_TEST_OUTLIER", "1,5,30", 1);
-  const int rc = run_binary(tiny_args(outlier.path) + args, &out);
+  const std::string inject = " --precision.inject_outlier=1:5:30";
+  const int rc = run_binary(tiny_args(outlier.path) + args + inject, &out);
   // The split channels travel in checkpoints: a resumed run decides alike.
-  const int rc1 = run_binary(tiny_args(part.path) + args + " --train.stop_at_step=5", nullptr);
-  const int rc2 = run_binary(tiny_args(part.path) + args + " --checkpoint.resume=true", nullptr);
-  unsetenv("TG_TEST_OUTLIER");
+  const int rc1 =
+      run_binary(tiny_args(part.path) + args + inject + " --train.stop_at_step=5", nullptr);
+  const int rc2 =
+      run_binary(tiny_args(part.path) + args + inject + " --checkpoint.resume=true", nullptr);
   INFO(out);
   REQUIRE(rc == 0);
   REQUIRE(rc1 == 0);

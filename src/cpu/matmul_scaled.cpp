@@ -17,9 +17,12 @@
 // linear's seed. A recipe's split_channels (outlier input channels) leave the forward's
 // quantized GEMM (their columns of inp and W are zero there, so they set no scale) and are
 // added back as an fp32 product of their unquantized values: X_o W_o^T + Q(X_r) Q(W_r)^T,
-// equal to the unsplit product in exact arithmetic.
+// equal to the unsplit product in exact arithmetic. A recipe's smooth factors (src/smoothing.h)
+// scale the forward's operands first, X diag(1/s) and W diag(s), the same product in exact
+// arithmetic; the backward takes the unsmoothed operands, the exact gradient of that product.
 #include <vector>
 
+#include "../common.h"
 #include "../formats.h"
 #include "gemm_bf16.h"
 #include "ops.h"
@@ -114,8 +117,26 @@ void take_columns(float* dst, float* x, int rows, int cols, const std::vector<in
 }
 }  // namespace
 
+void smooth_columns(float* x, int rows, int cols, const std::vector<float>& s, bool divide) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
+  for (int r = 0; r < rows; r++) {
+    float* row = x + size_t(r) * cols;
+    if (divide)  // x / s, correctly rounded (x * (1/s) would round twice)
+      for (int c = 0; c < cols; c++) row[c] /= s[size_t(c)];
+    else
+      for (int c = 0; c < cols; c++) row[c] *= s[size_t(c)];
+  }
+}
+
 void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, int N, int C,
                            int OC, const QuantRecipe& r, uint64_t seed) {
+  if (!r.smooth.empty()) {
+    if (int(r.smooth.size()) != C)
+      throw Error(
+          strf("smoothing: %zu factors for a GEMM with %d input channels", r.smooth.size(), C));
+    smooth_columns(inp, N, C, r.smooth, true);
+    smooth_columns(w, OC, C, r.smooth, false);
+  }
   const std::vector<int>& ch = r.split_channels;
   std::vector<float> xo, wo;
   if (!ch.empty()) {

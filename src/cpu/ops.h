@@ -148,6 +148,9 @@ void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, 
 void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* inp, const float* w,
                             int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
                             ScaledScratch& s);
+// x(rows, cols) <- x diag(1/s) (divide) or x diag(s), s one factor per column: the operands
+// of a smoothed forward GEMM (QuantRecipe::smooth).
+void smooth_columns(float* x, int rows, int cols, const std::vector<float>& s, bool divide);
 
 // quantize.cpp's scale groups (also read by quant_error.cpp's block statistics): a group's
 // multipliers before rounding (enc) and after (dec); the scale of a group of amax `amax`
