@@ -119,6 +119,19 @@ void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {
   }
 }
 
+// max |x[i]| as fp32 bits: |x|'s bits order as |x| does (inf above every finite value, NaNs
+// above inf), so one integer max, which vectorises where a float max with NaN checks does not,
+// gives the amax and (bits >= 0x7f800000) whether x holds a non-finite value.
+inline uint32_t amax_bits(const float* x, int n) {
+  uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+  for (int i = 0; i < n; i++) {
+    const uint32_t a = f32_bits(x[i]) & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
 // One row: every column group at its scale. idx0: the row's first element index (SR bits).
 // saturated (when given): += the values beyond the element format's largest at their scale.
 // Lanes: stochastic rounding in AVX-512 lanes (quantize_lanes.h; the same bits).
@@ -185,14 +198,10 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
   for (int r = 0; r < rows; r++) {
     const float* xr = x + size_t(r) * cols;
     for (int j = 0; j < ngc; j++) {
-      float m = 0;
       const int c1 = (j + 1) * gc < cols ? (j + 1) * gc : cols;
-      for (int c = j * gc; c < c1; c++) {
-        const float a = std::fabs(xr[c]);
-        nonfinite += !std::isfinite(a);
-        m = a > m ? a : m;
-      }
-      row_amax[size_t(r) * ngc + j] = m;
+      const uint32_t m = amax_bits(xr + size_t(j) * gc, c1 - j * gc);
+      nonfinite += m >= 0x7f800000u;
+      row_amax[size_t(r) * ngc + j] = bits_f32(m);
     }
   }
   if (nonfinite) {
