@@ -16,6 +16,7 @@
 #include "src/cpu/ops.h"
 #include "src/cpu/parallel.h"
 #include "src/cpu/quantize_lanes.h"
+#include "src/cpu/transpose.h"
 #include "src/formats.h"
 #include "src/recipe.h"
 
@@ -197,4 +198,18 @@ TEST_CASE("quantize lanes: the Hadamard transform equals the scalar butterflies 
           cases++;
         }
       }
+}
+
+TEST_CASE("quantize lanes: the tiled transpose copies every value's bits to its place") {
+  tg::cpu::set_parallelism(2, 2);
+  std::mt19937_64 rng(8);
+  for (auto [rows, cols] : {std::pair{1, 1}, std::pair{7, 9}, std::pair{8, 8}, std::pair{33, 17},
+                            std::pair{40, 96}, std::pair{1024, 200}, std::pair{130, 1027}}) {
+    std::vector<float> src(size_t(rows) * cols), got(src.size(), -1.0f), want(src.size(), 1.0f);
+    for (auto& v : src) v = tg::bits_f32(uint32_t(rng()));  // every pattern, NaN payloads too
+    tg::cpu::transpose(got.data(), src.data(), rows, cols);
+    tg::cpu::transpose_reference(want.data(), src.data(), rows, cols);
+    CHECK_MESSAGE(mismatches(got, want) == 0, rows << "x" << cols);
+    CHECK(bits(want[size_t(cols - 1) * rows]) == bits(src[size_t(cols - 1)]));  // (0, c) -> (c, 0)
+  }
 }

@@ -24,6 +24,7 @@
 #include "gemm_bf16.h"
 #include "ops.h"
 #include "parallel.h"
+#include "transpose.h"
 
 namespace tg::cpu {
 
@@ -31,21 +32,6 @@ namespace {
 
 uint64_t stream(uint64_t seed, int role, int operand) {
   return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
-}
-
-// dst(cols, rows) = src(rows, cols)^T, in 32 x 32 tiles: a column walk of the whole source
-// would touch a new cache line per element.
-void transpose(float* dst, const float* src, int rows, int cols) {
-  constexpr int kTile = 32;
-#pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
-  for (int c0 = 0; c0 < cols; c0 += kTile) {
-    const int c1 = c0 + kTile < cols ? c0 + kTile : cols;
-    for (int r0 = 0; r0 < rows; r0 += kTile) {
-      const int r1 = r0 + kTile < rows ? r0 + kTile : rows;
-      for (int c = c0; c < c1; c++)
-        for (int r = r0; r < r1; r++) dst[size_t(c) * rows + r] = src[size_t(r) * cols + c];
-    }
-  }
 }
 
 // Whether every dequantized value x' = q d of the operand is a bf16 value (8 significant
