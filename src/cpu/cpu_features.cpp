@@ -33,6 +33,7 @@ CpuFeatures detect() {
   __cpuid_count(7, 0, a, b, c, d);
   f.avx512f = zmm_state && ((b >> 16) & 1);
   f.avx512bw = f.avx512f && ((b >> 30) & 1);
+  f.avx512dq = f.avx512f && ((b >> 17) & 1);
   f.avx512vl = f.avx512f && ((b >> 31) & 1);
   f.avx512_fp16 = f.avx512f && ((d >> 23) & 1);
   f.amx_bf16 = tile_state && ((d >> 22) & 1);

@@ -9,6 +9,7 @@ namespace tg::cpu {
 struct CpuFeatures {
   bool avx512f = false;   // 512-bit registers (and the OS saves them)
   bool avx512bw = false;  // 16-bit lanes (packing bf16 codes)
+  bool avx512dq = false;  // 64-bit multiplies (the stochastic-rounding hash in lanes)
   bool avx512vl = false;
   bool avx512_bf16 = false;  // vdpbf16ps: bf16 pair dot products into fp32
   bool avx512_fp16 = false;  // fp16 arithmetic

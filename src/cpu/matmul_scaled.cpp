@@ -27,6 +27,7 @@
 #include "gemm_bf16.h"
 #include "ops.h"
 #include "parallel.h"
+#include "transpose.h"
 
 namespace tg::cpu {
 
@@ -34,13 +35,6 @@ namespace {
 
 uint64_t stream(uint64_t seed, int role, int operand) {
   return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
-}
-
-// dst(cols, rows) = src(rows, cols)^T
-void transpose(float* dst, const float* src, int rows, int cols) {
-#pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
-  for (int c = 0; c < cols; c++)
-    for (int r = 0; r < rows; r++) dst[size_t(c) * rows + r] = src[size_t(r) * cols + c];
 }
 
 // Whether every dequantized value x' = q d of the operand is a bf16 value (8 significant

@@ -126,6 +126,11 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
 // Random Hadamard rotation H D of every run of n (a power of two) values along each row;
 // inverse: its transpose D H.
 void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse);
+// The scalar loops of both (quantize.cpp without its AVX-512 lanes, quantize_lanes.h), which
+// the above must equal bit for bit.
+float quantize_dequantize_reference(float* x, int rows, int cols, const OperandRecipe& o,
+                                    uint64_t seed, size_t* saturated = nullptr);
+void hadamard_rows_reference(float* x, int rows, int cols, int n, uint64_t seed, bool inverse);
 // The fp8 mode's per-tensor quantize-dequantize through E4M3 or E5M2 with q's scale (or,
 // when q.current, the scale from x's own amax); returns the scale, sets *amax. A non-finite
 // amax (an overflowed gradient) turns x into NaN so that the step is skipped.

@@ -32,6 +32,7 @@
 
 #include "../formats.h"
 #include "ops.h"
+#include "quantize_lanes.h"
 
 namespace tg::cpu {
 
@@ -51,44 +52,6 @@ inline float round_elem(float v, uint32_t bits) {
     return SR ? e2m1_sr_round_trip(v, bits) : e2m1_round_trip(v);
   else
     return bf16_to_f32(f32_to_bf16(v));
-}
-
-// One row: every column group at its scale. idx0: the row's first element index (SR bits).
-// saturated (when given): += the values beyond the element format's largest at their scale.
-template <ElemFormat F, bool SR>
-void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
-               int* saturated) {
-  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
-    const float enc = sg[j].enc, dec = sg[j].dec;
-    const int c1 = c0 + gc < cols ? c0 + gc : cols;
-    if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
-      const float fmax = elem_format_max(F) * (1.0f + 1.0f / 1024);
-      for (int c = c0; c < c1; c++) *saturated += std::fabs(xr[c] * enc) > fmax;
-    }
-    if constexpr (SR) {
-      uint64_t pair = ~uint64_t(0), h = 0;
-      for (int c = c0; c < c1; c++) {
-        const uint64_t i = idx0 + c;
-        if ((i >> 1) != pair) h = quant_sr_pair(seed, pair = i >> 1);
-        const uint32_t bits = uint32_t((i & 1) ? h >> 32 : h);  // = quant_sr_bits(seed, i)
-        xr[c] = round_elem<F, true>(xr[c] * enc, bits) * dec;
-      }
-    } else {
-      for (int c = c0; c < c1; c++) xr[c] = round_elem<F, false>(xr[c] * enc, 0u) * dec;
-    }
-  }
-}
-
-using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t, int*);
-RowFn row_fn(ElemFormat f, bool sr) {
-  using E = ElemFormat;
-  switch (f) {
-    case E::E4M3: return sr ? apply_row<E::E4M3, true> : apply_row<E::E4M3, false>;
-    case E::E5M2: return sr ? apply_row<E::E5M2, true> : apply_row<E::E5M2, false>;
-    case E::E2M1: return sr ? apply_row<E::E2M1, true> : apply_row<E::E2M1, false>;
-    case E::BF16: break;
-  }
-  return apply_row<E::BF16, false>;
 }
 
 }  // namespace
@@ -153,8 +116,71 @@ void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {
   }
 }
 
-float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
-                          size_t* saturated) {
+namespace {
+
+// max |x[i]| as fp32 bits: |x|'s bits order as |x| does (inf above every finite value, NaNs
+// above inf), so one integer max, which vectorises where a float max with NaN checks does not,
+// gives the amax and (bits >= 0x7f800000) whether x holds a non-finite value.
+inline uint32_t amax_bits(const float* x, int n) {
+  uint32_t m = 0;
+#pragma omp simd reduction(max : m)
+  for (int i = 0; i < n; i++) {
+    const uint32_t a = f32_bits(x[i]) & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// One row: every column group at its scale. idx0: the row's first element index (SR bits).
+// saturated (when given): += the values beyond the element format's largest at their scale.
+// Lanes: stochastic rounding in AVX-512 lanes (quantize_lanes.h; the same bits).
+template <ElemFormat F, bool SR, bool Lanes>
+void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
+               int* saturated) {
+  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
+    const float enc = sg[j].enc, dec = sg[j].dec;
+    const int c1 = c0 + gc < cols ? c0 + gc : cols;
+    if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
+      const float fmax = elem_format_max(F) * (1.0f + 1.0f / 1024);
+      for (int c = c0; c < c1; c++) *saturated += std::fabs(xr[c] * enc) > fmax;
+    }
+    if constexpr (SR) {
+      int c = c0;
+      if (Lanes) {  // from an even index (one element first if need be), 16 at a time
+        if (((idx0 + c) & 1) && c < c1) {
+          xr[c] = round_elem<F, true>(xr[c] * enc, quant_sr_bits(seed, idx0 + c)) * dec;
+          c++;
+        }
+        c += sr_round_lanes(xr + c, c1 - c, enc, dec, seed, idx0 + c, F);
+      }
+      uint64_t pair = ~uint64_t(0), h = 0;
+      for (; c < c1; c++) {
+        const uint64_t i = idx0 + c;
+        if ((i >> 1) != pair) h = quant_sr_pair(seed, pair = i >> 1);
+        const uint32_t bits = uint32_t((i & 1) ? h >> 32 : h);  // = quant_sr_bits(seed, i)
+        xr[c] = round_elem<F, true>(xr[c] * enc, bits) * dec;
+      }
+    } else {
+      for (int c = c0; c < c1; c++) xr[c] = round_elem<F, false>(xr[c] * enc, 0u) * dec;
+    }
+  }
+}
+
+using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t, int*);
+template <bool Lanes>
+RowFn row_fn(ElemFormat f, bool sr) {
+  using E = ElemFormat;
+  switch (f) {
+    case E::E4M3: return sr ? apply_row<E::E4M3, true, Lanes> : apply_row<E::E4M3, false, false>;
+    case E::E5M2: return sr ? apply_row<E::E5M2, true, Lanes> : apply_row<E::E5M2, false, false>;
+    case E::E2M1: return sr ? apply_row<E::E2M1, true, Lanes> : apply_row<E::E2M1, false, false>;
+    case E::BF16: break;
+  }
+  return apply_row<E::BF16, false, false>;
+}
+
+float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                    size_t* saturated, bool lanes) {
   // A bf16 operand stays as it is: the model's operands are bf16 values already.
   if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) return 1.0f;
   int gr = rows, gc = cols;
@@ -171,14 +197,10 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
   for (int r = 0; r < rows; r++) {
     const float* xr = x + size_t(r) * cols;
     for (int j = 0; j < ngc; j++) {
-      float m = 0;
       const int c1 = (j + 1) * gc < cols ? (j + 1) * gc : cols;
-      for (int c = j * gc; c < c1; c++) {
-        const float a = std::fabs(xr[c]);
-        nonfinite += !std::isfinite(a);
-        m = a > m ? a : m;
-      }
-      row_amax[size_t(r) * ngc + j] = m;
+      const uint32_t m = amax_bits(xr + size_t(j) * gc, c1 - j * gc);
+      nonfinite += m >= 0x7f800000u;
+      row_amax[size_t(r) * ngc + j] = bits_f32(m);
     }
   }
   if (nonfinite) {
@@ -202,7 +224,8 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
           : 1.0f;
   std::vector<GroupScale> scale(amax.size());
   for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
-  const RowFn apply = row_fn(o.elem, o.rounding == RoundMode::Stochastic);
+  const bool sr = o.rounding == RoundMode::Stochastic;
+  const RowFn apply = lanes ? row_fn<true>(o.elem, sr) : row_fn<false>(o.elem, sr);
   const uint64_t mixed = quant_sr_seed(seed);
   std::vector<int> row_sat(saturated ? size_t(rows) : 0, 0);
 #pragma omp parallel for schedule(static) if (big)
@@ -213,14 +236,28 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
   return o.scale == ScaleFormat::E4M3 ? 1.0f / tensor_scale : 1.0f;
 }
 
+}  // namespace
+
+float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                          size_t* saturated) {
+  return quantize_impl(x, rows, cols, o, seed, saturated, quantize_lanes_available());
+}
+
+float quantize_dequantize_reference(float* x, int rows, int cols, const OperandRecipe& o,
+                                    uint64_t seed, size_t* saturated) {
+  return quantize_impl(x, rows, cols, o, seed, saturated, false);
+}
+
 // x <- H D x on each run of n consecutive values of every row (D: random signs per column,
 // sign of column c from sr_hash(seed, c); H: the Sylvester Hadamard matrix scaled by
 // 1/sqrt(n), orthogonal and symmetric). inverse applies (H D)^T = D H. A row's last cols % n
 // values stay as they are: both operands of a GEMM get the same treatment, so their product
 // is unchanged either way. For n a power of 4 the scale is a power of two, so H D is exact up
 // to the rounding of the butterflies' additions.
-void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse) {
+namespace {
+void hadamard_impl(float* x, int rows, int cols, int n, uint64_t seed, bool inverse, bool lanes) {
   if (n < 2) return;
+  lanes = lanes && n >= 16;  // n is a power of two: a whole number of registers
   std::vector<float> sign(static_cast<size_t>(cols));
   for (int c = 0; c < cols; c++) sign[c] = (sr_hash(seed, uint64_t(c)) & 1u) ? -1.0f : 1.0f;
   const float norm = float(1.0 / std::sqrt(double(n)));
@@ -230,6 +267,10 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
     float* xr = x + size_t(r) * cols;
     for (int c0 = 0; c0 < full; c0 += n) {
       float* v = xr + c0;
+      if (lanes) {
+        hadamard_run_lanes(v, sign.data() + c0, n, norm, inverse);
+        continue;
+      }
       if (!inverse)
         for (int i = 0; i < n; i++) v[i] *= sign[c0 + i];
       for (int h = 1; h < n; h *= 2)
@@ -244,6 +285,15 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
         for (int i = 0; i < n; i++) v[i] *= sign[c0 + i];
     }
   }
+}
+}  // namespace
+
+void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse) {
+  hadamard_impl(x, rows, cols, n, seed, inverse, quantize_lanes_available());
+}
+
+void hadamard_rows_reference(float* x, int rows, int cols, int n, uint64_t seed, bool inverse) {
+  hadamard_impl(x, rows, cols, n, seed, inverse, false);
 }
 
 namespace {

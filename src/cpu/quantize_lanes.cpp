@@ -1,0 +1,186 @@
+// quantize_lanes: quantize.cpp's stochastic rounding and Hadamard butterflies in AVX-512 lanes.
+//
+// Stochastic rounding, 16 elements at a time: the random bits of elements 2k and 2k + 1 are
+// the low and high halves of one 64-bit hash (quant_sr_pair), so 8 hashes in 64-bit lanes,
+// read as 16 32-bit lanes, are the bits of 16 consecutive elements from an even index. Each
+// element then goes through formats.h's detail::round_magnitude (stochastic branch) and
+// detail::magnitude_to_f32 in integer lanes, step by step, in 64-bit lanes where the scalar
+// code uses 64 bits (the random bits shifted up past 32 dropped bits). NaN lanes take the
+// value formats.h's encoders give NaN (E2M1: +6, FP8: the NaN code, decoded to 0x7fffffff).
+//
+// The Hadamard butterflies of a 16-value run stay inside one register: the partner of lane j
+// at distance h (1, 2, 4, 8) is a permute away, the lower lane takes a + b and the upper a - b,
+// with a the lower value, as the scalar loop writes them; longer runs add the distances 16,
+// 32, ... between whole registers. Every add is the scalar loop's, with its operands in its
+// order, so the results are the same bits.
+#include "quantize_lanes.h"
+
+#include "../formats.h"
+#include "cpu_features.h"
+
+#if defined(__x86_64__)
+// GCC 12 warns on its own _mm512_undefined_* (self-initialised) in the intrinsics that use it
+// (the casts and conversions between register widths).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define TG_QUANT_AVX512 1
+#endif
+
+namespace tg::cpu {
+
+bool quantize_lanes_available() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl;
+}
+
+#ifdef TG_QUANT_AVX512
+#define TG_TARGET_LANES __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+
+namespace {
+
+// splitmix64's finalizer in 64-bit lanes (formats.h's detail::splitmix64_mix).
+TG_TARGET_LANES inline __m512i mix64(__m512i z) {
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
+                         _mm512_set1_epi64(int64_t(0xbf58476d1ce4e5b9ull)));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+                         _mm512_set1_epi64(int64_t(0x94d049bb133111ebull)));
+  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+
+// round_magnitude(a, M, bias, stochastic, rand) for 8 finite-or-infinite magnitudes a (64-bit
+// lanes holding 32-bit values) and their random bits: the magnitude code, unbounded above.
+template <int M, int kBias>
+TG_TARGET_LANES inline __m512i round_sr8(__m512i a, __m512i rnd) {
+  const __m512i one = _mm512_set1_epi64(1);
+  __m512i e = _mm512_srli_epi64(a, 23);
+  __m512i mant = _mm512_and_si512(a, _mm512_set1_epi64(0x7fffff));
+  const __mmask8 normal = _mm512_cmpneq_epu64_mask(e, _mm512_setzero_si512());
+  mant = _mm512_mask_or_epi64(mant, normal, mant, _mm512_set1_epi64(0x800000));
+  e = _mm512_max_epi64(e, one);  // fp32 subnormal: exponent 1, no implicit bit
+  // te = e - 127 + bias; shift = 23 - M, plus 1 - te (and te = 1) below the normal range.
+  __m512i te = _mm512_add_epi64(e, _mm512_set1_epi64(kBias - 127));
+  const __m512i below = _mm512_max_epi64(_mm512_sub_epi64(one, te), _mm512_setzero_si512());
+  te = _mm512_max_epi64(te, one);
+  __m512i shift = _mm512_add_epi64(_mm512_set1_epi64(23 - M), below);
+  shift = _mm512_min_epi64(shift, _mm512_set1_epi64(56));
+  // r = shift <= 32 ? rnd & (2^shift - 1) : rnd << (shift - 32)
+  const __m512i low = _mm512_and_si512(rnd, _mm512_sub_epi64(_mm512_sllv_epi64(one, shift), one));
+  const __m512i high = _mm512_sllv_epi64(rnd, _mm512_sub_epi64(shift, _mm512_set1_epi64(32)));
+  const __mmask8 wide = _mm512_cmpgt_epi64_mask(shift, _mm512_set1_epi64(32));
+  const __m512i r = _mm512_mask_blend_epi64(wide, low, high);
+  // q = uint32((mant + r) >> shift); code = ((te - 1) << M) + q (32-bit wrap as the scalar's)
+  const __m512i q = _mm512_srlv_epi64(_mm512_add_epi64(mant, r), shift);
+  return _mm512_add_epi64(_mm512_slli_epi64(_mm512_sub_epi64(te, one), M), q);
+}
+
+// One format's stochastic round trip of 16 values v (already scaled) with their random bits.
+template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __m512i sign = _mm512_and_si512(u, _mm512_set1_epi32(int(0x80000000u)));
+  const __m512i alo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(a));
+  const __m512i ahi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(a, 1));
+  const __m512i rlo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(rnd));
+  const __m512i rhi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(rnd, 1));
+  const __m256i clo = _mm512_cvtepi64_epi32(round_sr8<M, kBias>(alo, rlo));
+  const __m256i chi = _mm512_cvtepi64_epi32(round_sr8<M, kBias>(ahi, rhi));
+  __m512i mag = _mm512_inserti64x4(_mm512_castsi256_si512(clo), chi, 1);
+  mag = _mm512_min_epu32(mag, _mm512_set1_epi32(int(kMaxMag)));  // saturate
+  // magnitude_to_f32: exponent field e = mag >> M, mantissa m; e == 0: m 2^(1 - bias - M).
+  const __m512i e = _mm512_srli_epi32(mag, M);
+  const __m512i m = _mm512_and_si512(mag, _mm512_set1_epi32((1 << M) - 1));
+  const __m512i norm_bits =
+      _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127 - kBias)), 23),
+                      _mm512_slli_epi32(m, 23 - M));
+  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m),
+                                   _mm512_castsi512_ps(_mm512_set1_epi32((128 - kBias - M) << 23)));
+  const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
+  __m512i val = _mm512_mask_blend_epi32(is_sub, norm_bits, _mm512_castps_si512(sub));
+  val = _mm512_or_si512(val, sign);
+  // NaN: E2M1 gives +6 (code 0x7), FP8 its NaN code, which decodes to 0x7fffffff.
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+  const int nan_bits = kFp4 ? int(0x40c00000u) : 0x7fffffff;
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(val, nan, _mm512_set1_epi32(nan_bits)));
+}
+
+template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+TG_TARGET_LANES int sr_round_impl(float* x, int n, float enc, float dec, uint64_t mixed,
+                                  uint64_t idx0) {
+  const uint64_t golden = 0x9e3779b97f4a7c15ull;
+  const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
+  const __m512 venc = _mm512_set1_ps(enc), vdec = _mm512_set1_ps(dec);
+  const int n16 = n / 16 * 16;
+  for (int c = 0; c < n16; c += 16) {
+    // Hashes of pairs p .. p + 7: mixed + (p + 1 + k) golden.
+    const uint64_t p = (idx0 + uint64_t(c)) >> 1;
+    const __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(int64_t(p)), lane);
+    const __m512i z = _mm512_add_epi64(_mm512_set1_epi64(int64_t(mixed)),
+                                       _mm512_mullo_epi64(idx, _mm512_set1_epi64(int64_t(golden))));
+    const __m512i rnd = mix64(z);
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + c), venc);
+    _mm512_storeu_ps(x + c, _mm512_mul_ps(sr_round16<M, kBias, kMaxMag, kFp4>(v, rnd), vdec));
+  }
+  return n16;
+}
+
+}  // namespace
+
+int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64_t idx0,
+                   ElemFormat f) {
+  if (!quantize_lanes_available() || (idx0 & 1)) return 0;
+  switch (f) {
+    case ElemFormat::E2M1: return sr_round_impl<1, 1, 0x7u, true>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::E4M3: return sr_round_impl<3, 7, 0x7eu, false>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::E5M2: return sr_round_impl<2, 15, 0x7bu, false>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::BF16: break;
+  }
+  return 0;
+}
+
+namespace {
+// One butterfly stage at distance h < 16 inside a register: lower lanes a + b, upper a - b,
+// where `partner` holds each lane's partner and `upper` marks the upper lanes.
+TG_TARGET_LANES inline __m512 butterfly(__m512 v, __m512 partner, __mmask16 upper) {
+  return _mm512_mask_blend_ps(upper, _mm512_add_ps(v, partner), _mm512_sub_ps(partner, v));
+}
+
+TG_TARGET_LANES void hadamard_impl(float* v, const float* sign, int n, float norm, bool inverse) {
+  for (int i = 0; i < n; i += 16) {
+    __m512 x = _mm512_loadu_ps(v + i);
+    if (!inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign + i));
+    x = butterfly(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
+    x = butterfly(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
+    x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
+    x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
+    _mm512_storeu_ps(v + i, x);
+  }
+  for (int h = 16; h < n; h *= 2)
+    for (int i = 0; i < n; i += 2 * h)
+      for (int j = i; j < i + h; j += 16) {
+        const __m512 a = _mm512_loadu_ps(v + j), b = _mm512_loadu_ps(v + j + h);
+        _mm512_storeu_ps(v + j, _mm512_add_ps(a, b));
+        _mm512_storeu_ps(v + j + h, _mm512_sub_ps(a, b));
+      }
+  const __m512 vn = _mm512_set1_ps(norm);
+  for (int i = 0; i < n; i += 16) {
+    __m512 x = _mm512_mul_ps(_mm512_loadu_ps(v + i), vn);
+    if (inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign + i));
+    _mm512_storeu_ps(v + i, x);
+  }
+}
+}  // namespace
+
+void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inverse) {
+  hadamard_impl(v, sign, n, norm, inverse);
+}
+
+#else
+int sr_round_lanes(float*, int, float, float, uint64_t, uint64_t, ElemFormat) { return 0; }
+void hadamard_run_lanes(float*, const float*, int, float, bool) {}
+#endif
+
+}  // namespace tg::cpu

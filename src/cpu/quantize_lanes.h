@@ -1,0 +1,27 @@
+// quantize_lanes: AVX-512 twins of quantize.cpp's inner loops (stochastic rounding into a
+// narrow element format, the random Hadamard butterflies), equal to the scalar loops bit for
+// bit (tests/test_quantize_lanes.cpp). Chosen at run time: each entry point says whether the
+// CPU has the instructions (cpu_features.h), and the callers keep their scalar loops.
+#pragma once
+#include <cstdint>
+
+#include "../recipe.h"
+
+namespace tg::cpu {
+
+// Whether this CPU runs the functions below (AVX-512 F, DQ, BW and VL, saved by the OS).
+bool quantize_lanes_available();
+
+// x[c] <- round_F(x[c] enc, bits of element idx0 + c) dec for c in [0, n16), n16 = n rounded
+// down to a multiple of 16, with the bits quant_sr_bits(mixed, idx0 + c) (formats.h) and F's
+// stochastic encoder followed by its decoder (E2M1, E4M3 or E5M2; saturating). idx0 must be
+// even. Returns n16: the caller rounds the rest.
+int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64_t idx0,
+                   ElemFormat f);
+
+// The butterflies of hadamard_rows on one run of n values (n a power of two >= 16): v <- H D v
+// (inverse: D H v) with the signs `sign` (+-1) and the scale `norm`, in the scalar loop's order
+// of operations.
+void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inverse);
+
+}  // namespace tg::cpu

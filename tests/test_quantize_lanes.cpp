@@ -1,0 +1,215 @@
+// test_quantize_lanes.cpp: the AVX-512 lanes of the block quantizer and the Hadamard transform
+// (src/cpu/quantize_lanes.cpp) against the scalar loops they replace
+// (quantize_dequantize_reference, hadamard_rows_reference), bit for bit: every operand recipe
+// of every block-scaled preset, with stochastic rounding and the Hadamard transform on, on
+// random and adversarial tensors (partial blocks, odd row lengths, all-zero blocks, fp32
+// subnormals, values near fp32's top, NaN and infinities). Without AVX-512 the fast paths are
+// the scalar loops and the tests say so.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/cpu/ops.h"
+#include "src/cpu/parallel.h"
+#include "src/cpu/quantize_lanes.h"
+#include "src/cpu/transpose.h"
+#include "src/formats.h"
+#include "src/recipe.h"
+
+using tg::ElemFormat;
+using tg::OperandRecipe;
+using tg::RoundMode;
+
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Every distinct operand recipe of the block-scaled presets (all GEMM roles, both operands),
+// each also with stochastic rounding, and FP8 E5M2 / E4M3 with it (no preset's, same code).
+std::vector<OperandRecipe> preset_operands() {
+  std::vector<OperandRecipe> out;
+  auto add = [&](OperandRecipe o) {
+    for (const OperandRecipe& p : out)
+      if (std::memcmp(&p, &o, sizeof o) == 0) return;
+    out.push_back(o);
+  };
+  for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
+    const tg::QuantRecipe r = tg::block_scaled_recipe(mode, tg::RecipeOptions{});
+    for (const tg::GemmRecipe& g : r.gemm)
+      for (OperandRecipe o : {g.a, g.b}) {
+        o.transform = tg::Transform::None;  // the transform is tested on its own below
+        o.transform_size = 0;
+        add(o);
+        o.rounding = RoundMode::Stochastic;
+        add(o);
+        if (o.elem == ElemFormat::E4M3) {
+          o.elem = ElemFormat::E5M2;
+          add(o);
+        }
+      }
+  }
+  return out;
+}
+
+std::string describe(const OperandRecipe& o) {
+  return std::string(tg::elem_format_name(o.elem)) + " g" + std::to_string(int(o.granularity)) +
+         " b" + std::to_string(o.block) + " s" + std::to_string(int(o.scale)) +
+         (o.rounding == RoundMode::Stochastic ? " SR" : "");
+}
+
+// Random and adversarial (rows x cols) tensors, the finite ones first.
+std::vector<std::vector<float>> tensors(int rows, int cols, uint64_t seed, bool nonfinite) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<std::vector<float>> m;
+  std::vector<float> x(size_t(rows) * cols);
+  for (auto& v : x) v = nd(rng);
+  m.push_back(x);
+  for (size_t i = 0; i < x.size(); i += 37) x[i] *= 1000;  // outliers set the scales
+  m.push_back(x);
+  for (auto& v : x) v = nd(rng) * std::exp2(float(int(rng() % 80)) - 40);  // wide range
+  m.push_back(x);
+  for (int r = 0; r < rows; r++)  // all-zero blocks beside full ones
+    for (int c = 0; c < cols; c++)
+      if ((c / 16 + r) % 3 == 0) x[size_t(r) * cols + c] = (c % 2) ? -0.0f : 0.0f;
+  m.push_back(x);
+  for (auto& v : x) v = nd(rng) * 1e-40f;  // fp32 subnormals
+  m.push_back(x);
+  for (auto& v : x) v = nd(rng) * 3e37f;  // near fp32's top
+  m.push_back(x);
+  for (auto& v : x) v = float(int(rng() % 25) - 12) * 0.25f;  // grid points and ties
+  m.push_back(x);
+  std::fill(x.begin(), x.end(), 0.0f);  // all zero
+  m.push_back(x);
+  if (nonfinite)
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      for (auto& v : x) v = nd(rng);
+      x[x.size() / 3] = bad;
+      m.push_back(x);
+    }
+  return m;
+}
+
+int mismatches(const std::vector<float>& got, const std::vector<float>& want) {
+  int n = 0;
+  for (size_t i = 0; i < got.size(); i++) n += bits(got[i]) != bits(want[i]);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("quantize lanes: every preset operand recipe equals the scalar loops bit for bit") {
+  if (!tg::cpu::quantize_lanes_available())
+    MESSAGE("no AVX-512 DQ/BW/VL: the fast path is the scalar loop itself");
+  tg::cpu::set_parallelism(2, 2);
+  const std::vector<OperandRecipe> ops = preset_operands();
+  CHECK(ops.size() >= 10);
+  int sr_ops = 0;
+  for (const OperandRecipe& o : ops) {
+    sr_ops += o.rounding == RoundMode::Stochastic;
+    // 33 and 77 columns: partial blocks and rows that start at odd element indices.
+    for (auto [rows, cols] :
+         {std::pair{24, 256}, std::pair{9, 33}, std::pair{130, 77}, std::pair{300, 160}}) {
+      int cases = 0;
+      for (const auto& x : tensors(rows, cols, uint64_t(rows) * 7 + cols, true)) {
+        std::vector<float> want = x, got = x;
+        size_t sat_want = 0, sat_got = 0;
+        const float fw = tg::cpu::quantize_dequantize_reference(want.data(), rows, cols, o,
+                                                                99 + cases, &sat_want);
+        const float fg =
+            tg::cpu::quantize_dequantize(got.data(), rows, cols, o, 99 + cases, &sat_got);
+        CHECK(bits(fw) == bits(fg));
+        CHECK(sat_want == sat_got);
+        const int bad = mismatches(got, want);
+        CHECK_MESSAGE(bad == 0, describe(o) << " " << rows << "x" << cols << " case " << cases
+                                            << ": " << bad << " values differ");
+        cases++;
+      }
+    }
+  }
+  CHECK(sr_ops >= 5);
+}
+
+TEST_CASE("quantize lanes: the stochastic round trip equals formats.h's encoder and decoder") {
+  if (!tg::cpu::quantize_lanes_available()) {
+    MESSAGE("no AVX-512 DQ/BW/VL: sr_round_lanes rounds nothing (checked)");
+    std::vector<float> x(32, 1.0f);
+    CHECK(tg::cpu::sr_round_lanes(x.data(), 32, 1.0f, 1.0f, 1, 0, ElemFormat::E2M1) == 0);
+    return;
+  }
+  // Values of every binade from 2^-149 to 2^127 and past (inf, NaN), both signs, the scale
+  // enc = 1 (the format's own range) and others, and every random-bit pattern's extremes.
+  std::mt19937_64 rng(3);
+  std::vector<float> x(4096);
+  for (size_t i = 0; i < x.size(); i++) {
+    const uint32_t u = uint32_t(rng());
+    x[i] = tg::bits_f32(i % 64 == 5   ? 0x7f800000u | (u & 0x80000000u)
+                        : i % 64 == 9 ? 0x7fc00001u | (u & 0x80000000u)
+                                      : u);
+  }
+  for (size_t i = 0; i < x.size(); i += 3) x[i] = std::ldexp(float(int(rng() % 33) - 16), -3);
+  for (ElemFormat f : {ElemFormat::E2M1, ElemFormat::E4M3, ElemFormat::E5M2})
+    for (float enc : {1.0f, 0.125f, 1024.0f})
+      for (uint64_t mixed : {uint64_t(0), uint64_t(12345), ~uint64_t(0)}) {
+        const float dec = 1.0f / enc;
+        std::vector<float> got = x, want = x;
+        const uint64_t idx0 = 2 * mixed % 1000;  // even
+        const int done =
+            tg::cpu::sr_round_lanes(got.data(), int(got.size()) - 5, enc, dec, mixed, idx0, f);
+        CHECK(done == int(got.size()) - 16);  // whole registers only: 4091 -> 4080
+        for (int i = 0; i < done; i++) {
+          const float v = x[i] * enc;
+          const uint32_t rb = tg::quant_sr_bits(mixed, idx0 + uint64_t(i));
+          const float r = f == ElemFormat::E2M1   ? tg::e2m1_to_f32(tg::f32_to_e2m1_sr(v, rb))
+                          : f == ElemFormat::E4M3 ? tg::e4m3_to_f32(tg::f32_to_e4m3_sr(v, rb))
+                                                  : tg::e5m2_to_f32(tg::f32_to_e5m2_sr(v, rb));
+          want[i] = r * dec;
+        }
+        const int bad = mismatches(got, want);
+        CHECK_MESSAGE(bad == 0, tg::elem_format_name(f) << " enc " << enc << ": " << bad);
+      }
+  std::vector<float> odd(32, 1.0f);  // an odd start index is the caller's to peel
+  CHECK(tg::cpu::sr_round_lanes(odd.data(), 32, 1.0f, 1.0f, 1, 3, ElemFormat::E2M1) == 0);
+}
+
+TEST_CASE("quantize lanes: the Hadamard transform equals the scalar butterflies bit for bit") {
+  if (!tg::cpu::quantize_lanes_available())
+    MESSAGE("no AVX-512 DQ/BW/VL: the fast path is the scalar loop itself");
+  tg::cpu::set_parallelism(2, 2);
+  for (int n : {2, 4, 8, 16, 32, 64, 128})
+    for (auto [rows, cols] : {std::pair{8, 256}, std::pair{5, 200}, std::pair{300, 128}})
+      for (bool inverse : {false, true}) {
+        int cases = 0;
+        for (const auto& x : tensors(rows, cols, uint64_t(n) * 31 + cols, true)) {
+          std::vector<float> want = x, got = x;
+          tg::cpu::hadamard_rows_reference(want.data(), rows, cols, n, 17 + cases, inverse);
+          tg::cpu::hadamard_rows(got.data(), rows, cols, n, 17 + cases, inverse);
+          const int bad = mismatches(got, want);
+          CHECK_MESSAGE(bad == 0, "n " << n << " " << rows << "x" << cols << " inverse " << inverse
+                                       << " case " << cases << ": " << bad);
+          cases++;
+        }
+      }
+}
+
+TEST_CASE("quantize lanes: the tiled transpose copies every value's bits to its place") {
+  tg::cpu::set_parallelism(2, 2);
+  std::mt19937_64 rng(8);
+  for (auto [rows, cols] : {std::pair{1, 1}, std::pair{7, 9}, std::pair{8, 8}, std::pair{33, 17},
+                            std::pair{40, 96}, std::pair{1024, 200}, std::pair{130, 1027}}) {
+    std::vector<float> src(size_t(rows) * cols), got(src.size(), -1.0f), want(src.size(), 1.0f);
+    for (auto& v : src) v = tg::bits_f32(uint32_t(rng()));  // every pattern, NaN payloads too
+    tg::cpu::transpose(got.data(), src.data(), rows, cols);
+    tg::cpu::transpose_reference(want.data(), src.data(), rows, cols);
+    CHECK_MESSAGE(mismatches(got, want) == 0, rows << "x" << cols);
+    CHECK(bits(want[size_t(cols - 1) * rows]) == bits(src[size_t(cols - 1)]));  // (0, c) -> (c, 0)
+  }
+}
