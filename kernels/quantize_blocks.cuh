@@ -122,7 +122,7 @@ __global__ void stage_kernel(float* dst, const T* src, int rows, int cols, bool 
 // x <- H D x on each full run of n values of every row, as quantize.cpp's hadamard_rows
 // (forward direction): signs sr_hash(seed, c), Sylvester butterflies in its order, then the
 // factor norm = 1/sqrt(n) (computed on the host as there). One thread per (row, run).
-__global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n, uint64_t seed,
+static __global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n, uint64_t seed,
                                      float norm) {
   const int runs = cols / n;
   const size_t total = size_t(rows) * runs;
@@ -146,7 +146,7 @@ __global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n, uint64
 // row_amax[r * ngc + j] = max |x| over row r's column group j; *tensor_bits = max of |x|'s
 // bits over the tensor (must start at 0). |x|'s bits order as |x| does, inf above every
 // finite value and NaNs above inf. One warp per (row, group); blockDim 256.
-__global__ void row_amax_kernel(const float* x, int rows, int cols, int gc, int ngc,
+static __global__ void row_amax_kernel(const float* x, int rows, int cols, int gc, int ngc,
                                 float* row_amax, unsigned* tensor_bits) {
   const int lane = threadIdx.x % 32;
   const size_t warps = size_t(gridDim.x) * (blockDim.x / 32);
@@ -169,7 +169,7 @@ __global__ void row_amax_kernel(const float* x, int rows, int cols, int gc, int 
 }
 
 // scales[g] for every group g = gi * ngc + j, and *post = the GEMM's factor for the operand.
-__global__ void group_scale_kernel(const float* row_amax, int rows, QuantParams p,
+static __global__ void group_scale_kernel(const float* row_amax, int rows, QuantParams p,
                                    const unsigned* tensor_bits, Scale2* scales, float* post) {
   const unsigned tb = *tensor_bits;
   const bool finite = tb < 0x7f800000u;
@@ -215,7 +215,7 @@ __global__ void apply_kernel(O* out, const float* x, int rows, int cols, QuantPa
 
 // Split channels (precision.mode=auto's outlier channels): dst(rows, k) = x's columns ch[0..k)
 // and those columns of x set to zero, so that they set no scale. One thread per (row, j).
-__global__ void take_columns_kernel(float* dst, float* x, int rows, int cols, const int* ch,
+static __global__ void take_columns_kernel(float* dst, float* x, int rows, int cols, const int* ch,
                                     int k) {
   const size_t n = size_t(rows) * k;
   for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n;
