@@ -295,6 +295,7 @@ class CudaBackend final : public Backend {
                : "";
   }
   void fp8_prepare(const Fp8Setup& s) override {
+    if (fp8_opt_.block_scaled) return;  // no per-linear state or FP8-GEMM scratch needed
     fp8_ensure_state(std::max(s.n_linears, 1));
     // Scratch per path for the shapes that take it, in the given scratch when it fits.
     std::vector<gpu::Fp8LinearShape> by_path[2];

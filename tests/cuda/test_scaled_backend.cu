@@ -95,8 +95,9 @@ TEST_CASE("cuda: block-scaled linears match the CPU's, every preset and ingredie
   // N = 40 partial tiles.
   const Shape shapes[] = {{64, 64, 192}, {40, 72, 48}};
   uint64_t seed = 100;
-  for (const auto& [mode, o] : presets()) {
-    const tg::QuantRecipe r = tg::block_scaled_recipe(mode, o);
+  for (const auto& preset : presets()) {
+    const std::string& mode = preset.first;
+    const tg::QuantRecipe r = tg::block_scaled_recipe(mode, preset.second);
     for (const Shape& s : shapes) {
       INFO(mode << ": " << tg::describe(r) << "; N=" << s.N << " C=" << s.C << " OC=" << s.OC);
       check_linear(r, s, DType::BF16, seed += 10);
