@@ -100,12 +100,12 @@ __device__ __forceinline__ float round_elem(float v, uint32_t bits) {
 
 // dst(rows, cols) = src as fp32; src is (rows, cols) row-major, or (cols, rows) when
 // `transposed` (dst = src^T). 32 x 32 tiles through shared memory, so both sides are read and
-// written along rows; blockDim (32, 8).
+// written along rows; 256 threads per block (8 rows of 32 lanes), grid (cols, rows) / 32.
 template <typename T>
 __global__ void stage_kernel(float* dst, const T* src, int rows, int cols, bool transposed) {
   __shared__ float tile[32][33];
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   for (int i = ty; i < 32; i += 8) {
     // transposed: tile[i][tx] = src row (c0 + i), column (r0 + tx) = dst (r0 + tx, c0 + i)
     const int sr = transposed ? c0 + i : r0 + i, sc = transposed ? r0 + tx : c0 + tx;
@@ -123,7 +123,7 @@ __global__ void stage_kernel(float* dst, const T* src, int rows, int cols, bool 
 // (forward direction): signs sr_hash(seed, c), Sylvester butterflies in its order, then the
 // factor norm = 1/sqrt(n) (computed on the host as there). One thread per (row, run).
 static __global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n, uint64_t seed,
-                                     float norm) {
+                                            float norm) {
   const int runs = cols / n;
   const size_t total = size_t(rows) * runs;
   for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < total;
@@ -147,7 +147,7 @@ static __global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n,
 // bits over the tensor (must start at 0). |x|'s bits order as |x| does, inf above every
 // finite value and NaNs above inf. One warp per (row, group); blockDim 256.
 static __global__ void row_amax_kernel(const float* x, int rows, int cols, int gc, int ngc,
-                                float* row_amax, unsigned* tensor_bits) {
+                                       float* row_amax, unsigned* tensor_bits) {
   const int lane = threadIdx.x % 32;
   const size_t warps = size_t(gridDim.x) * (blockDim.x / 32);
   const size_t total = size_t(rows) * ngc;
@@ -170,7 +170,8 @@ static __global__ void row_amax_kernel(const float* x, int rows, int cols, int g
 
 // scales[g] for every group g = gi * ngc + j, and *post = the GEMM's factor for the operand.
 static __global__ void group_scale_kernel(const float* row_amax, int rows, QuantParams p,
-                                   const unsigned* tensor_bits, Scale2* scales, float* post) {
+                                          const unsigned* tensor_bits, Scale2* scales,
+                                          float* post) {
   const unsigned tb = *tensor_bits;
   const bool finite = tb < 0x7f800000u;
   // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
@@ -216,7 +217,7 @@ __global__ void apply_kernel(O* out, const float* x, int rows, int cols, QuantPa
 // Split channels (precision.mode=auto's outlier channels): dst(rows, k) = x's columns ch[0..k)
 // and those columns of x set to zero, so that they set no scale. One thread per (row, j).
 static __global__ void take_columns_kernel(float* dst, float* x, int rows, int cols, const int* ch,
-                                    int k) {
+                                           int k) {
   const size_t n = size_t(rows) * k;
   for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n;
        t += size_t(gridDim.x) * blockDim.x) {

@@ -438,8 +438,8 @@ void Trainer::print_start() const {
            describe(fp8_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
            be_->fp8_path_name().c_str(),
            be_->name() == "cpu" || fp8_->block_scaled() ? ""
-           : f.fast_accum       ? ", fast accumulation in the forward GEMM"
-                                : ", exact fp32 accumulation everywhere");
+           : f.fast_accum                               ? ", fast accumulation in the forward GEMM"
+                                                        : ", exact fp32 accumulation everywhere");
   }
   if (auto_) {
     const auto& a = cfg_.precision.auto_;

@@ -31,8 +31,8 @@ float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
 // out(M,Nout) of type t = [out +] post_a post_b Q(A) Q(B)^T [+ extra] [+ bias], A (M,K) and B
 // (Nout,K) staged in fp32 (rotated in place when the recipe says so).
 void scaled_gemm(Ctx& c, DType t, void* out, float* A, float* B, int M, int Nout, int K,
-                 const GemmRecipe& g, uint64_t seed, int role, bool accumulate,
-                 const float* extra, const void* bias) {
+                 const GemmRecipe& g, uint64_t seed, int role, bool accumulate, const float* extra,
+                 const void* bias) {
   if (g.a.transform == Transform::Hadamard) {
     const uint64_t hs = stream_of(seed, role, 2);
     hadamard_rows(c, A, M, K, g.a.transform_size, hs);
@@ -68,13 +68,12 @@ const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
   float* xo = scratch_f32(c, kScratchQSplitA, size_t(N) * k);
   float* wo = scratch_f32(c, kScratchQSplitB, size_t(OC) * k + size_t(k));
   int* dch = reinterpret_cast<int*>(wo + size_t(OC) * k);
-  TG_CUDA_CHECK(
-      cudaMemcpyAsync(dch, ch.data(), k * sizeof(int), cudaMemcpyHostToDevice, c.stream));
+  TG_CUDA_CHECK(cudaMemcpyAsync(dch, ch.data(), k * sizeof(int), cudaMemcpyHostToDevice, c.stream));
   launch(quant::take_columns_kernel, c.grid(size_t(N) * k, kThreads), kThreads, 0, c.stream, xo, a,
          N, C, static_cast<const int*>(dch), k);
   TG_LAUNCH_CHECK();
-  launch(quant::take_columns_kernel, c.grid(size_t(OC) * k, kThreads), kThreads, 0, c.stream, wo,
-         b, OC, C, static_cast<const int*>(dch), k);
+  launch(quant::take_columns_kernel, c.grid(size_t(OC) * k, kThreads), kThreads, 0, c.stream, wo, b,
+         OC, C, static_cast<const int*>(dch), k);
   TG_LAUNCH_CHECK();
   float* prod = scratch_f32(c, kScratchQSplitAcc, size_t(N) * OC);
   gemm(c, false, true, N, OC, k, DType::F32, xo, k, wo, k, DType::F32, prod, OC, 0.f, nullptr);

@@ -71,11 +71,11 @@ bool operand_in_bf16(const OperandRecipe& o) {
 void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed, int rows,
                    int cols) {
   if (rows <= 0 || cols <= 0) return;
-  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
+  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
   dispatch("stage_operand", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(quant::stage_kernel<E>, grid, block, 0, c.stream, dst, static_cast<const E*>(src), rows,
-           cols, transposed);
+    launch(quant::stage_kernel<E>, grid, kThreads, 0, c.stream, dst, static_cast<const E*>(src),
+           rows, cols, transposed);
     TG_LAUNCH_CHECK();
   });
 }
@@ -114,8 +114,8 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const fl
          p.gc, p.ngc, row_amax, tbits);
   TG_LAUNCH_CHECK();
   const size_t groups = size_t(p.ngr) * p.ngc;
-  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream, row_amax,
-         rows, p, static_cast<const unsigned*>(tbits), scales, post);
+  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream, row_amax, rows,
+         p, static_cast<const unsigned*>(tbits), scales, post);
   TG_LAUNCH_CHECK();
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);

@@ -88,7 +88,7 @@ std::vector<Operand> operands() {
     Operand o{"outliers, zero blocks, subnormal-only blocks, huge values", 40, 192,
               randn(40, 192, 1e-2f)};
     for (int r = 0; r < 40; r += 7) o.x[size_t(r) * 192 + (r * 13) % 192] = 3.0e4f;  // outliers
-    for (int c = 0; c < 64; c++) o.x[size_t(3) * 192 + c] = 0.f;                    // zero blocks
+    for (int c = 0; c < 64; c++) o.x[size_t(3) * 192 + c] = 0.f;                     // zero blocks
     for (int r = 16; r < 32; r++)  // a zero 16x16 tile
       for (int c = 16; c < 32; c++) o.x[size_t(r) * 192 + c] = 0.f;
     for (int c = 64; c < 160; c++)  // subnormal-only blocks of row 5
@@ -117,8 +117,8 @@ std::string describe_operand(const OperandRecipe& o) {
   QuantRecipe r;
   for (GemmRecipe& g : r.gemm) g.a = g.b = o;
   return describe(r) + " rounding=" + (o.rounding == RoundMode::Stochastic ? "sr" : "nearest") +
-         " block=" + std::to_string(o.block) +
-         " gran=" + std::to_string(int(o.granularity)) + " scale=" + std::to_string(int(o.scale));
+         " block=" + std::to_string(o.block) + " gran=" + std::to_string(int(o.granularity)) +
+         " scale=" + std::to_string(int(o.scale));
 }
 
 // src in type E, (rows, cols) or transposed (cols, rows), holding x's values rounded to E.
@@ -141,8 +141,7 @@ void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint6
   std::vector<float> ref(n);
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++)
-      ref[size_t(r) * cols + c] =
-          f(src[transposed ? size_t(c) * rows + r : size_t(r) * cols + c]);
+      ref[size_t(r) * cols + c] = f(src[transposed ? size_t(c) * rows + r : size_t(r) * cols + c]);
   const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, seed);
   // GPU: staged (transposed as asked), quantized into fp32.
   gpu::Ctx& ctx = emu_ctx();
@@ -156,8 +155,9 @@ void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint6
     if (!same && first == n) first = i;
     bad += !same;
   }
-  INFO("transposed=" << transposed << " first difference at " << first << ": cpu " << (first < n ? ref[first] : 0.f) << " gpu "
-                              << (first < n ? out[first] : 0.f));
+  INFO("transposed=" << transposed << " first difference at " << first << ": cpu "
+                     << (first < n ? ref[first] : 0.f) << " gpu "
+                     << (first < n ? out[first] : 0.f));
   CHECK(bad == 0);
   CHECK(bits(post[0]) == bits(post_ref));
   // The bf16 GEMM operand: the same values, where scaled.h says bf16 holds them exactly.
