@@ -67,7 +67,7 @@ CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(USE_NVCC))
 CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
 CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(MPI_FLAGS) $(MPI_WARN) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lgomp -lpthread -lm -ldl
-CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100
 NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fopenmp,-Wall,-Wextra,-Werror -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
 

@@ -100,6 +100,9 @@ struct Fp8Options {
   // Devices: run the bf16-GEMM path of FP8 (quantized values in bf16) even where FP8 tensor
   // cores exist (tests compare both paths on one GPU).
   bool force_fallback = false;
+  // The linears are block-scaled (ScaledLinear calls): what fp8_path_name describes, and
+  // their shapes take no FP8-GEMM constraints.
+  bool block_scaled = false;
 };
 // The shape of one linear: out(N,OC) = inp(N,C) W(OC,C)^T.
 struct LinearShape {

@@ -235,7 +235,9 @@ int cmd_bench(int argc, char** argv) {
       for (size_t m = 0; m < modes.size(); m++) {
         // A fresh backend per mode and repeat, so its peak is this model's alone.
         auto mbe = make_backend(cfg);
-        mbe->set_fp8_options(fp8opt);
+        Fp8Options mo = fp8opt;
+        mo.block_scaled = is_block_scaled_mode(modes[m]);
+        mbe->set_fp8_options(mo);
         rows[m].ms.push_back(time_step(*mbe, bc, modes[m], fp8cfg, r == 0 ? 3 : 1, iters));
         if (r == 0) rows[m].peak_bytes = double(mbe->peak_bytes());
       }

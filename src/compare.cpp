@@ -54,7 +54,7 @@ const ModeSpec kModes[] = {
     {"fp8", "fp8", "", false,
      "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling"},
     {"fp8-current", "fp8", "", false, "fp8 with current (just-in-time) scaling"},
-    // The block-scaled recipes (src/recipe.h; options: precision.recipe.*), CPU only for now.
+    // The block-scaled recipes (src/recipe.h; options: precision.recipe.*).
     {"fp8-rowwise", "fp8-rowwise", "", false, "block linears in E4M3 with one fp32 scale per row"},
     {"fp8-block", "fp8-block", "", false,
      "block linears in E4M3, fp32 scales per 1x128 block (activations, gradients) and 128x128 "

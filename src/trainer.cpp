@@ -190,6 +190,7 @@ void Trainer::setup_precision() {
              cfg_.precision.mode.c_str(), be_->name().c_str()));
   Fp8Options o;
   o.fast_accum = cfg_.precision.fp8.fast_accum;
+  o.block_scaled = fp8_->block_scaled();
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());
@@ -484,9 +485,9 @@ void Trainer::print_start() const {
     printf("fp8: block linears: %s; layers kept in bf16: %s; path: %s%s\n",
            describe(fp8_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
            be_->fp8_path_name().c_str(),
-           be_->name() == "cpu" ? ""
-           : f.fast_accum       ? ", fast accumulation in the forward GEMM"
-                                : ", exact fp32 accumulation everywhere");
+           be_->name() == "cpu" || fp8_->block_scaled() ? ""
+           : f.fast_accum                               ? ", fast accumulation in the forward GEMM"
+                                                        : ", exact fp32 accumulation everywhere");
   }
   if (auto_) {
     const auto& a = cfg_.precision.auto_;

@@ -23,6 +23,7 @@
 #include "cuda_backend.h"
 #include "fp8.h"
 #include "launch.h"
+#include "scaled.h"
 
 namespace tg {
 
@@ -264,15 +265,37 @@ class CudaBackend final : public Backend {
                              w_scale);
     return fp8_after_call(lin, true);
   }
+  // ---- block-scaled linears (src/cuda/matmul_scaled.cu; the portable path, scaled.h) ----
+  bool has_block_scaled_linears() const override { return true; }
+  void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                             const ScaledLinear& q) override {
+    need_same("matmul_forward_scaled", {out, inp, w, bias});
+    gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC,
+                               *q.recipe, q.seed);
+  }
+  void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                              Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
+    need_same("matmul_backward_scaled", {dinp, dw, dbias, dout, inp, w});
+    if (!dinp) throw Error("cuda backend: matmul_backward_scaled needs dinp");
+    gpu::scaled_linear_backward(ctx_, dout.dtype, dinp.data, dw.data, dbias.data, dout.data,
+                                inp.data, w.data, N, C, OC, *q.recipe, q.seed);
+  }
+
   void set_fp8_options(const Fp8Options& o) override {
     fp8_opt_ = o;
     fp8_path_ = o.force_fallback ? gpu::Fp8Path::kBf16Fallback : device_fp8_path_;
   }
-  std::string fp8_path_name() const override { return gpu::fp8_path_name(fp8_path_); }
+  std::string fp8_path_name() const override {
+    return fp8_opt_.block_scaled ? gpu::scaled_path_name() : gpu::fp8_path_name(fp8_path_);
+  }
+  // The block-scaled path takes any shape.
   std::string fp8_shape_problem(int N, int C, int OC) const override {
-    return fp8_path_ == gpu::Fp8Path::kFp8 ? gpu::fp8_shape_problem(N, C, OC) : "";
+    return fp8_path_ == gpu::Fp8Path::kFp8 && !fp8_opt_.block_scaled
+               ? gpu::fp8_shape_problem(N, C, OC)
+               : "";
   }
   void fp8_prepare(const Fp8Setup& s) override {
+    if (fp8_opt_.block_scaled) return;  // no per-linear state or FP8-GEMM scratch needed
     fp8_ensure_state(std::max(s.n_linears, 1));
     // Scratch per path for the shapes that take it, in the given scratch when it fits.
     std::vector<gpu::Fp8LinearShape> by_path[2];

@@ -76,6 +76,17 @@ enum ScratchSlot {
   kScratchWideDb,
   kScratchAcc,      // matmul fallback: fp32 products
   kScratchBuckets,  // encoder backward: token buckets
+  kScratchQStageA,  // block-scaled linears (scaled.h): fp32 operands, transposed as needed
+  kScratchQStageB,
+  kScratchQA,  // their quantize-dequantized copies (bf16 or fp32)
+  kScratchQB,
+  kScratchQAmax,    // per (row, column group) amax
+  kScratchQScales,  // per group scale pairs
+  kScratchQWords,   // tensor amax bits and the GEMM's tensor factors
+  kScratchQAcc,     // fp32 GEMM products
+  kScratchQSplitA,  // precision.mode=auto's split channels: their columns and product
+  kScratchQSplitB,
+  kScratchQSplitAcc,
   kNumScratch
 };
 

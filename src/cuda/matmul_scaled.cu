@@ -1,0 +1,123 @@
+// matmul_scaled.cu: the block-scaled linears on the GPU, forward beside backward (scaled.h),
+// the twin of src/cpu/matmul_scaled.cpp:
+//   forward  out(N,OC)  = Q(inp)(N,C) Q(W)(OC,C)^T + bias          (reduction over C)
+//   dgrad    dinp(N,C)  = Q(dout)(N,OC) Q(W^T)(C,OC)^T              (reduction over OC)
+//   wgrad    dW(OC,C)  += Q(H dout^T)(OC,N) Q(H inp^T)(C,N)^T       (reduction over N)
+// Each operand is staged in fp32 (transposed for the backward, as the recipe's blocks run
+// along each GEMM's own reduction dimension), optionally rotated (H: the same signs for both
+// wgrad operands), quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands, and
+// multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies the
+// operands' tensor factors, accumulation, the split channels' product and the bias in the
+// CPU's order and rounds once. Every GEMM role and operand draws its random bits from the
+// CPU's stream of the linear's seed.
+#include "kernels/quantize_blocks.cuh"
+#include "scaled.h"
+
+namespace tg::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// matmul_scaled.cpp's per-(role, operand) stream of the linear's seed.
+uint64_t stream_of(uint64_t seed, int role, int operand) {
+  return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
+  return static_cast<float*>(c.scratch(s, n * sizeof(float)));
+}
+
+// out(M,Nout) of type t = [out +] post_a post_b Q(A) Q(B)^T [+ extra] [+ bias], A (M,K) and B
+// (Nout,K) staged in fp32 (rotated in place when the recipe says so).
+void scaled_gemm(Ctx& c, DType t, void* out, float* A, float* B, int M, int Nout, int K,
+                 const GemmRecipe& g, uint64_t seed, int role, bool accumulate, const float* extra,
+                 const void* bias) {
+  if (g.a.transform == Transform::Hadamard) {
+    const uint64_t hs = stream_of(seed, role, 2);
+    hadamard_rows(c, A, M, K, g.a.transform_size, hs);
+    hadamard_rows(c, B, Nout, K, g.b.transform_size, hs);
+  }
+  const DType qt = operand_in_bf16(g.a) && operand_in_bf16(g.b) ? DType::BF16 : DType::F32;
+  const size_t qs = dtype_size(qt);
+  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
+  void* qb = c.scratch(kScratchQB, size_t(Nout) * K * qs);
+  // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
+  float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
+  quantize_dequantize(c, g.a, stream_of(seed, role, 0), A, M, K, qt, qa, post);
+  quantize_dequantize(c, g.b, stream_of(seed, role, 1), B, Nout, K, qt, qb, post + 1);
+  float* acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+  gemm(c, false, true, M, Nout, K, qt, qa, K, qb, K, DType::F32, acc, Nout, 0.f, nullptr);
+  const size_t n = size_t(M) * Nout;
+  dispatch("scaled_gemm", t, [&](auto tag) {
+    using E = decltype(tag);
+    launch(quant::scaled_epilogue_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(out), static_cast<const float*>(acc), static_cast<const float*>(post),
+           extra, static_cast<const E*>(bias), accumulate, M, Nout);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+// The split channels' product xo wo^T (N,OC) in fp32, their columns zeroed in the staged a
+// (N,C) and b (OC,C) so that they set no scale.
+const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
+                           const std::vector<int>& ch) {
+  const int k = int(ch.size());
+  for (int x : ch)
+    if (x < 0 || x >= C) throw Error(strf("cuda backend: split channel %d of %d", x, C));
+  float* xo = scratch_f32(c, kScratchQSplitA, size_t(N) * k);
+  float* wo = scratch_f32(c, kScratchQSplitB, size_t(OC) * k + size_t(k));
+  int* dch = reinterpret_cast<int*>(wo + size_t(OC) * k);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dch, ch.data(), k * sizeof(int), cudaMemcpyHostToDevice, c.stream));
+  launch(quant::take_columns_kernel, c.grid(size_t(N) * k, kThreads), kThreads, 0, c.stream, xo, a,
+         N, C, static_cast<const int*>(dch), k);
+  TG_LAUNCH_CHECK();
+  launch(quant::take_columns_kernel, c.grid(size_t(OC) * k, kThreads), kThreads, 0, c.stream, wo, b,
+         OC, C, static_cast<const int*>(dch), k);
+  TG_LAUNCH_CHECK();
+  float* prod = scratch_f32(c, kScratchQSplitAcc, size_t(N) * OC);
+  gemm(c, false, true, N, OC, k, DType::F32, xo, k, wo, k, DType::F32, prod, OC, 0.f, nullptr);
+  return prod;
+}
+
+}  // namespace
+
+void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
+                           const void* bias, int N, int C, int OC, const QuantRecipe& r,
+                           uint64_t seed) {
+  float* a = scratch_f32(c, kScratchQStageA, size_t(N) * C);
+  float* b = scratch_f32(c, kScratchQStageB, size_t(OC) * C);
+  stage_operand(c, a, t, inp, false, N, C);
+  stage_operand(c, b, t, w, false, OC, C);
+  const float* extra =
+      r.split_channels.empty() ? nullptr : split_product(c, a, b, N, C, OC, r.split_channels);
+  scaled_gemm(c, t, out, a, b, N, OC, C, r.gemm[kForward], seed, kForward, false, extra, bias);
+}
+
+void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
+                            const void* inp, const void* w, int N, int C, int OC,
+                            const QuantRecipe& r, uint64_t seed) {
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC);  // from the unquantized gradient
+  // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens.
+  float* a = scratch_f32(c, kScratchQStageA, size_t(OC) * N);
+  float* b = scratch_f32(c, kScratchQStageB, size_t(C) * N);
+  stage_operand(c, a, t, dout, true, OC, N);
+  stage_operand(c, b, t, inp, true, C, N);
+  scaled_gemm(c, t, dw, a, b, OC, C, N, r.gemm[kWeightGrad], seed, kWeightGrad, true, nullptr,
+              nullptr);
+  // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
+  a = scratch_f32(c, kScratchQStageA, size_t(N) * OC);
+  b = scratch_f32(c, kScratchQStageB, size_t(C) * OC);
+  stage_operand(c, a, t, dout, false, N, OC);
+  stage_operand(c, b, t, w, true, C, OC);
+  scaled_gemm(c, t, dinp, a, b, N, C, OC, r.gemm[kInputGrad], seed, kInputGrad, false, nullptr,
+              nullptr);
+}
+
+const char* scaled_path_name() {
+  return "block-scaled, portable: quantize-dequantize kernels, operands in bf16 where exact "
+         "(E8M0, power-of-two, UE4M3 scales) else fp32, cuBLASLt GEMMs with fp32 accumulation "
+         "(no native block-scaled GEMMs)";
+}
+
+}  // namespace tg::gpu

@@ -1,0 +1,139 @@
+// quantize_blocks.cu: launchers of kernels/quantize_blocks.cuh: staging (with the transpose),
+// the random Hadamard rotation and the block quantize-dequantize of one GEMM operand
+// (declared in scaled.h).
+#include <cmath>
+
+#include "kernels/quantize_blocks.cuh"
+#include "scaled.h"
+
+namespace tg::gpu {
+
+using quant::QuantParams;
+using quant::Scale2;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// The group shape of o over a (rows, cols) operand, clipped as quantize.cpp clips it.
+QuantParams params_of(const OperandRecipe& o, int rows, int cols) {
+  QuantParams p;
+  p.elem = o.elem;
+  p.scale = o.scale;
+  p.rule = o.scale_rule;
+  switch (o.granularity) {
+    case Granularity::Tensor: p.gr = rows, p.gc = cols; break;
+    case Granularity::Row: p.gr = 1, p.gc = cols; break;
+    case Granularity::Block: p.gr = 1, p.gc = o.block; break;
+    case Granularity::Tile: p.gr = o.block, p.gc = o.block; break;
+  }
+  if (p.gc > cols) p.gc = cols;
+  if (p.gr > rows) p.gr = rows;
+  if (p.gc < 1 || p.gr < 1) throw Error("cuda backend: a block-scaled recipe with no block size");
+  p.ngc = (cols + p.gc - 1) / p.gc;
+  p.ngr = (rows + p.gr - 1) / p.gr;
+  return p;
+}
+
+template <ElemFormat F, bool SR>
+void apply(Ctx& c, DType out_type, void* out, const float* x, int rows, int cols,
+           const QuantParams& p, const Scale2* scales, const unsigned* tbits, uint64_t mixed) {
+  const size_t n = size_t(rows) * cols;
+  if (out_type == DType::BF16)
+    launch(quant::apply_kernel<F, SR, bf16>, c.grid(n, kThreads), kThreads, 0, c.stream,
+           static_cast<bf16*>(out), x, rows, cols, p, scales, tbits, mixed);
+  else
+    launch(quant::apply_kernel<F, SR, float>, c.grid(n, kThreads), kThreads, 0, c.stream,
+           static_cast<float*>(out), x, rows, cols, p, scales, tbits, mixed);
+  TG_LAUNCH_CHECK();
+}
+
+template <ElemFormat F>
+void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const float* x, int rows, int cols,
+                    const QuantParams& p, const Scale2* scales, const unsigned* tbits,
+                    uint64_t mixed) {
+  if (sr)
+    apply<F, true>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
+  else
+    apply<F, false>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
+}
+
+}  // namespace
+
+bool operand_in_bf16(const OperandRecipe& o) {
+  const bool narrow =
+      o.elem == ElemFormat::E4M3 || o.elem == ElemFormat::E5M2 || o.elem == ElemFormat::E2M1;
+  const bool exact_scale =
+      o.scale == ScaleFormat::E8M0 || o.scale == ScaleFormat::Pow2 || o.scale == ScaleFormat::E4M3;
+  return narrow && exact_scale;
+}
+
+void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed, int rows,
+                   int cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
+  dispatch("stage_operand", t, [&](auto tag) {
+    using E = decltype(tag);
+    launch(quant::stage_kernel<E>, grid, kThreads, 0, c.stream, dst, static_cast<const E*>(src),
+           rows, cols, transposed);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+void hadamard_rows(Ctx& c, float* x, int rows, int cols, int n, uint64_t seed) {
+  if (n < 2 || cols < n || rows <= 0) return;
+  // quantize.cpp's factor, computed the same way on the host.
+  const float norm = float(1.0 / std::sqrt(double(n)));
+  const size_t runs = size_t(rows) * (cols / n);
+  launch(quant::hadamard_rows_kernel, c.grid(runs, kThreads), kThreads, 0, c.stream, x, rows, cols,
+         n, seed, norm);
+  TG_LAUNCH_CHECK();
+}
+
+void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const float* x, int rows,
+                         int cols, DType out_type, void* out, float* post) {
+  static const float one = 1.0f;
+  if (out_type != DType::F32 && out_type != DType::BF16)
+    throw Error("cuda backend: quantized operands are fp32 or bf16");
+  const size_t n = size_t(rows) * cols;
+  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
+    // Left as it is (a bf16 operand of precision.mode=auto): a copy into the operand's type.
+    TG_CUDA_CHECK(cudaMemcpyAsync(post, &one, sizeof one, cudaMemcpyHostToDevice, c.stream));
+    if (n) convert(c, out_type, out, DType::F32, x, n, Rounding{});
+    return;
+  }
+  const QuantParams p = params_of(o, rows, cols);
+  float* row_amax =
+      static_cast<float*>(c.scratch(kScratchQAmax, size_t(rows) * p.ngc * sizeof(float)));
+  Scale2* scales =
+      static_cast<Scale2*>(c.scratch(kScratchQScales, size_t(p.ngr) * p.ngc * sizeof(Scale2)));
+  unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
+  TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
+  const size_t warps = size_t(rows) * p.ngc;
+  launch(quant::row_amax_kernel, c.grid(warps * 32, kThreads), kThreads, 0, c.stream, x, rows, cols,
+         p.gc, p.ngc, row_amax, tbits);
+  TG_LAUNCH_CHECK();
+  const size_t groups = size_t(p.ngr) * p.ngc;
+  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream, row_amax, rows,
+         p, static_cast<const unsigned*>(tbits), scales, post);
+  TG_LAUNCH_CHECK();
+  const bool sr = o.rounding == RoundMode::Stochastic;
+  const uint64_t mixed = quant_sr_seed(seed);
+  switch (o.elem) {
+    case ElemFormat::E4M3:
+      apply_rounding<ElemFormat::E4M3>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
+                                       mixed);
+      break;
+    case ElemFormat::E5M2:
+      apply_rounding<ElemFormat::E5M2>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
+                                       mixed);
+      break;
+    case ElemFormat::E2M1:
+      apply_rounding<ElemFormat::E2M1>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
+                                       mixed);
+      break;
+    case ElemFormat::BF16: break;  // returned above
+  }
+}
+
+}  // namespace tg::gpu

@@ -1,0 +1,261 @@
+// quantize_emulated.cpp: the block-scaled operand quantizer of the GPU (src/cuda/
+// quantize_blocks.cu, kernels/quantize_blocks.cuh) on the CPU, CUDA threads emulated, against
+// the CPU's quantizer (src/cpu/quantize.cpp) bit for bit in every quantized value and in the
+// GEMM factor it returns: every operand of every block-scaled preset and of their switchable
+// ingredients (pow2 scales, OCP / ceil E8M0 rules, E5M2 gradients, stochastic rounding,
+// Hadamard sizes, 1-D weights), plus every scale format at tensor, row, block and tile
+// granularity, on random and adversarial tensors (outliers, all-zero blocks, subnormal-only
+// blocks, huge values, partial edge blocks and tiles, an inf or NaN that poisons the operand),
+// staged from fp32 and bf16, plain and transposed. The bf16 operands the GEMMs take where
+// scaled.h says they are exact hold exactly those values. The Hadamard rotation is checked
+// against the CPU's bit for bit too. What it cannot see: nvcc's compilation of these kernels.
+#include "tests/cuda/emulated_util.h"
+// (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "src/cuda/scaled.h"
+#include "src/recipe.h"
+
+using namespace emu_test;
+
+namespace {
+
+// Every distinct operand recipe of the presets with their options, and a hand-made set that
+// covers each scale format at each granularity.
+std::vector<OperandRecipe> all_operand_recipes() {
+  std::vector<OperandRecipe> out;
+  auto add = [&](const OperandRecipe& o) {
+    for (const OperandRecipe& x : out)
+      if (std::memcmp(&x, &o, sizeof o) == 0) return;
+    out.push_back(o);
+  };
+  std::vector<RecipeOptions> opts(7);
+  opts[1].pow2_scales = true;
+  opts[2].scale_rule = "ocp";
+  opts[3].scale_rule = "ceil";
+  opts[4].grad_format = "e5m2";
+  opts[5].stochastic_grads = false, opts[5].hadamard = false, opts[5].weight_2d = false;
+  opts[6].hadamard_size = 32;
+  for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+    for (const RecipeOptions& o : opts) {
+      const QuantRecipe r = block_scaled_recipe(mode, o);
+      for (const GemmRecipe& g : r.gemm) add(g.a), add(g.b);
+    }
+  const ElemFormat elems[] = {ElemFormat::E4M3, ElemFormat::E5M2, ElemFormat::E2M1};
+  const ScaleFormat scales[] = {ScaleFormat::FP32, ScaleFormat::Pow2, ScaleFormat::E8M0,
+                                ScaleFormat::E4M3};
+  const Granularity grans[] = {Granularity::Tensor, Granularity::Row, Granularity::Block,
+                               Granularity::Tile};
+  for (ElemFormat e : elems)
+    for (ScaleFormat s : scales)
+      for (Granularity g : grans) {
+        // Stochastic rounding and the ceil rule on half of them, by a checkerboard.
+        const bool sr = (int(e) + int(s) + int(g)) % 2;
+        {
+          OperandRecipe o;
+          o.elem = e, o.scale = s, o.granularity = g, o.source = ScaleSource::Current;
+          o.block = g == Granularity::Tile ? 16 : 32;
+          o.rounding = sr ? RoundMode::Stochastic : RoundMode::Nearest;
+          o.scale_rule = sr ? ScaleRule::Ceil : ScaleRule::Ocp;
+          add(o);
+        }
+      }
+  return out;
+}
+
+// Test operands (rows, cols): random normal values with adversarial regions.
+struct Operand {
+  std::string what;
+  int rows, cols;
+  std::vector<float> x;
+};
+
+std::vector<Operand> operands() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<Operand> out;
+  auto randn = [&](int rows, int cols, float scale) {
+    std::vector<float> x(size_t(rows) * cols);
+    for (float& v : x) v = nd(rng) * scale;
+    return x;
+  };
+  out.push_back({"random 48x160", 48, 160, randn(48, 160, 1.f)});
+  // Partial blocks (cols % 16, 32, 128 != 0) and partial tiles (rows % 16 != 0).
+  out.push_back({"random 37x100 (partial blocks and tiles)", 37, 100, randn(37, 100, 0.3f)});
+  {
+    Operand o{"outliers, zero blocks, subnormal-only blocks, huge values", 40, 192,
+              randn(40, 192, 1e-2f)};
+    for (int r = 0; r < 40; r += 7) o.x[size_t(r) * 192 + (r * 13) % 192] = 3.0e4f;  // outliers
+    for (int c = 0; c < 64; c++) o.x[size_t(3) * 192 + c] = 0.f;                     // zero blocks
+    for (int r = 16; r < 32; r++)  // a zero 16x16 tile
+      for (int c = 16; c < 32; c++) o.x[size_t(r) * 192 + c] = 0.f;
+    for (int c = 64; c < 160; c++)  // subnormal-only blocks of row 5
+      o.x[size_t(5) * 192 + c] = float(int(c % 7) - 3) * 1.0e-41f;
+    for (int c = 0; c < 32; c++) o.x[size_t(9) * 192 + c] = 1.0e-38f * float(c + 1);  // tiny
+    for (int c = 128; c < 192; c++)  // huge values of row 11
+      o.x[size_t(11) * 192 + c] = (c % 2 ? -1.f : 1.f) * 3.0e38f / float(c - 127);
+    out.push_back(o);
+  }
+  out.push_back({"all zero 16x64", 16, 64, std::vector<float>(16 * 64, 0.f)});
+  out.push_back({"tiny tensor 20x48", 20, 48, randn(20, 48, 1e-36f)});
+  {
+    Operand o{"an inf", 24, 64, randn(24, 64, 1.f)};
+    o.x[100] = INFINITY;
+    out.push_back(o);
+  }
+  {
+    Operand o{"a NaN", 24, 64, randn(24, 64, 1.f)};
+    o.x[777] = NAN;
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::string describe_operand(const OperandRecipe& o) {
+  QuantRecipe r;
+  for (GemmRecipe& g : r.gemm) g.a = g.b = o;
+  return describe(r) + " rounding=" + (o.rounding == RoundMode::Stochastic ? "sr" : "nearest") +
+         " block=" + std::to_string(o.block) + " gran=" + std::to_string(int(o.granularity)) +
+         " scale=" + std::to_string(int(o.scale));
+}
+
+// src in type E, (rows, cols) or transposed (cols, rows), holding x's values rounded to E.
+template <typename E>
+std::vector<E> source_of(const std::vector<float>& x, int rows, int cols, bool transposed) {
+  std::vector<E> s(x.size());
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      s[transposed ? size_t(c) * rows + r : size_t(r) * cols + c] = e<E>(x[size_t(r) * cols + c]);
+  return s;
+}
+
+// One operand through both quantizers; counts differing values.
+template <typename E>
+void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint64_t seed) {
+  const int rows = op.rows, cols = op.cols;
+  const size_t n = size_t(rows) * cols;
+  const std::vector<E> src = source_of<E>(op.x, rows, cols, transposed);
+  // CPU: the fp32 values of the source, quantized in place.
+  std::vector<float> ref(n);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      ref[size_t(r) * cols + c] = f(src[transposed ? size_t(c) * rows + r : size_t(r) * cols + c]);
+  const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, seed);
+  // GPU: staged (transposed as asked), quantized into fp32.
+  gpu::Ctx& ctx = emu_ctx();
+  Buf<float> stage(n), out(n), post(2);
+  gpu::stage_operand(ctx, stage.p, dtype_of<E>(), src.data(), transposed, rows, cols);
+  gpu::quantize_dequantize(ctx, o, seed, stage.p, rows, cols, DType::F32, out.p, post.p);
+  check_emu();
+  size_t bad = 0, first = n;
+  for (size_t i = 0; i < n; i++) {
+    const bool same = std::isnan(ref[i]) ? std::isnan(out[i]) : bits(ref[i]) == bits(out[i]);
+    if (!same && first == n) first = i;
+    bad += !same;
+  }
+  INFO("transposed=" << transposed << " first difference at " << first << ": cpu "
+                     << (first < n ? ref[first] : 0.f) << " gpu "
+                     << (first < n ? out[first] : 0.f));
+  CHECK(bad == 0);
+  CHECK(bits(post[0]) == bits(post_ref));
+  // The bf16 GEMM operand: the same values, where scaled.h says bf16 holds them exactly.
+  if (gpu::operand_in_bf16(o)) {
+    Buf<bf16> ob(n);
+    gpu::quantize_dequantize(ctx, o, seed, stage.p, rows, cols, DType::BF16, ob.p, post.p + 1);
+    check_emu();
+    size_t inexact = 0, differ = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (std::isnan(ref[i])) {
+        differ += !std::isnan(f(ob[i]));
+        continue;
+      }
+      differ += ob[i].bits != f32_to_bf16(ref[i]);
+      // Exact unless below bf16's subnormal grid (scaled.h's exception): |x| < 2^-126.
+      if (f(ob[i]) != ref[i]) inexact += std::fabs(ref[i]) >= 0x1p-126f;
+    }
+    CHECK(differ == 0);
+    CHECK(inexact == 0);
+    CHECK(bits(post[1]) == bits(post_ref));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("emulated: block quantizer == the CPU's, every preset operand and ingredient") {
+  const std::vector<OperandRecipe> recipes = all_operand_recipes();
+  const std::vector<Operand> ops = operands();
+  MESSAGE(recipes.size() << " operand recipes x " << ops.size() << " operands");
+  uint64_t seed = 1000;
+  for (const OperandRecipe& o : recipes) {
+    INFO(describe_operand(o));
+    for (const Operand& op : ops) {
+      INFO(op.what);
+      // fp32 staged as it is, bf16 staged transposed (the backward's operands)
+      check_one<float>(o, op, false, ++seed);
+      check_one<bf16>(o, op, true, seed);
+    }
+  }
+}
+
+TEST_CASE("emulated: a quantized operand is NaN everywhere after an inf or NaN, 1 as factor") {
+  OperandRecipe o;
+  o.elem = ElemFormat::E2M1, o.granularity = Granularity::Block, o.block = 16;
+  o.scale = ScaleFormat::E4M3;
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    std::vector<float> x(32 * 48, 0.25f);
+    x[5 * 48 + 17] = bad;
+    Buf<float> out(x.size()), post(1);
+    gpu::quantize_dequantize(emu_ctx(), o, 1, x.data(), 32, 48, DType::F32, out.p, post.p);
+    check_emu();
+    size_t nan = 0;
+    for (size_t i = 0; i < x.size(); i++) nan += std::isnan(out[i]);
+    CHECK(nan == x.size());
+    CHECK(post[0] == 1.0f);
+  }
+}
+
+TEST_CASE("emulated: Hadamard rotation of rows == the CPU's (sizes 2..256, tails kept)") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int n : {2, 4, 16, 32, 128, 256})
+    for (int cols : {n, 3 * n + 5, 700}) {
+      CAPTURE(n);
+      CAPTURE(cols);
+      const int rows = 9;
+      std::vector<float> ref(size_t(rows) * cols);
+      for (float& v : ref) v = nd(rng);
+      Buf<float> x(ref.size());
+      std::memcpy(x.p, ref.data(), ref.size() * sizeof(float));
+      const uint64_t seed = 77 + uint64_t(n) * 1000 + uint64_t(cols);
+      cpu::hadamard_rows(ref.data(), rows, cols, n, seed, false);
+      gpu::hadamard_rows(emu_ctx(), x.p, rows, cols, n, seed);
+      check_emu();
+      size_t bad = 0;
+      for (size_t i = 0; i < ref.size(); i++) bad += bits(ref[i]) != bits(x[i]);
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("emulated: staging, plain and transposed, every type, full and partial tiles") {
+  std::mt19937 rng(5);
+  for (int rows : {1, 31, 32, 77})
+    for (int cols : {1, 33, 64, 100}) {
+      std::vector<float> x(size_t(rows) * cols);
+      for (float& v : x) v = std::normal_distribution<float>(0.f, 1.f)(rng);
+      FOR_TYPES({
+        for (bool t : {false, true}) {
+          const std::vector<E> src = source_of<E>(x, rows, cols, t);
+          Buf<float> dst(x.size());
+          gpu::stage_operand(emu_ctx(), dst.p, dtype_of<E>(), src.data(), t, rows, cols);
+          check_emu();
+          size_t bad = 0;
+          for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+              bad += bits(dst[size_t(r) * cols + c]) != bits(f(e<E>(x[size_t(r) * cols + c])));
+          CHECK(bad == 0);
+        }
+      })
+    }
+}
