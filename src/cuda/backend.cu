@@ -270,6 +270,9 @@ class CudaBackend final : public Backend {
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
+    // The trainer refuses smoothing on this backend; never run a recipe's factors unapplied.
+    if (!q.recipe->smooth.empty())
+      throw Error("cuda backend: channel smoothing (precision.recipe.smooth) is not implemented");
     gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC,
                                *q.recipe, q.seed);
   }
