@@ -312,19 +312,14 @@ void AutoPrecision::take_grad_norms(const std::vector<double>& linear_sq, double
 
 void AutoPrecision::reduce(Comm& comm) {
   if (comm.world() == 1) return;
-  std::vector<double> v;
-  for (const cpu::QuantError& e : err_)
-    v.insert(v.end(), {e.signal, e.noise, e.values, e.nonzero, e.underflow, e.saturated, e.groups,
-                       e.groups_saturated, e.groups_underflow, e.zeros});
+  const size_t nf = cpu::kQuantErrorFields;
+  std::vector<double> v(err_.size() * nf);
+  for (size_t i = 0; i < err_.size(); i++) cpu::quant_error_fields(err_[i], &v[i * nf]);
   v.insert(v.end(), grad_sq_.begin(), grad_sq_.end());
   v.push_back(grad_total_sq_);
   comm.all_reduce_sum(v.data(), v.size());
-  size_t k = 0;
-  for (cpu::QuantError& e : err_) {
-    e = {v[k],     v[k + 1], v[k + 2], v[k + 3], v[k + 4],
-         v[k + 5], v[k + 6], v[k + 7], v[k + 8], v[k + 9]};
-    k += 10;
-  }
+  for (size_t i = 0; i < err_.size(); i++) err_[i] = cpu::quant_error_from_fields(&v[i * nf]);
+  size_t k = err_.size() * nf;
   for (double& g : grad_sq_) g = v[k++];
   grad_total_sq_ = v[k];
   comm.all_reduce_max(amax_.data(), amax_.size());

@@ -57,14 +57,11 @@ void QuantTelemetry::take(int layer, int linear, int operand, const float* x, in
 
 void QuantTelemetry::reduce(Comm& comm) {
   if (comm.world() == 1) return;
-  std::vector<double> v;
-  for (const cpu::QuantError& e : err_)
-    v.insert(v.end(), {e.signal, e.noise, e.values, e.nonzero, e.underflow, e.saturated, e.groups,
-                       e.groups_saturated, e.groups_underflow, e.zeros});
+  const size_t nf = cpu::kQuantErrorFields;
+  std::vector<double> v(err_.size() * nf);
+  for (size_t i = 0; i < err_.size(); i++) cpu::quant_error_fields(err_[i], &v[i * nf]);
   comm.all_reduce_sum(v.data(), v.size());
-  for (size_t i = 0, k = 0; i < err_.size(); i++, k += 10)
-    err_[i] = {v[k],     v[k + 1], v[k + 2], v[k + 3], v[k + 4],
-               v[k + 5], v[k + 6], v[k + 7], v[k + 8], v[k + 9]};
+  for (size_t i = 0; i < err_.size(); i++) err_[i] = cpu::quant_error_from_fields(&v[i * nf]);
 }
 
 namespace {
@@ -119,12 +116,8 @@ json QuantTelemetry::summary() const {
       int n = 0;
       for (size_t s = 0; s < err_.size(); s++) {
         if (!measured_[s] || int(s % 2) != b || int(s / 2 % kGemmRoles) != role) continue;
-        const cpu::QuantError& e = err_[s];
-        sum.signal += e.signal, sum.noise += e.noise, sum.values += e.values;
-        sum.nonzero += e.nonzero, sum.underflow += e.underflow, sum.saturated += e.saturated;
-        sum.groups += e.groups, sum.groups_saturated += e.groups_saturated;
-        sum.groups_underflow += e.groups_underflow, sum.zeros += e.zeros;
-        least = std::min(least, sqnr_db(e));
+        sum += err_[s];
+        least = std::min(least, sqnr_db(err_[s]));
         n++;
       }
       if (n == 0) continue;

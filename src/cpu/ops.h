@@ -181,5 +181,10 @@ struct QuantError {
   double groups = 0, groups_saturated = 0, groups_underflow = 0, zeros = 0;
 };
 QuantError quant_error(const float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed);
+// A QuantError's counts as kQuantErrorFields doubles (sums over ranks), and back; and a sum.
+constexpr int kQuantErrorFields = 10;
+void quant_error_fields(const QuantError& e, double* f);
+QuantError quant_error_from_fields(const double* f);
+QuantError& operator+=(QuantError& a, const QuantError& b);
 
 }  // namespace tg::cpu
