@@ -43,8 +43,21 @@ struct ModeSpec {
   const char* loss_scale;  // "" keeps the config's
   bool stochastic;
   const char* what;
-  int ingredients = kKeepRecipe;  // nvfp4 ablations: the ingredients left on
+  int ingredients = kKeepRecipe;        // nvfp4 ablations: the ingredients left on
+  void (*outliers)(Config&) = nullptr;  // the outlier-handling studies: their keys
 };
+
+// Outlier handling (README: Adaptive precision; docs/outlier-study): the same uniform NVFP4 in
+// every layer as nvfp4-no-bf16last, with the outlier channels of the forward GEMMs split out
+// into bf16 (auto's machinery with NVFP4 as its only candidate), or every channel smoothed.
+void nvfp4_split(Config& c) {
+  c.precision.auto_.candidates = {"nvfp4"};
+  c.precision.auto_.priors = false;
+  c.precision.auto_.outliers = "split";
+}
+void smoothed(Config& c) { c.precision.recipe.smooth = true; }
+void auto_no_split(Config& c) { c.precision.auto_.outliers = "none"; }
+void auto_smoothed(Config& c) { c.precision.auto_.outliers = "smooth"; }
 const ModeSpec kModes[] = {
     {"fp32", "fp32", "", false, "fp32 everywhere"},
     {"bf16", "bf16", "", false, "bf16 weights, activations and gradients; fp32 master weights"},
@@ -82,6 +95,24 @@ const ModeSpec kModes[] = {
     {"auto", "auto", "", false,
      "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
      "precision.auto.threshold_db (src/auto_precision.h)"},
+    // The outlier-handling study: each handling beside the plain recipe it changes.
+    {"nvfp4-split", "auto", "", false,
+     "nvfp4 in every layer with the outlier input channels of the forward GEMMs in bf16 (auto, "
+     "nvfp4 its only candidate, precision.auto.outliers=split)",
+     kKeepRecipe, nvfp4_split},
+    {"nvfp4-smooth", "nvfp4", "", false,
+     "nvfp4 in every layer with SmoothQuant smoothing of the forward GEMMs "
+     "(precision.recipe.smooth)",
+     kAllIngredients & ~kBf16Last, smoothed},
+    {"fp8-rowwise-smooth", "fp8-rowwise", "", false,
+     "fp8-rowwise with SmoothQuant smoothing of the forward GEMMs (precision.recipe.smooth)",
+     kKeepRecipe, smoothed},
+    {"auto-nosplit", "auto", "", false,
+     "auto with outlier channels only counted (precision.auto.outliers=none)", kKeepRecipe,
+     auto_no_split},
+    {"auto-smooth", "auto", "", false,
+     "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
+     kKeepRecipe, auto_smoothed},
 };
 
 std::string mode_names() {
@@ -148,6 +179,14 @@ void apply_mode(Config& c, const ModeSpec& spec) {
     r.weight_2d = spec.ingredients & kTiles2d;
     r.bf16_last = (spec.ingredients & kBf16Last) ? -1 : 0;
   }
+  if (spec.outliers) spec.outliers(c);
+}
+
+// How much of the config a mode sets beyond precision.mode: a run is named after the most
+// specific mode that reproduces its precision keys (plain nvfp4 keeps whatever the config
+// says, so it would also match every ablation).
+int mode_specificity(const ModeSpec& m) {
+  return m.outliers ? 2 : m.ingredients != kKeepRecipe ? 1 : 0;
 }
 
 // One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
@@ -178,11 +217,9 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec, i
 
 std::string compare_mode_of(const Config& c) {
   const json have = config_to_json(c)["precision"];
-  // The modes that set the recipe's ingredients first: plain nvfp4 keeps whatever the config
-  // says, so it would also match every ablation.
-  for (bool keeps : {false, true})
+  for (int level : {2, 1, 0})
     for (const ModeSpec& m : kModes) {
-      if ((m.ingredients == kKeepRecipe) != keeps) continue;
+      if (mode_specificity(m) != level) continue;
       Config x = c;
       apply_mode(x, m);
       if (config_to_json(x)["precision"] == have) return m.name;
@@ -191,6 +228,14 @@ std::string compare_mode_of(const Config& c) {
 }
 
 std::string compare_mode_what(const std::string& name) { return find_mode(name).what; }
+
+std::vector<std::string> compare_mode_names() {
+  std::vector<std::string> names;
+  for (const ModeSpec& m : kModes) names.push_back(m.name);
+  return names;
+}
+
+void apply_compare_mode(Config& c, const std::string& name) { apply_mode(c, find_mode(name)); }
 
 int cmd_compare(int argc, char** argv) {
   std::vector<ExtraOption> opts = {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace tg {
 
@@ -12,6 +13,10 @@ struct Config;
 // when none has them. And what a mode name means, for reports.
 std::string compare_mode_of(const Config& c);
 std::string compare_mode_what(const std::string& name);
+// Every mode name, in --modes' order; and c changed to what mode `name` means (UsageError
+// naming the modes when there is none of that name).
+std::vector<std::string> compare_mode_names();
+void apply_compare_mode(Config& c, const std::string& name);
 
 int cmd_compare(int argc, char** argv);
 

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/common.h"
+#include "src/compare.h"
 #include "src/config.h"
 #include "src/fileio.h"
 #include "test_util.h"
@@ -180,4 +182,25 @@ TEST_CASE("report: bad arguments are usage errors naming the problem") {
   CHECK(out.find("--reference fp9 names no group (groups: fp32)") != std::string::npos);
   CHECK(tgt::run_binary("report '" + empty.path + "' --quality x", &out) == 2);
   CHECK(tgt::run_binary("report '" + empty.path + "' --bogus", &out) == 2);
+}
+
+TEST_CASE("compare: every mode's config is named back as that mode, from any starting config") {
+  // report names a run by the mode whose keys its config has: an ablation or an outlier
+  // handling must not be taken for the plain recipe it changes, nor the other way round.
+  tg::Config smoothing_on;
+  smoothing_on.precision.recipe.smooth = true;
+  for (const tg::Config& base : {tg::Config(), smoothing_on})
+    for (const std::string& name : tg::compare_mode_names()) {
+      tg::Config c = base;
+      tg::apply_compare_mode(c, name);
+      // Smoothing on from the start turns these two into the modes that add it.
+      std::string want = name;
+      if (base.precision.recipe.smooth && name == "fp8-rowwise") want = "fp8-rowwise-smooth";
+      if (base.precision.recipe.smooth && name == "nvfp4-no-bf16last") want = "nvfp4-smooth";
+      INFO("mode ", name);
+      CHECK(tg::compare_mode_of(c) == want);
+    }
+  tg::Config c;
+  CHECK_THROWS_WITH_AS(tg::apply_compare_mode(c, "nvfp4-foo"),
+                       doctest::Contains("unknown mode 'nvfp4-foo'"), tg::UsageError);
 }
