@@ -345,17 +345,28 @@ TEST_CASE("block-scaled GEMMs through gemm_bf16: exact products in the kernel's 
       std::vector<float> a = inp, b = w;
       tg::cpu::matmul_forward_scaled(hw.data(), a.data(), b.data(), nullptr, N, C, OC, r, 7);
     }
+    // The forward rounds to nearest without a transform, so its operands do not depend on
+    // the seed: the same values, as bf16 (exactly), in gemm_bf16's order. fp32-scaled
+    // operands (q d is not a bf16 value) enter as their codes, the scales applied to each
+    // product after it: C < 128, so one K chunk and one scale per row of each operand.
     const bool fp32_scales = g.a.scale == tg::ScaleFormat::FP32;
+    std::vector<float> qa = inp, qb = w, da, db;
+    float post = 1.0f;
     if (fp32_scales) {
-      // q (1/s) is not a bf16 value: these stay on sgemm, bit for bit.
-      CHECK(hw == exact);
-      continue;
+      post = tg::cpu::quantize_to_codes(qa.data(), N, C, g.a, 0, &da) *
+             tg::cpu::quantize_to_codes(qb.data(), OC, C, g.b, 0, &db);
+    } else {
+      post = tg::cpu::quantize_dequantize(qa.data(), N, C, g.a, 0) *
+             tg::cpu::quantize_dequantize(qb.data(), OC, C, g.b, 0);
     }
-    // The forward rounds to nearest without a transform, so its dequantized operands do
-    // not depend on the seed: the same values, as bf16 (exactly), in gemm_bf16's order.
-    std::vector<float> qa = inp, qb = w;
-    const float post = tg::cpu::quantize_dequantize(qa.data(), N, C, g.a, 0) *
-                       tg::cpu::quantize_dequantize(qb.data(), OC, C, g.b, 0);
+    // One scale per row of each operand (a whole-K group; a weight tile's rows share one).
+    auto row_scale = [&](const std::vector<float>& d, const tg::OperandRecipe& o, int rows, int r) {
+      if (d.empty()) return 1.0f;
+      int gr = 0, gc = 0;
+      tg::cpu::group_shape(o, rows, C, &gr, &gc);
+      REQUIRE(std::min(gc, C) == C);
+      return d[size_t(r / std::min(gr, rows))];
+    };
     Problem p{N, OC, C, false, true, 0.0f, {}, {}, {}};
     for (float v : qa) {
       CHECK(tg::bf16_to_f32(tg::f32_to_bf16(v)) == v);  // exact in bf16
@@ -368,7 +379,9 @@ TEST_CASE("block-scaled GEMMs through gemm_bf16: exact products in the kernel's 
     int mismatches = 0;
     for (int i = 0; i < N; i++)
       for (int j = 0; j < OC; j++) {
-        const float want = post == 1.0f ? ordered_dot(p, i, j) : ordered_dot(p, i, j) * post;
+        float want = ordered_dot(p, i, j);
+        if (fp32_scales) want *= row_scale(da, g.a, N, i) * row_scale(db, g.b, OC, j);
+        if (post != 1.0f) want *= post;
         mismatches += hw[size_t(i) * OC + j] != want;
       }
     CHECK(mismatches == 0);

@@ -8,6 +8,7 @@
 // fp64 product of the reference's dequantized operands.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -231,6 +232,41 @@ TEST_CASE("quantize: every operand recipe equals the per-block reference bit for
     }
 }
 
+TEST_CASE("quantize: codes with their scales apart give the dequantized values bit for bit") {
+  // quantize_to_codes is what the factored GEMMs (fp32 scales) multiply: codes of the element
+  // format, each group's multiplier apart, q dec the quantizer's value exactly.
+  tg::cpu::set_parallelism(2, 2);
+  for (OperandRecipe o : operand_recipes())
+    for (bool sr : {false, true})
+      for (auto [rows, cols] : {std::pair{40, 96}, std::pair{130, 300}, std::pair{7, 33}}) {
+        o.rounding = sr ? RoundMode::Stochastic : RoundMode::Nearest;
+        int gr = 0, gc = 0;
+        tg::cpu::group_shape(o, rows, cols, &gr, &gc);
+        gr = std::min(gr, rows), gc = std::min(gc, cols);
+        const int ngc = (cols + gc - 1) / gc, ngr = (rows + gr - 1) / gr;
+        int mism = 0, not_codes = 0, cases = 0;
+        for (auto x : test_matrices(rows, cols, 31 + rows)) {
+          std::vector<float> deq = x, q = x, dec;
+          const float fd = tg::cpu::quantize_dequantize(deq.data(), rows, cols, o, 9);
+          const float fq = tg::cpu::quantize_to_codes(q.data(), rows, cols, o, 9, &dec);
+          CHECK(bits(fd) == bits(fq));
+          REQUIRE(dec.size() == size_t(ngr) * ngc);
+          const std::vector<double> t = elem_table(o.elem);
+          for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+              const size_t i = size_t(r) * cols + c;
+              const float v = q[i] * dec[size_t(r / gr) * ngc + c / gc];
+              mism += bits(v) != bits(deq[i]) && !(std::isnan(v) && std::isnan(deq[i]));
+              not_codes += std::isfinite(q[i]) && ref_round(q[i], t) != double(q[i]);
+            }
+          cases++;
+        }
+        CHECK_MESSAGE(mism == 0, name(o) << " sr " << sr << " " << rows << "x" << cols << ": "
+                                         << mism << " values differ");
+        CHECK_MESSAGE(not_codes == 0, name(o) << ": " << not_codes << " codes off the grid");
+      }
+}
+
 TEST_CASE("quantize: non-finite values poison the operand; zeros stay zeros") {
   for (const OperandRecipe& o : operand_recipes()) {
     for (float bad : {INFINITY, -INFINITY, NAN}) {
@@ -418,6 +454,38 @@ TEST_CASE("quantize: emulated block-scaled GEMMs equal fp64 products of the dequ
     for (int n = 0; n < N; n++)
       for (int j = 0; j < OC; j++) exact[size_t(n) * OC + j] += bias[j];
     CHECK(rel_err(out, exact) < (r.gemm[0].a.elem == ElemFormat::E2M1 ? 0.25 : 0.08));
+  }
+}
+
+TEST_CASE("quantize: fp32-scaled GEMMs over several K chunks and over groups that do not nest") {
+  // fp8-block's operands enter the GEMM as codes, the fp32 scales applied per 128 along K
+  // (three chunks here, the last short); operands whose groups do not nest fall back to
+  // dequantized values. Both equal the fp64 product of the dequantized operands.
+  tg::cpu::set_parallelism(2, 2);
+  const int N = 70, C = 300, OC = 40;
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> inp(size_t(N) * C), w(size_t(OC) * C);
+  for (auto& v : inp) v = nd(rng) * (rng() % 17 == 0 ? 50.0f : 1.0f);  // outliers: scales vary
+  for (auto& v : w) v = 0.1f * nd(rng);
+  tg::RecipeOptions opt;
+  opt.stochastic_grads = false;
+  opt.hadamard = false;
+  tg::QuantRecipe block = tg::block_scaled_recipe("fp8-block", opt);
+  tg::QuantRecipe odd = block;  // 96-wide blocks against 128-wide tiles: no common chunk
+  odd.gemm[tg::kForward].a.block = 96;
+  tg::QuantRecipe mixed = block;  // rowwise against an nvfp4 weight: codes x dequantized
+  mixed.gemm[tg::kForward].a = tg::block_scaled_recipe("fp8-rowwise", opt).gemm[tg::kForward].a;
+  mixed.gemm[tg::kForward].b = tg::block_scaled_recipe("nvfp4", opt).gemm[tg::kForward].b;
+  for (const tg::QuantRecipe* r : {&block, &odd, &mixed}) {
+    const tg::GemmRecipe& g = r->gemm[tg::kForward];
+    std::vector<float> a = inp, b = w, out(size_t(N) * OC);
+    tg::cpu::matmul_forward_scaled(out.data(), a.data(), b.data(), nullptr, N, C, OC, *r, 1);
+    std::vector<float> qa = inp, qb = w;
+    const float post = ref_qdq(qa, N, C, g.a) * ref_qdq(qb, OC, C, g.b);
+    std::vector<double> want = gemm64(qa, qb, N, OC, C);
+    for (auto& v : want) v *= post;
+    CHECK(rel_err(out, want) < 1e-5);
   }
 }
 

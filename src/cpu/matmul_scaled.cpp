@@ -20,6 +20,8 @@
 // equal to the unsplit product in exact arithmetic. A recipe's smooth factors (src/smoothing.h)
 // scale the forward's operands first, X diag(1/s) and W diag(s), the same product in exact
 // arithmetic; the backward takes the unsmoothed operands, the exact gradient of that product.
+#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "../common.h"
@@ -73,6 +75,76 @@ void product(float* out, const float* A, const float* B, int M, int N, int K, bo
   matmul_forward_bf16(out, a.data(), b.data(), nullptr, 1.0f, M, K, N);
 }
 
+// An operand with fp32 scales (fp8-rowwise, fp8-block) enters the product as its codes q, its
+// scales applied to the products afterwards, as hardware with per-row or per-block fp32
+// scales computes (cuBLASLt's OUTER_VEC_32F, VEC128_32F and BLK128x128_32F; DeepSeek-V3's
+// promotion every 128 along K): out = sum over K chunks of (Q_a Q_b^T)_chunk d_a d_b, each
+// chunk inside one scale group of both operands. The codes are exact in bf16 (E4M3, E5M2,
+// E2M1: at most 4 significant bits, |q| >= 2^-16), so these operands take the bf16 GEMM too;
+// q d rounded to fp32 would not be, and hardware never forms it.
+struct Factored {
+  bool on = false;
+  int gr = 1, gc = 1, ngc = 1;  // scale groups (rows x cols along K), groups per row
+  std::vector<float> dec;
+  float at(int row, int k) const { return on ? dec[size_t(row / gr) * ngc + k / gc] : 1.0f; }
+};
+
+bool factored_scales(const OperandRecipe& o) {
+  return o.scale == ScaleFormat::FP32 && o.elem != ElemFormat::BF16;
+}
+
+// Quantizes x(rows, K) in place: codes with their scales apart (f) or dequantized values.
+float quantize_operand(float* x, int rows, int K, const OperandRecipe& o, uint64_t seed,
+                       Factored* f) {
+  if (!factored_scales(o)) return quantize_dequantize(x, rows, K, o, seed);
+  f->on = true;
+  group_shape(o, rows, K, &f->gr, &f->gc);
+  f->gr = std::min(f->gr, rows);
+  f->gc = std::min(f->gc, K);
+  f->ngc = (K + f->gc - 1) / f->gc;
+  return quantize_to_codes(x, rows, K, o, seed, &f->dec);
+}
+
+// The K chunk both operands' scale groups hold whole: the narrower group width, or 0 when
+// neither width divides the other (those products take dequantized operands instead).
+int common_chunk(const Factored& a, const Factored& b, int K) {
+  const int wa = a.on ? a.gc : K, wb = b.on ? b.gc : K;
+  const int lo = std::min(wa, wb), hi = std::max(wa, wb);
+  return hi % lo == 0 || hi == K ? lo : 0;
+}
+
+// cols [k0, k0 + kc) of x(rows, K) as a contiguous (rows, kc) matrix.
+const float* columns(std::vector<float>& buf, const float* x, int rows, int K, int k0, int kc) {
+  if (k0 == 0 && kc == K) return x;
+  buf.resize(size_t(rows) * kc);
+  for (int r = 0; r < rows; r++)
+    std::copy_n(x + size_t(r) * K + k0, kc, buf.data() + size_t(r) * kc);
+  return buf.data();
+}
+
+// o(M,Nout) = sum over chunks of A_c B_c^T scaled by both operands' group scales.
+void factored_product(float* o, const float* A, const float* B, const Factored& fa,
+                      const Factored& fb, int M, int Nout, int K, int chunk, bool bf16_ok) {
+  static thread_local std::vector<float> ca, cb, part;
+  part.resize(size_t(M) * Nout);
+  for (int k0 = 0; k0 < K; k0 += chunk) {
+    const int kc = std::min(chunk, K - k0);
+    product(part.data(), columns(ca, A, M, K, k0, kc), columns(cb, B, Nout, K, k0, kc), M, Nout, kc,
+            bf16_ok);
+    const bool first = k0 == 0;
+#pragma omp parallel for schedule(static) if (size_t(M) * Nout >= kParallelMin)
+    for (int m = 0; m < M; m++) {
+      const float sa = fa.at(m, k0);
+      float* om = o + size_t(m) * Nout;
+      const float* pm = part.data() + size_t(m) * Nout;
+      for (int n = 0; n < Nout; n++) {
+        const float v = pm[n] * (sa * fb.at(n, k0));
+        om[n] = first ? v : om[n] + v;
+      }
+    }
+  }
+}
+
 // out(M,Nout) (+)= post * A(M,K) B(Nout,K)^T, A and B quantized in place first.
 void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const GemmRecipe& g,
                  uint64_t seed, int role, bool accumulate, std::vector<float>* tmp) {
@@ -82,14 +154,27 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
     hadamard_rows(A, M, K, ra.transform_size, hs, false);
     hadamard_rows(B, Nout, K, rb.transform_size, hs, false);
   }
-  const float post = quantize_dequantize(A, M, K, ra, stream(seed, role, 0)) *
-                     quantize_dequantize(B, Nout, K, rb, stream(seed, role, 1));
+  Factored fa, fb;
+  float post = quantize_operand(A, M, K, ra, stream(seed, role, 0), &fa) *
+               quantize_operand(B, Nout, K, rb, stream(seed, role, 1), &fb);
+  int chunk = fa.on || fb.on ? common_chunk(fa, fb, K) : K;
+  if (chunk == 0) {  // groups that do not nest: dequantize the codes after all
+    for (auto [x, f, rows] : {std::tuple{A, &fa, M}, std::tuple{B, &fb, Nout}})
+      for (int r = 0; r < rows && f->on; r++)
+        for (int k = 0; k < K; k++) x[size_t(r) * K + k] *= f->at(r, k);
+    fa.on = fb.on = false;
+    chunk = K;
+  }
   float* o = out;
   if (accumulate) {
     tmp->resize(size_t(M) * Nout);
     o = tmp->data();
   }
-  product(o, A, B, M, Nout, K, bf16_exact(ra) && bf16_exact(rb));
+  const bool bf16_ok = (fa.on || bf16_exact(ra)) && (fb.on || bf16_exact(rb));
+  if (fa.on || fb.on)
+    factored_product(o, A, B, fa, fb, M, Nout, K, chunk, bf16_ok);
+  else
+    product(o, A, B, M, Nout, K, bf16_ok);
   if (!accumulate && post == 1.0f) return;
 #pragma omp parallel for schedule(static) if (size_t(M) * Nout >= kParallelMin)
   for (size_t i = 0; i < size_t(M) * Nout; i++)

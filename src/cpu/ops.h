@@ -126,6 +126,12 @@ float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, 
 // Random Hadamard rotation H D of every run of n (a power of two) values along each row;
 // inverse: its transpose D H.
 void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inverse);
+// The same quantization with the codes and the scales kept apart: x gets the codes q (values
+// of the element format, exact in bf16) and *dec every scale group's multiplier, group-major
+// (group_shape's groups; x' = q dec is quantize_dequantize's value bit for bit). A bf16
+// operand is left as it is with dec empty. Returns the tensor factor as above.
+float quantize_to_codes(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                        std::vector<float>* dec);
 // The scalar loops of both (quantize.cpp without its AVX-512 lanes, quantize_lanes.h), which
 // the above must equal bit for bit.
 float quantize_dequantize_reference(float* x, int rows, int cols, const OperandRecipe& o,

@@ -179,8 +179,9 @@ RowFn row_fn(ElemFormat f, bool sr) {
   return apply_row<E::BF16, false, false>;
 }
 
+// dec_out (when given): x keeps the codes q and dec_out every group's multiplier, group-major.
 float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
-                    size_t* saturated, bool lanes) {
+                    size_t* saturated, bool lanes, std::vector<float>* dec_out) {
   // A bf16 operand stays as it is: the model's operands are bf16 values already.
   if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) return 1.0f;
   int gr = rows, gc = cols;
@@ -206,6 +207,7 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
   if (nonfinite) {
 #pragma omp parallel for schedule(static) if (big)
     for (size_t i = 0; i < size_t(rows) * cols; i++) x[i] = NAN;
+    if (dec_out) dec_out->assign(size_t((rows + gr - 1) / gr) * ngc, 1.0f);
     return 1.0f;
   }
   std::vector<float> amax(size_t(ngr) * ngc, 0.0f);
@@ -224,6 +226,10 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
           : 1.0f;
   std::vector<GroupScale> scale(amax.size());
   for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
+  if (dec_out) {  // q dec with dec = 1 is q: the same rounding, the multiplier kept apart
+    dec_out->resize(scale.size());
+    for (size_t i = 0; i < scale.size(); i++) (*dec_out)[i] = scale[i].dec, scale[i].dec = 1.0f;
+  }
   const bool sr = o.rounding == RoundMode::Stochastic;
   const RowFn apply = lanes ? row_fn<true>(o.elem, sr) : row_fn<false>(o.elem, sr);
   const uint64_t mixed = quant_sr_seed(seed);
@@ -240,12 +246,18 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
 
 float quantize_dequantize(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
                           size_t* saturated) {
-  return quantize_impl(x, rows, cols, o, seed, saturated, quantize_lanes_available());
+  return quantize_impl(x, rows, cols, o, seed, saturated, quantize_lanes_available(), nullptr);
 }
 
 float quantize_dequantize_reference(float* x, int rows, int cols, const OperandRecipe& o,
                                     uint64_t seed, size_t* saturated) {
-  return quantize_impl(x, rows, cols, o, seed, saturated, false);
+  return quantize_impl(x, rows, cols, o, seed, saturated, false, nullptr);
+}
+
+float quantize_to_codes(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                        std::vector<float>* dec) {
+  dec->clear();
+  return quantize_impl(x, rows, cols, o, seed, nullptr, quantize_lanes_available(), dec);
 }
 
 // x <- H D x on each run of n consecutive values of every row (D: random signs per column,
