@@ -182,8 +182,13 @@ bool run_native(Ctx& c, float* acc, float* post, const float* A, const float* B,
   const int per = p.a.type == CUDA_R_4F_E2M1 ? 2 : 1;
   uint8_t* ca = scratch_bytes(c, kScratchQA, size_t(M) * K / per);
   uint8_t* cb = scratch_bytes(c, kScratchQB, size_t(N) * K / per);
-  void* xa = c.scratch(kScratchQScaleA, native_scale_bytes(g.a, p.a.mode, M, K));
-  void* xb = c.scratch(kScratchQScaleB, native_scale_bytes(g.b, p.b.mode, N, K));
+  // Twice the layout's size and 4 KiB more: should cuBLASLt expect more padding than the
+  // documentation as read here, it reads wrong scales (which the self-check catches) rather
+  // than past an allocation (which would end the run).
+  const size_t bxa = native_scale_bytes(g.a, p.a.mode, M, K);
+  const size_t bxb = native_scale_bytes(g.b, p.b.mode, N, K);
+  void* xa = c.scratch(kScratchQScaleA, 2 * bxa + 4096);
+  void* xb = c.scratch(kScratchQScaleB, 2 * bxb + 4096);
   quantize_codes(c, g.a, p.a.mode, sa, A, M, K, ca, xa, post);
   quantize_codes(c, g.b, p.b.mode, sb, B, N, K, cb, xb, post + 1);
   static const float one = 1.0f, zero = 0.0f;
