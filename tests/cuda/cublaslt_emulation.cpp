@@ -25,7 +25,8 @@
 // and the sum runs in fp64 (the hardware's order is not ours to know; the tests allow for
 // it). The heuristic offers an algorithm for the pairs cuBLASLt documents (32F modes with each
 // other, both but two 128x128 tiles; UE8M0 with UE8M0; UE4M3 with UE4M3 on FP4) in TN form.
-// Test hooks: emu_test::lt_refuse_block_scaled (the heuristic finds nothing for a scale mode)
+// Test hooks: emu_test::lt_refuse_block_scaled (the heuristic finds nothing for a scale mode,
+// and a launch with one fails, as a cached algorithm the library refuses would)
 // and emu_test::lt_ignore_block_scales (block scales read as 1: a wrong answer, for the
 // native path's self-check to catch).
 #include <cublasLt.h>
@@ -297,9 +298,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t opd, const 
   if ((bias && !op.bias) || (gelu_aux && (!op.aux || op.aux_ld < int64_t(m))))
     return CUBLAS_STATUS_INVALID_VALUE;
   const cudaDataType_t bias_type = op.bias_type < 0 ? d.type : cudaDataType_t(op.bias_type);
+  // (refused at launch too: the wrapper caches the heuristic's earlier answers)
+  if ((blk_a || blk_b) && (d.batch != 1 || gelu_aux || emu_test::lt_refuse_block_scaled))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   emu_test::lt_matmul_calls++;
   if (blk_a || blk_b) {
-    if (d.batch != 1 || gelu_aux) return CUBLAS_STATUS_NOT_SUPPORTED;
     emu_test::lt_block_scaled_calls++;
     const bool ones = emu_test::lt_ignore_block_scales;
     for (uint64_t j = 0; j < n; j++)
