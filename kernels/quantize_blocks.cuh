@@ -1,5 +1,6 @@
 // quantize_blocks.cuh: quantize-dequantize of one GEMM operand with a block-scaled recipe
-// (src/recipe.h), the device twin of src/cpu/quantize.cpp, value for value.
+// (src/recipe.h), the device twin of src/cpu/quantize.cpp, value for value; and the same
+// quantization into element codes and a scale tensor for the native block-scaled GEMMs.
 //
 // The operand is a (rows, cols) row-major fp32 matrix whose cols run along its GEMM's
 // reduction dimension (stage_kernel builds it from the model's tensor, transposed for the
@@ -10,13 +11,16 @@
 //                       the tensor's largest |x| bits (atomicMax; a max is order-free), which
 //                       also says whether any value is non-finite (bits >= inf's)
 //   group_scale_kernel  one thread per group: the max over its rows, then the scale pair
-//                       (enc before rounding, dec after) by the recipe's scale format, the
-//                       NVFP4 tensor scale from the tensor amax, and the GEMM's tensor factor
-//                       (1 / S for UE4M3 scales, else 1)
+//                       (enc before rounding, dec after) by src/group_scale.h (the rule the
+//                       CPU calls), the NVFP4 tensor scale from the tensor amax, and the
+//                       GEMM's tensor factor (1 / S for UE4M3 scales, else 1)
 //   apply_kernel        one thread per element (grid-stride): round(x enc) dec into the
 //                       output type (fp32, or bf16 where the caller knows it is exact), NaN
 //                       everywhere when any input was non-finite; stochastic rounding draws
 //                       quant_sr_bits(quant_sr_seed(seed), r * cols + c), the CPU's counter
+// or, for the native block-scaled GEMMs, instead of apply_kernel (section below):
+//   native_scale_kernel the groups' dec in cuBLASLt's scale-tensor layout for the scale mode
+//   codes_kernel        round(x enc) as element codes (apply_kernel's rounding and bits)
 // Every formula is quantize.cpp's in the same fp32 operations (IEEE division and ldexpf; no
 // operation here can be contracted into an FMA), so the values are bit-identical.
 #pragma once
