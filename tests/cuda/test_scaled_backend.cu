@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "src/cuda/scaled.h"
 #include "src/fp8.h"
 #include "src/model.h"
-#include "src/cuda/scaled.h"
 #include "src/recipe.h"
 #include "tests/cuda/cuda_test_util.h"
 
