@@ -1,5 +1,6 @@
 // quantize_blocks.cuh: quantize-dequantize of one GEMM operand with a block-scaled recipe
-// (src/recipe.h), the device twin of src/cpu/quantize.cpp, value for value.
+// (src/recipe.h), the device twin of src/cpu/quantize.cpp, value for value; and the same
+// quantization into element codes and a scale tensor for the native block-scaled GEMMs.
 //
 // The operand is a (rows, cols) row-major fp32 matrix whose cols run along its GEMM's
 // reduction dimension (stage_kernel builds it from the model's tensor, transposed for the
@@ -10,19 +11,25 @@
 //                       the tensor's largest |x| bits (atomicMax; a max is order-free), which
 //                       also says whether any value is non-finite (bits >= inf's)
 //   group_scale_kernel  one thread per group: the max over its rows, then the scale pair
-//                       (enc before rounding, dec after) by the recipe's scale format, the
-//                       NVFP4 tensor scale from the tensor amax, and the GEMM's tensor factor
-//                       (1 / S for UE4M3 scales, else 1)
+//                       (enc before rounding, dec after) by src/group_scale.h (the rule the
+//                       CPU calls), the NVFP4 tensor scale from the tensor amax, and the
+//                       GEMM's tensor factor (1 / S for UE4M3 scales, else 1)
 //   apply_kernel        one thread per element (grid-stride): round(x enc) dec into the
 //                       output type (fp32, or bf16 where the caller knows it is exact), NaN
 //                       everywhere when any input was non-finite; stochastic rounding draws
 //                       quant_sr_bits(quant_sr_seed(seed), r * cols + c), the CPU's counter
+// or, for the native block-scaled GEMMs, instead of apply_kernel (section below):
+//   native_scale_kernel the groups' dec in cuBLASLt's scale-tensor layout for the scale mode
+//   codes_kernel        round(x enc) as element codes (apply_kernel's rounding and bits)
 // Every formula is quantize.cpp's in the same fp32 operations (IEEE division and ldexpf; no
 // operation here can be contracted into an FMA), so the values are bit-identical.
 #pragma once
+#include <cublasLt.h>
+
 #include <cstdint>
 
 #include "common.cuh"
+#include "src/group_scale.h"
 #include "src/recipe.h"
 
 namespace tg::gpu::quant {
@@ -36,55 +43,14 @@ struct QuantParams {
   int ngr = 1, ngc = 1;
 };
 
-// One group's multipliers: before rounding (enc) and after (dec).
-struct Scale2 {
-  float enc, dec;
-};
+// One group's multipliers, before rounding (enc) and after (dec): src/group_scale.h's, the
+// rule the CPU quantizer calls.
+using Scale2 = GroupScale;
 
-constexpr float kMaxFloat = 3.40282347e38f;
+__device__ __forceinline__ float elem_max(ElemFormat f) { return elem_max_value(f); }
 
-__device__ __forceinline__ float elem_max(ElemFormat f) {
-  return f == ElemFormat::E4M3 ? E4M3_MAX : f == ElemFormat::E5M2 ? E5M2_MAX : E2M1_MAX;
-}
-// OCP MX's emax_elem: the exponent of the format's largest power of two.
-__device__ __forceinline__ int elem_emax(ElemFormat f) {
-  return f == ElemFormat::E4M3 ? 8 : f == ElemFormat::E5M2 ? 15 : 2;
-}
-
-// quantize.cpp's group_scale.
 __device__ __forceinline__ Scale2 group_scale(const QuantParams& p, float amax, float tscale) {
-  const float fmax = elem_max(p.elem);
-  Scale2 g{1.f, 1.f};
-  switch (p.scale) {
-    case ScaleFormat::FP32:
-      g.enc = fp8_scale_from_amax(amax, fmax, 0);
-      g.dec = 1.0f / g.enc;
-      break;
-    case ScaleFormat::Pow2:
-      g.enc = bits_f32(f32_bits(fp8_scale_from_amax(amax, fmax, 0)) & 0xff800000u);
-      g.dec = 1.0f / g.enc;
-      break;
-    case ScaleFormat::E8M0: {
-      int code = 127;
-      if (amax > 0) {
-        if (p.rule == ScaleRule::Ceil) {
-          code = f32_to_e8m0(amax / fmax, true, true);
-        } else {
-          code = int(f32_to_e8m0(amax, false, true)) - elem_emax(p.elem);
-          if (code < 0) code = 0;
-        }
-      }
-      g.dec = e8m0_to_f32(uint8_t(code));
-      g.enc = ldexpf(1.0f, 127 - code);
-      break;
-    }
-    case ScaleFormat::E4M3:
-      g.dec = ue4m3_to_f32(f32_to_ue4m3(amax / fmax * tscale));
-      g.enc = g.dec > 0 ? tscale / g.dec : 0.0f;
-      if (!(g.enc <= kMaxFloat)) g.enc = kMaxFloat;
-      break;
-  }
-  return g;
+  return tg::group_scale(p.elem, p.scale, p.rule, amax, tscale);
 }
 
 // v rounded into the element format and back (formats.h's encoders, saturating).
@@ -169,9 +135,11 @@ static __global__ void row_amax_kernel(const float* x, int rows, int cols, int g
 }
 
 // scales[g] for every group g = gi * ngc + j, and *post = the GEMM's factor for the operand.
+// nonfinite_post: *post when the tensor held a non-finite value (1 for the portable path, whose
+// operand is all NaN then; NaN for the native path, whose codes cannot all be NaN).
 static __global__ void group_scale_kernel(const float* row_amax, int rows, QuantParams p,
-                                          const unsigned* tensor_bits, Scale2* scales,
-                                          float* post) {
+                                          const unsigned* tensor_bits, Scale2* scales, float* post,
+                                          float nonfinite_post) {
   const unsigned tb = *tensor_bits;
   const bool finite = tb < 0x7f800000u;
   // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
@@ -180,7 +148,8 @@ static __global__ void group_scale_kernel(const float* row_amax, int rows, Quant
                            : 1.0f;
   const size_t total = size_t(p.ngr) * p.ngc;
   const size_t t0 = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (t0 == 0) *post = p.scale == ScaleFormat::E4M3 && finite ? 1.0f / tscale : 1.0f;
+  if (t0 == 0)
+    *post = !finite ? nonfinite_post : p.scale == ScaleFormat::E4M3 ? 1.0f / tscale : 1.0f;
   if (!finite) return;  // apply_kernel writes NaN without reading a scale
   for (size_t t = t0; t < total; t += size_t(gridDim.x) * blockDim.x) {
     const int gi = int(t / p.ngc), j = int(t % p.ngc);
@@ -211,6 +180,119 @@ __global__ void apply_kernel(O* out, const float* x, int rows, int cols, QuantPa
     const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
     const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(i)) : 0u;
     out[i] = st<O>(round_elem<F, SR>(x[i] * g.enc, bits) * g.dec);
+  }
+}
+
+// ---- Codes for the native block-scaled GEMMs (src/cuda/matmul_native.cu) ----
+// The same quantization as apply_kernel, but the output is the element codes and the scale
+// tensor cuBLASLt reads, instead of the dequantized values. An operand X(rows, K) is row-major
+// with its blocks along K; cuBLASLt sees it as the column-major K x rows operand of a TN GEMM
+// (op T for A, N for B), so for either operand `rows` is its outer dimension and K the inner.
+//   codes  E4M3 / E5M2: one byte per element, row-major (rows, K) (ld K)
+//          E2M1: two elements per byte, row-major, element 2i in the low nibble and 2i+1 in
+//          the high one (CUDA's __nv_fp4x2_e2m1 order, cuda_fp4.h); K even
+//   scales the group's decode factor dec (x' = code dec) in the scale mode's layout, as the
+//          cuBLAS documentation (cublasLtMatmulMatrixScale_t, "Scaling factors layouts")
+//          describes them:
+//     OUTER_VEC_32F   fp32, one per row (Row granularity): scale[r]
+//     VEC128_32F      fp32 per 1 x 128 block, outer-dimension-major: scale[j * rows + r] for row
+//                     r, block j (PyTorch's _scaled_mm asks the same "M-major" strides of 1x128
+//                     scales on Hopper)
+//     BLK128x128_32F  fp32 per 128 x 128 tile, row-major over tiles with the block dimension
+//                     padded to a multiple of 4 (16 bytes): scale[i * roundup(nj, 4) + j]
+//     VEC32_UE8M0,    one byte (E8M0 code; UE4M3 code) per 1 x 32 (1 x 16) block. The (rows x
+//     VEC16_UE4M3     nj) byte matrix, padded to multiples of 128 rows and 4 blocks, is cut into
+//                     128 x 4 tiles of 512 bytes stored one after another along K first:
+//                     tile (r / 128, j / 4) at ((r / 128) * ceil(nj / 4) + j / 4) * 512, and in a
+//                     tile (r, c) at (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4 ("1D Block
+//                     Scaling Factors Layout"; the same as Transformer Engine's and torchao's
+//                     swizzle to the "blocked" layout). A 16 x 16 weight tile's scale is written
+//                     into each of its 16 rows (per-16 1-D scales, replicated).
+// Padding holds neutral scales (1.0, E8M0 127, UE4M3 0x38). Nobody can run cuBLASLt here: the
+// 32F layouts are the documentation's as read; matmul_native.cu checks each on the GPU
+// against the portable path before trusting it.
+
+// Scale entries (elements of the mode's type) of an operand of `rows` rows and nj blocks.
+__host__ __device__ inline size_t native_scale_count(cublasLtMatmulMatrixScale_t m, int rows,
+                                                     int ngr, int nj) {
+  switch (m) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: return size_t(rows);
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return size_t(rows) * nj;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return size_t(ngr) * ((nj + 3) / 4 * 4);
+    default: return size_t((rows + 127) / 128) * 128 * ((nj + 3) / 4 * 4);
+  }
+}
+
+// One thread per scale entry (grid-stride over native_scale_count): the layout above, from the
+// groups' scales; neutral everywhere when the tensor held a non-finite value (the GEMM's
+// factor is NaN then).
+static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_t m,
+                                           const Scale2* scales, QuantParams p, int rows,
+                                           const unsigned* tensor_bits) {
+  const bool finite = *tensor_bits < 0x7f800000u;
+  const int nj = p.ngc, njp = (nj + 3) / 4 * 4;
+  const size_t n = native_scale_count(m, rows, p.ngr, nj);
+  for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n;
+       t += size_t(gridDim.x) * blockDim.x) {
+    int gi = 0, j = 0;
+    bool in = true;
+    switch (m) {
+      case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: gi = int(t); break;
+      case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F:
+        gi = int(t % rows) / p.gr, j = int(t / rows);
+        break;
+      case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F:
+        gi = int(t / njp), j = int(t % njp), in = j < nj;
+        break;
+      default: {
+        const int tile = int(t / 512), w = int(t % 512), nct = njp / 4;
+        const int r = (tile / nct) * 128 + ((w % 16) / 4) * 32 + w / 16;
+        j = (tile % nct) * 4 + w % 4;
+        in = r < rows && j < nj;
+        gi = r / p.gr;
+      }
+    }
+    const float dec = in && finite ? scales[size_t(gi) * nj + j].dec : 1.0f;
+    if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0)
+      static_cast<uint8_t*>(out)[t] = f32_to_e8m0(dec, false, true);  // dec: a power of two
+    else if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3)
+      static_cast<uint8_t*>(out)[t] = f32_to_ue4m3(dec);  // dec: a UE4M3 value (or 0)
+    else
+      static_cast<float*>(out)[t] = dec;
+  }
+}
+
+// The code of round(v) in format F (apply_kernel's rounding, the code instead of its value).
+template <ElemFormat F, bool SR>
+__device__ __forceinline__ uint8_t elem_code(float v, uint32_t bits) {
+  if constexpr (F == ElemFormat::E4M3)
+    return SR ? f32_to_e4m3_sr(v, bits) : f32_to_e4m3(v, true);
+  else if constexpr (F == ElemFormat::E5M2)
+    return SR ? f32_to_e5m2_sr(v, bits) : f32_to_e5m2(v, true);
+  else
+    return SR ? f32_to_e2m1_sr(v, bits) : f32_to_e2m1(v);
+}
+
+// codes (layout above) of x at its groups' scales: one thread per byte (grid-stride), i.e. per
+// element of FP8 and per pair of E2M1; the stochastic bits of element i are apply_kernel's.
+// Zeros when the tensor held a non-finite value.
+template <ElemFormat F, bool SR>
+__global__ void codes_kernel(uint8_t* out, const float* x, int rows, int cols, QuantParams p,
+                             const Scale2* scales, const unsigned* tensor_bits, uint64_t mixed) {
+  constexpr int kPer = F == ElemFormat::E2M1 ? 2 : 1;
+  const bool finite = *tensor_bits < 0x7f800000u;
+  const size_t n = size_t(rows) * cols / kPer;
+  for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < n;
+       b += size_t(gridDim.x) * blockDim.x) {
+    uint8_t code = 0;
+    for (int e = 0; e < kPer && finite; e++) {
+      const size_t i = b * kPer + e;
+      const int r = int(i / cols), c = int(i % cols);
+      const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
+      const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(i)) : 0u;
+      code |= uint8_t(elem_code<F, SR>(x[i] * g.enc, bits) << (4 * e));
+    }
+    out[b] = code;
   }
 }
 

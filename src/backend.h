@@ -103,6 +103,9 @@ struct Fp8Options {
   // The linears are block-scaled (ScaledLinear calls): what fp8_path_name describes, and
   // their shapes take no FP8-GEMM constraints.
   bool block_scaled = false;
+  // With block_scaled: the run's recipe, so that fp8_path_name can say which GEMM path (native
+  // block-scaled or portable) a backend runs for it and why (null: not known).
+  const QuantRecipe* recipe = nullptr;
 };
 // The shape of one linear: out(N,OC) = inp(N,C) W(OC,C)^T.
 struct LinearShape {

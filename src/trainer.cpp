@@ -191,6 +191,7 @@ void Trainer::setup_precision() {
   Fp8Options o;
   o.fast_accum = cfg_.precision.fp8.fast_accum;
   o.block_scaled = fp8_->block_scaled();
+  o.recipe = &fp8_->recipe();
   be_->set_fp8_options(o);
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../backend.h"
+#include "../group_scale.h"
 #include "storage.h"
 
 namespace tg::cpu {
@@ -163,16 +164,10 @@ void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* in
 // of a smoothed forward GEMM (QuantRecipe::smooth).
 void smooth_columns(float* x, int rows, int cols, const std::vector<float>& s, bool divide);
 
-// quantize.cpp's scale groups (also read by quant_error.cpp's block statistics): a group's
-// multipliers before rounding (enc) and after (dec); the scale of a group of amax `amax`
-// (tensor_scale: NVFP4's fp32 second level, else 1); the extent of one group; and the
-// exponent of an element format's largest power of two (OCP MX's emax_elem).
-struct GroupScale {
-  float enc = 1, dec = 1;
-};
-GroupScale group_scale(const OperandRecipe& o, float amax, float tensor_scale);
+// quantize.cpp's scale groups (also read by quant_error.cpp's block statistics): the extent
+// of one group; each group's scale is src/group_scale.h's group_scale (shared with the CUDA
+// kernels).
 void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc);
-int elem_emax(ElemFormat f);
 
 // quant_error.cpp: how much one operand loses in a recipe operand's format (sensitivity
 // statistics of precision.mode=auto), measured on a copy.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../formats.h"
+#include "../group_scale.h"
 #include "ops.h"
 
 namespace tg::cpu {

@@ -31,14 +31,13 @@
 #include <vector>
 
 #include "../formats.h"
+#include "../group_scale.h"
 #include "ops.h"
 #include "quantize_lanes.h"
 
 namespace tg::cpu {
 
 namespace {
-
-constexpr float kMaxFloat = 3.40282347e38f;
 
 // v rounded into format F and back (nearest: the fast round trips of storage.h, equal to
 // formats.h's encode + decode; stochastic: formats.h with the given bits).
@@ -55,56 +54,6 @@ inline float round_elem(float v, uint32_t bits) {
 }
 
 }  // namespace
-
-// The exponent of the element format's largest power of two (OCP MX's emax_elem).
-int elem_emax(ElemFormat f) {
-  switch (f) {
-    case ElemFormat::E4M3: return 8;   // 448 = 1.75 x 2^8
-    case ElemFormat::E5M2: return 15;  // 57344 = 1.75 x 2^15
-    case ElemFormat::E2M1: return 2;   // 6 = 1.5 x 2^2
-    case ElemFormat::BF16: return 127;
-  }
-  return 0;
-}
-
-GroupScale group_scale(const OperandRecipe& o, float amax, float tensor_scale) {
-  const float fmax = elem_format_max(o.elem);
-  GroupScale g;
-  switch (o.scale) {
-    case ScaleFormat::FP32:
-      g.enc = fp8_scale_from_amax(amax, fmax, 0);
-      g.dec = 1.0f / g.enc;
-      break;
-    case ScaleFormat::Pow2: {
-      const float s = fp8_scale_from_amax(amax, fmax, 0);  // >= 2^-126 for any finite amax
-      g.enc = bits_f32(f32_bits(s) & 0xff800000u);
-      g.dec = 1.0f / g.enc;  // exact: a power of two
-      break;
-    }
-    case ScaleFormat::E8M0: {
-      int code = 127;
-      if (amax > 0) {
-        if (o.scale_rule == ScaleRule::Ceil) {
-          code = f32_to_e8m0(amax / fmax, true, true);
-        } else {
-          code = int(f32_to_e8m0(amax, false, true)) - elem_emax(o.elem);
-          if (code < 0) code = 0;
-        }
-      }
-      g.dec = e8m0_to_f32(uint8_t(code));
-      g.enc = std::ldexp(1.0f, 127 - code);
-      break;
-    }
-    case ScaleFormat::E4M3: {
-      g.dec = ue4m3_to_f32(f32_to_ue4m3(amax / fmax * tensor_scale));
-      g.enc = g.dec > 0 ? tensor_scale / g.dec : 0.0f;
-      // A tiny tensor (scale clamped to the largest float) may overflow this: clamp likewise.
-      if (!(g.enc <= kMaxFloat)) g.enc = kMaxFloat;
-      break;
-    }
-  }
-  return g;
-}
 
 // The rows x cols extent of one scale group.
 void group_shape(const OperandRecipe& o, int rows, int cols, int* gr, int* gc) {

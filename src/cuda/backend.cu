@@ -287,9 +287,14 @@ class CudaBackend final : public Backend {
   void set_fp8_options(const Fp8Options& o) override {
     fp8_opt_ = o;
     fp8_path_ = o.force_fallback ? gpu::Fp8Path::kBf16Fallback : device_fp8_path_;
+    // A copy: the line names the path of the recipe the options were set with.
+    have_recipe_ = o.recipe != nullptr;
+    if (o.recipe) recipe_ = *o.recipe;
+    fp8_opt_.recipe = nullptr;
   }
   std::string fp8_path_name() const override {
-    return fp8_opt_.block_scaled ? gpu::scaled_path_name() : gpu::fp8_path_name(fp8_path_);
+    return fp8_opt_.block_scaled ? gpu::scaled_path_name(ctx_, have_recipe_ ? &recipe_ : nullptr)
+                                 : gpu::fp8_path_name(fp8_path_);
   }
   // The block-scaled path takes any shape.
   std::string fp8_shape_problem(int N, int C, int OC) const override {
@@ -683,6 +688,8 @@ class CudaBackend final : public Backend {
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   // FP8
   gpu::Fp8Path device_fp8_path_ = gpu::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
+  QuantRecipe recipe_;  // the block-scaled run's recipe (set_fp8_options), for fp8_path_name
+  bool have_recipe_ = false;
   Fp8Options fp8_opt_;
   gpu::Fp8LinearDevice* fp8_state_ = nullptr;
   void* fp8_state_own_ = nullptr;

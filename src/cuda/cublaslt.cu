@@ -47,7 +47,10 @@ void set_batch(cublasLtMatrixLayout_t l, int count, long long stride) {
                                                    &s, sizeof s));
 }
 
-bool is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+// The narrow types that take scale pointers (FP8, and FP4 with a block scale mode).
+bool is_fp8(cudaDataType_t t) {
+  return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2 || t == CUDA_R_4F_E2M1;
+}
 
 void set_epilogue(cublasLtMatmulDesc_t op, const LtGemm& g) {
   if (g.epilogue == LtEpilogue::kNone) return;
@@ -69,8 +72,10 @@ void make_descs(LtDescs& d, const LtGemm& g) {
   if (g.device_scalars)
     set_attr(d.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_DEVICE);
   if (is_fp8(g.a_type)) {
-    set_attr(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.a_scale));
-    set_attr(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.b_scale));
+    if (g.a_scale_mode) set_attr(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, g.a_scale_mode);
+    if (g.b_scale_mode) set_attr(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, g.b_scale_mode);
+    set_attr(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
+    set_attr(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
     set_attr(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(g.fast_accum ? 1 : 0));
   }
   set_epilogue(d.op, g);
@@ -110,7 +115,7 @@ bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatm
   return true;
 }
 
-using AlgoKey = std::array<int64_t, 25>;
+using AlgoKey = std::array<int64_t, 27>;
 struct AlgoEntry {
   bool usable = false;
   cublasLtMatmulAlgo_t algo{};
@@ -141,7 +146,9 @@ AlgoKey key_of(const LtContext& c, const LtGemm& g) {
           g.batch,
           g.stride_a,
           g.stride_b,
-          g.stride_d};
+          g.stride_d,
+          g.a_scale_mode,
+          g.b_scale_mode};
 }
 
 // The cached heuristic answer for g, asked on first sight.

@@ -26,7 +26,8 @@ struct LtContext {
 
 enum class LtEpilogue { kNone, kBias, kGeluAuxBias };
 
-// Column-major D(m,n) = alpha * [a_scale * b_scale *] op(A) op(B) [+ bias(m)] + beta * D.
+// Column-major D(m,n) = alpha * [a_scale * b_scale *] op(A) op(B) [+ bias(m)] + beta * D
+// (with scale modes: each element of op(A) and op(B) times its own block's scale).
 // Stored shapes: A is m x k (k x m when transa), B is k x n (n x k when transb). alpha and
 // beta point to floats on the host, or on the device with device_scalars. With batch > 1,
 // `batch` such products, the i-th at A + i stride_a, B + i stride_b, D + i stride_d (strides
@@ -39,10 +40,14 @@ struct LtGemm {
   const void* B = nullptr;
   void* D = nullptr;
   LtEpilogue epilogue = LtEpilogue::kNone;
-  const void* bias = nullptr;      // kBias, kGeluAuxBias: length m, D's type
-  void* gelu_aux = nullptr;        // kGeluAuxBias: the pre-activation, m x n with ld ldd
-  const float* a_scale = nullptr;  // FP8 operands: their descales (device)
-  const float* b_scale = nullptr;
+  const void* bias = nullptr;  // kBias, kGeluAuxBias: length m, D's type
+  void* gelu_aux = nullptr;    // kGeluAuxBias: the pre-activation, m x n with ld ldd
+  // FP8 / FP4 operands: their descales (device). Per-tensor fp32 by default; with a scale mode
+  // (CUBLASLT_MATMUL_DESC_A_SCALE_MODE / B_SCALE_MODE, cublasLtMatmulMatrixScale_t; 0 is the
+  // per-tensor scalar) a scale tensor in that mode's layout (matmul_native.cu).
+  const void* a_scale = nullptr;
+  const void* b_scale = nullptr;
+  int32_t a_scale_mode = 0, b_scale_mode = 0;
   bool fast_accum = false;  // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM
   bool device_scalars = false;
   const float* alpha = nullptr;

@@ -9,7 +9,8 @@
 // multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies the
 // operands' tensor factors, accumulation, the split channels' product and the bias in the
 // CPU's order and rounds once. Every GEMM role and operand draws its random bits from the
-// CPU's stream of the linear's seed.
+// CPU's stream of the linear's seed. Where the GPU has a native block-scaled GEMM for a role
+// (matmul_native.cu), the product comes from it instead, on the same quantized values.
 #include "kernels/quantize_blocks.cuh"
 #include "scaled.h"
 
@@ -28,6 +29,21 @@ float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
   return static_cast<float*>(c.scratch(s, n * sizeof(float)));
 }
 
+}  // namespace
+
+void portable_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B,
+                              int M, int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb) {
+  const DType qt = operand_in_bf16(g.a) && operand_in_bf16(g.b) ? DType::BF16 : DType::F32;
+  const size_t qs = dtype_size(qt);
+  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
+  void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);
+  quantize_dequantize(c, g.a, sa, A, M, K, qt, qa, post);
+  quantize_dequantize(c, g.b, sb, B, N, K, qt, qb, post + 1);
+  gemm(c, false, true, M, N, K, qt, qa, K, qb, K, DType::F32, acc, N, 0.f, nullptr);
+}
+
+namespace {
+
 // out(M,Nout) of type t = [out +] post_a post_b Q(A) Q(B)^T [+ extra] [+ bias], A (M,K) and B
 // (Nout,K) staged in fp32 (rotated in place when the recipe says so).
 void scaled_gemm(Ctx& c, DType t, void* out, float* A, float* B, int M, int Nout, int K,
@@ -38,16 +54,16 @@ void scaled_gemm(Ctx& c, DType t, void* out, float* A, float* B, int M, int Nout
     hadamard_rows(c, A, M, K, g.a.transform_size, hs);
     hadamard_rows(c, B, Nout, K, g.b.transform_size, hs);
   }
-  const DType qt = operand_in_bf16(g.a) && operand_in_bf16(g.b) ? DType::BF16 : DType::F32;
-  const size_t qs = dtype_size(qt);
-  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
-  void* qb = c.scratch(kScratchQB, size_t(Nout) * K * qs);
   // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
-  quantize_dequantize(c, g.a, stream_of(seed, role, 0), A, M, K, qt, qa, post);
-  quantize_dequantize(c, g.b, stream_of(seed, role, 1), B, Nout, K, qt, qb, post + 1);
   float* acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
-  gemm(c, false, true, M, Nout, K, qt, qa, K, qb, K, DType::F32, acc, Nout, 0.f, nullptr);
+  const uint64_t sa = stream_of(seed, role, 0), sb = stream_of(seed, role, 1);
+  if (!native_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb)) {
+    // (the native path's self-check may have grown the scratch: take the pointers afresh)
+    post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
+    acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+    portable_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb);
+  }
   const size_t n = size_t(M) * Nout;
   dispatch("scaled_gemm", t, [&](auto tag) {
     using E = decltype(tag);
@@ -112,12 +128,6 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
   stage_operand(c, b, t, w, true, C, OC);
   scaled_gemm(c, t, dinp, a, b, N, C, OC, r.gemm[kInputGrad], seed, kInputGrad, false, nullptr,
               nullptr);
-}
-
-const char* scaled_path_name() {
-  return "block-scaled, portable: quantize-dequantize kernels, operands in bf16 where exact "
-         "(E8M0, power-of-two, UE4M3 scales) else fp32, cuBLASLt GEMMs with fp32 accumulation "
-         "(no native block-scaled GEMMs)";
 }
 
 }  // namespace tg::gpu

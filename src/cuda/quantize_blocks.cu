@@ -1,6 +1,6 @@
 // quantize_blocks.cu: launchers of kernels/quantize_blocks.cuh: staging (with the transpose),
-// the random Hadamard rotation and the block quantize-dequantize of one GEMM operand
-// (declared in scaled.h).
+// the random Hadamard rotation, the block quantize-dequantize of one GEMM operand and its
+// quantization into codes and a scale tensor for the native GEMMs (declared in scaled.h).
 #include <cmath>
 
 #include "kernels/quantize_blocks.cuh"
@@ -58,7 +58,87 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const float* x, 
     apply<F, false>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
 }
 
+// The groups' scales of x (row_amax_kernel, group_scale_kernel; in scratch), *tbits the tensor
+// amax bits they were drawn from, *post the GEMM's factor (nonfinite_post if x holds a
+// non-finite value).
+const Scale2* group_scales(Ctx& c, const QuantParams& p, const float* x, int rows, int cols,
+                           float* post, float nonfinite_post, const unsigned** tbits_out) {
+  float* row_amax =
+      static_cast<float*>(c.scratch(kScratchQAmax, size_t(rows) * p.ngc * sizeof(float)));
+  Scale2* scales =
+      static_cast<Scale2*>(c.scratch(kScratchQScales, size_t(p.ngr) * p.ngc * sizeof(Scale2)));
+  unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
+  TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
+  const size_t warps = size_t(rows) * p.ngc;
+  launch(quant::row_amax_kernel, c.grid(warps * 32, kThreads), kThreads, 0, c.stream, x, rows, cols,
+         p.gc, p.ngc, row_amax, tbits);
+  TG_LAUNCH_CHECK();
+  const size_t groups = size_t(p.ngr) * p.ngc;
+  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream, row_amax, rows,
+         p, static_cast<const unsigned*>(tbits), scales, post, nonfinite_post);
+  TG_LAUNCH_CHECK();
+  *tbits_out = tbits;
+  return scales;
+}
+
+template <ElemFormat F, bool SR>
+void launch_codes(Ctx& c, uint8_t* codes, const float* x, int rows, int cols, const QuantParams& p,
+                  const Scale2* scales, const unsigned* tbits, uint64_t mixed) {
+  const size_t bytes = size_t(rows) * cols / (F == ElemFormat::E2M1 ? 2 : 1);
+  launch(quant::codes_kernel<F, SR>, c.grid(bytes, kThreads), kThreads, 0, c.stream, codes, x, rows,
+         cols, p, scales, tbits, mixed);
+  TG_LAUNCH_CHECK();
+}
+
+template <ElemFormat F>
+void codes_rounding(Ctx& c, bool sr, uint8_t* codes, const float* x, int rows, int cols,
+                    const QuantParams& p, const Scale2* scales, const unsigned* tbits,
+                    uint64_t mixed) {
+  if (sr)
+    launch_codes<F, true>(c, codes, x, rows, cols, p, scales, tbits, mixed);
+  else
+    launch_codes<F, false>(c, codes, x, rows, cols, p, scales, tbits, mixed);
+}
+
 }  // namespace
+
+size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, int rows,
+                          int cols) {
+  const QuantParams p = params_of(o, rows, cols);
+  const size_t n = quant::native_scale_count(mode, rows, p.ngr, p.ngc);
+  const bool bytes = mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ||
+                     mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+  return n * (bytes ? 1 : sizeof(float));
+}
+
+void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, uint64_t seed,
+                    const float* x, int rows, int cols, uint8_t* codes, void* scale, float* post) {
+  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16)
+    throw Error("cuda backend: quantize_codes needs a narrow, non-empty operand");
+  if (o.elem == ElemFormat::E2M1 && cols % 2)
+    throw Error("cuda backend: packed E2M1 codes need an even row length");
+  const QuantParams p = params_of(o, rows, cols);
+  const unsigned* tbits = nullptr;
+  const Scale2* scales = group_scales(c, p, x, rows, cols, post, NAN, &tbits);
+  const size_t n = quant::native_scale_count(mode, rows, p.ngr, p.ngc);
+  launch(quant::native_scale_kernel, c.grid(n, kThreads), kThreads, 0, c.stream, scale, mode,
+         scales, p, rows, tbits);
+  TG_LAUNCH_CHECK();
+  const bool sr = o.rounding == RoundMode::Stochastic;
+  const uint64_t mixed = quant_sr_seed(seed);
+  switch (o.elem) {
+    case ElemFormat::E4M3:
+      codes_rounding<ElemFormat::E4M3>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
+      break;
+    case ElemFormat::E5M2:
+      codes_rounding<ElemFormat::E5M2>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
+      break;
+    case ElemFormat::E2M1:
+      codes_rounding<ElemFormat::E2M1>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
+      break;
+    case ElemFormat::BF16: break;  // refused above
+  }
+}
 
 bool operand_in_bf16(const OperandRecipe& o) {
   const bool narrow =
@@ -103,20 +183,8 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const fl
     return;
   }
   const QuantParams p = params_of(o, rows, cols);
-  float* row_amax =
-      static_cast<float*>(c.scratch(kScratchQAmax, size_t(rows) * p.ngc * sizeof(float)));
-  Scale2* scales =
-      static_cast<Scale2*>(c.scratch(kScratchQScales, size_t(p.ngr) * p.ngc * sizeof(Scale2)));
-  unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
-  TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
-  const size_t warps = size_t(rows) * p.ngc;
-  launch(quant::row_amax_kernel, c.grid(warps * 32, kThreads), kThreads, 0, c.stream, x, rows, cols,
-         p.gc, p.ngc, row_amax, tbits);
-  TG_LAUNCH_CHECK();
-  const size_t groups = size_t(p.ngr) * p.ngc;
-  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream, row_amax, rows,
-         p, static_cast<const unsigned*>(tbits), scales, post);
-  TG_LAUNCH_CHECK();
+  const unsigned* tbits = nullptr;
+  const Scale2* scales = group_scales(c, p, x, rows, cols, post, 1.0f, &tbits);
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);
   switch (o.elem) {

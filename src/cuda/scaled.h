@@ -3,7 +3,8 @@
 // quantizer (quantize_blocks.cu, kernels/quantize_blocks.cuh) and the linear's three GEMMs
 // (matmul_scaled.cu), the device twins of src/cpu/quantize.cpp and src/cpu/matmul_scaled.cpp.
 //
-// Path (the portable one, every compute capability): each operand is quantize-dequantized
+// Paths: the native one below where the GPU has block-scaled GEMMs for the recipe, else
+// the portable one (every compute capability): each operand is quantize-dequantized
 // into a GEMM operand that holds exactly the values a block-scaled GEMM multiplies (element
 // times its block scale), and the existing GEMM wrapper multiplies them with fp32
 // accumulation; the operands' tensor factors (NVFP4's 1 / S) and the bias follow in one fp32
@@ -11,6 +12,7 @@
 // (operand_in_bf16), else fp32 (CUBLAS_COMPUTE_32F, no TF32).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "../recipe.h"
 #include "launch.h"
@@ -55,7 +57,46 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
                             const void* inp, const void* w, int N, int C, int OC,
                             const QuantRecipe& r, uint64_t seed);
 
-// The start-up line's path of these linears.
-const char* scaled_path_name();
+// ---- the native path (matmul_native.cu; quantize_codes in quantize_blocks.cu) ----
+// Where the GPU and the installed cuBLASLt have a block-scaled GEMM that multiplies a role's
+// two operands exactly as the recipe quantizes them (matmul_native.cu's table: fp8-rowwise,
+// fp8-block on sm_90+, MXFP8 / MXFP4 / NVFP4 on sm_100+), the GEMM runs on their codes and
+// block scales instead of their dequantized copies; everything else about the linear stays.
+
+// x(rows, cols) quantized as `o` says (quantize_dequantize's values, bit for bit: code times
+// scale) into element codes (E4M3 / E5M2 bytes, or E2M1 nibble pairs, row-major) and a scale
+// tensor in cuBLASLt's layout for `mode` (kernels/quantize_blocks.cuh documents both), and
+// *post (device) = the GEMM's factor (1 / S for UE4M3 scales, else 1; NaN when x holds a
+// non-finite value). scale holds native_scale_bytes(o, mode, rows, cols) bytes.
+size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, int rows,
+                          int cols);
+void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, uint64_t seed,
+                    const float* x, int rows, int cols, uint8_t* codes, void* scale, float* post);
+
+// acc(M,N) = Q(A)(M,K) Q(B)(N,K)^T in fp32 and post[0..1] the operands' tensor factors (the
+// product before the epilogue), with seeds sa, sb for the operands' random streams:
+//   portable_scaled_products  quantize-dequantize and an ordinary GEMM (every GPU)
+//   native_scaled_products    codes and scales into cuBLASLt's block-scaled GEMM; false (and
+//                             nothing enqueued) when that GEMM cannot run natively: not
+//                             expressible, not on this GPU, cuBLASLt without an algorithm, or
+//                             its (operand pair, shape class) failed the self-check (printed)
+void portable_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B,
+                              int M, int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb);
+bool native_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B, int M,
+                            int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb);
+// The scale mode that expresses operand o exactly in *mode, or why none does ("" when one does).
+std::string native_operand_mode(const OperandRecipe& o, cublasLtMatmulMatrixScale_t* mode);
+// Why g's GEMM of this shape cannot run natively on c's GPU ("" when it can, pending the
+// self-check); M = 0 leaves the shape out.
+std::string native_problem(const Ctx& c, const GemmRecipe& g, int M, int N, int K);
+// How many (operand pair, shape class) self-checks or runs sent GEMMs to the portable path,
+// and forgetting every verdict (tests).
+int native_checks_failed();
+void native_forget_checks();
+// "E8M0 scales per 1x32 block" and the like.
+std::string describe_operand_scales(const OperandRecipe& o);
+
+// The start-up line's path of these linears for recipe r (null: not known), and why.
+std::string scaled_path_name(const Ctx& c, const QuantRecipe* r);
 
 }  // namespace tg::gpu

@@ -10,11 +10,32 @@
 // so a new one shows up here first. Like the real library, FP8 operands want the TN layout
 // (the heuristic finds no algorithm otherwise), and the heuristic checks that the layouts
 // agree on m, n and k.
+//
+// Block scale modes (CUBLASLT_MATMUL_DESC_A/B_SCALE_MODE): each element of op(A) (op(B)) is
+// decoded from its code (FP8 bytes, or CUDA_R_4F_E2M1 nibble pairs, the even element in the
+// low nibble) times its block's scale, read from the scale tensor as the cuBLAS documentation
+// lays it out (written here from the documentation, independently of the kernels that write
+// them, kernels/quantize_blocks.cuh), with "rows" the operand's outer dimension (m for A, n
+// for B) and its blocks along k:
+//   OUTER_VEC_32F   s[row]                   VEC128_32F  s[(k / 128) * rows + row]
+//   BLK128x128_32F  s[(row / 128) * roundup(ceil(K / 128), 4) + k / 128]
+//   VEC32_UE8M0, VEC16_UE4M3 (block b = k / 32 or k / 16, nb = ceil(K / block)): 128 x 4
+//     tiles of 512 bytes, s[((row / 128) ceil(nb / 4) + b / 4) 512 + (row % 32) 16 +
+//     ((row / 32) % 4) 4 + b % 4], E8M0 2^(code - 127), UE4M3 the E4M3 value of code & 0x7f
+// and the sum runs in fp64 (the hardware's order is not ours to know; the tests allow for
+// it). The heuristic offers an algorithm for the pairs cuBLASLt documents (32F modes with each
+// other, both but two 128x128 tiles; UE8M0 with UE8M0; UE4M3 with UE4M3 on FP4) in TN form.
+// Test hooks: emu_test::lt_refuse_block_scaled (the heuristic finds nothing for a scale mode,
+// and a launch with one fails, as a cached algorithm the library refuses would)
+// and emu_test::lt_ignore_block_scales (block scales read as 1: a wrong answer, for the
+// native path's self-check to catch).
 #include <cublasLt.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "src/formats.h"
 
 namespace emu_blas {
 float load(cudaDataType_t t, const void* p, size_t i);
@@ -25,6 +46,9 @@ size_t elem_bytes(cudaDataType_t t);
 namespace emu_test {
 int lt_matmul_calls = 0;
 int emu_lt_matmul_calls() { return lt_matmul_calls; }
+bool lt_refuse_block_scaled = false;
+bool lt_ignore_block_scales = false;
+int lt_block_scaled_calls = 0;
 }  // namespace emu_test
 
 namespace {
@@ -41,6 +65,8 @@ struct EmuMatmulDesc {
   int32_t bias_type = -1;  // -1: D's type
   void* aux = nullptr;
   int64_t aux_ld = 0;
+  int32_t a_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  int32_t b_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 };
 
 struct EmuLayout {
@@ -61,7 +87,45 @@ cublasStatus_t take(T* dst, const void* buf, size_t n) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-bool is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+bool is_fp8(cudaDataType_t t) {
+  return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2 || t == CUDA_R_4F_E2M1;
+}
+
+// Element i of a matrix of type t (packed FP4 too).
+float load_elem(cudaDataType_t t, const void* p, size_t i) {
+  if (t != CUDA_R_4F_E2M1) return emu_blas::load(t, p, i);
+  const uint8_t b = static_cast<const uint8_t*>(p)[i / 2];
+  return tg::e2m1_to_f32(uint8_t(i % 2 ? b >> 4 : b & 0xf));
+}
+
+bool block_mode(int32_t m) { return m != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F; }
+bool mode_32f(int32_t m) {
+  return m == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F ||
+         m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ||
+         m == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+// The scale of element (row, k) of an operand of outer dimension `rows` and inner K (header).
+float block_scale(int32_t mode, const void* s, uint64_t rows, uint64_t K, uint64_t row,
+                  uint64_t k) {
+  const float* f = static_cast<const float*>(s);
+  const uint8_t* b = static_cast<const uint8_t*>(s);
+  switch (mode) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: return f[row];
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return f[(k / 128) * rows + row];
+    case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F:
+      return f[(row / 128) * (((K + 127) / 128 + 3) / 4 * 4) + k / 128];
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0:
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3: {
+      const bool mx = mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+      const uint64_t blk = mx ? 32 : 16, nb = (K + blk - 1) / blk, bi = k / blk;
+      const uint64_t off = ((row / 128) * ((nb + 3) / 4) + bi / 4) * 512 + (row % 32) * 16 +
+                           ((row / 32) % 4) * 4 + bi % 4;
+      return mx ? tg::e8m0_to_f32(b[off]) : tg::e4m3_to_f32(uint8_t(b[off] & 0x7f));
+    }
+    default: return NAN;
+  }
+}
 
 // The GEMM's m, n, k from D, A and the transposes; false when B disagrees.
 bool shape_of(const EmuMatmulDesc& op, const EmuLayout& a, const EmuLayout& b, const EmuLayout& d,
@@ -84,7 +148,16 @@ float gelu(float x) {
 
 }  // namespace
 
+namespace emu_test {
+float emu_block_scale(int32_t mode, const void* s, uint64_t rows, uint64_t K, uint64_t row,
+                      uint64_t k) {
+  return block_scale(mode, s, rows, K, row, k);
+}
+}  // namespace emu_test
+
 extern "C" {
+
+size_t cublasLtGetVersion() { return CUBLAS_VERSION; }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
                                         cudaDataType_t scale) {
@@ -114,6 +187,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return take(&o.bias_type, buf, n);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return take(&o.aux, buf, n);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return take(&o.aux_ld, buf, n);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_MODE: return take(&o.a_scale_mode, buf, n);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: return take(&o.b_scale_mode, buf, n);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
@@ -180,6 +255,20 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   const bool fp8 = is_fp8(layout(a)->type) || is_fp8(layout(b)->type);
   if (fp8 && !(desc(op)->transa == CUBLAS_OP_T && desc(op)->transb == CUBLAS_OP_N))
     return CUBLAS_STATUS_SUCCESS;  // FP8 kernels are TN only: no algorithm
+  const int32_t ma = desc(op)->a_scale_mode, mb = desc(op)->b_scale_mode;
+  if (block_mode(ma) || block_mode(mb)) {
+    const bool fp4 = layout(a)->type == CUDA_R_4F_E2M1 && layout(b)->type == CUDA_R_4F_E2M1;
+    const bool pair = (mode_32f(ma) && mode_32f(mb) &&
+                       (ma == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) ==
+                           (mb == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) &&
+                       !(ma == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F &&
+                         mb == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)) ||
+                      (ma == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 &&
+                       mb == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0) ||
+                      (ma == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 &&
+                       mb == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 && fp4);
+    if (!fp8 || !pair || emu_test::lt_refuse_block_scaled) return CUBLAS_STATUS_SUCCESS;
+  }
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].state = CUBLAS_STATUS_SUCCESS;
   *found = 1;
@@ -196,9 +285,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t opd, const 
   uint64_t m, n, k;
   if (!shape_of(op, a, b, d, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
   const float alpha = scalar(alpha_p), beta = scalar(beta_p);
+  const bool blk_a = block_mode(op.a_scale_mode), blk_b = block_mode(op.b_scale_mode);
+  if ((blk_a && !op.a_scale) || (blk_b && !op.b_scale)) return CUBLAS_STATUS_INVALID_VALUE;
   float scale = 1.0f;
-  if (op.a_scale) scale *= *static_cast<const float*>(op.a_scale);
-  if (op.b_scale) scale *= *static_cast<const float*>(op.b_scale);
+  if (op.a_scale && !blk_a) scale *= *static_cast<const float*>(op.a_scale);
+  if (op.b_scale && !blk_b) scale *= *static_cast<const float*>(op.b_scale);
   const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
   const bool bias =
       op.epilogue == CUBLASLT_EPILOGUE_BIAS || op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -207,7 +298,32 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t opd, const 
   if ((bias && !op.bias) || (gelu_aux && (!op.aux || op.aux_ld < int64_t(m))))
     return CUBLAS_STATUS_INVALID_VALUE;
   const cudaDataType_t bias_type = op.bias_type < 0 ? d.type : cudaDataType_t(op.bias_type);
+  // (refused at launch too: the wrapper caches the heuristic's earlier answers)
+  if ((blk_a || blk_b) && (d.batch != 1 || gelu_aux || emu_test::lt_refuse_block_scaled))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   emu_test::lt_matmul_calls++;
+  if (blk_a || blk_b) {
+    emu_test::lt_block_scaled_calls++;
+    const bool ones = emu_test::lt_ignore_block_scales;
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t i = 0; i < m; i++) {
+        double s = 0;
+        for (uint64_t p = 0; p < k; p++) {
+          const size_t ia = ta ? i * a.ld + p : p * a.ld + i;
+          const size_t ib = tb ? p * b.ld + j : j * b.ld + p;
+          const double sa =
+              blk_a && !ones ? block_scale(op.a_scale_mode, op.a_scale, m, k, i, p) : 1;
+          const double sb =
+              blk_b && !ones ? block_scale(op.b_scale_mode, op.b_scale, n, k, j, p) : 1;
+          s += double(load_elem(a.type, A, ia)) * sa * (double(load_elem(b.type, B, ib)) * sb);
+        }
+        float v = alpha * (scale * float(s));
+        if (beta != 0.f) v += beta * emu_blas::load(c.type, C, j * c.ld + i);
+        if (bias) v += emu_blas::load(bias_type, op.bias, i);
+        emu_blas::store(d.type, D, j * d.ld + i, v);
+      }
+    return CUBLAS_STATUS_SUCCESS;
+  }
   for (int32_t e = 0; e < d.batch; e++) {
     const auto* pa = static_cast<const char*>(A) + e * a.stride * emu_blas::elem_bytes(a.type);
     const auto* pb = static_cast<const char*>(B) + e * b.stride * emu_blas::elem_bytes(b.type);

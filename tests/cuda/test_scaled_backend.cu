@@ -2,7 +2,8 @@
 // matmul_forward_scaled / matmul_backward_scaled over src/cuda/matmul_scaled.cu) against the
 // CPU backend's (src/cpu/matmul_scaled.cpp): every preset and its switchable ingredients,
 // shapes with partial blocks and tiles, split channels, the NaN poisoning of a non-finite
-// gradient, and a few training steps of a whole model per preset.
+// gradient, and a few training steps of a whole model per preset; and the native block-scaled
+// GEMMs (src/cuda/matmul_native.cu) where the device has them, their self-checks passing.
 //
 // Tolerances reflect accumulation order only: the quantized operands are bit-identical
 // (tests/cuda/quantize_emulated.cpp checks the quantizer), so each GEMM multiplies the same
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cuda/scaled.h"
 #include "src/fp8.h"
 #include "src/model.h"
 #include "src/recipe.h"
@@ -106,6 +108,27 @@ TEST_CASE("cuda: block-scaled linears match the CPU's, every preset and ingredie
   INFO("fp32 tensors");
   check_linear(tg::block_scaled_recipe("nvfp4", {}), {40, 72, 48}, DType::F32, 900);
   check_linear(tg::block_scaled_recipe("fp8-block", {}), {40, 72, 48}, DType::F32, 910);
+}
+
+TEST_CASE("cuda: native block-scaled GEMMs pass their self-checks and match the CPU") {
+  TG_REQUIRE_GPU();
+  // Shapes every native mode takes (multiples of 128): on sm_90 fp8-rowwise and fp8-block run
+  // natively, on sm_100 every preset; each (operand pair, shape class) self-checks on first
+  // use, and a failed check (a scale layout cuBLASLt reads otherwise than matmul_native.cu
+  // writes it) shows here instead of only as a fallback line.
+  const int failed0 = tg::gpu::native_checks_failed();
+  uint64_t seed = 900;
+  for (const auto& preset : presets()) {
+    const tg::QuantRecipe r = tg::block_scaled_recipe(preset.first, preset.second);
+    auto gpu = tg::make_cuda_backend();
+    tg::Fp8Options o = block_scaled_options();
+    o.recipe = &r;
+    gpu->set_fp8_options(o);
+    MESSAGE(preset.first << ": " << gpu->fp8_path_name());
+    INFO(preset.first << ": " << tg::describe(r));
+    check_linear(r, {256, 256, 256}, DType::BF16, seed += 10);
+  }
+  CHECK(tg::gpu::native_checks_failed() == failed0);
 }
 
 TEST_CASE("cuda: block-scaled split channels (precision.mode=auto's outliers) match the CPU") {

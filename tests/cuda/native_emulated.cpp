@@ -1,0 +1,367 @@
+// native_emulated.cpp: the native block-scaled GEMM path of the GPU (src/cuda/matmul_native.cu,
+// quantize_codes in src/cuda/quantize_blocks.cu) on the CPU, CUDA threads and cuBLASLt's scale
+// modes emulated (tests/cuda/cublaslt_emulation.cpp decodes codes and scales by the cuBLAS
+// documentation's layouts):
+//   - the codes and scale tensors of every operand a native mode expresses (every preset and
+//     its ingredients: pow2 scales, OCP / ceil E8M0, E5M2 gradients, stochastic rounding,
+//     Hadamard-rotated operands, 16x16 NVFP4 weight tiles) decode, code times scale, to the
+//     CPU quantizer's values bit for bit, with the same GEMM factor, on random and adversarial
+//     operands (outliers, zero and subnormal-only blocks, huge values, rows that leave the
+//     128-row scale tiles partial, K not in whole 4-block groups, an inf);
+//   - the scaled linear's three GEMMs through the native path against the CPU backend's
+//     (src/cpu/matmul_scaled.cpp) within fp32 accumulation-order tolerance, the native GEMM
+//     taken (counted) for each preset on an sm_90 (fp8-rowwise, fp8-block) or sm_100 (mxfp8,
+//     mxfp4, nvfp4) device;
+//   - the fallbacks: a heuristic without an algorithm and a native GEMM that gets the scales
+//     wrong (the self-check catches it) both leave the portable path's results, bit for bit,
+//     and the start-up line names the path and why.
+// What it cannot see: the real cuBLASLt's reading of the layouts (the self-check does that on
+// the GPU) and nvcc's compilation of the kernels.
+#include "tests/cuda/emulated_util.h"
+// (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "src/cuda/scaled.h"
+#include "src/recipe.h"
+
+namespace emu_test {
+extern bool lt_refuse_block_scaled;
+extern bool lt_ignore_block_scales;
+extern int lt_block_scaled_calls;
+float emu_block_scale(int32_t mode, const void* s, uint64_t rows, uint64_t K, uint64_t row,
+                      uint64_t k);
+}  // namespace emu_test
+
+using namespace emu_test;
+
+namespace {
+
+// emu_ctx() as a GPU of compute capability `major`.0 for the scope (0: the tests' default,
+// no native path).
+struct DeviceMajor {
+  int saved;
+  explicit DeviceMajor(int major) : saved(emu_ctx().prop.major) {
+    emu_ctx().prop.major = major;
+    gpu::native_forget_checks();
+  }
+  ~DeviceMajor() {
+    emu_ctx().prop.major = saved;
+    gpu::native_forget_checks();
+  }
+};
+
+std::vector<RecipeOptions> option_sets() {
+  std::vector<RecipeOptions> opts(6);
+  opts[1].pow2_scales = true;
+  opts[2].scale_rule = "ocp";
+  opts[3].scale_rule = "ceil";
+  opts[4].grad_format = "e5m2";
+  opts[5].stochastic_grads = false, opts[5].hadamard = false, opts[5].weight_2d = false;
+  return opts;
+}
+
+const char* kModes[] = {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"};
+
+int major_for(const char* mode) { return std::strncmp(mode, "fp8", 3) == 0 ? 9 : 10; }
+
+// Every distinct operand recipe of the presets that a native scale mode expresses.
+std::vector<OperandRecipe> native_operands() {
+  std::vector<OperandRecipe> out;
+  for (const char* mode : kModes)
+    for (const RecipeOptions& o : option_sets()) {
+      const QuantRecipe r = block_scaled_recipe(mode, o);
+      for (const GemmRecipe& g : r.gemm)
+        for (const OperandRecipe* x : {&g.a, &g.b}) {
+          cublasLtMatmulMatrixScale_t m;
+          if (!gpu::native_operand_mode(*x, &m).empty()) continue;
+          bool seen = false;
+          for (const OperandRecipe& y : out) seen |= std::memcmp(&y, x, sizeof y) == 0;
+          if (!seen) out.push_back(*x);
+        }
+    }
+  return out;
+}
+
+struct Operand {
+  std::string what;
+  int rows, cols;
+  std::vector<float> x;
+};
+
+std::vector<Operand> operands() {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto randn = [&](int rows, int cols, float scale) {
+    std::vector<float> x(size_t(rows) * cols);
+    for (float& v : x) v = nd(rng) * scale;
+    return x;
+  };
+  std::vector<Operand> out;
+  out.push_back({"random 128x256", 128, 256, randn(128, 256, 1.f)});
+  // 144 rows: a partial 128-row scale tile; 320 = 2.5 x 128: partial 4-block groups of MX.
+  out.push_back({"random 144x320", 144, 320, randn(144, 320, 0.3f)});
+  {
+    Operand o{"outliers, zero and subnormal-only blocks, huge values", 48, 512,
+              randn(48, 512, 1e-2f)};
+    for (int r = 0; r < 48; r += 5) o.x[size_t(r) * 512 + (r * 37) % 512] = 2.5e4f;
+    for (int c = 0; c < 160; c++) o.x[size_t(3) * 512 + c] = 0.f;
+    for (int r = 16; r < 32; r++)
+      for (int c = 128; c < 256; c++) o.x[size_t(r) * 512 + c] = 0.f;
+    for (int c = 256; c < 384; c++) o.x[size_t(6) * 512 + c] = float(c % 5 - 2) * 1e-41f;
+    for (int c = 384; c < 512; c++) o.x[size_t(9) * 512 + c] = (c % 2 ? -2.f : 3.f) * 1e37f;
+    out.push_back(o);
+  }
+  {
+    Operand o{"an inf", 32, 128, randn(32, 128, 1.f)};
+    o.x[200] = -INFINITY;
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::string describe_operand(const OperandRecipe& o) {
+  return std::string(elem_format_name(o.elem)) + " " + gpu::describe_operand_scales(o) +
+         (o.rounding == RoundMode::Stochastic ? ", stochastic" : ", nearest");
+}
+
+float decode(ElemFormat f, const uint8_t* codes, size_t i) {
+  switch (f) {
+    case ElemFormat::E4M3: return e4m3_to_f32(codes[i]);
+    case ElemFormat::E5M2: return e5m2_to_f32(codes[i]);
+    default: return e2m1_to_f32(uint8_t(i % 2 ? codes[i / 2] >> 4 : codes[i / 2] & 0xf));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("emulated: native codes x scales == the CPU quantizer's values, every native operand") {
+  const std::vector<OperandRecipe> recipes = native_operands();
+  // fp8-rowwise (OUTER_VEC), fp8-block (VEC128, BLK128x128), MX (VEC32) and NV (VEC16) 1-D
+  // and 2-D operands, and their stochastic / E5M2 / pow2 / ceil variants.
+  CHECK(recipes.size() >= 10);
+  uint64_t seed = 500;
+  for (const OperandRecipe& o : recipes) {
+    INFO(describe_operand(o));
+    cublasLtMatmulMatrixScale_t mode;
+    REQUIRE(gpu::native_operand_mode(o, &mode).empty());
+    for (const Operand& op : operands()) {
+      INFO(op.what);
+      const int rows = op.rows, cols = op.cols;
+      const size_t n = size_t(rows) * cols;
+      std::vector<float> ref = op.x;
+      const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, ++seed);
+      const size_t sbytes = gpu::native_scale_bytes(o, mode, rows, cols);
+      Buf<uint8_t> codes(n), scale(sbytes);
+      Buf<float> post(1);
+      gpu::quantize_codes(emu_ctx(), o, mode, seed, op.x.data(), rows, cols, codes.p, scale.p,
+                          post.p);
+      check_emu();
+      if (std::isnan(ref[0])) {  // a non-finite operand: NaN through the GEMM's factor
+        CHECK(std::isnan(post[0]));
+        continue;
+      }
+      CHECK(bits(post[0]) == bits(post_ref));
+      size_t bad = 0, first = n;
+      for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+          const size_t i = size_t(r) * cols + c;
+          const float s = emu_block_scale(int32_t(mode), scale.p, uint64_t(rows), uint64_t(cols),
+                                          uint64_t(r), uint64_t(c));
+          const float v = decode(o.elem, codes.p, i) * s;
+          if (bits(v) != bits(ref[i])) {
+            first = first < i ? first : i;
+            bad++;
+          }
+        }
+      INFO("first difference at " << first << ": cpu " << (first < n ? ref[first] : 0.f));
+      CHECK(bad == 0);
+    }
+  }
+}
+
+namespace {
+
+struct LinearResult {
+  std::vector<float> out, dinp, dw;
+};
+
+// One forward and backward of the scaled linear on the emulated GPU (fp32 tensors).
+LinearResult gpu_linear(const QuantRecipe& r, int N, int C, int OC, const std::vector<float>& inp,
+                        const std::vector<float>& w, const std::vector<float>& dout,
+                        uint64_t seed) {
+  Buf<float> out(size_t(N) * OC), dinp(size_t(N) * C), dw(size_t(OC) * C, 0);
+  std::memset(static_cast<void*>(dw.p), 0, dw.n * sizeof(float));
+  gpu::scaled_linear_forward(emu_ctx(), DType::F32, out.p, inp.data(), w.data(), nullptr, N, C, OC,
+                             r, seed);
+  gpu::scaled_linear_backward(emu_ctx(), DType::F32, dinp.p, dw.p, nullptr, dout.data(), inp.data(),
+                              w.data(), N, C, OC, r, seed);
+  check_emu();
+  return {std::vector<float>(out.p, out.p + out.n), std::vector<float>(dinp.p, dinp.p + dinp.n),
+          std::vector<float>(dw.p, dw.p + dw.n)};
+}
+
+LinearResult cpu_linear(const QuantRecipe& r, int N, int C, int OC, std::vector<float> inp,
+                        std::vector<float> w, std::vector<float> dout, uint64_t seed) {
+  LinearResult x{std::vector<float>(size_t(N) * OC), std::vector<float>(size_t(N) * C),
+                 std::vector<float>(size_t(OC) * C, 0.f)};
+  std::vector<float> inp2 = inp, w2 = w;
+  cpu::matmul_forward_scaled(x.out.data(), inp2.data(), w2.data(), nullptr, N, C, OC, r, seed);
+  cpu::ScaledScratch s;
+  cpu::matmul_backward_scaled(x.dinp.data(), x.dw.data(), dout.data(), inp.data(), w.data(), N, C,
+                              OC, r, seed, s);
+  return x;
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, scale);
+  std::vector<float> x(n);
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("emulated: native block-scaled linears == the CPU backend's, every preset") {
+  // fp32 tensors: the products differ from the CPU's only in the order of the K-term sums
+  // (fp64 in the emulated GEMM, fp32 on the CPU), relative 1e-6 at these K; 1e-5 as the
+  // design's fp32 bound.
+  const int N = 256, C = 256, OC = 128;
+  const std::vector<float> inp = randn(size_t(N) * C, 1, 1.f), w = randn(size_t(OC) * C, 2, 0.05f),
+                           dout = randn(size_t(N) * OC, 3, 1e-3f);
+  // The ingredients that change the GEMMs' operand types or scale formats (the E8M0 rules
+  // change codes only, which the test above covers): default, pow2, E5M2 gradients, and no
+  // stochastic rounding / Hadamard / 2-D weights.
+  const std::vector<RecipeOptions> all = option_sets();
+  for (const char* mode : kModes)
+    for (const RecipeOptions& o : {all[0], all[1], all[4], all[5]}) {
+      const QuantRecipe r = block_scaled_recipe(mode, o);
+      INFO(mode << ": " << describe(r));
+      const LinearResult ref = cpu_linear(r, N, C, OC, inp, w, dout, 42);
+      DeviceMajor dev(major_for(mode));
+      const int calls = lt_block_scaled_calls;
+      const LinearResult got = gpu_linear(r, N, C, OC, inp, w, dout, 42);
+      // Each role natively (those the mode expresses), after one self-check per operand pair.
+      int native_roles = 0;
+      for (const GemmRecipe& g : r.gemm)
+        native_roles += gpu::native_problem(emu_ctx(), g, 0, 0, 0).empty();
+      CHECK(native_roles >= 2);
+      CHECK(lt_block_scaled_calls - calls >= native_roles);
+      CHECK(gpu::native_checks_failed() == 0);
+      CHECK(rel(got.out, ref.out) < 1e-5);
+      CHECK(rel(got.dinp, ref.dinp) < 1e-5);
+      CHECK(rel(got.dw, ref.dw) < 1e-5);
+    }
+}
+
+TEST_CASE("emulated: native path shapes outside the modes and partial scale tiles") {
+  // 144 tokens and 48 outputs: rows that leave 128-row scale tiles partial (MX / NV), K = 144
+  // for wgrad (not a multiple of the FP4 rows' 32: that role runs portably); fp8-block needs
+  // whole 128-blocks and runs portably throughout.
+  const int N = 144, C = 160, OC = 48;
+  const std::vector<float> inp = randn(size_t(N) * C, 4, 1.f), w = randn(size_t(OC) * C, 5, 0.05f),
+                           dout = randn(size_t(N) * OC, 6, 1e-3f);
+  for (const char* mode : kModes) {
+    const QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+    INFO(mode);
+    const LinearResult ref = cpu_linear(r, N, C, OC, inp, w, dout, 7);
+    DeviceMajor dev(major_for(mode));
+    const LinearResult got = gpu_linear(r, N, C, OC, inp, w, dout, 7);
+    CHECK(gpu::native_checks_failed() == 0);
+    CHECK(rel(got.out, ref.out) < 1e-5);
+    CHECK(rel(got.dinp, ref.dinp) < 1e-5);
+    CHECK(rel(got.dw, ref.dw) < 1e-5);
+  }
+  CHECK(
+      !gpu::native_problem(emu_ctx(), block_scaled_recipe("fp8-block", {}).gemm[kForward], N, OC, C)
+           .empty());
+}
+
+namespace {
+// The portable path's results (no native GEMMs: an sm_80 device) and the native attempt's under
+// a broken cuBLASLt, which must fall back to exactly the portable results.
+void check_fallback(const char* mode, bool* hook) {
+  const int N = 128, C = 256, OC = 128;
+  const std::vector<float> inp = randn(size_t(N) * C, 8, 1.f), w = randn(size_t(OC) * C, 9, 0.05f),
+                           dout = randn(size_t(N) * OC, 10, 1e-3f);
+  const QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+  LinearResult portable;
+  {
+    DeviceMajor dev(8);
+    portable = gpu_linear(r, N, C, OC, inp, w, dout, 3);
+  }
+  DeviceMajor dev(major_for(mode));
+  *hook = true;
+  const int calls = lt_block_scaled_calls;
+  const LinearResult got = gpu_linear(r, N, C, OC, inp, w, dout, 3);
+  const int failed = gpu::native_checks_failed();
+  const int native_calls = lt_block_scaled_calls - calls;
+  // A second linear: the verdict stands, no further native attempt.
+  const LinearResult again = gpu_linear(r, N, C, OC, inp, w, dout, 3);
+  const int native_calls_again = lt_block_scaled_calls - calls - native_calls;
+  *hook = false;
+  CHECK(failed >= 1);
+  CHECK(native_calls <= failed);  // at most the self-checks' own GEMMs
+  CHECK(native_calls_again == 0);
+  CHECK(bit_diffs(got.out.data(), portable.out.data(), got.out.size()) == 0);
+  CHECK(bit_diffs(got.dinp.data(), portable.dinp.data(), got.dinp.size()) == 0);
+  CHECK(bit_diffs(got.dw.data(), portable.dw.data(), got.dw.size()) == 0);
+  CHECK(bit_diffs(again.out.data(), portable.out.data(), got.out.size()) == 0);
+}
+}  // namespace
+
+TEST_CASE("emulated: no cuBLASLt algorithm for a scale mode -> the portable path, bit for bit") {
+  for (const char* mode : kModes) {
+    INFO(mode);
+    check_fallback(mode, &lt_refuse_block_scaled);
+  }
+}
+
+TEST_CASE("emulated: a native GEMM that misreads the scales fails its self-check -> portable") {
+  for (const char* mode : kModes) {
+    INFO(mode);
+    check_fallback(mode, &lt_ignore_block_scales);
+  }
+}
+
+TEST_CASE("emulated: the start-up line says which block-scaled path runs and why") {
+  const QuantRecipe nv = block_scaled_recipe("nvfp4", RecipeOptions{});
+  const QuantRecipe rw = block_scaled_recipe("fp8-rowwise", RecipeOptions{});
+  const QuantRecipe blk = block_scaled_recipe("fp8-block", RecipeOptions{});
+  {
+    DeviceMajor dev(9);
+    const std::string s = gpu::scaled_path_name(emu_ctx(), &nv);
+    CHECK(s.find("portable") != std::string::npos);
+    CHECK(s.find("needs sm_100") != std::string::npos);
+    const std::string b = gpu::scaled_path_name(emu_ctx(), &blk);
+    CHECK(b.find("native") != std::string::npos);
+    CHECK(b.find("VEC128_32F") != std::string::npos);
+    CHECK(b.find("BLK128x128_32F") != std::string::npos);
+    CHECK(gpu::scaled_path_name(emu_ctx(), &rw).find("OUTER_VEC_32F") != std::string::npos);
+  }
+  {
+    DeviceMajor dev(10);
+    const std::string s = gpu::scaled_path_name(emu_ctx(), &nv);
+    CHECK(s.find("native") != std::string::npos);
+    CHECK(s.find("VEC16_UE4M3 x VEC16_UE4M3") != std::string::npos);
+  }
+  {
+    DeviceMajor dev(8);
+    const std::string s = gpu::scaled_path_name(emu_ctx(), &rw);
+    CHECK(s.find("no native path") != std::string::npos);
+    CHECK(s.find("needs sm_90") != std::string::npos);
+  }
+  CHECK(gpu::scaled_path_name(emu_ctx(), nullptr).find("recipe not known") != std::string::npos);
+}
