@@ -15,11 +15,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common.h"
 #include "loss_scaler.h"
+#include "operand_view.h"
 #include "recipe.h"
 
 namespace tg {
@@ -293,6 +295,11 @@ class Backend {
   virtual TensorStats stats(Tensor t) = 0;
   // dst = src converted to dst's type (same length)
   virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
+  // The probes' view of the operand t(rows, cols) (src/operand_view.h), its statistics
+  // reduced on this backend; null when it has none (the caller then measures a host copy).
+  virtual std::unique_ptr<OperandView> operand_view(Tensor /*t*/, int /*rows*/, int /*cols*/) {
+    return nullptr;
+  }
 };
 
 }  // namespace tg

@@ -87,6 +87,11 @@ enum ScratchSlot {
   kScratchQSplitA,  // precision.mode=auto's split channels: their columns and product
   kScratchQSplitB,
   kScratchQSplitAcc,
+  kScratchStatsAmax,    // operand statistics (operand_stats.h): per (row, column group) amax
+  kScratchStatsScales,  // per group scale pairs
+  kScratchStatsSums,    // per block partial sums
+  kScratchStatsWords,   // maxima, counts and totals read back by the host
+  kScratchStatsArgs,    // smoothing factors and split channels
   kNumScratch
 };
 
