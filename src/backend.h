@@ -296,7 +296,8 @@ class Backend {
   // dst = src converted to dst's type (same length)
   virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
   // The probes' view of the operand t(rows, cols) (src/operand_view.h), its statistics
-  // reduced on this backend; null when it has none (the caller then measures a host copy).
+  // reduced on this backend (the CPU: on the tensor itself; devices: on the device); null
+  // when the backend has none (the probes then cannot run on it).
   virtual std::unique_ptr<OperandView> operand_view(Tensor /*t*/, int /*rows*/, int /*cols*/) {
     return nullptr;
   }

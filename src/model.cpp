@@ -533,13 +533,13 @@ void GPT::backward() {
 
 void GPT::probe_take(int l, int lin, int operand, Tensor t, int rows, int cols) {
   if (!probe_) return;
-  if (std::unique_ptr<OperandView> v = be_.operand_view(t, rows, cols)) {
-    probe_->take(l, lin, operand, *v);
-    return;
-  }
-  const std::vector<double> wide = download_f64(be_, t);  // exact in fp32: t is fp32 or narrower
-  HostOperandView v(std::vector<float>(wide.begin(), wide.end()), rows, cols);
-  probe_->take(l, lin, operand, v);
+  const std::unique_ptr<OperandView> v = be_.operand_view(t, rows, cols);
+  if (!v)
+    throw Error(
+        strf("the %s backend measures no operands (precision.mode=auto, quantization "
+             "telemetry, channel smoothing)",
+             be_.name().c_str()));
+  probe_->take(l, lin, operand, *v);
 }
 
 void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,

@@ -16,6 +16,8 @@
 //                  weight), NaN ignored
 //   quant_error(o, seed, v)  cpu::quant_error of the operand variant v (OperandVariant) in
 //                  recipe operand o with random bits from seed
+//   values()       the operand itself in fp32 on the host (a full download on a device: for
+//                  what no statistic here covers, and the tests that compare the two views)
 // A view is valid while the tensor it shows is unchanged: during LinearProbe::take.
 #pragma once
 #include <cstdint>
@@ -48,6 +50,7 @@ class OperandView {
   virtual std::vector<float> column_amax() = 0;
   virtual cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
                                       const OperandVariant& v) = 0;
+  virtual std::vector<float> values() = 0;
 
  private:
   int rows_, cols_;
@@ -65,6 +68,9 @@ class HostOperandView final : public OperandView {
   std::vector<float> column_amax() override;
   cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
                               const OperandVariant& v) override;
+  std::vector<float> values() override {
+    return std::vector<float>(x_, x_ + size_t(rows()) * cols());
+  }
 
  private:
   std::vector<float> own_;

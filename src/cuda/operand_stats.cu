@@ -65,10 +65,14 @@ class DeviceOperandView final : public OperandView {
   std::vector<float> column_amax() override;
   cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
                               const OperandVariant& v) override;
+  std::vector<float> values() override;
 
  private:
   Ctx& c_;
   Tensor t_;
+  // Several probes may ask one view for its column amaxes (auto and smoothing): one pass.
+  std::vector<float> columns_;
+  bool have_columns_ = false;
   bool have_variant_ = false;  // kScratchQStageB holds the variant key_ (with key_split_)
   OperandVariant key_;
   std::vector<int> key_split_;
@@ -103,6 +107,7 @@ float DeviceOperandView::amax() {
 }
 
 std::vector<float> DeviceOperandView::column_amax() {
+  if (have_columns_) return columns_;
   std::vector<float> out(size_t(cols()), 0.0f);
   if (size() == 0) return out;
   constexpr int kRowsPerBlock = 64;
@@ -121,6 +126,17 @@ std::vector<float> DeviceOperandView::column_amax() {
       cudaMemcpyAsync(host.data(), bits, host.size() * 4, cudaMemcpyDeviceToHost, c_.stream));
   TG_CUDA_CHECK(cudaStreamSynchronize(c_.stream));
   for (size_t i = 0; i < out.size(); i++) out[i] = bits_f32(host[i]);
+  columns_ = out;
+  have_columns_ = true;
+  return out;
+}
+
+std::vector<float> DeviceOperandView::values() {
+  std::vector<float> out(size());
+  if (size() == 0) return out;
+  const float* x = variant(OperandVariant{});
+  TG_CUDA_CHECK(cudaMemcpyAsync(out.data(), x, size() * 4, cudaMemcpyDeviceToHost, c_.stream));
+  TG_CUDA_CHECK(cudaStreamSynchronize(c_.stream));
   return out;
 }
 

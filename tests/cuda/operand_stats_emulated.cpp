@@ -152,9 +152,9 @@ void check_errors(const OperandRecipe& o, const Operand& op, const OperandVarian
 }
 
 std::vector<float> factors(int n, uint64_t seed) {
-  std::mt19937 rng(unsigned(seed));
+  std::mt19937 rng{static_cast<unsigned>(seed)};
   std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<float> s(size_t(n));
+  std::vector<float> s(static_cast<size_t>(n));
   for (float& v : s) v = std::exp2(u(rng));
   return s;
 }
@@ -290,7 +290,7 @@ TEST_CASE("emulated: auto fed by device operand views decides as fed by host vie
             v = scale * g * (std::fabs(g) > 1.5f ? tail * tail : 1.f);
           }
           if (l == 1 && lin == Fp8State::FC && operand == kLinearInput)
-            for (int r = 0; r < rows; r++) x[size_t(r) * cols + 3] = 40.f * (r % 2 ? 1 : -1);
+            for (int r = 0; r < rows; r++) x[size_t(r) * cols + 3] = 400.f * (r % 2 ? 1 : -1);
           Held<bf16> held(x);
           auto dv = gpu::make_operand_view(emu_ctx(), held.tensor(), rows, cols);
           dev.take(l, lin, operand, *dv);
