@@ -107,7 +107,7 @@ enum LinearOperand { kLinearInput, kLinearWeight, kLinearGrad, kLinearOperands }
 struct LinearProbe {
   virtual ~LinearProbe() = default;
   virtual void take(int layer, int linear, int operand, OperandView& x) = 0;
-  // A host fp32 operand x(rows, cols) (tests, and backends without device statistics).
+  // A host fp32 operand x(rows, cols), through a host view (how the tests hand operands in).
   void take(int layer, int linear, int operand, const float* x, int rows, int cols) {
     HostOperandView v(x, rows, cols);
     take(layer, linear, operand, v);
