@@ -15,7 +15,8 @@
 //   column_amax()  max |x| of every column (the input channels of a linear's input or
 //                  weight), NaN ignored
 //   quant_error(o, seed, v)  cpu::quant_error of the operand variant v (OperandVariant) in
-//                  recipe operand o with random bits from seed
+//                  recipe operand o with random bits from seed (the CUDA view measures
+//                  quantized operands only: a bf16 one loses nothing, and no probe asks)
 //   values()       the operand itself in fp32 on the host (a full download on a device: for
 //                  what no statistic here covers, and the tests that compare the two views)
 // A view is valid while the tensor it shows is unchanged: during LinearProbe::take.
