@@ -237,52 +237,34 @@ void AutoPrecision::begin(int64_t step, uint64_t seed) {
                                                                 0.0f);
 }
 
-namespace {
-// The error of the forward operand x(rows, cols) when its columns `split` run unquantized:
-// the error of the quantized rest, relative to the rest (an outlier's energy, kept exactly,
-// would otherwise hide how much the other channels lose).
-cpu::QuantError split_error(const float* x, int rows, int cols, const std::vector<int>& split,
-                            const OperandRecipe& o, uint64_t seed) {
-  std::vector<float> rest(x, x + size_t(rows) * cols);
-  for (int r = 0; r < rows; r++)
-    for (int c : split) rest[size_t(r) * cols + c] = 0.0f;
-  return cpu::quant_error(rest.data(), rows, cols, o, seed);
-}
-
-}  // namespace
-
-std::vector<float> transposed(const float* x, int rows, int cols) {
-  std::vector<float> t(size_t(rows) * cols);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++) t[size_t(c) * rows + r] = x[size_t(r) * cols + c];
-  return t;
-}
-
-void AutoPrecision::take(int layer, int linear, int operand, const float* x, int rows, int cols) {
+// The forward GEMM runs the smoothed operands (the backward ones the operands as they are),
+// and with split channels the error is that of the quantized rest, relative to the rest (an
+// outlier's energy, kept exactly, would otherwise hide how much the other channels lose).
+void AutoPrecision::take(int layer, int linear, int operand, OperandView& x) {
+  const int rows = x.rows(), cols = x.cols();
   const size_t n = size_t(rows) * cols;
-  float amax = 0;
-  for (size_t i = 0; i < n; i++) amax = std::max(amax, std::fabs(x[i]));  // NaN: ignored
-  amax_[size_t(tensor_index(layer, linear, operand))] = amax;
+  amax_[size_t(tensor_index(layer, linear, operand))] = x.amax();
   const size_t li = size_t(layer) * kAutoLinears + size_t(linear);
   if (operand == kLinearInput) {
     std::vector<float>& ch = chan_amax_[li];
-    for (int r = 0; r < rows; r++)
-      for (int c = 0; c < cols && c < int(ch.size()); c++)
-        ch[size_t(c)] = std::max(ch[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
+    const std::vector<float> col = x.column_amax();
+    for (int c = 0; c < cols && c < int(ch.size()); c++)
+      ch[size_t(c)] = std::max(ch[size_t(c)], col[size_t(c)]);
   }
-  std::vector<float> xt;
-  // The forward GEMM runs the smoothed operands (the backward ones the operands as they are).
-  std::vector<float> xs;
+  OperandVariant forward;
   if (smooth_ && operand != kLinearGrad && !smooth_->factors(layer, linear).empty()) {
-    xs.assign(x, x + n);
-    cpu::smooth_columns(xs.data(), rows, cols, smooth_->factors(layer, linear),
-                        operand == kLinearInput);
+    forward.smooth = &smooth_->factors(layer, linear);
+    forward.smooth_divide = operand == kLinearInput;
   }
+  forward.split = &split_[li];
   for (int g = 0; g < kGemmRoles; g++)
     for (int b = 0; b < 2; b++) {
       if (auto_slot_operand(g, b) != operand) continue;
-      const bool t = auto_slot_transposed(g, b);
-      if (t && xt.empty()) xt = transposed(x, rows, cols);
+      OperandVariant v;
+      if (auto_slot_transposed(g, b))
+        v.transposed = true;
+      else if (g == kForward)
+        v = forward;
       const int slot = auto_slot(layer, linear, g, b);
       for (size_t c = 0; c < cand_.size(); c++) {
         const GemmRecipe& gr = cand_[c].recipe.gemm[g];
@@ -294,13 +276,7 @@ void AutoPrecision::take(int layer, int linear, int operand, const float* x, int
         }
         const uint64_t s = detail::splitmix64_mix(seed_ + uint64_t(slot * 64 + int(c) + 1) *
                                                               0x9E3779B97F4A7C15ull);
-        const float* xf = g == kForward && !xs.empty() ? xs.data() : x;
-        if (t)
-          e = cpu::quant_error(xt.data(), cols, rows, o, s);
-        else if (g == kForward && !split_[li].empty())
-          e = split_error(xf, rows, cols, split_[li], o, s);
-        else
-          e = cpu::quant_error(xf, rows, cols, o, s);
+        e = x.quant_error(o, s, v);
       }
     }
 }

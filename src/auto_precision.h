@@ -19,13 +19,19 @@
 //     of the quantized rest. With precision.auto.outliers=smooth every channel is smoothed
 //     instead (src/smoothing.h) and the forward operands' SQNR is that of the smoothed
 //     operands X diag(1/s) and W diag(s) with the factors the step runs.
-// With several ranks the sums behind these are all-reduced, so every rank decides alike.
-// The policy (choose_formats) then gives each slot the narrowest candidate whose SQNR is at
-// least precision.auto.threshold_db (a narrower one than now needs hysteresis_db more), and
-// with precision.auto.budget > 0 narrows the best-measured wide GEMMs until that share of the
-// block linears' FLOPs runs with both operands in 8 bits or fewer. The chosen formats are
-// data: each linear gets a recipe composed from its slots' candidates (compose_linear_recipe)
-// in Fp8State's per-linear table, which the quantizing code reads.
+// The measurement runs where the operands live: the model hands each probe an operand view
+// (src/operand_view.h, Backend::operand_view), which the CPU backend serves from a host copy
+// and the CUDA backend by device reductions (src/cuda/operand_stats.cu): per candidate a
+// quantize-dequantize of the staged (transposed, smoothed, split) operand, a pass for the
+// group amaxes and one that reduces the sums and counts above; per operand an amax pass and
+// a channel amax pass; only those numbers reach the host. With several ranks the sums behind these
+// are all-reduced, so every rank decides alike. The policy (choose_formats) then gives each slot
+// the narrowest candidate whose SQNR is at least precision.auto.threshold_db (a narrower one than
+// now needs hysteresis_db more), and with precision.auto.budget > 0 narrows the best-measured wide
+// GEMMs until that share of the block linears' FLOPs runs with both operands in 8 bits or fewer.
+// The chosen formats are data: each linear gets a recipe composed from its slots' candidates
+// (compose_linear_recipe) in Fp8State's per-linear table, which the quantizing code reads: the
+// backends' block-scaled GEMM paths (Backend::matmul_*_scaled), each linear with its own recipe.
 // Priors (precision.auto.priors): the first and last layers start in the widest candidate,
 // the others in the widest 8-bit one. The formats and amax windows are saved in checkpoints.
 #pragma once
@@ -101,9 +107,7 @@ double low_bit_flop_share(const std::vector<int>& formats, const std::vector<boo
                           const std::vector<double>& gemm_flops);
 // e.g. "layer 3 fc forward input"
 std::string auto_slot_name(int slot);
-// x(rows, cols) transposed into a new (cols, rows) matrix (the operands the backward GEMMs
-// take transposed).
-std::vector<float> transposed(const float* x, int rows, int cols);
+// (transposed(), the backward GEMMs' operands on the host: src/operand_view.h.)
 // SQNR in dB of a measured error (inf when nothing was lost, NaN for non-finite operands).
 double sqnr_db(const cpu::QuantError& e);
 
@@ -113,7 +117,8 @@ class AutoPrecision : public LinearProbe {
   bool due(int64_t step) const { return step == 1 || step % opt_.every == 0; }
   // Starts a measurement (step: 1-based; seed: of its stochastic rounding and rotations).
   void begin(int64_t step, uint64_t seed);
-  void take(int layer, int linear, int operand, const float* x, int rows, int cols) override;
+  using LinearProbe::take;
+  void take(int layer, int linear, int operand, OperandView& x) override;
   // The smoothing whose factors the forward GEMMs run (null: none); measured with them.
   void set_smoothing(const ChannelSmoothing* s) { smooth_ = s; }
   // Squared norm of each linear's weight gradient (layer-major) and of all gradients.

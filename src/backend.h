@@ -15,11 +15,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common.h"
 #include "loss_scaler.h"
+#include "operand_view.h"
 #include "recipe.h"
 
 namespace tg {
@@ -296,6 +298,12 @@ class Backend {
   virtual TensorStats stats(Tensor t) = 0;
   // dst = src converted to dst's type (same length)
   virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
+  // The probes' view of the operand t(rows, cols) (src/operand_view.h), its statistics
+  // reduced on this backend (the CPU: on the tensor itself; devices: on the device); null
+  // when the backend has none (the probes then cannot run on it).
+  virtual std::unique_ptr<OperandView> operand_view(Tensor /*t*/, int /*rows*/, int /*cols*/) {
+    return nullptr;
+  }
 };
 
 }  // namespace tg

@@ -533,9 +533,13 @@ void GPT::backward() {
 
 void GPT::probe_take(int l, int lin, int operand, Tensor t, int rows, int cols) {
   if (!probe_) return;
-  const std::vector<double> wide = download_f64(be_, t);
-  const std::vector<float> x(wide.begin(), wide.end());  // exact: t holds fp32 or narrower
-  probe_->take(l, lin, operand, x.data(), rows, cols);
+  const std::unique_ptr<OperandView> v = be_.operand_view(t, rows, cols);
+  if (!v)
+    throw Error(
+        strf("the %s backend measures no operands (precision.mode=auto, quantization "
+             "telemetry, channel smoothing)",
+             be_.name().c_str()));
+  probe_->take(l, lin, operand, *v);
 }
 
 void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,

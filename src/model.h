@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "fp8.h"
+#include "operand_view.h"
 
 namespace tg {
 
@@ -97,18 +98,28 @@ struct TelemetryTensor {
 };
 
 // The operands of the block linears, handed to a probe as the training passes use them and
-// before any quantization (fp32 host copies; precision.mode=auto's sensitivity statistics):
-// the forward's input (N, C) and weight (OC, C), the backward's output gradient (N, OC).
+// before any quantization (precision.mode=auto's sensitivity statistics, quantization
+// telemetry, channel smoothing): the forward's input (N, C) and weight (OC, C), the
+// backward's output gradient (N, OC). A probe sees an operand view (src/operand_view.h): the
+// statistics it asks for are reduced where the tensor lives (Backend::operand_view), and
+// only they cross to the host.
 enum LinearOperand { kLinearInput, kLinearWeight, kLinearGrad, kLinearOperands };
 struct LinearProbe {
   virtual ~LinearProbe() = default;
-  virtual void take(int layer, int linear, int operand, const float* x, int rows, int cols) = 0;
+  virtual void take(int layer, int linear, int operand, OperandView& x) = 0;
+  // A host fp32 operand x(rows, cols), through a host view (how the tests hand operands in).
+  void take(int layer, int linear, int operand, const float* x, int rows, int cols) {
+    HostOperandView v(x, rows, cols);
+    take(layer, linear, operand, v);
+  }
 };
-// Several probes measuring the same micro-batch (precision.mode=auto and channel smoothing).
+// Several probes measuring the same micro-batch (precision.mode=auto and channel smoothing):
+// each gets the same view.
 struct ProbeFanout : LinearProbe {
   std::vector<LinearProbe*> to;
-  void take(int layer, int linear, int operand, const float* x, int rows, int cols) override {
-    for (LinearProbe* p : to) p->take(layer, linear, operand, x, rows, cols);
+  using LinearProbe::take;
+  void take(int layer, int linear, int operand, OperandView& x) override {
+    for (LinearProbe* p : to) p->take(layer, linear, operand, x);
   }
 };
 

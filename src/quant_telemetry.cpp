@@ -26,16 +26,15 @@ void QuantTelemetry::begin(int64_t step, uint64_t seed) {
   std::fill(measured_.begin(), measured_.end(), false);
 }
 
-void QuantTelemetry::take(int layer, int linear, int operand, const float* x, int rows, int cols) {
+void QuantTelemetry::take(int layer, int linear, int operand, OperandView& x) {
   if (!fp8_.layer_in_fp8(layer)) return;
   const QuantRecipe& r = fp8_.linear_recipe(layer, linear);
-  std::vector<float> xt;
   // The forward GEMM runs the smoothed operands (src/smoothing.h), the backward ones the
   // operands as they are.
-  std::vector<float> xs;
+  OperandVariant forward;
   if (!r.smooth.empty() && operand != kLinearGrad) {
-    xs.assign(x, x + size_t(rows) * cols);
-    cpu::smooth_columns(xs.data(), rows, cols, r.smooth, operand == kLinearInput);
+    forward.smooth = &r.smooth;
+    forward.smooth_divide = operand == kLinearInput;
   }
   for (int g = 0; g < kGemmRoles; g++)
     for (int b = 0; b < 2; b++) {
@@ -44,13 +43,12 @@ void QuantTelemetry::take(int layer, int linear, int operand, const float* x, in
       if (!is_low_bit(o)) continue;
       const int slot = auto_slot(layer, linear, g, b);
       const uint64_t s = detail::splitmix64_mix(seed_ + uint64_t(slot + 1) * 0x9E3779B97F4A7C15ull);
-      if (auto_slot_transposed(g, b)) {
-        if (xt.empty()) xt = transposed(x, rows, cols);
-        err_[size_t(slot)] = cpu::quant_error(xt.data(), cols, rows, o, s);
-      } else {
-        const float* xf = g == kForward && !xs.empty() ? xs.data() : x;
-        err_[size_t(slot)] = cpu::quant_error(xf, rows, cols, o, s);
-      }
+      OperandVariant v;
+      if (auto_slot_transposed(g, b))
+        v.transposed = true;
+      else if (g == kForward)
+        v = forward;
+      err_[size_t(slot)] = x.quant_error(o, s, v);
       measured_[size_t(slot)] = true;
     }
 }

@@ -2,7 +2,8 @@
 // linears (precision.telemetry_every, the block-scaled modes).
 //
 // On a telemetry step the first micro-batch's operands are measured as the training passes
-// hand them over (LinearProbe: copies, before quantization, the step unchanged): for every
+// hand them over (LinearProbe: operand views, src/operand_view.h, whose statistics the
+// backend reduces where the tensors live; before quantization, the step unchanged): for every
 // slot (layer x linear x GEMM role x operand, src/auto_precision.h's numbering) that the
 // layer's recipe quantizes, the operand is quantized as that GEMM quantizes it (along its
 // reduction dimension, transposed where the GEMM takes it so, Hadamard-rotated where the
@@ -37,7 +38,8 @@ class QuantTelemetry : public LinearProbe {
   QuantTelemetry(const Fp8State& fp8, int n_layer);
   // Starts a measurement (seed: of its stochastic rounding and rotations).
   void begin(int64_t step, uint64_t seed);
-  void take(int layer, int linear, int operand, const float* x, int rows, int cols) override;
+  using LinearProbe::take;
+  void take(int layer, int linear, int operand, OperandView& x) override;
   void reduce(Comm& comm);
   nlohmann::json record() const;
   // For summary.json: the last measurement per GEMM operand kind ("forward input", ...,

@@ -39,14 +39,14 @@ void ChannelSmoothing::begin(int64_t step) {
   }
 }
 
-void ChannelSmoothing::take(int layer, int linear, int operand, const float* x, int rows,
-                            int cols) {
+void ChannelSmoothing::take(int layer, int linear, int operand, OperandView& x) {
   if (operand != kLinearInput && operand != kLinearWeight) return;
   const size_t i = size_t(layer) * kLinears + size_t(linear);
   std::vector<float>& a = operand == kLinearInput ? x_amax_[i] : w_amax_[i];
-  for (int r = 0; r < rows; r++)  // both are (rows, C): the input channels are the columns
-    for (int c = 0; c < cols && c < int(a.size()); c++)
-      a[size_t(c)] = std::max(a[size_t(c)], std::fabs(x[size_t(r) * cols + c]));  // NaN: ignored
+  // Both are (rows, C): the input channels are the columns.
+  const std::vector<float> col = x.column_amax();  // NaN: ignored
+  for (int c = 0; c < x.cols() && c < int(a.size()); c++)
+    a[size_t(c)] = std::max(a[size_t(c)], col[size_t(c)]);
 }
 
 void ChannelSmoothing::update(Comm& comm) {

@@ -52,7 +52,8 @@ class ChannelSmoothing : public LinearProbe {
   bool due(int64_t step) const { return step == 1 || step % opt_.every == 0; }
   void begin(int64_t step);
   // Records the per-channel amax of a linear's input and weight (other operands: ignored).
-  void take(int layer, int linear, int operand, const float* x, int rows, int cols) override;
+  using LinearProbe::take;
+  void take(int layer, int linear, int operand, OperandView& x) override;
   // New factors from the measurement, maxed over the ranks; every rank then takes rank 0's
   // factors (the same numbers, by construction: this only makes it certain).
   void update(Comm& comm);

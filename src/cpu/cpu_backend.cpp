@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../operand_view.h"
 #include "gemm_bf16.h"
 #include "ops.h"
 
@@ -336,6 +337,20 @@ class CpuBackend final : public Backend {
       s = cpu::tensor_stats(P<E>(t), t.numel);
     });
     return s;
+  }
+  // The probes measure fp32 tensors in place, the others in an fp32 copy (exact for the
+  // 16-bit types; fp64, the gradient checks', rounds to nearest).
+  std::unique_ptr<OperandView> operand_view(Tensor t, int rows, int cols) override {
+    if (t.numel != size_t(rows) * size_t(cols))
+      throw Error(
+          strf("cpu backend: an operand view of %d x %d over %zu values", rows, cols, t.numel));
+    if (t.dtype == DType::F32) return std::make_unique<HostOperandView>(P<float>(t), rows, cols);
+    std::vector<float> x(t.numel);
+    dispatch("operand_view", t.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::convert(x.data(), P<E>(t), t.numel, Rounding{});
+    });
+    return std::make_unique<HostOperandView>(std::move(x), rows, cols);
   }
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
     if (dst.numel != src.numel) throw Error("cpu backend: convert length mismatch");

@@ -23,6 +23,7 @@
 #include "cuda_backend.h"
 #include "fp8.h"
 #include "launch.h"
+#include "operand_stats.h"
 #include "scaled.h"
 
 namespace tg {
@@ -455,6 +456,11 @@ class CudaBackend final : public Backend {
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
     if (dst.numel != src.numel) throw Error("cuda backend: convert length mismatch");
     gpu::convert(ctx_, dst.dtype, dst.data, src.dtype, src.data, dst.numel, r);
+  }
+  // The probes' statistics reduced on the device (operand_stats.h): a measured step reads
+  // back a few numbers per statistic, not the operands.
+  std::unique_ptr<OperandView> operand_view(Tensor t, int rows, int cols) override {
+    return gpu::make_operand_view(ctx_, t, rows, cols);
   }
 
  private:

@@ -91,6 +91,11 @@ enum ScratchSlot {
   kScratchQScaleB,    // tensors in cuBLASLt's layouts (their codes go in kScratchQA / QB)
   kScratchQCheck,     // the native path's self-check: its random operands
   kScratchQCheckAcc,  // and its two results
+  kScratchStatsAmax,    // operand statistics (operand_stats.h): per (row, column group) amax
+  kScratchStatsScales,  // per group scale pairs
+  kScratchStatsSums,    // per block partial sums
+  kScratchStatsWords,   // maxima, counts and totals read back by the host
+  kScratchStatsArgs,    // smoothing factors and split channels
   kNumScratch
 };
 

@@ -1,0 +1,92 @@
+// operand_view.h: one block-linear operand as the probes measure it (precision.mode=auto,
+// quantization telemetry, channel smoothing), wherever the tensor lives.
+//
+// The probes (LinearProbe, src/model.h) ask an operand x(rows, cols) for a few statistics
+// and never for its values, so a backend can reduce them where the tensor is and hand back
+// only the numbers: the CPU (and any backend without device statistics) measures a host fp32
+// copy with HostOperandView below; the CUDA backend runs its reductions on the device
+// (src/cuda/operand_stats.cu) and downloads a few words per statistic. Both compute the same
+// things: the maxima and the counts exactly, the two sums of squares up to their order of
+// summation (cpu::quant_error's sums run in fp64 over the elements in order; a device sums
+// per block and then the blocks).
+//
+// The statistics:
+//   amax()         max |x| over the tensor (NaN ignored; 0 for an empty tensor)
+//   column_amax()  max |x| of every column (the input channels of a linear's input or
+//                  weight), NaN ignored
+//   quant_error(o, seed, v)  cpu::quant_error of the operand variant v (OperandVariant) in
+//                  recipe operand o with random bits from seed (the CUDA view measures
+//                  quantized operands only: a bf16 one loses nothing, and no probe asks)
+//   values()       the operand itself in fp32 on the host (a full download on a device: for
+//                  what no statistic here covers, and the tests that compare the two views)
+// A view is valid while the tensor it shows is unchanged: during LinearProbe::take.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cpu/quant_error.h"
+#include "recipe.h"
+
+namespace tg {
+
+// Which matrix quant_error measures, from the operand x(rows, cols): x's columns multiplied
+// by smooth (smooth_divide: divided by it; one factor per column: a smoothed forward operand,
+// src/smoothing.h), the columns in split set to zero (the outlier channels a forward GEMM
+// runs unquantized), then, when transposed, the transpose (cols, rows) (the backward GEMMs'
+// operands, whose reduction runs along x's rows). Null pointers and empty lists: none.
+struct OperandVariant {
+  bool transposed = false;
+  const std::vector<float>* smooth = nullptr;
+  bool smooth_divide = false;
+  const std::vector<int>* split = nullptr;
+};
+
+class OperandView {
+ public:
+  OperandView(int rows, int cols) : rows_(rows), cols_(cols) {}
+  virtual ~OperandView() = default;
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  virtual float amax() = 0;
+  virtual std::vector<float> column_amax() = 0;
+  virtual cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
+                                      const OperandVariant& v) = 0;
+  virtual std::vector<float> values() = 0;
+
+ private:
+  int rows_, cols_;
+};
+
+// The host view: x is fp32 in host memory (borrowed, or owned when moved in). quant_error is
+// cpu::quant_error on x or on a prepared copy (the transposed and the smoothed/split copies
+// are made once per view and reused across recipes).
+class HostOperandView final : public OperandView {
+ public:
+  HostOperandView(const float* x, int rows, int cols) : OperandView(rows, cols), x_(x) {}
+  HostOperandView(std::vector<float> x, int rows, int cols)
+      : OperandView(rows, cols), own_(std::move(x)), x_(own_.data()) {}
+  float amax() override;
+  std::vector<float> column_amax() override;
+  cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
+                              const OperandVariant& v) override;
+  std::vector<float> values() override {
+    return std::vector<float>(x_, x_ + size_t(rows()) * cols());
+  }
+
+ private:
+  std::vector<float> own_;
+  const float* x_;
+  std::vector<float> xt_;  // x^T, once asked for
+  // The last smoothed / split copy (before any transpose) and what it was made with.
+  std::vector<float> prep_, prep_t_;
+  OperandVariant prep_key_;
+  std::vector<int> prep_split_;
+  bool have_prep_ = false, have_prep_t_ = false;
+  const float* prepared(const OperandVariant& v);
+};
+
+// x(rows, cols) transposed into a new (cols, rows) matrix (the operands the backward GEMMs
+// take transposed).
+std::vector<float> transposed(const float* x, int rows, int cols);
+
+}  // namespace tg
