@@ -87,10 +87,10 @@ enum ScratchSlot {
   kScratchQSplitA,  // precision.mode=auto's split channels: their columns and product
   kScratchQSplitB,
   kScratchQSplitAcc,
-  kScratchQScaleA,    // native block-scaled GEMMs (matmul_native.cu): the operands' scale
-  kScratchQScaleB,    // tensors in cuBLASLt's layouts (their codes go in kScratchQA / QB)
-  kScratchQCheck,     // the native path's self-check: its random operands
-  kScratchQCheckAcc,  // and its two results
+  kScratchQScaleA,      // native block-scaled GEMMs (matmul_native.cu): the operands' scale
+  kScratchQScaleB,      // tensors in cuBLASLt's layouts (their codes go in kScratchQA / QB)
+  kScratchQCheck,       // the native path's self-check: its random operands
+  kScratchQCheckAcc,    // and its two results
   kScratchStatsAmax,    // operand statistics (operand_stats.h): per (row, column group) amax
   kScratchStatsScales,  // per group scale pairs
   kScratchStatsSums,    // per block partial sums
