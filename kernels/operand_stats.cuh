@@ -134,7 +134,7 @@ static __global__ void group_amax_kernel(const float* x, int rows, int cols, int
     for (int c = j * gc + lane; c < c1; c += 32) {
       const float a = fabsf(xr[c]);
       m = max_skip_nan(m, a);
-      bad |= !(a <= quant::kMaxFloat);
+      bad |= !(a <= tg::kMaxFloat);
     }
     // m is never NaN and never negative: its bits order as its value.
     const unsigned mb = __reduce_max_sync(0xffffffffu, f32_bits(m));
@@ -172,7 +172,7 @@ static __global__ void group_flags_kernel(const float* row_amax, int rows, quant
     bool under = false;
     if (a > 0) switch (p.scale) {
         case ScaleFormat::FP32:
-        case ScaleFormat::Pow2: under = g.enc >= quant::kMaxFloat / 2; break;
+        case ScaleFormat::Pow2: under = g.enc >= tg::kMaxFloat / 2; break;
         case ScaleFormat::E8M0: under = g.dec <= e8m0_to_f32(0); break;
         case ScaleFormat::E4M3: under = g.dec < kUe4m3MinNormal; break;
       }

@@ -26,6 +26,9 @@ struct GroupScale {
   float enc = 1, dec = 1;
 };
 
+// The largest finite fp32 value (the clamp of tiny groups' multipliers, below).
+constexpr float kMaxFloat = 3.40282347e38f;
+
 // The largest finite value of an element format (recipe.h's elem_format_max, callable on
 // the device).
 TG_HD inline float elem_max_value(ElemFormat f) {
@@ -60,7 +63,6 @@ TG_HD inline int e8m0_group_code(ElemFormat elem, ScaleRule rule, float amax) {
 // The group's multipliers (header comment). tensor_scale: NVFP4's S (E4M3 scales), else 1.
 TG_HD inline GroupScale group_scale(ElemFormat elem, ScaleFormat scale, ScaleRule rule, float amax,
                                     float tensor_scale) {
-  constexpr float kMaxFloat = 3.40282347e38f;
   const float fmax = elem_max_value(elem);
   GroupScale g;
   switch (scale) {

@@ -27,7 +27,6 @@ namespace tg::cpu {
 
 namespace {
 
-constexpr float kMaxFloat = 3.40282347e38f;
 constexpr float kUe4m3MinNormal = 0.015625f;  // 2^-6
 
 void group_stats(const float* x, int rows, int cols, const OperandRecipe& o, QuantError* e) {
