@@ -460,9 +460,10 @@ TEST_CASE("quantize: emulated block-scaled GEMMs equal fp64 products of the dequ
 TEST_CASE("quantize: fp32-scaled GEMMs over several K chunks and over groups that do not nest") {
   // fp8-block's operands enter the GEMM as codes, the fp32 scales applied per 128 along K
   // (three chunks here, the last short); operands whose groups do not nest fall back to
-  // dequantized values. Both equal the fp64 product of the dequantized operands.
+  // dequantized values. Both equal the fp64 product of the dequantized operands. N x OC is
+  // above kParallelMin, so the scaling loops run on both threads.
   tg::cpu::set_parallelism(2, 2);
-  const int N = 70, C = 300, OC = 40;
+  const int N = 256, C = 300, OC = 160;
   std::mt19937_64 rng(8);
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> inp(size_t(N) * C), w(size_t(OC) * C);

@@ -132,11 +132,12 @@ void factored_product(float* o, const float* A, const float* B, const Factored& 
     product(part.data(), columns(ca, A, M, K, k0, kc), columns(cb, B, Nout, K, k0, kc), M, Nout, kc,
             bf16_ok);
     const bool first = k0 == 0;
+    const float* p = part.data();  // the caller's thread_local: not the workers' own
 #pragma omp parallel for schedule(static) if (size_t(M) * Nout >= kParallelMin)
     for (int m = 0; m < M; m++) {
       const float sa = fa.at(m, k0);
       float* om = o + size_t(m) * Nout;
-      const float* pm = part.data() + size_t(m) * Nout;
+      const float* pm = p + size_t(m) * Nout;
       for (int n = 0; n < Nout; n++) {
         const float v = pm[n] * (sa * fb.at(n, k0));
         om[n] = first ? v : om[n] + v;
