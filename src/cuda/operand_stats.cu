@@ -10,6 +10,7 @@
 
 #include "kernels/operand_stats.cuh"
 #include "operand_stats.h"
+#include "quant_params.h"
 #include "scaled.h"
 
 namespace tg::gpu {
@@ -27,27 +28,6 @@ struct StatsWords {
   unsigned long long counts[stats::kCounts];
   double totals[2];  // sum r^2, sum (r - q post)^2
 };
-
-// The scale groups of o over a (rows, cols) operand, clipped to it (src/cpu/quantize.cpp's
-// group_shape and the clipping of quantize_impl and quant_error's group_stats).
-QuantParams groups_of(const OperandRecipe& o, int rows, int cols) {
-  QuantParams p;
-  p.elem = o.elem;
-  p.scale = o.scale;
-  p.rule = o.scale_rule;
-  switch (o.granularity) {
-    case Granularity::Tensor: p.gr = rows, p.gc = cols; break;
-    case Granularity::Row: p.gr = 1, p.gc = cols; break;
-    case Granularity::Block: p.gr = 1, p.gc = o.block; break;
-    case Granularity::Tile: p.gr = o.block, p.gc = o.block; break;
-  }
-  if (p.gc > cols) p.gc = cols;
-  if (p.gr > rows) p.gr = rows;
-  if (p.gc < 1 || p.gr < 1) throw Error("cuda backend: a block-scaled recipe with no block size");
-  p.ngc = (cols + p.gc - 1) / p.gc;
-  p.ngr = (rows + p.gr - 1) / p.gr;
-  return p;
-}
 
 bool has_smooth(const OperandVariant& v) { return v.smooth && !v.smooth->empty(); }
 bool has_split(const OperandVariant& v) { return v.split && !v.split->empty(); }
@@ -214,7 +194,7 @@ cpu::QuantError DeviceOperandView::quant_error(const OperandRecipe& o, uint64_t 
   StatsWords* w = words();
   float* q = buffer(kScratchQA);
   quantize_dequantize(c_, o, seed, ref, R, Cc, DType::F32, q, &w->post);
-  const QuantParams p = groups_of(o, R, Cc);
+  const QuantParams p = params_of(o, R, Cc);
   const size_t groups = size_t(p.ngr) * p.ngc;
   auto* row_amax =
       static_cast<float*>(c_.scratch(kScratchStatsAmax, size_t(R) * p.ngc * sizeof(float)));

@@ -4,16 +4,13 @@
 #include <cmath>
 
 #include "kernels/quantize_blocks.cuh"
+#include "quant_params.h"
 #include "scaled.h"
 
 namespace tg::gpu {
 
 using quant::QuantParams;
 using quant::Scale2;
-
-namespace {
-
-constexpr int kThreads = 256;
 
 // The group shape of o over a (rows, cols) operand, clipped as quantize.cpp clips it.
 QuantParams params_of(const OperandRecipe& o, int rows, int cols) {
@@ -34,6 +31,10 @@ QuantParams params_of(const OperandRecipe& o, int rows, int cols) {
   p.ngr = (rows + p.gr - 1) / p.gr;
   return p;
 }
+
+namespace {
+
+constexpr int kThreads = 256;
 
 template <ElemFormat F, bool SR>
 void apply(Ctx& c, DType out_type, void* out, const float* x, int rows, int cols,
