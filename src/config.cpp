@@ -115,7 +115,7 @@ const std::vector<KeyDef>& table() {
       {"precision.auto.outliers", Kind::Choice, TG_OFF(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"},
       {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
       {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
-      {"precision.inject_outlier", Kind::String, TG_OFF(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input (\"\": off)"},
+      {"precision.inject_outlier", Kind::String, TG_OFF(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR[,...]: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input; LAYER * is every layer, CHANNEL C%P every channel c with c mod P = C (e.g. *:5%16:20) (\"\": off)"},
       {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
       {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},
       {"sample.every", Kind::Int, TG_OFF(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"},
@@ -441,14 +441,62 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
   set_json(cfg, *k, v, origin);
 }
 
-bool parse_inject_outlier(const std::string& s, InjectedOutlier* o) {
-  *o = InjectedOutlier{};
-  if (s.empty()) return true;
+namespace {
+// One entry of precision.inject_outlier; false with *why when it is not LAYER:CHANNEL:FACTOR.
+bool parse_outlier_entry(const std::string& e, InjectedOutlier* o, std::string* why) {
+  *why = strf(
+      "entry '%s' is not LAYER:CHANNEL:FACTOR (LAYER a number or *, CHANNEL a number "
+      "or C%%P; e.g. 1:5:30 or *:5%%16:20)",
+      e.c_str());
+  const size_t c1 = e.find(':'), c2 = c1 == std::string::npos ? c1 : e.find(':', c1 + 1);
+  if (c2 == std::string::npos) return false;
+  const std::string layer = e.substr(0, c1), chan = e.substr(c1 + 1, c2 - c1 - 1),
+                    factor = e.substr(c2 + 1);
   int n = 0;
-  if (sscanf(s.c_str(), "%d:%d:%lf%n", &o->layer, &o->channel, &o->factor, &n) != 3 ||
-      n != int(s.size()) || o->layer < 0 || o->channel < 0 || !std::isfinite(o->factor))
+  if (layer == "*")
+    o->layer = -1;
+  else if (sscanf(layer.c_str(), "%d%n", &o->layer, &n) != 1 || n != int(layer.size()) ||
+           o->layer < 0)
     return false;
-  o->on = true;
+  const size_t pct = chan.find('%');
+  const std::string first = chan.substr(0, pct);
+  if (sscanf(first.c_str(), "%d%n", &o->channel, &n) != 1 || n != int(first.size()) ||
+      o->channel < 0)
+    return false;
+  o->period = 0;
+  if (pct != std::string::npos) {
+    const std::string per = chan.substr(pct + 1);
+    if (sscanf(per.c_str(), "%d%n", &o->period, &n) != 1 || n != int(per.size()) || o->period <= 0)
+      return false;
+    if (o->channel >= o->period) {
+      *why = strf("entry '%s': channel %d is not below the period %d", e.c_str(), o->channel,
+                  o->period);
+      return false;
+    }
+  }
+  if (sscanf(factor.c_str(), "%lf%n", &o->factor, &n) != 1 || n != int(factor.size()) ||
+      !std::isfinite(o->factor))
+    return false;
+  return true;
+}
+}  // namespace
+
+bool parse_inject_outlier(const std::string& s, std::vector<InjectedOutlier>* out,
+                          std::string* why) {
+  out->clear();
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t next = s.find(',', pos);
+    if (next == std::string::npos) next = s.size();
+    InjectedOutlier o;
+    if (!parse_outlier_entry(s.substr(pos, next - pos), &o, why)) return false;
+    out->push_back(o);
+    pos = next + 1;
+    if (next + 1 == s.size()) {  // a trailing comma
+      *why = "ends with a comma";
+      return false;
+    }
+  }
   return true;
 }
 
@@ -482,10 +530,10 @@ void config_validate(const Config& c, int world) {
       !is_block_scaled_mode(c.precision.mode))
     err("precision.recipe.smooth",
         strf("needs a block-scaled precision.mode or auto, not %s", c.precision.mode.c_str()));
-  InjectedOutlier io;
-  if (!parse_inject_outlier(c.precision.inject_outlier, &io))
-    err("precision.inject_outlier",
-        strf("'%s' is not LAYER:CHANNEL:FACTOR (e.g. 1:5:30)", c.precision.inject_outlier.c_str()));
+  std::vector<InjectedOutlier> io;
+  std::string why;
+  if (!parse_inject_outlier(c.precision.inject_outlier, &io, &why))
+    err("precision.inject_outlier", why);
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 #ifdef TG_NO_BLAS
   if (c.cpu.gemm == "blas")

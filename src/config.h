@@ -76,7 +76,7 @@ struct Config {
     } loss_scale;
     int telemetry_every = 0;        // numerics telemetry every N steps (0: off)
     int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
-    std::string inject_outlier;     // "LAYER:CHANNEL:FACTOR": scale that ln2 gain ("": off)
+    std::string inject_outlier;     // "LAYER:CHANNEL:FACTOR,...": scale ln2 gains ("": off)
     struct Fp8 {
       std::string recipe = "delayed";
       int history_len = 16;
@@ -149,14 +149,19 @@ void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& 
 void config_set(Config& cfg, const std::string& key, const std::string& value);
 // Range checks of single keys and consistency between keys; `world` is the rank count.
 void config_validate(const Config& cfg, int world = 1);
-// precision.inject_outlier parsed: "" is off; false when the text is not LAYER:CHANNEL:FACTOR
-// (whether the layer and channel exist is the trainer's check: it knows the model).
+// precision.inject_outlier parsed: comma-separated entries LAYER:CHANNEL:FACTOR, where LAYER
+// may be '*' (every layer) and CHANNEL may be C%P (every channel c with c mod P = C, one per
+// block of P channels). "" is no entry. False, with *why saying what is wrong, when the text
+// does not parse (whether the layers and channels exist is the trainer's check: it knows the
+// model).
 struct InjectedOutlier {
-  bool on = false;
-  int layer = 0, channel = 0;
+  int layer = 0;  // -1: every layer
+  int channel = 0;
+  int period = 0;  // 0: channel alone; else every channel c with c % period == channel
   double factor = 1;
 };
-bool parse_inject_outlier(const std::string& text, InjectedOutlier* out);
+bool parse_inject_outlier(const std::string& text, std::vector<InjectedOutlier>* out,
+                          std::string* why);
 nlohmann::json config_to_json(const Config& cfg);
 // All key names, in table order, with help text and default values (for --help).
 struct ConfigKeyInfo {

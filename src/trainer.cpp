@@ -54,21 +54,29 @@ AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt
           weight_rounding(cfg, int(opt_step))};
 }
 
-// precision.inject_outlier: one channel of a layer's fc input made an outlier through its ln2
-// gain, the way outlier features arise in trained transformers (a fresh run's init only).
+// precision.inject_outlier: channels of layers' fc inputs made outliers through their ln2
+// gains, the way outlier features arise in trained transformers (a fresh run's init only).
 void inject_outlier(GPT& model, const GPTConfig& mc, const std::string& spec) {
-  InjectedOutlier o;
-  if (!parse_inject_outlier(spec, &o) || !o.on) return;  // config_validate checked the text
-  if (o.layer >= mc.n_layer || o.channel >= mc.n_embd)
-    throw UsageError(
-        strf("config key 'precision.inject_outlier': no channel %d in layer %d (the "
-             "model has %d layers of %d channels)",
-             o.channel, o.layer, mc.n_layer, mc.n_embd));
+  std::vector<InjectedOutlier> entries;
+  std::string why;
+  if (!parse_inject_outlier(spec, &entries, &why) || entries.empty())
+    return;  // config_validate checked the text
   std::vector<float> p = model.params_f32();
   size_t off = 0;
   const auto sizes = param_sizes(mc);
   for (int i = 0; i < LN2W; i++) off += sizes[i];
-  p[off + size_t(o.layer) * mc.n_embd + size_t(o.channel)] *= float(o.factor);
+  for (const InjectedOutlier& o : entries) {
+    if (o.layer >= mc.n_layer || o.channel >= mc.n_embd)
+      throw UsageError(strf(
+          "config key 'precision.inject_outlier': no channel %d in layer %s "
+          "(the model has %d layers of %d channels)",
+          o.channel, o.layer < 0 ? "*" : std::to_string(o.layer).c_str(), mc.n_layer, mc.n_embd));
+    const int l0 = o.layer < 0 ? 0 : o.layer, l1 = o.layer < 0 ? mc.n_layer : o.layer + 1;
+    const int step = o.period > 0 ? o.period : mc.n_embd;
+    for (int l = l0; l < l1; l++)
+      for (int ch = o.channel; ch < mc.n_embd; ch += step)
+        p[off + size_t(l) * mc.n_embd + size_t(ch)] *= float(o.factor);
+  }
   model.set_params(p);
 }
 

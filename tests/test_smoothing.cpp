@@ -10,6 +10,7 @@
 
 #include "src/auto_precision.h"
 #include "src/comm.h"
+#include "src/config.h"
 #include "src/cpu/ops.h"
 #include "src/formats.h"
 #include "src/recipe.h"
@@ -356,8 +357,55 @@ TEST_CASE("cli: smoothing and outlier injection config errors name their key") {
   CHECK(out.find("LAYER:CHANNEL:FACTOR") != std::string::npos);
   CHECK(run_binary(base + " --precision.inject_outlier=3:5:30", &out) == 2);  // 1 layer
   CHECK(out.find("no channel 5 in layer 3") != std::string::npos);
+  CHECK(run_binary(base + " --precision.inject_outlier=0:5%4:30", &out) == 2);
+  CHECK(out.find("channel 5 is not below the period 4") != std::string::npos);
+  CHECK(run_binary(base + " --precision.inject_outlier=0:5:30,", &out) == 2);
+  CHECK(out.find("precision.inject_outlier") != std::string::npos);
+  CHECK(run_binary(base + " --precision.inject_outlier=*:20%32:30", &out) == 2);  // 16 channels
+  CHECK(out.find("no channel 20 in layer *") != std::string::npos);
   CHECK(run_binary(base + " --precision.auto.outliers=smoothe", &out) == 2);
   CHECK(out.find("precision.auto.outliers") != std::string::npos);
+}
+
+TEST_CASE("config: precision.inject_outlier takes several entries, every layer and a period") {
+  std::vector<tg::InjectedOutlier> e;
+  std::string why;
+  REQUIRE(tg::parse_inject_outlier("", &e, &why));
+  CHECK(e.empty());
+  REQUIRE(tg::parse_inject_outlier("1:5:30", &e, &why));
+  REQUIRE(e.size() == 1);
+  CHECK((e[0].layer == 1 && e[0].channel == 5 && e[0].period == 0 && e[0].factor == 30));
+  REQUIRE(tg::parse_inject_outlier("*:5%16:20,0:3:-2.5", &e, &why));
+  REQUIRE(e.size() == 2);
+  CHECK((e[0].layer == -1 && e[0].channel == 5 && e[0].period == 16 && e[0].factor == 20));
+  CHECK((e[1].layer == 0 && e[1].channel == 3 && e[1].period == 0 && e[1].factor == -2.5));
+  for (const char* bad : {"1:5", "1:5:30:2", "x:5:30", "-1:5:30", "1:5%0:30", "1:5%:30", "1:%4:30",
+                          "1:5:inf", "1:5:30,,2:1:3", ",1:5:30", "**:1:2"}) {
+    INFO(bad);
+    CHECK_FALSE(tg::parse_inject_outlier(bad, &e, &why));
+    CHECK(!why.empty());
+  }
+}
+
+TEST_CASE("cli: an injected outlier in every layer at every P-th channel is what auto finds") {
+  tgt::TempDir d;
+  std::string out;
+  // 2 layers of 16 channels; channels 1, 5, 9, 13 of every fc input 30x the rest.
+  const int rc = run_binary(tiny_args(d.path) +
+                                " --model.n_layer=2 --train.steps=1 --eval.every=0 "
+                                "--precision.mode=auto --precision.auto.outlier_k=4 "
+                                "--precision.inject_outlier=*:1%4:30",
+                            &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto recs = read_metrics(d / "metrics.jsonl", "auto");
+  REQUIRE(!recs.empty());
+  const auto& ch = recs[0]["outliers"]["channels"];
+  for (int layer = 0; layer < 2; layer++) {
+    INFO(layer);
+    CHECK(ch[layer * tg::kAutoLinears + tg::Fp8State::FC] == nlohmann::json({1, 5, 9, 13}));
+    CHECK(ch[layer * tg::kAutoLinears + tg::Fp8State::QKV].empty());
+  }
 }
 
 TEST_CASE("mpi: smoothing factors agree over 2 ranks and equal one process with all the rows") {
