@@ -129,3 +129,13 @@ TEST_CASE("scaled scratch: one mxfp8 linear's CUDA scratch slots, written out") 
   CHECK(tg::native_gemm_runs(preset("fp8-block").gemm[tg::kForward], 9, 128, 128, 128));
   CHECK(!tg::native_gemm_runs(preset("mxfp8").gemm[tg::kForward], 9, 128, 128, 128));
 }
+
+TEST_CASE("cli: memory shows the CUDA block-scaled GEMM scratch, portable and native") {
+  std::string out;
+  REQUIRE(tgt::run_binary("memory --preset gpt2 --modes bf16,fp8-block,nvfp4", &out) == 0);
+  INFO(out);
+  CHECK(out.find("CUDA block-scaled GEMM scratch, portable / native") != std::string::npos);
+  for (const char* row : {"| fp8-block | portable |", "| fp8-block | native (sm_100) |",
+                          "| nvfp4 | portable |", "| nvfp4 | native (sm_100) |"})
+    CHECK(out.find(row) != std::string::npos);
+}
