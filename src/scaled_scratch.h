@@ -22,8 +22,10 @@
 //                               the recipe rotates, and the Stats* slots
 // The native decision mirrors matmul_native.cu's plan_of (scale mode per operand, pairing,
 // compute capability, shape), with cuBLASLt assumed new enough (12.9); which path a GPU takes
-// is decided at run time, so the plan shows both. tests/cuda/scratch_plan_emulated.cpp checks
-// every slot against the emulated CUDA backend, byte for byte.
+// is decided at run time, so the plan shows both. A mirror, not the launchers' own arithmetic:
+// tests/cuda/scratch_plan_emulated.cpp checks every slot against the emulated CUDA backend
+// (sm_80 and sm_100, and a training step with telemetry) byte for byte, and
+// tests/cuda/test_scratch_plan.cu against a GPU's backend on its own path.
 #pragma once
 #include <cstddef>
 
