@@ -97,7 +97,7 @@ TEST_CASE("scaled scratch: one mxfp8 linear's CUDA scratch slots, written out") 
   want.bytes[tg::kSlotWords] = 64;
   want.bytes[tg::kSlotAcc] = 128 * 64 * 4;
   for (int s = 0; s < tg::kScaledSlots; s++) {
-    INFO("portable " << tg::scaled_slot_name(s));
+    INFO("portable " << std::string(tg::scaled_slot_name(s)));
     CHECK(portable.bytes[s] == want.bytes[s]);
   }
   // Native (sm_100, VEC32_UE8M0): one byte per code; the self-checks' problems are larger than
@@ -116,7 +116,7 @@ TEST_CASE("scaled scratch: one mxfp8 linear's CUDA scratch slots, written out") 
   want.bytes[tg::kSlotCheck] = (128 * 320 + 144 * 320) * 4;
   want.bytes[tg::kSlotCheckAcc] = 2 * 144 * 144 * 4;
   for (int s = 0; s < tg::kScaledSlots; s++) {
-    INFO("native " << tg::scaled_slot_name(s));
+    INFO("native " << std::string(tg::scaled_slot_name(s)));
     CHECK(native.bytes[s] == want.bytes[s]);
   }
   // fp8-block's 128 x 128 weight tiles need whole 128-blocks: this shape runs portably (fp32

@@ -64,7 +64,7 @@ Tensor random_bf16(Backend& be, size_t n, uint64_t seed, float scale) {
 
 void check_slots(const Backend& be, const ScaledScratch& plan) {
   for (int s = 0; s < kScaledSlots; s++) {
-    INFO("slot kScratch" << scaled_slot_name(s));
+    INFO("slot kScratch" << std::string(scaled_slot_name(s)));
     CHECK(cuda_scratch_bytes(be, gpu::kScratchQStageA + s) == plan.bytes[s]);
   }
 }

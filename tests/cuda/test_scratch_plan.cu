@@ -73,7 +73,7 @@ TEST_CASE("cuda: the block-scaled linears' scratch is train_gpt memory's plan") 
       continue;
     }
     for (int s = 0; s < tg::kScaledSlots; s++) {
-      INFO("slot kScratch" << tg::scaled_slot_name(s));
+      INFO("slot kScratch" << std::string(tg::scaled_slot_name(s)));
       CHECK(tg::cuda_scratch_bytes(*gpu, tg::gpu::kScratchQStageA + s) == plan.bytes[s]);
     }
   }
