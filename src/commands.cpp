@@ -21,6 +21,7 @@
 #include "report.h"
 #include "rng.h"
 #include "sample.h"
+#include "scaled_scratch.h"
 #include "tokenizer.h"
 #include "train.h"
 
@@ -191,6 +192,53 @@ int cmd_sample(int argc, char** argv) {
 }
 
 namespace {
+// The CUDA backend's scratch slots of the block-scaled linears (src/scaled_scratch.h) for the
+// block-scaled modes among `modes`, on the portable and the native path.
+void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::string& modes, int B,
+                          int T) {
+  constexpr int kSms = 132;  // H100 / H200: the operand statistics' per-block sums
+  auto mib = [](size_t b) { return strf("%.2f MiB", b / 1048576.0); };
+  bool header = false;
+  for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
+    const std::string mode = modes.substr(pos, next - pos);
+    if (!is_block_scaled_mode(mode)) continue;
+    const ScaledScratchPlan p =
+        plan_scaled_scratch(mc, block_scaled_recipe(mode, recipe_options(cfg)), B, T, kSms);
+    if (!header) {
+      printf(
+          "\nCUDA block-scaled GEMM scratch, portable / native (src/cuda/launch.h's slots "
+          "kScratchQStageA .. kScratchStatsArgs at their high-water mark over a step):\n\n"
+          "| mode | path | staged fp32 operands | quantized operands | group scales | fp32 "
+          "products | cuBLASLt scale tensors | self-check | total | with telemetry |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      header = true;
+    }
+    for (int native = 0; native < 2; native++) {
+      const ScaledScratch& s = native ? p.native : p.portable;
+      ScaledScratch t = s;
+      t.grow(p.stats);
+      printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(),
+             native ? "native (sm_100)" : "portable", mib(s.sum(kSlotStageA, kSlotStageB)).c_str(),
+             mib(s.sum(kSlotQA, kSlotQB)).c_str(), mib(s.sum(kSlotAmax, kSlotWords)).c_str(),
+             mib(s.sum(kSlotAcc, kSlotSplitAcc)).c_str(),
+             mib(s.sum(kSlotScaleA, kSlotScaleB)).c_str(),
+             mib(s.sum(kSlotCheck, kSlotCheckAcc)).c_str(), mib(s.total()).c_str(),
+             mib(t.total()).c_str());
+    }
+  }
+  if (header)
+    printf(
+        "\nWhat the CUDA backend's block-scaled linears allocate besides the tensors above: each "
+        "scratch slot grows to the largest block linear that uses it (each operand staged in "
+        "fp32, transposed for the backward; its quantized copy; scales; the fp32 product) and "
+        "is kept; it counts in the backend's peak. A GPU takes the native path where cuBLASLt "
+        "has the recipe's block-scaled GEMM (fp8-rowwise, fp8-block on sm_90+, MX / NV formats "
+        "on sm_100+; decided per GEMM at run time, with a one-time self-check), else the "
+        "portable one. \"with telemetry\": precision.telemetry_every's operand statistics too "
+        "(on a %d-multiprocessor GPU). Checked against the emulated backend, not yet on a GPU.\n",
+        kSms);
+}
+
 // The block-scaled modes among `modes` (comma-separated): the bits of their formats and what
 // a native block-scaled path would hold instead of the bf16 copies (src/quant_memory.h).
 void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::string& modes, int B,
@@ -225,6 +273,7 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::str
         "forward as the weight-gradient GEMM takes them (input^T along the tokens), replacing "
         "their bf16 copies. The CPU backend emulates these modes with the bf16 copies (the "
         "first table).\n");
+  print_scaled_scratch(cfg, mc, modes, B, T);
 }
 }  // namespace
 

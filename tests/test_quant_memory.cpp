@@ -7,6 +7,7 @@
 
 #include "src/quant_memory.h"
 #include "src/recipe.h"
+#include "src/scaled_scratch.h"
 #include "test_util.h"
 
 namespace {
@@ -73,4 +74,68 @@ TEST_CASE("cli: memory shows the block-scaled modes' native plan") {
   CHECK(out.find("Block-scaled modes on a native path") != std::string::npos);
   CHECK(out.find("| mxfp8 | 12/12 | 8.250 | 8.250 | 8.250 |") != std::string::npos);
   CHECK(out.find("| nvfp4 | 11/12 | 4.500 |") != std::string::npos);
+}
+
+TEST_CASE("scaled scratch: one mxfp8 linear's CUDA scratch slots, written out") {
+  // 128 tokens, C = OC = 64; E8M0 per 32 along each GEMM's reduction dimension.
+  const tg::QuantRecipe r = preset("mxfp8");
+  using S = tg::ScaledScratch;
+  S portable, native;
+  tg::scaled_linear_scratch(portable, r, 128, 64, 64, 0);
+  tg::scaled_linear_scratch(native, r, 128, 64, 64, 10);
+  S want;
+  // Staged fp32 operands: inp, dout (128 x 64) and W, inp^T, W^T in B, 4 bytes each.
+  want.bytes[tg::kSlotStageA] = 128 * 64 * 4;
+  want.bytes[tg::kSlotStageB] = 64 * 128 * 4;
+  // Portable: bf16 quantize-dequantized operands (E8M0 scales are exact in bf16), the
+  // largest 128 x 64 (forward / dgrad A) and 64 x 128 (wgrad); amax per (row, group of 32):
+  // 128 rows x 2 groups or 64 rows x 4; scale pairs (8 bytes) per group; fp32 products.
+  want.bytes[tg::kSlotQA] = 128 * 64 * 2;
+  want.bytes[tg::kSlotQB] = 64 * 128 * 2;
+  want.bytes[tg::kSlotAmax] = 128 * 2 * 4;
+  want.bytes[tg::kSlotScales] = 128 * 2 * 8;
+  want.bytes[tg::kSlotWords] = 64;
+  want.bytes[tg::kSlotAcc] = 128 * 64 * 4;
+  for (int s = 0; s < tg::kScaledSlots; s++) {
+    INFO("portable " << std::string(tg::scaled_slot_name(s)));
+    CHECK(portable.bytes[s] == want.bytes[s]);
+  }
+  // Native (sm_100, VEC32_UE8M0): one byte per code; the self-checks' problems are larger than
+  // the linear's: forward and dgrad (M = 128, N = 64, K = 64: a partial N tile, K not in whole
+  // 4-block groups) check 128 x 144 x 320, wgrad (64 x 64 x 128) 144 x 144 x 256. Each check
+  // quantizes both ways: codes of its 144 x 320 operand, then its bf16 copy 2 x 144 x 320.
+  want.bytes[tg::kSlotQA] = 128 * 320 * 2;
+  want.bytes[tg::kSlotQB] = 144 * 320 * 2;
+  want.bytes[tg::kSlotAmax] = 144 * 10 * 4;
+  want.bytes[tg::kSlotScales] = 144 * 10 * 8;
+  // Scale tensors: 128-row tiles of 4 scale columns (padded), one byte each, allocated twice
+  // over with 4 KiB more: the 144 x 256 check operand has 256 rows x 8 columns (A), the
+  // 144 x 320 one 256 x 12 (B).
+  want.bytes[tg::kSlotScaleA] = 2 * (256 * 8) + 4096;
+  want.bytes[tg::kSlotScaleB] = 2 * (256 * 12) + 4096;
+  want.bytes[tg::kSlotCheck] = (128 * 320 + 144 * 320) * 4;
+  want.bytes[tg::kSlotCheckAcc] = 2 * 144 * 144 * 4;
+  for (int s = 0; s < tg::kScaledSlots; s++) {
+    INFO("native " << std::string(tg::scaled_slot_name(s)));
+    CHECK(native.bytes[s] == want.bytes[s]);
+  }
+  // fp8-block's 128 x 128 weight tiles need whole 128-blocks: this shape runs portably (fp32
+  // operands: fp32 scales are not exact in bf16) even on sm_100.
+  S blk;
+  tg::scaled_linear_scratch(blk, preset("fp8-block"), 128, 64, 64, 10);
+  CHECK(blk.bytes[tg::kSlotQA] == 128 * 64 * 4);
+  CHECK(blk.bytes[tg::kSlotCheck] == 0);
+  CHECK(!tg::native_gemm_runs(preset("fp8-block").gemm[tg::kForward], 10, 128, 64, 64));
+  CHECK(tg::native_gemm_runs(preset("fp8-block").gemm[tg::kForward], 9, 128, 128, 128));
+  CHECK(!tg::native_gemm_runs(preset("mxfp8").gemm[tg::kForward], 9, 128, 128, 128));
+}
+
+TEST_CASE("cli: memory shows the CUDA block-scaled GEMM scratch, portable and native") {
+  std::string out;
+  REQUIRE(tgt::run_binary("memory --preset gpt2 --modes bf16,fp8-block,nvfp4", &out) == 0);
+  INFO(out);
+  CHECK(out.find("CUDA block-scaled GEMM scratch, portable / native") != std::string::npos);
+  for (const char* row : {"| fp8-block | portable |", "| fp8-block | native (sm_100) |",
+                          "| nvfp4 | portable |", "| nvfp4 | native (sm_100) |"})
+    CHECK(out.find(row) != std::string::npos);
 }

@@ -268,6 +268,10 @@ class CudaBackend final : public Backend {
   }
   // ---- block-scaled linears (src/cuda/matmul_scaled.cu; the portable path, scaled.h) ----
   bool has_block_scaled_linears() const override { return true; }
+  // A scratch slot's size (cuda_scratch_bytes).
+  size_t scratch_bytes(int s) const {
+    return s >= 0 && s < gpu::kNumScratch ? scratch_[s].second : 0;
+  }
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
@@ -712,6 +716,11 @@ class CudaBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options) {
   return std::make_unique<CudaBackend>(device, options);
+}
+
+size_t cuda_scratch_bytes(const Backend& b, int slot) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&b);
+  return c ? c->scratch_bytes(slot) : 0;
 }
 
 }  // namespace tg

@@ -15,5 +15,9 @@ namespace tg {
 int cuda_device_count();
 // The backend on GPU `device`: cudaMalloc'd memory, one stream, cuBLASLt.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0, const BackendOptions& options = {});
+// The bytes a CUDA backend's scratch slot (src/cuda/launch.h's ScratchSlot) was last grown to:
+// the largest request so far (the allocation rounds it up to 64 bytes). Tests of the scratch
+// plan (src/scaled_scratch.h); 0 for any other backend.
+size_t cuda_scratch_bytes(const Backend& b, int slot);
 
 }  // namespace tg

@@ -5,6 +5,8 @@
 // aligned, filled with 0xFF bytes as poison, counted against an 80 GiB device), streams and
 // events that complete at once (every call runs when it is made), compute capability 9.0 and
 // one multiprocessor (cuda_emulation.cpp's cudaDeviceGetAttribute says the same).
+// Test hook: emu_test::device_major, the compute capability cudaGetDeviceProperties reports
+// (a backend made while it is 10 takes sm_100's native block-scaled GEMMs).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -13,6 +15,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+
+namespace emu_test {
+int device_major = 9;
+}  // namespace emu_test
 
 namespace {
 
@@ -47,7 +53,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (d != 0) return cudaErrorInvalidDevice;
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated CUDA device (tests/cuda/cuda_emulation.h)");
-  p->major = 9;
+  p->major = emu_test::device_major;
   p->minor = 0;
   p->multiProcessorCount = 1;
   p->totalGlobalMem = kDeviceBytes;
