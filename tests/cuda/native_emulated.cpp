@@ -31,11 +31,13 @@
 #include "src/cuda/scaled.h"
 #include "src/recipe.h"
 #include "src/smoothing.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace emu_test {
 extern bool lt_refuse_block_scaled;
 extern bool lt_ignore_block_scales;
 extern int lt_block_scaled_calls;
+extern int device_major;  // runtime_emulation.cpp: what a new CudaBackend reads
 float emu_block_scale(int32_t mode, const void* s, uint64_t rows, uint64_t K, uint64_t row,
                       uint64_t k);
 }  // namespace emu_test
@@ -500,4 +502,49 @@ TEST_CASE("emulated: smoothed linears: operands == the CPU's bit for bit, portab
   CHECK_THROWS_WITH_AS(gpu::scaled_linear_forward(emu_ctx(), DType::F32, out.p, inp.data(),
                                                   w.data(), nullptr, N, C, OC, bad, 1),
                        doctest::Contains("input channels"), Error);
+}
+
+TEST_CASE("emulated: smoothed linears through a CudaBackend on sm_100 == the CPU backend's") {
+  // CudaBackend::matmul_forward_scaled / backward with a recipe's factors, the device read as
+  // sm_100 when the backend starts: MXFP8, MXFP4 and NVFP4 GEMMs run natively (counted).
+  struct Sm100 {
+    Sm100() {
+      device_major = 10;
+      gpu::native_forget_checks();
+    }
+    ~Sm100() {
+      device_major = 9;
+      gpu::native_forget_checks();
+    }
+  } sm100;
+  const int N = 256, C = 256, OC = 128;
+  std::vector<float> x = randn(size_t(N) * C, 31, 1.f);
+  const std::vector<float> w = randn(size_t(OC) * C, 32, 0.05f),
+                           dout = randn(size_t(N) * OC, 33, 1e-3f);
+  const std::vector<float> s = outlier_factors(&x, w, N, C, OC, 101);
+  tgc::Twin tw;
+  Fp8Options o;
+  o.block_scaled = true;
+  tw.gpu->set_fp8_options(o);
+  for (const char* mode : {"mxfp8", "mxfp4", "nvfp4"}) {
+    INFO(mode);
+    QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+    r.smooth = s;
+    const ScaledLinear q{&r, 19};
+    const DType t = DType::F32;
+    tgc::Pair inp = tw.make(t, x), wt = tw.make(t, w), g = tw.make(t, dout);
+    tgc::Pair out = tw.poisoned(t, size_t(N) * OC), dinp = tw.poisoned(t, size_t(N) * C),
+              dw = tw.make(t, std::vector<float>(size_t(OC) * C, 0.f));
+    const int calls = lt_block_scaled_calls;
+    tw.cpu->matmul_forward_scaled(out.cpu, inp.cpu, wt.cpu, Tensor{}, N, C, OC, q);
+    tw.gpu->matmul_forward_scaled(out.gpu, inp.gpu, wt.gpu, Tensor{}, N, C, OC, q);
+    tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, Tensor{}, g.cpu, inp.cpu, wt.cpu, N, C, OC, q);
+    tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, Tensor{}, g.gpu, inp.gpu, wt.gpu, N, C, OC, q);
+    check_emu();
+    CHECK(lt_block_scaled_calls - calls >= 2);  // the forward and dgrad (wgrad where it fits)
+    CHECK(gpu::native_checks_failed() == 0);
+    CHECK(tw.err(out) < 1e-5);
+    CHECK(tw.err(dinp) < 1e-5);
+    CHECK(tw.err(dw) < 1e-5);
+  }
 }

@@ -3,8 +3,9 @@
 // as host stand-ins, so that they run under the emulation (tests/cuda/cuda_emulation.h) as
 // they run on a GPU: one emulated device, "device" memory from the host heap (256-byte
 // aligned, filled with 0xFF bytes as poison, counted against an 80 GiB device), streams and
-// events that complete at once (every call runs when it is made), compute capability 9.0 and
-// one multiprocessor (cuda_emulation.cpp's cudaDeviceGetAttribute says the same).
+// events that complete at once (every call runs when it is made), compute capability 9.0 (a
+// test may ask for another: emu_test::device_major) and one multiprocessor (cuda_emulation.cpp's
+// cudaDeviceGetAttribute says the same).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -36,6 +37,12 @@ void delete_handle(H h) {
 
 }  // namespace
 
+namespace emu_test {
+// The emulated device's compute capability major (9: sm_90). A test may set it before it
+// starts a CudaBackend, which reads the properties once (e.g. 10 for the sm_100 native path).
+int device_major = 9;
+}  // namespace emu_test
+
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* n) {
@@ -47,7 +54,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (d != 0) return cudaErrorInvalidDevice;
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated CUDA device (tests/cuda/cuda_emulation.h)");
-  p->major = 9;
+  p->major = emu_test::device_major;
   p->minor = 0;
   p->multiProcessorCount = 1;
   p->totalGlobalMem = kDeviceBytes;
