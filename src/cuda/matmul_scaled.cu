@@ -8,12 +8,12 @@
 // wgrad operands), quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands, and
 // multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies the
 // operands' tensor factors, accumulation, the split channels' product and the bias in the
-// CPU's order and rounds once. A recipe's smooth factors (src/smoothing.h) scale the forward's
-// staged operands first, X diag(1/s) and W diag(s), before the split and the quantization, in
-// the CPU's fp32 operations; the backward stages the unsmoothed operands afresh. Every GEMM role
-// and operand draws its random bits from the CPU's stream of the linear's seed. Where the GPU has a
-// native block-scaled GEMM for a role (matmul_native.cu), the product comes from it instead, on the
-// same quantized values.
+// CPU's order and rounds once. A recipe's smooth factors (src/smoothing.h) scale the
+// forward's staged operands first, X diag(1/s) and W diag(s), before the split and the
+// quantization, in the CPU's fp32 operations; the backward stages the unsmoothed operands
+// afresh. Every GEMM role and operand draws its random bits from the CPU's stream of the
+// linear's seed. Where the GPU has a native block-scaled GEMM for a role (matmul_native.cu),
+// the product comes from it instead, on the same quantized values.
 #include <vector>
 
 #include "kernels/quantize_blocks.cuh"
