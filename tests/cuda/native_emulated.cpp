@@ -390,6 +390,18 @@ std::vector<float> outlier_factors(std::vector<float>* inp, const std::vector<fl
   return smoothing_factors(column_amax(*inp, N, C), column_amax(w, OC, C), 0.5);
 }
 
+// A cuBLASLt handle of its own in emu_ctx() for the scope: the wrapper (src/cuda/cublaslt.cu)
+// caches the heuristic's answers per handle, and check_fallback's refusing heuristic leaves
+// "no algorithm" cached under emu_ctx()'s for the self-check's shapes.
+struct FreshLtHandle {
+  cublasLtHandle_t saved;
+  FreshLtHandle() : saved(emu_ctx().lt) { cublasLtCreate(&emu_ctx().lt); }
+  ~FreshLtHandle() {
+    cublasLtDestroy(emu_ctx().lt);
+    emu_ctx().lt = saved;
+  }
+};
+
 uint64_t stream_of(uint64_t seed, int role, int operand) {  // matmul_scaled.cpp's
   return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
 }
@@ -430,6 +442,7 @@ TEST_CASE("emulated: smoothed linears: operands == the CPU's bit for bit, portab
   // fp8-rowwise / fp8-block, sm_100 for MX and NV): the staged smoothed operands and the
   // quantized GEMM operands (values, or codes times scales) bit for bit the CPU's, the tensor
   // factors equal, outputs and gradients within fp32 accumulation order (1e-5).
+  const FreshLtHandle lt;
   const int N = 256, C = 256, OC = 128;
   std::vector<float> inp = randn(size_t(N) * C, 21, 1.f);
   const std::vector<float> w = randn(size_t(OC) * C, 22, 0.05f),
@@ -446,7 +459,7 @@ TEST_CASE("emulated: smoothed linears: operands == the CPU's bit for bit, portab
   std::vector<float> xs = inp, ws = w;
   cpu::smooth_columns(xs.data(), N, C, s, true);
   cpu::smooth_columns(ws.data(), OC, C, s, false);
-  for (const char* mode : kModes) {
+  for (const std::string mode : kModes) {
     QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
     const QuantRecipe plain = r;
     r.smooth = s;
@@ -462,7 +475,7 @@ TEST_CASE("emulated: smoothed linears: operands == the CPU's bit for bit, portab
     std::vector<float> qa = xs, qb = ws;
     const float pa = cpu::quantize_dequantize(qa.data(), N, C, g.a, stream_of(seed, kForward, 0));
     const float pb = cpu::quantize_dequantize(qb.data(), OC, C, g.b, stream_of(seed, kForward, 1));
-    for (int major : {8, major_for(mode)}) {
+    for (int major : {8, major_for(mode.c_str())}) {
       INFO(mode << " on sm_" << major << "0");
       DeviceMajor dev(major);
       const bool native = gpu::native_problem(emu_ctx(), g, N, OC, C).empty();
@@ -526,7 +539,7 @@ TEST_CASE("emulated: smoothed linears through a CudaBackend on sm_100 == the CPU
   Fp8Options o;
   o.block_scaled = true;
   tw.gpu->set_fp8_options(o);
-  for (const char* mode : {"mxfp8", "mxfp4", "nvfp4"}) {
+  for (const std::string mode : {"mxfp8", "mxfp4", "nvfp4"}) {
     INFO(mode);
     QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
     r.smooth = s;

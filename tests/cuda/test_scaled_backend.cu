@@ -221,7 +221,7 @@ std::vector<float> column_amax(const std::vector<float>& x, int rows, int cols) 
 // operands are the same bits (tests/cuda/native_emulated.cpp checks them) and only the GEMMs'
 // order of summation differs: 1e-5. The GPU's forward with the factors ignored or swapped
 // (X diag(s), W diag(1/s)) misses the CPU's smoothed output by far more.
-void check_smoothed_linear(const char* mode, const Shape& s, uint64_t seed) {
+void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t seed) {
   const int N = s.N, C = s.C, OC = s.OC;
   const DType t = DType::F32;
   std::vector<float> x = randn(size_t(N) * C, seed), wv = randn(size_t(OC) * C, seed + 1, 0.05f);
@@ -267,7 +267,7 @@ TEST_CASE("cuda: smoothed block-scaled linears (precision.recipe.smooth) match t
   // preset on sm_100); 40 x 72 x 48: partial blocks and tiles, the portable path.
   const Shape shapes[] = {{256, 256, 128}, {40, 72, 48}};
   uint64_t seed = 1200;
-  for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+  for (const std::string mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
     for (const Shape& s : shapes) {
       INFO(mode << ": N=" << s.N << " C=" << s.C << " OC=" << s.OC);
       check_smoothed_linear(mode, s, seed += 10);
