@@ -97,18 +97,6 @@ __global__ void column_amax_kernel(const T* x, int rows, int cols, int rows_per_
   atomicMax(&bits[c], f32_bits(m));
 }
 
-// x(rows, cols) <- x diag(1/s) (divide: correctly rounded x / s) or x diag(s), as
-// src/cpu/matmul_scaled.cpp's smooth_columns. Grid-stride over the elements.
-static __global__ void smooth_columns_kernel(float* x, int rows, int cols, const float* s,
-                                             bool divide) {
-  const size_t n = size_t(rows) * cols;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const float f = s[i % cols];
-    x[i] = divide ? x[i] / f : x[i] * f;
-  }
-}
-
 // Columns ch[0..k) of x(rows, cols) set to zero (split channels). One thread per (row, j).
 static __global__ void zero_columns_kernel(float* x, int rows, int cols, const int* ch, int k) {
   const size_t n = size_t(rows) * k;

@@ -296,6 +296,20 @@ __global__ void codes_kernel(uint8_t* out, const float* x, int rows, int cols, Q
   }
 }
 
+// Channel smoothing (src/smoothing.h): x(rows, cols) <- x diag(1/s) (divide: the correctly
+// rounded x / s, as nvcc's IEEE division gives it without --use_fast_math) or x diag(s), as
+// src/cpu/matmul_scaled.cpp's smooth_columns, so the smoothed operands are bit-identical.
+// Grid-stride over the elements. (The scaled linear's forward and the operand statistics.)
+static __global__ void smooth_columns_kernel(float* x, int rows, int cols, const float* s,
+                                             bool divide) {
+  const size_t n = size_t(rows) * cols;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float f = s[i % cols];
+    x[i] = divide ? x[i] / f : x[i] * f;
+  }
+}
+
 // Split channels (precision.mode=auto's outlier channels): dst(rows, k) = x's columns ch[0..k)
 // and those columns of x set to zero, so that they set no scale. One thread per (row, j).
 static __global__ void take_columns_kernel(float* dst, float* x, int rows, int cols, const int* ch,

@@ -173,9 +173,9 @@ void measure(ScaledScratch& s, const OperandRecipe& o, size_t rows, size_t cols,
 
 const char* scaled_slot_name(int slot) {
   static const char* names[kScaledSlots] = {
-      "QStageA",   "QStageB",   "QA",          "QB",        "QAmax",      "QScales",  "QWords",
-      "QAcc",      "QSplitA",   "QSplitB",     "QSplitAcc", "QScaleA",    "QScaleB",  "QCheck",
-      "QCheckAcc", "StatsAmax", "StatsScales", "StatsSums", "StatsWords", "StatsArgs"};
+      "QStageA", "QStageB",   "QA",        "QB",          "QAmax",     "QScales",    "QWords",
+      "QAcc",    "QSplitA",   "QSplitB",   "QSplitAcc",   "QSmooth",   "QScaleA",    "QScaleB",
+      "QCheck",  "QCheckAcc", "StatsAmax", "StatsScales", "StatsSums", "StatsWords", "StatsArgs"};
   return slot >= 0 && slot < kScaledSlots ? names[slot] : "?";
 }
 
@@ -214,6 +214,7 @@ void scaled_linear_scratch(ScaledScratch& s, const QuantRecipe& r, int N, int C,
     s.grow(kSlotSplitB, (oc * k + k) * 4);  // their columns of W, then the channel numbers
     s.grow(kSlotSplitAcc, n * oc * 4);
   }
+  if (!r.smooth.empty()) s.grow(kSlotSmooth, c * 4);  // channel smoothing's factors
   scaled_gemm_scratch(s, r.gemm[kForward], N, OC, C, major);
   // wgrad: dout^T (OC,N) and inp^T (C,N), reduction over the tokens
   s.grow(kSlotStageA, oc * n * 4);

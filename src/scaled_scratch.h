@@ -9,7 +9,8 @@
 //   src/cuda/matmul_scaled.cu   operands staged in fp32 (StageA / StageB, transposed for the
 //                               backward), their quantize-dequantized copies (QA / QB, bf16 when
 //                               both operands are exact in bf16, else fp32), the fp32 product
-//                               (Acc), the tensor factors (Words), the split channels (Split*)
+//                               (Acc), the tensor factors (Words), the split channels (Split*),
+//                               channel smoothing's factors (Smooth)
 //   src/cuda/quantize_blocks.cu per (row, column group) amax (Amax), per group scale pairs
 //                               (Scales), the tensor amax bits (Words)
 //   src/cuda/matmul_native.cu   native path: element codes in QA / QB, the scale tensors in
@@ -47,6 +48,7 @@ enum ScaledSlot {
   kSlotSplitA,
   kSlotSplitB,
   kSlotSplitAcc,
+  kSlotSmooth,
   kSlotScaleA,
   kSlotScaleB,
   kSlotCheck,

@@ -206,13 +206,9 @@ void Trainer::setup_precision() {
   const auto& rc = cfg_.precision.recipe;
   const bool is_auto = cfg_.precision.mode == "auto";
   if (rc.smooth || (is_auto && cfg_.precision.auto_.outliers == "smooth")) {
+    // Every backend with block-scaled linears (checked above) smooths their forward GEMM.
     if (!fp8_->block_scaled())  // config_validate refuses the other modes
       throw UsageError("config key 'precision.recipe.smooth': needs block-scaled linears");
-    if (be_->name() != "cpu")
-      throw UsageError(
-          strf("config key 'precision.recipe.smooth': the %s backend has no channel "
-               "smoothing yet (train.device=cpu runs it)",
-               be_->name().c_str()));
     smooth_ =
         std::make_unique<ChannelSmoothing>(SmoothOptions{rc.smooth_alpha, rc.smooth_every}, mc_);
   }

@@ -266,7 +266,7 @@ class CudaBackend final : public Backend {
                              w_scale);
     return fp8_after_call(lin, true);
   }
-  // ---- block-scaled linears (src/cuda/matmul_scaled.cu; the portable path, scaled.h) ----
+  // ---- block-scaled linears (src/cuda/matmul_scaled.cu, scaled.h; channel smoothing too) ----
   bool has_block_scaled_linears() const override { return true; }
   // A scratch slot's size (cuda_scratch_bytes).
   size_t scratch_bytes(int s) const {
@@ -275,9 +275,6 @@ class CudaBackend final : public Backend {
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
-    // The trainer refuses smoothing on this backend; never run a recipe's factors unapplied.
-    if (!q.recipe->smooth.empty())
-      throw Error("cuda backend: channel smoothing (precision.recipe.smooth) is not implemented");
     gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC,
                                *q.recipe, q.seed);
   }

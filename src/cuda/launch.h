@@ -87,6 +87,7 @@ enum ScratchSlot {
   kScratchQSplitA,  // precision.mode=auto's split channels: their columns and product
   kScratchQSplitB,
   kScratchQSplitAcc,
+  kScratchQSmooth,      // channel smoothing's factors (the recipe's, uploaded per forward)
   kScratchQScaleA,      // native block-scaled GEMMs (matmul_native.cu): the operands' scale
   kScratchQScaleB,      // tensors in cuBLASLt's layouts (their codes go in kScratchQA / QB)
   kScratchQCheck,       // the native path's self-check: its random operands

@@ -11,10 +11,11 @@
 //   mxfp8, mxfp4  E4M3/E5M2 (E2M1), E8M0 per 32                     VEC32_UE8M0      sm_100+, 12.8+
 //   nvfp4         E2M1, UE4M3 per 16 (a 16 x 16 weight tile: its    VEC16_UE4M3      sm_100+, 12.8+
 //                 scale replicated over its 16 rows)
-// The rest of a recipe stays where the portable path has it: the Hadamard rotation and the
-// split channels act on the staged fp32 operands before quantization, stochastic rounding is
-// in the quantizer, NVFP4's fp32 tensor scales (1 / S per operand), accumulation and bias in
-// matmul_scaled.cu's epilogue, which reads this GEMM's fp32 product like the portable one.
+// The rest of a recipe stays where the portable path has it: channel smoothing, the
+// Hadamard rotation and the split channels act on the staged fp32 operands before
+// quantization, stochastic rounding is in the quantizer, NVFP4's fp32 tensor scales (1 / S
+// per operand), accumulation and bias in matmul_scaled.cu's epilogue, which reads this GEMM's
+// fp32 product like the portable one.
 // The codes and scales are quantize_blocks.cu's quantize_codes: the very values the portable
 // path multiplies (element times block scale), bit for bit.
 //

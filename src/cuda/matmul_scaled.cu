@@ -8,9 +8,14 @@
 // wgrad operands), quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands, and
 // multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies the
 // operands' tensor factors, accumulation, the split channels' product and the bias in the
-// CPU's order and rounds once. Every GEMM role and operand draws its random bits from the
-// CPU's stream of the linear's seed. Where the GPU has a native block-scaled GEMM for a role
-// (matmul_native.cu), the product comes from it instead, on the same quantized values.
+// CPU's order and rounds once. A recipe's smooth factors (src/smoothing.h) scale the
+// forward's staged operands first, X diag(1/s) and W diag(s), before the split and the
+// quantization, in the CPU's fp32 operations; the backward stages the unsmoothed operands
+// afresh. Every GEMM role and operand draws its random bits from the CPU's stream of the
+// linear's seed. Where the GPU has a native block-scaled GEMM for a role (matmul_native.cu),
+// the product comes from it instead, on the same quantized values.
+#include <vector>
+
 #include "kernels/quantize_blocks.cuh"
 #include "scaled.h"
 
@@ -74,6 +79,28 @@ void scaled_gemm(Ctx& c, DType t, void* out, float* A, float* B, int M, int Nout
   });
 }
 
+// Channel smoothing of the staged forward operands: a(N,C) <- a diag(1/s), b(OC,C) <-
+// b diag(s), s the recipe's C factors (matmul_scaled.cpp's smooth_columns: the same correctly
+// rounded x / s and w s, so the operands are bit-identical to the CPU's).
+void smooth_operands(Ctx& c, float* a, float* b, int N, int C, int OC,
+                     const std::vector<float>& s) {
+  if (int(s.size()) != C)
+    throw Error(strf("cuda backend: smoothing: %zu factors for a GEMM with %d input channels",
+                     s.size(), C));
+  // A slot of its own, grown once to the widest linear's C: no allocation per call. The
+  // factors are pageable host memory, so the copy is staged before cudaMemcpyAsync returns
+  // and the recipe may change afterwards.
+  float* f = scratch_f32(c, kScratchQSmooth, size_t(C));
+  TG_CUDA_CHECK(
+      cudaMemcpyAsync(f, s.data(), size_t(C) * sizeof(float), cudaMemcpyHostToDevice, c.stream));
+  launch(quant::smooth_columns_kernel, c.grid(size_t(N) * C, kThreads), kThreads, 0, c.stream, a, N,
+         C, static_cast<const float*>(f), true);
+  TG_LAUNCH_CHECK();
+  launch(quant::smooth_columns_kernel, c.grid(size_t(OC) * C, kThreads), kThreads, 0, c.stream, b,
+         OC, C, static_cast<const float*>(f), false);
+  TG_LAUNCH_CHECK();
+}
+
 // The split channels' product xo wo^T (N,OC) in fp32, their columns zeroed in the staged a
 // (N,C) and b (OC,C) so that they set no scale.
 const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
@@ -105,6 +132,7 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
   float* b = scratch_f32(c, kScratchQStageB, size_t(OC) * C);
   stage_operand(c, a, t, inp, false, N, C);
   stage_operand(c, b, t, w, false, OC, C);
+  if (!r.smooth.empty()) smooth_operands(c, a, b, N, C, OC, r.smooth);
   const float* extra =
       r.split_channels.empty() ? nullptr : split_product(c, a, b, N, C, OC, r.split_channels);
   scaled_gemm(c, t, out, a, b, N, OC, C, r.gemm[kForward], seed, kForward, false, extra, bias);

@@ -136,7 +136,7 @@ void DeviceOperandView::smooth_and_split(float* x, const OperandVariant& v) {
   if (nf) {
     TG_CUDA_CHECK(
         cudaMemcpyAsync(factors, v.smooth->data(), nf * 4, cudaMemcpyHostToDevice, c_.stream));
-    launch(stats::smooth_columns_kernel, c_.grid(size(), kThreads), kThreads, 0, c_.stream, x,
+    launch(quant::smooth_columns_kernel, c_.grid(size(), kThreads), kThreads, 0, c_.stream, x,
            rows(), cols(), static_cast<const float*>(factors), v.smooth_divide);
     TG_LAUNCH_CHECK();
   }

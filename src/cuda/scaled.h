@@ -46,7 +46,9 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const fl
 
 // The block-scaled linear (Backend::matmul_forward_scaled / matmul_backward_scaled), every
 // tensor of type t:
-//   forward  out(N,OC) = Q(inp) Q(W)^T + bias (+ the split channels' fp32 product)
+//   forward  out(N,OC) = Q(inp) Q(W)^T + bias (+ the split channels' fp32 product), with a
+//            recipe's smooth factors (src/smoothing.h) inp diag(1/s) and W diag(s) first,
+//            staged as the CPU's fp32 values bit for bit, before the split and Q (both paths)
 //   backward dW(OC,C) += Q(H dout^T) Q(H inp^T)^T, dinp(N,C) = Q(dout) Q(W^T)^T,
 //            dbias += column sums of the unquantized dout (when given)
 // with the operands, roles and random streams of src/cpu/matmul_scaled.cpp.

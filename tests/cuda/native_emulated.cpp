@@ -14,11 +14,15 @@
 //     mxfp4, nvfp4) device;
 //   - the fallbacks: a heuristic without an algorithm and a native GEMM that gets the scales
 //     wrong (the self-check catches it) both leave the portable path's results, bit for bit,
-//     and the start-up line names the path and why.
+//     and the start-up line names the path and why;
+//   - channel smoothing (precision.recipe.smooth) on both paths: the smoothed staged operands
+//     and the quantized forward operands bit for bit the CPU's, outputs and gradients within
+//     accumulation order, where ignored or swapped factors would miss by far.
 // What it cannot see: the real cuBLASLt's reading of the layouts (the self-check does that on
 // the GPU) and nvcc's compilation of the kernels.
 #include "tests/cuda/emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -26,11 +30,14 @@
 
 #include "src/cuda/scaled.h"
 #include "src/recipe.h"
+#include "src/smoothing.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace emu_test {
 extern bool lt_refuse_block_scaled;
 extern bool lt_ignore_block_scales;
 extern int lt_block_scaled_calls;
+extern int device_major;  // runtime_emulation.cpp: what a new CudaBackend reads
 float emu_block_scale(int32_t mode, const void* s, uint64_t rows, uint64_t K, uint64_t row,
                       uint64_t k);
 }  // namespace emu_test
@@ -364,4 +371,193 @@ TEST_CASE("emulated: the start-up line says which block-scaled path runs and why
     CHECK(s.find("needs sm_90") != std::string::npos);
   }
   CHECK(gpu::scaled_path_name(emu_ctx(), nullptr).find("recipe not known") != std::string::npos);
+}
+
+namespace {
+
+// Channel smoothing (src/smoothing.h) of the scaled linear's forward operands on the device.
+// SmoothQuant's factors of an operand pair with an outlier input channel (not powers of two).
+std::vector<float> outlier_factors(std::vector<float>* inp, const std::vector<float>& w, int N,
+                                   int C, int OC, int outlier) {
+  for (int n = 0; n < N; n++) (*inp)[size_t(n) * C + outlier] *= 40.f;
+  auto column_amax = [](const std::vector<float>& x, int rows, int cols) {
+    std::vector<float> a(size_t(cols), 0.f);
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++)
+        a[size_t(c)] = std::max(a[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
+    return a;
+  };
+  return smoothing_factors(column_amax(*inp, N, C), column_amax(w, OC, C), 0.5);
+}
+
+// A cuBLASLt handle of its own in emu_ctx() for the scope: the wrapper (src/cuda/cublaslt.cu)
+// caches the heuristic's answers per handle, and check_fallback's refusing heuristic leaves
+// "no algorithm" cached under emu_ctx()'s for the self-check's shapes.
+struct FreshLtHandle {
+  cublasLtHandle_t saved;
+  FreshLtHandle() : saved(emu_ctx().lt) { cublasLtCreate(&emu_ctx().lt); }
+  ~FreshLtHandle() {
+    cublasLtDestroy(emu_ctx().lt);
+    emu_ctx().lt = saved;
+  }
+};
+
+uint64_t stream_of(uint64_t seed, int role, int operand) {  // matmul_scaled.cpp's
+  return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+// How many of `ref` (the CPU's quantize-dequantized forward operand, rows x cols) the device's
+// GEMM operand of the last forward does not hold bit for bit: scratch slot q_slot as the
+// portable path leaves it (fp32, or bf16 where exact), or, when `native`, its element codes
+// times the block scales of scale_slot in mode's layout.
+size_t operand_diffs(const std::vector<float>& ref, int rows, int cols, const OperandRecipe& o,
+                     bool bf16_operand, bool native, gpu::ScratchSlot q_slot,
+                     gpu::ScratchSlot scale_slot) {
+  const void* q = emu_ctx().scratch(q_slot, 0);
+  size_t bad = 0;
+  cublasLtMatmulMatrixScale_t mode{};
+  if (native) REQUIRE(gpu::native_operand_mode(o, &mode).empty());
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      const size_t i = size_t(r) * cols + c;
+      float v;
+      if (native)
+        v = decode(o.elem, static_cast<const uint8_t*>(q), i) *
+            emu_block_scale(int32_t(mode), emu_ctx().scratch(scale_slot, 0), uint64_t(rows),
+                            uint64_t(cols), uint64_t(r), uint64_t(c));
+      else if (bf16_operand)
+        v = bf16_to_f32(static_cast<const uint16_t*>(q)[i]);
+      else
+        v = static_cast<const float*>(q)[i];
+      bad += bits(v) != bits(ref[i]);
+    }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("emulated: smoothed linears: operands == the CPU's bit for bit, portable and native") {
+  // precision.recipe.smooth: the forward quantizes X diag(1/s) and W diag(s), the backward the
+  // unsmoothed operands. Per preset on the portable path (sm_80) and the native one (sm_90 for
+  // fp8-rowwise / fp8-block, sm_100 for MX and NV): the staged smoothed operands and the
+  // quantized GEMM operands (values, or codes times scales) bit for bit the CPU's, the tensor
+  // factors equal, outputs and gradients within fp32 accumulation order (1e-5).
+  const FreshLtHandle lt;
+  const int N = 256, C = 256, OC = 128;
+  std::vector<float> inp = randn(size_t(N) * C, 21, 1.f);
+  const std::vector<float> w = randn(size_t(OC) * C, 22, 0.05f),
+                           dout = randn(size_t(N) * OC, 23, 1e-3f);
+  const std::vector<float> s = outlier_factors(&inp, w, N, C, OC, 37);
+  int pow2 = 0;  // a power of two would scale without rounding: those hide little
+  for (float f : s) {
+    int e;
+    pow2 += std::frexp(f, &e) == 0.5f;
+  }
+  CHECK(pow2 < C / 16);
+  CHECK(s[37] > 4.f);
+  // The CPU's forward operands: smoothed (one rounding per value), then quantized.
+  std::vector<float> xs = inp, ws = w;
+  cpu::smooth_columns(xs.data(), N, C, s, true);
+  cpu::smooth_columns(ws.data(), OC, C, s, false);
+  for (const std::string mode : kModes) {
+    QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+    const QuantRecipe plain = r;
+    r.smooth = s;
+    QuantRecipe swapped = r;  // the factors on the wrong operands: X diag(s), W diag(1/s)
+    for (float& f : swapped.smooth) f = 1.f / f;
+    const uint64_t seed = 77;
+    const LinearResult ref = cpu_linear(r, N, C, OC, inp, w, dout, seed);
+    // The checks below see a device that ignores the factors or swaps them: both change the
+    // forward's output far beyond the tolerance (and leave the backward as it is).
+    CHECK(rel(cpu_linear(plain, N, C, OC, inp, w, dout, seed).out, ref.out) > 1e-3);
+    CHECK(rel(cpu_linear(swapped, N, C, OC, inp, w, dout, seed).out, ref.out) > 1e-3);
+    const GemmRecipe& g = r.gemm[kForward];
+    std::vector<float> qa = xs, qb = ws;
+    const float pa = cpu::quantize_dequantize(qa.data(), N, C, g.a, stream_of(seed, kForward, 0));
+    const float pb = cpu::quantize_dequantize(qb.data(), OC, C, g.b, stream_of(seed, kForward, 1));
+    for (int major : {8, major_for(mode.c_str())}) {
+      INFO(mode << " on sm_" << major << "0");
+      DeviceMajor dev(major);
+      const bool native = gpu::native_problem(emu_ctx(), g, N, OC, C).empty();
+      CHECK(native == (major != 8));
+      const int calls = lt_block_scaled_calls;
+      Buf<float> out(size_t(N) * OC), dinp(size_t(N) * C), dw(size_t(OC) * C, 0);
+      std::memset(static_cast<void*>(dw.p), 0, dw.n * sizeof(float));
+      gpu::scaled_linear_forward(emu_ctx(), DType::F32, out.p, inp.data(), w.data(), nullptr, N, C,
+                                 OC, r, seed);
+      check_emu();
+      CHECK((lt_block_scaled_calls > calls) == native);
+      const auto* sa = static_cast<const float*>(emu_ctx().scratch(gpu::kScratchQStageA, 0));
+      const auto* sb = static_cast<const float*>(emu_ctx().scratch(gpu::kScratchQStageB, 0));
+      CHECK(bit_diffs(sa, xs.data(), xs.size()) == 0);
+      CHECK(bit_diffs(sb, ws.data(), ws.size()) == 0);
+      const bool bf16_ops = gpu::operand_in_bf16(g.a) && gpu::operand_in_bf16(g.b);
+      CHECK(operand_diffs(qa, N, C, g.a, bf16_ops, native, gpu::kScratchQA, gpu::kScratchQScaleA) ==
+            0);
+      CHECK(operand_diffs(qb, OC, C, g.b, bf16_ops, native, gpu::kScratchQB,
+                          gpu::kScratchQScaleB) == 0);
+      const auto* post = static_cast<const float*>(emu_ctx().scratch(gpu::kScratchQWords, 0)) + 1;
+      CHECK(bits(post[0]) == bits(pa));
+      CHECK(bits(post[1]) == bits(pb));
+      gpu::scaled_linear_backward(emu_ctx(), DType::F32, dinp.p, dw.p, nullptr, dout.data(),
+                                  inp.data(), w.data(), N, C, OC, r, seed);
+      check_emu();
+      CHECK(gpu::native_checks_failed() == 0);
+      CHECK(rel(std::vector<float>(out.p, out.p + out.n), ref.out) < 1e-5);
+      CHECK(rel(std::vector<float>(dinp.p, dinp.p + dinp.n), ref.dinp) < 1e-5);
+      CHECK(rel(std::vector<float>(dw.p, dw.p + dw.n), ref.dw) < 1e-5);
+    }
+  }
+  // A factor list that does not fit the GEMM is an error, as on the CPU.
+  QuantRecipe bad = block_scaled_recipe("mxfp8", RecipeOptions{});
+  bad.smooth.assign(size_t(C) - 1, 1.f);
+  Buf<float> out(size_t(N) * OC);
+  CHECK_THROWS_WITH_AS(gpu::scaled_linear_forward(emu_ctx(), DType::F32, out.p, inp.data(),
+                                                  w.data(), nullptr, N, C, OC, bad, 1),
+                       doctest::Contains("input channels"), Error);
+}
+
+TEST_CASE("emulated: smoothed linears through a CudaBackend on sm_100 == the CPU backend's") {
+  // CudaBackend::matmul_forward_scaled / backward with a recipe's factors, the device read as
+  // sm_100 when the backend starts: MXFP8, MXFP4 and NVFP4 GEMMs run natively (counted).
+  struct Sm100 {
+    Sm100() {
+      device_major = 10;
+      gpu::native_forget_checks();
+    }
+    ~Sm100() {
+      device_major = 9;
+      gpu::native_forget_checks();
+    }
+  } sm100;
+  const int N = 256, C = 256, OC = 128;
+  std::vector<float> x = randn(size_t(N) * C, 31, 1.f);
+  const std::vector<float> w = randn(size_t(OC) * C, 32, 0.05f),
+                           dout = randn(size_t(N) * OC, 33, 1e-3f);
+  const std::vector<float> s = outlier_factors(&x, w, N, C, OC, 101);
+  tgc::Twin tw;
+  Fp8Options o;
+  o.block_scaled = true;
+  tw.gpu->set_fp8_options(o);
+  for (const std::string mode : {"mxfp8", "mxfp4", "nvfp4"}) {
+    INFO(mode);
+    QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+    r.smooth = s;
+    const ScaledLinear q{&r, 19};
+    const DType t = DType::F32;
+    tgc::Pair inp = tw.make(t, x), wt = tw.make(t, w), g = tw.make(t, dout);
+    tgc::Pair out = tw.poisoned(t, size_t(N) * OC), dinp = tw.poisoned(t, size_t(N) * C),
+              dw = tw.make(t, std::vector<float>(size_t(OC) * C, 0.f));
+    const int calls = lt_block_scaled_calls;
+    tw.cpu->matmul_forward_scaled(out.cpu, inp.cpu, wt.cpu, Tensor{}, N, C, OC, q);
+    tw.gpu->matmul_forward_scaled(out.gpu, inp.gpu, wt.gpu, Tensor{}, N, C, OC, q);
+    tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, Tensor{}, g.cpu, inp.cpu, wt.cpu, N, C, OC, q);
+    tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, Tensor{}, g.gpu, inp.gpu, wt.gpu, N, C, OC, q);
+    check_emu();
+    CHECK(lt_block_scaled_calls - calls >= 2);  // the forward and dgrad (wgrad where it fits)
+    CHECK(gpu::native_checks_failed() == 0);
+    CHECK(tw.err(out) < 1e-5);
+    CHECK(tw.err(dinp) < 1e-5);
+    CHECK(tw.err(dw) < 1e-5);
+  }
 }

@@ -3,10 +3,9 @@
 // as host stand-ins, so that they run under the emulation (tests/cuda/cuda_emulation.h) as
 // they run on a GPU: one emulated device, "device" memory from the host heap (256-byte
 // aligned, filled with 0xFF bytes as poison, counted against an 80 GiB device), streams and
-// events that complete at once (every call runs when it is made), compute capability 9.0 and
-// one multiprocessor (cuda_emulation.cpp's cudaDeviceGetAttribute says the same).
-// Test hook: emu_test::device_major, the compute capability cudaGetDeviceProperties reports
-// (a backend made while it is 10 takes sm_100's native block-scaled GEMMs).
+// events that complete at once (every call runs when it is made), compute capability 9.0 (a
+// test may ask for another: emu_test::device_major) and one multiprocessor (cuda_emulation.cpp's
+// cudaDeviceGetAttribute says the same).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -15,10 +14,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-
-namespace emu_test {
-int device_major = 9;
-}  // namespace emu_test
 
 namespace {
 
@@ -41,6 +36,12 @@ void delete_handle(H h) {
 }
 
 }  // namespace
+
+namespace emu_test {
+// The emulated device's compute capability major (9: sm_90). A test may set it before it
+// starts a CudaBackend, which reads the properties once (e.g. 10 for the sm_100 native path).
+int device_major = 9;
+}  // namespace emu_test
 
 extern "C" {
 

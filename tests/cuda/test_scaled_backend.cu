@@ -3,21 +3,26 @@
 // CPU backend's (src/cpu/matmul_scaled.cpp): every preset and its switchable ingredients,
 // shapes with partial blocks and tiles, split channels, the NaN poisoning of a non-finite
 // gradient, and a few training steps of a whole model per preset; and the native block-scaled
-// GEMMs (src/cuda/matmul_native.cu) where the device has them, their self-checks passing.
+// GEMMs (src/cuda/matmul_native.cu) where the device has them, their self-checks passing;
+// channel smoothing (precision.recipe.smooth, src/smoothing.h): smoothed linears and a few
+// training steps with the factors measured and applied as the trainer does.
 //
 // Tolerances reflect accumulation order only: the quantized operands are bit-identical
 // (tests/cuda/quantize_emulated.cpp checks the quantizer), so each GEMM multiplies the same
 // values and sums them in another order; each bf16 output then differs by at most one ulp
 // (2^-8 relative) where the two fp32 sums straddle a rounding boundary: 5e-3 on the relative
 // norm, as the per-tensor FP8 tests allow.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "src/comm.h"
 #include "src/cuda/scaled.h"
 #include "src/fp8.h"
 #include "src/model.h"
 #include "src/recipe.h"
+#include "src/smoothing.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using namespace tgc;
@@ -198,5 +203,185 @@ TEST_CASE("cuda: four block-scaled training steps follow the CPU, every preset")
       INFO("step " << step << ": loss cpu " << loss[0] << " gpu " << loss[1]);
       CHECK(std::fabs(loss[1] / loss[0] - 1) < 2e-2);
     }
+  }
+}
+
+namespace {
+
+// Per-column amax of x(rows, cols).
+std::vector<float> column_amax(const std::vector<float>& x, int rows, int cols) {
+  std::vector<float> a(size_t(cols), 0.f);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      a[size_t(c)] = std::max(a[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
+  return a;
+}
+
+// One smoothed forward + backward on both backends in fp32 tensors, where the quantized
+// operands are the same bits (tests/cuda/native_emulated.cpp checks them) and only the GEMMs'
+// order of summation differs: 1e-5. The GPU's forward with the factors ignored or swapped
+// (X diag(s), W diag(1/s)) misses the CPU's smoothed output by far more.
+void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t seed) {
+  const int N = s.N, C = s.C, OC = s.OC;
+  const DType t = DType::F32;
+  std::vector<float> x = randn(size_t(N) * C, seed), wv = randn(size_t(OC) * C, seed + 1, 0.05f);
+  for (int n = 0; n < N; n++) x[size_t(n) * C + C / 3] *= 40.f;  // an outlier channel
+  tg::QuantRecipe r = tg::block_scaled_recipe(mode, {});
+  const tg::QuantRecipe plain = r;
+  r.smooth = tg::smoothing_factors(column_amax(x, N, C), column_amax(wv, OC, C), 0.5);
+  REQUIRE(r.smooth[size_t(C / 3)] > 4.f);
+  tg::QuantRecipe swapped = r;
+  for (float& f : swapped.smooth) f = 1.f / f;
+  Twin tw;
+  tw.gpu->set_fp8_options(block_scaled_options());
+  const tg::ScaledLinear q{&r, seed * 31 + 7};
+  Pair inp = tw.make(t, x), w = tw.make(t, wv), bias = tw.rand(t, OC, seed + 2, 0.1f);
+  Pair out = tw.poisoned(t, size_t(N) * OC);
+  tw.cpu->matmul_forward_scaled(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC, q);
+  tw.gpu->matmul_forward_scaled(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC, q);
+  CHECK(tw.err(out) < 1e-5);
+  const tg::QuantRecipe* wrongs[] = {&plain, &swapped};
+  for (const tg::QuantRecipe* wrong : wrongs) {
+    Pair o2{out.cpu, tw.alloc(t, size_t(N) * OC).gpu};
+    tw.gpu->matmul_forward_scaled(o2.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC,
+                                  tg::ScaledLinear{wrong, q.seed});
+    CHECK(tw.err(o2) > 1e-3);
+  }
+  Pair dout = tw.rand(t, size_t(N) * OC, seed + 3, 1e-3f);
+  Pair dinp = tw.poisoned(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, seed + 4, 0.01f),
+       db = tw.rand(t, OC, seed + 5, 0.01f);
+  tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC, q);
+  tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC, q);
+  CHECK(tw.err(dinp) < 1e-5);
+  CHECK(tw.err(dw) < 1e-5);
+  CHECK(tw.err(db) < 1e-5);
+  CHECK(tw.same_bits(inp));  // the forward smoothed copies, never the model's tensors
+  CHECK(tw.same_bits(w));
+}
+
+}  // namespace
+
+TEST_CASE("cuda: smoothed block-scaled linears (precision.recipe.smooth) match the CPU's") {
+  TG_REQUIRE_GPU();
+  // 256 x 256 x 128: shapes the native GEMMs take (fp8-rowwise and fp8-block on sm_90, every
+  // preset on sm_100); 40 x 72 x 48: partial blocks and tiles, the portable path.
+  const Shape shapes[] = {{256, 256, 128}, {40, 72, 48}};
+  uint64_t seed = 1200;
+  for (const std::string mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+    for (const Shape& s : shapes) {
+      INFO(mode << ": N=" << s.N << " C=" << s.C << " OC=" << s.OC);
+      check_smoothed_linear(mode, s, seed += 10);
+    }
+  CHECK(tg::gpu::native_checks_failed() == 0);
+}
+
+// Hands every operand to the GPU's smoothing on the device view and, downloaded, to a twin on
+// a host view: the device's column amaxes must give the very same factors.
+struct SmoothTwin : tg::LinearProbe {
+  tg::ChannelSmoothing *dev = nullptr, *host = nullptr;
+  using tg::LinearProbe::take;
+  void take(int layer, int linear, int operand, tg::OperandView& x) override {
+    dev->take(layer, linear, operand, x);
+    const std::vector<float> v = x.values();
+    host->take(layer, linear, operand, v.data(), x.rows(), x.cols());
+  }
+};
+
+// The trainer's smoothing loop (src/trainer.cpp) on both backends: the factors measured on the
+// first step and every second (the GPU's from its device operand views' column amaxes, equal
+// to a host twin's of the same operands), applied to every linear whose forward is quantized,
+// the losses following the CPU's as in the unsmoothed steps above. The two models' factors
+// agree to their operands' own differences. At step 1 (the same weights) most are equal, but a
+// quantized element that rounds the other way in one model (above) moves the amax of a later
+// linear's input channel by up to its 4-bit step. After an AdamW step more differ: its first
+// update is about +-lr whatever the gradient's size, so a weight whose gradient is near zero
+// moves by 2 lr between the models (a few percent of a column's amax): median and worst only
+// bounded there.
+TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the CPU") {
+  TG_REQUIRE_GPU();
+  const tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 100, 32);
+  const int B = 4, T = 32, L = cfg.n_layer;
+  constexpr int kLinears = 4;  // qkv, attproj, fc, fcproj
+  auto comm = tg::make_single_comm();
+  for (const std::string mode : {"fp8-rowwise", "mxfp8", "nvfp4"}) {
+    INFO(mode);
+    const tg::QuantRecipe r = tg::block_scaled_recipe(mode, {});
+    auto cpu = tg::make_cpu_backend();
+    auto gpu = tg::make_cuda_backend();
+    gpu->set_fp8_options(block_scaled_options());
+    tg::Fp8State sc(r, L), sg(r, L);
+    tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
+    mc.set_fp8(&sc);
+    mg.set_fp8(&sg);
+    mc.init_random(5);
+    mg.init_random(5);
+    const tg::SmoothOptions so{0.5, 2};
+    tg::ChannelSmoothing smc(so, cfg), smg(so, cfg), smh(so, cfg);
+    SmoothTwin twin;
+    twin.dev = &smg;
+    twin.host = &smh;
+    tg::GPT* ms[2] = {&mc, &mg};
+    tg::Fp8State* ss[2] = {&sc, &sg};
+    tg::ChannelSmoothing* sm[2] = {&smc, &smg};
+    for (int step = 1; step <= 4; step++) {
+      const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);
+      const auto tgt = random_tokens(size_t(B) * T, cfg.vocab_size, 700 + step);
+      const bool due = smc.due(step);
+      double loss[2];
+      for (int k = 0; k < 2; k++) {
+        ms[k]->zero_grad();
+        if (due) {
+          sm[k]->begin(step);
+          if (k == 1) smh.begin(step);
+          ms[k]->set_probe(k == 1 ? static_cast<tg::LinearProbe*>(&twin) : sm[k]);
+        }
+        loss[k] = ms[k]->forward(in.data(), tgt.data(), B, T, 1.f);
+        ms[k]->backward();
+        ms[k]->set_probe(nullptr);
+        if (due) {  // src/trainer.cpp's smooth_update and apply_linear_recipes
+          sm[k]->update(*comm);
+          if (k == 1) smh.update(*comm);
+          for (int l = 0; l < L; l++)
+            for (int lin = 0; lin < kLinears; lin++) {
+              tg::QuantRecipe lr = r;
+              if (tg::is_low_bit(lr.gemm[tg::kForward].a) ||
+                  tg::is_low_bit(lr.gemm[tg::kForward].b))
+                lr.smooth = sm[k]->factors(l, lin);
+              ss[k]->set_linear_recipe(l, lin, lr);
+            }
+        }
+        tg::GradCheck gc = ms[k]->check_grads(1.0);
+        REQUIRE(gc.finite);
+        const float clip = gc.norm > 1.0 ? float(1.0 / gc.norm) : 1.f;
+        ms[k]->adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, tg::Rounding{}});
+      }
+      INFO("step " << step << ": loss cpu " << loss[0] << " gpu " << loss[1]);
+      CHECK(std::fabs(loss[1] / loss[0] - 1) < 2e-2);
+      if (!due) continue;
+      std::vector<double> diff;
+      double lo = 1, hi = 1;
+      for (int l = 0; l < L; l++)
+        for (int lin = 0; lin < kLinears; lin++) {
+          const std::vector<float>&a = smc.factors(l, lin), &b = smg.factors(l, lin);
+          CHECK(b == smh.factors(l, lin));
+          REQUIRE(a.size() == b.size());
+          for (size_t i = 0; i < a.size(); i++) {
+            diff.push_back(std::fabs(double(b[i]) / a[i] - 1));
+            lo = std::min(lo, double(a[i]));
+            hi = std::max(hi, double(a[i]));
+          }
+        }
+      std::sort(diff.begin(), diff.end());
+      const double median = diff[diff.size() / 2], worst = diff.back();
+      MESSAGE(mode << " step " << step << ": factors " << lo << " ... " << hi
+                   << "; GPU / CPU - 1: median " << median << ", worst " << worst);
+      CHECK(median < (step == 1 ? 1e-6 : 0.05));
+      CHECK(worst < (step == 1 ? 0.1 : 0.5));
+      CHECK(hi / lo > 2);  // factors that do something
+    }
+    // The GPU's linears run with its factors.
+    for (int l = 0; l < L; l++)
+      for (int lin = 0; lin < kLinears; lin++)
+        CHECK(sg.linear_recipe(l, lin).smooth == smg.factors(l, lin));
   }
 }
