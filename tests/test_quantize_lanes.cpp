@@ -213,3 +213,31 @@ TEST_CASE("quantize lanes: the tiled transpose copies every value's bits to its 
     CHECK(bits(want[size_t(cols - 1) * rows]) == bits(src[size_t(cols - 1)]));  // (0, c) -> (c, 0)
   }
 }
+
+TEST_CASE("quantize lanes: NVFP4 block scales at every UE4M3 code and midpoint match group_scale") {
+  // One 16-value block per row, its amax sweeping UE4M3's codes and the midpoints between
+  // them (ties), subnormal codes included; a row of 448 fixes the tensor scale to 6 / 1.
+  const tg::QuantRecipe r = tg::block_scaled_recipe("nvfp4", tg::RecipeOptions{});
+  OperandRecipe o = r.gemm[tg::kForward].a;
+  o.granularity = tg::Granularity::Block;
+  o.block = 16;
+  std::vector<float> amaxes;
+  for (int code = 0; code < 0x7f; code++) {
+    const float v = tg::ue4m3_to_f32(uint8_t(code)), next = tg::ue4m3_to_f32(uint8_t(code + 1));
+    amaxes.push_back(v);
+    amaxes.push_back(0.5f * (v + next));
+    amaxes.push_back(std::nextafter(0.5f * (v + next), 0.0f));
+  }
+  for (float scale : {1.0f, 0.37f, 1e-30f}) {  // exact ties; rounded; a clamped tensor scale
+    const int cols = 48, rows = int(amaxes.size()) + 1;
+    std::vector<float> x(size_t(rows) * cols, 0.0f);
+    x[0] = 448.0f * scale;
+    for (size_t i = 0; i < amaxes.size(); i++)
+      for (int c = 0; c < cols; c++)
+        x[(i + 1) * cols + c] = amaxes[i] * scale * (c % 16 == 5 ? -1.0f : float(c % 16) / 16);
+    std::vector<float> want = x, got = x;
+    tg::cpu::quantize_dequantize_reference(want.data(), rows, cols, o, 1);
+    tg::cpu::quantize_dequantize(got.data(), rows, cols, o, 1);
+    CHECK(mismatches(got, want) == 0);
+  }
+}

@@ -141,6 +141,17 @@ int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64
   return 0;
 }
 
+TG_TARGET_LANES void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  for (int j = 0; j < groups; j++) {
+    const float* g = x + size_t(j) * gc;
+    __m512i m = _mm512_setzero_si512();
+    for (int c = 0; c < gc; c += 16)
+      m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(g + c), abs));
+    out[j] = _mm512_reduce_max_epu32(m);
+  }
+}
+
 namespace {
 // One butterfly stage at distance h < 16 inside a register: lower lanes a + b, upper a - b,
 // where `partner` holds each lane's partner and `upper` marks the upper lanes.
@@ -181,6 +192,7 @@ void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inv
 #else
 int sr_round_lanes(float*, int, float, float, uint64_t, uint64_t, ElemFormat) { return 0; }
 void hadamard_run_lanes(float*, const float*, int, float, bool) {}
+void group_amax_lanes(const float*, int, int, uint32_t*) {}
 #endif
 
 }  // namespace tg::cpu

@@ -19,6 +19,10 @@ bool quantize_lanes_available();
 int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64_t idx0,
                    ElemFormat f);
 
+// out[j] = max |x| over values [j gc, (j + 1) gc) of x, j < groups, as fp32 bits (|x|'s bits
+// order as |x| does: inf above the finite values, NaNs above inf). gc a multiple of 16.
+void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out);
+
 // The butterflies of hadamard_rows on one run of n values (n a power of two >= 16): v <- H D v
 // (inverse: D H v) with the signs `sign` (+-1) and the scale `norm`, in the scalar loop's order
 // of operations.
