@@ -100,7 +100,10 @@ void nvfp4_group_scales(GroupScale* out, const float* amax, size_t n, float fmax
 template <ElemFormat F, bool SR, bool Lanes>
 void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
                int* saturated) {
-  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
+  int j0 = 0;  // whole groups of 16-multiples in one call (small blocks: no call per block)
+  if constexpr (SR && Lanes)
+    if (!saturated) j0 = sr_round_groups_lanes(xr, cols / gc, gc, sg, seed, idx0, F);
+  for (int c0 = j0 * gc, j = j0; c0 < cols; c0 += gc, j++) {
     const float enc = sg[j].enc, dec = sg[j].dec;
     const int c1 = c0 + gc < cols ? c0 + gc : cols;
     if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
