@@ -247,3 +247,29 @@ TEST_CASE("quantize lanes: NVFP4 block scales at every UE4M3 code and midpoint m
     CHECK(mismatches(got, want) == 0);
   }
 }
+
+TEST_CASE("quantize lanes: MX block scales at every fp32 exponent match group_scale") {
+  // One 32-value block per row, its amax 2^e x {1, 1.5, just below 2} for every fp32 exponent
+  // (subnormals and fp32's largest included), for both scale rules and element formats.
+  std::vector<float> amaxes;
+  for (int e = -149; e <= 127; e++)
+    for (float m : {1.0f, 1.5f, std::nextafter(2.0f, 0.0f)}) {
+      const float v = std::ldexp(m, e);
+      if (v > 0 && std::isfinite(v)) amaxes.push_back(v);
+    }
+  const int cols = 64, rows = int(amaxes.size());
+  std::vector<float> x(size_t(rows) * cols, 0.0f);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      x[size_t(r) * cols + c] = amaxes[size_t(r)] * (c % 32 == 7 ? -1.0f : float(c % 32) / 32);
+  for (const char* mode : {"mxfp8", "mxfp4"})
+    for (tg::ScaleRule rule : {tg::ScaleRule::Ocp, tg::ScaleRule::Ceil}) {
+      CAPTURE(mode);
+      OperandRecipe o = tg::block_scaled_recipe(mode, tg::RecipeOptions{}).gemm[tg::kForward].a;
+      o.scale_rule = rule;
+      std::vector<float> want = x, got = x;
+      tg::cpu::quantize_dequantize_reference(want.data(), rows, cols, o, 1);
+      tg::cpu::quantize_dequantize(got.data(), rows, cols, o, 1);
+      CHECK(mismatches(got, want) == 0);
+    }
+}

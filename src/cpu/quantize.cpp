@@ -94,6 +94,18 @@ void nvfp4_group_scales(GroupScale* out, const float* amax, size_t n, float fmax
   }
 }
 
+// group_scale's E8M0 case (MX) for n finite amaxes in a loop the compiler vectorises: enc =
+// 2^(127 - code) built from its bits instead of ldexpf (a library call per block); code <= 254
+// (saturating), so the exponent is >= -127, whose power of two is the subnormal 2^-127.
+void mx_group_scales(GroupScale* out, const float* amax, size_t n, ElemFormat elem,
+                     ScaleRule rule) {
+  for (size_t i = 0; i < n; i++) {
+    const int code = e8m0_group_code(elem, rule, amax[i]);
+    out[i].dec = e8m0_to_f32(uint8_t(code));
+    out[i].enc = code < 254 ? bits_f32(uint32_t(254 - code) << 23) : bits_f32(0x00400000u);
+  }
+}
+
 // One row: every column group at its scale. idx0: the row's first element index (SR bits).
 // saturated (when given): += the values beyond the element format's largest at their scale.
 // Lanes: stochastic rounding in AVX-512 lanes (quantize_lanes.h; the same bits).
@@ -202,6 +214,8 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
   if (lanes && o.scale == ScaleFormat::E4M3)
     nvfp4_group_scales(scale.data(), amax.data(), amax.size(), elem_max_value(o.elem),
                        tensor_scale);
+  else if (lanes && o.scale == ScaleFormat::E8M0)
+    mx_group_scales(scale.data(), amax.data(), amax.size(), o.elem, o.scale_rule);
   else
     for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
   if (dec_out) {  // q dec with dec = 1 is q: the same rounding, the multiplier kept apart
