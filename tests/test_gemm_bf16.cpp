@@ -389,6 +389,48 @@ TEST_CASE("block-scaled GEMMs through gemm_bf16: exact products in the kernel's 
   }
 }
 
+TEST_CASE("gemm_bf16_chunks: each chunk's gemm_bf16 scaled into C by fma, bit for bit") {
+  if (!have_bf16_kernel()) return;
+  // Edges in every blocking dimension, odd chunks and last chunks, chunks of 1 and of the slice.
+  const int shapes[][4] = {{1, 1, 1, 1},        {3, 5, 7, 2},       {9, 33, 300, 128},
+                           {8, 32, 256, 128},   {13, 70, 513, 256}, {100, 41, 385, 128},
+                           {97, 1030, 129, 64}, {17, 19, 30, 7}};
+  uint64_t seed = 100;
+  for (const auto& s : shapes) {
+    const int M = s[0], N = s[1], K = s[2], chunk = s[3], nch = (K + chunk - 1) / chunk;
+    CAPTURE(M);
+    CAPTURE(N);
+    CAPTURE(K);
+    CAPTURE(chunk);
+    const Problem p = random_problem(M, N, K, false, true, 0.0f, seed++);
+    std::vector<float> sa = randn_f(size_t(M) * nch, seed++, 1.0f);
+    std::vector<float> sb = randn_f(size_t(N) * nch, seed++, 1e-3f);
+    sa[0] = 0.0f;  // a zero scale, and extremes whose product rounds
+    if (sb.size() > 1) sb[1] = 3e38f;
+    std::vector<float> C(size_t(M) * N, NAN);
+    tg::cpu::gemm_bf16_chunks(M, N, K, chunk, p.A.data(), K, p.B.data(), K, sa.data(), sb.data(),
+                              C.data(), N);
+    // The reference: one gemm_bf16 per chunk (beta 0), then the scaling loop.
+    std::vector<float> want(size_t(M) * N), part(size_t(M) * N);
+    for (int c = 0; c < nch; c++) {
+      const int k0 = c * chunk, kc = std::min(chunk, K - k0);
+      tg::cpu::gemm_bf16(false, true, M, N, kc, p.A.data() + k0, K, p.B.data() + k0, K, 0.0f,
+                         part.data(), N);
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          const float f = sa[size_t(i) * nch + c] * sb[size_t(j) * nch + c];
+          float& w = want[size_t(i) * N + j];
+          const float pv = part[size_t(i) * N + j];
+          w = c == 0 ? pv * f : std::fmaf(pv, f, w);
+        }
+    }
+    int mismatches = 0;
+    for (size_t i = 0; i < C.size(); i++)
+      mismatches += !(C[i] == want[i] || (std::isnan(C[i]) && std::isnan(want[i])));
+    CHECK(mismatches == 0);
+  }
+}
+
 TEST_CASE("cpu.narrow_gemm: a bad value is a usage error naming the key") {
   std::string out;
   CHECK(tgt::run_binary("train --cpu.narrow_gemm=fast --train.steps=1", &out) == 2);

@@ -131,6 +131,12 @@ TEST_CASE("quantize lanes: every preset operand recipe equals the scalar loops b
         const int bad = mismatches(got, want);
         CHECK_MESSAGE(bad == 0, describe(o) << " " << rows << "x" << cols << " case " << cases
                                             << ": " << bad << " values differ");
+        // Without the saturation count, whole rows of blocks take one call into the lanes.
+        std::vector<float> fast = x;
+        CHECK(bits(tg::cpu::quantize_dequantize(fast.data(), rows, cols, o, 99 + cases)) ==
+              bits(fw));
+        CHECK_MESSAGE(mismatches(fast, want) == 0,
+                      describe(o) << " " << rows << "x" << cols << " case " << cases << " fast");
         cases++;
       }
     }
@@ -212,4 +218,58 @@ TEST_CASE("quantize lanes: the tiled transpose copies every value's bits to its 
     CHECK_MESSAGE(mismatches(got, want) == 0, rows << "x" << cols);
     CHECK(bits(want[size_t(cols - 1) * rows]) == bits(src[size_t(cols - 1)]));  // (0, c) -> (c, 0)
   }
+}
+
+TEST_CASE("quantize lanes: NVFP4 block scales at every UE4M3 code and midpoint match group_scale") {
+  // One 16-value block per row, its amax sweeping UE4M3's codes and the midpoints between
+  // them (ties), subnormal codes included; a row of 448 fixes the tensor scale to 6 / 1.
+  const tg::QuantRecipe r = tg::block_scaled_recipe("nvfp4", tg::RecipeOptions{});
+  OperandRecipe o = r.gemm[tg::kForward].a;
+  o.granularity = tg::Granularity::Block;
+  o.block = 16;
+  std::vector<float> amaxes;
+  for (int code = 0; code < 0x7f; code++) {
+    const float v = tg::ue4m3_to_f32(uint8_t(code)), next = tg::ue4m3_to_f32(uint8_t(code + 1));
+    amaxes.push_back(v);
+    amaxes.push_back(0.5f * (v + next));
+    amaxes.push_back(std::nextafter(0.5f * (v + next), 0.0f));
+  }
+  for (float scale : {1.0f, 0.37f, 1e-30f}) {  // exact ties; rounded; a clamped tensor scale
+    const int cols = 48, rows = int(amaxes.size()) + 1;
+    std::vector<float> x(size_t(rows) * cols, 0.0f);
+    x[0] = 448.0f * scale;
+    for (size_t i = 0; i < amaxes.size(); i++)
+      for (int c = 0; c < cols; c++)
+        x[(i + 1) * cols + c] = amaxes[i] * scale * (c % 16 == 5 ? -1.0f : float(c % 16) / 16);
+    std::vector<float> want = x, got = x;
+    tg::cpu::quantize_dequantize_reference(want.data(), rows, cols, o, 1);
+    tg::cpu::quantize_dequantize(got.data(), rows, cols, o, 1);
+    CHECK(mismatches(got, want) == 0);
+  }
+}
+
+TEST_CASE("quantize lanes: MX block scales at every fp32 exponent match group_scale") {
+  // One 32-value block per row, its amax 2^e x {1, 1.5, just below 2} for every fp32 exponent
+  // (subnormals and fp32's largest included), for both scale rules and element formats.
+  std::vector<float> amaxes;
+  for (int e = -149; e <= 127; e++)
+    for (float m : {1.0f, 1.5f, std::nextafter(2.0f, 0.0f)}) {
+      const float v = std::ldexp(m, e);
+      if (v > 0 && std::isfinite(v)) amaxes.push_back(v);
+    }
+  const int cols = 64, rows = int(amaxes.size());
+  std::vector<float> x(size_t(rows) * cols, 0.0f);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      x[size_t(r) * cols + c] = amaxes[size_t(r)] * (c % 32 == 7 ? -1.0f : float(c % 32) / 32);
+  for (const char* mode : {"mxfp8", "mxfp4"})
+    for (tg::ScaleRule rule : {tg::ScaleRule::Ocp, tg::ScaleRule::Ceil}) {
+      CAPTURE(mode);
+      OperandRecipe o = tg::block_scaled_recipe(mode, tg::RecipeOptions{}).gemm[tg::kForward].a;
+      o.scale_rule = rule;
+      std::vector<float> want = x, got = x;
+      tg::cpu::quantize_dequantize_reference(want.data(), rows, cols, o, 1);
+      tg::cpu::quantize_dequantize(got.data(), rows, cols, o, 1);
+      CHECK(mismatches(got, want) == 0);
+    }
 }

@@ -24,6 +24,18 @@ namespace tg::cpu {
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda,
                const uint16_t* B, int ldb, float beta, float* C, int ldc);
 
+// The deepest K chunk gemm_bf16_chunks takes (the kernel's K slice).
+constexpr int kGemmBf16MaxChunk = 256;
+
+// C(M,N) = sum over the K chunks [k0, k0 + chunk) of P_c (sa sb), where P_c = A_c B_c^T is the
+// chunk's sum in gemm_bf16's order from zero (its own gemm_bf16 call with beta 0), A(M,K) and
+// B(N,K) row-major, and the scales per row and chunk: sa[m * nch + c], sb[n * nch + c] (nch
+// chunks, the last one possibly shorter). C = P_0 (sa sb), then C = fma(P_c, sa sb, C) for each
+// later chunk: what a block-scaled GEMM with fp32 scales per 128 along K (DeepSeek-V3's
+// promotion) computes. chunk in [1, kGemmBf16MaxChunk]; beta is 0.
+void gemm_bf16_chunks(int M, int N, int K, int chunk, const uint16_t* A, int lda, const uint16_t* B,
+                      int ldb, const float* sa, const float* sb, float* C, int ldc);
+
 // How the narrow modes' matmuls multiply (cpu.narrow_gemm): widened to fp32 and through
 // gemm() (Exact, the reference), or as bf16 products on the CPU's instructions.
 enum class NarrowGemm { Exact, Avx512Bf16 };

@@ -122,9 +122,67 @@ const float* columns(std::vector<float>& buf, const float* x, int rows, int K, i
   return buf.data();
 }
 
+// Rows [r0, r1) of M that part id of nt owns (matmul.cpp's split).
+void part_rows(int M, int id, int nt, int* r0, int* r1) {
+  *r0 = int(int64_t(M) * id / nt);
+  *r1 = int(int64_t(M) * (id + 1) / nt);
+}
+
+// Every row's scale for each K chunk, row-major: t[r * nch + c] = f.at(r, c chunk).
+void chunk_scales(std::vector<float>& t, const Factored& f, int rows, int K, int chunk) {
+  const int nch = (K + chunk - 1) / chunk;
+  t.resize(size_t(rows) * nch);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < nch; c++) t[size_t(r) * nch + c] = f.at(r, c * chunk);
+}
+
+// factored_product on the bf16 GEMM: the codes converted to bf16 once (exact), each thread's
+// rows through gemm_bf16_chunks, which scales every chunk's sum in registers (the same
+// operations as the loop below: the first chunk p (sa sb), then fma(p, sa sb, o); that loop's
+// o + p (sa sb) is compiled into an fma). One chunk (fp8-rowwise: the whole row) is a plain
+// GEMM followed by the scaling in place. Returns false for chunks deeper than the kernel's
+// slice that do not span K (the loop below takes those).
+bool factored_product_bf16(float* o, const float* A, const float* B, const Factored& fa,
+                           const Factored& fb, int M, int Nout, int K, int chunk) {
+  if (chunk < K && chunk > kGemmBf16MaxChunk) return false;
+  static thread_local std::vector<bf16> a, b;
+  static thread_local std::vector<float> sa, sb;
+  if (a.size() < size_t(M) * K) a.resize(size_t(M) * K);
+  if (b.size() < size_t(Nout) * K) b.resize(size_t(Nout) * K);
+  convert(a.data(), A, size_t(M) * K, Rounding{});
+  convert(b.data(), B, size_t(Nout) * K, Rounding{});
+  const int step = chunk < K ? chunk : K, nch = (K + step - 1) / step;
+  chunk_scales(sa, fa, M, K, step);
+  chunk_scales(sb, fb, Nout, K, step);
+  const uint16_t* ac = reinterpret_cast<const uint16_t*>(a.data());
+  const uint16_t* bc = reinterpret_cast<const uint16_t*>(b.data());
+  const float *psa = sa.data(), *psb = sb.data();
+  for_each_part([&](int id, int nt) {
+    int r0, r1;
+    part_rows(M, id, nt, &r0, &r1);
+    if (r1 <= r0) return;
+    float* orow = o + size_t(r0) * Nout;
+    if (nch > 1) {
+      gemm_bf16_chunks(r1 - r0, Nout, K, step, ac + size_t(r0) * K, K, bc, K,
+                       psa + size_t(r0) * nch, psb, orow, Nout);
+      return;
+    }
+    gemm_bf16(false, true, r1 - r0, Nout, K, ac + size_t(r0) * K, K, bc, K, 0.0f, orow, Nout);
+    for (int m = r0; m < r1; m++) {
+      const float s = psa[m];
+      float* om = o + size_t(m) * Nout;
+      for (int n = 0; n < Nout; n++) om[n] *= s * psb[n];
+    }
+  });
+  return true;
+}
+
 // o(M,Nout) = sum over chunks of A_c B_c^T scaled by both operands' group scales.
 void factored_product(float* o, const float* A, const float* B, const Factored& fa,
                       const Factored& fb, int M, int Nout, int K, int chunk, bool bf16_ok) {
+  if (bf16_ok && narrow_gemm_hardware() &&
+      factored_product_bf16(o, A, B, fa, fb, M, Nout, K, chunk))
+    return;
   static thread_local std::vector<float> ca, cb, part;
   part.resize(size_t(M) * Nout);
   for (int k0 = 0; k0 < K; k0 += chunk) {

@@ -80,13 +80,42 @@ inline uint32_t amax_bits(const float* x, int n) {
   return m;
 }
 
+// group_scale's E4M3 case (NVFP4) for n groups in a loop the compiler vectorises: the
+// UE4M3 round trip of the non-negative finite t = amax / fmax S is storage.h's
+// e4m3_round_trip (saturating at 448, as f32_to_ue4m3; tests/test_quantize.cpp holds it to
+// the encoder), the divisions are the same IEEE operations in lanes.
+void nvfp4_group_scales(GroupScale* out, const float* amax, size_t n, float fmax, float S) {
+  for (size_t i = 0; i < n; i++) {
+    const float dec = e4m3_round_trip(amax[i] / fmax * S);
+    float enc = S / (dec > 0 ? dec : 1.0f);
+    enc = dec > 0 ? enc : 0.0f;
+    out[i].dec = dec;
+    out[i].enc = enc <= kMaxFloat ? enc : kMaxFloat;
+  }
+}
+
+// group_scale's E8M0 case (MX) for n finite amaxes in a loop the compiler vectorises: enc =
+// 2^(127 - code) built from its bits instead of ldexpf (a library call per block); code <= 254
+// (saturating), so the exponent is >= -127, whose power of two is the subnormal 2^-127.
+void mx_group_scales(GroupScale* out, const float* amax, size_t n, ElemFormat elem,
+                     ScaleRule rule) {
+  for (size_t i = 0; i < n; i++) {
+    const int code = e8m0_group_code(elem, rule, amax[i]);
+    out[i].dec = e8m0_to_f32(uint8_t(code));
+    out[i].enc = code < 254 ? bits_f32(uint32_t(254 - code) << 23) : bits_f32(0x00400000u);
+  }
+}
+
 // One row: every column group at its scale. idx0: the row's first element index (SR bits).
 // saturated (when given): += the values beyond the element format's largest at their scale.
 // Lanes: stochastic rounding in AVX-512 lanes (quantize_lanes.h; the same bits).
 template <ElemFormat F, bool SR, bool Lanes>
 void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
                int* saturated) {
-  for (int c0 = 0, j = 0; c0 < cols; c0 += gc, j++) {
+  int j0 = 0;  // whole groups of 16-multiples in one call (small blocks: no call per block)
+  if constexpr (SR && Lanes)
+    if (!saturated) j0 = sr_round_groups_lanes(xr, cols / gc, gc, sg, seed, idx0, F);
+  for (int c0 = j0 * gc, j = j0; c0 < cols; c0 += gc, j++) {
     const float enc = sg[j].enc, dec = sg[j].dec;
     const int c1 = c0 + gc < cols ? c0 + gc : cols;
     if (saturated) {  // beyond the largest by more than an fp32 scale's own rounding
@@ -146,11 +175,19 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
 #pragma omp parallel for reduction(+ : nonfinite) schedule(static) if (big)
   for (int r = 0; r < rows; r++) {
     const float* xr = x + size_t(r) * cols;
-    for (int j = 0; j < ngc; j++) {
+    float* ra = &row_amax[size_t(r) * ngc];
+    // Whole groups of a multiple of 16 values in registers (small blocks: one call per row).
+    int j = 0;
+    if (lanes && gc % 16 == 0) {
+      j = cols / gc;
+      group_amax_lanes(xr, j, gc, reinterpret_cast<uint32_t*>(ra));
+      for (int i = 0; i < j; i++) nonfinite += f32_bits(ra[i]) >= 0x7f800000u;
+    }
+    for (; j < ngc; j++) {
       const int c1 = (j + 1) * gc < cols ? (j + 1) * gc : cols;
       const uint32_t m = amax_bits(xr + size_t(j) * gc, c1 - j * gc);
       nonfinite += m >= 0x7f800000u;
-      row_amax[size_t(r) * ngc + j] = bits_f32(m);
+      ra[j] = bits_f32(m);
     }
   }
   if (nonfinite) {
@@ -174,7 +211,13 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
           ? fp8_scale_from_amax(tensor_amax, E4M3_MAX * elem_format_max(o.elem), 0)
           : 1.0f;
   std::vector<GroupScale> scale(amax.size());
-  for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
+  if (lanes && o.scale == ScaleFormat::E4M3)
+    nvfp4_group_scales(scale.data(), amax.data(), amax.size(), elem_max_value(o.elem),
+                       tensor_scale);
+  else if (lanes && o.scale == ScaleFormat::E8M0)
+    mx_group_scales(scale.data(), amax.data(), amax.size(), o.elem, o.scale_rule);
+  else
+    for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
   if (dec_out) {  // q dec with dec = 1 is q: the same rounding, the multiplier kept apart
     dec_out->resize(scale.size());
     for (size_t i = 0; i < scale.size(); i++) (*dec_out)[i] = scale[i].dec, scale[i].dec = 1.0f;

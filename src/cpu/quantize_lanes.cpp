@@ -41,6 +41,8 @@ bool quantize_lanes_available() {
 
 namespace {
 
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
 // splitmix64's finalizer in 64-bit lanes (formats.h's detail::splitmix64_mix).
 TG_TARGET_LANES inline __m512i mix64(__m512i z) {
   z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
@@ -107,24 +109,45 @@ TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
   return _mm512_castsi512_ps(_mm512_mask_mov_epi32(val, nan, _mm512_set1_epi32(nan_bits)));
 }
 
-template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
-TG_TARGET_LANES int sr_round_impl(float* x, int n, float enc, float dec, uint64_t mixed,
-                                  uint64_t idx0) {
-  const uint64_t golden = 0x9e3779b97f4a7c15ull;
+// The hashes' inputs mixed + (p + 1 + k) golden of the 8 pairs from element idx0 (even) on;
+// the next 16 elements' are these plus 8 golden (the same sums mod 2^64).
+TG_TARGET_LANES inline __m512i hash_inputs(uint64_t mixed, uint64_t idx0) {
   const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
-  const __m512 venc = _mm512_set1_ps(enc), vdec = _mm512_set1_ps(dec);
-  const int n16 = n / 16 * 16;
+  const __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(int64_t(idx0 >> 1)), lane);
+  return _mm512_add_epi64(_mm512_set1_epi64(int64_t(mixed)),
+                          _mm512_mullo_epi64(idx, _mm512_set1_epi64(int64_t(kGolden))));
+}
+
+// x[c] for c in [0, n16), n16 a multiple of 16, at one scale; z: the hash inputs of x[0],
+// advanced past x[n16).
+template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 vdec, __m512i& z) {
+  const __m512i step = _mm512_set1_epi64(int64_t(8 * kGolden));
   for (int c = 0; c < n16; c += 16) {
-    // Hashes of pairs p .. p + 7: mixed + (p + 1 + k) golden.
-    const uint64_t p = (idx0 + uint64_t(c)) >> 1;
-    const __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(int64_t(p)), lane);
-    const __m512i z = _mm512_add_epi64(_mm512_set1_epi64(int64_t(mixed)),
-                                       _mm512_mullo_epi64(idx, _mm512_set1_epi64(int64_t(golden))));
     const __m512i rnd = mix64(z);
+    z = _mm512_add_epi64(z, step);
     const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + c), venc);
     _mm512_storeu_ps(x + c, _mm512_mul_ps(sr_round16<M, kBias, kMaxMag, kFp4>(v, rnd), vdec));
   }
+}
+
+template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+TG_TARGET_LANES int sr_round_impl(float* x, int n, float enc, float dec, uint64_t mixed,
+                                  uint64_t idx0) {
+  __m512i z = hash_inputs(mixed, idx0);
+  const int n16 = n / 16 * 16;
+  sr_round_run<M, kBias, kMaxMag, kFp4>(x, n16, _mm512_set1_ps(enc), _mm512_set1_ps(dec), z);
   return n16;
+}
+
+// Whole groups of gc values (a multiple of 16), each at its scale, one hash stream throughout.
+template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+TG_TARGET_LANES void sr_round_groups_impl(float* x, int groups, int gc, const GroupScale* sg,
+                                          uint64_t mixed, uint64_t idx0) {
+  __m512i z = hash_inputs(mixed, idx0);
+  for (int j = 0; j < groups; j++)
+    sr_round_run<M, kBias, kMaxMag, kFp4>(x + size_t(j) * gc, gc, _mm512_set1_ps(sg[j].enc),
+                                          _mm512_set1_ps(sg[j].dec), z);
 }
 
 }  // namespace
@@ -136,6 +159,35 @@ int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64
     case ElemFormat::E2M1: return sr_round_impl<1, 1, 0x7u, true>(x, n, enc, dec, mixed, idx0);
     case ElemFormat::E4M3: return sr_round_impl<3, 7, 0x7eu, false>(x, n, enc, dec, mixed, idx0);
     case ElemFormat::E5M2: return sr_round_impl<2, 15, 0x7bu, false>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::BF16: break;
+  }
+  return 0;
+}
+
+TG_TARGET_LANES void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+  for (int j = 0; j < groups; j++) {
+    const float* g = x + size_t(j) * gc;
+    __m512i m = _mm512_setzero_si512();
+    for (int c = 0; c < gc; c += 16)
+      m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(g + c), abs));
+    out[j] = _mm512_reduce_max_epu32(m);
+  }
+}
+
+int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, uint64_t mixed,
+                          uint64_t idx0, ElemFormat f) {
+  if (!quantize_lanes_available() || (idx0 & 1) || gc % 16 != 0) return 0;
+  switch (f) {
+    case ElemFormat::E2M1:
+      sr_round_groups_impl<1, 1, 0x7u, true>(x, groups, gc, sg, mixed, idx0);
+      return groups;
+    case ElemFormat::E4M3:
+      sr_round_groups_impl<3, 7, 0x7eu, false>(x, groups, gc, sg, mixed, idx0);
+      return groups;
+    case ElemFormat::E5M2:
+      sr_round_groups_impl<2, 15, 0x7bu, false>(x, groups, gc, sg, mixed, idx0);
+      return groups;
     case ElemFormat::BF16: break;
   }
   return 0;
@@ -180,7 +232,11 @@ void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inv
 
 #else
 int sr_round_lanes(float*, int, float, float, uint64_t, uint64_t, ElemFormat) { return 0; }
+int sr_round_groups_lanes(float*, int, int, const GroupScale*, uint64_t, uint64_t, ElemFormat) {
+  return 0;
+}
 void hadamard_run_lanes(float*, const float*, int, float, bool) {}
+void group_amax_lanes(const float*, int, int, uint32_t*) {}
 #endif
 
 }  // namespace tg::cpu

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../group_scale.h"
 #include "../recipe.h"
 
 namespace tg::cpu {
@@ -18,6 +19,16 @@ bool quantize_lanes_available();
 // even. Returns n16: the caller rounds the rest.
 int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64_t idx0,
                    ElemFormat f);
+
+// out[j] = max |x| over values [j gc, (j + 1) gc) of x, j < groups, as fp32 bits (|x|'s bits
+// order as |x| does: inf above the finite values, NaNs above inf). gc a multiple of 16.
+void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out);
+
+// The same over `groups` whole groups of gc values (gc a multiple of 16), group j at the
+// multipliers sg[j], x[0] being element idx0 (even). Returns the groups done: all of them, or
+// 0 (no AVX-512, odd idx0, gc not a multiple of 16) for the caller's loop.
+int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, uint64_t mixed,
+                          uint64_t idx0, ElemFormat f);
 
 // The butterflies of hadamard_rows on one run of n values (n a power of two >= 16): v <- H D v
 // (inverse: D H v) with the signs `sign` (+-1) and the scale `norm`, in the scalar loop's order
