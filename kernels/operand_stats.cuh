@@ -107,7 +107,7 @@ static __global__ void zero_columns_kernel(float* x, int rows, int cols, const i
 
 // row_amax[r * ngc + j] = max |x| over row r's column group j (NaN skipped); words[0] = max of
 // their bits, words[1] = 1 when any value is non-finite (both start at 0). One warp per (row,
-// group), as quantize_blocks.cuh's row_amax_kernel; blockDim kThreads.
+// group); blockDim kThreads.
 static __global__ void group_amax_kernel(const float* x, int rows, int cols, int gc, int ngc,
                                          float* row_amax, unsigned* words) {
   const int lane = threadIdx.x % 32;

@@ -2,27 +2,34 @@
 // (src/recipe.h), the device twin of src/cpu/quantize.cpp, value for value; and the same
 // quantization into element codes and a scale tensor for the native block-scaled GEMMs.
 //
-// The operand is a (rows, cols) row-major fp32 matrix whose cols run along its GEMM's
-// reduction dimension (stage_kernel builds it from the model's tensor, transposed for the
-// backward GEMMs, hadamard_rows_kernel optionally rotates it). Its scale groups are the
-// whole tensor, each row, each 1 x B block of a row or each B x B tile; partial groups at the
-// edges are groups of their own. Four kernels, in stream order:
-//   row_amax_kernel     one warp per (row, column group): the group's amax in that row, and
-//                       the tensor's largest |x| bits (atomicMax; a max is order-free), which
-//                       also says whether any value is non-finite (bits >= inf's)
+// The operand is a (rows, cols) matrix whose cols run along its GEMM's reduction dimension,
+// read where it lies: the model's tensor (bf16, fp16 or fp32), transposed for the backward
+// GEMMs, so that quantizing fuses the transposed copy and the conversion to fp32 into the
+// passes below instead of staging the operand first; or an fp32 copy (stage_kernel) where a
+// step changes the values before they are quantized (hadamard_rows_kernel's rotation,
+// channel smoothing, the split channels). Its scale groups are the whole tensor, each row,
+// each 1 x B block of a row or each B x B tile; partial groups at the edges are groups of
+// their own. Current scaling needs every group's amax before the first value is rounded
+// (and NVFP4's tensor scale and the all-NaN rule need the whole operand's), so the source is
+// read twice; three kernels, in stream order:
+//   operand_amax_kernel one block per 32 x 32 tile: each row's amax per column group (bits,
+//                       atomicMax: a max is order-free), and the operand's largest |x| bits,
+//                       which also say whether any value is non-finite (bits >= inf's)
 //   group_scale_kernel  one thread per group: the max over its rows, then the scale pair
 //                       (enc before rounding, dec after) by src/group_scale.h (the rule the
 //                       CPU calls), the NVFP4 tensor scale from the tensor amax, and the
 //                       GEMM's tensor factor (1 / S for UE4M3 scales, else 1)
-//   apply_kernel        one thread per element (grid-stride): round(x enc) dec into the
-//                       output type (fp32, or bf16 where the caller knows it is exact), NaN
-//                       everywhere when any input was non-finite; stochastic rounding draws
+//   apply_kernel        one block per tile: round(x enc) dec into the output type (fp32, or
+//                       bf16 where the caller knows it is exact), row-major, NaN everywhere
+//                       when any input was non-finite; stochastic rounding draws
 //                       quant_sr_bits(quant_sr_seed(seed), r * cols + c), the CPU's counter
 // or, for the native block-scaled GEMMs, instead of apply_kernel (section below):
 //   native_scale_kernel the groups' dec in cuBLASLt's scale-tensor layout for the scale mode
 //   codes_kernel        round(x enc) as element codes (apply_kernel's rounding and bits)
-// Every formula is quantize.cpp's in the same fp32 operations (IEEE division and ldexpf; no
-// operation here can be contracted into an FMA), so the values are bit-identical.
+// Per element of a bf16 operand that is 2 + 2 bytes read and 1 or 2 written, where staging
+// first moved 2 + 4 (the copy) + 4 + 4 (amax, apply) + 2. Every formula is quantize.cpp's in
+// the same fp32 operations (IEEE division and ldexpf; no operation here can be contracted
+// into an FMA), so the values are bit-identical.
 #pragma once
 #include <cublasLt.h>
 
@@ -64,24 +71,42 @@ __device__ __forceinline__ float round_elem(float v, uint32_t bits) {
     return e2m1_to_f32(SR ? f32_to_e2m1_sr(v, bits) : f32_to_e2m1(v));
 }
 
-// dst(rows, cols) = src as fp32; src is (rows, cols) row-major, or (cols, rows) when
-// `transposed` (dst = src^T). 32 x 32 tiles through shared memory, so both sides are read and
-// written along rows; 256 threads per block (8 rows of 32 lanes), grid (cols, rows) / 32.
+// The operand is read where it lies, as a view of the model's tensor src of type T: (rows,
+// cols) row-major, or (cols, rows) when `transposed` (the backward's operands are the
+// transposes of the forward's tensors). The kernels below that read it work on 32 x 32 tiles
+// of the operand through shared memory, 256 threads per block (8 warps of 32 lanes), grid
+// (cols, rows) / 32, so that both the source and the operand are read and written along rows
+// whichever way the operand lies: load_tile fills the block's tile, and tile_value(t, i, lane)
+// is then the operand's element (r0 + i, c0 + lane).
 template <typename T>
-__global__ void stage_kernel(float* dst, const T* src, int rows, int cols, bool transposed) {
-  __shared__ float tile[32][33];
-  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+__device__ __forceinline__ void load_tile(float (&tile)[32][33], const T* src, int rows, int cols,
+                                          bool transposed, int r0, int c0) {
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   for (int i = ty; i < 32; i += 8) {
-    // transposed: tile[i][tx] = src row (c0 + i), column (r0 + tx) = dst (r0 + tx, c0 + i)
+    // transposed: tile[i][tx] = src row (c0 + i), column (r0 + tx) = operand (r0 + tx, c0 + i)
     const int sr = transposed ? c0 + i : r0 + i, sc = transposed ? r0 + tx : c0 + tx;
     const int srows = transposed ? cols : rows, scols = transposed ? rows : cols;
     if (sr < srows && sc < scols) tile[i][tx] = ld(src[size_t(sr) * scols + sc]);
   }
   __syncthreads();
+}
+
+__device__ __forceinline__ float tile_value(const float (&tile)[32][33], bool transposed, int i,
+                                            int lane) {
+  return transposed ? tile[lane][i] : tile[i][lane];
+}
+
+// dst(rows, cols) = the operand in fp32 (the staged copy that the Hadamard rotation, channel
+// smoothing and the split channels change in place; operand_stats.cu's measured copy).
+template <typename T>
+__global__ void stage_kernel(float* dst, const T* src, int rows, int cols, bool transposed) {
+  __shared__ float tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  load_tile(tile, src, rows, cols, transposed, r0, c0);
   for (int i = ty; i < 32; i += 8) {
     const int r = r0 + i, c = c0 + tx;
-    if (r < rows && c < cols) dst[size_t(r) * cols + c] = transposed ? tile[tx][i] : tile[i][tx];
+    if (r < rows && c < cols) dst[size_t(r) * cols + c] = tile_value(tile, transposed, i, tx);
   }
 }
 
@@ -109,35 +134,56 @@ static __global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n,
   }
 }
 
-// row_amax[r * ngc + j] = max |x| over row r's column group j; *tensor_bits = max of |x|'s
-// bits over the tensor (must start at 0). |x|'s bits order as |x| does, inf above every
-// finite value and NaNs above inf. One warp per (row, group); blockDim 256.
-static __global__ void row_amax_kernel(const float* x, int rows, int cols, int gc, int ngc,
-                                       float* row_amax, unsigned* tensor_bits) {
+// The max of |x|'s bits a (lane's value; 0 outside the operand) over each column group of the
+// lanes' 32 columns c0 .. c0 + 31 of one row, into that row's row_amax bits (atomicMax: a max
+// is order-free). A group of 32k columns (or one that spans the row) holds all 32 lanes, one
+// of 16 half of them: a shuffle reduction and one atomic per group; other widths, an atomic
+// per lane.
+__device__ __forceinline__ void group_amax_into(unsigned* row_amax, unsigned a, int c0, int cols,
+                                                int gc) {
   const int lane = threadIdx.x % 32;
-  const size_t warps = size_t(gridDim.x) * (blockDim.x / 32);
-  const size_t total = size_t(rows) * ngc;
-  for (size_t w = blockIdx.x * size_t(blockDim.x / 32) + threadIdx.x / 32; w < total; w += warps) {
-    const int r = int(w / ngc), j = int(w % ngc);
-    const int c1 = (j + 1) * gc < cols ? (j + 1) * gc : cols;
-    const float* xr = x + size_t(r) * cols;
-    unsigned m = 0;
-    for (int c = j * gc + lane; c < c1; c += 32) {
-      const unsigned a = f32_bits(xr[c]) & 0x7fffffffu;
-      m = a > m ? a : m;
+  if (gc % 32 == 0 || gc >= cols) {
+    const unsigned m = __reduce_max_sync(0xffffffffu, a);
+    if (lane == 0) atomicMax(&row_amax[c0 / gc], m);
+  } else if (gc == 16) {
+    unsigned m = a;
+    for (int o = 8; o > 0; o >>= 1) {
+      const unsigned x = __shfl_xor_sync(0xffffffffu, m, o);
+      m = x > m ? x : m;
     }
-    m = __reduce_max_sync(0xffffffffu, m);
-    if (lane == 0) {
-      row_amax[w] = bits_f32(m);
-      atomicMax(tensor_bits, m);
-    }
+    if (lane % 16 == 0 && c0 + lane < cols) atomicMax(&row_amax[(c0 + lane) / 16], m);
+  } else if (c0 + lane < cols) {
+    atomicMax(&row_amax[(c0 + lane) / gc], a);
   }
+}
+
+// row_amax[r * ngc + j] = the bits of max |x| over the operand's row r, column group j (gc
+// columns), and *tensor_bits = the max of |x|'s bits over the operand; both must start at 0.
+// |x|'s bits order as |x| does, inf above every finite value and NaNs above inf, so the
+// tensor's bits also say whether any value is non-finite. Reads the source once, in tiles.
+template <typename T>
+__global__ void operand_amax_kernel(const T* src, int rows, int cols, bool transposed, int gc,
+                                    int ngc, unsigned* row_amax, unsigned* tensor_bits) {
+  __shared__ float tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  load_tile(tile, src, rows, cols, transposed, r0, c0);
+  unsigned tmax = 0;
+  for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
+    const int r = r0 + i;
+    const unsigned a =
+        c0 + tx < cols ? f32_bits(tile_value(tile, transposed, i, tx)) & 0x7fffffffu : 0u;
+    tmax = a > tmax ? a : tmax;
+    group_amax_into(row_amax + size_t(r) * ngc, a, c0, cols, gc);
+  }
+  tmax = __reduce_max_sync(0xffffffffu, tmax);
+  if (tx == 0) atomicMax(tensor_bits, tmax);
 }
 
 // scales[g] for every group g = gi * ngc + j, and *post = the GEMM's factor for the operand.
 // nonfinite_post: *post when the tensor held a non-finite value (1 for the portable path, whose
 // operand is all NaN then; NaN for the native path, whose codes cannot all be NaN).
-static __global__ void group_scale_kernel(const float* row_amax, int rows, QuantParams p,
+static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, QuantParams p,
                                           const unsigned* tensor_bits, Scale2* scales, float* post,
                                           float nonfinite_post) {
   const unsigned tb = *tensor_bits;
@@ -156,30 +202,37 @@ static __global__ void group_scale_kernel(const float* row_amax, int rows, Quant
     const int r1 = (gi + 1) * p.gr < rows ? (gi + 1) * p.gr : rows;
     float m = 0;
     for (int r = gi * p.gr; r < r1; r++) {
-      const float a = row_amax[size_t(r) * p.ngc + j];
+      const float a = bits_f32(row_amax[size_t(r) * p.ngc + j]);
       m = a > m ? a : m;
     }
     scales[t] = group_scale(p, m, tscale);
   }
 }
 
-// out[i] = round(x[i] enc) dec at x[i]'s group scale, stored as O (exact when the caller
-// chose O = bf16); all NaN when the tensor held a non-finite value.
-template <ElemFormat F, bool SR, typename O>
-__global__ void apply_kernel(O* out, const float* x, int rows, int cols, QuantParams p,
-                             const Scale2* scales, const unsigned* tensor_bits, uint64_t mixed) {
+// out (rows, cols, row-major) = round(x enc) dec at each element's group scale, stored as O
+// (exact when the caller chose O = bf16); all NaN when the operand held a non-finite value.
+// The source read in tiles, as operand_amax_kernel read it.
+template <typename T, ElemFormat F, bool SR, typename O>
+__global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool transposed,
+                             QuantParams p, const Scale2* scales, const unsigned* tensor_bits,
+                             uint64_t mixed) {
+  __shared__ float tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  load_tile(tile, src, rows, cols, transposed, r0, c0);
   const bool finite = *tensor_bits < 0x7f800000u;
-  const size_t n = size_t(rows) * cols;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
+  const int c = c0 + tx;
+  for (int i = ty; i < 32; i += 8) {
+    const int r = r0 + i;
+    if (r >= rows || c >= cols) continue;
+    const size_t at = size_t(r) * cols + c;
     if (!finite) {
-      out[i] = st<O>(bits_f32(0x7fc00000u));
+      out[at] = st<O>(bits_f32(0x7fc00000u));
       continue;
     }
-    const int r = int(i / cols), c = int(i % cols);
     const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
-    const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(i)) : 0u;
-    out[i] = st<O>(round_elem<F, SR>(x[i] * g.enc, bits) * g.dec);
+    const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
+    out[at] = st<O>(round_elem<F, SR>(tile_value(tile, transposed, i, tx) * g.enc, bits) * g.dec);
   }
 }
 
@@ -273,26 +326,35 @@ __device__ __forceinline__ uint8_t elem_code(float v, uint32_t bits) {
     return SR ? f32_to_e2m1_sr(v, bits) : f32_to_e2m1(v);
 }
 
-// codes (layout above) of x at its groups' scales: one thread per byte (grid-stride), i.e. per
-// element of FP8 and per pair of E2M1; the stochastic bits of element i are apply_kernel's.
-// Zeros when the tensor held a non-finite value.
-template <ElemFormat F, bool SR>
-__global__ void codes_kernel(uint8_t* out, const float* x, int rows, int cols, QuantParams p,
-                             const Scale2* scales, const unsigned* tensor_bits, uint64_t mixed) {
-  constexpr int kPer = F == ElemFormat::E2M1 ? 2 : 1;
+// codes (layout above) of the operand at its groups' scales, the source read in tiles as
+// apply_kernel reads it; the stochastic bits of element i are apply_kernel's. An E2M1 pair
+// (columns c, c + 1: lanes 2k, 2k + 1) meets in the even lane through a shuffle. Zeros when
+// the operand held a non-finite value.
+template <typename T, ElemFormat F, bool SR>
+__global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, bool transposed,
+                             QuantParams p, const Scale2* scales, const unsigned* tensor_bits,
+                             uint64_t mixed) {
+  __shared__ float tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  load_tile(tile, src, rows, cols, transposed, r0, c0);
   const bool finite = *tensor_bits < 0x7f800000u;
-  const size_t n = size_t(rows) * cols / kPer;
-  for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < n;
-       b += size_t(gridDim.x) * blockDim.x) {
+  const int c = c0 + tx;
+  for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
+    const int r = r0 + i;
+    const size_t at = size_t(r) * cols + c;
     uint8_t code = 0;
-    for (int e = 0; e < kPer && finite; e++) {
-      const size_t i = b * kPer + e;
-      const int r = int(i / cols), c = int(i % cols);
+    if (finite && c < cols) {
       const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
-      const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(i)) : 0u;
-      code |= uint8_t(elem_code<F, SR>(x[i] * g.enc, bits) << (4 * e));
+      const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
+      code = elem_code<F, SR>(tile_value(tile, transposed, i, tx) * g.enc, bits);
     }
-    out[b] = code;
+    if constexpr (F == ElemFormat::E2M1) {
+      const unsigned high = __shfl_down_sync(0xffffffffu, unsigned(code), 1);
+      if (tx % 2 == 0 && c < cols) out[at / 2] = uint8_t(code | (high << 4));
+    } else if (c < cols) {
+      out[at] = code;
+    }
   }
 }
 

@@ -229,8 +229,10 @@ void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::str
   if (header)
     printf(
         "\nWhat the CUDA backend's block-scaled linears allocate besides the tensors above: each "
-        "scratch slot grows to the largest block linear that uses it (each operand staged in "
-        "fp32, transposed for the backward; its quantized copy; scales; the fp32 product) and "
+        "scratch slot grows to the largest block linear that uses it (each operand's quantized "
+        "copy, read from the model's tensor where it lies; an fp32 staged copy only for the "
+        "operands that a Hadamard rotation, smoothing or the split change first; scales; the "
+        "fp32 product) and "
         "is kept; it counts in the backend's peak. A GPU takes the native path where cuBLASLt "
         "has the recipe's block-scaled GEMM (fp8-rowwise, fp8-block on sm_90+, MX / NV formats "
         "on sm_100+; decided per GEMM at run time, with a one-time self-check), else the "

@@ -192,6 +192,10 @@ bool native_gemm_runs(const GemmRecipe& g, int major, int M, int N, int K) {
 }
 
 void scaled_gemm_scratch(ScaledScratch& s, const GemmRecipe& g, int M, int N, int K, int major) {
+  if (g.a.transform == Transform::Hadamard) {  // the rotated operands' fp32 copies
+    s.grow(kSlotStageA, size_t(M) * K * 4);
+    s.grow(kSlotStageB, size_t(N) * K * 4);
+  }
   s.grow(kSlotWords, kWords);
   s.grow(kSlotAcc, size_t(M) * N * 4);
   if (native_gemm_runs(g, major, M, N, K)) {
@@ -206,9 +210,12 @@ void scaled_gemm_scratch(ScaledScratch& s, const GemmRecipe& g, int M, int N, in
 void scaled_linear_scratch(ScaledScratch& s, const QuantRecipe& r, int N, int C, int OC,
                            int major) {
   const size_t n = size_t(N), c = size_t(C), oc = size_t(OC), k = r.split_channels.size();
-  // forward: inp (N,C) and W (OC,C), reduction over C
-  s.grow(kSlotStageA, n * c * 4);
-  s.grow(kSlotStageB, oc * c * 4);
+  // forward: inp (N,C) and W (OC,C), reduction over C; staged in fp32 only when smoothing or
+  // the split changes them first (the quantizers read the model's tensors where they lie)
+  if (k || !r.smooth.empty()) {
+    s.grow(kSlotStageA, n * c * 4);
+    s.grow(kSlotStageB, oc * c * 4);
+  }
   if (k) {
     s.grow(kSlotSplitA, n * k * 4);
     s.grow(kSlotSplitB, (oc * k + k) * 4);  // their columns of W, then the channel numbers
@@ -217,12 +224,8 @@ void scaled_linear_scratch(ScaledScratch& s, const QuantRecipe& r, int N, int C,
   if (!r.smooth.empty()) s.grow(kSlotSmooth, c * 4);  // channel smoothing's factors
   scaled_gemm_scratch(s, r.gemm[kForward], N, OC, C, major);
   // wgrad: dout^T (OC,N) and inp^T (C,N), reduction over the tokens
-  s.grow(kSlotStageA, oc * n * 4);
-  s.grow(kSlotStageB, c * n * 4);
   scaled_gemm_scratch(s, r.gemm[kWeightGrad], OC, C, N, major);
   // dgrad: dout (N,OC) and W^T (C,OC), reduction over the output channels
-  s.grow(kSlotStageA, n * oc * 4);
-  s.grow(kSlotStageB, c * oc * 4);
   scaled_gemm_scratch(s, r.gemm[kInputGrad], N, C, OC, major);
 }
 

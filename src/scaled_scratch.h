@@ -6,8 +6,11 @@
 // scratch; the bytes count in bytes_in_use / peak_bytes), so a slot's size is the maximum over
 // the block linears' shapes and the three GEMMs of each. The sizes below follow the launchers
 // request by request:
-//   src/cuda/matmul_scaled.cu   operands staged in fp32 (StageA / StageB, transposed for the
-//                               backward), their quantize-dequantized copies (QA / QB, bf16 when
+//   src/cuda/matmul_scaled.cu   operands staged in fp32 (StageA / StageB) only where a step
+//                               changes them before quantization (a role's Hadamard rotation,
+//                               the forward's smoothing or split; the quantizers read the
+//                               model's tensors, transposed or not, where they lie), their
+//                               quantize-dequantized copies (QA / QB, bf16 when
 //                               both operands are exact in bf16, else fp32), the fp32 product
 //                               (Acc), the tensor factors (Words), the split channels (Split*),
 //                               channel smoothing's factors (Smooth)

@@ -178,8 +178,8 @@ uint8_t* scratch_bytes(Ctx& c, ScratchSlot s, size_t n) {
 // acc(M,N) = Q(A) Q(B)^T through cuBLASLt's block-scaled GEMM; *post, post[1] the operands'
 // tensor factors (NaN for an operand that held a non-finite value). False when cuBLASLt has no
 // algorithm or refuses the call (nothing written to acc then).
-bool run_native(Ctx& c, float* acc, float* post, const float* A, const float* B, int M, int N,
-                int K, const GemmRecipe& g, const Plan& p, uint64_t sa, uint64_t sb) {
+bool run_native(Ctx& c, float* acc, float* post, const OperandSource& A, const OperandSource& B,
+                int M, int N, int K, const GemmRecipe& g, const Plan& p, uint64_t sa, uint64_t sb) {
   const int per = p.a.type == CUDA_R_4F_E2M1 ? 2 : 1;
   uint8_t* ca = scratch_bytes(c, kScratchQA, size_t(M) * K / per);
   uint8_t* cb = scratch_bytes(c, kScratchQB, size_t(N) * K / per);
@@ -251,12 +251,13 @@ std::string self_check(Ctx& c, const GemmRecipe& g, const Plan& p, const ShapeCl
   TG_CUDA_CHECK(cudaMemcpyAsync(a, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice, c.stream));
   TG_CUDA_CHECK(cudaMemcpyAsync(b, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice, c.stream));
   const uint64_t sa = 0x5eed0001ull, sb = 0x5eed0002ull;
-  if (!run_native(c, acc, post, a, b, M, N, K, g, p, sa, sb))
+  if (!run_native(c, acc, post, fp32_operand(a), fp32_operand(b), M, N, K, g, p, sa, sb))
     return strf("cuBLASLt has no algorithm for %s x %s (or refused the call)", mode_name(p.b.mode),
                 mode_name(p.a.mode));
   float pn[2], pp[2];
   TG_CUDA_CHECK(cudaMemcpyAsync(pn, post, sizeof pn, cudaMemcpyDeviceToHost, c.stream));
-  portable_scaled_products(c, acc + size_t(M) * N, post, a, b, M, N, K, g, sa, sb);
+  portable_scaled_products(c, acc + size_t(M) * N, post, fp32_operand(a), fp32_operand(b), M, N, K,
+                           g, sa, sb);
   TG_CUDA_CHECK(cudaMemcpyAsync(pp, post, sizeof pp, cudaMemcpyDeviceToHost, c.stream));
   std::vector<float> h(size_t(2) * M * N);
   TG_CUDA_CHECK(cudaMemcpyAsync(h.data(), acc, h.size() * 4, cudaMemcpyDeviceToHost, c.stream));
@@ -309,8 +310,9 @@ std::string native_problem(const Ctx& c, const GemmRecipe& g, int M, int N, int 
   return plan_of(c, g, M, N, K).why;
 }
 
-bool native_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B, int M,
-                            int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb) {
+bool native_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                            uint64_t sa, uint64_t sb) {
   if (c.opt.gemm_fallback) return false;  // cuda.gemm=fallback: no cuBLASLt at all
   const Plan p = plan_of(c, g, M, N, K);
   if (!p.why.empty()) return false;

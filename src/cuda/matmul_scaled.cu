@@ -3,17 +3,19 @@
 //   forward  out(N,OC)  = Q(inp)(N,C) Q(W)(OC,C)^T + bias          (reduction over C)
 //   dgrad    dinp(N,C)  = Q(dout)(N,OC) Q(W^T)(C,OC)^T              (reduction over OC)
 //   wgrad    dW(OC,C)  += Q(H dout^T)(OC,N) Q(H inp^T)(C,N)^T       (reduction over N)
-// Each operand is staged in fp32 (transposed for the backward, as the recipe's blocks run
-// along each GEMM's own reduction dimension), optionally rotated (H: the same signs for both
-// wgrad operands), quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands, and
-// multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies the
-// operands' tensor factors, accumulation, the split channels' product and the bias in the
-// CPU's order and rounds once. A recipe's smooth factors (src/smoothing.h) scale the
-// forward's staged operands first, X diag(1/s) and W diag(s), before the split and the
-// quantization, in the CPU's fp32 operations; the backward stages the unsmoothed operands
-// afresh. Every GEMM role and operand draws its random bits from the CPU's stream of the
-// linear's seed. Where the GPU has a native block-scaled GEMM for a role (matmul_native.cu),
-// the product comes from it instead, on the same quantized values.
+// Each operand is quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands
+// straight from the model's tensor, transposed for the backward as the recipe's blocks run
+// along each GEMM's own reduction dimension (the quantizer reads the transpose in tiles: no
+// copy), and multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies
+// the operands' tensor factors, accumulation, the split channels' product and the bias in the
+// CPU's order and rounds once. Where a step changes an operand's values first, the operand
+// is staged in fp32 and changed in place: the Hadamard rotation (H: the same signs for both
+// operands of a role that has it, the wgrad in the presets), a recipe's smooth factors
+// (src/smoothing.h: the forward's X diag(1/s) and W diag(s), in the CPU's fp32 operations)
+// and the split channels (both before the forward's quantization; the backward reads the
+// unsmoothed tensors afresh). Every GEMM role and operand draws its random bits from the CPU's
+// stream of the linear's seed. Where the GPU has a native block-scaled GEMM for a role
+// (matmul_native.cu), the product comes from it instead, on the same quantized values.
 #include <vector>
 
 #include "kernels/quantize_blocks.cuh"
@@ -36,8 +38,9 @@ float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
 
 }  // namespace
 
-void portable_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B,
-                              int M, int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb) {
+void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                              const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                              uint64_t sa, uint64_t sb) {
   const DType qt = operand_in_bf16(g.a) && operand_in_bf16(g.b) ? DType::BF16 : DType::F32;
   const size_t qs = dtype_size(qt);
   void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
@@ -49,15 +52,26 @@ void portable_scaled_products(Ctx& c, float* acc, float* post, const float* A, c
 
 namespace {
 
+// The operand's fp32 copy in scratch slot s, for a step that changes it in place; none is made
+// when x already is that slot's copy (the forward's smoothed or split operands).
+float* staged_copy(Ctx& c, ScratchSlot s, const OperandSource& x, int rows, int cols) {
+  float* dst = scratch_f32(c, s, size_t(rows) * cols);
+  if (x.data != dst) stage_operand(c, dst, x.type, x.data, x.transposed, rows, cols);
+  return dst;
+}
+
 // out(M,Nout) of type t = [out +] post_a post_b Q(A) Q(B)^T [+ extra] [+ bias], A (M,K) and B
-// (Nout,K) staged in fp32 (rotated in place when the recipe says so).
-void scaled_gemm(Ctx& c, DType t, void* out, float* A, float* B, int M, int Nout, int K,
-                 const GemmRecipe& g, uint64_t seed, int role, bool accumulate, const float* extra,
-                 const void* bias) {
+// (Nout,K) read where they lie (staged and rotated first when the recipe says so).
+void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, int M, int Nout,
+                 int K, const GemmRecipe& g, uint64_t seed, int role, bool accumulate,
+                 const float* extra, const void* bias) {
   if (g.a.transform == Transform::Hadamard) {
     const uint64_t hs = stream_of(seed, role, 2);
-    hadamard_rows(c, A, M, K, g.a.transform_size, hs);
-    hadamard_rows(c, B, Nout, K, g.b.transform_size, hs);
+    float* a = staged_copy(c, kScratchQStageA, A, M, K);
+    float* b = staged_copy(c, kScratchQStageB, B, Nout, K);
+    hadamard_rows(c, a, M, K, g.a.transform_size, hs);
+    hadamard_rows(c, b, Nout, K, g.b.transform_size, hs);
+    A = fp32_operand(a), B = fp32_operand(b);
   }
   // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
@@ -128,13 +142,15 @@ const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const QuantRecipe& r,
                            uint64_t seed) {
-  float* a = scratch_f32(c, kScratchQStageA, size_t(N) * C);
-  float* b = scratch_f32(c, kScratchQStageB, size_t(OC) * C);
-  stage_operand(c, a, t, inp, false, N, C);
-  stage_operand(c, b, t, w, false, OC, C);
-  if (!r.smooth.empty()) smooth_operands(c, a, b, N, C, OC, r.smooth);
-  const float* extra =
-      r.split_channels.empty() ? nullptr : split_product(c, a, b, N, C, OC, r.split_channels);
+  OperandSource a{t, inp, false}, b{t, w, false};
+  const float* extra = nullptr;
+  if (!r.smooth.empty() || !r.split_channels.empty()) {
+    float* sa = staged_copy(c, kScratchQStageA, a, N, C);
+    float* sb = staged_copy(c, kScratchQStageB, b, OC, C);
+    if (!r.smooth.empty()) smooth_operands(c, sa, sb, N, C, OC, r.smooth);
+    if (!r.split_channels.empty()) extra = split_product(c, sa, sb, N, C, OC, r.split_channels);
+    a = fp32_operand(sa), b = fp32_operand(sb);
+  }
   scaled_gemm(c, t, out, a, b, N, OC, C, r.gemm[kForward], seed, kForward, false, extra, bias);
 }
 
@@ -143,19 +159,11 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
                             const QuantRecipe& r, uint64_t seed) {
   if (dbias) bias_backward(c, t, dbias, dout, N, OC);  // from the unquantized gradient
   // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens.
-  float* a = scratch_f32(c, kScratchQStageA, size_t(OC) * N);
-  float* b = scratch_f32(c, kScratchQStageB, size_t(C) * N);
-  stage_operand(c, a, t, dout, true, OC, N);
-  stage_operand(c, b, t, inp, true, C, N);
-  scaled_gemm(c, t, dw, a, b, OC, C, N, r.gemm[kWeightGrad], seed, kWeightGrad, true, nullptr,
-              nullptr);
+  scaled_gemm(c, t, dw, {t, dout, true}, {t, inp, true}, OC, C, N, r.gemm[kWeightGrad], seed,
+              kWeightGrad, true, nullptr, nullptr);
   // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
-  a = scratch_f32(c, kScratchQStageA, size_t(N) * OC);
-  b = scratch_f32(c, kScratchQStageB, size_t(C) * OC);
-  stage_operand(c, a, t, dout, false, N, OC);
-  stage_operand(c, b, t, w, true, C, OC);
-  scaled_gemm(c, t, dinp, a, b, N, C, OC, r.gemm[kInputGrad], seed, kInputGrad, false, nullptr,
-              nullptr);
+  scaled_gemm(c, t, dinp, {t, dout, false}, {t, w, true}, N, C, OC, r.gemm[kInputGrad], seed,
+              kInputGrad, false, nullptr, nullptr);
 }
 
 }  // namespace tg::gpu

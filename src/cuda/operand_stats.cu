@@ -193,7 +193,7 @@ cpu::QuantError DeviceOperandView::quant_error(const OperandRecipe& o, uint64_t 
   }
   StatsWords* w = words();
   float* q = buffer(kScratchQA);
-  quantize_dequantize(c_, o, seed, ref, R, Cc, DType::F32, q, &w->post);
+  quantize_dequantize(c_, o, seed, fp32_operand(ref), R, Cc, DType::F32, q, &w->post);
   const QuantParams p = params_of(o, R, Cc);
   const size_t groups = size_t(p.ngr) * p.ngc;
   auto* row_amax =

@@ -1,6 +1,7 @@
-// quantize_blocks.cu: launchers of kernels/quantize_blocks.cuh: staging (with the transpose),
-// the random Hadamard rotation, the block quantize-dequantize of one GEMM operand and its
-// quantization into codes and a scale tensor for the native GEMMs (declared in scaled.h).
+// quantize_blocks.cu: launchers of kernels/quantize_blocks.cuh: the block quantize-dequantize
+// of one GEMM operand, read where it lies (transposed or not, any storage type), and its
+// quantization into codes and a scale tensor for the native GEMMs; staging into fp32 and the
+// random Hadamard rotation for the steps that change an operand first (declared in scaled.h).
 #include <cmath>
 
 #include "kernels/quantize_blocks.cuh"
@@ -36,22 +37,30 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The tiled kernels' grid over a (rows, cols) operand: one block per 32 x 32 tile.
+dim3 tile_grid(int rows, int cols) {
+  return dim3(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
+}
+
 template <ElemFormat F, bool SR>
-void apply(Ctx& c, DType out_type, void* out, const float* x, int rows, int cols,
+void apply(Ctx& c, DType out_type, void* out, const OperandSource& x, int rows, int cols,
            const QuantParams& p, const Scale2* scales, const unsigned* tbits, uint64_t mixed) {
-  const size_t n = size_t(rows) * cols;
-  if (out_type == DType::BF16)
-    launch(quant::apply_kernel<F, SR, bf16>, c.grid(n, kThreads), kThreads, 0, c.stream,
-           static_cast<bf16*>(out), x, rows, cols, p, scales, tbits, mixed);
-  else
-    launch(quant::apply_kernel<F, SR, float>, c.grid(n, kThreads), kThreads, 0, c.stream,
-           static_cast<float*>(out), x, rows, cols, p, scales, tbits, mixed);
-  TG_LAUNCH_CHECK();
+  dispatch("quantize_dequantize", x.type, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(x.data);
+    if (out_type == DType::BF16)
+      launch(quant::apply_kernel<T, F, SR, bf16>, tile_grid(rows, cols), kThreads, 0, c.stream,
+             static_cast<bf16*>(out), src, rows, cols, x.transposed, p, scales, tbits, mixed);
+    else
+      launch(quant::apply_kernel<T, F, SR, float>, tile_grid(rows, cols), kThreads, 0, c.stream,
+             static_cast<float*>(out), src, rows, cols, x.transposed, p, scales, tbits, mixed);
+    TG_LAUNCH_CHECK();
+  });
 }
 
 template <ElemFormat F>
-void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const float* x, int rows, int cols,
-                    const QuantParams& p, const Scale2* scales, const unsigned* tbits,
+void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const OperandSource& x, int rows,
+                    int cols, const QuantParams& p, const Scale2* scales, const unsigned* tbits,
                     uint64_t mixed) {
   if (sr)
     apply<F, true>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
@@ -59,40 +68,47 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const float* x, 
     apply<F, false>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
 }
 
-// The groups' scales of x (row_amax_kernel, group_scale_kernel; in scratch), *tbits the tensor
-// amax bits they were drawn from, *post the GEMM's factor (nonfinite_post if x holds a
-// non-finite value).
-const Scale2* group_scales(Ctx& c, const QuantParams& p, const float* x, int rows, int cols,
+// The groups' scales of x (operand_amax_kernel, group_scale_kernel; in scratch), *tbits the
+// operand's amax bits they were drawn from, *post the GEMM's factor (nonfinite_post if x holds
+// a non-finite value).
+const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x, int rows, int cols,
                            float* post, float nonfinite_post, const unsigned** tbits_out) {
-  float* row_amax =
-      static_cast<float*>(c.scratch(kScratchQAmax, size_t(rows) * p.ngc * sizeof(float)));
+  const size_t amax_bytes = size_t(rows) * p.ngc * sizeof(unsigned);
+  unsigned* row_amax = static_cast<unsigned*>(c.scratch(kScratchQAmax, amax_bytes));
   Scale2* scales =
       static_cast<Scale2*>(c.scratch(kScratchQScales, size_t(p.ngr) * p.ngc * sizeof(Scale2)));
   unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
+  TG_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, amax_bytes, c.stream));
   TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
-  const size_t warps = size_t(rows) * p.ngc;
-  launch(quant::row_amax_kernel, c.grid(warps * 32, kThreads), kThreads, 0, c.stream, x, rows, cols,
-         p.gc, p.ngc, row_amax, tbits);
-  TG_LAUNCH_CHECK();
+  dispatch("quantize (amax)", x.type, [&](auto tag) {
+    using T = decltype(tag);
+    launch(quant::operand_amax_kernel<T>, tile_grid(rows, cols), kThreads, 0, c.stream,
+           static_cast<const T*>(x.data), rows, cols, x.transposed, p.gc, p.ngc, row_amax, tbits);
+    TG_LAUNCH_CHECK();
+  });
   const size_t groups = size_t(p.ngr) * p.ngc;
-  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream, row_amax, rows,
-         p, static_cast<const unsigned*>(tbits), scales, post, nonfinite_post);
+  launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream,
+         static_cast<const unsigned*>(row_amax), rows, p, static_cast<const unsigned*>(tbits),
+         scales, post, nonfinite_post);
   TG_LAUNCH_CHECK();
   *tbits_out = tbits;
   return scales;
 }
 
 template <ElemFormat F, bool SR>
-void launch_codes(Ctx& c, uint8_t* codes, const float* x, int rows, int cols, const QuantParams& p,
-                  const Scale2* scales, const unsigned* tbits, uint64_t mixed) {
-  const size_t bytes = size_t(rows) * cols / (F == ElemFormat::E2M1 ? 2 : 1);
-  launch(quant::codes_kernel<F, SR>, c.grid(bytes, kThreads), kThreads, 0, c.stream, codes, x, rows,
-         cols, p, scales, tbits, mixed);
-  TG_LAUNCH_CHECK();
+void launch_codes(Ctx& c, uint8_t* codes, const OperandSource& x, int rows, int cols,
+                  const QuantParams& p, const Scale2* scales, const unsigned* tbits,
+                  uint64_t mixed) {
+  dispatch("quantize_codes", x.type, [&](auto tag) {
+    using T = decltype(tag);
+    launch(quant::codes_kernel<T, F, SR>, tile_grid(rows, cols), kThreads, 0, c.stream, codes,
+           static_cast<const T*>(x.data), rows, cols, x.transposed, p, scales, tbits, mixed);
+    TG_LAUNCH_CHECK();
+  });
 }
 
 template <ElemFormat F>
-void codes_rounding(Ctx& c, bool sr, uint8_t* codes, const float* x, int rows, int cols,
+void codes_rounding(Ctx& c, bool sr, uint8_t* codes, const OperandSource& x, int rows, int cols,
                     const QuantParams& p, const Scale2* scales, const unsigned* tbits,
                     uint64_t mixed) {
   if (sr)
@@ -113,7 +129,8 @@ size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mo
 }
 
 void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, uint64_t seed,
-                    const float* x, int rows, int cols, uint8_t* codes, void* scale, float* post) {
+                    const OperandSource& x, int rows, int cols, uint8_t* codes, void* scale,
+                    float* post) {
   if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16)
     throw Error("cuda backend: quantize_codes needs a narrow, non-empty operand");
   if (o.elem == ElemFormat::E2M1 && cols % 2)
@@ -152,11 +169,10 @@ bool operand_in_bf16(const OperandRecipe& o) {
 void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed, int rows,
                    int cols) {
   if (rows <= 0 || cols <= 0) return;
-  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
   dispatch("stage_operand", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(quant::stage_kernel<E>, grid, kThreads, 0, c.stream, dst, static_cast<const E*>(src),
-           rows, cols, transposed);
+    launch(quant::stage_kernel<E>, tile_grid(rows, cols), kThreads, 0, c.stream, dst,
+           static_cast<const E*>(src), rows, cols, transposed);
     TG_LAUNCH_CHECK();
   });
 }
@@ -171,16 +187,19 @@ void hadamard_rows(Ctx& c, float* x, int rows, int cols, int n, uint64_t seed) {
   TG_LAUNCH_CHECK();
 }
 
-void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const float* x, int rows,
-                         int cols, DType out_type, void* out, float* post) {
+void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const OperandSource& x,
+                         int rows, int cols, DType out_type, void* out, float* post) {
   static const float one = 1.0f;
   if (out_type != DType::F32 && out_type != DType::BF16)
     throw Error("cuda backend: quantized operands are fp32 or bf16");
-  const size_t n = size_t(rows) * cols;
   if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
-    // Left as it is (a bf16 operand of precision.mode=auto): a copy into the operand's type.
+    // Left as it is (a bf16 operand of precision.mode=auto, whose GEMM operands are fp32 as
+    // operand_in_bf16 says): its fp32 copy.
     TG_CUDA_CHECK(cudaMemcpyAsync(post, &one, sizeof one, cudaMemcpyHostToDevice, c.stream));
-    if (n) convert(c, out_type, out, DType::F32, x, n, Rounding{});
+    if (rows <= 0 || cols <= 0) return;
+    if (out_type != DType::F32)
+      throw Error("cuda backend: an unquantized operand is copied into fp32 only");
+    stage_operand(c, static_cast<float*>(out), x.type, x.data, x.transposed, rows, cols);
     return;
   }
   const QuantParams p = params_of(o, rows, cols);

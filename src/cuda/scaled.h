@@ -30,19 +30,33 @@ namespace tg::gpu {
 // last bits; E2M1 and UE4M3-scaled values never do.
 bool operand_in_bf16(const OperandRecipe& o);
 
+// A GEMM operand (rows, cols), blocks along cols, as a view of where it lies: `data` of type
+// `type` (F32, BF16 or F16), row-major (rows, cols), or (cols, rows) when `transposed` (the
+// backward GEMMs' operands are the transposes of the forward's tensors). The quantizers read
+// it in place, so the transpose and the conversion are fused into their passes.
+struct OperandSource {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  bool transposed = false;
+};
+// An fp32 (rows, cols) row-major operand, e.g. one staged by stage_operand.
+inline OperandSource fp32_operand(const float* x) { return {DType::F32, x, false}; }
+
 // The operand's fp32 (rows, cols) copy in dst from src (type t): src is (rows, cols)
-// row-major, or (cols, rows) when `transposed` (dst = src^T, the backward GEMMs' operands).
+// row-major, or (cols, rows) when `transposed` (dst = src^T). Needed only where a step changes
+// the values before they are quantized (the Hadamard rotation, smoothing, the split).
 void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed, int rows,
                    int cols);
 // x <- H D x on each full run of n values of every row (src/cpu/quantize.cpp's hadamard_rows,
 // forward direction, the same signs and order of operations); n < 2 does nothing.
 void hadamard_rows(Ctx& c, float* x, int rows, int cols, int n, uint64_t seed);
 // out (rows, cols, type out_type: F32 or BF16) = x quantize-dequantized as `o` says along
-// its rows (src/cpu/quantize.cpp's quantize_dequantize, bit for bit in every value; all NaN
-// if x holds a non-finite value), and *post (device) = the factor the GEMM's output takes
-// (1 / S for UE4M3 scales, else 1). A BF16 operand is copied as it is.
-void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const float* x, int rows,
-                         int cols, DType out_type, void* out, float* post);
+// its rows (src/cpu/quantize.cpp's quantize_dequantize of x's fp32 values, bit for bit in
+// every value; all NaN if x holds a non-finite value), and *post (device) = the factor the
+// GEMM's output takes (1 / S for UE4M3 scales, else 1). A BF16 operand is copied as it is
+// (out_type F32 then).
+void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const OperandSource& x,
+                         int rows, int cols, DType out_type, void* out, float* post);
 
 // The block-scaled linear (Backend::matmul_forward_scaled / matmul_backward_scaled), every
 // tensor of type t:
@@ -73,7 +87,8 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
 size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, int rows,
                           int cols);
 void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, uint64_t seed,
-                    const float* x, int rows, int cols, uint8_t* codes, void* scale, float* post);
+                    const OperandSource& x, int rows, int cols, uint8_t* codes, void* scale,
+                    float* post);
 
 // acc(M,N) = Q(A)(M,K) Q(B)(N,K)^T in fp32 and post[0..1] the operands' tensor factors (the
 // product before the epilogue), with seeds sa, sb for the operands' random streams:
@@ -82,10 +97,12 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
 //                             nothing enqueued) when that GEMM cannot run natively: not
 //                             expressible, not on this GPU, cuBLASLt without an algorithm, or
 //                             its (operand pair, shape class) failed the self-check (printed)
-void portable_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B,
-                              int M, int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb);
-bool native_scaled_products(Ctx& c, float* acc, float* post, const float* A, const float* B, int M,
-                            int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb);
+void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                              const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                              uint64_t sa, uint64_t sb);
+bool native_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                            uint64_t sa, uint64_t sb);
 // The scale mode that expresses operand o exactly in *mode, or why none does ("" when one does).
 std::string native_operand_mode(const OperandRecipe& o, cublasLtMatmulMatrixScale_t* mode);
 // Why g's GEMM of this shape cannot run natively on c's GPU ("" when it can, pending the

@@ -154,38 +154,51 @@ TEST_CASE("emulated: native codes x scales == the CPU quantizer's values, every 
     INFO(describe_operand(o));
     cublasLtMatmulMatrixScale_t mode;
     REQUIRE(gpu::native_operand_mode(o, &mode).empty());
-    for (const Operand& op : operands()) {
-      INFO(op.what);
-      const int rows = op.rows, cols = op.cols;
-      const size_t n = size_t(rows) * cols;
-      std::vector<float> ref = op.x;
-      const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, ++seed);
-      const size_t sbytes = gpu::native_scale_bytes(o, mode, rows, cols);
-      Buf<uint8_t> codes(n), scale(sbytes);
-      Buf<float> post(1);
-      gpu::quantize_codes(emu_ctx(), o, mode, seed, op.x.data(), rows, cols, codes.p, scale.p,
-                          post.p);
-      check_emu();
-      if (std::isnan(ref[0])) {  // a non-finite operand: NaN through the GEMM's factor
-        CHECK(std::isnan(post[0]));
-        continue;
-      }
-      CHECK(bits(post[0]) == bits(post_ref));
-      size_t bad = 0, first = n;
-      for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-          const size_t i = size_t(r) * cols + c;
-          const float s = emu_block_scale(int32_t(mode), scale.p, uint64_t(rows), uint64_t(cols),
-                                          uint64_t(r), uint64_t(c));
-          const float v = decode(o.elem, codes.p, i) * s;
-          if (bits(v) != bits(ref[i])) {
-            first = first < i ? first : i;
-            bad++;
-          }
+    for (const Operand& op : operands())
+      for (bool transposed : {false, true}) {
+        // fp32 as it is, and bf16 transposed (a backward operand, read where it lies)
+        INFO(op.what << (transposed ? ", from a transposed bf16 tensor" : ", from fp32"));
+        const int rows = op.rows, cols = op.cols;
+        const size_t n = size_t(rows) * cols;
+        std::vector<float> ref = op.x;
+        std::vector<bf16> src_t;
+        gpu::OperandSource src = gpu::fp32_operand(op.x.data());
+        if (transposed) {
+          src_t.resize(n);
+          for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+              const size_t i = size_t(r) * cols + c;
+              src_t[size_t(c) * rows + r] = e<bf16>(op.x[i]);
+              ref[i] = f(src_t[size_t(c) * rows + r]);
+            }
+          src = {DType::BF16, src_t.data(), true};
         }
-      INFO("first difference at " << first << ": cpu " << (first < n ? ref[first] : 0.f));
-      CHECK(bad == 0);
-    }
+        const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, ++seed);
+        const size_t sbytes = gpu::native_scale_bytes(o, mode, rows, cols);
+        Buf<uint8_t> codes(n), scale(sbytes);
+        Buf<float> post(1);
+        gpu::quantize_codes(emu_ctx(), o, mode, seed, src, rows, cols, codes.p, scale.p, post.p);
+        check_emu();
+        if (std::isnan(ref[0])) {  // a non-finite operand: NaN through the GEMM's factor
+          CHECK(std::isnan(post[0]));
+          continue;
+        }
+        CHECK(bits(post[0]) == bits(post_ref));
+        size_t bad = 0, first = n;
+        for (int r = 0; r < rows; r++)
+          for (int c = 0; c < cols; c++) {
+            const size_t i = size_t(r) * cols + c;
+            const float s = emu_block_scale(int32_t(mode), scale.p, uint64_t(rows), uint64_t(cols),
+                                            uint64_t(r), uint64_t(c));
+            const float v = decode(o.elem, codes.p, i) * s;
+            if (bits(v) != bits(ref[i])) {
+              first = first < i ? first : i;
+              bad++;
+            }
+          }
+        INFO("first difference at " << first << ": cpu " << (first < n ? ref[first] : 0.f));
+        CHECK(bad == 0);
+      }
   }
 }
 

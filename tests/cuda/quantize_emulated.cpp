@@ -62,6 +62,14 @@ std::vector<OperandRecipe> all_operand_recipes() {
           add(o);
         }
       }
+  // Groups of widths that are neither 16 nor a multiple of 32 (the amax pass's per-lane
+  // reduction): 1 x 24 blocks and 24 x 24 tiles.
+  for (Granularity g : {Granularity::Block, Granularity::Tile}) {
+    OperandRecipe o;
+    o.elem = ElemFormat::E4M3, o.scale = ScaleFormat::FP32, o.granularity = g, o.block = 24;
+    o.source = ScaleSource::Current;
+    add(o);
+  }
   return out;
 }
 
@@ -131,9 +139,12 @@ std::vector<E> source_of(const std::vector<float>& x, int rows, int cols, bool t
   return s;
 }
 
-// One operand through both quantizers; counts differing values.
+// One operand through both quantizers; counts differing values. The GPU reads the source
+// where it lies (transposed or not: the quantizer's fused path) and, when `staged`, also from
+// an fp32 copy staged first (the path of operands that a step changes before quantization).
 template <typename E>
-void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint64_t seed) {
+void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint64_t seed,
+               bool staged) {
   const int rows = op.rows, cols = op.cols;
   const size_t n = size_t(rows) * cols;
   const std::vector<E> src = source_of<E>(op.x, rows, cols, transposed);
@@ -143,41 +154,47 @@ void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint6
     for (int c = 0; c < cols; c++)
       ref[size_t(r) * cols + c] = f(src[transposed ? size_t(c) * rows + r : size_t(r) * cols + c]);
   const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, seed);
-  // GPU: staged (transposed as asked), quantized into fp32.
   gpu::Ctx& ctx = emu_ctx();
   Buf<float> stage(n), out(n), post(2);
-  gpu::stage_operand(ctx, stage.p, dtype_of<E>(), src.data(), transposed, rows, cols);
-  gpu::quantize_dequantize(ctx, o, seed, stage.p, rows, cols, DType::F32, out.p, post.p);
-  check_emu();
-  size_t bad = 0, first = n;
-  for (size_t i = 0; i < n; i++) {
-    const bool same = std::isnan(ref[i]) ? std::isnan(out[i]) : bits(ref[i]) == bits(out[i]);
-    if (!same && first == n) first = i;
-    bad += !same;
+  std::vector<gpu::OperandSource> sources = {{dtype_of<E>(), src.data(), transposed}};
+  if (staged) {
+    gpu::stage_operand(ctx, stage.p, dtype_of<E>(), src.data(), transposed, rows, cols);
+    sources.push_back(gpu::fp32_operand(stage.p));
   }
-  INFO("transposed=" << transposed << " first difference at " << first << ": cpu "
-                     << (first < n ? ref[first] : 0.f) << " gpu "
-                     << (first < n ? out[first] : 0.f));
-  CHECK(bad == 0);
-  CHECK(bits(post[0]) == bits(post_ref));
-  // The bf16 GEMM operand: the same values, where scaled.h says bf16 holds them exactly.
-  if (gpu::operand_in_bf16(o)) {
-    Buf<bf16> ob(n);
-    gpu::quantize_dequantize(ctx, o, seed, stage.p, rows, cols, DType::BF16, ob.p, post.p + 1);
+  for (const gpu::OperandSource& x : sources) {
+    INFO((x.data == stage.p ? "from the staged fp32 copy" : "read where it lies"));
+    gpu::quantize_dequantize(ctx, o, seed, x, rows, cols, DType::F32, out.p, post.p);
     check_emu();
-    size_t inexact = 0, differ = 0;
+    size_t bad = 0, first = n;
     for (size_t i = 0; i < n; i++) {
-      if (std::isnan(ref[i])) {
-        differ += !std::isnan(f(ob[i]));
-        continue;
-      }
-      differ += ob[i].bits != f32_to_bf16(ref[i]);
-      // Exact unless below bf16's subnormal grid (scaled.h's exception): |x| < 2^-126.
-      if (f(ob[i]) != ref[i]) inexact += std::fabs(ref[i]) >= 0x1p-126f;
+      const bool same = std::isnan(ref[i]) ? std::isnan(out[i]) : bits(ref[i]) == bits(out[i]);
+      if (!same && first == n) first = i;
+      bad += !same;
     }
-    CHECK(differ == 0);
-    CHECK(inexact == 0);
-    CHECK(bits(post[1]) == bits(post_ref));
+    INFO("transposed=" << transposed << " first difference at " << first << ": cpu "
+                       << (first < n ? ref[first] : 0.f) << " gpu "
+                       << (first < n ? out[first] : 0.f));
+    CHECK(bad == 0);
+    CHECK(bits(post[0]) == bits(post_ref));
+    // The bf16 GEMM operand: the same values, where scaled.h says bf16 holds them exactly.
+    if (gpu::operand_in_bf16(o)) {
+      Buf<bf16> ob(n);
+      gpu::quantize_dequantize(ctx, o, seed, x, rows, cols, DType::BF16, ob.p, post.p + 1);
+      check_emu();
+      size_t inexact = 0, differ = 0;
+      for (size_t i = 0; i < n; i++) {
+        if (std::isnan(ref[i])) {
+          differ += !std::isnan(f(ob[i]));
+          continue;
+        }
+        differ += ob[i].bits != f32_to_bf16(ref[i]);
+        // Exact unless below bf16's subnormal grid (scaled.h's exception): |x| < 2^-126.
+        if (f(ob[i]) != ref[i]) inexact += std::fabs(ref[i]) >= 0x1p-126f;
+      }
+      CHECK(differ == 0);
+      CHECK(inexact == 0);
+      CHECK(bits(post[1]) == bits(post_ref));
+    }
   }
 }
 
@@ -192,9 +209,11 @@ TEST_CASE("emulated: block quantizer == the CPU's, every preset operand and ingr
     INFO(describe_operand(o));
     for (const Operand& op : ops) {
       INFO(op.what);
-      // fp32 staged as it is, bf16 staged transposed (the backward's operands)
-      check_one<float>(o, op, false, ++seed);
-      check_one<bf16>(o, op, true, seed);
+      // fp32 as it is, bf16 transposed (the backward's operands, also through a staged
+      // copy), fp16 as it is
+      check_one<float>(o, op, false, ++seed, false);
+      check_one<bf16>(o, op, true, seed, true);
+      check_one<f16>(o, op, false, seed, false);
     }
   }
 }
@@ -207,7 +226,8 @@ TEST_CASE("emulated: a quantized operand is NaN everywhere after an inf or NaN, 
     std::vector<float> x(32 * 48, 0.25f);
     x[5 * 48 + 17] = bad;
     Buf<float> out(x.size()), post(1);
-    gpu::quantize_dequantize(emu_ctx(), o, 1, x.data(), 32, 48, DType::F32, out.p, post.p);
+    gpu::quantize_dequantize(emu_ctx(), o, 1, gpu::fp32_operand(x.data()), 32, 48, DType::F32,
+                             out.p, post.p);
     check_emu();
     size_t nan = 0;
     for (size_t i = 0; i < x.size(); i++) nan += std::isnan(out[i]);
