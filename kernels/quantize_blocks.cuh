@@ -4,14 +4,16 @@
 //
 // The operand is a (rows, cols) matrix whose cols run along its GEMM's reduction dimension,
 // read where it lies: the model's tensor (bf16, fp16 or fp32), transposed for the backward
-// GEMMs, so that quantizing fuses the transposed copy and the conversion to fp32 into the
-// passes below instead of staging the operand first; or an fp32 copy (stage_kernel) where a
-// step changes the values before they are quantized (hadamard_rows_kernel's rotation,
-// channel smoothing, the split channels). Its scale groups are the whole tensor, each row,
-// each 1 x B block of a row or each B x B tile; partial groups at the edges are groups of
-// their own. Current scaling needs every group's amax before the first value is rounded
-// (and NVFP4's tensor scale and the all-NaN rule need the whole operand's), so the source is
-// read twice; three kernels, in stream order:
+// GEMMs, and optionally through a random Hadamard rotation of up to 32 points along its rows
+// (the FP4 recipes' wgrad operands: warp shuffles, rotate_in_warp), so that quantizing fuses
+// the transposed copy, the conversion to fp32 and the rotation into the passes below instead
+// of staging the operand first; or an fp32 copy (stage_kernel) where a step changes the
+// values before they are quantized (channel smoothing, the split channels, a larger rotation
+// by hadamard_rows_kernel). Its scale groups are the whole tensor, each row, each 1 x B
+// block of a row or each B x B tile; partial groups at the edges are groups of their own.
+// Current scaling needs every group's amax before the first value is rounded (and NVFP4's
+// tensor scale and the all-NaN rule need the whole operand's), so the source is read twice;
+// three kernels, in stream order:
 //   operand_amax_kernel one block per 32 x 32 tile: each row's amax per column group (bits,
 //                       atomicMax: a max is order-free), and the operand's largest |x| bits,
 //                       which also say whether any value is non-finite (bits >= inf's)
@@ -27,9 +29,9 @@
 //   native_scale_kernel the groups' dec in cuBLASLt's scale-tensor layout for the scale mode
 //   codes_kernel        round(x enc) as element codes (apply_kernel's rounding and bits)
 // Per element of a bf16 operand that is 2 + 2 bytes read and 1 or 2 written, where staging
-// first moved 2 + 4 (the copy) + 4 + 4 (amax, apply) + 2. Every formula is quantize.cpp's in
-// the same fp32 operations (IEEE division and ldexpf; no operation here can be contracted
-// into an FMA), so the values are bit-identical.
+// first moved 2 + 4 (the copy) + 4 + 4 (rotation) + 4 + 4 (amax, apply) + 2. Every formula is
+// quantize.cpp's in the same fp32 operations (IEEE division and ldexpf; no operation here can be
+// contracted into an FMA), so the values are bit-identical.
 #pragma once
 #include <cublasLt.h>
 
@@ -94,6 +96,38 @@ __device__ __forceinline__ void load_tile(float (&tile)[32][33], const T* src, i
 __device__ __forceinline__ float tile_value(const float (&tile)[32][33], bool transposed, int i,
                                             int lane) {
   return transposed ? tile[lane][i] : tile[i][lane];
+}
+
+// The random Hadamard rotation of the operand's rows as part of reading it (the wgrad
+// operands of the FP4 presets): each full run of n columns x <- H D x as hadamard_rows_kernel
+// computes it, for n a power of two up to 32, so that a run lies within one tile row and its
+// butterflies are warp shuffles (lane = column % 32). n = 0: none. Larger n are staged and
+// rotated by hadamard_rows_kernel instead (src/cuda/matmul_scaled.cu).
+struct Rotation {
+  int n = 0;
+  uint64_t seed = 0;
+  float norm = 1.0f;  // 1 / sqrt(n), computed on the host as quantize.cpp computes it
+};
+
+__host__ __device__ inline bool rotates_in_warp(int n) {
+  return n >= 2 && n <= 32 && (n & (n - 1)) == 0;
+}
+
+// v, the operand's value at column c (lane c % 32 of a warp that holds 32 consecutive
+// columns of one row, every lane taking part), after the rotation of its run: the signs, then
+// the Sylvester butterflies in hadamard_rows_kernel's order (the lane with bit h clear keeps
+// a + b, its partner a - b), then the factor; a partial run at the row's end is left as it is.
+__device__ __forceinline__ float rotate_in_warp(float v, int c, int cols, const Rotation& h) {
+  if (h.n < 2) return v;
+  const int lane = threadIdx.x % 32;
+  const bool full = (c / h.n + 1) * h.n <= cols;  // the run's lanes agree
+  if (full && (sr_hash(h.seed, uint64_t(c)) & 1u)) v = -v;
+  for (int d = 1; d < h.n; d *= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, d);
+    const float r = lane & d ? o - v : v + o;
+    if (full) v = r;
+  }
+  return full ? v * h.norm : v;
 }
 
 // dst(rows, cols) = the operand in fp32 (the staged copy that the Hadamard rotation, channel
@@ -162,19 +196,20 @@ __device__ __forceinline__ void group_amax_into(unsigned* row_amax, unsigned a, 
 // |x|'s bits order as |x| does, inf above every finite value and NaNs above inf, so the
 // tensor's bits also say whether any value is non-finite. Reads the source once, in tiles.
 template <typename T>
-__global__ void operand_amax_kernel(const T* src, int rows, int cols, bool transposed, int gc,
-                                    int ngc, unsigned* row_amax, unsigned* tensor_bits) {
+__global__ void operand_amax_kernel(const T* src, int rows, int cols, bool transposed, Rotation h,
+                                    int gc, int ngc, unsigned* row_amax, unsigned* tensor_bits) {
   __shared__ float tile[32][33];
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   load_tile(tile, src, rows, cols, transposed, r0, c0);
   unsigned tmax = 0;
+  const int c = c0 + tx;
   for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
-    const int r = r0 + i;
-    const unsigned a =
-        c0 + tx < cols ? f32_bits(tile_value(tile, transposed, i, tx)) & 0x7fffffffu : 0u;
+    const float v =
+        rotate_in_warp(c < cols ? tile_value(tile, transposed, i, tx) : 0.0f, c, cols, h);
+    const unsigned a = c < cols ? f32_bits(v) & 0x7fffffffu : 0u;
     tmax = a > tmax ? a : tmax;
-    group_amax_into(row_amax + size_t(r) * ngc, a, c0, cols, gc);
+    group_amax_into(row_amax + size_t(r0 + i) * ngc, a, c0, cols, gc);
   }
   tmax = __reduce_max_sync(0xffffffffu, tmax);
   if (tx == 0) atomicMax(tensor_bits, tmax);
@@ -213,7 +248,7 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
 // (exact when the caller chose O = bf16); all NaN when the operand held a non-finite value.
 // The source read in tiles, as operand_amax_kernel read it.
 template <typename T, ElemFormat F, bool SR, typename O>
-__global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool transposed,
+__global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool transposed, Rotation h,
                              QuantParams p, const Scale2* scales, const unsigned* tensor_bits,
                              uint64_t mixed) {
   __shared__ float tile[32][33];
@@ -222,9 +257,11 @@ __global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool tran
   load_tile(tile, src, rows, cols, transposed, r0, c0);
   const bool finite = *tensor_bits < 0x7f800000u;
   const int c = c0 + tx;
-  for (int i = ty; i < 32; i += 8) {
+  for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
     const int r = r0 + i;
-    if (r >= rows || c >= cols) continue;
+    const float v =
+        rotate_in_warp(c < cols ? tile_value(tile, transposed, i, tx) : 0.0f, c, cols, h);
+    if (c >= cols) continue;
     const size_t at = size_t(r) * cols + c;
     if (!finite) {
       out[at] = st<O>(bits_f32(0x7fc00000u));
@@ -232,7 +269,7 @@ __global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool tran
     }
     const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
     const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
-    out[at] = st<O>(round_elem<F, SR>(tile_value(tile, transposed, i, tx) * g.enc, bits) * g.dec);
+    out[at] = st<O>(round_elem<F, SR>(v * g.enc, bits) * g.dec);
   }
 }
 
@@ -332,8 +369,8 @@ __device__ __forceinline__ uint8_t elem_code(float v, uint32_t bits) {
 // the operand held a non-finite value.
 template <typename T, ElemFormat F, bool SR>
 __global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, bool transposed,
-                             QuantParams p, const Scale2* scales, const unsigned* tensor_bits,
-                             uint64_t mixed) {
+                             Rotation h, QuantParams p, const Scale2* scales,
+                             const unsigned* tensor_bits, uint64_t mixed) {
   __shared__ float tile[32][33];
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
@@ -343,11 +380,13 @@ __global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, boo
   for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
     const int r = r0 + i;
     const size_t at = size_t(r) * cols + c;
+    const float v =
+        rotate_in_warp(c < cols ? tile_value(tile, transposed, i, tx) : 0.0f, c, cols, h);
     uint8_t code = 0;
     if (finite && c < cols) {
       const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
       const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
-      code = elem_code<F, SR>(tile_value(tile, transposed, i, tx) * g.enc, bits);
+      code = elem_code<F, SR>(v * g.enc, bits);
     }
     if constexpr (F == ElemFormat::E2M1) {
       const unsigned high = __shfl_down_sync(0xffffffffu, unsigned(code), 1);

@@ -192,7 +192,11 @@ bool native_gemm_runs(const GemmRecipe& g, int major, int M, int N, int K) {
 }
 
 void scaled_gemm_scratch(ScaledScratch& s, const GemmRecipe& g, int M, int N, int K, int major) {
-  if (g.a.transform == Transform::Hadamard) {  // the rotated operands' fp32 copies
+  // kernels/quantize_blocks.cuh's rotates_in_warp: rotations of up to 32 points are read
+  // through; larger ones rotate fp32 copies
+  auto in_warp = [](int n) { return n >= 2 && n <= 32 && (n & (n - 1)) == 0; };
+  if (g.a.transform == Transform::Hadamard &&
+      !(in_warp(g.a.transform_size) && in_warp(g.b.transform_size))) {
     s.grow(kSlotStageA, size_t(M) * K * 4);
     s.grow(kSlotStageB, size_t(N) * K * 4);
   }

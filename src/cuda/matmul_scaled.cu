@@ -8,9 +8,10 @@
 // along each GEMM's own reduction dimension (the quantizer reads the transpose in tiles: no
 // copy), and multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies
 // the operands' tensor factors, accumulation, the split channels' product and the bias in the
-// CPU's order and rounds once. Where a step changes an operand's values first, the operand
-// is staged in fp32 and changed in place: the Hadamard rotation (H: the same signs for both
-// operands of a role that has it, the wgrad in the presets), a recipe's smooth factors
+// CPU's order and rounds once. The Hadamard rotation (H: the same signs for both operands of
+// a role that has it, the wgrad in the presets) is part of that read for sizes up to 32
+// points. Where a step changes an operand's values first, the operand is staged in fp32 and
+// changed in place: a larger rotation, a recipe's smooth factors
 // (src/smoothing.h: the forward's X diag(1/s) and W diag(s), in the CPU's fp32 operations)
 // and the split channels (both before the forward's quantization; the backward reads the
 // unsmoothed tensors afresh). Every GEMM role and operand draws its random bits from the CPU's
@@ -67,11 +68,17 @@ void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, i
                  const float* extra, const void* bias) {
   if (g.a.transform == Transform::Hadamard) {
     const uint64_t hs = stream_of(seed, role, 2);
-    float* a = staged_copy(c, kScratchQStageA, A, M, K);
-    float* b = staged_copy(c, kScratchQStageB, B, Nout, K);
-    hadamard_rows(c, a, M, K, g.a.transform_size, hs);
-    hadamard_rows(c, b, Nout, K, g.b.transform_size, hs);
-    A = fp32_operand(a), B = fp32_operand(b);
+    if (quant::rotates_in_warp(g.a.transform_size) && quant::rotates_in_warp(g.b.transform_size)) {
+      // read through the rotation (the FP4 presets' 16 points)
+      A.rotate = g.a.transform_size, A.rotate_seed = hs;
+      B.rotate = g.b.transform_size, B.rotate_seed = hs;
+    } else {
+      float* a = staged_copy(c, kScratchQStageA, A, M, K);
+      float* b = staged_copy(c, kScratchQStageB, B, Nout, K);
+      hadamard_rows(c, a, M, K, g.a.transform_size, hs);
+      hadamard_rows(c, b, Nout, K, g.b.transform_size, hs);
+      A = fp32_operand(a), B = fp32_operand(b);
+    }
   }
   // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;

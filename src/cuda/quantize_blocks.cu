@@ -11,6 +11,7 @@
 namespace tg::gpu {
 
 using quant::QuantParams;
+using quant::Rotation;
 using quant::Scale2;
 
 // The group shape of o over a (rows, cols) operand, clipped as quantize.cpp clips it.
@@ -37,6 +38,20 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// hadamard_rows' factor 1 / sqrt(n), computed on the host as quantize.cpp computes it.
+float hadamard_norm(int n) { return float(1.0 / std::sqrt(double(n))); }
+
+// The rotation x is read through (none when x.rotate is 0).
+Rotation rotation_of(const OperandSource& x) {
+  if (x.rotate == 0) return {};
+  if (!quant::rotates_in_warp(x.rotate))
+    throw Error(
+        strf("cuda backend: a %d-point Hadamard rotation cannot be fused into the "
+             "quantizer's read (powers of two up to 32 can)",
+             x.rotate));
+  return {x.rotate, x.rotate_seed, hadamard_norm(x.rotate)};
+}
+
 // The tiled kernels' grid over a (rows, cols) operand: one block per 32 x 32 tile.
 dim3 tile_grid(int rows, int cols) {
   return dim3(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
@@ -50,10 +65,12 @@ void apply(Ctx& c, DType out_type, void* out, const OperandSource& x, int rows, 
     const T* src = static_cast<const T*>(x.data);
     if (out_type == DType::BF16)
       launch(quant::apply_kernel<T, F, SR, bf16>, tile_grid(rows, cols), kThreads, 0, c.stream,
-             static_cast<bf16*>(out), src, rows, cols, x.transposed, p, scales, tbits, mixed);
+             static_cast<bf16*>(out), src, rows, cols, x.transposed, rotation_of(x), p, scales,
+             tbits, mixed);
     else
       launch(quant::apply_kernel<T, F, SR, float>, tile_grid(rows, cols), kThreads, 0, c.stream,
-             static_cast<float*>(out), src, rows, cols, x.transposed, p, scales, tbits, mixed);
+             static_cast<float*>(out), src, rows, cols, x.transposed, rotation_of(x), p, scales,
+             tbits, mixed);
     TG_LAUNCH_CHECK();
   });
 }
@@ -83,7 +100,8 @@ const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x,
   dispatch("quantize (amax)", x.type, [&](auto tag) {
     using T = decltype(tag);
     launch(quant::operand_amax_kernel<T>, tile_grid(rows, cols), kThreads, 0, c.stream,
-           static_cast<const T*>(x.data), rows, cols, x.transposed, p.gc, p.ngc, row_amax, tbits);
+           static_cast<const T*>(x.data), rows, cols, x.transposed, rotation_of(x), p.gc, p.ngc,
+           row_amax, tbits);
     TG_LAUNCH_CHECK();
   });
   const size_t groups = size_t(p.ngr) * p.ngc;
@@ -102,7 +120,8 @@ void launch_codes(Ctx& c, uint8_t* codes, const OperandSource& x, int rows, int 
   dispatch("quantize_codes", x.type, [&](auto tag) {
     using T = decltype(tag);
     launch(quant::codes_kernel<T, F, SR>, tile_grid(rows, cols), kThreads, 0, c.stream, codes,
-           static_cast<const T*>(x.data), rows, cols, x.transposed, p, scales, tbits, mixed);
+           static_cast<const T*>(x.data), rows, cols, x.transposed, rotation_of(x), p, scales,
+           tbits, mixed);
     TG_LAUNCH_CHECK();
   });
 }
@@ -179,8 +198,7 @@ void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed
 
 void hadamard_rows(Ctx& c, float* x, int rows, int cols, int n, uint64_t seed) {
   if (n < 2 || cols < n || rows <= 0) return;
-  // quantize.cpp's factor, computed the same way on the host.
-  const float norm = float(1.0 / std::sqrt(double(n)));
+  const float norm = hadamard_norm(n);
   const size_t runs = size_t(rows) * (cols / n);
   launch(quant::hadamard_rows_kernel, c.grid(runs, kThreads), kThreads, 0, c.stream, x, rows, cols,
          n, seed, norm);
@@ -200,6 +218,7 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
     if (out_type != DType::F32)
       throw Error("cuda backend: an unquantized operand is copied into fp32 only");
     stage_operand(c, static_cast<float*>(out), x.type, x.data, x.transposed, rows, cols);
+    if (x.rotate) hadamard_rows(c, static_cast<float*>(out), rows, cols, x.rotate, x.rotate_seed);
     return;
   }
   const QuantParams p = params_of(o, rows, cols);

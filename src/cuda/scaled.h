@@ -34,10 +34,15 @@ bool operand_in_bf16(const OperandRecipe& o);
 // `type` (F32, BF16 or F16), row-major (rows, cols), or (cols, rows) when `transposed` (the
 // backward GEMMs' operands are the transposes of the forward's tensors). The quantizers read
 // it in place, so the transpose and the conversion are fused into their passes.
+// `rotate` > 0: each row's runs of `rotate` columns are read through the random Hadamard
+// rotation (hadamard_rows' values, signs from rotate_seed), fused into the read; only for
+// sizes quantize_blocks.cuh's rotates_in_warp takes (powers of two up to 32).
 struct OperandSource {
   DType type = DType::F32;
   const void* data = nullptr;
   bool transposed = false;
+  int rotate = 0;
+  uint64_t rotate_seed = 0;
 };
 // An fp32 (rows, cols) row-major operand, e.g. one staged by stage_operand.
 inline OperandSource fp32_operand(const float* x) { return {DType::F32, x, false}; }

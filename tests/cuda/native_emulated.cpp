@@ -157,7 +157,7 @@ TEST_CASE("emulated: native codes x scales == the CPU quantizer's values, every 
     for (const Operand& op : operands())
       for (bool transposed : {false, true}) {
         // fp32 as it is, and bf16 transposed (a backward operand, read where it lies)
-        INFO(op.what << (transposed ? ", from a transposed bf16 tensor" : ", from fp32"));
+        INFO(op.what << (transposed ? ", from a transposed bf16 tensor, rotated" : ", from fp32"));
         const int rows = op.rows, cols = op.cols;
         const size_t n = size_t(rows) * cols;
         std::vector<float> ref = op.x;
@@ -171,7 +171,9 @@ TEST_CASE("emulated: native codes x scales == the CPU quantizer's values, every 
               src_t[size_t(c) * rows + r] = e<bf16>(op.x[i]);
               ref[i] = f(src_t[size_t(c) * rows + r]);
             }
-          src = {DType::BF16, src_t.data(), true};
+          // read through a 16-point Hadamard rotation too (the FP4 presets' wgrad operands)
+          src = {DType::BF16, src_t.data(), true, 16, 0x4ada16};
+          cpu::hadamard_rows(ref.data(), rows, cols, 16, 0x4ada16, false);
         }
         const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, ++seed);
         const size_t sbytes = gpu::native_scale_bytes(o, mode, rows, cols);

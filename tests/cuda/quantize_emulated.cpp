@@ -279,3 +279,56 @@ TEST_CASE("emulated: staging, plain and transposed, every type, full and partial
       })
     }
 }
+
+TEST_CASE(
+    "emulated: the quantizer reading through the Hadamard rotation == rotate, then quantize") {
+  // The FP4 presets' wgrad operands, an 8-bit one, and an unquantized (bf16) operand of
+  // precision.mode=auto, whose copy is rotated too; sizes 2 .. 32 (read through the rotation),
+  // full and partial runs (100 and 37 columns), outliers and an inf.
+  std::vector<OperandRecipe> recipes;
+  for (const char* mode : {"nvfp4", "mxfp4"}) {
+    const QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+    recipes.push_back(r.gemm[kWeightGrad].a);
+    recipes.push_back(r.gemm[kWeightGrad].b);
+  }
+  recipes.push_back(block_scaled_recipe("mxfp8", RecipeOptions{}).gemm[kWeightGrad].a);
+  OperandRecipe unquantized;
+  unquantized.elem = ElemFormat::BF16;
+  recipes.push_back(unquantized);
+  const std::vector<Operand> all = operands();
+  const std::vector<Operand> ops = {all[0], all[1], all[2], all[5]};
+  uint64_t seed = 9000;
+  for (const OperandRecipe& o : recipes)
+    for (int n : {2, 4, 16, 32})
+      for (const Operand& op : ops)
+        for (bool transposed : {false, true}) {
+          INFO(describe_operand(o) << ", " << n << " points, " << op.what
+                                   << (transposed ? ", transposed bf16" : ", fp32"));
+          const int rows = op.rows, cols = op.cols;
+          const size_t nel = size_t(rows) * cols;
+          const uint64_t hs = 0x4ada00 + uint64_t(n);
+          std::vector<float> ref(nel);
+          std::vector<bf16> src_t;
+          gpu::OperandSource src = gpu::fp32_operand(op.x.data());
+          if (transposed) {
+            src_t = source_of<bf16>(op.x, rows, cols, true);
+            for (int r = 0; r < rows; r++)
+              for (int c = 0; c < cols; c++)
+                ref[size_t(r) * cols + c] = f(src_t[size_t(c) * rows + r]);
+            src = {DType::BF16, src_t.data(), true};
+          } else {
+            ref = op.x;
+          }
+          src.rotate = n, src.rotate_seed = hs;
+          cpu::hadamard_rows(ref.data(), rows, cols, n, hs, false);
+          const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, o, ++seed);
+          Buf<float> out(nel), post(1);
+          gpu::quantize_dequantize(emu_ctx(), o, seed, src, rows, cols, DType::F32, out.p, post.p);
+          check_emu();
+          size_t bad = 0;
+          for (size_t i = 0; i < nel; i++)
+            bad += std::isnan(ref[i]) ? !std::isnan(out[i]) : bits(ref[i]) != bits(out[i]);
+          CHECK(bad == 0);
+          CHECK(bits(post[0]) == bits(post_ref));
+        }
+}
