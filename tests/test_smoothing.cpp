@@ -31,15 +31,6 @@ std::vector<float> randn_f(size_t n, uint64_t seed, double scale) {
   return x;
 }
 
-// Per-column amax of x(rows, cols).
-std::vector<float> column_amax(const std::vector<float>& x, int rows, int cols) {
-  std::vector<float> a(size_t(cols), 0.0f);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++)
-      a[size_t(c)] = std::max(a[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
-  return a;
-}
-
 std::vector<float> forward(const std::vector<float>& x, const std::vector<float>& w, int N, int C,
                            int OC, const tg::QuantRecipe& r) {
   std::vector<float> a = x, b = w, out(size_t(N) * OC);
@@ -76,7 +67,8 @@ TEST_CASE("smoothing: the unquantized forward is unchanged to rounding, the back
   for (int n = 0; n < N; n++) x[size_t(n) * C + 5] *= 60;  // an outlier channel
   tg::QuantRecipe wide = tg::candidate_recipe("bf16", tg::RecipeOptions{}, "test");
   tg::QuantRecipe smoothed = wide;
-  smoothed.smooth = tg::smoothing_factors(column_amax(x, N, C), column_amax(w, OC, C), 0.5);
+  smoothed.smooth =
+      tg::smoothing_factors(tgt::column_amax(x, N, C), tgt::column_amax(w, OC, C), 0.5);
   REQUIRE(smoothed.smooth[5] > 4);
   const std::vector<float> a = forward(x, w, N, C, OC, wide), b = forward(x, w, N, C, OC, smoothed);
   int differ = 0;
@@ -131,7 +123,7 @@ TEST_CASE("smoothing: on an outlier channel it lowers the quantized forward erro
     return std::sqrt(e / ref_sq);
   };
   const std::vector<float> s =
-      tg::smoothing_factors(column_amax(x, N, C), column_amax(w, OC, C), 0.5);
+      tg::smoothing_factors(tgt::column_amax(x, N, C), tgt::column_amax(w, OC, C), 0.5);
   // Where one scale spans the whole row (fp8-rowwise: per token) or a block of 16 with a
   // narrow element (nvfp4), the outlier costs the other channels most, and smoothing helps.
   // With 32-element E8M0 blocks (mxfp8, mxfp4) or 1x128 fp32 blocks (fp8-block) the outlier
@@ -159,7 +151,7 @@ TEST_CASE("smoothing: on an outlier channel it lowers the quantized forward erro
   std::vector<float> x0 = randn_f(size_t(N) * C, 7, 1.0);
   tg::QuantRecipe q = tg::candidate_recipe("mxfp8", tg::RecipeOptions{}, "test");
   tg::QuantRecipe qs = q;
-  qs.smooth = tg::smoothing_factors(column_amax(x0, N, C), column_amax(w, OC, C), 0.5);
+  qs.smooth = tg::smoothing_factors(tgt::column_amax(x0, N, C), tgt::column_amax(w, OC, C), 0.5);
   std::vector<double> r0(size_t(N) * OC, 0.0);
   auto e0 = [&](const tg::QuantRecipe& r) {
     const std::vector<float> y = forward(x0, w, N, C, OC, r);

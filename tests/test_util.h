@@ -1,6 +1,7 @@
 // test_util.h: helpers shared by the tests: random fills, finite differences, temp dirs,
 // and running the train_gpt binary.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,15 @@ inline double fd_max_error(const std::function<double()>& f, std::vector<double>
     worst = std::max(worst, std::fabs(fd - analytic[i]) / denom);
   }
   return worst;
+}
+
+// Each column's max |x| of x(rows, cols) (the smoothing tests' channel statistics).
+inline std::vector<float> column_amax(const std::vector<float>& x, int rows, int cols) {
+  std::vector<float> a(size_t(cols), 0.0f);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      a[size_t(c)] = std::max(a[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
+  return a;
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {

@@ -20,6 +20,7 @@
 #include "src/cpu/cpu_backend.h"
 #include "src/cuda/cuda_backend.h"
 #include "src/formats.h"
+#include "src/model.h"
 #include "src/rng.h"
 
 namespace tgc {
@@ -56,6 +57,15 @@ inline bool gpu_available() {
 #else
 #define TG_REQUIRE_GPU_BINARY() TG_REQUIRE_GPU()
 #endif
+
+// One AdamW step of the CUDA tests' short training loops (lr 3e-3, weight decay 0.1), the
+// gradient clipped to norm 1 as the trainer clips it.
+inline void clipped_adamw_step(tg::GPT& m, int step) {
+  const tg::GradCheck gc = m.check_grads(1.0);
+  REQUIRE(gc.finite);
+  const float clip = gc.norm > 1.0 ? float(1.0 / gc.norm) : 1.f;
+  m.adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, tg::Rounding{}});
+}
 
 // Per-precision tolerance of one kernel's relative error.
 inline double tol(DType t) { return t == DType::F32 ? 1e-5 : 1e-2; }

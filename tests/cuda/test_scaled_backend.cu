@@ -24,6 +24,7 @@
 #include "src/recipe.h"
 #include "src/smoothing.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
 
 using namespace tgc;
 
@@ -195,10 +196,7 @@ TEST_CASE("cuda: four block-scaled training steps follow the CPU, every preset")
         ms[k]->zero_grad();
         loss[k] = ms[k]->forward(in.data(), tgt.data(), B, T, 1.f);
         ms[k]->backward();
-        tg::GradCheck gc = ms[k]->check_grads(1.0);
-        REQUIRE(gc.finite);
-        const float clip = gc.norm > 1.0 ? float(1.0 / gc.norm) : 1.f;
-        ms[k]->adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, tg::Rounding{}});
+        tgc::clipped_adamw_step(*ms[k], step);
       }
       INFO("step " << step << ": loss cpu " << loss[0] << " gpu " << loss[1]);
       CHECK(std::fabs(loss[1] / loss[0] - 1) < 2e-2);
@@ -207,15 +205,6 @@ TEST_CASE("cuda: four block-scaled training steps follow the CPU, every preset")
 }
 
 namespace {
-
-// Per-column amax of x(rows, cols).
-std::vector<float> column_amax(const std::vector<float>& x, int rows, int cols) {
-  std::vector<float> a(size_t(cols), 0.f);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++)
-      a[size_t(c)] = std::max(a[size_t(c)], std::fabs(x[size_t(r) * cols + c]));
-  return a;
-}
 
 // One smoothed forward + backward on both backends in fp32 tensors, where the quantized
 // operands are the same bits (tests/cuda/native_emulated.cpp checks them) and only the GEMMs'
@@ -228,7 +217,7 @@ void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t see
   for (int n = 0; n < N; n++) x[size_t(n) * C + C / 3] *= 40.f;  // an outlier channel
   tg::QuantRecipe r = tg::block_scaled_recipe(mode, {});
   const tg::QuantRecipe plain = r;
-  r.smooth = tg::smoothing_factors(column_amax(x, N, C), column_amax(wv, OC, C), 0.5);
+  r.smooth = tg::smoothing_factors(tgt::column_amax(x, N, C), tgt::column_amax(wv, OC, C), 0.5);
   REQUIRE(r.smooth[size_t(C / 3)] > 4.f);
   tg::QuantRecipe swapped = r;
   for (float& f : swapped.smooth) f = 1.f / f;
@@ -350,10 +339,7 @@ TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the C
               ss[k]->set_linear_recipe(l, lin, lr);
             }
         }
-        tg::GradCheck gc = ms[k]->check_grads(1.0);
-        REQUIRE(gc.finite);
-        const float clip = gc.norm > 1.0 ? float(1.0 / gc.norm) : 1.f;
-        ms[k]->adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, tg::Rounding{}});
+        tgc::clipped_adamw_step(*ms[k], step);
       }
       INFO("step " << step << ": loss cpu " << loss[0] << " gpu " << loss[1]);
       CHECK(std::fabs(loss[1] / loss[0] - 1) < 2e-2);
