@@ -220,6 +220,55 @@ TEST_CASE("quantize lanes: the tiled transpose copies every value's bits to its 
   }
 }
 
+TEST_CASE("quantize lanes: the transpose from bf16 widens every code exactly") {
+  tg::cpu::set_parallelism(2, 2);
+  std::mt19937_64 rng(9);
+  for (auto [rows, cols] : {std::pair{1, 1}, std::pair{7, 9}, std::pair{8, 8}, std::pair{33, 17},
+                            std::pair{40, 96}, std::pair{1024, 200}, std::pair{130, 1027}}) {
+    std::vector<tg::cpu::bf16> src(size_t(rows) * cols);
+    std::vector<float> wide(src.size()), got(src.size(), -1.0f), want(src.size(), 1.0f);
+    for (size_t i = 0; i < src.size(); i++) {  // every pattern, NaN payloads too
+      src[i] = tg::cpu::bf16{uint16_t(rng())};
+      wide[i] = tg::bf16_to_f32(src[i].bits);
+    }
+    tg::cpu::transpose(got.data(), src.data(), rows, cols);
+    tg::cpu::transpose_reference(want.data(), wide.data(), rows, cols);
+    CHECK_MESSAGE(mismatches(got, want) == 0, rows << "x" << cols);
+  }
+}
+
+TEST_CASE("quantize lanes: the quantizer's bf16 copy is the converted result, bit for bit") {
+  tg::cpu::set_parallelism(2, 2);
+  for (const OperandRecipe& o : preset_operands())
+    for (auto [rows, cols] : {std::pair{9, 33}, std::pair{130, 77}, std::pair{300, 160}}) {
+      int cases = 0;
+      for (const auto& x : tensors(rows, cols, uint64_t(rows) * 5 + cols, true)) {
+        std::vector<float> want = x, got = x, codes = x, codes_want = x;
+        std::vector<tg::cpu::bf16> narrow(x.size(), tg::cpu::bf16{0x1234}), conv(x.size());
+        const float fw = tg::cpu::quantize_dequantize(want.data(), rows, cols, o, 3 + cases);
+        const float fg = tg::cpu::quantize_dequantize_narrow(got.data(), narrow.data(), rows, cols,
+                                                             o, 3 + cases);
+        CHECK(bits(fw) == bits(fg));
+        CHECK(mismatches(got, want) == 0);
+        tg::cpu::convert(conv.data(), want.data(), want.size(), tg::Rounding{});
+        int bad = 0;
+        for (size_t i = 0; i < x.size(); i++) bad += narrow[i].bits != conv[i].bits;
+        CHECK_MESSAGE(bad == 0, describe(o) << " " << rows << "x" << cols << " case " << cases);
+        std::vector<float> dw, dg;  // the codes' copy likewise
+        tg::cpu::quantize_to_codes(codes_want.data(), rows, cols, o, 3 + cases, &dw);
+        tg::cpu::quantize_to_codes(codes.data(), rows, cols, o, 3 + cases, &dg, narrow.data());
+        CHECK(mismatches(codes, codes_want) == 0);
+        CHECK(dw == dg);
+        tg::cpu::convert(conv.data(), codes_want.data(), codes_want.size(), tg::Rounding{});
+        bad = 0;
+        for (size_t i = 0; i < x.size(); i++) bad += narrow[i].bits != conv[i].bits;
+        CHECK_MESSAGE(bad == 0, describe(o)
+                                    << " codes " << rows << "x" << cols << " case " << cases);
+        cases++;
+      }
+    }
+}
+
 TEST_CASE("quantize lanes: NVFP4 block scales at every UE4M3 code and midpoint match group_scale") {
   // One 16-value block per row, its amax sweeping UE4M3's codes and the midpoints between
   // them (ties), subnormal codes included; a row of 448 fixes the tensor scale to 6 / 1.

@@ -200,16 +200,24 @@ TG_TARGET_LANES inline __m512 butterfly(__m512 v, __m512 partner, __mmask16 uppe
   return _mm512_mask_blend_ps(upper, _mm512_add_ps(v, partner), _mm512_sub_ps(partner, v));
 }
 
+// The signs (forward) and the four in-register stages of one 16-value run.
+TG_TARGET_LANES inline __m512 hadamard16(__m512 x, const float* sign, bool inverse) {
+  if (!inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign));
+  x = butterfly(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
+  x = butterfly(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
+  x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
+  return butterfly(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
+}
+
 TG_TARGET_LANES void hadamard_impl(float* v, const float* sign, int n, float norm, bool inverse) {
-  for (int i = 0; i < n; i += 16) {
-    __m512 x = _mm512_loadu_ps(v + i);
-    if (!inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign + i));
-    x = butterfly(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
-    x = butterfly(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
-    x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
-    x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
-    _mm512_storeu_ps(v + i, x);
+  if (n == 16) {  // no stages between registers: the scaling (and inverse signs) in one pass
+    __m512 x = _mm512_mul_ps(hadamard16(_mm512_loadu_ps(v), sign, inverse), _mm512_set1_ps(norm));
+    if (inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign));
+    _mm512_storeu_ps(v, x);
+    return;
   }
+  for (int i = 0; i < n; i += 16)
+    _mm512_storeu_ps(v + i, hadamard16(_mm512_loadu_ps(v + i), sign + i, inverse));
   for (int h = 16; h < n; h *= 2)
     for (int i = 0; i < n; i += 2 * h)
       for (int j = i; j < i + h; j += 16) {
@@ -226,8 +234,9 @@ TG_TARGET_LANES void hadamard_impl(float* v, const float* sign, int n, float nor
 }
 }  // namespace
 
-void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inverse) {
-  hadamard_impl(v, sign, n, norm, inverse);
+void hadamard_runs_lanes(float* v, const float* sign, int n, int runs, float norm, bool inverse) {
+  for (int i = 0; i < runs; i++)
+    hadamard_impl(v + size_t(i) * n, sign + size_t(i) * n, n, norm, inverse);
 }
 
 #else
@@ -235,7 +244,7 @@ int sr_round_lanes(float*, int, float, float, uint64_t, uint64_t, ElemFormat) { 
 int sr_round_groups_lanes(float*, int, int, const GroupScale*, uint64_t, uint64_t, ElemFormat) {
   return 0;
 }
-void hadamard_run_lanes(float*, const float*, int, float, bool) {}
+void hadamard_runs_lanes(float*, const float*, int, int, float, bool) {}
 void group_amax_lanes(const float*, int, int, uint32_t*) {}
 #endif
 
