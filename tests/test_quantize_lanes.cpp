@@ -186,6 +186,42 @@ TEST_CASE("quantize lanes: the stochastic round trip equals formats.h's encoder 
   CHECK(tg::cpu::sr_round_lanes(odd.data(), 32, 1.0f, 1.0f, 1, 3, ElemFormat::E2M1) == 0);
 }
 
+TEST_CASE("quantize lanes: stochastic rounding 24 to 48 bits below the format's last digit") {
+  // Where the scalar code's 64-bit sum of mantissa and random bits crosses 32 bits (the lanes
+  // take its carry from a 32-bit add): magnitudes whose shift is 24..48, for each format, with
+  // mantissas near 2^24 so that the rare round-ups past 32 dropped bits happen too.
+  if (!tg::cpu::quantize_lanes_available()) return;
+  std::mt19937_64 rng(11);
+  struct Fmt {
+    ElemFormat f;
+    int shift0;  // biased fp32 exponent at which the shift is 32
+  };
+  for (Fmt fm :
+       {Fmt{ElemFormat::E2M1, 117}, Fmt{ElemFormat::E4M3, 109}, Fmt{ElemFormat::E5M2, 102}})
+    for (uint64_t mixed : {uint64_t(1), uint64_t(987654321)}) {
+      std::vector<float> x(1 << 16);
+      for (size_t i = 0; i < x.size(); i++) {
+        const uint32_t e = uint32_t(fm.shift0 + 8 - int(rng() % 25));  // shifts 24..48
+        const uint32_t m = (i % 2) ? 0x7fffffu - uint32_t(rng() % 64) : uint32_t(rng()) & 0x7fffffu;
+        x[i] = tg::bits_f32((uint32_t(rng() & 1) << 31) | (e << 23) | m);
+      }
+      std::vector<float> got = x, want = x;
+      const int done =
+          tg::cpu::sr_round_lanes(got.data(), int(got.size()), 1.0f, 1.0f, mixed, 0, fm.f);
+      CHECK(done == int(got.size()));
+      int ups = 0;
+      for (int i = 0; i < done; i++) {
+        const uint32_t rb = tg::quant_sr_bits(mixed, uint64_t(i));
+        want[i] = fm.f == ElemFormat::E2M1   ? tg::e2m1_to_f32(tg::f32_to_e2m1_sr(x[i], rb))
+                  : fm.f == ElemFormat::E4M3 ? tg::e4m3_to_f32(tg::f32_to_e4m3_sr(x[i], rb))
+                                             : tg::e5m2_to_f32(tg::f32_to_e5m2_sr(x[i], rb));
+        ups += want[i] != 0.0f;
+      }
+      CHECK(ups > 100);  // round-ups happen on both sides of 32 dropped bits
+      CHECK_MESSAGE(mismatches(got, want) == 0, tg::elem_format_name(fm.f));
+    }
+}
+
 TEST_CASE("quantize lanes: the Hadamard transform equals the scalar butterflies bit for bit") {
   if (!tg::cpu::quantize_lanes_available())
     MESSAGE("no AVX-512 DQ/BW/VL: the fast path is the scalar loop itself");
