@@ -186,6 +186,42 @@ TEST_CASE("quantize lanes: the stochastic round trip equals formats.h's encoder 
   CHECK(tg::cpu::sr_round_lanes(odd.data(), 32, 1.0f, 1.0f, 1, 3, ElemFormat::E2M1) == 0);
 }
 
+TEST_CASE("quantize lanes: stochastic rounding 24 to 48 bits below the format's last digit") {
+  // Where the scalar code's 64-bit sum of mantissa and random bits crosses 32 bits (the lanes
+  // take its carry from a 32-bit add): magnitudes whose shift is 24..48, for each format, with
+  // mantissas near 2^24 so that the rare round-ups past 32 dropped bits happen too.
+  if (!tg::cpu::quantize_lanes_available()) return;
+  std::mt19937_64 rng(11);
+  struct Fmt {
+    ElemFormat f;
+    int shift0;  // biased fp32 exponent at which the shift is 32
+  };
+  for (Fmt fm :
+       {Fmt{ElemFormat::E2M1, 117}, Fmt{ElemFormat::E4M3, 109}, Fmt{ElemFormat::E5M2, 102}})
+    for (uint64_t mixed : {uint64_t(1), uint64_t(987654321)}) {
+      std::vector<float> x(1 << 16);
+      for (size_t i = 0; i < x.size(); i++) {
+        const uint32_t e = uint32_t(fm.shift0 + 8 - int(rng() % 25));  // shifts 24..48
+        const uint32_t m = (i % 2) ? 0x7fffffu - uint32_t(rng() % 64) : uint32_t(rng()) & 0x7fffffu;
+        x[i] = tg::bits_f32((uint32_t(rng() & 1) << 31) | (e << 23) | m);
+      }
+      std::vector<float> got = x, want = x;
+      const int done =
+          tg::cpu::sr_round_lanes(got.data(), int(got.size()), 1.0f, 1.0f, mixed, 0, fm.f);
+      CHECK(done == int(got.size()));
+      int ups = 0;
+      for (int i = 0; i < done; i++) {
+        const uint32_t rb = tg::quant_sr_bits(mixed, uint64_t(i));
+        want[i] = fm.f == ElemFormat::E2M1   ? tg::e2m1_to_f32(tg::f32_to_e2m1_sr(x[i], rb))
+                  : fm.f == ElemFormat::E4M3 ? tg::e4m3_to_f32(tg::f32_to_e4m3_sr(x[i], rb))
+                                             : tg::e5m2_to_f32(tg::f32_to_e5m2_sr(x[i], rb));
+        ups += want[i] != 0.0f;
+      }
+      CHECK(ups > 100);  // round-ups happen on both sides of 32 dropped bits
+      CHECK_MESSAGE(mismatches(got, want) == 0, tg::elem_format_name(fm.f));
+    }
+}
+
 TEST_CASE("quantize lanes: the Hadamard transform equals the scalar butterflies bit for bit") {
   if (!tg::cpu::quantize_lanes_available())
     MESSAGE("no AVX-512 DQ/BW/VL: the fast path is the scalar loop itself");
@@ -218,6 +254,55 @@ TEST_CASE("quantize lanes: the tiled transpose copies every value's bits to its 
     CHECK_MESSAGE(mismatches(got, want) == 0, rows << "x" << cols);
     CHECK(bits(want[size_t(cols - 1) * rows]) == bits(src[size_t(cols - 1)]));  // (0, c) -> (c, 0)
   }
+}
+
+TEST_CASE("quantize lanes: the transpose from bf16 widens every code exactly") {
+  tg::cpu::set_parallelism(2, 2);
+  std::mt19937_64 rng(9);
+  for (auto [rows, cols] : {std::pair{1, 1}, std::pair{7, 9}, std::pair{8, 8}, std::pair{33, 17},
+                            std::pair{40, 96}, std::pair{1024, 200}, std::pair{130, 1027}}) {
+    std::vector<tg::cpu::bf16> src(size_t(rows) * cols);
+    std::vector<float> wide(src.size()), got(src.size(), -1.0f), want(src.size(), 1.0f);
+    for (size_t i = 0; i < src.size(); i++) {  // every pattern, NaN payloads too
+      src[i] = tg::cpu::bf16{uint16_t(rng())};
+      wide[i] = tg::bf16_to_f32(src[i].bits);
+    }
+    tg::cpu::transpose(got.data(), src.data(), rows, cols);
+    tg::cpu::transpose_reference(want.data(), wide.data(), rows, cols);
+    CHECK_MESSAGE(mismatches(got, want) == 0, rows << "x" << cols);
+  }
+}
+
+TEST_CASE("quantize lanes: the quantizer's bf16 copy is the converted result, bit for bit") {
+  tg::cpu::set_parallelism(2, 2);
+  for (const OperandRecipe& o : preset_operands())
+    for (auto [rows, cols] : {std::pair{9, 33}, std::pair{130, 77}, std::pair{300, 160}}) {
+      int cases = 0;
+      for (const auto& x : tensors(rows, cols, uint64_t(rows) * 5 + cols, true)) {
+        std::vector<float> want = x, got = x, codes = x, codes_want = x;
+        std::vector<tg::cpu::bf16> narrow(x.size(), tg::cpu::bf16{0x1234}), conv(x.size());
+        const float fw = tg::cpu::quantize_dequantize(want.data(), rows, cols, o, 3 + cases);
+        const float fg = tg::cpu::quantize_dequantize_narrow(got.data(), narrow.data(), rows, cols,
+                                                             o, 3 + cases);
+        CHECK(bits(fw) == bits(fg));
+        CHECK(mismatches(got, want) == 0);
+        tg::cpu::convert(conv.data(), want.data(), want.size(), tg::Rounding{});
+        int bad = 0;
+        for (size_t i = 0; i < x.size(); i++) bad += narrow[i].bits != conv[i].bits;
+        CHECK_MESSAGE(bad == 0, describe(o) << " " << rows << "x" << cols << " case " << cases);
+        std::vector<float> dw, dg;  // the codes' copy likewise
+        tg::cpu::quantize_to_codes(codes_want.data(), rows, cols, o, 3 + cases, &dw);
+        tg::cpu::quantize_to_codes(codes.data(), rows, cols, o, 3 + cases, &dg, narrow.data());
+        CHECK(mismatches(codes, codes_want) == 0);
+        CHECK(dw == dg);
+        tg::cpu::convert(conv.data(), codes_want.data(), codes_want.size(), tg::Rounding{});
+        bad = 0;
+        for (size_t i = 0; i < x.size(); i++) bad += narrow[i].bits != conv[i].bits;
+        CHECK_MESSAGE(bad == 0, describe(o)
+                                    << " codes " << rows << "x" << cols << " case " << cases);
+        cases++;
+      }
+    }
 }
 
 TEST_CASE("quantize lanes: NVFP4 block scales at every UE4M3 code and midpoint match group_scale") {

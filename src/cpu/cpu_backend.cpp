@@ -243,11 +243,15 @@ class CpuBackend final : public Backend {
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
-    const float* a = wide(inp, s_a_, true);
-    const float* b = wide(w, s_b_, true);
     float* di = wide(dinp, s_out_, false);
     float* dwf = wide(dw, s_dw_, true);
-    cpu::matmul_backward_scaled(di, dwf, g, a, b, N, C, OC, *q.recipe, q.seed, scaled_);
+    if (inp.dtype == DType::BF16 && w.dtype == DType::BF16) {  // widened as they are transposed
+      cpu::matmul_backward_scaled(di, dwf, g, P<bf16>(inp), P<bf16>(w), N, C, OC, *q.recipe, q.seed,
+                                  scaled_);
+    } else {
+      cpu::matmul_backward_scaled(di, dwf, g, wide(inp, s_a_, true), wide(w, s_b_, true), N, C, OC,
+                                  *q.recipe, q.seed, scaled_);
+    }
     narrow_back(dinp, di);
     narrow_back(dw, dwf);
   }

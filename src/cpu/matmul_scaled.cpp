@@ -59,20 +59,40 @@ bool bf16_exact(const OperandRecipe& o) {
   return fp8_or_fp4 && exact_scale;
 }
 
-// out(M,N) = A(M,K) B(N,K)^T: the bf16 GEMM on bf16 copies of A and B (exact per bf16_exact)
-// when the hardware path is on and both operands allow it, else sgemm.
-void product(float* out, const float* A, const float* B, int M, int N, int K, bool bf16_ok) {
+// v's first n elements, grown when needed, never shrunk: shrinking and regrowing would
+// zero-fill the regrown part on every call.
+template <typename T>
+T* grown(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// The bf16 copies of the operands the bf16 GEMM multiplies (one per operand, this thread's).
+bf16* narrow_buffer(int operand, size_t n) {
+  static thread_local std::vector<bf16> buf[2];
+  return grown(buf[operand], n);
+}
+
+// The bf16 copy of x(rows, K): `ready` when the quantizer wrote it, else converted here.
+const bf16* narrowed(const bf16* ready, const float* x, size_t n, int operand) {
+  if (ready) return ready;
+  bf16* b = narrow_buffer(operand, n);
+  convert(b, x, n, Rounding{});
+  return b;
+}
+
+// out(M,N) = A(M,K) B(N,K)^T: the bf16 GEMM on bf16 copies of A and B (exact per bf16_exact;
+// na, nb when the quantizer wrote them) when the hardware path is on and both operands allow
+// it, else sgemm.
+void product(float* out, const float* A, const float* B, int M, int N, int K, bool bf16_ok,
+             const bf16* na = nullptr, const bf16* nb = nullptr) {
   if (!bf16_ok || !narrow_gemm_hardware()) {
     matmul_forward<float>(out, A, B, nullptr, M, K, N);
     return;
   }
-  // Grown, never shrunk: shrinking and regrowing would zero the buffers on every call.
-  static thread_local std::vector<bf16> a, b;
-  if (a.size() < size_t(M) * K) a.resize(size_t(M) * K);
-  if (b.size() < size_t(N) * K) b.resize(size_t(N) * K);
-  convert(a.data(), A, size_t(M) * K, Rounding{});
-  convert(b.data(), B, size_t(N) * K, Rounding{});
-  matmul_forward_bf16(out, a.data(), b.data(), nullptr, 1.0f, M, K, N);
+  const bf16* a = narrowed(na, A, size_t(M) * K, 0);
+  const bf16* b = narrowed(nb, B, size_t(N) * K, 1);
+  matmul_forward_bf16(out, a, b, nullptr, 1.0f, M, K, N);
 }
 
 // An operand with fp32 scales (fp8-rowwise, fp8-block) enters the product as its codes q, its
@@ -93,16 +113,19 @@ bool factored_scales(const OperandRecipe& o) {
   return o.scale == ScaleFormat::FP32 && o.elem != ElemFormat::BF16;
 }
 
-// Quantizes x(rows, K) in place: codes with their scales apart (f) or dequantized values.
+// Quantizes x(rows, K) in place: codes with their scales apart (f) or dequantized values;
+// narrow (when given) gets their bf16 copy too.
 float quantize_operand(float* x, int rows, int K, const OperandRecipe& o, uint64_t seed,
-                       Factored* f) {
-  if (!factored_scales(o)) return quantize_dequantize(x, rows, K, o, seed);
+                       Factored* f, bf16* narrow) {
+  if (!factored_scales(o))
+    return narrow ? quantize_dequantize_narrow(x, narrow, rows, K, o, seed)
+                  : quantize_dequantize(x, rows, K, o, seed);
   f->on = true;
   group_shape(o, rows, K, &f->gr, &f->gc);
   f->gr = std::min(f->gr, rows);
   f->gc = std::min(f->gc, K);
   f->ngc = (K + f->gc - 1) / f->gc;
-  return quantize_to_codes(x, rows, K, o, seed, &f->dec);
+  return quantize_to_codes(x, rows, K, o, seed, &f->dec, narrow);
 }
 
 // The K chunk both operands' scale groups hold whole: the narrower group width, or 0 when
@@ -143,19 +166,17 @@ void chunk_scales(std::vector<float>& t, const Factored& f, int rows, int K, int
 // GEMM followed by the scaling in place. Returns false for chunks deeper than the kernel's
 // slice that do not span K (the loop below takes those).
 bool factored_product_bf16(float* o, const float* A, const float* B, const Factored& fa,
-                           const Factored& fb, int M, int Nout, int K, int chunk) {
+                           const Factored& fb, int M, int Nout, int K, int chunk, const bf16* na,
+                           const bf16* nb) {
   if (chunk < K && chunk > kGemmBf16MaxChunk) return false;
-  static thread_local std::vector<bf16> a, b;
   static thread_local std::vector<float> sa, sb;
-  if (a.size() < size_t(M) * K) a.resize(size_t(M) * K);
-  if (b.size() < size_t(Nout) * K) b.resize(size_t(Nout) * K);
-  convert(a.data(), A, size_t(M) * K, Rounding{});
-  convert(b.data(), B, size_t(Nout) * K, Rounding{});
+  const bf16* a = narrowed(na, A, size_t(M) * K, 0);
+  const bf16* b = narrowed(nb, B, size_t(Nout) * K, 1);
   const int step = chunk < K ? chunk : K, nch = (K + step - 1) / step;
   chunk_scales(sa, fa, M, K, step);
   chunk_scales(sb, fb, Nout, K, step);
-  const uint16_t* ac = reinterpret_cast<const uint16_t*>(a.data());
-  const uint16_t* bc = reinterpret_cast<const uint16_t*>(b.data());
+  const uint16_t* ac = reinterpret_cast<const uint16_t*>(a);
+  const uint16_t* bc = reinterpret_cast<const uint16_t*>(b);
   const float *psa = sa.data(), *psb = sb.data();
   for_each_part([&](int id, int nt) {
     int r0, r1;
@@ -179,9 +200,10 @@ bool factored_product_bf16(float* o, const float* A, const float* B, const Facto
 
 // o(M,Nout) = sum over chunks of A_c B_c^T scaled by both operands' group scales.
 void factored_product(float* o, const float* A, const float* B, const Factored& fa,
-                      const Factored& fb, int M, int Nout, int K, int chunk, bool bf16_ok) {
+                      const Factored& fb, int M, int Nout, int K, int chunk, bool bf16_ok,
+                      const bf16* na, const bf16* nb) {
   if (bf16_ok && narrow_gemm_hardware() &&
-      factored_product_bf16(o, A, B, fa, fb, M, Nout, K, chunk))
+      factored_product_bf16(o, A, B, fa, fb, M, Nout, K, chunk, na, nb))
     return;
   static thread_local std::vector<float> ca, cb, part;
   part.resize(size_t(M) * Nout);
@@ -213,9 +235,18 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
     hadamard_rows(A, M, K, ra.transform_size, hs, false);
     hadamard_rows(B, Nout, K, rb.transform_size, hs, false);
   }
+  // The quantizer writes the bf16 GEMM's operands as it goes when that GEMM will take them.
+  const auto takes_bf16 = [](const OperandRecipe& o) {
+    return factored_scales(o) || bf16_exact(o);
+  };
+  bf16 *na = nullptr, *nb = nullptr;
+  if (narrow_gemm_hardware() && takes_bf16(ra) && takes_bf16(rb)) {
+    na = narrow_buffer(0, size_t(M) * K);
+    nb = narrow_buffer(1, size_t(Nout) * K);
+  }
   Factored fa, fb;
-  float post = quantize_operand(A, M, K, ra, stream(seed, role, 0), &fa) *
-               quantize_operand(B, Nout, K, rb, stream(seed, role, 1), &fb);
+  float post = quantize_operand(A, M, K, ra, stream(seed, role, 0), &fa, na) *
+               quantize_operand(B, Nout, K, rb, stream(seed, role, 1), &fb, nb);
   int chunk = fa.on || fb.on ? common_chunk(fa, fb, K) : K;
   if (chunk == 0) {  // groups that do not nest: dequantize the codes after all
     for (auto [x, f, rows] : {std::tuple{A, &fa, M}, std::tuple{B, &fb, Nout}})
@@ -223,17 +254,15 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
         for (int k = 0; k < K; k++) x[size_t(r) * K + k] *= f->at(r, k);
     fa.on = fb.on = false;
     chunk = K;
+    na = nb = nullptr;  // the codes' copies, no longer the values
   }
   float* o = out;
-  if (accumulate) {
-    tmp->resize(size_t(M) * Nout);
-    o = tmp->data();
-  }
+  if (accumulate) o = grown(*tmp, size_t(M) * Nout);
   const bool bf16_ok = (fa.on || bf16_exact(ra)) && (fb.on || bf16_exact(rb));
   if (fa.on || fb.on)
-    factored_product(o, A, B, fa, fb, M, Nout, K, chunk, bf16_ok);
+    factored_product(o, A, B, fa, fb, M, Nout, K, chunk, bf16_ok, na, nb);
   else
-    product(o, A, B, M, Nout, K, bf16_ok);
+    product(o, A, B, M, Nout, K, bf16_ok, na, nb);
   if (!accumulate && post == 1.0f) return;
 #pragma omp parallel for schedule(static) if (size_t(M) * Nout >= kParallelMin)
   for (size_t i = 0; i < size_t(M) * Nout; i++)
@@ -298,20 +327,31 @@ void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, 
   }
 }
 
+namespace {
+template <typename T>
+void backward_scaled(float* dinp, float* dw, float* dout, const T* inp, const T* w, int N, int C,
+                     int OC, const QuantRecipe& r, uint64_t seed, ScaledScratch& s) {
+  // wgrad first: its operands are transposed copies, so dout can then be quantized in place.
+  float* a = grown(s.a, size_t(OC) * N);
+  float* b = grown(s.b, size_t(C) * std::max(N, OC));
+  transpose(a, dout, N, OC);
+  transpose(b, inp, N, C);
+  scaled_gemm(dw, a, b, OC, C, N, r.gemm[kWeightGrad], seed, kWeightGrad, true, &s.tmp);
+  transpose(b, w, OC, C);
+  scaled_gemm(dinp, dout, b, N, C, OC, r.gemm[kInputGrad], seed, kInputGrad, false, nullptr);
+}
+}  // namespace
+
 void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* inp, const float* w,
                             int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
                             ScaledScratch& s) {
-  // wgrad first: its operands are transposed copies, so dout can then be quantized in place.
-  s.a.resize(size_t(OC) * N);
-  s.b.resize(size_t(C) * N);
-  transpose(s.a.data(), dout, N, OC);
-  transpose(s.b.data(), inp, N, C);
-  scaled_gemm(dw, s.a.data(), s.b.data(), OC, C, N, r.gemm[kWeightGrad], seed, kWeightGrad, true,
-              &s.tmp);
-  s.b.resize(size_t(C) * OC);
-  transpose(s.b.data(), w, OC, C);
-  scaled_gemm(dinp, dout, s.b.data(), N, C, OC, r.gemm[kInputGrad], seed, kInputGrad, false,
-              nullptr);
+  backward_scaled(dinp, dw, dout, inp, w, N, C, OC, r, seed, s);
+}
+
+void matmul_backward_scaled(float* dinp, float* dw, float* dout, const bf16* inp, const bf16* w,
+                            int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
+                            ScaledScratch& s) {
+  backward_scaled(dinp, dw, dout, inp, w, N, C, OC, r, seed, s);
 }
 
 }  // namespace tg::cpu

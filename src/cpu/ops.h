@@ -133,7 +133,12 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
 // (group_shape's groups; x' = q dec is quantize_dequantize's value bit for bit). A bf16
 // operand is left as it is with dec empty. Returns the tensor factor as above.
 float quantize_to_codes(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
-                        std::vector<float>* dec);
+                        std::vector<float>* dec, bf16* narrow = nullptr);
+// quantize_dequantize (no saturation count) that also writes narrow = x rounded to bf16 (as
+// convert does) row by row while each row is in cache, for the bf16 GEMM of operands whose
+// values are exact in bf16; quantize_to_codes' narrow likewise holds its codes.
+float quantize_dequantize_narrow(float* x, bf16* narrow, int rows, int cols, const OperandRecipe& o,
+                                 uint64_t seed);
 // The scalar loops of both (quantize.cpp without its AVX-512 lanes, quantize_lanes.h), which
 // the above must equal bit for bit.
 float quantize_dequantize_reference(float* x, int rows, int cols, const OperandRecipe& o,
@@ -152,13 +157,17 @@ float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const Fp8Quant& 
                           float* amax);
 
 // matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
-// (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates.
+// (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates. The
+// backward reads inp and w in fp32 or bf16 (transposed and widened in one pass).
 struct ScaledScratch {
-  std::vector<float> a, b, tmp;
+  std::vector<float> a, b, tmp;  // grown, never shrunk: regrowing would zero-fill them
 };
 void matmul_forward_scaled(float* out, float* inp, float* w, const float* bias, int N, int C,
                            int OC, const QuantRecipe& r, uint64_t seed);
 void matmul_backward_scaled(float* dinp, float* dw, float* dout, const float* inp, const float* w,
+                            int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
+                            ScaledScratch& s);
+void matmul_backward_scaled(float* dinp, float* dw, float* dout, const bf16* inp, const bf16* w,
                             int N, int C, int OC, const QuantRecipe& r, uint64_t seed,
                             ScaledScratch& s);
 // x(rows, cols) <- x diag(1/s) (divide) or x diag(s), s one factor per column: the operands

@@ -157,11 +157,23 @@ RowFn row_fn(ElemFormat f, bool sr) {
   return apply_row<E::BF16, false, false>;
 }
 
+// row[c] rounded to bf16 into out[c] (convert's rounding: every value here is exact in
+// bf16 or a NaN, which becomes the same code either way).
+void narrow_row(bf16* out, const float* row, int n) {
+  for (int c = 0; c < n; c++) out[c] = bf16{f32_to_bf16(row[c])};
+}
+
 // dec_out (when given): x keeps the codes q and dec_out every group's multiplier, group-major.
+// narrow (when given): x's result rounded to bf16 as well.
 float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
-                    size_t* saturated, bool lanes, std::vector<float>* dec_out) {
+                    size_t* saturated, bool lanes, std::vector<float>* dec_out,
+                    bf16* narrow = nullptr) {
   // A bf16 operand stays as it is: the model's operands are bf16 values already.
-  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) return 1.0f;
+  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
+    for (int r = 0; r < rows && narrow; r++)
+      narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
+    return 1.0f;
+  }
   int gr = rows, gc = cols;
   group_shape(o, rows, cols, &gr, &gc);
   if (gc > cols) gc = cols;
@@ -193,6 +205,8 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
   if (nonfinite) {
 #pragma omp parallel for schedule(static) if (big)
     for (size_t i = 0; i < size_t(rows) * cols; i++) x[i] = NAN;
+    for (int r = 0; r < rows && narrow; r++)
+      narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
     if (dec_out) dec_out->assign(size_t((rows + gr - 1) / gr) * ngc, 1.0f);
     return 1.0f;
   }
@@ -227,9 +241,12 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
   const uint64_t mixed = quant_sr_seed(seed);
   std::vector<int> row_sat(saturated ? size_t(rows) : 0, 0);
 #pragma omp parallel for schedule(static) if (big)
-  for (int r = 0; r < rows; r++)
-    apply(x + size_t(r) * cols, cols, gc, scale.data() + size_t(r / gr) * ngc, mixed,
-          uint64_t(r) * cols, saturated ? &row_sat[r] : nullptr);
+  for (int r = 0; r < rows; r++) {
+    float* xr = x + size_t(r) * cols;
+    apply(xr, cols, gc, scale.data() + size_t(r / gr) * ngc, mixed, uint64_t(r) * cols,
+          saturated ? &row_sat[r] : nullptr);
+    if (narrow) narrow_row(narrow + size_t(r) * cols, xr, cols);
+  }
   for (int n : row_sat) *saturated += size_t(n);
   return o.scale == ScaleFormat::E4M3 ? 1.0f / tensor_scale : 1.0f;
 }
@@ -247,9 +264,15 @@ float quantize_dequantize_reference(float* x, int rows, int cols, const OperandR
 }
 
 float quantize_to_codes(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
-                        std::vector<float>* dec) {
+                        std::vector<float>* dec, bf16* narrow) {
   dec->clear();
-  return quantize_impl(x, rows, cols, o, seed, nullptr, quantize_lanes_available(), dec);
+  return quantize_impl(x, rows, cols, o, seed, nullptr, quantize_lanes_available(), dec, narrow);
+}
+
+float quantize_dequantize_narrow(float* x, bf16* narrow, int rows, int cols, const OperandRecipe& o,
+                                 uint64_t seed) {
+  return quantize_impl(x, rows, cols, o, seed, nullptr, quantize_lanes_available(), nullptr,
+                       narrow);
 }
 
 // x <- H D x on each run of n consecutive values of every row (D: random signs per column,
@@ -269,12 +292,12 @@ void hadamard_impl(float* x, int rows, int cols, int n, uint64_t seed, bool inve
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
   for (int r = 0; r < rows; r++) {
     float* xr = x + size_t(r) * cols;
+    if (lanes) {
+      hadamard_runs_lanes(xr, sign.data(), n, full / n, norm, inverse);
+      continue;
+    }
     for (int c0 = 0; c0 < full; c0 += n) {
       float* v = xr + c0;
-      if (lanes) {
-        hadamard_run_lanes(v, sign.data() + c0, n, norm, inverse);
-        continue;
-      }
       if (!inverse)
         for (int i = 0; i < n; i++) v[i] *= sign[c0 + i];
       for (int h = 1; h < n; h *= 2)

@@ -4,8 +4,9 @@
 // the low and high halves of one 64-bit hash (quant_sr_pair), so 8 hashes in 64-bit lanes,
 // read as 16 32-bit lanes, are the bits of 16 consecutive elements from an even index. Each
 // element then goes through formats.h's detail::round_magnitude (stochastic branch) and
-// detail::magnitude_to_f32 in integer lanes, step by step, in 64-bit lanes where the scalar
-// code uses 64 bits (the random bits shifted up past 32 dropped bits). NaN lanes take the
+// detail::magnitude_to_f32 in 32-bit integer lanes, step by step; where the scalar code adds
+// the random bits in 64 bits, the lanes take the carry of a 32-bit add (round_sr16 says why
+// that is the same). NaN lanes take the
 // value formats.h's encoders give NaN (E2M1: +6, FP8: the NaN code, decoded to 0x7fffffff).
 //
 // The Hadamard butterflies of a 16-value run stay inside one register: the partner of lane j
@@ -52,30 +53,37 @@ TG_TARGET_LANES inline __m512i mix64(__m512i z) {
   return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
 }
 
-// round_magnitude(a, M, bias, stochastic, rand) for 8 finite-or-infinite magnitudes a (64-bit
-// lanes holding 32-bit values) and their random bits: the magnitude code, unbounded above.
+// round_magnitude(a, M, bias, stochastic, rand) for 16 finite-or-infinite magnitudes a and
+// their random bits, in 32-bit lanes: the magnitude code, unbounded above (32-bit wrap as the
+// scalar's). The scalar adds r to the mantissa in 64 bits, r = rand mod 2^s for a shift s <= 32
+// and rand 2^(s - 32) past it; here q = (mant >> s) + carry, where the carry of the dropped
+// part is the carry out of one 32-bit add: s <= 32: (mant << (32 - s)) + (rand << (32 - s))
+// (both dropped parts aligned to the top); s > 32: (mant >> (s - 32)) + rand, since then
+// (mant + rand 2^(s - 32)) >> s = (rand + (mant >> (s - 32))) >> 32 (the bits of mant below
+// 2^(s - 32) cannot carry past an integer). Variable shifts by a count past 31 (a negative
+// one included) give 0, which picks the right term of each OR.
 template <int M, int kBias>
-TG_TARGET_LANES inline __m512i round_sr8(__m512i a, __m512i rnd) {
-  const __m512i one = _mm512_set1_epi64(1);
-  __m512i e = _mm512_srli_epi64(a, 23);
-  __m512i mant = _mm512_and_si512(a, _mm512_set1_epi64(0x7fffff));
-  const __mmask8 normal = _mm512_cmpneq_epu64_mask(e, _mm512_setzero_si512());
-  mant = _mm512_mask_or_epi64(mant, normal, mant, _mm512_set1_epi64(0x800000));
-  e = _mm512_max_epi64(e, one);  // fp32 subnormal: exponent 1, no implicit bit
+TG_TARGET_LANES inline __m512i round_sr16(__m512i a, __m512i rnd) {
+  const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+  __m512i e = _mm512_srli_epi32(a, 23);
+  __m512i mant = _mm512_and_si512(a, _mm512_set1_epi32(0x7fffff));
+  const __mmask16 normal = _mm512_cmpneq_epi32_mask(e, zero);
+  mant = _mm512_mask_or_epi32(mant, normal, mant, _mm512_set1_epi32(0x800000));
+  e = _mm512_max_epi32(e, one);  // fp32 subnormal: exponent 1, no implicit bit
   // te = e - 127 + bias; shift = 23 - M, plus 1 - te (and te = 1) below the normal range.
-  __m512i te = _mm512_add_epi64(e, _mm512_set1_epi64(kBias - 127));
-  const __m512i below = _mm512_max_epi64(_mm512_sub_epi64(one, te), _mm512_setzero_si512());
-  te = _mm512_max_epi64(te, one);
-  __m512i shift = _mm512_add_epi64(_mm512_set1_epi64(23 - M), below);
-  shift = _mm512_min_epi64(shift, _mm512_set1_epi64(56));
-  // r = shift <= 32 ? rnd & (2^shift - 1) : rnd << (shift - 32)
-  const __m512i low = _mm512_and_si512(rnd, _mm512_sub_epi64(_mm512_sllv_epi64(one, shift), one));
-  const __m512i high = _mm512_sllv_epi64(rnd, _mm512_sub_epi64(shift, _mm512_set1_epi64(32)));
-  const __mmask8 wide = _mm512_cmpgt_epi64_mask(shift, _mm512_set1_epi64(32));
-  const __m512i r = _mm512_mask_blend_epi64(wide, low, high);
-  // q = uint32((mant + r) >> shift); code = ((te - 1) << M) + q (32-bit wrap as the scalar's)
-  const __m512i q = _mm512_srlv_epi64(_mm512_add_epi64(mant, r), shift);
-  return _mm512_add_epi64(_mm512_slli_epi64(_mm512_sub_epi64(te, one), M), q);
+  __m512i te = _mm512_add_epi32(e, _mm512_set1_epi32(kBias - 127));
+  const __m512i below = _mm512_max_epi32(_mm512_sub_epi32(one, te), zero);
+  te = _mm512_max_epi32(te, one);
+  const __m512i shift =
+      _mm512_min_epi32(_mm512_add_epi32(_mm512_set1_epi32(23 - M), below), _mm512_set1_epi32(56));
+  const __m512i up = _mm512_sub_epi32(_mm512_set1_epi32(32), shift);  // < 0 past 32
+  const __m512i down = _mm512_sub_epi32(shift, _mm512_set1_epi32(32));
+  const __m512i x = _mm512_or_si512(_mm512_sllv_epi32(mant, up), _mm512_srlv_epi32(mant, down));
+  const __m512i y = _mm512_sllv_epi32(rnd, _mm512_max_epi32(up, zero));
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(_mm512_add_epi32(x, y), x);
+  __m512i q = _mm512_srlv_epi32(mant, shift);
+  q = _mm512_mask_add_epi32(q, carry, q, one);
+  return _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(te, one), M), q);
 }
 
 // One format's stochastic round trip of 16 values v (already scaled) with their random bits.
@@ -84,13 +92,7 @@ TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
   const __m512i sign = _mm512_and_si512(u, _mm512_set1_epi32(int(0x80000000u)));
-  const __m512i alo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(a));
-  const __m512i ahi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(a, 1));
-  const __m512i rlo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(rnd));
-  const __m512i rhi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(rnd, 1));
-  const __m256i clo = _mm512_cvtepi64_epi32(round_sr8<M, kBias>(alo, rlo));
-  const __m256i chi = _mm512_cvtepi64_epi32(round_sr8<M, kBias>(ahi, rhi));
-  __m512i mag = _mm512_inserti64x4(_mm512_castsi256_si512(clo), chi, 1);
+  __m512i mag = round_sr16<M, kBias>(a, rnd);
   mag = _mm512_min_epu32(mag, _mm512_set1_epi32(int(kMaxMag)));  // saturate
   // magnitude_to_f32: exponent field e = mag >> M, mantissa m; e == 0: m 2^(1 - bias - M).
   const __m512i e = _mm512_srli_epi32(mag, M);
@@ -200,16 +202,24 @@ TG_TARGET_LANES inline __m512 butterfly(__m512 v, __m512 partner, __mmask16 uppe
   return _mm512_mask_blend_ps(upper, _mm512_add_ps(v, partner), _mm512_sub_ps(partner, v));
 }
 
+// The signs (forward) and the four in-register stages of one 16-value run.
+TG_TARGET_LANES inline __m512 hadamard16(__m512 x, const float* sign, bool inverse) {
+  if (!inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign));
+  x = butterfly(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
+  x = butterfly(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
+  x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
+  return butterfly(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
+}
+
 TG_TARGET_LANES void hadamard_impl(float* v, const float* sign, int n, float norm, bool inverse) {
-  for (int i = 0; i < n; i += 16) {
-    __m512 x = _mm512_loadu_ps(v + i);
-    if (!inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign + i));
-    x = butterfly(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
-    x = butterfly(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
-    x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
-    x = butterfly(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
-    _mm512_storeu_ps(v + i, x);
+  if (n == 16) {  // no stages between registers: the scaling (and inverse signs) in one pass
+    __m512 x = _mm512_mul_ps(hadamard16(_mm512_loadu_ps(v), sign, inverse), _mm512_set1_ps(norm));
+    if (inverse) x = _mm512_mul_ps(x, _mm512_loadu_ps(sign));
+    _mm512_storeu_ps(v, x);
+    return;
   }
+  for (int i = 0; i < n; i += 16)
+    _mm512_storeu_ps(v + i, hadamard16(_mm512_loadu_ps(v + i), sign + i, inverse));
   for (int h = 16; h < n; h *= 2)
     for (int i = 0; i < n; i += 2 * h)
       for (int j = i; j < i + h; j += 16) {
@@ -226,8 +236,9 @@ TG_TARGET_LANES void hadamard_impl(float* v, const float* sign, int n, float nor
 }
 }  // namespace
 
-void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inverse) {
-  hadamard_impl(v, sign, n, norm, inverse);
+void hadamard_runs_lanes(float* v, const float* sign, int n, int runs, float norm, bool inverse) {
+  for (int i = 0; i < runs; i++)
+    hadamard_impl(v + size_t(i) * n, sign + size_t(i) * n, n, norm, inverse);
 }
 
 #else
@@ -235,7 +246,7 @@ int sr_round_lanes(float*, int, float, float, uint64_t, uint64_t, ElemFormat) { 
 int sr_round_groups_lanes(float*, int, int, const GroupScale*, uint64_t, uint64_t, ElemFormat) {
   return 0;
 }
-void hadamard_run_lanes(float*, const float*, int, float, bool) {}
+void hadamard_runs_lanes(float*, const float*, int, int, float, bool) {}
 void group_amax_lanes(const float*, int, int, uint32_t*) {}
 #endif
 

@@ -30,9 +30,9 @@ void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out);
 int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, uint64_t mixed,
                           uint64_t idx0, ElemFormat f);
 
-// The butterflies of hadamard_rows on one run of n values (n a power of two >= 16): v <- H D v
-// (inverse: D H v) with the signs `sign` (+-1) and the scale `norm`, in the scalar loop's order
-// of operations.
-void hadamard_run_lanes(float* v, const float* sign, int n, float norm, bool inverse);
+// The butterflies of hadamard_rows on `runs` consecutive runs of n values each (n a power of
+// two >= 16): each run v <- H D v (inverse: D H v) with its signs (+-1, `sign` advancing with v)
+// and the scale `norm`, in the scalar loop's order of operations.
+void hadamard_runs_lanes(float* v, const float* sign, int n, int runs, float norm, bool inverse);
 
 }  // namespace tg::cpu

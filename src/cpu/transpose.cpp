@@ -1,9 +1,11 @@
-// transpose: dst(cols, rows) = src(rows, cols)^T.
+// transpose: dst(cols, rows) = src(rows, cols)^T, from fp32 or (widening) from bf16.
 //
 // A column walk over the whole source would touch a new cache line per element, so the copy
 // goes tile by tile: 8 x 8 tiles are transposed inside eight AVX registers (unpack pairs,
 // shuffle quads, swap 128-bit halves: the usual three steps), with edge rows and columns
-// copied one by one; without AVX the tiles are 32 x 32 scalar copies.
+// copied one by one; without AVX the tiles are 32 x 32 scalar copies. A bf16 source is
+// widened on the way (its bits shifted up 16, exact), so the backward's bf16 operands take
+// one pass instead of a widening copy and a transpose of that copy.
 #include "transpose.h"
 
 #include <cstddef>
@@ -20,12 +22,14 @@ namespace tg::cpu {
 
 namespace {
 
-void copy_tile(float* dst, const float* src, int rows, int cols, int r0, int r1, int c0, int c1) {
+template <typename T>
+void copy_tile(float* dst, const T* src, int rows, int cols, int r0, int r1, int c0, int c1) {
   for (int c = c0; c < c1; c++)
-    for (int r = r0; r < r1; r++) dst[size_t(c) * rows + r] = src[size_t(r) * cols + c];
+    for (int r = r0; r < r1; r++) dst[size_t(c) * rows + r] = ld(src[size_t(r) * cols + c]);
 }
 
-void transpose_scalar(float* dst, const float* src, int rows, int cols) {
+template <typename T>
+void transpose_scalar(float* dst, const T* src, int rows, int cols) {
   constexpr int kTile = 32;
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
   for (int c0 = 0; c0 < cols; c0 += kTile) {
@@ -38,10 +42,18 @@ void transpose_scalar(float* dst, const float* src, int rows, int cols) {
 #ifdef TG_TRANSPOSE_AVX
 #define TG_TARGET_AVX2 __attribute__((target("avx,avx2")))
 
+// 8 consecutive values of src as fp32.
+TG_TARGET_AVX2 inline __m256 load8(const float* src) { return _mm256_loadu_ps(src); }
+TG_TARGET_AVX2 inline __m256 load8(const bf16* src) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 // The 8 x 8 tile at (r0, c0) of src into dst.
-TG_TARGET_AVX2 inline void tile8(float* dst, const float* src, int rows, int cols, int r0, int c0) {
+template <typename T>
+TG_TARGET_AVX2 inline void tile8(float* dst, const T* src, int rows, int cols, int r0, int c0) {
   __m256 r[8], t[8];
-  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + size_t(r0 + i) * cols + c0);
+  for (int i = 0; i < 8; i++) r[i] = load8(src + size_t(r0 + i) * cols + c0);
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -59,9 +71,13 @@ TG_TARGET_AVX2 inline void tile8(float* dst, const float* src, int rows, int col
   for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + size_t(c0 + i) * rows + r0, t[i]);
 }
 
-TG_TARGET_AVX2 void transpose_avx(float* dst, const float* src, int rows, int cols) {
+template <typename T>
+TG_TARGET_AVX2 void transpose_avx(float* dst, const T* src, int rows, int cols) {
   const int r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  constexpr int kBand = 32;  // columns per task: 32 destination rows stay in cache
+  // Columns per task: 8 destination rows in flight, each line filled by two tiles in a row.
+  // Rows 4 KiB apart (1024 source rows) share an L1 set of 8 ways, so 32 rows in flight
+  // evicted each line between its two halves (twice the time).
+  constexpr int kBand = 8;
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols >= kParallelMin)
   for (int b = 0; b < (cols + kBand - 1) / kBand; b++) {
     const int c0 = b * kBand, c1 = c0 + kBand < cols ? c0 + kBand : cols;
@@ -76,11 +92,21 @@ TG_TARGET_AVX2 void transpose_avx(float* dst, const float* src, int rows, int co
 
 }  // namespace
 
-void transpose(float* dst, const float* src, int rows, int cols) {
+namespace {
+template <typename T>
+void transpose_any(float* dst, const T* src, int rows, int cols) {
 #ifdef TG_TRANSPOSE_AVX
   if (cpu_features().avx512f) return transpose_avx(dst, src, rows, cols);
 #endif
   transpose_scalar(dst, src, rows, cols);
+}
+}  // namespace
+
+void transpose(float* dst, const float* src, int rows, int cols) {
+  transpose_any(dst, src, rows, cols);
+}
+void transpose(float* dst, const bf16* src, int rows, int cols) {
+  transpose_any(dst, src, rows, cols);
 }
 
 void transpose_reference(float* dst, const float* src, int rows, int cols) {
