@@ -124,8 +124,8 @@ int cmd_bench(int argc, char** argv) {
                  1000),
       {"device", "cpu or cuda", "cpu"},
       {"model",
-       "small (three small models), l4 (the largest of them alone), gpt2 (GPT-2 124M) or "
-       "gpt2-medium (350M)",
+       "small (three small models), toy or l4 (the smallest or the largest of them alone), gpt2 "
+       "(GPT-2 124M) or gpt2-medium (350M)",
        "small"},
       {"modes", "comma-separated precision modes", "fp32,bf16,fp16,fp8"},
       int_option("batch", "batch size for --model=gpt2 / gpt2-medium", "8", 1, 4096),
@@ -157,9 +157,10 @@ int cmd_bench(int argc, char** argv) {
         strf("bench: --fp8_recipe must be delayed or current, not '%s'", fp8cfg.recipe.c_str()));
   if (device != "cpu" && device != "cuda")
     throw UsageError(strf("bench: --device must be cpu or cuda, not '%s'", device.c_str()));
-  if (model != "small" && model != "l4" && model != "gpt2" && model != "gpt2-medium")
-    throw UsageError(
-        strf("bench: --model must be small, l4, gpt2 or gpt2-medium, not '%s'", model.c_str()));
+  if (model != "small" && model != "toy" && model != "l4" && model != "gpt2" &&
+      model != "gpt2-medium")
+    throw UsageError(strf("bench: --model must be small, toy, l4, gpt2 or gpt2-medium, not '%s'",
+                          model.c_str()));
   std::vector<std::string> modes;
   for (size_t p = 0; p <= modes_arg.size();) {
     size_t q = modes_arg.find(',', p);
@@ -175,19 +176,20 @@ int cmd_bench(int argc, char** argv) {
   cfg.train.device = device;
   auto be = make_backend(cfg);
 
-  std::vector<BenchCase> cases;
+  const std::vector<BenchCase> small = {
+      {"toy default (L2 C64)", 2, 64, 8, 256, 64, 16, 64},
+      {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
+      {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
+  };
+  std::vector<BenchCase> cases = small;
   if (model == "gpt2")
-    cases.push_back({"GPT-2 124M (L12 C768)", 12, 768, 12, 50257, 1024, gpt2_B, gpt2_T});
+    cases = {{"GPT-2 124M (L12 C768)", 12, 768, 12, 50257, 1024, gpt2_B, gpt2_T}};
   else if (model == "gpt2-medium")
-    cases.push_back({"GPT-2 350M (L24 C1024)", 24, 1024, 16, 50257, 1024, gpt2_B, gpt2_T});
+    cases = {{"GPT-2 350M (L24 C1024)", 24, 1024, 16, 50257, 1024, gpt2_B, gpt2_T}};
+  else if (model == "toy")
+    cases = {small.front()};
   else if (model == "l4")
-    cases.push_back({"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128});
-  else
-    cases = {
-        {"toy default (L2 C64)", 2, 64, 8, 256, 64, 16, 64},
-        {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
-        {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
-    };
+    cases = {small.back()};
   const bool gpu = be->name() == "cuda";
   const std::string be_model = be->device_model();
   if (gpu) {
