@@ -16,6 +16,7 @@
 #include "src/cpu/ops.h"
 #include "src/cpu/parallel.h"
 #include "src/cpu/quantize_lanes.h"
+#include "src/cpu/storage.h"
 #include "src/cpu/transpose.h"
 #include "src/formats.h"
 #include "src/recipe.h"
@@ -184,6 +185,39 @@ TEST_CASE("quantize lanes: the stochastic round trip equals formats.h's encoder 
       }
   std::vector<float> odd(32, 1.0f);  // an odd start index is the caller's to peel
   CHECK(tg::cpu::sr_round_lanes(odd.data(), 32, 1.0f, 1.0f, 1, 3, ElemFormat::E2M1) == 0);
+}
+
+TEST_CASE("quantize lanes: E2M1's nearest-even round trip equals storage.h's bit for bit") {
+  std::vector<float> x(1 << 14);
+  const int groups = int(x.size()) / 16;
+  if (!tg::cpu::quantize_lanes_available()) {
+    std::vector<tg::GroupScale> sg(static_cast<size_t>(groups));
+    CHECK(tg::cpu::rne_round_groups_e2m1_lanes(x.data(), groups, 16, sg.data()) == 0);
+    return;
+  }
+  // Random bits (every binade, NaN, inf), every quarter step from -8 to 8 (the ties of each
+  // step and the saturation), and the values one ulp beside the ties.
+  std::mt19937_64 rng(5);
+  for (size_t i = 0; i < x.size(); i++) x[i] = tg::bits_f32(uint32_t(rng()));
+  for (int q = -128; q <= 128; q++) {
+    const float t = float(q) / 16;
+    x[size_t(q + 128) * 3] = t;
+    x[size_t(q + 128) * 3 + 1] = std::nextafter(t, 100.0f);
+    x[size_t(q + 128) * 3 + 2] = std::nextafter(t, -100.0f);
+  }
+  x[1000] = INFINITY, x[1001] = -INFINITY, x[1002] = NAN, x[1003] = -0.0f;
+  std::vector<tg::GroupScale> sg(static_cast<size_t>(groups));
+  for (int j = 0; j < groups; j++)  // the scale 1 for the ties, others elsewhere
+    sg[size_t(j)] =
+        j < 64 ? tg::GroupScale{1.0f, 1.0f}
+               : tg::GroupScale{std::ldexp(1.0f, j % 40 - 20), std::ldexp(1.0f, 20 - j % 40)};
+  std::vector<float> got = x, want = x;
+  CHECK(tg::cpu::rne_round_groups_e2m1_lanes(got.data(), groups, 16, sg.data()) == groups);
+  for (size_t i = 0; i < x.size(); i++) {
+    const tg::GroupScale& g = sg[i / 16];
+    want[i] = tg::cpu::e2m1_round_trip(x[i] * g.enc) * g.dec;
+  }
+  CHECK(mismatches(got, want) == 0);
 }
 
 TEST_CASE("quantize lanes: stochastic rounding 24 to 48 bits below the format's last digit") {

@@ -108,13 +108,16 @@ void mx_group_scales(GroupScale* out, const float* amax, size_t n, ElemFormat el
 
 // One row: every column group at its scale. idx0: the row's first element index (SR bits).
 // saturated (when given): += the values beyond the element format's largest at their scale.
-// Lanes: stochastic rounding in AVX-512 lanes (quantize_lanes.h; the same bits).
+// Lanes: stochastic rounding (and E2M1's nearest-even) in AVX-512 lanes (quantize_lanes.h;
+// the same bits).
 template <ElemFormat F, bool SR, bool Lanes>
 void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed, uint64_t idx0,
                int* saturated) {
   int j0 = 0;  // whole groups of 16-multiples in one call (small blocks: no call per block)
   if constexpr (SR && Lanes)
     if (!saturated) j0 = sr_round_groups_lanes(xr, cols / gc, gc, sg, seed, idx0, F);
+  if constexpr (!SR && Lanes && F == ElemFormat::E2M1)
+    if (!saturated) j0 = rne_round_groups_e2m1_lanes(xr, cols / gc, gc, sg);
   for (int c0 = j0 * gc, j = j0; c0 < cols; c0 += gc, j++) {
     const float enc = sg[j].enc, dec = sg[j].dec;
     const int c1 = c0 + gc < cols ? c0 + gc : cols;
@@ -151,7 +154,7 @@ RowFn row_fn(ElemFormat f, bool sr) {
   switch (f) {
     case E::E4M3: return sr ? apply_row<E::E4M3, true, Lanes> : apply_row<E::E4M3, false, false>;
     case E::E5M2: return sr ? apply_row<E::E5M2, true, Lanes> : apply_row<E::E5M2, false, false>;
-    case E::E2M1: return sr ? apply_row<E::E2M1, true, Lanes> : apply_row<E::E2M1, false, false>;
+    case E::E2M1: return sr ? apply_row<E::E2M1, true, Lanes> : apply_row<E::E2M1, false, Lanes>;
     case E::BF16: break;
   }
   return apply_row<E::BF16, false, false>;

@@ -3,11 +3,12 @@
 // Stochastic rounding, 16 elements at a time: the random bits of elements 2k and 2k + 1 are
 // the low and high halves of one 64-bit hash (quant_sr_pair), so 8 hashes in 64-bit lanes,
 // read as 16 32-bit lanes, are the bits of 16 consecutive elements from an even index. Each
-// element then goes through formats.h's detail::round_magnitude (stochastic branch) and
+// FP8 element then goes through formats.h's detail::round_magnitude (stochastic branch) and
 // detail::magnitude_to_f32 in 32-bit integer lanes, step by step; where the scalar code adds
 // the random bits in 64 bits, the lanes take the carry of a 32-bit add (round_sr16 says why
-// that is the same). NaN lanes take the
-// value formats.h's encoders give NaN (E2M1: +6, FP8: the NaN code, decoded to 0x7fffffff).
+// that is the same). E2M1, whose grid is small, takes a shorter way to the same bits
+// (sr_round16_e2m1). NaN lanes take the value formats.h's encoders give NaN (E2M1: +6, FP8:
+// the NaN code, decoded to 0x7fffffff).
 //
 // The Hadamard butterflies of a 16-value run stay inside one register: the partner of lane j
 // at distance h (1, 2, 4, 8) is a permute away, the lower lane takes a + b and the upper a - b,
@@ -86,8 +87,8 @@ TG_TARGET_LANES inline __m512i round_sr16(__m512i a, __m512i rnd) {
   return _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(te, one), M), q);
 }
 
-// One format's stochastic round trip of 16 values v (already scaled) with their random bits.
-template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+// An FP8 format's stochastic round trip of 16 values v (already scaled) with their random bits.
+template <int M, int kBias, uint32_t kMaxMag>
 TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
@@ -105,10 +106,42 @@ TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
   const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
   __m512i val = _mm512_mask_blend_epi32(is_sub, norm_bits, _mm512_castps_si512(sub));
   val = _mm512_or_si512(val, sign);
-  // NaN: E2M1 gives +6 (code 0x7), FP8 its NaN code, which decodes to 0x7fffffff.
+  // NaN: the format's NaN code, which decodes to 0x7fffffff.
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-  const int nan_bits = kFp4 ? int(0x40c00000u) : 0x7fffffff;
-  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(val, nan, _mm512_set1_epi32(nan_bits)));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(val, nan, _mm512_set1_epi32(0x7fffffff)));
+}
+
+// E2M1's stochastic round trip (values 0, 0.5, 1, ..., 6) in fewer steps than the general
+// one above, the same bits. From 0.5 up the dropped bits are fp32 mantissa bits below the step
+// (22 of them, 23 in [0.5, 1) where the step is the leading bit), so adding the random bits'
+// low 22 (23) to a's bits and clearing those is the rounding, the carry walking into the
+// exponent as the code's does (1.75 + carry: 2.0). Below 0.5 the result is 0 or 0.5: up when
+// the dropped bits aligned to the top of 32 bits, floor(a 2^33) (exact: a 2^33 < 2^32), plus
+// the random bits aligned the same way (rnd << (e - 117) up to 32 dropped bits, rnd itself
+// past them, as round_sr16 aligns them) carries out of 32 bits.
+TG_TARGET_LANES inline __m512 sr_round16_e2m1(__m512 v, __m512i rnd) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __m512i e = _mm512_srli_epi32(a, 23);
+  const __mmask16 below1 = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(127));
+  const __m512i low =
+      _mm512_mask_blend_epi32(below1, _mm512_set1_epi32(0x3fffff), _mm512_set1_epi32(0x7fffff));
+  const __m512i up = _mm512_andnot_si512(low, _mm512_add_epi32(a, _mm512_and_si512(rnd, low)));
+  const __m512i x =
+      _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(0x1p33f)));
+  const __m512i align =
+      _mm512_max_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(117)), _mm512_setzero_si512());
+  const __mmask16 carry =
+      _mm512_cmplt_epu32_mask(_mm512_add_epi32(x, _mm512_sllv_epi32(rnd, align)), x);
+  const __mmask16 below_half = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(126));
+  const __m512i six = _mm512_set1_epi32(0x40c00000);
+  __m512i r = _mm512_mask_blend_epi32(below_half, up,
+                                      _mm512_maskz_mov_epi32(carry, _mm512_set1_epi32(0x3f000000)));
+  r = _mm512_min_epu32(r, six);  // saturate (inf included)
+  r = _mm512_or_si512(r, _mm512_and_si512(u, _mm512_set1_epi32(int(0x80000000u))));
+  // NaN: +6, as formats.h's encoder gives it.
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, six));
 }
 
 // The hashes' inputs mixed + (p + 1 + k) golden of the 8 pairs from element idx0 (even) on;
@@ -129,7 +162,12 @@ TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 
     const __m512i rnd = mix64(z);
     z = _mm512_add_epi64(z, step);
     const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + c), venc);
-    _mm512_storeu_ps(x + c, _mm512_mul_ps(sr_round16<M, kBias, kMaxMag, kFp4>(v, rnd), vdec));
+    __m512 r;
+    if constexpr (kFp4)
+      r = sr_round16_e2m1(v, rnd);
+    else
+      r = sr_round16<M, kBias, kMaxMag>(v, rnd);
+    _mm512_storeu_ps(x + c, _mm512_mul_ps(r, vdec));
   }
 }
 
@@ -196,6 +234,41 @@ int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, ui
 }
 
 namespace {
+// storage.h's e2m1_round_trip of 16 values: the step 0.5 below 2, 1 below 4, 2 above, rint
+// (ties to even) at that step, 6 at most (a NaN stays NaN: the min takes r when unordered, as
+// the scalar's r > 6 ? 6 : r does), the sign put back.
+TG_TARGET_LANES inline __m512 rne_round16_e2m1(__m512 v) {
+  const __m512 a = _mm512_abs_ps(v);
+  const __mmask16 lt2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.0f), _CMP_LT_OQ);
+  const __mmask16 lt4 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.0f), _CMP_LT_OQ);
+  __m512 step = _mm512_mask_blend_ps(lt4, _mm512_set1_ps(2.0f), _mm512_set1_ps(1.0f));
+  step = _mm512_mask_blend_ps(lt2, step, _mm512_set1_ps(0.5f));
+  __m512 inv = _mm512_mask_blend_ps(lt4, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f));
+  inv = _mm512_mask_blend_ps(lt2, inv, _mm512_set1_ps(2.0f));
+  const __m512 k =
+      _mm512_roundscale_ps(_mm512_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_mul_ps(k, step));
+  const __m512i sign =
+      _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(int(0x80000000u)));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
+}  // namespace
+
+TG_TARGET_LANES int rne_round_groups_e2m1_lanes(float* x, int groups, int gc,
+                                                const GroupScale* sg) {
+  if (!quantize_lanes_available() || gc % 16 != 0) return 0;
+  for (int j = 0; j < groups; j++) {
+    float* g = x + size_t(j) * gc;
+    const __m512 enc = _mm512_set1_ps(sg[j].enc), dec = _mm512_set1_ps(sg[j].dec);
+    for (int c = 0; c < gc; c += 16) {
+      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(g + c), enc);
+      _mm512_storeu_ps(g + c, _mm512_mul_ps(rne_round16_e2m1(v), dec));
+    }
+  }
+  return groups;
+}
+
+namespace {
 // One butterfly stage at distance h < 16 inside a register: lower lanes a + b, upper a - b,
 // where `partner` holds each lane's partner and `upper` marks the upper lanes.
 TG_TARGET_LANES inline __m512 butterfly(__m512 v, __m512 partner, __mmask16 upper) {
@@ -246,6 +319,7 @@ int sr_round_lanes(float*, int, float, float, uint64_t, uint64_t, ElemFormat) { 
 int sr_round_groups_lanes(float*, int, int, const GroupScale*, uint64_t, uint64_t, ElemFormat) {
   return 0;
 }
+int rne_round_groups_e2m1_lanes(float*, int, int, const GroupScale*) { return 0; }
 void hadamard_runs_lanes(float*, const float*, int, int, float, bool) {}
 void group_amax_lanes(const float*, int, int, uint32_t*) {}
 #endif

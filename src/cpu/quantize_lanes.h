@@ -30,6 +30,11 @@ void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out);
 int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, uint64_t mixed,
                           uint64_t idx0, ElemFormat f);
 
+// The same with rounding to nearest even into E2M1 (storage.h's e2m1_round_trip, which NaN
+// passes through), no random bits. Returns the groups done: all of them, or 0 (no AVX-512, gc
+// not a multiple of 16).
+int rne_round_groups_e2m1_lanes(float* x, int groups, int gc, const GroupScale* sg);
+
 // The butterflies of hadamard_rows on `runs` consecutive runs of n values each (n a power of
 // two >= 16): each run v <- H D v (inverse: D H v) with its signs (+-1, `sign` advancing with v)
 // and the scale `norm`, in the scalar loop's order of operations.
