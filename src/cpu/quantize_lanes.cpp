@@ -252,11 +252,9 @@ TG_TARGET_LANES inline __m512 rne_round16_e2m1(__m512 v) {
       _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(int(0x80000000u)));
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
 }
-}  // namespace
 
-TG_TARGET_LANES int rne_round_groups_e2m1_lanes(float* x, int groups, int gc,
+TG_TARGET_LANES void rne_round_groups_e2m1_impl(float* x, int groups, int gc,
                                                 const GroupScale* sg) {
-  if (!quantize_lanes_available() || gc % 16 != 0) return 0;
   for (int j = 0; j < groups; j++) {
     float* g = x + size_t(j) * gc;
     const __m512 enc = _mm512_set1_ps(sg[j].enc), dec = _mm512_set1_ps(sg[j].dec);
@@ -265,6 +263,13 @@ TG_TARGET_LANES int rne_round_groups_e2m1_lanes(float* x, int groups, int gc,
       _mm512_storeu_ps(g + c, _mm512_mul_ps(rne_round16_e2m1(v), dec));
     }
   }
+}
+}  // namespace
+
+// Not compiled for AVX-512 itself: the check must run before any of its instructions.
+int rne_round_groups_e2m1_lanes(float* x, int groups, int gc, const GroupScale* sg) {
+  if (!quantize_lanes_available() || gc % 16 != 0) return 0;
+  rne_round_groups_e2m1_impl(x, groups, gc, sg);
   return groups;
 }
 
