@@ -195,8 +195,8 @@ TEST_CASE("quantize lanes: E2M1's nearest-even round trip equals storage.h's bit
     CHECK(tg::cpu::rne_round_groups_e2m1_lanes(x.data(), groups, 16, sg.data()) == 0);
     return;
   }
-  // Random bits (every binade, NaN, inf), every quarter step from -8 to 8 (the ties of each
-  // step and the saturation), and the values one ulp beside the ties.
+  // Random bits (every binade, NaN, inf), every multiple of 1/16 from -8 to 8 (the ties of
+  // each step and the saturation), and the values one ulp beside them.
   std::mt19937_64 rng(5);
   for (size_t i = 0; i < x.size(); i++) x[i] = tg::bits_f32(uint32_t(rng()));
   for (int q = -128; q <= 128; q++) {

@@ -155,7 +155,7 @@ TG_TARGET_LANES inline __m512i hash_inputs(uint64_t mixed, uint64_t idx0) {
 
 // x[c] for c in [0, n16), n16 a multiple of 16, at one scale; z: the hash inputs of x[0],
 // advanced past x[n16).
-template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+template <int M, int kBias, uint32_t kMaxMag>
 TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 vdec, __m512i& z) {
   const __m512i step = _mm512_set1_epi64(int64_t(8 * kGolden));
   for (int c = 0; c < n16; c += 16) {
@@ -163,7 +163,7 @@ TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 
     z = _mm512_add_epi64(z, step);
     const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + c), venc);
     __m512 r;
-    if constexpr (kFp4)
+    if constexpr (M == 1)  // E2M1, the one format with one mantissa bit
       r = sr_round16_e2m1(v, rnd);
     else
       r = sr_round16<M, kBias, kMaxMag>(v, rnd);
@@ -171,23 +171,23 @@ TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 
   }
 }
 
-template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+template <int M, int kBias, uint32_t kMaxMag>
 TG_TARGET_LANES int sr_round_impl(float* x, int n, float enc, float dec, uint64_t mixed,
                                   uint64_t idx0) {
   __m512i z = hash_inputs(mixed, idx0);
   const int n16 = n / 16 * 16;
-  sr_round_run<M, kBias, kMaxMag, kFp4>(x, n16, _mm512_set1_ps(enc), _mm512_set1_ps(dec), z);
+  sr_round_run<M, kBias, kMaxMag>(x, n16, _mm512_set1_ps(enc), _mm512_set1_ps(dec), z);
   return n16;
 }
 
 // Whole groups of gc values (a multiple of 16), each at its scale, one hash stream throughout.
-template <int M, int kBias, uint32_t kMaxMag, bool kFp4>
+template <int M, int kBias, uint32_t kMaxMag>
 TG_TARGET_LANES void sr_round_groups_impl(float* x, int groups, int gc, const GroupScale* sg,
                                           uint64_t mixed, uint64_t idx0) {
   __m512i z = hash_inputs(mixed, idx0);
   for (int j = 0; j < groups; j++)
-    sr_round_run<M, kBias, kMaxMag, kFp4>(x + size_t(j) * gc, gc, _mm512_set1_ps(sg[j].enc),
-                                          _mm512_set1_ps(sg[j].dec), z);
+    sr_round_run<M, kBias, kMaxMag>(x + size_t(j) * gc, gc, _mm512_set1_ps(sg[j].enc),
+                                    _mm512_set1_ps(sg[j].dec), z);
 }
 
 }  // namespace
@@ -196,9 +196,9 @@ int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64
                    ElemFormat f) {
   if (!quantize_lanes_available() || (idx0 & 1)) return 0;
   switch (f) {
-    case ElemFormat::E2M1: return sr_round_impl<1, 1, 0x7u, true>(x, n, enc, dec, mixed, idx0);
-    case ElemFormat::E4M3: return sr_round_impl<3, 7, 0x7eu, false>(x, n, enc, dec, mixed, idx0);
-    case ElemFormat::E5M2: return sr_round_impl<2, 15, 0x7bu, false>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::E2M1: return sr_round_impl<1, 1, 0x7u>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::E4M3: return sr_round_impl<3, 7, 0x7eu>(x, n, enc, dec, mixed, idx0);
+    case ElemFormat::E5M2: return sr_round_impl<2, 15, 0x7bu>(x, n, enc, dec, mixed, idx0);
     case ElemFormat::BF16: break;
   }
   return 0;
@@ -220,13 +220,13 @@ int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, ui
   if (!quantize_lanes_available() || (idx0 & 1) || gc % 16 != 0) return 0;
   switch (f) {
     case ElemFormat::E2M1:
-      sr_round_groups_impl<1, 1, 0x7u, true>(x, groups, gc, sg, mixed, idx0);
+      sr_round_groups_impl<1, 1, 0x7u>(x, groups, gc, sg, mixed, idx0);
       return groups;
     case ElemFormat::E4M3:
-      sr_round_groups_impl<3, 7, 0x7eu, false>(x, groups, gc, sg, mixed, idx0);
+      sr_round_groups_impl<3, 7, 0x7eu>(x, groups, gc, sg, mixed, idx0);
       return groups;
     case ElemFormat::E5M2:
-      sr_round_groups_impl<2, 15, 0x7bu, false>(x, groups, gc, sg, mixed, idx0);
+      sr_round_groups_impl<2, 15, 0x7bu>(x, groups, gc, sg, mixed, idx0);
       return groups;
     case ElemFormat::BF16: break;
   }
