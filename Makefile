@@ -14,6 +14,9 @@
 # built and train_gpt runs on the CPU only.
 
 CXX      ?= g++
+# WERROR=1 turns warnings into errors (CI builds so, .ci/run); a user's build, perhaps with a
+# newer compiler that warns about more, warns and builds.
+WERROR   ?=
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 SAN      ?=
 THREADS  ?= 0
@@ -74,11 +77,13 @@ else
 endif
 
 CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(USE_NVCC))
+WERR       := $(if $(filter 1,$(WERROR)),-Werror)
+NVWERR     := $(if $(filter 1,$(WERROR)),-Werror all-warnings -Xcompiler -Werror)
 CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
-CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra -Werror -MMD -MP -I. $(MPI_FLAGS) $(MPI_WARN) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
+CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra $(WERR) -MMD -MP -I. $(MPI_FLAGS) $(MPI_WARN) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lgomp -lpthread -lm -ldl
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100
-NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fopenmp,-Wall,-Wextra,-Werror -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
+NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) $(NVWERR) -Xcompiler -fopenmp,-Wall,-Wextra -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
 
 # NCCL (src/cuda/nccl_comm.cu) when its header is found in NCCL_HOME (default: the CUDA
@@ -167,7 +172,7 @@ ifneq ($(USE_NVCC),)
 KERNELS_EMU := $(BUILD)/kernels_emulated
 EMU_DIR     := $(BUILD)/emu
 EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
-               -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
+               -Wall -Wextra $(WERR) -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
                $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h
 EMU_CU      := $(filter-out src/cuda/library.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)) \
                $(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu))
