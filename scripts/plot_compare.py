@@ -29,6 +29,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+try:  # Pillow comes with matplotlib; without it the pictures stay full-colour PNGs
+    from PIL import Image
+except ImportError:  # pragma: no cover
+    Image = None
+
+
+def save(fig, path, dpi):
+    """Writes fig to path as a 256-colour PNG: these plots hold few colours (lines, bands,
+    colormap steps), so a palette keeps them as they look at a quarter of the bytes, which
+    keeps the reports the repository tracks small."""
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    if Image is None:
+        return
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                                           dither=Image.Dither.NONE)
+    small.save(path, optimize=True)
+
 
 def read_metrics(path):
     train, val, numerics, auto, quant = [], [], [], [], []
@@ -124,7 +143,7 @@ def main():
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "loss.png"), dpi=110)
+    save(fig, os.path.join(out_dir, "loss.png"), 110)
 
     scaled = {}
     for name, runs in modes.items():
@@ -147,7 +166,7 @@ def main():
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "loss_scale.png"), dpi=110)
+        save(fig, os.path.join(out_dir, "loss_scale.png"), 110)
 
     for name, runs in modes.items():
         numerics = runs[min(runs)][2]
@@ -206,8 +225,7 @@ def plot_numerics(name, numerics, path):
     fig.colorbar(im1, ax=ax1, fraction=0.04)
     fig.colorbar(im2, ax=ax2, fraction=0.04)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, 100)
 
 
 def plot_auto(name, records, path):
@@ -281,8 +299,7 @@ def plot_auto(name, records, path):
     else:
         ax3.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, 100)
 
 
 def plot_quant(name, records, path):
@@ -334,8 +351,7 @@ def plot_quant(name, records, path):
     ax1.set_yticks(range(len(labels)))
     ax1.set_yticklabels(labels, fontsize=5.5)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, 100)
 
 
 if __name__ == "__main__":
