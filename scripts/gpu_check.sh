@@ -1,41 +1,47 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the one command for a machine with a GPU and no package registry (the lent
 # H200): environment, build, benchmarks against PyTorch, CUDA tests, compute-sanitizer,
-# GPU-vs-CPU parity and the opt-in paths, all inside one deadline.
+# GPU-vs-CPU parity and the opt-in paths, all inside one deadline, so one call brings back
+# the evidence.
 #
-#   bash scripts/gpu_check.sh [--deadline S] [--out DIR] [--work DIR] [--build DIR] [--jobs N]
+#   bash scripts/gpu_check.sh [--deadline S] [--out DIR] [--work DIR] [--build DIR]
+#                             [--stages LIST] [--jobs N]
 #
-#   --deadline S  the whole run ends within S seconds (default 540, for a 600 s call)
-#   --out DIR     what comes back (default $OUT, else runs/gpu_check)
-#   --work DIR    logs, data and run folders (default runs/gpu_check_work; never inside --out)
-#   --build DIR   the sm_90 build folder (default build/gpu-sm90; kept, so a rerun on a warm
-#                 machine rebuilds only what changed)
-#   --jobs N      make -j (default: nproc)
+#   --deadline S    the whole run ends within S seconds (default 540, for a 600 s call)
+#   --out DIR       what comes back (default $OUT, else runs/gpu_check)
+#   --work DIR      logs, data and run folders (default runs/gpu_check_work; not inside --out)
+#   --build DIR     the sm_90 build folder (default build/gpu-sm90; kept, so a second call on
+#                   a warm machine rebuilds only what changed)
+#   --stages LIST   which of bench,torch,tests,sanitizer,parity,extras run (default: all);
+#                   env and build always run (a current build takes seconds)
+#   --jobs N        make -j and the tests' OpenMP threads (default: nproc)
 #
 # Needs .deps/include (scripts/gpu_deps.sh, run where the header packages are; carry .deps).
 #
-# Stages, in this order; each is independent: it runs under `timeout min(its own limit, time
-# left)`, a failure is a FAILED line and the next stage runs, and a stage with too little
-# time left is skipped with a line. Without a GPU (a dry run) the GPU stages say
-# "skipped: no GPU"; the build really builds and the CUDA tests run (they skip themselves).
-#   1 env        nvidia-smi, nvcc, g++, cuBLASLt, NCCL (the toolkit's, else the nvidia-nccl-cu13
-#                wheel, linked into WORK/nccl), compute-sanitizer, python/torch
-#   2 build      sm_90 only, make -k, NO_BLAS NO_MPI SKIP_SETUP, headers from .deps/include
-#   3 bench      train_gpt bench, GPT-2 124M, B 8 x T 1024, bf16, fp8, fp16 (one process each)
-#   4 torch      scripts/torch_gpt2_bench.py, the same model and B x T in PyTorch (eager, then
-#                torch.compile): the headline ratio; without a GPU its CPU smoke test
-#   5 tests      tests/cuda/test_*.cu, one process per file; a crashed file again case by case
-#                under CUDA_LAUNCH_BLOCKING=1
-#   6 sanitizer  memcheck, racecheck, synccheck, initcheck on small kernel tests
-#   7 parity     the toy model on cuda and cpu, fp32 bf16 fp8 fp8-block mxfp8: max rel loss gap
-#   8 extras     while time remains: 350M bf16/fp8, flash and fused attention, block-scaled
-#                recipes under CUBLASLT_LOG_LEVEL=1 with their GEMM-path lines
+# Stages, in this order. Each is independent: it runs under `timeout min(its own limit, its
+# stage's cap, time left)`; a failure is a FAILED line and the next stage runs; a stage with
+# too little time left is skipped with a line. Without a GPU (a dry run) the GPU stages say
+# "skipped: no GPU"; the build really builds, and the CUDA tests run (their cases skip).
+#   env        nvidia-smi, nvcc, g++, cuBLASLt, NCCL (the toolkit's, else the nvidia-nccl-cu13
+#              wheel, linked into WORK/nccl for NCCL_HOME), compute-sanitizer, python/torch
+#   build      sm_90 only, make -k, NO_BLAS NO_MPI SKIP_SETUP, headers from .deps/include;
+#              which of train_gpt, libtrain_gpt_cuda.so, run_tests are built and current
+#   bench      train_gpt bench, GPT-2 124M, B 8 x T 1024, bf16, fp8, fp16 (a process each)
+#   torch      scripts/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
+#              torch.compile), the headline ratio; without a GPU its CPU smoke test
+#   tests      tests/cuda/test_*.cu, one process per file; a crashed file again case by case
+#              under CUDA_LAUNCH_BLOCKING=1, naming the case
+#   sanitizer  memcheck, racecheck, synccheck, initcheck on small kernel cases
+#   parity     the toy model on cuda and on cpu in fp32, bf16, fp8, fp8-block, mxfp8: the max
+#              relative loss gap per mode, and the GEMM path the cuda run took
+#   extras     while time remains: 350M bf16/fp8, flash and fused attention, block-scaled
+#              recipes under CUBLASLT_LOG_LEVEL=1 with their GEMM-path lines
 #
-# What lands in --out (at most 8 files, all written as the run goes, so a kill at the limit
-# leaves the latest): summary.md (one line per stage with its result and seconds, and the key
-# numbers; printed after every stage), logs.tgz (every log of the work folder, no data or
-# checkpoints), bench.md (the bench tables), torch_bench.json, tests.md (per test file, and
-# the sanitizer), parity.md (the parity table).
+# What lands in --out (6 files, each rewritten as the run goes, so a kill at the limit leaves
+# the latest): summary.md (a line per stage with its result and seconds, the key numbers
+# under it, the headline ratio; printed after every stage), logs.tgz (every log of the work
+# folder, no data or checkpoints), bench.md (the bench tables and path lines),
+# torch_bench.json, tests.md (per test file, and the sanitizer), parity.md (the parity table).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -45,6 +51,7 @@ OUTDIR=${OUT:-runs/gpu_check}
 WORK=runs/gpu_check_work
 BUILD=build/gpu-sm90
 JOBS=$(nproc)
+STAGES=bench,torch,tests,sanitizer,parity,extras
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -56,6 +63,8 @@ while [ $# -gt 0 ]; do
     --work=*) WORK=${1#*=}; shift ;;
     --build) BUILD=$2; shift 2 ;;
     --build=*) BUILD=${1#*=}; shift ;;
+    --stages) STAGES=$2; shift 2 ;;
+    --stages=*) STAGES=${1#*=}; shift ;;
     --jobs) JOBS=$2; shift 2 ;;
     --jobs=*) JOBS=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -68,6 +77,8 @@ T0=$(date +%s)
 mkdir -p "$OUTDIR" "$WORK"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 WORK=$(cd "$WORK" && pwd)
+# The build folder relative to the repository, as the Makefile's dependency files name it.
+BUILD=$(realpath -m --relative-to="$ROOT" "$BUILD")
 case $WORK/ in "$OUTDIR"/*) echo "gpu_check: --work must be outside --out" >&2; exit 2 ;; esac
 LOGS=$WORK/logs
 STATE=$WORK/state  # what stages tell later stages (env.sh) and the stage in flight
@@ -82,8 +93,14 @@ export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
 
 now() { date +%s; }
 left() { echo $((T0 + DEADLINE - $(now))); }
-# Seconds a run may take: its own limit, cut to the time left less a reserve for packing.
-limit() { local own=$1 l=$(($(left) - 8)); echo $((own < l ? own : l)); }
+STAGE_END=0  # when the stage in flight must end (its cap), in epoch seconds
+# Seconds a run may take: its own limit, cut to the stage's cap and to the time left less a
+# reserve for packing the logs.
+limit() {
+  local own=$1 l=$(($(left) - 8)) s=$((STAGE_END - $(now)))
+  [ $s -lt $l ] && l=$s
+  echo $((own < l ? own : l))
+}
 
 # run_limited LIMIT LOG CMD...: CMD under timeout, stdout+stderr appended to LOG; returns
 # CMD's status, 124 when the limit ended it. timeout signals the whole process group.
@@ -108,15 +125,19 @@ pack_logs() {
   tar -czf "$OUTDIR/.logs.tgz" -C "$WORK" logs 2>/dev/null && mv "$OUTDIR/.logs.tgz" "$OUTDIR/logs.tgz"
 }
 
-# stage NAME NEED FUNCTION: runs FUNCTION in a subshell (an error there ends the stage, not
-# the script) with the facts of earlier stages, unless fewer than NEED seconds are left;
-# then appends the stage's line and key numbers to summary.md, packs the logs, prints it.
+# stage ID TITLE NEED CAP FUNCTION: runs FUNCTION in a subshell (an error there ends the
+# stage, not the script) with the facts of earlier stages, for at most CAP seconds, unless
+# fewer than NEED seconds are left or --stages leaves it out; then appends the stage's line
+# and key numbers to summary.md, packs the logs and prints summary.md.
 stage() {
-  local name=$1 need=$2 fn=$3 t rc res
+  local id=$1 name="$2" need=$3 cap=$4 fn=$5 t rc res
   : >"$STATE/keys"
   rm -f "$STATE/result"
   t=$(now)
-  if [ "$(left)" -lt "$need" ]; then
+  STAGE_END=$((t + cap))
+  if [[ $id != env && $id != build && ,$STAGES, != *,$id,* ]]; then
+    result "not asked for (--stages $STAGES)"
+  elif [ "$(left)" -lt "$need" ]; then
     result "skipped: out of time ($(left) s left, needs about $need)"
   else
     echo "== $name ($(left) s left)"
@@ -125,7 +146,7 @@ stage() {
     [ -s "$STATE/result" ] || result "FAILED (the stage itself ended with status $rc)"
   fi
   res=$(cat "$STATE/result")
-  printf -- '- **%s**: %s (%d s)\n' "$name" "$res" $(($(now) - t)) >>"$SUMMARY"
+  printf -- '- **%s**: %s (%d s)\n' "$id $name" "$res" $(($(now) - t)) >>"$SUMMARY"
   sed 's/^/  - /' "$STATE/keys" >>"$SUMMARY"
   pack_logs
   echo
@@ -147,11 +168,11 @@ find_lib() {  # find_lib NAME DIR...: the first NAME* file found in the DIRs
 find_nccl() {
   local log=$1 wheel so
   if [ -f "$CUDA_HOME/include/nccl.h" ] &&
-    so=$(find_lib libnccl.so.2 "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib") &&
-    [ -n "$so" ]; then
+    so=$(find_lib libnccl.so.2 "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib" /usr/lib/x86_64-linux-gnu) &&
+    { [ -n "$so" ] || ! grep -q -- '-lnccl' "$ROOT/Makefile"; }; then
     echo "NCCL: toolkit ($CUDA_HOME/include/nccl.h, $so)" >>"$log"
     fact NCCL_MAKE "NCCL_HOME=$CUDA_HOME"
-    key "NCCL: the toolkit's ($so)"
+    key "NCCL: the toolkit's header, library ${so:-not found (the build opens it at run time)}"
     return
   fi
   wheel=$(python3 - 2>>"$log" <<'PY'
@@ -188,13 +209,15 @@ stage_env() {
     free -g | head -2
   } >"$log"
   # The GPU: name, driver, memory, clocks (read only; the card's settings are left alone).
-  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,temperature.gpu,power.draw,power.limit,persistence_mode,compute_mode \
-    --format=csv 2>>"$log")
-  if [ $? -eq 0 ] && [ -n "$gpu" ] && nvidia-smi -L >>"$log" 2>&1; then
+  # Whether there is one is nvidia-smi -L's answer; the query only describes it.
+  if nvidia-smi -L >>"$log" 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,temperature.gpu,power.draw,power.limit,persistence_mode,compute_mode \
+      --format=csv 2>&1)
     echo "$gpu" >>"$log"
+    nvidia-smi >>"$log" 2>&1
     nvidia-smi -q >"$LOGS/nvidia-smi-q.txt" 2>&1
     fact GPU 1
-    fact GPU_NAME "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    fact GPU_NAME "$(nvidia-smi -L | head -1 | sed 's/^GPU 0: //; s/ (UUID.*//')"
     key "GPU: $(echo "$gpu" | sed -n 2p)" "  (columns: $(echo "$gpu" | head -1))"
   else
     echo "nvidia-smi: no GPU" >>"$log"
@@ -221,7 +244,7 @@ stage_env() {
   # Tools.
   san=$(compute-sanitizer --version 2>/dev/null | grep -io 'version [0-9.]*' | head -1)
   if [ -n "$san" ]; then fact SANITIZER 1; else fact SANITIZER 0; fi
-  key "compute-sanitizer: ${san:-not found}; ncu: $(ncu --version 2>/dev/null | tail -1 || true)"
+  key "compute-sanitizer: ${san:-not found}; ncu: $(ncu --version 2>/dev/null | tail -1 | grep . || echo 'not found')"
   { compute-sanitizer --version; ncu --version; } >>"$log" 2>&1
   # Python: the one that runs the PyTorch baseline, else a python3 with torch for the smoke test.
   py=""
@@ -243,7 +266,7 @@ stage_env() {
 
 make_vars() {  # the build's make variables, one per line
   printf '%s\n' NO_BLAS=1 NO_MPI=1 SKIP_SETUP=1 "EXTRA_CFLAGS=-I$ROOT/.deps/include" \
-    "BUILD=$BUILD" "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90" "$NCCL_MAKE"
+    "BUILD=$BUILD" "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90" "${NCCL_MAKE:-NO_NCCL=1}"
 }
 
 stage_build() {
@@ -261,8 +284,10 @@ stage_build() {
       missing+=" ${t##*/}"
     fi
   done
-  [ -f "$BUILD/libtrain_gpt_cuda.so" ] &&
-    key "device code: $(cuobjdump --list-elf "$BUILD/libtrain_gpt_cuda.so" 2>/dev/null | grep -o 'sm_[0-9a-z]*' | sort | uniq -c | xargs echo) (cuobjdump --list-elf)"
+  # The machine code in the library: sm_90 cubins, nothing else (cuobjdump is on the GPU image).
+  if [ -f "$BUILD/libtrain_gpt_cuda.so" ] && command -v cuobjdump >/dev/null; then
+    key "device code: $(cuobjdump --list-elf "$BUILD/libtrain_gpt_cuda.so" 2>/dev/null | grep -o 'sm_[0-9a-z]*' | sort | uniq -c | xargs echo) (cubins by cuobjdump --list-elf)"
+  fi
   n=$(grep -c 'warning' "$log")
   key "warnings: $n; make status $rc; log: logs/build.log"
   grep -m3 -E 'error|Error [0-9]' "$log" | cut -c1-240 | sed 's/^/error: /' >>"$STATE/keys"
@@ -276,6 +301,18 @@ stage_build() {
 }
 
 # ---------------------------------------------------------------- 3. our bench
+
+# The GEMM path a run took, from its own lines: the start-up line's "path: ..." (train and
+# the fp8 bench print it) and the block-scaled self-checks (src/cuda/matmul_native.cu), counted.
+gemm_path() {
+  local log=$1 p ok bad noalg
+  p=$(grep -ho 'path: .*' "$log" 2>/dev/null | head -1 | cut -c1-120)
+  ok=$(grep -c 'self-check against the portable path passed' "$log" 2>/dev/null)
+  bad=$(grep -c 'failed its self-check' "$log" 2>/dev/null)
+  noalg=$(grep -c 'cuBLASLt has no algorithm or refused' "$log" 2>/dev/null)
+  printf '%s' "${p:-no path line}"
+  [ "$ok$bad$noalg" = 000 ] || printf '; native self-checks: %s passed, %s failed; no algorithm: %s' "$ok" "$bad" "$noalg"
+}
 
 # bench_one NAME LIMIT ARGS...: one `train_gpt bench` process, its table appended to bench.md
 # and its rows to the stage's key numbers; returns its status.
@@ -298,7 +335,7 @@ bench_one() {
   else
     key "$name: FAILED (status $rc$([ "$rc" -eq 124 ] && echo ', timed out')): $(grep -v '^+' "$log" | tail -1 | cut -c1-200)"
   fi
-  grep -E '^(fp8:|block-scaled GEMM)' "$log" | awk '!seen[$0]++' | head -4 | cut -c1-240 | sed "s/^/$name: /" >>"$STATE/keys"
+  grep -qE '^(fp8:|block-scaled GEMM)' "$log" && key "$name: $(gemm_path "$log")"
   return "$rc"
 }
 
@@ -481,10 +518,10 @@ stage_parity() {
     done
     res=$($REPORT parity "$WORK/runs/parity_${mode}_cuda" "$WORK/runs/parity_${mode}_cpu")
     [[ $res == FAILED* ]] && bad=$((bad + 1))
-    local path
-    path=$(grep -hE '^(fp8:|block-scaled GEMM)' "$LOGS/parity_${mode}_cuda.log" 2>/dev/null | awk '!seen[$0]++' | head -3 | cut -c1-160 | paste -sd ';' -)
-    echo "| $mode | $res | ${path:--} |" >>"$OUTDIR/parity.md"
-    key "$mode: $res"
+    local path=-
+    [[ $mode == fp8* || $mode == mx* ]] && path=$(gemm_path "$LOGS/parity_${mode}_cuda.log")
+    echo "| $mode | $res | $path |" >>"$OUTDIR/parity.md"
+    key "$mode: $res$([ "$path" = - ] || echo "; $path")"
   done
   echo >>"$OUTDIR/parity.md"
   if [ $bad -eq 0 ]; then result "ok (5 modes ran on both devices; parity.md)"
@@ -529,21 +566,30 @@ stage_extras() {
 {
   echo "# gpu_check $(date -u +%FT%TZ) on $(hostname)"
   echo
-  echo "deadline ${DEADLINE} s; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)'); logs in logs.tgz"
+  # The tree sent to a lent machine may come without .git: then no commit is named.
+  rev=$(git rev-parse --short HEAD 2>/dev/null) &&
+    rev="commit $rev$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes')" || rev="no git"
+  echo "deadline ${DEADLINE} s; $rev; stages: env,build,$STAGES; logs in logs.tgz"
   echo
 } >"$SUMMARY"
 : >"$STATE/env.sh"
 fact BUILD "$BUILD"
 
-stage env 5 stage_env
-stage build 30 stage_build
-stage "bench GPT-2 124M" 30 stage_bench
-stage "PyTorch baseline" 30 stage_torch
-stage "CUDA tests" 20 stage_tests
-stage sanitizer 20 stage_sanitizer
-stage parity 20 stage_parity
-stage extras 25 stage_extras
+# Caps: what each stage may take at most, so that a slow one leaves time to the next; the
+# deadline cuts every one of them further.
+#     id        title                              need  cap  function
+stage env       "(machine, tools)"                    5   60  stage_env
+stage build     "(sm_90, make -k)"                   30  420  stage_build
+stage bench     "(train_gpt, GPT-2 124M)"            30  240  stage_bench
+stage torch     "(PyTorch baseline, GPT-2 124M)"     30  180  stage_torch
+stage tests     "(tests/cuda, one process per file)" 20  200  stage_tests
+stage sanitizer "(compute-sanitizer)"                20  150  stage_sanitizer
+stage parity    "(GPU vs CPU, toy model)"            20  150  stage_parity
+stage extras    "(350M, attention, block-scaled)"    25  600  stage_extras
 
+if [ -f "$LOGS/bench_gpt2_bf16.log" ] && [ -f "$WORK/torch_bench.json" ]; then
+  echo "- **headline**: $($REPORT headline "$LOGS/bench_gpt2_bf16.log" "$WORK/torch_bench.json")" >>"$SUMMARY"
+fi
 echo "- **total**: $(($(now) - T0)) s of the ${DEADLINE} s deadline" >>"$SUMMARY"
 pack_logs
 echo "== gpu_check done: $OUTDIR ($(ls "$OUTDIR" | wc -l) files)"

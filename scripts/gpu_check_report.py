@@ -144,10 +144,14 @@ def cmd_doctest(a):
         return
     m = re.findall(r"^(\d+) passed, (\d+) failed", text, re.M)
     counts = f"{m[-1][0]} passed, {m[-1][1]} failed" if m else "no closing count"
+    # doctest's console report: blocks between rules of '=', each naming its "TEST CASE:";
+    # a failed check, an exception or a crash says "ERROR:" (MESSAGE blocks do not).
     failed = []
-    for name in re.findall(r"^TEST CASE:\s+(.*)$", text, re.M):
-        if name not in failed:
-            failed.append(name)
+    for block in re.split(r"^=+$", text, flags=re.M):
+        name = re.search(r"^TEST CASE:\s+(.*)$", block, re.M)
+        if name and re.search(r"(^|: )(FATAL )?ERROR:", block, re.M):
+            if name.group(1) not in failed:
+                failed.append(name.group(1))
     print(counts + ("; failed: " + "; ".join(failed) if failed else ""))
 
 
