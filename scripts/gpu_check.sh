@@ -140,7 +140,7 @@ stage() {
   elif [ "$(left)" -lt "$need" ]; then
     result "skipped: out of time ($(left) s left, needs about $need)"
   else
-    echo "== $name ($(left) s left)"
+    echo "== $id $name ($(left) s left)"
     ( source "$STATE/env.sh"; "$fn" )
     rc=$?
     [ -s "$STATE/result" ] || result "FAILED (the stage itself ended with status $rc)"
@@ -290,7 +290,9 @@ stage_build() {
   fi
   n=$(grep -c 'warning' "$log")
   key "warnings: $n; make status $rc; log: logs/build.log"
-  grep -m3 -E 'error|Error [0-9]' "$log" | cut -c1-240 | sed 's/^/error: /' >>"$STATE/keys"
+  # The first compiler errors (gcc "file:line: error:", nvcc "file(line): error:") and make's
+  # "*** [target] Error N" lines.
+  grep -m3 -E 'error:|\*\*\* ' "$log" | cut -c1-240 >>"$STATE/keys"
   if [ "$rc" -eq 124 ]; then
     result "TIMED OUT (built:${built:- none}; not built:$missing)"
   elif [ -z "$missing" ]; then
