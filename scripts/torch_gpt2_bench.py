@@ -40,9 +40,12 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit(f"torch_gpt2_bench: no torch in this python ({sys.executable})")
 
 MODELS = {  # name: (n_layer, n_head, n_embd), vocab 50257, max_seq_len 1024
     "gpt2": (12, 12, 768),
@@ -241,6 +244,11 @@ def main():
                 json.dump(info, f, indent=1)
 
     model = GPT(L, NH, C, V, maxT, sdpa).to(a.device)
+    # The same tensors as train_gpt's model: the counts must agree.
+    info["params_model"] = sum(p.numel() for p in model.parameters())
+    if info["params_model"] != info["params"]:
+        print(f"WARNING: this model has {info['params_model']} parameters, train_gpt's "
+              f"formula {info['params']}: the networks differ", flush=True)
     opt, opt_kind = make_optimizer(model, a.device)
     info["optimizer"] = f"AdamW ({opt_kind})"
     g = torch.Generator(device="cpu").manual_seed(2)
