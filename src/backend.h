@@ -197,8 +197,8 @@ class Backend {
   // The tied lm_head's backward: matmul_backward without bias, dout = the classifier's dlogits
   // (a dlogits_view: N rows of Vp in its type, row n at element n * (dlogits.numel / N)). All
   // operands share dlogits' type: X operands, fp32 accumulation, X outputs in 16-bit models.
-  virtual void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w,
-                                int N, int C, int Vp) = 0;
+  virtual void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N,
+                                int C, int Vp) = 0;
   // pre = matmul_forward(inp, w, bias), out = gelu(pre): the MLP's first linear with its
   // activation (devices may fuse the GELU into the GEMM's epilogue; two ops on the CPU).
   virtual void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N,

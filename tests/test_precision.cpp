@@ -196,8 +196,10 @@ TEST_CASE("precision: an fp16 dlogit beyond the range is inf and the step's grad
   for (int n = 0; n < N; n++)
     for (int i = 0; i < V; i++) {
       const uint16_t code = h[size_t(n) * 2 * Vp + i];
-      if (i == bt.tg[size_t(n)]) neg_inf += code == 0xFC00;
-      else finite += (code & 0x7C00) != 0x7C00;
+      if (i == bt.tg[size_t(n)])
+        neg_inf += code == 0xFC00;
+      else
+        finite += (code & 0x7C00) != 0x7C00;
     }
   CHECK(neg_inf == N);
   CHECK(finite == N * (V - 1));

@@ -353,8 +353,8 @@ class CpuBackend final : public Backend {
       dispatch("classifier gradient", d.dtype, [&](auto* gtag) {
         using G = TG_ELEM(gtag);
         if constexpr (std::is_same_v<G, E> || (std::is_same_v<E, float> && sizeof(G) == 2))
-          cpu::classifier(P<E>(logits), P<E>(losses), P<int32_t>(targets), P<G>(d), ld, dloss, N,
-                          V, Vp);
+          cpu::classifier(P<E>(logits), P<E>(losses), P<int32_t>(targets), P<G>(d), ld, dloss, N, V,
+                          Vp);
         else
           refuse();
       });

@@ -70,8 +70,8 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // logits' gradient would be 1.6 GB. The sums are matmul_backward<float>'s (the loop nest's
 // k order does not depend on how the rows are blocked).
 template <typename G>
-void matmul_backward_narrow_dout(float* dinp, float* dw, const G* dout, size_t ldo, const float* inp,
-                                 const float* w, int N, int C, int OC) {
+void matmul_backward_narrow_dout(float* dinp, float* dw, const G* dout, size_t ldo,
+                                 const float* inp, const float* w, int N, int C, int OC) {
   constexpr int kRows = 16, kCols = 64;
   for_each_part([&](int id, int nt) {
     std::vector<float> buf;
@@ -82,8 +82,8 @@ void matmul_backward_narrow_dout(float* dinp, float* dw, const G* dout, size_t l
       buf.resize(size_t(nb) * OC);
       for (int r = 0; r < nb; r++)
         for (int j = 0; j < OC; j++) buf[size_t(r) * OC + j] = ld(dout[size_t(b0 + r) * ldo + j]);
-      gemm(CblasNoTrans, CblasNoTrans, nb, C, OC, buf.data(), OC, w, C, 0.0f,
-           dinp + size_t(b0) * C, C);
+      gemm(CblasNoTrans, CblasNoTrans, nb, C, OC, buf.data(), OC, w, C, 0.0f, dinp + size_t(b0) * C,
+           C);
     }
     thread_rows(OC, id, nt, &r0, &r1);
     for (int c0 = r0; c0 < r1; c0 += kCols) {
