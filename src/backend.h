@@ -5,8 +5,9 @@
 // so both run the same graph op by op and can be compared op by op.
 //
 // Tensors of one op share an element type, except: layernorm mean/rstd, logits and losses are
-// fp32 (fp64 in fp64 models) whatever the activations are; matmul operands may differ (the
-// lm_head writes fp32 logits from 16-bit activations). Conventions: weights are (out, in)
+// fp32 (fp64 in fp64 models) whatever the activations are; matmul_forward's output may be
+// fp32 from 16-bit operands (the lm_head's logits); the classifier reads fp32 logits and
+// writes the gradient in the compute type (dlogits_view). Conventions: weights are (out, in)
 // row-major; N = rows (B*T). Gradients of parameters
 // are accumulated (+=) so micro-batches add up; gradients of activations are written (=),
 // except layernorm_backward and encoder_backward which add into dinp / dwte / dwpe, because
@@ -51,6 +52,22 @@ struct Tensor {
   }
   explicit operator bool() const { return data != nullptr; }
 };
+
+// The lm_head's output gradient (dlogits) in type g, over the logits' own memory (N rows of Vp
+// in the statistics type): the logits themselves when g is their type (fp32, fp64 models);
+// for a 16-bit g, row n's Vp values in the first half of row n's fp32 bytes, so rows lie 2 Vp
+// elements apart. The classifier writes it there and the lm_head's backward GEMMs read it in
+// g like every other linear's gradient (tensor cores, no fp32 copies of their operands).
+// Why there: `train_gpt memory` plans 8561 MiB for bf16 (and fp8) GPT-2 124M at 8 x 1024
+// tokens with it, 9347 MiB with an N x Vp buffer of g of its own (+786 MiB); the fp32 logits
+// are dead once the loss is taken. (Rows packed from the start, row n at byte 2 n Vp, would
+// take no less memory and land on rows other threads have not read yet.) Before, the GPU
+// widened the lm_head's 16-bit operands to fp32 instead: 343 MiB of scratch beyond the plan.
+// A view d of N rows has row n at element n * (d.numel / N).
+inline Tensor dlogits_view(Tensor logits, DType g) {
+  if (g == logits.dtype) return logits;
+  return Tensor{logits.data, g, logits.bytes() / dtype_size(g)};
+}
 
 // How a value is narrowed: to nearest even, or stochastically with random bits
 // sr_hash(seed, offset + i) for element i (deterministic, the same on every backend).
@@ -177,6 +194,11 @@ class Backend {
   // dinp = dout W; dw += dout^T inp; dbias += sum_rows dout (dbias may be empty)
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, int N, int C, int OC) = 0;
+  // The tied lm_head's backward: matmul_backward without bias, dout = the classifier's dlogits
+  // (a dlogits_view: N rows of Vp in its type, row n at element n * (dlogits.numel / N)). All
+  // operands share dlogits' type: X operands, fp32 accumulation, X outputs in 16-bit models.
+  virtual void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N,
+                                int C, int Vp) = 0;
   // pre = matmul_forward(inp, w, bias), out = gelu(pre): the MLP's first linear with its
   // activation (devices may fuse the GELU into the GEMM's epilogue; two ops on the CPU).
   virtual void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N,
@@ -256,10 +278,15 @@ class Backend {
     residual_forward(res, a, b, size_t(N) * C);
     layernorm_forward(out, mean, rstd, res, w, bias, N, C);
   }
-  // Per row of logits(N,Vp): loss = -log softmax(logits[:V])[target]; when dloss != 0 the
-  // logits are replaced by dloss * (softmax - onehot(target)) (zero in the padding).
-  virtual void classifier(Tensor logits, Tensor losses, Tensor targets, float dloss, int N, int V,
-                          int Vp) = 0;
+  // Per row of logits(N,Vp) (fp32; fp64 in fp64 models): loss = -log softmax(logits[:V])
+  // [target], from the logits in their own precision. When dloss != 0, dlogits receives
+  // dloss * (softmax - onehot(target)), computed in the logits' type and rounded once (to
+  // nearest even) to dlogits' type, zero in the padding: dlogits is dlogits_view(logits, t)
+  // (in place, or 16-bit values over the first half of each row; rows ld = dlogits.numel / N
+  // apart), so the probabilities never need a buffer of their own. A 16-bit gradient that
+  // overflows is inf (never clamped), so a loss scale too large gives a skipped step.
+  virtual void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss,
+                          int N, int V, int Vp) = 0;
   // sum of squares of all elements, in fp64 on the CPU, fp32 on devices
   virtual double sum_squares(Tensor t) = 0;
   // One pass over the gradients: unscales them by loss_scale (without writing them back),

@@ -468,7 +468,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     if (targets[i] < 0 || targets[i] >= V)
       throw Error(strf("target %d out of range for vocab_size %d", targets[i], V));
   be_.upload(tgt, targets);
-  be_.classifier(a.logits, a.losses, tgt, dloss / float(BT), BT, V, Vp);
+  // The loss from the fp32 logits; their gradient in the compute type, in their own rows
+  // (dlogits_view), for the lm_head's backward GEMMs in that type.
+  be_.classifier(a.logits, a.losses, tgt, dlogits_view(a.logits, dtype_), dloss / float(BT), BT, V,
+                 Vp);
   have_dlogits_ = dloss != 0;
   fp8_flush();
   std::vector<double> losses = download_f64(be_, a.losses);
@@ -487,7 +490,7 @@ void GPT::backward() {
   Acts& a = acts_;
   Tensor dres = a.dresidual, dln = a.dln;
 
-  be_.matmul_backward(dln, G[WTE], Tensor{}, a.logits, a.lnf, P[WTE], BT, C, Vp);
+  be_.lm_head_backward(dln, G[WTE], dlogits_view(a.logits, dtype_), a.lnf, P[WTE], BT, C, Vp);
   be_.zero(dres);
   Tensor last = a.residual3.slice((L - 1) * btc, btc);
   be_.layernorm_backward(dres, G[LNFW], G[LNFB], dln, last, P[LNFW], a.lnf_mean, a.lnf_rstd, BT, C);

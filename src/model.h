@@ -10,7 +10,9 @@
 // Precision: the model computes in `dtype` (fp32, bf16 or fp16; fp64 for gradient checks):
 // weights, activations and all gradients are stored in it. The optimizer owns fp32 master
 // weights and Adam moments (the same buffer as the weights in fp32). Layernorm statistics,
-// logits and losses are fp32 (fp64 in fp64 models).
+// logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is in `dtype`, written
+// over the logits' rows (backend.h's dlogits_view), so the lm_head's backward runs in `dtype`
+// like every other linear.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -170,7 +172,8 @@ class GPT {
 
   // Runs the forward pass on B rows of T tokens. With targets, returns the mean loss; with
   // dloss != 0 it also leaves the gradient of dloss * (mean loss) with respect to the
-  // logits ready for backward(). Without targets the logits stay in logits() and NaN is
+  // logits ready for backward(), in the compute type over the logits' memory (logits() then
+  // no longer holds the logits). Without targets the logits stay in logits() and NaN is
   // returned.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
   // Adds this micro-batch's gradients into grads (after forward with dloss != 0).

@@ -53,6 +53,10 @@ class DeferringBackend final : public Backend {
                        int OC) override {
     cpu->matmul_backward(di, dw, db, d, i, w, N, C, OC);
   }
+  void lm_head_backward(Tensor di, Tensor dw, Tensor d, Tensor i, Tensor w, int N, int C,
+                        int Vp) override {
+    cpu->lm_head_backward(di, dw, d, i, w, N, C, Vp);
+  }
   Fp8Report hold(const Fp8Report& r) {
     if (!defer) return r;
     held.push_back(r);
@@ -98,8 +102,9 @@ class DeferringBackend final : public Backend {
   void residual_forward(Tensor o, Tensor a, Tensor b, size_t n) override {
     cpu->residual_forward(o, a, b, n);
   }
-  void classifier(Tensor l, Tensor ls, Tensor t, float d, int N, int V, int Vp) override {
-    cpu->classifier(l, ls, t, d, N, V, Vp);
+  void classifier(Tensor l, Tensor ls, Tensor t, Tensor dl, float d, int N, int V,
+                  int Vp) override {
+    cpu->classifier(l, ls, t, dl, d, N, V, Vp);
   }
   double sum_squares(Tensor t) override { return cpu->sum_squares(t); }
   GradCheck unscale_check_norm(Tensor g, double s) override {

@@ -283,6 +283,64 @@ TEST_CASE("cpu backend: bf16 linears through gemm_bf16 match the exact path") {
   CHECK(one.dw == hw.dw);
 }
 
+namespace {
+// Random values as t's codes (bf16 or fp16), uploaded.
+std::vector<uint16_t> codes16(tg::DType t, const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); i++)
+    h[i] = t == tg::DType::BF16 ? tg::f32_to_bf16(v[i]) : tg::f32_to_f16(v[i]);
+  return h;
+}
+tg::Tensor upload16(tg::Backend& be, tg::DType t, const std::vector<float>& v) {
+  tg::Tensor x = be.alloc(t, v.size());
+  be.upload(x, codes16(t, v).data());
+  return x;
+}
+std::vector<char> bytes_of(tg::Backend& be, tg::Tensor t) {
+  std::vector<char> b(t.bytes());
+  be.download(b.data(), t);
+  return b;
+}
+}  // namespace
+
+// The lm_head's backward from the classifier's 16-bit dlogits where they lie, in the first half
+// of each fp32 row of the logits (rows 2 Vp apart), equals matmul_backward on the same values
+// packed, bit for bit: the exact path widens them in blocks of rows and columns (the loop
+// nest's sums do not depend on the blocks), the bf16 kernel reads them in place (its order does
+// not depend on the blocking either). N and Vp leave partial blocks (16 rows, 64 columns).
+TEST_CASE("cpu backend: the lm_head backward from 16-bit dlogits in the logits' rows") {
+  tg::cpu::set_parallelism(2, 2);
+  tg::cpu::set_gemm_loops(true);
+  const int N = 37, C = 40, Vp = 200;
+  for (tg::DType t : {tg::DType::BF16, tg::DType::F16})
+    for (NarrowGemm path : {NarrowGemm::Exact, NarrowGemm::Avx512Bf16}) {
+      if (path == NarrowGemm::Avx512Bf16 && (t != tg::DType::BF16 || !have_bf16_kernel())) continue;
+      INFO(tg::dtype_name(t) << " " << tg::cpu::narrow_gemm_name(path));
+      NarrowPath np(path);
+      auto be = tg::make_cpu_backend();
+      const std::vector<float> g = randn_f(size_t(N) * Vp, 21, 1e-2f);
+      tg::Tensor inp = upload16(*be, t, randn_f(size_t(N) * C, 22, 1.0f));
+      tg::Tensor w = upload16(*be, t, randn_f(size_t(Vp) * C, 23, 0.1f));
+      tg::Tensor packed = upload16(*be, t, g);
+      // The logits' buffer: each row's gradient codes, then the row's fp32 upper half (noise).
+      tg::Tensor logits = be->alloc(tg::DType::F32, size_t(N) * Vp);
+      std::vector<uint16_t> rows = codes16(t, randn_f(size_t(N) * 2 * Vp, 24, 5.0f));
+      const std::vector<uint16_t> gc = codes16(t, g);
+      for (int n = 0; n < N; n++)
+        std::copy(gc.begin() + size_t(n) * Vp, gc.begin() + size_t(n + 1) * Vp,
+                  rows.begin() + size_t(n) * 2 * Vp);
+      be->upload(logits, rows.data());
+      const std::vector<float> dw0 = randn_f(size_t(Vp) * C, 25, 1e-3f);
+      tg::Tensor dinp[2] = {be->alloc(t, size_t(N) * C), be->alloc(t, size_t(N) * C)};
+      tg::Tensor dw[2] = {upload16(*be, t, dw0), upload16(*be, t, dw0)};
+      be->matmul_backward(dinp[0], dw[0], tg::Tensor{}, packed, inp, w, N, C, Vp);
+      be->lm_head_backward(dinp[1], dw[1], tg::dlogits_view(logits, t), inp, w, N, C, Vp);
+      CHECK(bytes_of(*be, dinp[1]) == bytes_of(*be, dinp[0]));
+      CHECK(bytes_of(*be, dw[1]) == bytes_of(*be, dw[0]));
+    }
+  tg::cpu::set_gemm_loops(false);  // the default (OpenBLAS where the build has it)
+}
+
 TEST_CASE("cpu backend: fp8 linears through gemm_bf16 match the exact path") {
   tg::cpu::set_parallelism(2, 2);
   const int N = 66, C = 80, OC = 40;

@@ -145,7 +145,7 @@ TEST_CASE("grad: classifier (softmax cross-entropy) over the unpadded vocabulary
   const double dloss = 0.25;
   auto loss = [&] {
     Vec zz = z, losses(N);
-    classifier(zz.data(), losses.data(), tgt.data(), 0.0f, N, V, Vp);
+    classifier(zz.data(), losses.data(), tgt.data(), zz.data(), Vp, 0.0f, N, V, Vp);
     double s = 0;
     for (double l : losses) s += l;
     return s * dloss;
@@ -153,7 +153,7 @@ TEST_CASE("grad: classifier (softmax cross-entropy) over the unpadded vocabulary
   // Direct value: -log softmax.
   {
     Vec zz = z, losses(N);
-    classifier(zz.data(), losses.data(), tgt.data(), 0.0f, N, V, Vp);
+    classifier(zz.data(), losses.data(), tgt.data(), zz.data(), Vp, 0.0f, N, V, Vp);
     for (int n = 0; n < N; n++) {
       double m = -1e300, s = 0;
       for (int i = 0; i < V; i++) m = std::max(m, z[n * Vp + i]);
@@ -163,7 +163,7 @@ TEST_CASE("grad: classifier (softmax cross-entropy) over the unpadded vocabulary
     CHECK(zz == z);  // dloss = 0 leaves the logits alone
   }
   Vec g = z, losses(N);
-  classifier(g.data(), losses.data(), tgt.data(), float(dloss), N, V, Vp);
+  classifier(g.data(), losses.data(), tgt.data(), g.data(), Vp, float(dloss), N, V, Vp);
   CHECK(fd_max_error(loss, z, g) < kTol);
   for (int n = 0; n < N; n++)
     for (int i = V; i < Vp; i++) CHECK(g[n * Vp + i] == 0.0);

@@ -171,6 +171,51 @@ TEST_CASE("precision: fp16 gradients underflow without loss scaling and survive 
   CHECK(rel_err(g_scaled, gref) < 1e-2);
 }
 
+// fp16 dlogits carry the loss scale (dloss = scale / tokens on every entry): a scale so large
+// that the target's dlogit (about -dloss) passes fp16's 65504 must give inf there, never a value
+// clamped to the largest half, so that the step's gradients are non-finite and the loss scaler
+// skips it and halves the scale.
+TEST_CASE("precision: an fp16 dlogit beyond the range is inf and the step's gradients non-finite") {
+  GPTConfig c = gpt_config(2, 4, 64, 256, 32);
+  const int B = 2, T = 32, N = B * T, V = 256, Vp = c.padded_vocab_size;
+  Batch bt = random_batch(B, T, 256, 13);
+  auto be = make_cpu_backend();
+  // The op: dloss 1e5 per token, the logits as the lm_head's forward leaves them.
+  Tensor logits = be->alloc(DType::F32, size_t(N) * Vp), losses = be->alloc(DType::F32, N);
+  Tensor tgt = be->alloc(DType::I32, N);
+  std::vector<float> z(size_t(N) * Vp);
+  Rng r(14);
+  for (float& x : z) x = float(r.normal());
+  be->upload(logits, z.data());
+  be->upload(tgt, bt.tg.data());
+  const Tensor dl = dlogits_view(logits, DType::F16);
+  be->classifier(logits, losses, tgt, dl, 1e5f, N, V, Vp);
+  std::vector<uint16_t> h(dl.numel);
+  be->download(h.data(), dl);
+  int neg_inf = 0, finite = 0;
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < V; i++) {
+      const uint16_t code = h[size_t(n) * 2 * Vp + i];
+      if (i == bt.tg[size_t(n)])
+        neg_inf += code == 0xFC00;
+      else
+        finite += (code & 0x7C00) != 0x7C00;
+    }
+  CHECK(neg_inf == N);
+  CHECK(finite == N * (V - 1));
+  // The model: a loss scale of 2^23 (1.3e5 per token) gives non-finite gradients; 2^10 not.
+  GPT m(c, *be, DType::F16);
+  m.init_random(4);
+  for (double scale : {8388608.0, 1024.0}) {
+    INFO("loss scale " << scale);
+    m.zero_grad();
+    m.forward(bt.in.data(), bt.tg.data(), B, T, float(scale));
+    m.backward();
+    CHECK(m.check_grads(scale).finite == (scale < 1e6));
+  }
+  for (Tensor t : {logits, losses, tgt}) be->free(t);
+}
+
 TEST_CASE("precision: stochastic rounding of the weight copy is unbiased and seeded") {
   auto be = make_cpu_backend();
   const size_t n = 1 << 16;

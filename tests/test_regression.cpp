@@ -1,10 +1,11 @@
-// Every precision mode's CPU losses are bit-identical to those recorded from main before
-// the Trainer/RunState refactor (tests/fixtures/regression_losses.json, recorded by
-// tests/fixtures/record_losses.py). The runs use cpu.gemm=loops, whose rounding is the same
-// on every CPU. g++ contracts a * b + c into one fused multiply-add where the target has
-// FMA (the release build's -march=native on this project's machines), which rounds once
-// instead of twice: the fixture was recorded so, and holds for builds that do the same
-// (a build without FMA, such as SAN=1's, says so and skips). Each case also runs stopped
+// Every precision mode's CPU losses are bit-identical to those recorded in
+// tests/fixtures/regression_losses.json by tests/fixtures/record_losses.py: fp32 from main
+// before the Trainer/RunState refactor, the 16-bit and fp8 modes since the lm_head's backward
+// runs in the compute type (dlogits rounded to bf16/fp16). The runs use cpu.gemm=loops, whose
+// rounding is the same on every CPU. g++ contracts a * b + c into one fused multiply-add where
+// the target has FMA (the release build's -march=native on this project's machines), which
+// rounds once instead of twice: the fixture was recorded so, and holds for builds that do the
+// same (a build without FMA, such as SAN=1's, says so and skips). Each case also runs stopped
 // half-way and resumed, which must give the same losses.
 #include <doctest/doctest.h>
 
@@ -44,8 +45,7 @@ void check_losses(const std::string& dir, const json& want) {
 
 }  // namespace
 
-TEST_CASE(
-    "regression: every mode's CPU losses equal main's before the refactor, straight and resumed") {
+TEST_CASE("regression: every mode's CPU losses equal the recorded ones, straight and resumed") {
 #if !defined(__FMA__) || defined(__SANITIZE_ADDRESS__)
   MESSAGE(
       "regression fixture skipped: it was recorded from a release build with fused "

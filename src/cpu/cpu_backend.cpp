@@ -160,6 +160,38 @@ class CpuBackend final : public Backend {
     narrow_back(dbias, dbf);
   }
 
+  // The lm_head from the classifier's dlogits (backend.h's dlogits_view): in the logits' own
+  // rows they are any matmul_backward's dout; 16-bit rows 2 Vp apart go to the bf16 GEMM as
+  // they lie, or are widened a block at a time (exact path), never as a whole fp32 copy.
+  void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N, int C,
+                        int Vp) override {
+    const size_t ld = dlogits.numel / size_t(N);
+    if (ld == size_t(Vp))
+      return matmul_backward(dinp, dw, Tensor{}, dlogits.slice(0, size_t(N) * Vp), inp, w, N, C,
+                             Vp);
+    for (const Tensor& t : {dinp, dw, inp, w})
+      if (t.dtype != dlogits.dtype)
+        throw Error(strf("cpu backend: lm_head_backward of %s dlogits with %s operands",
+                         dtype_name(dlogits.dtype), dtype_name(t.dtype)));
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    if (hardware_bf16({dlogits, inp, w})) {
+      cpu::matmul_backward_bf16(di, dwf, P<bf16>(dlogits), P<bf16>(inp), P<bf16>(w), N, C, Vp, 1.0f,
+                                1.0f, ld);
+    } else if (dlogits.dtype == DType::BF16 || dlogits.dtype == DType::F16) {
+      const float* a = wide(inp, s_b_, true);
+      const float* b = wide(w, s_c_, true);
+      if (dlogits.dtype == DType::BF16)
+        cpu::matmul_backward_narrow_dout(di, dwf, P<bf16>(dlogits), ld, a, b, N, C, Vp);
+      else
+        cpu::matmul_backward_narrow_dout(di, dwf, P<f16>(dlogits), ld, a, b, N, C, Vp);
+    } else {
+      unsupported("lm_head_backward with strided dlogits", dlogits.dtype);
+    }
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+  }
+
   // Fp8Options are ignored: the CPU accumulates every FP8 product exactly in fp32 (fp32
   // GEMMs of the dequantized operands), which is what precision.fp8.fast_accum=false asks
   // of a GPU; its fast-accumulation forward is approximated by this within the tests'
@@ -307,11 +339,25 @@ class CpuBackend final : public Backend {
       cpu::residual_forward(P<E>(out), P<E>(a), P<E>(b), n);
     });
   }
-  void classifier(Tensor logits, Tensor losses, Tensor targets, float dloss, int N, int V,
-                  int Vp) override {
+  void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss, int N,
+                  int V, int Vp) override {
+    const Tensor d = dlogits ? dlogits : logits;
+    const size_t ld = d.numel / size_t(N);
+    auto refuse = [&] {
+      throw Error(strf("cpu backend: classifier: no %s gradient of %s logits in rows of %zu",
+                       dtype_name(d.dtype), dtype_name(logits.dtype), ld));
+    };
+    if (ld < size_t(Vp)) refuse();
     dispatch_wide("classifier", logits.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
-      cpu::classifier(P<E>(logits), P<E>(losses), P<int32_t>(targets), dloss, N, V, Vp);
+      dispatch("classifier gradient", d.dtype, [&](auto* gtag) {
+        using G = TG_ELEM(gtag);
+        if constexpr (std::is_same_v<G, E> || (std::is_same_v<E, float> && sizeof(G) == 2))
+          cpu::classifier(P<E>(logits), P<E>(losses), P<int32_t>(targets), P<G>(d), ld, dloss, N, V,
+                          Vp);
+        else
+          refuse();
+      });
     });
   }
   double sum_squares(Tensor t) override {

@@ -8,6 +8,9 @@
 // The _bf16 twins take bf16 operands straight from their storage into gemm_bf16 (the
 // hardware path of cpu.narrow_gemm), with fp32 outputs and an optional factor on the
 // products (the FP8 tensor scales, applied after the GEMM as a GPU applies them).
+// matmul_backward_narrow_dout is the exact path's lm_head backward from 16-bit dlogits in
+// the fp32 logits' rows (rows 2 Vp apart), widened a block at a time.
+#include <algorithm>
 #include <vector>
 
 #include "gemm.h"
@@ -62,6 +65,42 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
+// Blocks of dout's rows (kRows x OC, for dinp) and columns (N x kCols, for dW) widened per part:
+// at GPT-2's Vp = 50304 and 8192 rows, 3.2 and 2.1 MB, where a whole fp32 copy of the
+// logits' gradient would be 1.6 GB. The sums are matmul_backward<float>'s (the loop nest's
+// k order does not depend on how the rows are blocked).
+template <typename G>
+void matmul_backward_narrow_dout(float* dinp, float* dw, const G* dout, size_t ldo,
+                                 const float* inp, const float* w, int N, int C, int OC) {
+  constexpr int kRows = 16, kCols = 64;
+  for_each_part([&](int id, int nt) {
+    std::vector<float> buf;
+    int r0, r1;
+    thread_rows(N, id, nt, &r0, &r1);
+    for (int b0 = r0; dinp && b0 < r1; b0 += kRows) {
+      const int nb = std::min(kRows, r1 - b0);
+      buf.resize(size_t(nb) * OC);
+      for (int r = 0; r < nb; r++)
+        for (int j = 0; j < OC; j++) buf[size_t(r) * OC + j] = ld(dout[size_t(b0 + r) * ldo + j]);
+      gemm(CblasNoTrans, CblasNoTrans, nb, C, OC, buf.data(), OC, w, C, 0.0f, dinp + size_t(b0) * C,
+           C);
+    }
+    thread_rows(OC, id, nt, &r0, &r1);
+    for (int c0 = r0; c0 < r1; c0 += kCols) {
+      const int nc = std::min(kCols, r1 - c0);
+      buf.resize(size_t(N) * nc);
+      for (int n = 0; n < N; n++)
+        for (int j = 0; j < nc; j++) buf[size_t(n) * nc + j] = ld(dout[size_t(n) * ldo + c0 + j]);
+      gemm(CblasTrans, CblasNoTrans, nc, C, N, buf.data(), nc, inp, C, 1.0f, dw + size_t(c0) * C,
+           C);
+    }
+  });
+}
+template void matmul_backward_narrow_dout<bf16>(float*, float*, const bf16*, size_t, const float*,
+                                                const float*, int, int, int);
+template void matmul_backward_narrow_dout<f16>(float*, float*, const f16*, size_t, const float*,
+                                               const float*, int, int, int);
+
 namespace {
 // dbias (A) += column sums of dout (any storage type D, widened exactly to A).
 template <typename A, typename D>
@@ -107,13 +146,14 @@ void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float
 }
 
 void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
-                          int N, int C, int OC, float dinp_scale, float dw_scale) {
+                          int N, int C, int OC, float dinp_scale, float dw_scale, size_t ld_dout) {
+  const int ldo = int(ld_dout ? ld_dout : size_t(OC));
   for_each_part([&](int id, int nt) {
     int r0, r1;
     thread_rows(N, id, nt, &r0, &r1);
     if (dinp && r1 > r0) {
-      gemm_bf16(false, false, r1 - r0, C, OC, codes(dout) + size_t(r0) * OC, OC, codes(w), C, 0.0f,
-                dinp + size_t(r0) * C, C);
+      gemm_bf16(false, false, r1 - r0, C, OC, codes(dout) + size_t(r0) * ldo, ldo, codes(w), C,
+                0.0f, dinp + size_t(r0) * C, C);
       if (dinp_scale != 1.0f)
         for (size_t i = size_t(r0) * C; i < size_t(r1) * C; i++) dinp[i] *= dinp_scale;
     }
@@ -121,12 +161,12 @@ void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* 
     if (r1 <= r0) return;
     float* dwr = dw + size_t(r0) * C;
     if (dw_scale == 1.0f) {
-      gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, OC, codes(inp), C, 1.0f, dwr, C);
+      gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, ldo, codes(inp), C, 1.0f, dwr, C);
       return;
     }
     // dW += scale x (the product): the product first, as the exact path's scaled GEMMs.
     std::vector<float> prod(size_t(r1 - r0) * C);
-    gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, OC, codes(inp), C, 0.0f, prod.data(),
+    gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, ldo, codes(inp), C, 0.0f, prod.data(),
               C);
     for (size_t i = 0; i < prod.size(); i++) dwr[i] += prod[i] * dw_scale;
   });

@@ -37,6 +37,13 @@ template <typename T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int C, int OC);
 
+// matmul_backward<float> (dbias none) from a 16-bit dout (bf16 / f16 codes) whose rows lie ld
+// apart: the lm_head's backward from the classifier's dlogits on the exact path. dout is
+// widened (exactly) a block of rows or columns at a time, never as a whole fp32 copy.
+template <typename G>
+void matmul_backward_narrow_dout(float* dinp, float* dw, const G* dout, size_t ld, const float* inp,
+                                 const float* w, int N, int C, int OC);
+
 // dbias += column sums of dout(N, OC), in a fixed order
 template <typename T>
 void bias_backward(T* dbias, const T* dout, int N, int OC);
@@ -44,11 +51,13 @@ void bias_backward(float* dbias, const bf16* dout, int N, int OC);
 
 // The hardware path of cpu.narrow_gemm (gemm_bf16.h; only while narrow_gemm_hardware()):
 // bf16 operands, fp32 results. Forward: out = scale (inp W^T) + bias. Backward: dinp =
-// dinp_scale (dout W) (overwrites; skipped when null), dW += dw_scale (dout^T inp).
+// dinp_scale (dout W) (overwrites; skipped when null), dW += dw_scale (dout^T inp); dout's rows
+// lie ld_dout apart (0: OC, contiguous).
 void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
                          int N, int C, int OC);
 void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
-                          int N, int C, int OC, float dinp_scale = 1.0f, float dw_scale = 1.0f);
+                          int N, int C, int OC, float dinp_scale = 1.0f, float dw_scale = 1.0f,
+                          size_t ld_dout = 0);
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
@@ -96,9 +105,12 @@ void gelu_backward_reference(T* dinp, const T* inp, const T* dout, size_t n);
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n);
 
-// float and double only: logits and losses are never stored narrower than fp32.
-template <typename T>
-void classifier(T* logits, T* losses, const int32_t* targets, float dloss, int N, int V, int Vp);
+// Logits and losses T: float or double, never narrower than fp32. The gradient (when dloss != 0)
+// goes to dlogits, row n at dlogits + n * ld, in G: T itself (in place when dlogits is the
+// logits), or bf16 / f16 for float logits (Backend::classifier, dlogits_view).
+template <typename T, typename G>
+void classifier(const T* logits, T* losses, const int32_t* targets, G* dlogits, size_t ld,
+                float dloss, int N, int V, int Vp);
 
 template <typename T>
 double sum_squares(const T* x, size_t n);

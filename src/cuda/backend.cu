@@ -9,9 +9,12 @@
 // is none).
 //
 // Type rules are the CPU backend's: each op's tensors share an element type (fp32, bf16 or
-// fp16; fp64 exists only on the CPU), statistics, logits and losses are fp32. Matmuls whose
-// operands mix types (the lm_head's fp32 logits against 16-bit weights) widen every operand
-// to fp32, multiply in fp32 and round each output once, exactly as the CPU backend does.
+// fp16; fp64 exists only on the CPU), statistics, logits and losses are fp32. The lm_head's
+// forward writes fp32 logits straight from its 16-bit operands; its backward takes the
+// classifier's 16-bit dlogits where they lie in the logits' rows (lm_head_backward), so every
+// backward GEMM runs in the compute type. A forward whose operands mix types otherwise widens
+// them to fp32 (the kScratchWide* slots), multiplies in fp32 and rounds each output once, as
+// the CPU backend does; a backward refuses mixed types rather than run fp32 GEMMs unseen.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -194,29 +197,16 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
-    bool same = true;
-    for (const Tensor& x : {dinp, dw, dbias, inp, w})
-      if (x && x.dtype != dout.dtype) same = false;
-    if (same) {
-      const DType t = dout.dtype;
-      if (dinp)
-        gpu::gemm(ctx_, false, false, N, C, OC, t, dout.data, OC, w.data, C, t, dinp.data, C, 0.f,
-                  nullptr);
-      gpu::gemm(ctx_, true, false, OC, C, N, t, dout.data, OC, inp.data, C, t, dw.data, C, 1.f,
-                nullptr);
-      if (dbias) gpu::bias_backward(ctx_, t, dbias.data, dout.data, N, OC);
-      return;
-    }
-    float* di = wide(dinp, gpu::kScratchWideOut, false);
-    float* dwf = wide(dw, gpu::kScratchWideDw, true);
-    float* dbf = wide(dbias, gpu::kScratchWideDb, true);
-    const float* g = wide(dout, gpu::kScratchWideC, true);
-    const float* a = wide(inp, gpu::kScratchWideA, true);
-    const float* b = wide(w, gpu::kScratchWideB, true);
-    wide_backward(di, dwf, dbf, g, a, b, N, C, OC);
-    narrow_back(dinp, di);
-    narrow_back(dw, dwf);
-    narrow_back(dbias, dbf);
+    need_same("matmul_backward", {dinp, dw, dbias, dout, inp, w});
+    backward_gemms(dinp, dw, dout, OC, inp, w, N, C, OC);
+    if (dbias) gpu::bias_backward(ctx_, dout.dtype, dbias.data, dout.data, N, OC);
+  }
+  // The dlogits rows lie dlogits.numel / N apart: 2 Vp for the 16-bit gradient in the fp32
+  // logits' rows (dlogits_view), Vp in fp32 models.
+  void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N, int C,
+                        int Vp) override {
+    need_same("lm_head_backward", {dinp, dw, dlogits, inp, w});
+    backward_gemms(dinp, dw, dlogits, dlogits.numel / size_t(N), inp, w, N, C, Vp);
   }
 
   // ---- FP8 block linears (src/cuda/matmul_fp8.cu, call order as in kernels/README.md) ----
@@ -387,12 +377,16 @@ class CudaBackend final : public Backend {
     need_same("residual_forward", {out, a, b});
     gpu::residual_forward(ctx_, out.dtype, out.data, a.data, b.data, n);
   }
-  void classifier(Tensor logits, Tensor losses, Tensor targets, float dloss, int N, int V,
-                  int Vp) override {
+  void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss, int N,
+                  int V, int Vp) override {
     need_f32("classifier", logits);
     need_f32("classifier", losses);
-    gpu::classifier(ctx_, logits.as<float>(), losses.as<float>(), targets.as<int32_t>(), dloss, N,
-                    V, Vp);
+    const Tensor d = dlogits ? dlogits : logits;
+    const size_t ld = d.numel / size_t(N);
+    if (ld < size_t(Vp))
+      throw Error(strf("cuda backend: classifier: dlogits rows of %zu for Vp = %d", ld, Vp));
+    gpu::classifier(ctx_, logits.as<float>(), losses.as<float>(), targets.as<int32_t>(), d.dtype,
+                    d.data, ld, dloss, N, V, Vp);
   }
   double sum_squares(Tensor t) override {
     float r[2];
@@ -514,14 +508,16 @@ class CudaBackend final : public Backend {
     if (t && t.dtype != DType::F32)
       gpu::convert(ctx_, t.dtype, t.data, DType::F32, f, t.numel, Rounding{});
   }
-  void wide_backward(float* di, float* dwf, float* dbf, const float* g, const float* a,
-                     const float* b, int N, int C, int OC) {
-    if (di)
-      gpu::gemm(ctx_, false, false, N, C, OC, DType::F32, g, OC, b, C, DType::F32, di, C, 0.f,
-                nullptr);
-    gpu::gemm(ctx_, true, false, OC, C, N, DType::F32, g, OC, a, C, DType::F32, dwf, C, 1.f,
+  // dinp = dout W (skipped when empty), dW += dout^T inp: one type throughout, fp32
+  // accumulation; dout's rows lie ldo apart.
+  void backward_gemms(Tensor dinp, Tensor dw, Tensor dout, size_t ldo, Tensor inp, Tensor w, int N,
+                      int C, int OC) {
+    const DType t = dout.dtype;
+    if (dinp)
+      gpu::gemm(ctx_, false, false, N, C, OC, t, dout.data, int(ldo), w.data, C, t, dinp.data, C,
+                0.f, nullptr);
+    gpu::gemm(ctx_, true, false, OC, C, N, t, dout.data, int(ldo), inp.data, C, t, dw.data, C, 1.f,
               nullptr);
-    if (dbf) gpu::bias_backward(ctx_, DType::F32, dbf, g, N, OC);
   }
   // Sum of (x * inv_scale)^2 and the non-finite count, waited for.
   void norm(Tensor t, float inv_scale, float out[2]) {

@@ -68,12 +68,10 @@ enum ScratchSlot {
   kScratchDQ,
   kScratchDK,
   kScratchDV,
-  kScratchWideA,  // matmul: fp32 copies of mixed-type operands
+  kScratchWideA,  // matmul_forward: fp32 copies of mixed-type operands (none in training)
   kScratchWideB,
   kScratchWideC,
   kScratchWideOut,
-  kScratchWideDw,
-  kScratchWideDb,
   kScratchAcc,      // matmul fallback: fp32 products
   kScratchBuckets,  // encoder backward: token buckets
   kScratchQStageA,  // block-scaled linears (scaled.h): fp32 operands, transposed as needed
@@ -163,8 +161,10 @@ void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n
 // Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,
 // non-finite count}.
 void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out);
-void classifier(Ctx& c, float* logits, float* losses, const int32_t* targets, float dloss, int N,
-                int V, int Vp);
+// With dloss != 0 the gradient goes to dlogits in type g, row n at element n * ld: the logits
+// themselves (fp32), or bf16 / fp16 over the first half of each fp32 row (dlogits_view).
+void classifier(Ctx& c, const float* logits, float* losses, const int32_t* targets, DType g,
+                void* dlogits, size_t ld, float dloss, int N, int V, int Vp);
 
 // ---- layernorm.cu ----
 void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,

@@ -65,9 +65,10 @@ template <typename E>
 void norm(const E* x, size_t n, float inv_scale, float* out) {
   gpu::norm(emu_ctx(), dtype_of<E>(), x, n, inv_scale, out);
 }
-void classifier(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
-                int Vp) {
-  gpu::classifier(emu_ctx(), logits, losses, targets, dloss, N, V, Vp);
+template <typename G>
+void classifier(const float* logits, float* losses, const int32_t* targets, G* dlogits, size_t ld,
+                float dloss, int N, int V, int Vp) {
+  gpu::classifier(emu_ctx(), logits, losses, targets, dtype_of<G>(), dlogits, ld, dloss, N, V, Vp);
 }
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* w, const E* b,
@@ -627,9 +628,52 @@ TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
   }
 }
 
-TEST_CASE("classifier: losses and in-place gradient vs the CPU, padding zeroed") {
+// The gradient in E over the logits' own rows (backend.h's dlogits_view): fp32 in place, or
+// 16-bit values in the first half of each fp32 row, rows 2 Vp apart. Vp > 512 (the block size)
+// takes the kernel's barrier per chunk: without it, the emulation's schedule (each thread up to
+// its next barrier) lets a thread's second chunk overwrite logits another has yet to read.
+template <typename E>
+void classifier_case(std::mt19937& rng, int N, int V, int Vp, float dloss) {
+  CAPTURE(tname<E>());
+  const size_t ld = sizeof(E) == 4 ? size_t(Vp) : 2 * size_t(Vp);
+  Buf<float> z(size_t(N) * Vp), rz(size_t(N) * Vp), orig(size_t(N) * Vp), loss(N + 1), rloss(N);
+  fill(z.p, z.n, rng, 3.f);
+  copy(rz.p, z.p, z.n);
+  copy(orig.p, z.p, z.n);
+  std::vector<int32_t> tg(N);
+  std::uniform_int_distribution<int> d(0, V - 1);
+  for (auto& t : tg) t = d(rng);
+  tg[0] = V - 1;
+  E* g = reinterpret_cast<E*>(z.p);
+  classifier(z.p, loss.p, tg.data(), g, ld, dloss, N, V, Vp);
+  cpu::classifier(rz.p, rloss.p, tg.data(), C(reinterpret_cast<E*>(rz.p)), ld, dloss, N, V, Vp);
+  CHECK(rel_err(loss.p, rloss.p, N) <= 1e-5);
+  CHECK(all_poison(loss.p + N, 1));
+  check_emu();
+  if (dloss == 0.f) {
+    CHECK(bit_diffs(z.p, orig.p, z.n) == 0);  // the logits stay as they were
+    return;
+  }
+  // The rows' gradients side by side, and the CPU's.
+  std::vector<E> out(size_t(N) * Vp), ref(size_t(N) * Vp);
+  const E* rg = reinterpret_cast<const E*>(rz.p);
+  for (int n = 0; n < N; n++) {
+    copy(out.data() + size_t(n) * Vp, g + size_t(n) * ld, size_t(Vp));
+    copy(ref.data() + size_t(n) * Vp, rg + size_t(n) * ld, size_t(Vp));
+  }
+  // fp32: the sums of exponentials differ in order (1e-5); 16-bit: those fp32 values rounded
+  // once, so an entry differs only where the two straddle a rounding boundary (a chance of
+  // about 1e-5 / 2^-8 each), then by one ulp (at most 2^-7 of it in bf16).
+  CHECK(rel_err(out.data(), ref.data(), out.size()) <= (sizeof(E) == 4 ? 1e-5 : 1e-3));
+  size_t pad = 0;
+  for (int n = 0; n < N; n++)
+    for (int i = V; i < Vp; i++) pad += bits(out[size_t(n) * Vp + i]) != 0;
+  CHECK(pad == 0);
+}
+
+TEST_CASE("classifier: losses and the gradient (fp32 in place, 16-bit over the rows) vs the CPU") {
   std::mt19937 rng(9);
-  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64}, {2, 777, 777}};  // N, V, Vp
+  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64}, {2, 777, 777}, {2, 1500, 1536}};
   for (const auto& sh : shapes) {
     const int N = sh[0], V = sh[1], Vp = sh[2];
     CAPTURE(N);
@@ -637,25 +681,7 @@ TEST_CASE("classifier: losses and in-place gradient vs the CPU, padding zeroed")
     CAPTURE(Vp);
     for (float dloss : {0.f, 0.37f}) {
       CAPTURE(dloss);
-      Buf<float> z(size_t(N) * Vp), rz(size_t(N) * Vp), loss(N + 1), rloss(N);
-      fill(z.p, z.n, rng, 3.f);
-      copy(rz.p, z.p, z.n);
-      std::vector<int32_t> tg(N);
-      std::uniform_int_distribution<int> d(0, V - 1);
-      for (auto& t : tg) t = d(rng);
-      tg[0] = V - 1;
-      classifier(z.p, loss.p, tg.data(), dloss, N, V, Vp);
-      cpu::classifier(rz.p, rloss.p, tg.data(), dloss, N, V, Vp);
-      CHECK(rel_err(loss.p, rloss.p, N) <= 1e-5);
-      CHECK(rel_err(z.p, rz.p, z.n) <= 1e-5);
-      if (dloss != 0.f) {
-        size_t pad = 0;
-        for (int n = 0; n < N; n++)
-          for (int i = V; i < Vp; i++) pad += bits(z[size_t(n) * Vp + i]) != 0;
-        CHECK(pad == 0);
-      }
-      CHECK(all_poison(loss.p + N, 1));
-      check_emu();
+      FOR_TYPES(classifier_case<E>(rng, N, V, Vp, dloss);)
     }
   }
 }
