@@ -177,7 +177,8 @@ EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasi
 EMU_CU      := $(filter-out src/cuda/library.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)) \
                $(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu))
 EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp \
-               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp
+               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp \
+               tests/cuda/stream_emulation.cpp
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
 KERNELS_EMU_OBJ := $(OBJ) $(BUILD)/tests/test_util.o
 $(EMU_DIR)/%.o: %.cu | deps

@@ -109,11 +109,9 @@ void smooth_operands(Ctx& c, float* a, float* b, int N, int C, int OC,
     throw Error(strf("cuda backend: smoothing: %zu factors for a GEMM with %d input channels",
                      s.size(), C));
   // A slot of its own, grown once to the widest linear's C: no allocation per call. The
-  // factors are pageable host memory, so the copy is staged before cudaMemcpyAsync returns
-  // and the recipe may change afterwards.
+  // factors go through pinned staging, so the recipe may change once upload returns.
   float* f = scratch_f32(c, kScratchQSmooth, size_t(C));
-  TG_CUDA_CHECK(
-      cudaMemcpyAsync(f, s.data(), size_t(C) * sizeof(float), cudaMemcpyHostToDevice, c.stream));
+  upload(c, f, s.data(), size_t(C) * sizeof(float));
   launch(quant::smooth_columns_kernel, c.grid(size_t(N) * C, kThreads), kThreads, 0, c.stream, a, N,
          C, static_cast<const float*>(f), true);
   TG_LAUNCH_CHECK();
@@ -132,7 +130,7 @@ const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
   float* xo = scratch_f32(c, kScratchQSplitA, size_t(N) * k);
   float* wo = scratch_f32(c, kScratchQSplitB, size_t(OC) * k + size_t(k));
   int* dch = reinterpret_cast<int*>(wo + size_t(OC) * k);
-  TG_CUDA_CHECK(cudaMemcpyAsync(dch, ch.data(), k * sizeof(int), cudaMemcpyHostToDevice, c.stream));
+  upload(c, dch, ch.data(), k * sizeof(int));
   launch(quant::take_columns_kernel, c.grid(size_t(N) * k, kThreads), kThreads, 0, c.stream, xo, a,
          N, C, static_cast<const int*>(dch), k);
   TG_LAUNCH_CHECK();

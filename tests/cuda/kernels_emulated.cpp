@@ -31,6 +31,8 @@ using namespace emu_test;
 namespace {
 
 // ---- the real launchers, typed for the tests ----
+// Each waits for the emulated device after the launcher has queued its work (the tests read
+// the results at once).
 
 constexpr int kThreads = 256;  // the launchers' block size for element-wise kernels
 
@@ -39,55 +41,67 @@ gpu::Ctx make_ctx() { return emu_ctx(); }
 template <typename E>
 void encoder_backward(E* dwte, E* dwpe, const E* dout, const int32_t* tokens, int B, int T, int C) {
   gpu::encoder_backward(emu_ctx(), dtype_of<E>(), dwte, dwpe, dout, tokens, nullptr, B, T, C);
+  wait_device();
 }
 template <typename E>
 void residual_forward(const gpu::Ctx&, E* o, const E* a, const E* b, size_t n) {
   gpu::residual_forward(emu_ctx(), dtype_of<E>(), o, a, b, n);
+  wait_device();
 }
 template <typename E>
 void gelu_forward(const gpu::Ctx&, E* o, const E* x, size_t n) {
   gpu::gelu_forward(emu_ctx(), dtype_of<E>(), o, x, n);
+  wait_device();
 }
 template <typename E>
 void gelu_backward(const gpu::Ctx&, E* di, const E* x, const E* d, size_t n) {
   gpu::gelu_backward(emu_ctx(), dtype_of<E>(), di, x, d, n);
+  wait_device();
 }
 template <typename E>
 void adamw(const gpu::Ctx&, E* params, float* master, const E* grads, float* m, float* v, size_t n,
            const AdamWArgs& a) {
   gpu::adamw(emu_ctx(), dtype_of<E>(), params, master, grads, m, v, n, a);
+  wait_device();
 }
 template <typename D, typename S>
 void convert(const gpu::Ctx&, D* dst, const S* src, size_t n, const Rounding& r) {
   gpu::convert(emu_ctx(), dtype_of<D>(), dst, dtype_of<S>(), src, n, r);
+  wait_device();
 }
 template <typename E>
 void norm(const E* x, size_t n, float inv_scale, float* out) {
   gpu::norm(emu_ctx(), dtype_of<E>(), x, n, inv_scale, out);
+  wait_device();
 }
 void classifier(float* logits, float* losses, const int32_t* targets, float dloss, int N, int V,
                 int Vp) {
   gpu::classifier(emu_ctx(), logits, losses, targets, dloss, N, V, Vp);
+  wait_device();
 }
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* w, const E* b,
                        int N, int Cn) {
   gpu::layernorm_forward(emu_ctx(), dtype_of<E>(), out, mean, rstd, inp, w, b, N, Cn);
+  wait_device();
 }
 template <typename E>
 void residual_layernorm_forward(E* res, E* out, float* mean, float* rstd, const E* a, const E* bb,
                                 const E* w, const E* b, int N, int Cn) {
   gpu::residual_layernorm_forward(emu_ctx(), dtype_of<E>(), res, out, mean, rstd, a, bb, w, b, N,
                                   Cn);
+  wait_device();
 }
 template <typename E>
 void layernorm_backward(E* dinp, E* dw, E* db, const E* dout, const E* inp, const E* w,
                         const float* mean, const float* rstd, int N, int Cn) {
   gpu::layernorm_backward(emu_ctx(), dtype_of<E>(), dinp, dw, db, dout, inp, w, mean, rstd, N, Cn);
+  wait_device();
 }
 template <typename E>
 void bias_backward(E* dbias, const E* dout, int N, int OC) {
   gpu::bias_backward(emu_ctx(), dtype_of<E>(), dbias, dout, N, OC);
+  wait_device();
 }
 // The context with cuda.gemm = fallback (cuBLAS, then matmul.cu's epilogue kernel) or lt (the
 // cuBLASLt wrapper, emulated by tests/cuda/cublaslt_emulation.cpp).
@@ -102,17 +116,20 @@ void gemm(bool fallback, bool ta, bool tb, int M, int N, int K, const E* A, int 
           int ldb, E* D, float beta, const E* bias) {
   gpu::Ctx c = gemm_ctx(fallback);
   gpu::gemm(c, ta, tb, M, N, K, dtype_of<E>(), A, lda, B, ldb, dtype_of<E>(), D, N, beta, bias);
+  wait_device();
 }
 template <typename E>
 void attention_forward(bool fallback, E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
   gpu::Ctx c = gemm_ctx(fallback);
   gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
+  wait_device();
 }
 template <typename E>
 void attention_backward(bool fallback, E* dqkv, const E* dout, const E* qkv, const E* att, int B,
                         int T, int Cn, int NH) {
   gpu::Ctx c = gemm_ctx(fallback);
   gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
+  wait_device();
 }
 // attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
 template <typename E, int KJ>
@@ -120,6 +137,7 @@ void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn,
   gpu::Ctx c = emu_ctx();
   c.opt.attention = "fused";
   gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
+  wait_device();
 }
 
 }  // namespace
@@ -157,6 +175,7 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
     }
   };
   emu::launch(dim3(1), 32, &Bad::kernel, out.p);
+  wait_device();  // (a launch is queued: its errors exist once it has run)
   CHECK(!emu::errors().empty());
   // So is a __syncthreads after part of the block has returned.
   struct BadSync {
@@ -168,6 +187,7 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
   };
   Buf<float> many(64);
   emu::launch(dim3(1), 64, &BadSync::kernel, many.p);
+  wait_device();
   CHECK(!emu::errors().empty());
 }
 
@@ -217,6 +237,7 @@ TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp1
       fill(wpe.p, wpe.n, rng);
       fill(dout.p, nout, rng);
       gpu::encoder_forward(emu_ctx(), dtype_of<E>(), out.p, tokens.data(), wte.p, wpe.p, B, T, Cn);
+      wait_device();
       cpu::encoder_forward(C(ref.p), tokens.data(), C(wte.p), C(wpe.p), B, T, Cn);
       CHECK(bit_diffs(out.p, ref.p, nout) == 0);
       CHECK(all_poison(out.p + nout, 1));
@@ -435,6 +456,7 @@ TEST_CASE("GEMM + bias + GELU in cuBLASLt's epilogue vs the CPU matmul and gelu"
       c.opt.gelu_epilogue = true;  // cuda.gelu_epilogue
       const int lt_calls = emu_lt_matmul_calls();
       REQUIRE(gpu::gemm_bias_gelu(c, N, OC, Cn, dtype_of<E>(), inp.p, W.p, bias.p, pre.p, out.p));
+      wait_device();
       CHECK(emu_lt_matmul_calls() == lt_calls + 1);
       // reference: fp32 pre-activation, rounded once; gelu of the fp32 value, rounded once
       std::vector<float> wi(inp.n), ww(W.n), wb(OC), wp(size_t(N) * OC), wg(wp.size());
@@ -510,6 +532,7 @@ TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 row
     emu::launch(dim3(unsigned((OC + 255) / 256)), 256, &gpu::layernorm_backward_final_kernel<E>,
                 dw.p, db.p, static_cast<const float*>(pdw.p), static_cast<const float*>(pdb.p),
                 chunks, OC);
+    wait_device();
     for (int j = 0; j < OC; j++) {
       CHECK(std::fabs(f(dw[j]) - rw[j]) <= 1e-2 * std::max(1.0, std::fabs(rw[j])));
       CHECK(std::fabs(f(db[j]) - rb[j]) <= 1e-2 * std::max(1.0, std::fabs(rb[j])));
@@ -570,6 +593,7 @@ TEST_CASE("attention permutes: bit-exact round trips") {
     fill(qkv.p, qkv.n, rng);
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
                 v.p, static_cast<const E*>(qkv.p), B, T, NH, hs);
+    wait_device();
     size_t bad = 0;  // q[b,h,t,d] = qkv[b,t,0,h,d], likewise k, v
     for (int b = 0; b < B; b++)
       for (int h = 0; h < NH; h++)
@@ -584,11 +608,13 @@ TEST_CASE("attention permutes: bit-exact round trips") {
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_qkv_kernel<E>,
                 back.p, static_cast<const E*>(q.p), static_cast<const E*>(k.p),
                 static_cast<const E*>(v.p), B, T, NH, hs);
+    wait_device();
     CHECK(bit_diffs(back.p, qkv.p, 3 * btc) == 0);
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_one_kernel<E>, y.p,
                 static_cast<const E*>(qkv.p), B, T, NH, hs);  // first btc elements as (B,T,C)
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_kernel<E>, o.p,
                 static_cast<const E*>(y.p), B, T, NH, hs);
+    wait_device();
     CHECK(bit_diffs(o.p, qkv.p, btc) == 0);
     CHECK(all_poison(q.p + btc, 1));
     CHECK(all_poison(o.p + btc, 1));
