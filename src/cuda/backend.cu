@@ -88,6 +88,7 @@ class CudaBackend final : public Backend {
     fp8_path_ = device_fp8_path_;
   }
   int device_index() const override { return device_; }
+  cudaStream_t stream() const { return ctx_.stream; }
   ~CudaBackend() override {
     cudaStreamSynchronize(ctx_.stream);
     gpu::staging_release(staging_);
@@ -710,6 +711,14 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options) {
   return std::make_unique<CudaBackend>(device, options);
 }
+
+namespace gpu {
+cudaStream_t backend_stream(Backend& b) {
+  auto* c = dynamic_cast<CudaBackend*>(&b);
+  if (!c) throw Error(strf("NCCL needs the CUDA backend, not the %s one", b.name().c_str()));
+  return c->stream();
+}
+}  // namespace gpu
 
 size_t cuda_scratch_bytes(const Backend& b, int slot) {
   const auto* c = dynamic_cast<const CudaBackend*>(&b);

@@ -129,6 +129,9 @@ struct Ctx {
   }
 };
 
+// The stream of a CUDA backend (backend.cu): what a communicator orders its collectives with.
+cudaStream_t backend_stream(Backend& b);
+
 // dst (device) <- host, queued on c's stream through its pinned staging (staging.h): the host
 // buffer may be reused when this returns.
 inline void upload(Ctx& c, void* dst, const void* host, size_t bytes) {

@@ -162,6 +162,9 @@ void enqueue(cudaStream_t stream, std::string what, std::vector<Use> uses,
              std::function<void()> work);
 // Whether [p, p + bytes) lies in one allocation of cudaMallocHost / cudaHostAlloc.
 bool pinned_host(const void* p, size_t bytes);
+// Drops the work still queued on every stream (nothing waited for it) and says what it was:
+// the tests' listener calls it after each test case, whose buffers are gone by then.
+std::vector<std::string> drop_queued();
 // Before memory [p, p + bytes) is released (cudaFree, cudaFreeHost, a test's buffer): an error
 // when queued work still uses it, which then runs first (cudaFree synchronises the device).
 void before_free(const void* p, size_t bytes, const char* how);

@@ -13,7 +13,7 @@
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
 // conversions, AdamW's rounding of the compute copy, permutes).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN  // this file holds the binary's main
+#define DOCTEST_CONFIG_IMPLEMENT  // this file holds the binary's main
 #include "tests/cuda/emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstdlib>
@@ -29,6 +29,34 @@
 using namespace emu_test;
 
 namespace {
+
+// After each test case: what the emulation recorded that no check_emu() of the case reported
+// (a backend test that calls none, a rule broken in a destructor) and work the case queued but
+// never waited for (dropped: its buffers are gone). Each is printed with the case's name, and
+// the binary then fails.
+bool g_unreported = false;
+struct EmuErrorListener : doctest::IReporter {
+  explicit EmuErrorListener(const doctest::ContextOptions&) {}
+  std::string name;
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData& tc) override { name = tc.m_name; }
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {
+    std::vector<std::string> all = emu::errors();
+    for (const std::string& w : emu::drop_queued())
+      all.push_back(w + ": queued and never waited for");
+    for (const std::string& e : all) fprintf(stderr, "%s: emulation: %s\n", name.c_str(), e.c_str());
+    g_unreported |= !all.empty();
+  }
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
 
 // ---- the real launchers, typed for the tests ----
 // Each waits for the emulated device after the launcher has queued its work (the tests read
@@ -851,4 +879,14 @@ TEST_CASE("global norm: sum of squares vs the CPU, unscaled, non-finite count") 
       }
     })
   }
+}
+
+DOCTEST_REGISTER_LISTENER("emu_errors", 1, EmuErrorListener);
+
+int main(int argc, char** argv) {
+  doctest::Context ctx(argc, argv);
+  const int rc = ctx.run();
+  if (ctx.shouldExit()) return rc;
+  if (g_unreported) fprintf(stderr, "emulation errors outside the checks (above): failing\n");
+  return rc ? rc : g_unreported ? 1 : 0;
 }

@@ -223,6 +223,20 @@ bool pinned_host(const void* p, size_t bytes) {
   return pinned(p, bytes);
 }
 
+std::vector<std::string> drop_queued() {
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  std::vector<std::string> dropped;
+  auto drop = [&](const std::shared_ptr<Stream>& s) {
+    for (const Item& it : s->queue)
+      if (!it.wait_on) dropped.push_back(it.what);
+    s->queue.clear();
+    s->done = s->queued;
+  };
+  drop(g_legacy);
+  for (auto& [h, s] : g_streams) drop(s);
+  return dropped;
+}
+
 void before_free(const void* p, size_t bytes, const char* how) {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
   const char* lo = static_cast<const char*>(p);
