@@ -25,7 +25,8 @@ nvidia-smi -L || { echo "no GPU visible (nvidia-smi failed)"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
 nvcc --version | tail -2
 # NCCL (src/cuda/nccl_comm.cu): the toolkit's own, else the Python wheel nvidia-nccl-cu13,
-# linked through .deps/nccl (the wheel ships libnccl.so.2 only; -lnccl wants libnccl.so).
+# through .deps/nccl (its header to build; its lib folder, the CUDA library's rpath, where
+# nccl_comm.cu opens libnccl.so.2 at run time).
 NCCL_VARS=()
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   echo "NCCL: /usr/local/cuda"

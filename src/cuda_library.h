@@ -4,9 +4,10 @@
 // Built with nvcc, the CUDA backend (src/cuda/*.cu with cudart and cuBLAS(Lt); libnccl is
 // opened only for a multi-GPU job, src/cuda/nccl_comm.cu) goes into libtrain_gpt_cuda.so beside
 // the binary, and train_gpt itself links none of the CUDA libraries: a CPU run neither loads
-// nor pays for them (their pages were most of a CPU run's resident memory). The library finds the host code it uses (tensors, errors, formats) in
-// the executable, which exports its symbols (-rdynamic). A binary that links the CUDA
-// objects itself (the test binary) uses them directly and opens nothing.
+// nor pays for them (their pages were most of a CPU run's resident memory). The library finds
+// the host code it uses (tensors, errors, formats) in the executable, which exports its
+// symbols (-rdynamic). A binary that links the CUDA objects itself (the test binary) uses them
+// directly and opens nothing.
 #pragma once
 #include <memory>
 #include <string>

@@ -227,8 +227,7 @@ class NcclComm final : public Comm {
 
  private:
   void nccl_check(ncclResult_t r, const char* what) {
-    if (r != ncclSuccess)
-      throw Error(strf("NCCL %s failed: %s", what, nccl_.get_error_string(r)));
+    if (r != ncclSuccess) throw Error(strf("NCCL %s failed: %s", what, nccl_.get_error_string(r)));
   }
   void all_reduce(void* x, size_t n, size_t elem, ncclDataType_t t, ncclRedOp_t op) {
     if (is_device_pointer(x)) {

@@ -49,8 +49,7 @@ char* take(HostStaging& s, size_t n) {
 
 }  // namespace
 
-void stage_upload(HostStaging& s, cudaStream_t stream, void* dst, const void* host,
-                  size_t bytes) {
+void stage_upload(HostStaging& s, cudaStream_t stream, void* dst, const void* host, size_t bytes) {
   for (size_t off = 0; off < bytes;) {
     const size_t n = std::min(bytes - off, kStagingHalfMax);
     char* p = take(s, n);
@@ -78,8 +77,8 @@ void stage_download(HostStaging& s, cudaStream_t stream, void* host, const void*
   for (size_t off = 0; off < bytes;) {
     const size_t n = std::min(bytes - off, kStagingHalfMax);
     char* p = take(s, n);
-    TG_CUDA_CHECK(cudaMemcpyAsync(p, static_cast<const char*>(src) + off, n,
-                                  cudaMemcpyDeviceToHost, stream));
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(p, static_cast<const char*>(src) + off, n, cudaMemcpyDeviceToHost, stream));
     TG_CUDA_CHECK(cudaEventRecord(s.done[s.cur], stream));
     if (prev.p) finish(prev);
     prev = Piece{p, off, n, s.cur};

@@ -27,11 +27,9 @@ inline constexpr size_t kStagingHalfMax = size_t(8) << 20;
 
 // dst (device) <- host[0, bytes), queued on `stream` after its earlier work; the host buffer
 // may be reused as soon as this returns (the bytes are in pinned memory by then).
-void stage_upload(HostStaging& s, cudaStream_t stream, void* dst, const void* host,
-                  size_t bytes);
+void stage_upload(HostStaging& s, cudaStream_t stream, void* dst, const void* host, size_t bytes);
 // host[0, bytes) <- src (device) after the work queued on `stream`; returns once host holds it.
-void stage_download(HostStaging& s, cudaStream_t stream, void* host, const void* src,
-                    size_t bytes);
+void stage_download(HostStaging& s, cudaStream_t stream, void* host, const void* src, size_t bytes);
 // Waits for the staging's copies, then frees its memory and events (for destructors: errors
 // are ignored).
 void staging_release(HostStaging& s);

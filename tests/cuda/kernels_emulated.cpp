@@ -47,7 +47,8 @@ struct EmuErrorListener : doctest::IReporter {
     std::vector<std::string> all = emu::errors();
     for (const std::string& w : emu::drop_queued())
       all.push_back(w + ": queued and never waited for");
-    for (const std::string& e : all) fprintf(stderr, "%s: emulation: %s\n", name.c_str(), e.c_str());
+    for (const std::string& e : all)
+      fprintf(stderr, "%s: emulation: %s\n", name.c_str(), e.c_str());
     g_unreported |= !all.empty();
   }
   void test_case_exception(const doctest::TestCaseException&) override {}

@@ -92,7 +92,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   auto it = m.upper_bound(const_cast<void*>(p));
   const bool device = it != m.begin() && (--it, static_cast<const char*>(p) <
                                                     static_cast<char*>(it->first) + it->second);
-  a->type = device                 ? cudaMemoryTypeDevice
+  a->type = device                   ? cudaMemoryTypeDevice
             : emu::pinned_host(p, 1) ? cudaMemoryTypeHost
                                      : cudaMemoryTypeUnregistered;
   return cudaSuccess;

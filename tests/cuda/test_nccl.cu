@@ -36,12 +36,10 @@ TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers"
   CHECK(c->device_memory());
   const std::vector<float> x = tgc::randn(3000, 11);
   // Device memory, in place.
-  CHECK(on_device_roundtrip(*be, *c, x, [](tg::Comm& k, float* p, size_t n) {
-          k.all_reduce_sum(p, n);
-        }) == x);
-  CHECK(on_device_roundtrip(*be, *c, x, [](tg::Comm& k, float* p, size_t n) {
-          k.all_reduce_max(p, n);
-        }) == x);
+  CHECK(on_device_roundtrip(*be, *c, x,
+                            [](tg::Comm& k, float* p, size_t n) { k.all_reduce_sum(p, n); }) == x);
+  CHECK(on_device_roundtrip(*be, *c, x,
+                            [](tg::Comm& k, float* p, size_t n) { k.all_reduce_max(p, n); }) == x);
   CHECK(on_device_roundtrip(*be, *c, x, [](tg::Comm& k, float* p, size_t n) {
           k.all_gather_bytes(nullptr, p, n * sizeof(float));
         }) == x);
