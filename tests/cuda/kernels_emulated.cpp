@@ -220,6 +220,107 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
   CHECK(!emu::errors().empty());
 }
 
+namespace {
+struct StreamKernels {
+  static void set(float* p, float v) {
+    if (threadIdx.x == 0) *p = v;
+  }
+  static void copy(float* dst, const float* src) {
+    if (threadIdx.x == 0) *dst = *src;
+  }
+};
+void set_on(cudaStream_t s, float* p, float v) {
+  emu::launch(dim3(1), dim3(32), 0, s, &StreamKernels::set, p, v);
+}
+void copy_on(cudaStream_t s, float* dst, const float* src) {
+  emu::launch(dim3(1), dim3(32), 0, s, &StreamKernels::copy, dst, src);
+}
+bool has_error(const char* part) {
+  bool found = false;
+  for (const std::string& e : emu::errors()) found |= e.find(part) != std::string::npos;
+  return found;
+}
+}  // namespace
+
+TEST_CASE("emulation: streams run queued work only when waited for, in CUDA's order") {
+  Buf<float> x(4, 0);
+  cudaStream_t nb, bl;
+  REQUIRE(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&bl, cudaStreamDefault) == cudaSuccess);
+  // Queued, not run; a query runs it and answers "not ready" once.
+  set_on(nb, &x[0], 1.f);
+  CHECK(x[0] == 0.f);
+  CHECK(cudaStreamQuery(nb) == cudaErrorNotReady);
+  CHECK(x[0] == 1.f);
+  CHECK(cudaStreamQuery(nb) == cudaSuccess);
+  // A stream waiting on an event runs the other stream up to it, not beyond.
+  cudaEvent_t e;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  set_on(nb, &x[1], 2.f);
+  REQUIRE(cudaEventRecord(e, nb) == cudaSuccess);
+  set_on(nb, &x[2], 5.f);
+  REQUIRE(cudaStreamWaitEvent(bl, e, 0) == cudaSuccess);
+  copy_on(bl, &x[3], &x[1]);
+  REQUIRE(cudaStreamSynchronize(bl) == cudaSuccess);
+  CHECK(x[3] == 2.f);
+  CHECK(x[2] == 0.f);  // after the event: still queued
+  // Without the wait, the other stream's work has not run: a missing dependency shows.
+  set_on(nb, &x[1], 6.f);
+  copy_on(bl, &x[3], &x[1]);
+  REQUIRE(cudaStreamSynchronize(bl) == cudaSuccess);
+  CHECK(x[3] == 2.f);
+  REQUIRE(cudaStreamSynchronize(nb) == cudaSuccess);
+  CHECK(x[1] == 6.f);
+  // The legacy stream waits for a blocking stream's earlier work, not a non-blocking one's.
+  set_on(bl, &x[0], 7.f);
+  set_on(nb, &x[2], 9.f);
+  copy_on(nullptr, &x[3], &x[0]);
+  copy_on(nullptr, &x[1], &x[2]);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  CHECK(x[3] == 7.f);
+  CHECK(x[1] == 5.f);  // the value before nb's queued x[2] = 9
+  wait_device();
+  CHECK(x[2] == 9.f);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(nb);
+  cudaStreamDestroy(bl);
+  check_emu();
+}
+
+TEST_CASE("emulation: async copies use pinned memory when they run; frees wait for the work") {
+  float* d = nullptr;
+  REQUIRE(cudaMalloc(&d, 4 * sizeof(float)) == cudaSuccess);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  // Pinned memory is read and written when the copy runs, not when it is queued.
+  float* pin = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pin), 2 * sizeof(float)) == cudaSuccess);
+  pin[0] = 3.f;
+  REQUIRE(cudaMemcpyAsync(d, pin, sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess);
+  pin[0] = 4.f;  // before the copy runs: the device gets 4
+  pin[1] = -1.f;
+  REQUIRE(cudaMemcpyAsync(pin + 1, d, sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  CHECK(pin[1] == -1.f);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(pin[1] == 4.f);
+  CHECK(emu::errors().empty());
+  // Pageable memory in an async copy breaks the project's rule (the copy still happens).
+  float v = 8.f;
+  REQUIRE(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  CHECK(has_error("pageable"));
+  REQUIRE(cudaMemcpyAsync(&v, d + 1, sizeof v, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  CHECK(has_error("pageable"));
+  // A free of memory that queued work still uses is reported; the work runs first.
+  set_on(s, d + 2, 1.f);
+  REQUIRE(cudaFreeHost(pin) == cudaSuccess);  // no queued work uses it: fine
+  CHECK(emu::errors().empty());
+  REQUIRE(cudaFree(d) == cudaSuccess);
+  CHECK(has_error("still uses it"));
+  CHECK(cudaStreamQuery(s) == cudaSuccess);
+  cudaStreamDestroy(s);
+  check_emu();
+}
+
 TEST_CASE("the kernels' ld/st: bit-exact with src/formats.h and the CPU's storage.h") {
   // Every 16-bit code widened; fp32 values narrowed on a stride through all bit patterns.
   // (On the host, cuda_fp16.h's __half2float/__float2half_rn; the device's _rn conversions
