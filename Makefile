@@ -88,12 +88,14 @@ CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOM
 
 # NCCL (src/cuda/nccl_comm.cu) when its header is found in NCCL_HOME (default: the CUDA
 # toolkit); NO_NCCL=1 leaves it out, and multi-GPU runs then say the binary lacks NCCL.
+# libnccl itself is not linked: nccl_comm.cu opens libnccl.so.2 when a multi-GPU job makes
+# its communicator (one GPU needs none), searching NCCL_HOME's lib folders (the rpath) first.
 NCCL_HOME  ?= $(CUDA_HOME)
 HAVE_NCCL  := $(if $(filter 1,$(NO_NCCL)),,$(if $(USE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
 ifneq ($(HAVE_NCCL),)
   CXXFLAGS   += -DTG_NCCL
   NVCCFLAGS  += -DTG_NCCL -I$(NCCL_HOME)/include
-  CUDA_LIBS  += -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath,$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64 -lnccl
+  CUDA_LIBS  += -Xlinker -rpath,$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64
 endif
 
 SRC      := $(wildcard src/*.cpp src/cpu/*.cpp)
@@ -157,11 +159,13 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 endif
 
-# The CUDA backend (src/cuda/*.cu but the library entry and NCCL) and its kernels run on the
-# CPU with CUDA threads emulated as fibers (tests/cuda/cuda_emulation.h, passed with
-# -include; the runtime, cuBLAS and cuBLASLt as host stand-ins, tests/cuda/*_emulation.cpp;
-# needs the CUDA headers; C++20), compared with the CPU backend (linked from its objects):
-# one binary of tests/cuda/*_emulated.cpp and the GPU tests tests/cuda/test_*.cu but NCCL's.
+# The CUDA backend (src/cuda/*.cu but the library entry; NCCL's communicator when its header
+# is found) and its kernels run on the CPU with CUDA threads emulated as fibers
+# (tests/cuda/cuda_emulation.h, passed with -include; the runtime, cuBLAS, cuBLASLt and NCCL as
+# host stand-ins, tests/cuda/*_emulation.cpp; needs the CUDA headers; C++20), compared with the
+# CPU backend (linked from its objects): one binary of tests/cuda/*_emulated.cpp and the GPU
+# tests tests/cuda/test_*.cu. The NCCL stand-ins are exported (--export-dynamic-symbol), so that
+# nccl_comm.cu's loader finds them as it would find a loaded libnccl.
 # -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
 # kernels' 16-byte packs are type-punned through int4, as nvcc allows; -march=native as the
 # CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there).
@@ -173,11 +177,13 @@ KERNELS_EMU := $(BUILD)/kernels_emulated
 EMU_DIR     := $(BUILD)/emu
 EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
                -Wall -Wextra $(WERR) -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
-               $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h
-EMU_CU      := $(filter-out src/cuda/library.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)) \
-               $(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu))
+               $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h \
+               $(if $(HAVE_NCCL),-DTG_NCCL -I$(NCCL_HOME)/include)
+EMU_CU      := $(filter-out src/cuda/library.cu $(if $(HAVE_NCCL),,src/cuda/nccl_comm.cu),$(wildcard src/cuda/*.cu)) \
+               $(wildcard tests/cuda/test_*.cu)
 EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp \
-               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp
+               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp \
+               tests/cuda/stream_emulation.cpp $(if $(HAVE_NCCL),tests/cuda/nccl_emulation.cpp)
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
 KERNELS_EMU_OBJ := $(OBJ) $(BUILD)/tests/test_util.o
 $(EMU_DIR)/%.o: %.cu | deps
@@ -187,7 +193,7 @@ $(EMU_DIR)/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
 $(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
-	$(CXX) -pthread -o $@ $^ -fopenmp $(LDLIBS)
+	$(CXX) -pthread -o $@ $^ -fopenmp '-Wl,--export-dynamic-symbol=nccl*' $(LDLIBS)
 endif
 
 # The test binary prints its own closing line "N passed, N failed" (last).

@@ -13,6 +13,8 @@
 
 namespace tg {
 
+class Backend;
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -62,10 +64,12 @@ Comm& comm();
 std::unique_ptr<Comm> make_single_comm();
 std::unique_ptr<Comm> make_tcp_comm(int rank, int world, const std::string& rendezvous,
                                     int timeout_s);
-// GPUs: NCCL on `device`, its ncclUniqueId broadcast over `bootstrap` (MPI or TCP), which
-// must outlive it. Defined in the CUDA library (src/cuda/nccl_comm.cu) when NCCL was found;
-// host code reaches it through make_gpu_comm (src/cuda_library.h).
-std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, int device);
+// GPUs: NCCL on the device of `backend` (a CUDA backend, whose stream its collectives on
+// device memory are ordered with), its ncclUniqueId broadcast over `bootstrap` (MPI or TCP);
+// both must outlive it. Defined in the CUDA library (src/cuda/nccl_comm.cu) when NCCL's header
+// was found at build time (the library itself is loaded then); host code reaches it through
+// make_gpu_comm (src/cuda_library.h).
+std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, Backend& backend);
 // True once comm() has been set up with more than one process.
 bool comm_is_distributed();
 // This process's index among the processes on its machine (from the launcher: OpenMPI,

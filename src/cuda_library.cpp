@@ -40,8 +40,8 @@ bool dir_has_entries(const char* path) {
 const CudaLibrary* open_library() {
   if (tg_cuda_library) return tg_cuda_library();  // linked in
   const std::string path = cuda_library_path();
-  // RTLD_NOW: a missing CUDA library (libcudart, libcublasLt, libnccl) is reported here, by
-  // name, rather than at the first call into the backend.
+  // RTLD_NOW: a missing CUDA library (libcudart, libcublasLt) is reported here, by name,
+  // rather than at the first call into the backend. (libnccl is opened only for several GPUs.)
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h)
     throw Error(
@@ -86,13 +86,13 @@ const CudaLibrary& cuda_library() {
 
 bool cuda_library_loaded() { return g_library != nullptr; }
 
-std::unique_ptr<Comm> make_gpu_comm(Comm& bootstrap, int device) {
+std::unique_ptr<Comm> make_gpu_comm(Comm& bootstrap, Backend& backend) {
   const CudaLibrary& lib = cuda_library();
   if (!lib.make_nccl_comm)
     throw Error(
         "this binary was built without NCCL, so several GPUs cannot train together (rebuild "
         "with nvcc and NCCL's headers in NCCL_HOME, or use one GPU per job)");
-  return lib.make_nccl_comm(bootstrap, device);
+  return lib.make_nccl_comm(bootstrap, backend);
 }
 
 }  // namespace tg

@@ -1,12 +1,13 @@
 // cuda_library.h: the CUDA backend as a library that train_gpt opens only when a run asks
 // for a GPU.
 //
-// Built with nvcc, the CUDA backend (src/cuda/*.cu with cudart, cuBLAS(Lt) and NCCL) goes
-// into libtrain_gpt_cuda.so beside the binary, and train_gpt itself links none of the CUDA
-// libraries: a CPU run neither loads nor pays for them (their pages were most of a CPU run's
-// resident memory). The library finds the host code it uses (tensors, errors, formats) in
-// the executable, which exports its symbols (-rdynamic). A binary that links the CUDA
-// objects itself (the test binary) uses them directly and opens nothing.
+// Built with nvcc, the CUDA backend (src/cuda/*.cu with cudart and cuBLAS(Lt); libnccl is
+// opened only for a multi-GPU job, src/cuda/nccl_comm.cu) goes into libtrain_gpt_cuda.so beside
+// the binary, and train_gpt itself links none of the CUDA libraries: a CPU run neither loads
+// nor pays for them (their pages were most of a CPU run's resident memory). The library finds
+// the host code it uses (tensors, errors, formats) in the executable, which exports its
+// symbols (-rdynamic). A binary that links the CUDA objects itself (the test binary) uses them
+// directly and opens nothing.
 #pragma once
 #include <memory>
 #include <string>
@@ -22,9 +23,9 @@ struct CudaLibrary {
   int abi;
   int (*device_count)();
   std::unique_ptr<Backend> (*make_backend)(int device, const BackendOptions& options);
-  std::unique_ptr<Comm> (*make_nccl_comm)(Comm& bootstrap, int device);  // null without NCCL
+  std::unique_ptr<Comm> (*make_nccl_comm)(Comm& bootstrap, Backend& backend);  // null without NCCL
 };
-constexpr int kCudaLibraryAbi = 1;
+constexpr int kCudaLibraryAbi = 2;
 
 // Whether this binary was built with the CUDA backend (nvcc was found).
 bool cuda_built();
@@ -39,8 +40,9 @@ bool cuda_library_loaded();
 // Where train_gpt looks for the library: beside its own executable.
 std::string cuda_library_path();
 
-// Several GPUs' communicator over NCCL, from the library (an Error when built without it).
-std::unique_ptr<Comm> make_gpu_comm(Comm& bootstrap, int device);
+// Several GPUs' communicator over NCCL for the CUDA backend `backend`, from the library (an
+// Error when built without NCCL's header, or when libnccl cannot be loaded).
+std::unique_ptr<Comm> make_gpu_comm(Comm& bootstrap, Backend& backend);
 
 }  // namespace tg
 

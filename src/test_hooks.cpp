@@ -21,4 +21,9 @@ size_t reduce_chunk() {
   return e ? size_t(atol(e)) : 0;
 }
 
+bool nccl_missing() {
+  const char* e = getenv("TG_TEST_NO_NCCL");
+  return e && strcmp(e, "1") == 0;
+}
+
 }  // namespace tg::test_hooks

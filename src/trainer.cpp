@@ -116,7 +116,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   be_ = make_backend(cfg_, comm_local_rank());
   // GPUs reduce over NCCL, bootstrapped by the job's communicator; every collective of the
   // run then goes through it (host values are staged through the GPU).
-  if (job.world() > 1 && be_->name() == "cuda") nccl_ = make_gpu_comm(job, be_->device_index());
+  if (job.world() > 1 && be_->name() == "cuda") nccl_ = make_gpu_comm(job, *be_);
   cm_ = nccl_ ? nccl_.get() : &job;
 
   // Model shape; an llm.c file defines it, and the effective config records it.

@@ -2,9 +2,12 @@
 //
 // Memory is plain cudaMalloc (never managed memory), tracked per allocation for
 // bytes_in_use / peak_bytes (rounded to 64 bytes like the CPU backend; scratch buffers and
-// the cuBLASLt workspace count too). All work is queued on one stream; only the methods that
-// return values to the host (download, sum_squares, unscale_check_norm, stats, the FP8
-// reports unless deferred) wait for it. encoder_backward groups token positions on the host
+// the cuBLASLt workspace count too; the pinned host staging of copies, at most
+// 2 x kStagingHalfMax bytes, is host memory and does not). All work is queued on one
+// non-blocking stream; only the methods that return values to the host (download,
+// sum_squares, unscale_check_norm, stats, the FP8 reports unless deferred) and frees wait for
+// it. Host data goes to and from the device through pinned staging (staging.h): cudaMemcpyAsync
+// never sees pageable memory. encoder_backward groups token positions on the host
 // from the copy of the last token upload (reading the tokens back, with a wait, only if there
 // is none).
 //
@@ -81,14 +84,17 @@ class CudaBackend final : public Backend {
     ctx_.lt_workspace = raw_alloc(ctx_.lt_workspace_bytes);
     TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
     ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return scratch(s, bytes); };
+    ctx_.staging = &staging_;
     result_ = static_cast<float*>(raw_alloc(64));
     cpu_ = make_cpu_backend(o);
     device_fp8_path_ = gpu::fp8_path_for_device(device);
     fp8_path_ = device_fp8_path_;
   }
   int device_index() const override { return device_; }
+  cudaStream_t stream() const { return ctx_.stream; }
   ~CudaBackend() override {
     cudaStreamSynchronize(ctx_.stream);
+    gpu::staging_release(staging_);
     for (auto& kv : sizes_) cudaFree(kv.first);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     if (ctx_.lt) cublasLtDestroy(ctx_.lt);
@@ -104,22 +110,19 @@ class CudaBackend final : public Backend {
     token_shadow_.erase(t.data);
     raw_free(t.data);
   }
-  // From pageable host memory (all callers' buffers are): the copy is staged before the call
-  // returns, so the caller may reuse its buffer at once, and the host does not wait for the
-  // device. Token ids (I32) are also remembered on the host, so that encoder_backward can
-  // group positions by token without reading them back.
+  // Through pinned staging (callers' buffers are pageable): the caller may reuse its buffer
+  // at once, and the host does not wait for the device unless the staging is full. Token ids
+  // (I32) are also remembered on the host, so that encoder_backward can group positions by
+  // token without reading them back.
   void upload(Tensor dst, const void* host) override {
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, ctx_.stream));
+    gpu::upload(ctx_, dst.data, host, dst.bytes());
     if (dst.dtype == DType::I32) {
       const int32_t* h = static_cast<const int32_t*>(host);
       token_shadow_[dst.data].assign(h, h + dst.numel);
     }
   }
   void download(void* host, Tensor src) override {
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    gpu::download(ctx_, host, src.data, src.bytes());
   }
   void zero(Tensor t) override {
     TG_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), ctx_.stream));
@@ -411,9 +414,7 @@ class CudaBackend final : public Backend {
       TG_CUDA_CHECK(cudaMemsetAsync(ls_dev_, 0, sizeof(LossScaleDevice), ctx_.stream));
     }
     // The host's state is the device's after the last report (or a resumed one): set it.
-    ls_host_ = st;
-    TG_CUDA_CHECK(cudaMemcpyAsync(&ls_dev_->state, &ls_host_, sizeof(ls_host_),
-                                  cudaMemcpyHostToDevice, ctx_.stream));
+    gpu::upload(ctx_, &ls_dev_->state, &st, sizeof(st));
     // As unscale_check_norm: the squares of grads * float(1 / scale), then the decision.
     gpu::norm(ctx_, grads.dtype, grads.data, grads.numel, float(1.0 / st.scale), result_);
     gpu::loss_scale_decide(ctx_, ls_dev_, result_, p, clip);
@@ -429,8 +430,7 @@ class CudaBackend final : public Backend {
   DeviceStepReport device_step_report() override {
     if (!ls_dev_) throw Error("cuda backend: device_step_report before device_decide_step");
     LossScaleDevice d;
-    TG_CUDA_CHECK(cudaMemcpyAsync(&d, ls_dev_, sizeof(d), cudaMemcpyDeviceToHost, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    gpu::download(ctx_, &d, ls_dev_, sizeof(d));
     return {d.state, d.step};
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
@@ -480,7 +480,11 @@ class CudaBackend final : public Backend {
     for (Fp8Scratch& sc : fp8_scratch_)
       if (!sc.own && sc.ptr >= static_cast<char*>(p) && sc.ptr < static_cast<char*>(p) + it->second)
         sc = Fp8Scratch{};
-    // cudaFree waits for the device, so queued work that still reads p finishes first.
+    // Queued work may still use p: wait for it before the memory goes. cudaFree would wait
+    // for the whole device anyway, but only as the driver's habit, not a documented guarantee
+    // of this code's order (a stream-ordered or caching allocator would not); the wait costs
+    // nothing more, and the emulated runtime checks that frees come after the work is done.
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     TG_CUDA_CHECK(cudaFree(p));
     in_use_ -= it->second;
     sizes_.erase(it);
@@ -522,9 +526,7 @@ class CudaBackend final : public Backend {
   // Sum of (x * inv_scale)^2 and the non-finite count, waited for.
   void norm(Tensor t, float inv_scale, float out[2]) {
     gpu::norm(ctx_, t.dtype, t.data, t.numel, inv_scale, result_);
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(out, result_, 2 * sizeof(float), cudaMemcpyDeviceToHost, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    gpu::download(ctx_, out, result_, 2 * sizeof(float));
   }
   void need_bf16(const char* op, std::initializer_list<Tensor> ts) {
     for (const Tensor& x : ts)
@@ -596,8 +598,7 @@ class CudaBackend final : public Backend {
     const gpu::Fp8LinearDevice init = gpu::fp8_initial_state();
     // On this backend's stream (non-blocking: plain cudaMemcpy would not order with it).
     std::vector<gpu::Fp8LinearDevice> h(size_t(cap), init);
-    TG_CUDA_CHECK(cudaMemcpyAsync(fresh, h.data(), h.size() * sizeof(init), cudaMemcpyHostToDevice,
-                                  ctx_.stream));
+    gpu::upload(ctx_, fresh, h.data(), h.size() * sizeof(init));
     if (fp8_state_)
       TG_CUDA_CHECK(cudaMemcpyAsync(fresh, fp8_state_, size_t(fp8_state_cap_) * sizeof(init),
                                     cudaMemcpyDeviceToDevice, ctx_.stream));
@@ -657,9 +658,7 @@ class CudaBackend final : public Backend {
     }
     // Eager: one state, one wait (what gpu::fp8_forward_report / fp8_backward_report do).
     gpu::Fp8LinearDevice h{};
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(&h, fp8_state_ + lin, sizeof h, cudaMemcpyDeviceToHost, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    gpu::download(ctx_, &h, fp8_state_ + lin, sizeof h);
     return gpu::fp8_report(h, backward);
   }
   // Every pending report from one copy of the states in use (one wait).
@@ -669,10 +668,8 @@ class CudaBackend final : public Backend {
       if (!p.ready) hi = std::max(hi, p.lin);
     if (hi < 0) return;
     fp8_host_.resize(size_t(hi) + 1);
-    TG_CUDA_CHECK(cudaMemcpyAsync(fp8_host_.data(), fp8_state_,
-                                  fp8_host_.size() * sizeof(gpu::Fp8LinearDevice),
-                                  cudaMemcpyDeviceToHost, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    gpu::download(ctx_, fp8_host_.data(), fp8_state_,
+                  fp8_host_.size() * sizeof(gpu::Fp8LinearDevice));
     for (auto& p : fp8_pending_)
       if (!p.ready) {
         p.rep = gpu::fp8_report(fp8_host_[size_t(p.lin)], p.backward);
@@ -686,7 +683,7 @@ class CudaBackend final : public Backend {
   size_t in_use_ = 0, peak_ = 0;
   std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
   float* result_ = nullptr;
-  LossScaleState ls_host_;  // the upload's source (lives until the copy is done)
+  gpu::HostStaging staging_;  // pinned memory of upload / download (ctx_.staging)
   std::unique_ptr<Backend> cpu_;
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   // FP8
@@ -710,6 +707,14 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options) {
   return std::make_unique<CudaBackend>(device, options);
 }
+
+namespace gpu {
+cudaStream_t backend_stream(Backend& b) {
+  auto* c = dynamic_cast<CudaBackend*>(&b);
+  if (!c) throw Error(strf("NCCL needs the CUDA backend, not the %s one", b.name().c_str()));
+  return c->stream();
+}
+}  // namespace gpu
 
 size_t cuda_scratch_bytes(const Backend& b, int slot) {
   const auto* c = dynamic_cast<const CudaBackend*>(&b);

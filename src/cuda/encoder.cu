@@ -31,9 +31,7 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
   std::vector<int32_t> tok;
   if (!host_tokens) {
     tok.resize(BT);
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(tok.data(), tokens, size_t(BT) * 4, cudaMemcpyDeviceToHost, c.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    download(c, tok.data(), tokens, size_t(BT) * 4);
     host_tokens = tok.data();
   }
   std::map<int32_t, std::vector<int32_t>> groups;
@@ -53,9 +51,8 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
   }
   bstart[nb] = pos;
   int32_t* dev = static_cast<int32_t*>(c.scratch(kScratchBuckets, host.size() * 4));
-  // From pageable memory: staged before the call returns, so `host` may go away after it.
-  TG_CUDA_CHECK(
-      cudaMemcpyAsync(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice, c.stream));
+  // Through pinned staging: `host` may go away when upload returns.
+  upload(c, dev, host.data(), host.size() * 4);
   dispatch("encoder_backward", t, [&](auto tag) {
     using E = decltype(tag);
     dim3 grid(unsigned(nb), unsigned((C + kThreads - 1) / kThreads));

@@ -15,6 +15,7 @@
 #include "../backend.h"
 #include "cublaslt.h"
 #include "kernels/common.cuh"
+#include "staging.h"
 
 namespace tg::gpu {
 
@@ -38,13 +39,12 @@ namespace tg::gpu {
 
 // kernel<<<grid, block, smem, stream>>>(args...), written as a call so that the emulated
 // tests (tests/cuda/cuda_emulation.h, which defines TG_CUDA_EMULATION) run these same
-// launchers on the CPU, the kernels' threads emulated.
+// launchers on the CPU, the kernels' threads emulated and the launch queued on the stream.
 template <typename... P, typename... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             A... args) {
 #ifdef TG_CUDA_EMULATION
-  (void)stream;
-  emu::launch(grid, block, smem, kernel, args...);
+  emu::launch(grid, block, smem, stream, kernel, args...);
 #else
   // (clang-format reads the chevrons of a .h as shifts)
   // clang-format off
@@ -116,7 +116,8 @@ struct Ctx {
   void* lt_workspace = nullptr;
   size_t lt_workspace_bytes = 0;
   std::function<void*(ScratchSlot, size_t)> scratch;  // device memory of at least `bytes`
-  BackendOptions opt;  // cuda.gemm, cuda.gelu_epilogue, cuda.attention
+  HostStaging* staging = nullptr;  // pinned memory for upload / download (one per stream)
+  BackendOptions opt;              // cuda.gemm, cuda.gelu_epilogue, cuda.attention
 
   LtContext lt_context() const { return {lt, lt_workspace, lt_workspace_bytes, stream}; }
 
@@ -125,6 +126,19 @@ struct Ctx {
     return grid_stride_blocks(n, threads, prop.multiProcessorCount, 32);
   }
 };
+
+// The stream of a CUDA backend (backend.cu): what a communicator orders its collectives with.
+cudaStream_t backend_stream(Backend& b);
+
+// dst (device) <- host, queued on c's stream through its pinned staging (staging.h): the host
+// buffer may be reused when this returns.
+inline void upload(Ctx& c, void* dst, const void* host, size_t bytes) {
+  stage_upload(*c.staging, c.stream, dst, host, bytes);
+}
+// host <- src (device) after the work queued on c's stream; returns once host holds it.
+inline void download(Ctx& c, void* host, const void* src, size_t bytes) {
+  stage_download(*c.staging, c.stream, host, src, bytes);
+}
 
 // Calls f(T{}) with T the device storage type of dtype (fp32, bf16, fp16).
 template <typename F>

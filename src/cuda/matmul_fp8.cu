@@ -215,10 +215,12 @@ Operands check_plan(const Fp8GemmContext& ctx, const Fp8Plan& plan, int lin, int
                   plan.path == Fp8Path::kFp8 ? plan.scratch + l.gT : nullptr};
 }
 
+// A synchronous copy after the stream's work (the stream may be non-blocking, which the legacy
+// stream's cudaMemcpy does not wait for): off the hot path, the backend reads its own reports.
 Fp8LinearDevice read_state(const Fp8Plan& plan, int lin, cudaStream_t stream) {
   Fp8LinearDevice h{};
-  TG_CUDA_CHECK(cudaMemcpyAsync(&h, plan.dev + lin, sizeof h, cudaMemcpyDeviceToHost, stream));
   TG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  TG_CUDA_CHECK(cudaMemcpy(&h, plan.dev + lin, sizeof h, cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -347,11 +349,16 @@ Fp8Plan fp8_plan_create(Fp8Path path, int n_linears, size_t scratch_bytes, void*
     const std::vector<Fp8LinearDevice> h(size_t(n_linears), fp8_initial_state());
     TG_CUDA_CHECK(
         cudaMemcpy(p.dev, h.data(), fp8_plan_state_bytes(n_linears), cudaMemcpyHostToDevice));
+    // From pageable memory the copy may still be in flight on the legacy stream when cudaMemcpy
+    // returns, and a non-blocking stream using the plan would not wait for it.
+    TG_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
   return p;
 }
 
+// The plan's work may run on any stream: the device finishes all of it before the memory goes.
 void fp8_plan_destroy(Fp8Plan& p) {
+  if (p.dev || p.owned_scratch) cudaDeviceSynchronize();
   if (p.dev) cudaFree(p.dev);
   if (p.owned_scratch) cudaFree(p.owned_scratch);
   p = Fp8Plan{};

@@ -248,20 +248,21 @@ std::string self_check(Ctx& c, const GemmRecipe& g, const Plan& p, const ShapeCl
   float* b = a + ha.size();
   float* acc = static_cast<float*>(c.scratch(kScratchQCheckAcc, size_t(2) * M * N * 4));
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
-  TG_CUDA_CHECK(cudaMemcpyAsync(a, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice, c.stream));
-  TG_CUDA_CHECK(cudaMemcpyAsync(b, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice, c.stream));
+  upload(c, a, ha.data(), ha.size() * 4);
+  upload(c, b, hb.data(), hb.size() * 4);
   const uint64_t sa = 0x5eed0001ull, sb = 0x5eed0002ull;
   if (!run_native(c, acc, post, fp32_operand(a), fp32_operand(b), M, N, K, g, p, sa, sb))
     return strf("cuBLASLt has no algorithm for %s x %s (or refused the call)", mode_name(p.b.mode),
                 mode_name(p.a.mode));
+  // Both paths write the tensor factors to `post`: the native one's is read back before the
+  // portable one overwrites it (a wait; the self-check runs once per shape class).
   float pn[2], pp[2];
-  TG_CUDA_CHECK(cudaMemcpyAsync(pn, post, sizeof pn, cudaMemcpyDeviceToHost, c.stream));
+  download(c, pn, post, sizeof pn);
   portable_scaled_products(c, acc + size_t(M) * N, post, fp32_operand(a), fp32_operand(b), M, N, K,
                            g, sa, sb);
-  TG_CUDA_CHECK(cudaMemcpyAsync(pp, post, sizeof pp, cudaMemcpyDeviceToHost, c.stream));
+  download(c, pp, post, sizeof pp);
   std::vector<float> h(size_t(2) * M * N);
-  TG_CUDA_CHECK(cudaMemcpyAsync(h.data(), acc, h.size() * 4, cudaMemcpyDeviceToHost, c.stream));
-  TG_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  download(c, h.data(), acc, h.size() * 4);
   double num = 0, den = 0;
   for (size_t i = 0; i < size_t(M) * N; i++) {
     const double d = double(h[i]) - double(h[i + size_t(M) * N]);

@@ -100,20 +100,25 @@ void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, i
   });
 }
 
+// The recipe's smoothing factors and split channels fit a GEMM of C input channels: checked
+// before any work is queued, so a refused call leaves nothing running.
+void check_channel_args(const QuantRecipe& r, int C) {
+  if (!r.smooth.empty() && int(r.smooth.size()) != C)
+    throw Error(strf("cuda backend: smoothing: %zu factors for a GEMM with %d input channels",
+                     r.smooth.size(), C));
+  for (int x : r.split_channels)
+    if (x < 0 || x >= C) throw Error(strf("cuda backend: split channel %d of %d", x, C));
+}
+
 // Channel smoothing of the staged forward operands: a(N,C) <- a diag(1/s), b(OC,C) <-
 // b diag(s), s the recipe's C factors (matmul_scaled.cpp's smooth_columns: the same correctly
 // rounded x / s and w s, so the operands are bit-identical to the CPU's).
 void smooth_operands(Ctx& c, float* a, float* b, int N, int C, int OC,
                      const std::vector<float>& s) {
-  if (int(s.size()) != C)
-    throw Error(strf("cuda backend: smoothing: %zu factors for a GEMM with %d input channels",
-                     s.size(), C));
   // A slot of its own, grown once to the widest linear's C: no allocation per call. The
-  // factors are pageable host memory, so the copy is staged before cudaMemcpyAsync returns
-  // and the recipe may change afterwards.
+  // factors go through pinned staging, so the recipe may change once upload returns.
   float* f = scratch_f32(c, kScratchQSmooth, size_t(C));
-  TG_CUDA_CHECK(
-      cudaMemcpyAsync(f, s.data(), size_t(C) * sizeof(float), cudaMemcpyHostToDevice, c.stream));
+  upload(c, f, s.data(), size_t(C) * sizeof(float));
   launch(quant::smooth_columns_kernel, c.grid(size_t(N) * C, kThreads), kThreads, 0, c.stream, a, N,
          C, static_cast<const float*>(f), true);
   TG_LAUNCH_CHECK();
@@ -127,12 +132,10 @@ void smooth_operands(Ctx& c, float* a, float* b, int N, int C, int OC,
 const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
                            const std::vector<int>& ch) {
   const int k = int(ch.size());
-  for (int x : ch)
-    if (x < 0 || x >= C) throw Error(strf("cuda backend: split channel %d of %d", x, C));
   float* xo = scratch_f32(c, kScratchQSplitA, size_t(N) * k);
   float* wo = scratch_f32(c, kScratchQSplitB, size_t(OC) * k + size_t(k));
   int* dch = reinterpret_cast<int*>(wo + size_t(OC) * k);
-  TG_CUDA_CHECK(cudaMemcpyAsync(dch, ch.data(), k * sizeof(int), cudaMemcpyHostToDevice, c.stream));
+  upload(c, dch, ch.data(), k * sizeof(int));
   launch(quant::take_columns_kernel, c.grid(size_t(N) * k, kThreads), kThreads, 0, c.stream, xo, a,
          N, C, static_cast<const int*>(dch), k);
   TG_LAUNCH_CHECK();
@@ -151,6 +154,7 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
                            uint64_t seed) {
   OperandSource a{t, inp, false}, b{t, w, false};
   const float* extra = nullptr;
+  check_channel_args(r, C);
   if (!r.smooth.empty() || !r.split_channels.empty()) {
     float* sa = staged_copy(c, kScratchQStageA, a, N, C);
     float* sb = staged_copy(c, kScratchQStageB, b, OC, C);

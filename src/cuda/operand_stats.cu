@@ -66,8 +66,7 @@ class DeviceOperandView final : public OperandView {
   }
   StatsWords read(const StatsWords* w) {
     StatsWords h;
-    TG_CUDA_CHECK(cudaMemcpyAsync(&h, w, sizeof h, cudaMemcpyDeviceToHost, c_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(c_.stream));
+    download(c_, &h, w, sizeof h);
     return h;
   }
   const float* variant(const OperandVariant& v);
@@ -102,9 +101,7 @@ std::vector<float> DeviceOperandView::column_amax() {
     TG_LAUNCH_CHECK();
   });
   std::vector<unsigned> host(out.size());
-  TG_CUDA_CHECK(
-      cudaMemcpyAsync(host.data(), bits, host.size() * 4, cudaMemcpyDeviceToHost, c_.stream));
-  TG_CUDA_CHECK(cudaStreamSynchronize(c_.stream));
+  download(c_, host.data(), bits, host.size() * 4);
   for (size_t i = 0; i < out.size(); i++) out[i] = bits_f32(host[i]);
   columns_ = out;
   have_columns_ = true;
@@ -115,8 +112,7 @@ std::vector<float> DeviceOperandView::values() {
   std::vector<float> out(size());
   if (size() == 0) return out;
   const float* x = variant(OperandVariant{});
-  TG_CUDA_CHECK(cudaMemcpyAsync(out.data(), x, size() * 4, cudaMemcpyDeviceToHost, c_.stream));
-  TG_CUDA_CHECK(cudaStreamSynchronize(c_.stream));
+  download(c_, out.data(), x, size() * 4);
   return out;
 }
 
@@ -129,20 +125,18 @@ void DeviceOperandView::smooth_and_split(float* x, const OperandVariant& v) {
   for (size_t j = 0; j < nk; j++)
     if ((*v.split)[j] < 0 || (*v.split)[j] >= cols())
       throw Error(strf("cuda backend: split channel %d of %d columns", (*v.split)[j], cols()));
-  // Pageable host memory: each copy is staged before cudaMemcpyAsync returns.
+  // Through pinned staging: the factors and channels may change once upload returns.
   char* args = static_cast<char*>(c_.scratch(kScratchStatsArgs, (nf + nk) * 4));
   float* factors = reinterpret_cast<float*>(args);
   int* channels = reinterpret_cast<int*>(args + nf * 4);
   if (nf) {
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(factors, v.smooth->data(), nf * 4, cudaMemcpyHostToDevice, c_.stream));
+    upload(c_, factors, v.smooth->data(), nf * 4);
     launch(quant::smooth_columns_kernel, c_.grid(size(), kThreads), kThreads, 0, c_.stream, x,
            rows(), cols(), static_cast<const float*>(factors), v.smooth_divide);
     TG_LAUNCH_CHECK();
   }
   if (nk) {
-    TG_CUDA_CHECK(
-        cudaMemcpyAsync(channels, v.split->data(), nk * 4, cudaMemcpyHostToDevice, c_.stream));
+    upload(c_, channels, v.split->data(), nk * 4);
     launch(stats::zero_columns_kernel, c_.grid(size_t(rows()) * nk, kThreads), kThreads, 0,
            c_.stream, x, rows(), cols(), static_cast<const int*>(channels), int(nk));
     TG_LAUNCH_CHECK();

@@ -213,7 +213,7 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
   if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
     // Left as it is (a bf16 operand of precision.mode=auto, whose GEMM operands are fp32 as
     // operand_in_bf16 says): its fp32 copy.
-    TG_CUDA_CHECK(cudaMemcpyAsync(post, &one, sizeof one, cudaMemcpyHostToDevice, c.stream));
+    upload(c, post, &one, sizeof one);
     if (rows <= 0 || cols <= 0) return;
     if (out_type != DType::F32)
       throw Error("cuda backend: an unquantized operand is copied into fp32 only");

@@ -6,7 +6,10 @@
 //   GELU_AUX_BIAS: aux = alpha ... + bias (rounded to D's type), D = gelu(aux in fp32),
 //
 // for each of the layouts' batch entries; the products are fp32 sums in k order, rounded once
-// into D's type. Attributes the wrapper does not set are refused (CUBLAS_STATUS_NOT_SUPPORTED),
+// into D's type. cublasLtMatmul checks its arguments and reads the descriptors (and, in the
+// host pointer mode, alpha and beta) at the call, and queues the GEMM on its stream
+// (stream_emulation.cpp runs it when the stream is waited for; scales and device-mode scalars
+// are read then). Attributes the wrapper does not set are refused (CUBLAS_STATUS_NOT_SUPPORTED),
 // so a new one shows up here first. Like the real library, FP8 operands want the TN layout
 // (the heuristic finds no algorithm otherwise), and the heuristic checks that the layouts
 // agree on m, n and k.
@@ -146,6 +149,72 @@ float gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(s * (x + 0.044715f * x * x * x)));
 }
 
+// The GEMM with block scale modes (the sum in fp64), when the queued matmul runs.
+void block_scaled_matmul(const EmuMatmulDesc& op, const EmuLayout& a, const EmuLayout& b,
+                         const EmuLayout& c, const EmuLayout& d, const void* A, const void* B,
+                         const void* C, void* D, uint64_t m, uint64_t n, uint64_t k, float alpha,
+                         float beta, bool ones) {
+  const bool blk_a = block_mode(op.a_scale_mode), blk_b = block_mode(op.b_scale_mode);
+  float scale = 1.0f;
+  if (op.a_scale && !blk_a) scale *= *static_cast<const float*>(op.a_scale);
+  if (op.b_scale && !blk_b) scale *= *static_cast<const float*>(op.b_scale);
+  const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
+  const bool bias = op.epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const cudaDataType_t bias_type = op.bias_type < 0 ? d.type : cudaDataType_t(op.bias_type);
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t i = 0; i < m; i++) {
+      double s = 0;
+      for (uint64_t p = 0; p < k; p++) {
+        const size_t ia = ta ? i * a.ld + p : p * a.ld + i;
+        const size_t ib = tb ? p * b.ld + j : j * b.ld + p;
+        const double sa = blk_a && !ones ? block_scale(op.a_scale_mode, op.a_scale, m, k, i, p) : 1;
+        const double sb = blk_b && !ones ? block_scale(op.b_scale_mode, op.b_scale, n, k, j, p) : 1;
+        s += double(load_elem(a.type, A, ia)) * sa * (double(load_elem(b.type, B, ib)) * sb);
+      }
+      float v = alpha * (scale * float(s));
+      if (beta != 0.f) v += beta * emu_blas::load(c.type, C, j * c.ld + i);
+      if (bias) v += emu_blas::load(bias_type, op.bias, i);
+      emu_blas::store(d.type, D, j * d.ld + i, v);
+    }
+}
+
+// The GEMM with scalar scales, for each batch entry, when the queued matmul runs.
+void plain_matmul(const EmuMatmulDesc& op, const EmuLayout& a, const EmuLayout& b,
+                  const EmuLayout& c, const EmuLayout& d, const void* A, const void* B,
+                  const void* C, void* D, uint64_t m, uint64_t n, uint64_t k, float alpha,
+                  float beta) {
+  float scale = 1.0f;
+  if (op.a_scale) scale *= *static_cast<const float*>(op.a_scale);
+  if (op.b_scale) scale *= *static_cast<const float*>(op.b_scale);
+  const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
+  const bool gelu_aux = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool bias = op.epilogue == CUBLASLT_EPILOGUE_BIAS || gelu_aux;
+  const cudaDataType_t bias_type = op.bias_type < 0 ? d.type : cudaDataType_t(op.bias_type);
+  for (int32_t e = 0; e < d.batch; e++) {
+    const auto* pa = static_cast<const char*>(A) + e * a.stride * emu_blas::elem_bytes(a.type);
+    const auto* pb = static_cast<const char*>(B) + e * b.stride * emu_blas::elem_bytes(b.type);
+    const auto* pc = static_cast<const char*>(C) + e * c.stride * emu_blas::elem_bytes(c.type);
+    auto* pd = static_cast<char*>(D) + e * d.stride * emu_blas::elem_bytes(d.type);
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t i = 0; i < m; i++) {
+        float s = 0.f;
+        for (uint64_t p = 0; p < k; p++) {
+          const size_t ia = ta ? i * a.ld + p : p * a.ld + i;
+          const size_t ib = tb ? p * b.ld + j : j * b.ld + p;
+          s += emu_blas::load(a.type, pa, ia) * emu_blas::load(b.type, pb, ib);
+        }
+        float v = alpha * (scale * s);
+        if (beta != 0.f) v += beta * emu_blas::load(c.type, pc, j * c.ld + i);
+        if (bias) v += emu_blas::load(bias_type, op.bias, i);
+        if (gelu_aux) {
+          emu_blas::store(d.type, op.aux, j * op.aux_ld + i, v);
+          v = gelu(v);
+        }
+        emu_blas::store(d.type, pd, j * d.ld + i, v);
+      }
+  }
+}
+
 }  // namespace
 
 namespace emu_test {
@@ -275,78 +344,47 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t opd, const void* alpha_p,
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc_t opd, const void* alpha_p,
                               const void* A, cublasLtMatrixLayout_t ad, const void* B,
                               cublasLtMatrixLayout_t bd, const void* beta_p, const void* C,
                               cublasLtMatrixLayout_t cd, void* D, cublasLtMatrixLayout_t dd,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
-  const EmuMatmulDesc& op = *desc(opd);
-  const EmuLayout &a = *layout(ad), &b = *layout(bd), &c = *layout(cd), &d = *layout(dd);
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+  if (!lt) return CUBLAS_STATUS_NOT_INITIALIZED;
+  // The descriptors as they are at the call (the caller may change or destroy them after it).
+  const EmuMatmulDesc op = *desc(opd);
+  const EmuLayout a = *layout(ad), b = *layout(bd), c = *layout(cd), d = *layout(dd);
   uint64_t m, n, k;
   if (!shape_of(op, a, b, d, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
-  const float alpha = scalar(alpha_p), beta = scalar(beta_p);
   const bool blk_a = block_mode(op.a_scale_mode), blk_b = block_mode(op.b_scale_mode);
   if ((blk_a && !op.a_scale) || (blk_b && !op.b_scale)) return CUBLAS_STATUS_INVALID_VALUE;
-  float scale = 1.0f;
-  if (op.a_scale && !blk_a) scale *= *static_cast<const float*>(op.a_scale);
-  if (op.b_scale && !blk_b) scale *= *static_cast<const float*>(op.b_scale);
-  const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
   const bool bias =
       op.epilogue == CUBLASLT_EPILOGUE_BIAS || op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const bool gelu_aux = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (op.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias) return CUBLAS_STATUS_NOT_SUPPORTED;
   if ((bias && !op.bias) || (gelu_aux && (!op.aux || op.aux_ld < int64_t(m))))
     return CUBLAS_STATUS_INVALID_VALUE;
-  const cudaDataType_t bias_type = op.bias_type < 0 ? d.type : cudaDataType_t(op.bias_type);
   // (refused at launch too: the wrapper caches the heuristic's earlier answers)
   if ((blk_a || blk_b) && (d.batch != 1 || gelu_aux || emu_test::lt_refuse_block_scaled))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   emu_test::lt_matmul_calls++;
-  if (blk_a || blk_b) {
-    emu_test::lt_block_scaled_calls++;
-    const bool ones = emu_test::lt_ignore_block_scales;
-    for (uint64_t j = 0; j < n; j++)
-      for (uint64_t i = 0; i < m; i++) {
-        double s = 0;
-        for (uint64_t p = 0; p < k; p++) {
-          const size_t ia = ta ? i * a.ld + p : p * a.ld + i;
-          const size_t ib = tb ? p * b.ld + j : j * b.ld + p;
-          const double sa =
-              blk_a && !ones ? block_scale(op.a_scale_mode, op.a_scale, m, k, i, p) : 1;
-          const double sb =
-              blk_b && !ones ? block_scale(op.b_scale_mode, op.b_scale, n, k, j, p) : 1;
-          s += double(load_elem(a.type, A, ia)) * sa * (double(load_elem(b.type, B, ib)) * sb);
-        }
-        float v = alpha * (scale * float(s));
-        if (beta != 0.f) v += beta * emu_blas::load(c.type, C, j * c.ld + i);
-        if (bias) v += emu_blas::load(bias_type, op.bias, i);
-        emu_blas::store(d.type, D, j * d.ld + i, v);
-      }
-    return CUBLAS_STATUS_SUCCESS;
-  }
-  for (int32_t e = 0; e < d.batch; e++) {
-    const auto* pa = static_cast<const char*>(A) + e * a.stride * emu_blas::elem_bytes(a.type);
-    const auto* pb = static_cast<const char*>(B) + e * b.stride * emu_blas::elem_bytes(b.type);
-    const auto* pc = static_cast<const char*>(C) + e * c.stride * emu_blas::elem_bytes(c.type);
-    auto* pd = static_cast<char*>(D) + e * d.stride * emu_blas::elem_bytes(d.type);
-    for (uint64_t j = 0; j < n; j++)
-      for (uint64_t i = 0; i < m; i++) {
-        float s = 0.f;
-        for (uint64_t p = 0; p < k; p++) {
-          const size_t ia = ta ? i * a.ld + p : p * a.ld + i;
-          const size_t ib = tb ? p * b.ld + j : j * b.ld + p;
-          s += emu_blas::load(a.type, pa, ia) * emu_blas::load(b.type, pb, ib);
-        }
-        float v = alpha * (scale * s);
-        if (beta != 0.f) v += beta * emu_blas::load(c.type, pc, j * c.ld + i);
-        if (bias) v += emu_blas::load(bias_type, op.bias, i);
-        if (gelu_aux) {
-          emu_blas::store(d.type, op.aux, j * op.aux_ld + i, v);
-          v = gelu(v);
-        }
-        emu_blas::store(d.type, pd, j * d.ld + i, v);
-      }
-  }
+  if (blk_a || blk_b) emu_test::lt_block_scaled_calls++;
+  // Host pointer mode: alpha and beta are read at the call; device mode: when the GEMM runs.
+  const bool host_scalars = op.pointer_mode == CUBLASLT_POINTER_MODE_HOST;
+  const float alpha_h = host_scalars ? scalar(alpha_p) : 0.f;
+  const float beta_h = host_scalars ? scalar(beta_p) : 0.f;
+  const bool ones = emu_test::lt_ignore_block_scales;
+  std::vector<emu::Use> uses = {{A, 1}, {B, 1}, {C, 1}, {D, 1}};
+  for (const void* p : {op.bias, static_cast<const void*>(op.aux), op.a_scale, op.b_scale})
+    if (p) uses.push_back({p, 1});
+  if (!host_scalars) uses.insert(uses.end(), {{alpha_p, 1}, {beta_p, 1}});
+  emu::enqueue(stream, "cublasLtMatmul", std::move(uses), [=] {
+    const float alpha = host_scalars ? alpha_h : scalar(alpha_p);
+    const float beta = host_scalars ? beta_h : scalar(beta_p);
+    if (blk_a || blk_b)
+      block_scaled_matmul(op, a, b, c, d, A, B, C, D, m, n, k, alpha, beta, ones);
+    else
+      plain_matmul(op, a, b, c, d, A, B, C, D, m, n, k, alpha, beta);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

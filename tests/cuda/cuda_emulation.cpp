@@ -1,10 +1,12 @@
 // cuda_emulation.cpp: host stand-ins for the CUDA runtime, cuBLAS and cuBLASLt calls that
 // src/cuda/*.cu's launchers make, for the emulated tests (tests/cuda/cuda_emulation.h; this
-// binary does not link libcudart or cuBLAS). "Device" memory is host memory, a stream runs
-// everything at once in order, the device has one multiprocessor and compute capability 9.0.
-// cuBLAS's GEMMs are fp32 loops in k order (what cuBLAS computes, up to the summation order)
-// rounded once into C's type. cuBLASLt is emulated the same way from its descriptors
-// (tests/cuda/cublaslt_emulation.cpp), so the real wrapper (src/cuda/cublaslt.cu) runs.
+// binary does not link libcudart or cuBLAS). "Device" memory is host memory, the device has one
+// multiprocessor and compute capability 9.0. cuBLAS's GEMMs are fp32 loops in k order (what
+// cuBLAS computes, up to the summation order) rounded once into C's type, queued on the
+// handle's stream (cublasSetStream; stream_emulation.cpp runs it when it is waited for) with
+// alpha and beta read at the call (the default host pointer mode). cuBLASLt is emulated the
+// same way from its descriptors (tests/cuda/cublaslt_emulation.cpp), so the real wrapper
+// (src/cuda/cublaslt.cu) runs.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -17,19 +19,6 @@ extern "C" {
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
 const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
-  std::memmove(dst, src, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
-  std::memmove(dst, src, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
-  std::memset(p, v, n);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaGetDevice(int* d) {
   *d = 0;
   return cudaSuccess;
@@ -74,6 +63,12 @@ namespace {
 using emu_blas::load;
 using emu_blas::store;
 
+// A cuBLAS handle: the stream its GEMMs are queued on.
+struct BlasHandle {
+  cudaStream_t stream = nullptr;
+};
+BlasHandle* handle(cublasHandle_t h) { return reinterpret_cast<BlasHandle*>(h); }
+
 // Column-major C(m,n) = alpha op(A) op(B) + beta C (C not read when beta is 0).
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
           const void* A, cudaDataType_t at, int lda, const void* B, cudaDataType_t bt, int ldb,
@@ -95,31 +90,54 @@ void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float
 
 extern "C" {
 
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  *h = reinterpret_cast<cublasHandle_t>(new BlasHandle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  delete handle(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle(h)->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                             int n, int k, const void* alpha, const void* A, cudaDataType at,
                             int lda, const void* B, cudaDataType bt, int ldb, const void* beta,
                             void* C, cudaDataType ct, int ldc, cublasComputeType_t,
                             cublasGemmAlgo_t) {
-  gemm(ta, tb, m, n, k, *static_cast<const float*>(alpha), A, at, lda, B, bt, ldb,
-       *static_cast<const float*>(beta), C, ct, ldc);
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  emu::enqueue(handle(h)->stream, "cublasGemmEx", {{A, 1}, {B, 1}, {C, 1}},
+               [=] { gemm(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc); });
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
                                           cublasOperation_t tb, int m, int n, int k,
                                           const void* alpha, const void* A, cudaDataType at,
                                           int lda, long long sa, const void* B, cudaDataType bt,
                                           int ldb, long long sb, const void* beta, void* C,
                                           cudaDataType ct, int ldc, long long sc, int count,
                                           cublasComputeType_t, cublasGemmAlgo_t) {
-  const auto* a = static_cast<const char*>(A);
-  const auto* b = static_cast<const char*>(B);
-  auto* c = static_cast<char*>(C);
-  const size_t ea = emu_blas::elem_bytes(at), eb = emu_blas::elem_bytes(bt),
-               ec = emu_blas::elem_bytes(ct);
-  for (int i = 0; i < count; i++)
-    gemm(ta, tb, m, n, k, *static_cast<const float*>(alpha), a + i * sa * ea, at, lda,
-         b + i * sb * eb, bt, ldb, *static_cast<const float*>(beta), c + i * sc * ec, ct, ldc);
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  emu::enqueue(handle(h)->stream, "cublasGemmStridedBatchedEx", {{A, 1}, {B, 1}, {C, 1}}, [=] {
+    const auto* a = static_cast<const char*>(A);
+    const auto* b = static_cast<const char*>(B);
+    auto* c = static_cast<char*>(C);
+    const size_t ea = emu_blas::elem_bytes(at), eb = emu_blas::elem_bytes(bt),
+                 ec = emu_blas::elem_bytes(ct);
+    for (int i = 0; i < count; i++)
+      gemm(ta, tb, m, n, k, al, a + i * sa * ea, at, lda, b + i * sb * eb, bt, ldb, be,
+           c + i * sc * ec, ct, ldc);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

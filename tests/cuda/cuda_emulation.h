@@ -11,12 +11,20 @@
 //     time, all fibers on one OS thread; `extern __shared__`, the dynamic shared memory, is
 //     common.cuh's dynamic_smem(), here one buffer of kMaxDynamicSmem bytes filled with 0xFF
 //     bytes before each block);
-//   - the CUDA runtime, cuBLAS and cuBLASLt calls the backend makes are host stand-ins
-//     (tests/cuda/cuda_emulation.cpp, runtime_emulation.cpp, cublaslt_emulation.cpp: copies,
-//     no-op synchronisation, one device with one multiprocessor, GEMMs as fp32 loops, the
-//     cuBLASLt matmul computed from its descriptors);
-//   - emu::launch(grid, block, smem, kernel, args...) runs the grid block after block (x fastest),
-//     each block as blockDim.x cooperative fibers (ucontext stacks, switched with
+//   - the CUDA runtime, cuBLAS, cuBLASLt and NCCL calls the backend makes are host stand-ins
+//     (tests/cuda/cuda_emulation.cpp, runtime_emulation.cpp, stream_emulation.cpp,
+//     cublaslt_emulation.cpp, nccl_emulation.cpp: one device with one multiprocessor, GEMMs as
+//     fp32 loops, the cuBLASLt matmul computed from its descriptors, collectives of a world
+//     whose peers hold this rank's data);
+//   - streams are as strict as a GPU's (stream_emulation.cpp): a kernel launch, an async copy
+//     or memset, a GEMM or a collective is queued on its stream and runs only when something
+//     waits for it (a stream, event or device synchronisation, a stream waiting on an event,
+//     a blocking copy, cudaStreamQuery), with the legacy default stream's implicit ordering
+//     with blocking streams; async copies from or to pageable host memory and frees of memory
+//     that queued work still uses are errors (emu::errors());
+//   - emu::launch(grid, block, smem, stream, kernel, args...) queues the launch (the arguments
+//     copied, as a launch copies them); when it runs, the grid runs block after block (x
+//     fastest), each block as blockDim.x cooperative fibers (ucontext stacks, switched with
 //     _setjmp/_longjmp) on the calling thread: a fiber runs until it waits at a barrier,
 //     then the next one runs. (OS threads were tried first: with hundreds of threads per block
 //     and a barrier per shuffle, futex wake-ups made a 512-block launch take minutes.)
@@ -30,11 +38,14 @@
 //   - atomics are plain read-modify-writes (one fiber runs at a time).
 // The interleaving is one fixed, legal schedule (threads in index order, each up to its next
 // barrier): it executes every thread's code as written but finds no race between barriers.
+// The same holds for streams: queued work runs in one legal order (a stream's items in order,
+// when waited for), so work that two streams may run concurrently is never interleaved.
 // It does not emulate: the memory model (every store is visible at once to every fiber),
 // races between barriers, warp-synchronous code without shuffles, 2-D/3-D blocks,
 // nvcc's code generation (FMA contraction, fast-math intrinsics), device libm accuracy
 // (expf, tanhf, ... are the host's), resource limits (registers, grid size; shared memory
-// only as far as kMaxDynamicSmem goes), streams (every call runs at once, in order).
+// only as far as kMaxDynamicSmem goes), concurrency between streams, the per-thread default
+// stream.
 #pragma once
 #define TG_CUDA_EMULATION 1
 // _longjmp between fiber stacks: glibc's fortified longjmp (__longjmp_chk) would refuse it.
@@ -68,6 +79,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // The dynamic shared memory (kernels reach it through common.cuh's dynamic_smem()).
@@ -134,6 +146,28 @@ inline std::vector<std::string> errors() {
   e.swap(state().errors);
   return e;
 }
+
+// ---- streams (tests/cuda/stream_emulation.cpp) ----
+
+// A range of memory queued work reads or writes (bytes = 1 for a kernel's pointer argument,
+// whose extent the launch does not say).
+struct Use {
+  const void* p;
+  size_t bytes;
+};
+// Queues `work` on `stream` (0 / cudaStreamLegacy: the legacy default stream); it runs when
+// something waits for the stream. `what` names it in error messages; `uses` is the memory it
+// touches (a cudaFree of it before the work has run is an error).
+void enqueue(cudaStream_t stream, std::string what, std::vector<Use> uses,
+             std::function<void()> work);
+// Whether [p, p + bytes) lies in one allocation of cudaMallocHost / cudaHostAlloc.
+bool pinned_host(const void* p, size_t bytes);
+// Drops the work still queued on every stream (nothing waited for it) and says what it was:
+// the tests' listener calls it after each test case, whose buffers are gone by then.
+std::vector<std::string> drop_queued();
+// Before memory [p, p + bytes) is released (cudaFree, cudaFreeHost, a test's buffer): an error
+// when queued work still uses it, which then runs first (cudaFree synchronises the device).
+void before_free(const void* p, size_t bytes, const char* how);
 
 // Back to the scheduler; returns when the scheduler resumes this fiber.
 inline void yield() {
@@ -212,10 +246,10 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
   }
 }
 
-// kernel<<<grid, block, smem>>>(args...) with 1-D blocks (every kernel of this project uses
-// them) and smem bytes of dynamic shared memory.
+// Runs kernel<<<grid, block, smem>>>(args...) now, with 1-D blocks (every kernel of this
+// project uses them) and smem bytes of dynamic shared memory (a queued launch, when it runs).
 template <typename... P, typename... A>
-void launch(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args) {
+void run_kernel(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args) {
   State& s = state();
   constexpr size_t kStack = 128 * 1024;
   if (block3.y != 1 || block3.z != 1) error("2-D or 3-D blocks are not emulated");
@@ -279,10 +313,35 @@ void launch(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args
   s.cur = nullptr;
   s.fibers.clear();  // parked in yield(): nothing on their stacks needs destroying
 }
-// kernel<<<grid, block>>>(args...)
+// The memory a launch argument may point into: a pointer, or each aligned word of a parameter
+// struct (a word that is no address of an allocation matches nothing).
+template <typename A>
+void note_uses(std::vector<Use>& uses, const A& a) {
+  if constexpr (std::is_pointer_v<A>) {
+    uses.push_back({reinterpret_cast<const void*>(a), 1});
+  } else if constexpr (std::is_trivially_copyable_v<A> && sizeof(A) >= sizeof(void*)) {
+    for (size_t o = 0; o + sizeof(void*) <= sizeof(A); o += alignof(void*)) {
+      const void* w;
+      std::memcpy(&w, reinterpret_cast<const char*>(&a) + o, sizeof w);
+      uses.push_back({w, 1});
+    }
+  }
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...): queued on the stream, the arguments copied
+// now (a launch copies them), run when the stream is waited for.
+template <typename... P, typename... A>
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(P...),
+            A... args) {
+  std::vector<Use> uses;
+  (note_uses(uses, args), ...);
+  enqueue(stream, "a kernel launch", std::move(uses),
+          [=] { run_kernel(grid, block, smem, kernel, args...); });
+}
+// kernel<<<grid, block>>>(args...): on the legacy default stream.
 template <typename... P, typename... A>
 void launch(dim3 grid, unsigned block, void (*kernel)(P...), A... args) {
-  launch(grid, dim3(block), 0, kernel, args...);
+  launch(grid, dim3(block), 0, cudaStream_t(nullptr), kernel, args...);
 }
 
 }  // namespace emu

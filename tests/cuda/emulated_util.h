@@ -35,7 +35,11 @@ struct Buf {
   }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
-  ~Buf() { std::free(p); }
+  // Like cudaFree: no queued work may still use the buffer (tests/cuda/stream_emulation.cpp).
+  ~Buf() {
+    emu::before_free(p, n * sizeof(T), "a test buffer's free");
+    std::free(p);
+  }
   T& operator[](size_t i) { return p[i]; }
   const T& operator[](size_t i) const { return p[i]; }
 };
@@ -133,21 +137,39 @@ bool all_poison(const E* p, size_t n) {
 // of the wrapper's path checks that it was taken.
 int emu_lt_matmul_calls();
 
+// Waits for the emulated device: the work queued on every stream runs (launchers only queue
+// it, tests/cuda/stream_emulation.cpp), as a test on a GPU waits before it reads results.
+inline void wait_device() { REQUIRE(cudaDeviceSynchronize() == cudaSuccess); }
+
+// Runs what is queued (the errors of a kernel exist once it has run), then reports the
+// emulation's errors.
 inline void check_emu() {
+  wait_device();
   for (const std::string& err : emu::errors()) FAIL_CHECK("emulation: " << err);
 }
 
 // The launch context of the real launchers: one emulated multiprocessor (Ctx::grid gives at
-// most 32 blocks, so that larger sizes run the grid-stride loops more than once), no stream,
-// scratch from host memory (poisoned when it grows).
+// most 32 blocks, so that larger sizes run the grid-stride loops more than once), the legacy
+// default stream (the tests wait for it before they read results), cuBLAS and cuBLASLt
+// handles, scratch from host memory (poisoned when it grows), host copies through pinned
+// staging (src/cuda/staging.cu).
 inline gpu::Ctx& emu_ctx() {
   static std::vector<std::unique_ptr<Buf<char>>> slots(gpu::kNumScratch);
+  static gpu::HostStaging staging;
   static gpu::Ctx c = [] {
     gpu::Ctx x;
     x.prop.multiProcessorCount = 1;
+    x.staging = &staging;
+    cublasCreate(&x.blas);  // its GEMMs on the legacy stream (the emulated calls cannot fail)
+    cublasLtCreate(&x.lt);
     x.scratch = [](gpu::ScratchSlot s, size_t bytes) -> void* {
       auto& b = slots[size_t(s)];
-      if (!b || b->n < bytes) b = std::make_unique<Buf<char>>(bytes);
+      if (!b || b->n < bytes) {
+        // Queued work may still use the smaller buffer: wait for it first, as the backend's
+        // scratch() does before it frees one.
+        if (b) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        b = std::make_unique<Buf<char>>(bytes);
+      }
       return b->p;
     };
     return x;

@@ -16,9 +16,15 @@
 using namespace emu_test;
 using namespace tg::gpu;
 using namespace tg::gpu::fp8_detail;
-using emu::launch;
-
 namespace {
+
+// kernel<<<g, block>>>(args...) on the legacy stream, waited for: the tests read the results
+// at once.
+template <typename... P, typename... A>
+void launch(dim3 g, unsigned block, void (*kernel)(P...), A... args) {
+  emu::launch(g, block, kernel, args...);
+  wait_device();
+}
 
 uint8_t enc(Fp8Format f, float v) {
   return f == Fp8Format::E4M3 ? f32_to_e4m3(v, true) : f32_to_e5m2(v, true);
@@ -32,7 +38,10 @@ bf16* B16(uint16_t* p) { return reinterpret_cast<bf16*>(p); }
 // the scalar path through the kernel itself.
 void cast_any(Fp8Format f, dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool vec,
               const float* s, unsigned* a, const float* poison) {
-  if (vec) return fp8_cast(q, B16(x), n, f, s, reinterpret_cast<float*>(a), poison, nullptr);
+  if (vec) {
+    fp8_cast(q, B16(x), n, f, s, reinterpret_cast<float*>(a), poison, nullptr);
+    return wait_device();
+  }
   if (f == Fp8Format::E4M3)
     launch(g, kThreads, &cast_bf16_kernel<Fp8Format::E4M3>, B16(x), q, n, false, s, a, poison);
   else
@@ -41,9 +50,11 @@ void cast_any(Fp8Format f, dim3 g, const uint16_t* x, uint8_t* q, size_t n, bool
 // fp8_cast_transpose; vin = vout = false forces the element-wise paths through the kernel.
 void cast_t_any(Fp8Format f, const uint16_t* x, uint8_t* q, uint8_t* qT, int rows, int cols,
                 bool vin, bool vout, const float* s, unsigned* a, const float* poison) {
-  if (vin || vout)
-    return fp8_cast_transpose(q, qT, B16(x), rows, cols, f, s, reinterpret_cast<float*>(a), poison,
-                              nullptr);
+  if (vin || vout) {
+    fp8_cast_transpose(q, qT, B16(x), rows, cols, f, s, reinterpret_cast<float*>(a), poison,
+                       nullptr);
+    return wait_device();
+  }
   const dim3 g((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
   if (f == Fp8Format::E4M3)
     launch(g, 256, &cast_transpose_bf16_kernel<Fp8Format::E4M3>, B16(x), q, qT, rows, cols, false,

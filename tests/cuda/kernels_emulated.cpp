@@ -13,7 +13,7 @@
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
 // conversions, AdamW's rounding of the compute copy, permutes).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN  // this file holds the binary's main
+#define DOCTEST_CONFIG_IMPLEMENT  // this file holds the binary's main
 #include "tests/cuda/emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstdlib>
@@ -30,7 +30,38 @@ using namespace emu_test;
 
 namespace {
 
+// After each test case: what the emulation recorded that no check_emu() of the case reported
+// (a backend test that calls none, a rule broken in a destructor) and work the case queued but
+// never waited for (dropped: its buffers are gone). Each is printed with the case's name, and
+// the binary then fails.
+bool g_unreported = false;
+struct EmuErrorListener : doctest::IReporter {
+  explicit EmuErrorListener(const doctest::ContextOptions&) {}
+  std::string name;
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData& tc) override { name = tc.m_name; }
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {
+    std::vector<std::string> all = emu::errors();
+    for (const std::string& w : emu::drop_queued())
+      all.push_back(w + ": queued and never waited for");
+    for (const std::string& e : all)
+      fprintf(stderr, "%s: emulation: %s\n", name.c_str(), e.c_str());
+    g_unreported |= !all.empty();
+  }
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+
 // ---- the real launchers, typed for the tests ----
+// Each waits for the emulated device after the launcher has queued its work (the tests read
+// the results at once).
 
 constexpr int kThreads = 256;  // the launchers' block size for element-wise kernels
 
@@ -39,56 +70,68 @@ gpu::Ctx make_ctx() { return emu_ctx(); }
 template <typename E>
 void encoder_backward(E* dwte, E* dwpe, const E* dout, const int32_t* tokens, int B, int T, int C) {
   gpu::encoder_backward(emu_ctx(), dtype_of<E>(), dwte, dwpe, dout, tokens, nullptr, B, T, C);
+  wait_device();
 }
 template <typename E>
 void residual_forward(const gpu::Ctx&, E* o, const E* a, const E* b, size_t n) {
   gpu::residual_forward(emu_ctx(), dtype_of<E>(), o, a, b, n);
+  wait_device();
 }
 template <typename E>
 void gelu_forward(const gpu::Ctx&, E* o, const E* x, size_t n) {
   gpu::gelu_forward(emu_ctx(), dtype_of<E>(), o, x, n);
+  wait_device();
 }
 template <typename E>
 void gelu_backward(const gpu::Ctx&, E* di, const E* x, const E* d, size_t n) {
   gpu::gelu_backward(emu_ctx(), dtype_of<E>(), di, x, d, n);
+  wait_device();
 }
 template <typename E>
 void adamw(const gpu::Ctx&, E* params, float* master, const E* grads, float* m, float* v, size_t n,
            const AdamWArgs& a) {
   gpu::adamw(emu_ctx(), dtype_of<E>(), params, master, grads, m, v, n, a);
+  wait_device();
 }
 template <typename D, typename S>
 void convert(const gpu::Ctx&, D* dst, const S* src, size_t n, const Rounding& r) {
   gpu::convert(emu_ctx(), dtype_of<D>(), dst, dtype_of<S>(), src, n, r);
+  wait_device();
 }
 template <typename E>
 void norm(const E* x, size_t n, float inv_scale, float* out) {
   gpu::norm(emu_ctx(), dtype_of<E>(), x, n, inv_scale, out);
+  wait_device();
 }
 template <typename G>
 void classifier(const float* logits, float* losses, const int32_t* targets, G* dlogits, size_t ld,
                 float dloss, int N, int V, int Vp) {
   gpu::classifier(emu_ctx(), logits, losses, targets, dtype_of<G>(), dlogits, ld, dloss, N, V, Vp);
+  wait_device();
 }
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* w, const E* b,
                        int N, int Cn) {
   gpu::layernorm_forward(emu_ctx(), dtype_of<E>(), out, mean, rstd, inp, w, b, N, Cn);
+  wait_device();
 }
 template <typename E>
 void residual_layernorm_forward(E* res, E* out, float* mean, float* rstd, const E* a, const E* bb,
                                 const E* w, const E* b, int N, int Cn) {
   gpu::residual_layernorm_forward(emu_ctx(), dtype_of<E>(), res, out, mean, rstd, a, bb, w, b, N,
                                   Cn);
+  wait_device();
 }
 template <typename E>
 void layernorm_backward(E* dinp, E* dw, E* db, const E* dout, const E* inp, const E* w,
                         const float* mean, const float* rstd, int N, int Cn) {
   gpu::layernorm_backward(emu_ctx(), dtype_of<E>(), dinp, dw, db, dout, inp, w, mean, rstd, N, Cn);
+  wait_device();
 }
 template <typename E>
 void bias_backward(E* dbias, const E* dout, int N, int OC) {
   gpu::bias_backward(emu_ctx(), dtype_of<E>(), dbias, dout, N, OC);
+  wait_device();
 }
 // The context with cuda.gemm = fallback (cuBLAS, then matmul.cu's epilogue kernel) or lt (the
 // cuBLASLt wrapper, emulated by tests/cuda/cublaslt_emulation.cpp).
@@ -103,17 +146,20 @@ void gemm(bool fallback, bool ta, bool tb, int M, int N, int K, const E* A, int 
           int ldb, E* D, float beta, const E* bias) {
   gpu::Ctx c = gemm_ctx(fallback);
   gpu::gemm(c, ta, tb, M, N, K, dtype_of<E>(), A, lda, B, ldb, dtype_of<E>(), D, N, beta, bias);
+  wait_device();
 }
 template <typename E>
 void attention_forward(bool fallback, E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
   gpu::Ctx c = gemm_ctx(fallback);
   gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
+  wait_device();
 }
 template <typename E>
 void attention_backward(bool fallback, E* dqkv, const E* dout, const E* qkv, const E* att, int B,
                         int T, int Cn, int NH) {
   gpu::Ctx c = gemm_ctx(fallback);
   gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
+  wait_device();
 }
 // attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
 template <typename E, int KJ>
@@ -121,6 +167,7 @@ void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn,
   gpu::Ctx c = emu_ctx();
   c.opt.attention = "fused";
   gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
+  wait_device();
 }
 
 }  // namespace
@@ -158,6 +205,7 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
     }
   };
   emu::launch(dim3(1), 32, &Bad::kernel, out.p);
+  wait_device();  // (a launch is queued: its errors exist once it has run)
   CHECK(!emu::errors().empty());
   // So is a __syncthreads after part of the block has returned.
   struct BadSync {
@@ -169,7 +217,109 @@ TEST_CASE("emulation: shuffles, block reductions, early exits") {
   };
   Buf<float> many(64);
   emu::launch(dim3(1), 64, &BadSync::kernel, many.p);
+  wait_device();
   CHECK(!emu::errors().empty());
+}
+
+namespace {
+struct StreamKernels {
+  static void set(float* p, float v) {
+    if (threadIdx.x == 0) *p = v;
+  }
+  static void copy(float* dst, const float* src) {
+    if (threadIdx.x == 0) *dst = *src;
+  }
+};
+void set_on(cudaStream_t s, float* p, float v) {
+  emu::launch(dim3(1), dim3(32), 0, s, &StreamKernels::set, p, v);
+}
+void copy_on(cudaStream_t s, float* dst, const float* src) {
+  emu::launch(dim3(1), dim3(32), 0, s, &StreamKernels::copy, dst, src);
+}
+bool has_error(const char* part) {
+  bool found = false;
+  for (const std::string& e : emu::errors()) found |= e.find(part) != std::string::npos;
+  return found;
+}
+}  // namespace
+
+TEST_CASE("emulation: streams run queued work only when waited for, in CUDA's order") {
+  Buf<float> x(4, 0);
+  cudaStream_t nb, bl;
+  REQUIRE(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&bl, cudaStreamDefault) == cudaSuccess);
+  // Queued, not run; a query runs it and answers "not ready" once.
+  set_on(nb, &x[0], 1.f);
+  CHECK(x[0] == 0.f);
+  CHECK(cudaStreamQuery(nb) == cudaErrorNotReady);
+  CHECK(x[0] == 1.f);
+  CHECK(cudaStreamQuery(nb) == cudaSuccess);
+  // A stream waiting on an event runs the other stream up to it, not beyond.
+  cudaEvent_t e;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  set_on(nb, &x[1], 2.f);
+  REQUIRE(cudaEventRecord(e, nb) == cudaSuccess);
+  set_on(nb, &x[2], 5.f);
+  REQUIRE(cudaStreamWaitEvent(bl, e, 0) == cudaSuccess);
+  copy_on(bl, &x[3], &x[1]);
+  REQUIRE(cudaStreamSynchronize(bl) == cudaSuccess);
+  CHECK(x[3] == 2.f);
+  CHECK(x[2] == 0.f);  // after the event: still queued
+  // Without the wait, the other stream's work has not run: a missing dependency shows.
+  set_on(nb, &x[1], 6.f);
+  copy_on(bl, &x[3], &x[1]);
+  REQUIRE(cudaStreamSynchronize(bl) == cudaSuccess);
+  CHECK(x[3] == 2.f);
+  REQUIRE(cudaStreamSynchronize(nb) == cudaSuccess);
+  CHECK(x[1] == 6.f);
+  // The legacy stream waits for a blocking stream's earlier work, not a non-blocking one's.
+  set_on(bl, &x[0], 7.f);
+  set_on(nb, &x[2], 9.f);
+  copy_on(nullptr, &x[3], &x[0]);
+  copy_on(nullptr, &x[1], &x[2]);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  CHECK(x[3] == 7.f);
+  CHECK(x[1] == 5.f);  // the value before nb's queued x[2] = 9
+  wait_device();
+  CHECK(x[2] == 9.f);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(nb);
+  cudaStreamDestroy(bl);
+  check_emu();
+}
+
+TEST_CASE("emulation: async copies use pinned memory when they run; frees wait for the work") {
+  float* d = nullptr;
+  REQUIRE(cudaMalloc(&d, 4 * sizeof(float)) == cudaSuccess);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  // Pinned memory is read and written when the copy runs, not when it is queued.
+  float* pin = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pin), 2 * sizeof(float)) == cudaSuccess);
+  pin[0] = 3.f;
+  REQUIRE(cudaMemcpyAsync(d, pin, sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess);
+  pin[0] = 4.f;  // before the copy runs: the device gets 4
+  pin[1] = -1.f;
+  REQUIRE(cudaMemcpyAsync(pin + 1, d, sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  CHECK(pin[1] == -1.f);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(pin[1] == 4.f);
+  CHECK(emu::errors().empty());
+  // Pageable memory in an async copy breaks the project's rule (the copy still happens).
+  float v = 8.f;
+  REQUIRE(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  CHECK(has_error("pageable"));
+  REQUIRE(cudaMemcpyAsync(&v, d + 1, sizeof v, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  CHECK(has_error("pageable"));
+  // A free of memory that queued work still uses is reported; the work runs first.
+  set_on(s, d + 2, 1.f);
+  REQUIRE(cudaFreeHost(pin) == cudaSuccess);  // no queued work uses it: fine
+  CHECK(emu::errors().empty());
+  REQUIRE(cudaFree(d) == cudaSuccess);
+  CHECK(has_error("still uses it"));
+  CHECK(cudaStreamQuery(s) == cudaSuccess);
+  cudaStreamDestroy(s);
+  check_emu();
 }
 
 TEST_CASE("the kernels' ld/st: bit-exact with src/formats.h and the CPU's storage.h") {
@@ -218,6 +368,7 @@ TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp1
       fill(wpe.p, wpe.n, rng);
       fill(dout.p, nout, rng);
       gpu::encoder_forward(emu_ctx(), dtype_of<E>(), out.p, tokens.data(), wte.p, wpe.p, B, T, Cn);
+      wait_device();
       cpu::encoder_forward(C(ref.p), tokens.data(), C(wte.p), C(wpe.p), B, T, Cn);
       CHECK(bit_diffs(out.p, ref.p, nout) == 0);
       CHECK(all_poison(out.p + nout, 1));
@@ -436,6 +587,7 @@ TEST_CASE("GEMM + bias + GELU in cuBLASLt's epilogue vs the CPU matmul and gelu"
       c.opt.gelu_epilogue = true;  // cuda.gelu_epilogue
       const int lt_calls = emu_lt_matmul_calls();
       REQUIRE(gpu::gemm_bias_gelu(c, N, OC, Cn, dtype_of<E>(), inp.p, W.p, bias.p, pre.p, out.p));
+      wait_device();
       CHECK(emu_lt_matmul_calls() == lt_calls + 1);
       // reference: fp32 pre-activation, rounded once; gelu of the fp32 value, rounded once
       std::vector<float> wi(inp.n), ww(W.n), wb(OC), wp(size_t(N) * OC), wg(wp.size());
@@ -511,6 +663,7 @@ TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 row
     emu::launch(dim3(unsigned((OC + 255) / 256)), 256, &gpu::layernorm_backward_final_kernel<E>,
                 dw.p, db.p, static_cast<const float*>(pdw.p), static_cast<const float*>(pdb.p),
                 chunks, OC);
+    wait_device();
     for (int j = 0; j < OC; j++) {
       CHECK(std::fabs(f(dw[j]) - rw[j]) <= 1e-2 * std::max(1.0, std::fabs(rw[j])));
       CHECK(std::fabs(f(db[j]) - rb[j]) <= 1e-2 * std::max(1.0, std::fabs(rb[j])));
@@ -571,6 +724,7 @@ TEST_CASE("attention permutes: bit-exact round trips") {
     fill(qkv.p, qkv.n, rng);
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
                 v.p, static_cast<const E*>(qkv.p), B, T, NH, hs);
+    wait_device();
     size_t bad = 0;  // q[b,h,t,d] = qkv[b,t,0,h,d], likewise k, v
     for (int b = 0; b < B; b++)
       for (int h = 0; h < NH; h++)
@@ -585,11 +739,13 @@ TEST_CASE("attention permutes: bit-exact round trips") {
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_qkv_kernel<E>,
                 back.p, static_cast<const E*>(q.p), static_cast<const E*>(k.p),
                 static_cast<const E*>(v.p), B, T, NH, hs);
+    wait_device();
     CHECK(bit_diffs(back.p, qkv.p, 3 * btc) == 0);
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_one_kernel<E>, y.p,
                 static_cast<const E*>(qkv.p), B, T, NH, hs);  // first btc elements as (B,T,C)
     emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_kernel<E>, o.p,
                 static_cast<const E*>(y.p), B, T, NH, hs);
+    wait_device();
     CHECK(bit_diffs(o.p, qkv.p, btc) == 0);
     CHECK(all_poison(q.p + btc, 1));
     CHECK(all_poison(o.p + btc, 1));
@@ -851,4 +1007,14 @@ TEST_CASE("global norm: sum of squares vs the CPU, unscaled, non-finite count") 
       }
     })
   }
+}
+
+DOCTEST_REGISTER_LISTENER("emu_errors", 1, EmuErrorListener);
+
+int main(int argc, char** argv) {
+  doctest::Context ctx(argc, argv);
+  const int rc = ctx.run();
+  if (ctx.shouldExit()) return rc;
+  if (g_unreported) fprintf(stderr, "emulation errors outside the checks (above): failing\n");
+  return rc ? rc : g_unreported ? 1 : 0;
 }

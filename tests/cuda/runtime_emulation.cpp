@@ -1,11 +1,11 @@
-// runtime_emulation.cpp: the rest of the CUDA runtime and cuBLAS handle calls that the CUDA
-// backend (src/cuda/backend.cu, matmul_fp8.cu) and the GPU tests (tests/cuda/test_*.cu) make,
-// as host stand-ins, so that they run under the emulation (tests/cuda/cuda_emulation.h) as
-// they run on a GPU: one emulated device, "device" memory from the host heap (256-byte
-// aligned, filled with 0xFF bytes as poison, counted against an 80 GiB device), streams and
-// events that complete at once (every call runs when it is made), compute capability 9.0 (a
-// test may ask for another: emu_test::device_major) and one multiprocessor (cuda_emulation.cpp's
-// cudaDeviceGetAttribute says the same).
+// runtime_emulation.cpp: the device and device-memory calls of the CUDA runtime and the
+// cuBLASLt handle calls that the CUDA backend (src/cuda/backend.cu, matmul_fp8.cu) and the GPU
+// tests (tests/cuda/test_*.cu) make, as host stand-ins, so that they run under the emulation
+// (tests/cuda/cuda_emulation.h) as they run on a GPU: one emulated device, "device" memory
+// from the host heap (256-byte aligned, filled with 0xFF bytes as poison, counted against an
+// 80 GiB device), compute capability 9.0 (a test may ask for another: emu_test::device_major)
+// and one multiprocessor (cuda_emulation.cpp's cudaDeviceGetAttribute says the same).
+// Streams, events, copies, memsets and pinned host memory: stream_emulation.cpp.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -64,8 +64,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->maxThreadsPerBlock = 1024;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-
 cudaError_t cudaMalloc(void** p, size_t n) {
   *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
   if (!*p) return cudaErrorMemoryAllocation;
@@ -76,13 +74,15 @@ cudaError_t cudaMalloc(void** p, size_t n) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!allocations().erase(p)) return cudaErrorInvalidValue;
+  std::unique_lock<std::mutex> lock(g_mu);
+  auto it = allocations().find(p);
+  if (it == allocations().end()) return cudaErrorInvalidValue;
+  const size_t n = it->second;
+  lock.unlock();
+  emu::before_free(p, n, "cudaFree");  // no queued work may still use it (stream_emulation.cpp)
+  lock.lock();
+  allocations().erase(p);
   std::free(p);
-  return cudaSuccess;
-}
-cudaError_t cudaMemset(void* p, int v, size_t n) {
-  std::memset(p, v, n);
   return cudaSuccess;
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
@@ -92,46 +92,12 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   auto it = m.upper_bound(const_cast<void*>(p));
   const bool device = it != m.begin() && (--it, static_cast<const char*>(p) <
                                                     static_cast<char*>(it->first) + it->second);
-  a->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  a->type = device                   ? cudaMemoryTypeDevice
+            : emu::pinned_host(p, 1) ? cudaMemoryTypeHost
+                                     : cudaMemoryTypeUnregistered;
   return cudaSuccess;
 }
 
-// Streams and events: the work of every call is done when the call returns.
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = new_handle<cudaStream_t>();
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete_handle(s);
-  return cudaSuccess;
-}
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = new_handle<cudaEvent_t>();
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete_handle(e);
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
-  *ms = 0.f;
-  return cudaSuccess;
-}
-
-cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
-  *h = new_handle<cublasHandle_t>();
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
-  delete_handle(h);
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) {
-  return CUBLAS_STATUS_SUCCESS;
-}
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   *h = new_handle<cublasLtHandle_t>();
   return CUBLAS_STATUS_SUCCESS;

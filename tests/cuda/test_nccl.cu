@@ -6,24 +6,20 @@
 #include "tests/cuda/cuda_test_util.h"
 
 #ifdef TG_NCCL
-#include <cuda_runtime.h>
-
 #include "src/comm.h"
 #include "src/model.h"
 
 namespace {
 
-std::vector<float> on_device_roundtrip(tg::Comm& c, const std::vector<float>& host,
+// x on the backend's device, op applied there in place, read back.
+std::vector<float> on_device_roundtrip(tg::Backend& be, tg::Comm& c, const std::vector<float>& x,
                                        void (*op)(tg::Comm&, float*, size_t)) {
-  float* d = nullptr;
-  REQUIRE(cudaMalloc(&d, host.size() * sizeof(float)) == cudaSuccess);
-  REQUIRE(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice) ==
-          cudaSuccess);
-  op(c, d, host.size());
-  std::vector<float> out(host.size());
-  REQUIRE(cudaMemcpy(out.data(), d, host.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
-  cudaFree(d);
+  tg::Tensor d = be.alloc(tg::DType::F32, x.size());
+  be.upload(d, x.data());
+  op(c, d.as<float>(), x.size());
+  std::vector<float> out(x.size());
+  be.download(out.data(), d);
+  be.free(d);
   return out;
 }
 
@@ -33,20 +29,21 @@ TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers"
   TG_REQUIRE_GPU();
   // A single-process bootstrap (not the process-wide communicator, which tests leave alone).
   std::unique_ptr<tg::Comm> boot = tg::make_single_comm();
-  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, 0);
+  auto be = tg::make_cuda_backend();
+  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, *be);
   CHECK(c->world() == 1);
   CHECK(c->rank() == 0);
   CHECK(c->device_memory());
   const std::vector<float> x = tgc::randn(3000, 11);
   // Device memory, in place.
-  CHECK(on_device_roundtrip(*c, x,
+  CHECK(on_device_roundtrip(*be, *c, x,
                             [](tg::Comm& k, float* p, size_t n) { k.all_reduce_sum(p, n); }) == x);
-  CHECK(on_device_roundtrip(*c, x,
+  CHECK(on_device_roundtrip(*be, *c, x,
                             [](tg::Comm& k, float* p, size_t n) { k.all_reduce_max(p, n); }) == x);
-  CHECK(on_device_roundtrip(*c, x, [](tg::Comm& k, float* p, size_t n) {
+  CHECK(on_device_roundtrip(*be, *c, x, [](tg::Comm& k, float* p, size_t n) {
           k.all_gather_bytes(nullptr, p, n * sizeof(float));
         }) == x);
-  CHECK(on_device_roundtrip(*c, x, [](tg::Comm& k, float* p, size_t n) {
+  CHECK(on_device_roundtrip(*be, *c, x, [](tg::Comm& k, float* p, size_t n) {
           k.broadcast(p, n * sizeof(float), 0);
         }) == x);
   // Host memory, staged.
@@ -68,9 +65,9 @@ TEST_CASE("cuda: nccl a bf16 step through NCCL (plain and ZeRO-1) equals one wit
   TG_REQUIRE_GPU();
   // A single-process bootstrap (not the process-wide communicator, which tests leave alone).
   std::unique_ptr<tg::Comm> boot = tg::make_single_comm();
-  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, 0);
   tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 256, 64);
   auto be = tg::make_cuda_backend();
+  std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, *be);
   const int B = 4, T = 64;
   std::vector<int32_t> in = tgc::random_tokens(B * T, 256, 5),
                        targets = tgc::random_tokens(B * T, 256, 6);

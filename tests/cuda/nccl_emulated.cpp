@@ -1,0 +1,214 @@
+// nccl_emulated.cpp: the NCCL communicator (src/cuda/nccl_comm.cu) and the model's use of it
+// (GPT::sync_grads, GPT::gather_params) on the CUDA backend, over the emulated NCCL of
+// tests/cuda/nccl_emulation.cpp: a world of two ranks whose peer contributes this rank's data,
+// so that an all-reduce doubles the gradients and an all-gather copies this rank's shard into
+// every slot. The runtime runs queued work only when it is waited for
+// (tests/cuda/stream_emulation.cpp), so a collective that does not wait for the backend's
+// stream sums gradients the backward has not written yet, and the sums differ.
+#include "tests/cuda/emulated_util.h"
+// (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#ifdef TG_NCCL
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "src/comm.h"
+#include "src/model.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace {
+
+// The bootstrap of rank `rank` in an emulated world of `world` ranks whose peers hold this
+// rank's data (as the emulated NCCL's do): a sum is world times the value, a maximum the
+// value, a gather this rank's part in every slot, a broadcast (the NCCL unique id's) leaves
+// the data as it is.
+class EmulatedWorld final : public tg::Comm {
+ public:
+  EmulatedWorld(int rank, int world) : rank_(rank), world_(world) {}
+  std::string name() const override { return "emulated world"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  void all_reduce_sum(float* x, size_t n) override { times_world(x, n); }
+  void all_reduce_sum(double* x, size_t n) override { times_world(x, n); }
+  void all_reduce_max(float*, size_t) override {}
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
+    char* o = static_cast<char*>(out);
+    const char* mine = in ? static_cast<const char*>(in) : o + size_t(rank_) * bytes;
+    for (int r = 0; r < world_; r++)
+      if (o + size_t(r) * bytes != mine) std::memmove(o + size_t(r) * bytes, mine, bytes);
+  }
+  void reduce_scatter_sum(const float* in, float* out, size_t n) override {
+    std::copy(in + size_t(rank_) * n, in + size_t(rank_ + 1) * n, out);
+    times_world(out, n);
+  }
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override {
+    throw tg::Error(tg::strf("emulated world: abort(%d)", code));
+  }
+
+ private:
+  template <typename T>
+  void times_world(T* x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+      T s = x[i];
+      for (int r = 1; r < world_; r++) s += x[i];
+      x[i] = s;
+    }
+  }
+  int rank_, world_;
+};
+
+constexpr int kWorld = 2, kB = 2, kT = 8;
+
+tg::GPTConfig tiny_gpt() { return tg::gpt_config(1, 2, 32, 64, 16); }
+
+// The model's gradients (or compute weights) as doubles, read through the backend.
+std::vector<double> read(tg::Backend& be, tg::Tensor t) {
+  std::vector<char> b(t.bytes());
+  be.download(b.data(), t);
+  return tgc::decode(b, t.dtype, t.numel);
+}
+
+// One forward and backward of m on fixed tokens.
+void backward_step(tg::GPT& m) {
+  const std::vector<int32_t> in = tgc::random_tokens(kB * kT, 64, 5),
+                             tgt = tgc::random_tokens(kB * kT, 64, 6);
+  m.zero_grad();
+  m.forward(in.data(), tgt.data(), kB, kT, 1.0f);
+  m.backward();
+}
+
+}  // namespace
+
+TEST_CASE("emulated: GPT::sync_grads over NCCL sums the finished gradients (2 ranks)") {
+  auto be = tg::make_cuda_backend();
+  for (tg::DType t : {tg::DType::F32, tg::DType::BF16}) {
+    const std::string type = tg::dtype_name(t);
+    CAPTURE(type);
+    // The single-rank step: each rank's own gradients.
+    tg::GPT alone(tiny_gpt(), *be, t, tg::DataParallel{});
+    alone.init_random(7);
+    backward_step(alone);
+    const std::vector<double> g = read(*be, alone.grads());
+    for (bool zero : {false, true})
+      for (int rank = 0; rank < kWorld; rank++) {
+        CAPTURE(zero);
+        CAPTURE(rank);
+        EmulatedWorld world(rank, kWorld);
+        std::unique_ptr<tg::Comm> nccl = tg::make_nccl_comm(world, *be);
+        tg::DataParallel dp;
+        dp.comm = nccl.get();
+        dp.zero = zero;
+        dp.chunk = 1000;  // several staging chunks for the 16-bit gradients
+        tg::GPT m(tiny_gpt(), *be, t, dp);
+        m.init_random(7);
+        backward_step(m);
+        m.sync_grads();
+        const std::vector<double> s = read(*be, m.grads());
+        // Summed: everything, or under ZeRO-1 this rank's shard (the rest stays its own).
+        const size_t lo = m.shard_begin(), hi = std::min(s.size(), lo + m.shard_size());
+        REQUIRE(lo < hi);
+        size_t wrong = 0, first = hi;
+        for (size_t i = lo; i < hi; i++)
+          if (s[i] != kWorld * g[i]) {
+            wrong++;
+            first = std::min(first, i);
+          }
+        INFO("first wrong gradient " << first << ": " << (first < hi ? s[first] : 0.0)
+                                     << " instead of " << (first < hi ? kWorld * g[first] : 0.0));
+        CHECK(wrong == 0);
+      }
+  }
+  emu_test::check_emu();
+}
+
+TEST_CASE("emulated: GPT::gather_params over NCCL gathers the updated shards (2 ranks)") {
+  auto be = tg::make_cuda_backend();
+  for (tg::DType t : {tg::DType::F32, tg::DType::BF16})
+    for (int rank = 0; rank < kWorld; rank++) {
+      const std::string type = tg::dtype_name(t);
+      CAPTURE(type);
+      CAPTURE(rank);
+      EmulatedWorld world(rank, kWorld);
+      std::unique_ptr<tg::Comm> nccl = tg::make_nccl_comm(world, *be);
+      tg::DataParallel dp;
+      dp.comm = nccl.get();
+      dp.zero = true;
+      tg::GPT m(tiny_gpt(), *be, t, dp);
+      m.init_random(7);
+      backward_step(m);  // (this rank's own gradients: the case is about the gather)
+      const std::vector<double> before = read(*be, m.params());
+      // The update of this rank's shard, then the all-gather in place (adamw_step's end).
+      m.adamw_step({1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, tg::Rounding{}});
+      const std::vector<double> after = read(*be, m.params());
+      const size_t S = m.shard_size(), mine = m.shard_begin(), n = after.size();
+      size_t changed = 0, wrong = 0;
+      for (size_t i = 0; i < S && mine + i < n; i++) changed += after[mine + i] != before[mine + i];
+      // Every slot now holds this rank's updated shard (the emulated peer's is the same).
+      for (int r = 0; r < kWorld; r++)
+        for (size_t i = 0; i < S && size_t(r) * S + i < n && mine + i < n; i++)
+          wrong += after[size_t(r) * S + i] != after[mine + i];
+      CHECK(changed > S / 2);
+      CHECK(wrong == 0);
+    }
+  emu_test::check_emu();
+}
+
+TEST_CASE("emulated: NCCL collectives on host buffers, staged through pinned memory (2 ranks)") {
+  auto be = tg::make_cuda_backend();
+  for (int rank = 0; rank < kWorld; rank++) {
+    CAPTURE(rank);
+    EmulatedWorld world(rank, kWorld);
+    std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(world, *be);
+    const std::vector<float> x = tgc::randn(3000, 11);
+    std::vector<float> h = x, want(x.size());
+    c->all_reduce_sum(h.data(), h.size());
+    for (size_t i = 0; i < x.size(); i++) want[i] = x[i] + x[i];
+    CHECK(h == want);
+    h = x;
+    c->all_reduce_max(h.data(), h.size());
+    CHECK(h == x);
+    double d = 2.5;
+    c->all_reduce_sum(&d, 1);
+    CHECK(d == 5.0);
+    // reduce-scatter: this rank's part of the input, summed over both ranks
+    std::vector<float> part(x.size() / kWorld);
+    c->reduce_scatter_sum(x.data(), part.data(), part.size());
+    for (size_t i = 0; i < part.size(); i++) want[i] = 2 * x[rank * part.size() + i];
+    CHECK(std::equal(part.begin(), part.end(), want.begin()));
+    // all-gather: this rank's part (the peer's is the same) in every slot
+    std::vector<float> all(part.size() * kWorld);
+    c->all_gather(part.data(), all.data(), part.size());
+    for (int r = 0; r < kWorld; r++)
+      CHECK(std::equal(part.begin(), part.end(), all.begin() + r * part.size()));
+    h = x;
+    c->broadcast(h.data(), h.size() * sizeof(float), 1 - rank);
+    CHECK(h == x);
+    c->barrier();
+  }
+  emu_test::check_emu();
+}
+
+TEST_CASE("emulated: without libnccl, several GPUs are an error that says how to get it") {
+  auto be = tg::make_cuda_backend();
+  EmulatedWorld world(0, kWorld);
+  setenv("TG_TEST_NO_NCCL", "1", 1);  // the loader's not-found path, as on a machine without it
+  std::string msg;
+  try {
+    tg::make_nccl_comm(world, *be);
+  } catch (const tg::Error& e) {
+    msg = e.what();
+  }
+  unsetenv("TG_TEST_NO_NCCL");
+  INFO(msg);
+  CHECK(msg.find("libnccl.so.2") != std::string::npos);
+  CHECK(msg.find("nvidia-nccl-cu13") != std::string::npos);
+  CHECK(msg.find("LD_LIBRARY_PATH") != std::string::npos);
+  CHECK(msg.find("NCCL_HOME") != std::string::npos);
+  // Found again once the library is there (here: the emulated binary's own functions).
+  CHECK(tg::make_nccl_comm(world, *be)->world() == kWorld);
+  emu_test::check_emu();
+}
+
+#endif  // TG_NCCL
