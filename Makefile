@@ -176,8 +176,10 @@ EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasi
                $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h
 EMU_CU      := $(filter-out src/cuda/library.cu src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)) \
                $(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu))
-EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp \
-               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp
+EMU_SUPPORT := tests/cuda/cuda_emulation.cpp tests/cuda/cublaslt_emulation.cpp \
+               tests/cuda/runtime_emulation.cpp tests/cuda/device_memory_emulation.cpp \
+               tests/cuda/memory_check.cpp tests/cuda/symbols_emulation.cpp
+EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) $(EMU_SUPPORT)
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
 KERNELS_EMU_OBJ := $(OBJ) $(BUILD)/tests/test_util.o
 $(EMU_DIR)/%.o: %.cu | deps
@@ -187,6 +189,32 @@ $(EMU_DIR)/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
 $(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
+	$(CXX) -pthread -o $@ $^ -fopenmp $(LDLIBS)
+
+# kernels_checked: every launcher of src/cuda/*.cu (but NCCL's and the library entry) and the
+# cuBLAS(Lt) stand-ins compiled with GCC's -fsanitize=thread instrumentation, but linked with
+# tests/cuda/memory_check.cpp's own __tsan_* functions instead of libtsan: racecheck, memcheck
+# and initcheck of every load and store they make (tests/cuda/memory_check.h), run by
+# tests/cuda/*_checked.cpp on small shapes. The instrumentation is kept out of
+# kernels_emulated, whose larger shapes it would slow down several times over; the
+# support files that define the callbacks are not instrumented (they are the callbacks).
+KERNELS_CHECKED := $(BUILD)/kernels_checked
+CHECK_DIR   := $(BUILD)/checked
+# -g: the reports name source lines.
+CHECK_FLAGS := $(EMU_FLAGS) -g -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
+CHECK_SRC   := $(wildcard tests/cuda/*_checked.cpp) tests/cuda/cuda_emulation.cpp \
+               tests/cuda/cublaslt_emulation.cpp
+CHECK_OBJ   := $(patsubst %.cu,$(CHECK_DIR)/%.o,$(filter src/cuda/%,$(EMU_CU))) \
+               $(CHECK_SRC:%.cpp=$(CHECK_DIR)/%.o)
+CHECK_PLAIN := $(addprefix $(EMU_DIR)/tests/cuda/,runtime_emulation.o device_memory_emulation.o \
+               memory_check.o symbols_emulation.o)
+$(CHECK_DIR)/%.o: %.cu | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CHECK_FLAGS) -x c++ -c $< -o $@
+$(CHECK_DIR)/%.o: %.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CHECK_FLAGS) -c $< -o $@
+$(KERNELS_CHECKED): $(CHECK_OBJ) $(CHECK_PLAIN) $(KERNELS_EMU_OBJ)
 	$(CXX) -pthread -o $@ $^ -fopenmp $(LDLIBS)
 endif
 
@@ -250,4 +278,4 @@ format:
 clean:
 	rm -rf build train_gpt libtrain_gpt_cuda.so
 
--include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(CHECK_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d

@@ -1,6 +1,7 @@
 // cuda_emulation.cpp: host stand-ins for the CUDA runtime, cuBLAS and cuBLASLt calls that
 // src/cuda/*.cu's launchers make, for the emulated tests (tests/cuda/cuda_emulation.h; this
-// binary does not link libcudart or cuBLAS). "Device" memory is host memory, a stream runs
+// binary does not link libcudart or cuBLAS). Device memory is device_memory_emulation.cpp's (its
+// copies and memsets are noted there: memory_check.h), a stream runs
 // everything at once in order, the device has one multiprocessor and compute capability 9.0.
 // cuBLAS's GEMMs are fp32 loops in k order (what cuBLAS computes, up to the summation order)
 // rounded once into C's type. cuBLASLt is emulated the same way from its descriptors
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include "src/formats.h"
+#include "tests/cuda/memory_check.h"
 
 extern "C" {
 
@@ -18,14 +20,17 @@ cudaError_t cudaGetLastError() { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
 const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
+  emu::check::note_copy(dst, src, n, "cudaMemcpyAsync");
   std::memmove(dst, src, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  emu::check::note_copy(dst, src, n, "cudaMemcpy");
   std::memmove(dst, src, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
+  emu::check::note_write(p, n, "cudaMemsetAsync");
   std::memset(p, v, n);
   return cudaSuccess;
 }

@@ -27,7 +27,8 @@
 //   - a shuffle that reads a lane that has exited, or has a mask other than the full warp,
 //     is recorded as an error (emu::errors()), as is a block whose threads did not all pass
 //     the same number of __syncthreads (some exited while others synced: undefined);
-//   - atomics are plain read-modify-writes (one fiber runs at a time).
+//   - atomics are plain read-modify-writes (one fiber runs at a time), out of line and outside
+//     the instrumentation of the checks, which they tell of their access themselves.
 // The interleaving is one fixed, legal schedule (threads in index order, each up to its next
 // barrier): it executes every thread's code as written but finds no race between barriers.
 // It does not emulate: the memory model (every store is visible at once to every fiber),
@@ -70,6 +71,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/cuda/memory_check.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 // The dynamic shared memory (kernels reach it through common.cuh's dynamic_smem()).
 namespace tg::gpu {
 inline constexpr size_t kMaxDynamicSmem = 228 * 1024;  // Hopper's per-block maximum
@@ -78,15 +86,35 @@ alignas(16) inline thread_local unsigned char tg_dynamic_smem[kMaxDynamicSmem];
 
 namespace emu {
 
+inline constexpr size_t kStack = 128 * 1024;  // per fiber: a kernel's frames, libm's, the checks'
+
 struct Fiber {
   ucontext_t uc;
   jmp_buf jb;
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;  // State::stacks[thread]
+  void* asan_fake_stack = nullptr;  // ASan's bookkeeping of the fiber's stack (SAN=1 builds)
   uint3 idx{0, 0, 0};
   bool started = false, done = false;
   unsigned shfl_parity = 0;
   unsigned syncs = 0;  // __syncthreads passed in this block
 };
+
+// ASan's fiber annotations (SAN=1 builds; no-ops otherwise): a switch of stacks announced
+// before the jump and completed after it, or ASan reports false stack errors.
+inline void asan_start_switch(void** fake_stack_save, const void* bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_stack_save, bottom, size);
+#else
+  (void)fake_stack_save, (void)bottom, (void)size;
+#endif
+}
+inline void asan_finish_switch(void* fake_stack, const void** bottom_old, size_t* size_old) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, bottom_old, size_old);
+#else
+  (void)fake_stack, (void)bottom_old, (void)size_old;
+#endif
+}
 
 inline uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
 inline dim3 block_dim, grid_dim;
@@ -111,8 +139,12 @@ struct Barrier {
 
 struct State {
   jmp_buf main_jb;
+  void* main_fake_stack = nullptr;  // ASan: the launching thread's stack while fibers run
+  const void* main_stack_bottom = nullptr;
+  size_t main_stack_size = 0;
   Fiber* cur = nullptr;
   std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<char[]>> stacks;  // kStack bytes per thread, kept between launches
   std::function<void()> body;  // the kernel call
   int threads = 0;
   Barrier block;
@@ -138,7 +170,12 @@ inline std::vector<std::string> errors() {
 // Back to the scheduler; returns when the scheduler resumes this fiber.
 inline void yield() {
   State& s = state();
-  if (!_setjmp(s.cur->jb)) _longjmp(s.main_jb, 1);
+  Fiber* f = s.cur;
+  if (!_setjmp(f->jb)) {
+    asan_start_switch(&f->asan_fake_stack, s.main_stack_bottom, s.main_stack_size);
+    _longjmp(s.main_jb, 1);
+  }
+  asan_finish_switch(f->asan_fake_stack, &s.main_stack_bottom, &s.main_stack_size);
 }
 
 inline void Barrier::wait() {
@@ -153,6 +190,7 @@ inline void Barrier::wait() {
 
 inline void fiber_main() {
   State& s = state();
+  asan_finish_switch(nullptr, &s.main_stack_bottom, &s.main_stack_size);
   for (;;) {
     Fiber* f = s.cur;
     s.body();
@@ -204,12 +242,71 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
   s.cur = &f;
   thread_idx = f.idx;
   if (!_setjmp(s.main_jb)) {
+    asan_start_switch(&s.main_fake_stack, f.stack, kStack);
     if (!f.started) {
       f.started = true;
       setcontext(&f.uc);
     }
     _longjmp(f.jb, 1);
   }
+  asan_finish_switch(s.main_fake_stack, nullptr, nullptr);
+}
+
+// The fibers of a block of `block` threads, each at the start of fiber_main on its own stack
+// (the stacks are kept between launches: allocating them anew cost every launch page faults).
+inline void make_fibers(State& s, unsigned block) {
+  while (s.stacks.size() < block) s.stacks.emplace_back(new char[kStack]);
+  s.fibers.clear();
+  s.fibers.resize(block);
+  for (unsigned t = 0; t < block; t++) {
+    Fiber& f = s.fibers[t];
+    f.idx = uint3{t, 0, 0};
+    f.stack = s.stacks[t].get();
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_UNPOISON_MEMORY_REGION(f.stack, kStack);  // frames abandoned by the last launch
+#endif
+    getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = f.stack;
+    f.uc.uc_stack.ss_size = kStack;
+    f.uc.uc_link = nullptr;
+    makecontext(&f.uc, &fiber_main, 0);
+  }
+}
+
+// Runs block (bx, by, bz) of the launch to its end: each fiber in index order up to its next
+// barrier, until every one has returned from the kernel.
+inline void run_block(State& s, unsigned bx, unsigned by, unsigned bz, size_t smem) {
+  const unsigned block = unsigned(s.fibers.size());
+  const int nwarps = int((block + 31) / 32);
+  block_idx = uint3{bx, by, bz};
+  std::memset(tg::gpu::tg_dynamic_smem, 0xff, smem);  // NaN in every float type
+  s.block.reset(int(block));
+  for (int w = 0; w < nwarps; w++) s.warps[w].reset(std::min(32, int(block) - 32 * w));
+  for (int b = 0; b < 2; b++) s.lane_stamps[b].assign(size_t(nwarps) * 32, 0);
+  for (Fiber& f : s.fibers) {
+    f.done = false;
+    f.shfl_parity = 0;
+    f.syncs = 0;
+  }
+  check::block_begin();
+  for (unsigned left = block; left > 0;) {
+    left = 0;
+    for (Fiber& f : s.fibers) {
+      if (f.done) continue;
+      resume(f);
+      left += !f.done;
+    }
+  }
+  // Every thread must have passed the same number of __syncthreads: one that exited
+  // earlier left the others at a barrier it never reached (undefined on the GPU).
+  const auto [lo, hi] =
+      std::minmax_element(s.fibers.begin(), s.fibers.end(),
+                          [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
+  if (lo->syncs != hi->syncs)
+    error("__syncthreads not reached by every thread of block (" + std::to_string(bx) + "," +
+          std::to_string(by) + "): thread " + std::to_string(lo->idx.x) + " passed " +
+          std::to_string(lo->syncs) + ", thread " + std::to_string(hi->idx.x) + " passed " +
+          std::to_string(hi->syncs));
 }
 
 // kernel<<<grid, block, smem>>>(args...) with 1-D blocks (every kernel of this project uses
@@ -217,7 +314,6 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
 template <typename... P, typename... A>
 void launch(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args) {
   State& s = state();
-  constexpr size_t kStack = 128 * 1024;
   if (block3.y != 1 || block3.z != 1) error("2-D or 3-D blocks are not emulated");
   if (smem > tg::gpu::kMaxDynamicSmem) {
     error("dynamic shared memory of " + std::to_string(smem) + " bytes: more than emulated");
@@ -232,50 +328,12 @@ void launch(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args
   s.lane_vals[0].assign(size_t(nwarps) * 32, 0);
   s.lane_vals[1].assign(size_t(nwarps) * 32, 0);
   s.body = [=] { kernel(args...); };
-  s.fibers.clear();
-  s.fibers.resize(block);
-  for (unsigned t = 0; t < block; t++) {
-    Fiber& f = s.fibers[t];
-    f.idx = uint3{t, 0, 0};
-    f.stack.reset(new char[kStack]);
-    getcontext(&f.uc);
-    f.uc.uc_stack.ss_sp = f.stack.get();
-    f.uc.uc_stack.ss_size = kStack;
-    f.uc.uc_link = nullptr;
-    makecontext(&f.uc, &fiber_main, 0);
-  }
+  make_fibers(s, block);
+  check::launch_begin(reinterpret_cast<const void*>(kernel), smem);
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
-      for (unsigned bx = 0; bx < grid.x; bx++) {
-        block_idx = uint3{bx, by, bz};
-        std::memset(tg::gpu::tg_dynamic_smem, 0xff, smem);  // NaN in every float type
-        s.block.reset(int(block));
-        for (int w = 0; w < nwarps; w++) s.warps[w].reset(std::min(32, int(block) - 32 * w));
-        for (int b = 0; b < 2; b++) s.lane_stamps[b].assign(size_t(nwarps) * 32, 0);
-        for (Fiber& f : s.fibers) {
-          f.done = false;
-          f.shfl_parity = 0;
-          f.syncs = 0;
-        }
-        for (unsigned left = block; left > 0;) {
-          left = 0;
-          for (Fiber& f : s.fibers) {
-            if (f.done) continue;
-            resume(f);
-            left += !f.done;
-          }
-        }
-        // Every thread must have passed the same number of __syncthreads: one that exited
-        // earlier left the others at a barrier it never reached (undefined on the GPU).
-        const auto [lo, hi] =
-            std::minmax_element(s.fibers.begin(), s.fibers.end(),
-                                [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
-        if (lo->syncs != hi->syncs)
-          error("__syncthreads not reached by every thread of block (" + std::to_string(bx) + "," +
-                std::to_string(by) + "): thread " + std::to_string(lo->idx.x) + " passed " +
-                std::to_string(lo->syncs) + ", thread " + std::to_string(hi->idx.x) + " passed " +
-                std::to_string(hi->syncs));
-      }
+      for (unsigned bx = 0; bx < grid.x; bx++) run_block(s, bx, by, bz, smem);
+  check::launch_end();
   s.cur = nullptr;
   s.fibers.clear();  // parked in yield(): nothing on their stacks needs destroying
 }
@@ -330,19 +388,22 @@ inline float __uint_as_float(unsigned u) {
   return f;
 }
 template <typename V>
-inline V atomicAdd(V* p, V v) {
+[[gnu::no_sanitize_thread, gnu::noinline]] V atomicAdd(V* p, V v) {
+  emu::check::atomic_access(p, sizeof(V), __builtin_return_address(0));
   const V old = *p;
   *p = old + v;
   return old;
 }
 template <typename V>
-inline V atomicMax(V* p, V v) {
+[[gnu::no_sanitize_thread, gnu::noinline]] V atomicMax(V* p, V v) {
+  emu::check::atomic_access(p, sizeof(V), __builtin_return_address(0));
   const V old = *p;
   if (v > old) *p = v;
   return old;
 }
 template <typename V>
-inline V atomicMin(V* p, V v) {
+[[gnu::no_sanitize_thread, gnu::noinline]] V atomicMin(V* p, V v) {
+  emu::check::atomic_access(p, sizeof(V), __builtin_return_address(0));
   const V old = *p;
   if (v < old) *p = v;
   return old;
