@@ -14,12 +14,16 @@
 //   - the CUDA runtime, cuBLAS and cuBLASLt calls the backend makes are host stand-ins
 //     (tests/cuda/cuda_emulation.cpp, runtime_emulation.cpp, cublaslt_emulation.cpp: copies,
 //     no-op synchronisation, one device with one multiprocessor, GEMMs as fp32 loops, the
-//     cuBLASLt matmul computed from its descriptors);
+//     cuBLASLt matmul computed from its descriptors); device memory is an arena apart from the
+//     host heap (device_memory_emulation.cpp: red zones around every cudaMalloc block, freed
+//     blocks never handed out again, a shadow byte per device byte; copies and memsets are
+//     bounds-checked there, in every emulated binary);
 //   - emu::launch(grid, block, smem, kernel, args...) runs the grid block after block (x fastest),
-//     each block as blockDim.x cooperative fibers (ucontext stacks, switched with
-//     _setjmp/_longjmp) on the calling thread: a fiber runs until it waits at a barrier,
-//     then the next one runs. (OS threads were tried first: with hundreds of threads per block
-//     and a barrier per shuffle, futex wake-ups made a 512-block launch take minutes.)
+//     each block as blockDim.x cooperative fibers (ucontext stacks, kept between launches,
+//     switched with _setjmp/_longjmp; announced to ASan in SAN=1 builds) on the calling
+//     thread: a fiber runs until it waits at a barrier, then the next one runs. (OS threads
+//     were tried first: with hundreds of threads per block and a barrier per shuffle, futex
+//     wake-ups made a 512-block launch take minutes.)
 //   - __syncthreads is a barrier over the block's fibers; warp shuffles write the lane's value
 //     into an exchange array (double-buffered), wait at a barrier over the warp's 32 lanes
 //     and read the source lane; a fiber that returns from the kernel drops out of both
@@ -30,12 +34,20 @@
 //   - atomics are plain read-modify-writes (one fiber runs at a time), out of line and outside
 //     the instrumentation of the checks, which they tell of their access themselves.
 // The interleaving is one fixed, legal schedule (threads in index order, each up to its next
-// barrier): it executes every thread's code as written but finds no race between barriers.
-// It does not emulate: the memory model (every store is visible at once to every fiber),
-// races between barriers, warp-synchronous code without shuffles, 2-D/3-D blocks,
-// nvcc's code generation (FMA contraction, fast-math intrinsics), device libm accuracy
-// (expf, tanhf, ... are the host's), resource limits (registers, grid size; shared memory
-// only as far as kMaxDynamicSmem goes), streams (every call runs at once, in order).
+// barrier): it executes every thread's code as written but by itself finds no race between
+// barriers, no access past a buffer and no read of unwritten memory. The kernels_checked
+// binary does (tests/cuda/memory_check.h): its CUDA code is compiled with -fsanitize=thread
+// instrumentation whose callbacks see every load and store, with the launch hooks below
+// (launch, block, end): racecheck of shared memory per barrier interval (a shuffle does not
+// order shared memory), memcheck (device red zones, freed device memory, past the dynamic
+// shared memory) and initcheck (device bytes no kernel, copy or memset wrote; shared bytes the
+// block did not write), reported to emu::errors() with kernel, block, threads and lines.
+// It does not emulate: the memory model (every store is visible at once to every fiber; races
+// on global memory between threads or blocks go unseen), __syncwarp and warp-synchronous code
+// without shuffles, 2-D/3-D blocks, nvcc's code generation (FMA contraction, fast-math
+// intrinsics), device libm accuracy (expf, tanhf, ... are the host's), resource limits
+// (registers, grid size; shared memory only as far as kMaxDynamicSmem goes), streams (every
+// call runs at once, in order).
 #pragma once
 #define TG_CUDA_EMULATION 1
 // _longjmp between fiber stacks: glibc's fortified longjmp (__longjmp_chk) would refuse it.
