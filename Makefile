@@ -186,7 +186,8 @@ EMU_CU      := $(filter-out src/cuda/library.cu src/cuda/nccl_comm.cu,$(wildcard
                $(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu))
 EMU_SUPPORT := tests/cuda/cuda_emulation.cpp tests/cuda/cublaslt_emulation.cpp \
                tests/cuda/runtime_emulation.cpp tests/cuda/device_memory_emulation.cpp \
-               tests/cuda/memory_check.cpp tests/cuda/symbols_emulation.cpp
+               tests/cuda/memory_check.cpp tests/cuda/symbols_emulation.cpp \
+               tests/cuda/fibers_emulation.cpp
 EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) $(EMU_SUPPORT)
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
 KERNELS_EMU_OBJ := $(OBJ) $(BUILD)/tests/test_util.o
@@ -217,7 +218,7 @@ CHECK_SRC   := $(wildcard tests/cuda/*_checked.cpp) tests/cuda/cuda_emulation.cp
 CHECK_OBJ   := $(patsubst %.cu,$(CHECK_DIR)/%.o,$(filter src/cuda/%,$(EMU_CU))) \
                $(CHECK_SRC:%.cpp=$(CHECK_DIR)/%.o)
 CHECK_PLAIN := $(addprefix $(EMU_DIR)/tests/cuda/,runtime_emulation.o device_memory_emulation.o \
-               memory_check.o symbols_emulation.o)
+               memory_check.o symbols_emulation.o fibers_emulation.o)
 $(CHECK_DIR)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CHECK_FLAGS) -x c++ -c $< -o $@

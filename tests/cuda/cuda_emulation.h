@@ -19,11 +19,11 @@
 //     blocks never handed out again, a shadow byte per device byte; copies and memsets are
 //     bounds-checked there, in every emulated binary);
 //   - emu::launch(grid, block, smem, kernel, args...) runs the grid block after block (x fastest),
-//     each block as blockDim.x cooperative fibers (ucontext stacks, kept between launches,
-//     switched with _setjmp/_longjmp; announced to ASan in SAN=1 builds) on the calling
-//     thread: a fiber runs until it waits at a barrier, then the next one runs. (OS threads
-//     were tried first: with hundreds of threads per block and a barrier per shuffle, futex
-//     wake-ups made a 512-block launch take minutes.)
+//     each block as blockDim.x cooperative fibers (stacks kept between launches, switched by
+//     tg_emu_switch on x86-64, else ucontext and _setjmp/_longjmp; switches announced to ASan
+//     in SAN=1 builds) on the calling thread: a fiber runs until it waits at a barrier, then
+//     the next one runs. (OS threads were tried first: with hundreds of threads per block and
+//     a barrier per shuffle, futex wake-ups made a 512-block launch take minutes.)
 //   - __syncthreads is a barrier over the block's fibers; warp shuffles write the lane's value
 //     into an exchange array (double-buffered), wait at a barrier over the warp's 32 lanes
 //     and read the source lane; a fiber that returns from the kernel drops out of both
@@ -100,9 +100,22 @@ namespace emu {
 
 inline constexpr size_t kStack = 128 * 1024;  // per fiber: a kernel's frames, libm's, the checks'
 
+// x86-64: a fiber switch is tg_emu_switch (tests/cuda/fibers_emulation.cpp: the callee-saved
+// registers pushed, the stack pointer saved and the other one's loaded, popped), some ten
+// instructions where glibc's _longjmp also unwinds cleanup buffers and demangles pointers (a
+// fifth of a training-step test's time went there). Elsewhere ucontext and _setjmp/_longjmp.
+#if defined(__x86_64__)
+#define TG_EMU_SWITCH 1
+extern "C" void tg_emu_switch(void** save_sp, void* load_sp);
+#endif
+
 struct Fiber {
+#if TG_EMU_SWITCH
+  void* sp = nullptr;  // saved stack pointer while switched out
+#else
   ucontext_t uc;
   jmp_buf jb;
+#endif
   char* stack = nullptr;  // State::stacks[thread]
   void* asan_fake_stack = nullptr;  // ASan's bookkeeping of the fiber's stack (SAN=1 builds)
   uint3 idx{0, 0, 0};
@@ -150,7 +163,11 @@ struct Barrier {
 };
 
 struct State {
+#if TG_EMU_SWITCH
+  void* main_sp = nullptr;
+#else
   jmp_buf main_jb;
+#endif
   void* main_fake_stack = nullptr;  // ASan: the launching thread's stack while fibers run
   const void* main_stack_bottom = nullptr;
   size_t main_stack_size = 0;
@@ -183,10 +200,15 @@ inline std::vector<std::string> errors() {
 inline void yield() {
   State& s = state();
   Fiber* f = s.cur;
+#if TG_EMU_SWITCH
+  asan_start_switch(&f->asan_fake_stack, s.main_stack_bottom, s.main_stack_size);
+  tg_emu_switch(&f->sp, s.main_sp);
+#else
   if (!_setjmp(f->jb)) {
     asan_start_switch(&f->asan_fake_stack, s.main_stack_bottom, s.main_stack_size);
     _longjmp(s.main_jb, 1);
   }
+#endif
   asan_finish_switch(f->asan_fake_stack, &s.main_stack_bottom, &s.main_stack_size);
 }
 
@@ -253,6 +275,10 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
   State& s = state();
   s.cur = &f;
   thread_idx = f.idx;
+#if TG_EMU_SWITCH
+  asan_start_switch(&s.main_fake_stack, f.stack, kStack);
+  tg_emu_switch(&s.main_sp, f.sp);
+#else
   if (!_setjmp(s.main_jb)) {
     asan_start_switch(&s.main_fake_stack, f.stack, kStack);
     if (!f.started) {
@@ -261,11 +287,32 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
     }
     _longjmp(f.jb, 1);
   }
+#endif
   asan_finish_switch(s.main_fake_stack, nullptr, nullptr);
 }
 
+// Fiber f at the start of fiber_main on its stack. x86-64: the frame tg_emu_switch pops (six
+// zeroed registers, then fiber_main as the return address), placed so that fiber_main starts
+// with the stack aligned as after a call (rsp % 16 == 8).
+inline void start_at_fiber_main(Fiber& f) {
+#if TG_EMU_SWITCH
+  const uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStack) & ~uintptr_t(15);
+  void** frame = reinterpret_cast<void**>(top - 64);
+  for (int i = 0; i < 6; i++) frame[i] = nullptr;  // r15 r14 r13 r12 rbx rbp
+  frame[6] = reinterpret_cast<void*>(&fiber_main);
+  frame[7] = nullptr;  // fiber_main's own return address: it never returns
+  f.sp = frame;
+#else
+  getcontext(&f.uc);
+  f.uc.uc_stack.ss_sp = f.stack;
+  f.uc.uc_stack.ss_size = kStack;
+  f.uc.uc_link = nullptr;
+  makecontext(&f.uc, &fiber_main, 0);
+#endif
+}
+
 // The fibers of a block of `block` threads, each at the start of fiber_main on its own stack
-// (the stacks are kept between launches: allocating them anew cost every launch page faults).
+// (the stacks are kept between launches rather than allocated and touched anew each time).
 inline void make_fibers(State& s, unsigned block) {
   while (s.stacks.size() < block) s.stacks.emplace_back(new char[kStack]);
   s.fibers.clear();
@@ -277,11 +324,7 @@ inline void make_fibers(State& s, unsigned block) {
 #if defined(__SANITIZE_ADDRESS__)
     ASAN_UNPOISON_MEMORY_REGION(f.stack, kStack);  // frames abandoned by the last launch
 #endif
-    getcontext(&f.uc);
-    f.uc.uc_stack.ss_sp = f.stack;
-    f.uc.uc_stack.ss_size = kStack;
-    f.uc.uc_link = nullptr;
-    makecontext(&f.uc, &fiber_main, 0);
+    start_at_fiber_main(f);
   }
 }
 

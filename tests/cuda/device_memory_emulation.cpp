@@ -110,6 +110,17 @@ size_t check_range(uintptr_t a, size_t n, const char* what, const char* verb) {
   return mapped;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// ASan's report of a poisoned device address (a red zone, freed memory) ends with what the
+// address is, as the checks would say it.
+void asan_report(const char*) {
+  const void* a = __asan_get_report_address();
+  if (a && in_arena(a))
+    std::fprintf(stderr, "device memory: %s\n", describe_device_address(a).c_str());
+}
+const bool g_asan_hook = (__asan_set_error_report_callback(asan_report), true);
+#endif
+
 }  // namespace
 
 uintptr_t arena_begin() { return arena().base; }

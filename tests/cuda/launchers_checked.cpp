@@ -300,8 +300,10 @@ TEST_CASE("checked: FP8 linears forward and backward, FP8 and bf16-fallback path
   take_reports();
   for (gpu::Fp8Path path : {gpu::Fp8Path::kFp8, gpu::Fp8Path::kBf16Fallback})
     for (bool current : {false, true}) fp8_linear_case(path, current, 32, 48, 80);
-  lt_refuse_fp8_epilogue = true;  // the bias rows written first, then a GEMM with beta = 1
-  fp8_linear_case(gpu::Fp8Path::kFp8, false, 32, 48, 80);
+  // No FP8 algorithm with the bias epilogue: the bias rows written first, then a GEMM with
+  // beta = 1. (A shape of its own: the wrapper caches the heuristic's answer per shape.)
+  lt_refuse_fp8_epilogue = true;
+  fp8_linear_case(gpu::Fp8Path::kFp8, false, 64, 48, 80);
   lt_refuse_fp8_epilogue = false;
   expect_clean();
 }
