@@ -92,6 +92,12 @@ int tls_of_executable(dl_phdr_info* info, size_t, void* out) {
 
 uint64_t epoch() { return (g.block_serial << 24) + (emu::state().block.gen - g.gen0); }
 
+std::string hex(uintptr_t a) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%zx", size_t(a));
+  return b;
+}
+
 // The report of one finding by `who` ("thread 3 of block (0,0,0)", "host code"), without
 // the kernel (launch_end adds it).
 std::string describe(const Found& f, const std::string& who) {
@@ -114,11 +120,11 @@ std::string describe(const Found& f, const std::string& who) {
              std::to_string(f.addr - g.dyn_lo) + " of the dynamic shared memory, past the " +
              std::to_string(g.smem) + " bytes of the launch," + by;
     case kDeviceBounds:
-      return "memcheck: invalid " + verb + " of " + n + ", " + describe_device_address(addr) +
-             "," + by;
-    case kDeviceInit:
-      return "initcheck: read of uninitialised device memory, " + n + " at " +
+      return "memcheck: invalid " + verb + " of " + n + " at " + hex(f.addr) + ", " +
              describe_device_address(addr) + "," + by;
+    case kDeviceInit:
+      return "initcheck: read of uninitialised device memory, " + n + " at " + hex(f.addr) +
+             ", " + describe_device_address(addr) + "," + by;
   }
   return "";
 }
