@@ -11,7 +11,9 @@
 //                  alike (the cuBLAS(Lt) stand-ins read and write device memory too).
 //   shared memory  during a launch, the executable's TLS segment: the emulation's __shared__
 //                  arrays are thread_local statics and the dynamic shared memory a
-//                  thread_local buffer, so one range holds them all. Each byte's shadow cell
+//                  thread_local buffer, so one range holds them all (with the few
+//                  thread_local scratch vectors of the CPU backend, which no kernel touches;
+//                  the name in a report says which object it is). Each byte's shadow cell
 //                  keeps the barrier interval (epoch) and thread of its last write and of up to
 //                  two reads in the current interval. Racecheck: two threads of the block
 //                  accessing a byte in the same interval (between the same two __syncthreads),
