@@ -11,7 +11,10 @@
 # With nvcc, src/cuda/*.cu (the CUDA backend) is built into libtrain_gpt_cuda.so beside the
 # binary, which train_gpt opens only when a run asks for a GPU (src/cuda_library.h), and is
 # linked with tests/cuda/*.cu into the test binary; without nvcc (or with SAN=1) neither is
-# built and train_gpt runs on the CPU only.
+# built and train_gpt runs on the CPU only. With the CUDA toolkit's headers, `make test` also
+# builds and runs the emulated kernel tests (build/<variant>/kernels_emulated, ASan+UBSan under
+# SAN=1) and, but under SAN=1, the checked kernel tests (kernels_checked: racecheck, memcheck,
+# initcheck of every launcher).
 
 CXX      ?= g++
 # WERROR=1 turns warnings into errors (CI builds so, .ci/run); a user's build, perhaps with a
@@ -166,24 +169,32 @@ endif
 # CPU backend (linked from its objects): one binary of tests/cuda/*_emulated.cpp and the GPU
 # tests tests/cuda/test_*.cu. The NCCL stand-ins are exported (--export-dynamic-symbol), so that
 # nccl_comm.cu's loader finds them as it would find a loaded libnccl.
+# Built wherever the CUDA toolkit's headers are (nvcc found), SAN=1 included: then with ASan
+# and UBSan like the rest of that build (the fibers tell ASan of their stack switches, device
+# memory's red zones and freed blocks are poisoned: tests/cuda/memory_check.h).
 # -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
 # kernels' 16-byte packs are type-punned through int4, as nvcc allows; -march=native as the
-# CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there).
-# -Wno-unused-function: a launcher includes static kernels it does not launch;
-# -fno-extern-tls-init: the dynamic shared memory is an extern thread_local array that needs
-# no initialisation (GCC would call a missing init function through a null pointer).
-ifneq ($(USE_NVCC),)
+# CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there; a SAN=1
+# build has neither). -Wno-unused-function: a launcher includes static kernels it does not
+# launch; -fno-extern-tls-init: the dynamic shared memory is an extern thread_local array that
+# needs no initialisation (GCC would call a missing init function through a null pointer).
+ifneq ($(NVCC),)
+EMU_CUDA    := $(patsubst %/bin/nvcc,%,$(NVCC))
+EMU_OPT     := $(if $(filter 1,$(SAN)),$(OPT),-O2 -march=native)
 KERNELS_EMU := $(BUILD)/kernels_emulated
 EMU_DIR     := $(BUILD)/emu
-EMU_FLAGS   := -std=c++20 -O2 -march=native -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
-               -Wall -Wextra $(WERR) -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(CUDA_HOME)/include \
+EMU_FLAGS   := -std=c++20 $(EMU_OPT) -U_FORTIFY_SOURCE -fno-strict-aliasing -pthread -fopenmp \
+               -Wall -Wextra $(WERR) -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(EMU_CUDA)/include \
                $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h \
                $(if $(HAVE_NCCL),-DTG_NCCL -I$(NCCL_HOME)/include)
 EMU_CU      := $(filter-out src/cuda/library.cu $(if $(HAVE_NCCL),,src/cuda/nccl_comm.cu),$(wildcard src/cuda/*.cu)) \
-               $(wildcard tests/cuda/test_*.cu)
-EMU_SRC     := $(wildcard tests/cuda/*_emulated.cpp) tests/cuda/cuda_emulation.cpp \
-               tests/cuda/cublaslt_emulation.cpp tests/cuda/runtime_emulation.cpp \
-               tests/cuda/stream_emulation.cpp $(if $(HAVE_NCCL),tests/cuda/nccl_emulation.cpp)
+               $(if $(HAVE_NCCL),$(wildcard tests/cuda/test_*.cu),$(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu)))
+EMU_SUPPORT := tests/cuda/cuda_emulation.cpp tests/cuda/cublaslt_emulation.cpp \
+               tests/cuda/runtime_emulation.cpp tests/cuda/stream_emulation.cpp \
+               tests/cuda/device_memory_emulation.cpp tests/cuda/memory_check.cpp \
+               tests/cuda/symbols_emulation.cpp tests/cuda/fibers_emulation.cpp \
+               $(if $(HAVE_NCCL),tests/cuda/nccl_emulation.cpp)
+EMU_SRC     := $(filter-out $(if $(HAVE_NCCL),,tests/cuda/nccl_emulated.cpp),$(wildcard tests/cuda/*_emulated.cpp)) $(EMU_SUPPORT)
 EMU_OBJ     := $(EMU_CU:%.cu=$(EMU_DIR)/%.o) $(EMU_SRC:%.cpp=$(EMU_DIR)/%.o)
 KERNELS_EMU_OBJ := $(OBJ) $(BUILD)/tests/test_util.o
 $(EMU_DIR)/%.o: %.cu | deps
@@ -193,12 +204,46 @@ $(EMU_DIR)/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
 $(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
-	$(CXX) -pthread -o $@ $^ -fopenmp '-Wl,--export-dynamic-symbol=nccl*' $(LDLIBS)
+	$(CXX) $(LDSAN) -pthread -o $@ $^ -fopenmp '-Wl,--export-dynamic-symbol=nccl*' $(LDLIBS)
+
+# kernels_checked: every launcher of src/cuda/*.cu (but NCCL's and the library entry) and the
+# cuBLAS(Lt) stand-ins compiled with GCC's -fsanitize=thread instrumentation, but linked with
+# tests/cuda/memory_check.cpp's own __tsan_* functions instead of libtsan: racecheck, memcheck
+# and initcheck of every load and store they make (tests/cuda/memory_check.h), run by
+# tests/cuda/*_checked.cpp on small shapes. The instrumentation is kept out of
+# kernels_emulated, whose larger shapes it would slow down several times over; the
+# support files that define the callbacks are not instrumented (they are the callbacks).
+# Not in SAN=1 builds: an object takes either ASan's instrumentation or this one.
+ifneq ($(SAN),1)
+KERNELS_CHECKED := $(BUILD)/kernels_checked
+CHECK_DIR   := $(BUILD)/checked
+# -g: the reports name source lines.
+CHECK_FLAGS := $(EMU_FLAGS) -g -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
+CHECK_SRC   := $(wildcard tests/cuda/*_checked.cpp) tests/cuda/cuda_emulation.cpp \
+               tests/cuda/cublaslt_emulation.cpp
+CHECK_OBJ   := $(patsubst %.cu,$(CHECK_DIR)/%.o,$(filter-out src/cuda/nccl_comm.cu,$(filter src/cuda/%,$(EMU_CU)))) \
+               $(CHECK_SRC:%.cpp=$(CHECK_DIR)/%.o)
+CHECK_PLAIN := $(addprefix $(EMU_DIR)/tests/cuda/,runtime_emulation.o stream_emulation.o device_memory_emulation.o \
+               memory_check.o symbols_emulation.o fibers_emulation.o)
+$(CHECK_DIR)/%.o: %.cu | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CHECK_FLAGS) -x c++ -c $< -o $@
+$(CHECK_DIR)/%.o: %.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CHECK_FLAGS) -c $< -o $@
+$(KERNELS_CHECKED): $(CHECK_OBJ) $(CHECK_PLAIN) $(KERNELS_EMU_OBJ)
+	$(CXX) -pthread -o $@ $^ -fopenmp $(LDLIBS)
+endif
 endif
 
+# What `make test` runs of kernels_emulated: everything, or under SAN=1 (ASan slows the
+# fibers' kernels several times over) the kernel-level cases of tests/cuda/*_emulated.cpp,
+# without the backend-level GPU tests of tests/cuda/test_*.cu.
+EMU_TEST_ARGS := --minimal $(if $(filter 1,$(SAN)),--source-file='*_emulated.cpp')
+
 # The test binary prints its own closing line "N passed, N failed" (last).
-test: $(BUILD)/run_tests $(BIN) $(KERNELS_EMU)
-	@$(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+test: $(BUILD)/run_tests $(BIN) $(KERNELS_EMU) $(KERNELS_CHECKED)
+	@$(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) $(EMU_TEST_ARGS) &&) $(if $(KERNELS_CHECKED),$(KERNELS_CHECKED) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
 
 run: train_gpt
 	@grep -qs '"record_len": 16' data/toy/meta.json || ./train_gpt prepare toy --out data/toy
@@ -256,4 +301,4 @@ format:
 clean:
 	rm -rf build train_gpt libtrain_gpt_cuda.so
 
--include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(CHECK_OBJ:.o=.d) $(wildcard $(FUZZ_DIR)/*/*.d $(FUZZ_DIR)/*/*/*.d) $(CU_OBJ:.o=.d) $(TEST_CU_OBJ:.o=.d) $(BUILD)/train_gpt.d

@@ -31,7 +31,8 @@
 // Test hooks: emu_test::lt_refuse_block_scaled (the heuristic finds nothing for a scale mode,
 // and a launch with one fails, as a cached algorithm the library refuses would)
 // and emu_test::lt_ignore_block_scales (block scales read as 1: a wrong answer, for the
-// native path's self-check to catch).
+// native path's self-check to catch), emu_test::lt_refuse_fp8_epilogue (no FP8 algorithm with
+// an epilogue: the FP8 linears' bias-rows fallback runs).
 #include <cublasLt.h>
 
 #include <cmath>
@@ -51,6 +52,7 @@ int lt_matmul_calls = 0;
 int emu_lt_matmul_calls() { return lt_matmul_calls; }
 bool lt_refuse_block_scaled = false;
 bool lt_ignore_block_scales = false;
+bool lt_refuse_fp8_epilogue = false;
 int lt_block_scaled_calls = 0;
 }  // namespace emu_test
 
@@ -324,6 +326,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   const bool fp8 = is_fp8(layout(a)->type) || is_fp8(layout(b)->type);
   if (fp8 && !(desc(op)->transa == CUBLAS_OP_T && desc(op)->transb == CUBLAS_OP_N))
     return CUBLAS_STATUS_SUCCESS;  // FP8 kernels are TN only: no algorithm
+  if (fp8 && emu_test::lt_refuse_fp8_epilogue && desc(op)->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    return CUBLAS_STATUS_SUCCESS;
   const int32_t ma = desc(op)->a_scale_mode, mb = desc(op)->b_scale_mode;
   if (block_mode(ma) || block_mode(mb)) {
     const bool fp4 = layout(a)->type == CUDA_R_4F_E2M1 && layout(b)->type == CUDA_R_4F_E2M1;

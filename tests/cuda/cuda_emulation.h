@@ -15,7 +15,10 @@
 //     (tests/cuda/cuda_emulation.cpp, runtime_emulation.cpp, stream_emulation.cpp,
 //     cublaslt_emulation.cpp, nccl_emulation.cpp: one device with one multiprocessor, GEMMs as
 //     fp32 loops, the cuBLASLt matmul computed from its descriptors, collectives of a world
-//     whose peers hold this rank's data);
+//     whose peers hold this rank's data); device memory is an arena apart from the host heap
+//     (device_memory_emulation.cpp: red zones around every cudaMalloc block, freed blocks never
+//     handed out again, a shadow byte per device byte; copies and memsets are bounds-checked
+//     there, in every emulated binary);
 //   - streams are as strict as a GPU's (stream_emulation.cpp): a kernel launch, an async copy
 //     or memset, a GEMM or a collective is queued on its stream and runs only when something
 //     waits for it (a stream, event or device synchronisation, a stream waiting on an event,
@@ -24,10 +27,11 @@
 //     that queued work still uses are errors (emu::errors());
 //   - emu::launch(grid, block, smem, stream, kernel, args...) queues the launch (the arguments
 //     copied, as a launch copies them); when it runs, the grid runs block after block (x
-//     fastest), each block as blockDim.x cooperative fibers (ucontext stacks, switched with
-//     _setjmp/_longjmp) on the calling thread: a fiber runs until it waits at a barrier,
-//     then the next one runs. (OS threads were tried first: with hundreds of threads per block
-//     and a barrier per shuffle, futex wake-ups made a 512-block launch take minutes.)
+//     fastest), each block as blockDim.x cooperative fibers (stacks kept between launches,
+//     switched by tg_emu_switch on x86-64, else ucontext and _setjmp/_longjmp; switches
+//     announced to ASan in SAN=1 builds) on the calling thread: a fiber runs until it waits at
+//     a barrier, then the next one runs. (OS threads were tried first: with hundreds of threads
+//     per block and a barrier per shuffle, futex wake-ups made a 512-block launch take minutes.)
 //   - __syncthreads is a barrier over the block's fibers; warp shuffles write the lane's value
 //     into an exchange array (double-buffered), wait at a barrier over the warp's 32 lanes
 //     and read the source lane; a fiber that returns from the kernel drops out of both
@@ -35,17 +39,25 @@
 //   - a shuffle that reads a lane that has exited, or has a mask other than the full warp,
 //     is recorded as an error (emu::errors()), as is a block whose threads did not all pass
 //     the same number of __syncthreads (some exited while others synced: undefined);
-//   - atomics are plain read-modify-writes (one fiber runs at a time).
+//   - atomics are plain read-modify-writes (one fiber runs at a time), out of line and outside
+//     the instrumentation of the checks, which they tell of their access themselves.
 // The interleaving is one fixed, legal schedule (threads in index order, each up to its next
-// barrier): it executes every thread's code as written but finds no race between barriers.
-// The same holds for streams: queued work runs in one legal order (a stream's items in order,
-// when waited for), so work that two streams may run concurrently is never interleaved.
-// It does not emulate: the memory model (every store is visible at once to every fiber),
-// races between barriers, warp-synchronous code without shuffles, 2-D/3-D blocks,
-// nvcc's code generation (FMA contraction, fast-math intrinsics), device libm accuracy
-// (expf, tanhf, ... are the host's), resource limits (registers, grid size; shared memory
-// only as far as kMaxDynamicSmem goes), concurrency between streams, the per-thread default
-// stream.
+// barrier): it executes every thread's code as written but by itself finds no race between
+// barriers, no access past a buffer and no read of unwritten memory. The kernels_checked
+// binary does (tests/cuda/memory_check.h): its CUDA code is compiled with -fsanitize=thread
+// instrumentation whose callbacks see every load and store, with the launch hooks below
+// (launch, block, end): racecheck of shared memory per barrier interval (a shuffle does not
+// order shared memory), memcheck (device red zones, freed device memory, past the dynamic
+// shared memory) and initcheck (device bytes no kernel, copy or memset wrote; shared bytes the
+// block did not write), reported to emu::errors() with kernel, block, threads and lines.
+// Streams likewise run in one legal order (a stream's items in order, when waited for), so
+// work that two streams may run concurrently is never interleaved.
+// It does not emulate: the memory model (every store is visible at once to every fiber; races
+// on global memory between threads or blocks go unseen), __syncwarp and warp-synchronous code
+// without shuffles, 2-D/3-D blocks, nvcc's code generation (FMA contraction, fast-math
+// intrinsics), device libm accuracy (expf, tanhf, ... are the host's), resource limits
+// (registers, grid size; shared memory only as far as kMaxDynamicSmem goes), concurrency
+// between streams, the per-thread default stream.
 #pragma once
 #define TG_CUDA_EMULATION 1
 // _longjmp between fiber stacks: glibc's fortified longjmp (__longjmp_chk) would refuse it.
@@ -82,6 +94,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/cuda/memory_check.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 // The dynamic shared memory (kernels reach it through common.cuh's dynamic_smem()).
 namespace tg::gpu {
 inline constexpr size_t kMaxDynamicSmem = 228 * 1024;  // Hopper's per-block maximum
@@ -90,15 +109,49 @@ alignas(16) inline thread_local unsigned char tg_dynamic_smem[kMaxDynamicSmem];
 
 namespace emu {
 
+inline constexpr size_t kStack = 128 * 1024;  // per fiber: a kernel's frames, libm's, the checks'
+
+// x86-64: a fiber switch is tg_emu_switch (tests/cuda/fibers_emulation.cpp: the callee-saved
+// registers pushed, the stack pointer saved and the other one's loaded, popped), some ten
+// instructions where glibc's _longjmp also unwinds cleanup buffers and demangles pointers
+// (perf: a fifth of a training-step test's time; with this switch and the kept stacks that
+// test takes 21 s instead of 33). Elsewhere ucontext and _setjmp/_longjmp.
+#if defined(__x86_64__)
+#define TG_EMU_SWITCH 1
+extern "C" void tg_emu_switch(void** save_sp, void* load_sp);
+#endif
+
 struct Fiber {
+#if TG_EMU_SWITCH
+  void* sp = nullptr;  // saved stack pointer while switched out
+#else
   ucontext_t uc;
   jmp_buf jb;
-  std::unique_ptr<char[]> stack;
+#endif
+  char* stack = nullptr;  // State::stacks[thread]
+  void* asan_fake_stack = nullptr;  // ASan's bookkeeping of the fiber's stack (SAN=1 builds)
   uint3 idx{0, 0, 0};
   bool started = false, done = false;
   unsigned shfl_parity = 0;
   unsigned syncs = 0;  // __syncthreads passed in this block
 };
+
+// ASan's fiber annotations (SAN=1 builds; no-ops otherwise): a switch of stacks announced
+// before the jump and completed after it, or ASan reports false stack errors.
+inline void asan_start_switch(void** fake_stack_save, const void* bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_stack_save, bottom, size);
+#else
+  (void)fake_stack_save, (void)bottom, (void)size;
+#endif
+}
+inline void asan_finish_switch(void* fake_stack, const void** bottom_old, size_t* size_old) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, bottom_old, size_old);
+#else
+  (void)fake_stack, (void)bottom_old, (void)size_old;
+#endif
+}
 
 inline uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
 inline dim3 block_dim, grid_dim;
@@ -122,9 +175,17 @@ struct Barrier {
 };
 
 struct State {
+#if TG_EMU_SWITCH
+  void* main_sp = nullptr;
+#else
   jmp_buf main_jb;
+#endif
+  void* main_fake_stack = nullptr;  // ASan: the launching thread's stack while fibers run
+  const void* main_stack_bottom = nullptr;
+  size_t main_stack_size = 0;
   Fiber* cur = nullptr;
   std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<char[]>> stacks;  // kStack bytes per thread, kept between launches
   std::function<void()> body;  // the kernel call
   int threads = 0;
   Barrier block;
@@ -172,7 +233,17 @@ void before_free(const void* p, size_t bytes, const char* how);
 // Back to the scheduler; returns when the scheduler resumes this fiber.
 inline void yield() {
   State& s = state();
-  if (!_setjmp(s.cur->jb)) _longjmp(s.main_jb, 1);
+  Fiber* f = s.cur;
+#if TG_EMU_SWITCH
+  asan_start_switch(&f->asan_fake_stack, s.main_stack_bottom, s.main_stack_size);
+  tg_emu_switch(&f->sp, s.main_sp);
+#else
+  if (!_setjmp(f->jb)) {
+    asan_start_switch(&f->asan_fake_stack, s.main_stack_bottom, s.main_stack_size);
+    _longjmp(s.main_jb, 1);
+  }
+#endif
+  asan_finish_switch(f->asan_fake_stack, &s.main_stack_bottom, &s.main_stack_size);
 }
 
 inline void Barrier::wait() {
@@ -187,6 +258,7 @@ inline void Barrier::wait() {
 
 inline void fiber_main() {
   State& s = state();
+  asan_finish_switch(nullptr, &s.main_stack_bottom, &s.main_stack_size);
   for (;;) {
     Fiber* f = s.cur;
     s.body();
@@ -237,13 +309,93 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
   State& s = state();
   s.cur = &f;
   thread_idx = f.idx;
+#if TG_EMU_SWITCH
+  asan_start_switch(&s.main_fake_stack, f.stack, kStack);
+  tg_emu_switch(&s.main_sp, f.sp);
+#else
   if (!_setjmp(s.main_jb)) {
+    asan_start_switch(&s.main_fake_stack, f.stack, kStack);
     if (!f.started) {
       f.started = true;
       setcontext(&f.uc);
     }
     _longjmp(f.jb, 1);
   }
+#endif
+  asan_finish_switch(s.main_fake_stack, nullptr, nullptr);
+}
+
+// Fiber f at the start of fiber_main on its stack. x86-64: the frame tg_emu_switch pops (six
+// zeroed registers, then fiber_main as the return address), placed so that fiber_main starts
+// with the stack aligned as after a call (rsp % 16 == 8).
+inline void start_at_fiber_main(Fiber& f) {
+#if TG_EMU_SWITCH
+  const uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStack) & ~uintptr_t(15);
+  void** frame = reinterpret_cast<void**>(top - 64);
+  for (int i = 0; i < 6; i++) frame[i] = nullptr;  // r15 r14 r13 r12 rbx rbp
+  frame[6] = reinterpret_cast<void*>(&fiber_main);
+  frame[7] = nullptr;  // fiber_main's own return address: it never returns
+  f.sp = frame;
+#else
+  getcontext(&f.uc);
+  f.uc.uc_stack.ss_sp = f.stack;
+  f.uc.uc_stack.ss_size = kStack;
+  f.uc.uc_link = nullptr;
+  makecontext(&f.uc, &fiber_main, 0);
+#endif
+}
+
+// The fibers of a block of `block` threads, each at the start of fiber_main on its own stack
+// (the stacks are kept between launches rather than allocated and touched anew each time).
+inline void make_fibers(State& s, unsigned block) {
+  while (s.stacks.size() < block) s.stacks.emplace_back(new char[kStack]);
+  s.fibers.clear();
+  s.fibers.resize(block);
+  for (unsigned t = 0; t < block; t++) {
+    Fiber& f = s.fibers[t];
+    f.idx = uint3{t, 0, 0};
+    f.stack = s.stacks[t].get();
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_UNPOISON_MEMORY_REGION(f.stack, kStack);  // frames abandoned by the last launch
+#endif
+    start_at_fiber_main(f);
+  }
+}
+
+// Runs block (bx, by, bz) of the launch to its end: each fiber in index order up to its next
+// barrier, until every one has returned from the kernel.
+inline void run_block(State& s, unsigned bx, unsigned by, unsigned bz, size_t smem) {
+  const unsigned block = unsigned(s.fibers.size());
+  const int nwarps = int((block + 31) / 32);
+  block_idx = uint3{bx, by, bz};
+  std::memset(tg::gpu::tg_dynamic_smem, 0xff, smem);  // NaN in every float type
+  s.block.reset(int(block));
+  for (int w = 0; w < nwarps; w++) s.warps[w].reset(std::min(32, int(block) - 32 * w));
+  for (int b = 0; b < 2; b++) s.lane_stamps[b].assign(size_t(nwarps) * 32, 0);
+  for (Fiber& f : s.fibers) {
+    f.done = false;
+    f.shfl_parity = 0;
+    f.syncs = 0;
+  }
+  check::block_begin();
+  for (unsigned left = block; left > 0;) {
+    left = 0;
+    for (Fiber& f : s.fibers) {
+      if (f.done) continue;
+      resume(f);
+      left += !f.done;
+    }
+  }
+  // Every thread must have passed the same number of __syncthreads: one that exited
+  // earlier left the others at a barrier it never reached (undefined on the GPU).
+  const auto [lo, hi] =
+      std::minmax_element(s.fibers.begin(), s.fibers.end(),
+                          [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
+  if (lo->syncs != hi->syncs)
+    error("__syncthreads not reached by every thread of block (" + std::to_string(bx) + "," +
+          std::to_string(by) + "): thread " + std::to_string(lo->idx.x) + " passed " +
+          std::to_string(lo->syncs) + ", thread " + std::to_string(hi->idx.x) + " passed " +
+          std::to_string(hi->syncs));
 }
 
 // Runs kernel<<<grid, block, smem>>>(args...) now, with 1-D blocks (every kernel of this
@@ -251,7 +403,6 @@ V shfl(unsigned mask, V v, int src_lane, const char* what) {
 template <typename... P, typename... A>
 void run_kernel(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... args) {
   State& s = state();
-  constexpr size_t kStack = 128 * 1024;
   if (block3.y != 1 || block3.z != 1) error("2-D or 3-D blocks are not emulated");
   if (smem > tg::gpu::kMaxDynamicSmem) {
     error("dynamic shared memory of " + std::to_string(smem) + " bytes: more than emulated");
@@ -266,50 +417,12 @@ void run_kernel(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... 
   s.lane_vals[0].assign(size_t(nwarps) * 32, 0);
   s.lane_vals[1].assign(size_t(nwarps) * 32, 0);
   s.body = [=] { kernel(args...); };
-  s.fibers.clear();
-  s.fibers.resize(block);
-  for (unsigned t = 0; t < block; t++) {
-    Fiber& f = s.fibers[t];
-    f.idx = uint3{t, 0, 0};
-    f.stack.reset(new char[kStack]);
-    getcontext(&f.uc);
-    f.uc.uc_stack.ss_sp = f.stack.get();
-    f.uc.uc_stack.ss_size = kStack;
-    f.uc.uc_link = nullptr;
-    makecontext(&f.uc, &fiber_main, 0);
-  }
+  make_fibers(s, block);
+  check::launch_begin(reinterpret_cast<const void*>(kernel), smem);
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
-      for (unsigned bx = 0; bx < grid.x; bx++) {
-        block_idx = uint3{bx, by, bz};
-        std::memset(tg::gpu::tg_dynamic_smem, 0xff, smem);  // NaN in every float type
-        s.block.reset(int(block));
-        for (int w = 0; w < nwarps; w++) s.warps[w].reset(std::min(32, int(block) - 32 * w));
-        for (int b = 0; b < 2; b++) s.lane_stamps[b].assign(size_t(nwarps) * 32, 0);
-        for (Fiber& f : s.fibers) {
-          f.done = false;
-          f.shfl_parity = 0;
-          f.syncs = 0;
-        }
-        for (unsigned left = block; left > 0;) {
-          left = 0;
-          for (Fiber& f : s.fibers) {
-            if (f.done) continue;
-            resume(f);
-            left += !f.done;
-          }
-        }
-        // Every thread must have passed the same number of __syncthreads: one that exited
-        // earlier left the others at a barrier it never reached (undefined on the GPU).
-        const auto [lo, hi] =
-            std::minmax_element(s.fibers.begin(), s.fibers.end(),
-                                [](const Fiber& a, const Fiber& b) { return a.syncs < b.syncs; });
-        if (lo->syncs != hi->syncs)
-          error("__syncthreads not reached by every thread of block (" + std::to_string(bx) + "," +
-                std::to_string(by) + "): thread " + std::to_string(lo->idx.x) + " passed " +
-                std::to_string(lo->syncs) + ", thread " + std::to_string(hi->idx.x) + " passed " +
-                std::to_string(hi->syncs));
-      }
+      for (unsigned bx = 0; bx < grid.x; bx++) run_block(s, bx, by, bz, smem);
+  check::launch_end();
   s.cur = nullptr;
   s.fibers.clear();  // parked in yield(): nothing on their stacks needs destroying
 }
@@ -389,19 +502,22 @@ inline float __uint_as_float(unsigned u) {
   return f;
 }
 template <typename V>
-inline V atomicAdd(V* p, V v) {
+[[gnu::no_sanitize_thread, gnu::noinline]] V atomicAdd(V* p, V v) {
+  emu::check::atomic_access(p, sizeof(V), __builtin_return_address(0));
   const V old = *p;
   *p = old + v;
   return old;
 }
 template <typename V>
-inline V atomicMax(V* p, V v) {
+[[gnu::no_sanitize_thread, gnu::noinline]] V atomicMax(V* p, V v) {
+  emu::check::atomic_access(p, sizeof(V), __builtin_return_address(0));
   const V old = *p;
   if (v > old) *p = v;
   return old;
 }
 template <typename V>
-inline V atomicMin(V* p, V v) {
+[[gnu::no_sanitize_thread, gnu::noinline]] V atomicMin(V* p, V v) {
+  emu::check::atomic_access(p, sizeof(V), __builtin_return_address(0));
   const V old = *p;
   if (v < old) *p = v;
   return old;

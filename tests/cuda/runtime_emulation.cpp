@@ -1,27 +1,21 @@
-// runtime_emulation.cpp: the device and device-memory calls of the CUDA runtime and the
-// cuBLASLt handle calls that the CUDA backend (src/cuda/backend.cu, matmul_fp8.cu) and the GPU
-// tests (tests/cuda/test_*.cu) make, as host stand-ins, so that they run under the emulation
-// (tests/cuda/cuda_emulation.h) as they run on a GPU: one emulated device, "device" memory
-// from the host heap (256-byte aligned, filled with 0xFF bytes as poison, counted against an
-// 80 GiB device), compute capability 9.0 (a test may ask for another: emu_test::device_major)
+// runtime_emulation.cpp: the device calls of the CUDA runtime and the cuBLASLt handle calls
+// that the CUDA backend (src/cuda/backend.cu, matmul_fp8.cu) and the GPU tests
+// (tests/cuda/test_*.cu) make, as host stand-ins, so that they run under the emulation
+// (tests/cuda/cuda_emulation.h) as they run on a GPU: one emulated device (its memory,
+// cudaMalloc and cudaFree, is device_memory_emulation.cpp's; an 80 GiB device to the
+// properties), compute capability 9.0 (a test may ask for another: emu_test::device_major)
 // and one multiprocessor (cuda_emulation.cpp's cudaDeviceGetAttribute says the same).
 // Streams, events, copies, memsets and pinned host memory: stream_emulation.cpp.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
+
+#include "tests/cuda/memory_check.h"
 
 namespace {
 
-std::mutex g_mu;
-std::map<void*, size_t>& allocations() {
-  static std::map<void*, size_t> m;
-  return m;
-}
 constexpr size_t kDeviceBytes = size_t(80) << 30;
 
 // Streams, events and library handles are opaque pointers nothing reads: a fresh allocation
@@ -62,39 +56,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->sharedMemPerBlockOptin = 227 << 10;
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
-  return cudaSuccess;
-}
-cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-  if (!*p) return cudaErrorMemoryAllocation;
-  std::memset(*p, 0xff, n);
-  std::lock_guard<std::mutex> lock(g_mu);
-  allocations()[*p] = n;
-  return cudaSuccess;
-}
-cudaError_t cudaFree(void* p) {
-  if (!p) return cudaSuccess;
-  std::unique_lock<std::mutex> lock(g_mu);
-  auto it = allocations().find(p);
-  if (it == allocations().end()) return cudaErrorInvalidValue;
-  const size_t n = it->second;
-  lock.unlock();
-  emu::before_free(p, n, "cudaFree");  // no queued work may still use it (stream_emulation.cpp)
-  lock.lock();
-  allocations().erase(p);
-  std::free(p);
-  return cudaSuccess;
-}
-cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
-  std::memset(a, 0, sizeof *a);
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto& m = allocations();
-  auto it = m.upper_bound(const_cast<void*>(p));
-  const bool device = it != m.begin() && (--it, static_cast<const char*>(p) <
-                                                    static_cast<char*>(it->first) + it->second);
-  a->type = device                   ? cudaMemoryTypeDevice
-            : emu::pinned_host(p, 1) ? cudaMemoryTypeHost
-                                     : cudaMemoryTypeUnregistered;
   return cudaSuccess;
 }
 

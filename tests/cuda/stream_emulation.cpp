@@ -408,11 +408,17 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   if (src_pageable) {  // CUDA stages pageable memory at the call
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + n);
-    const uint64_t seq = queue_work(s, what, uses, [=] { std::memcpy(dst, staged->data(), n); });
+    const uint64_t seq = queue_work(s, what, uses, [=] {
+      emu::check::note_write(dst, n, what.c_str());
+      std::memcpy(dst, staged->data(), n);
+    });
     if (dst_host) run_until(s, seq);
     return cudaSuccess;
   }
-  const uint64_t seq = queue_work(s, what, uses, [=] { std::memmove(dst, src, n); });
+  const uint64_t seq = queue_work(s, what, uses, [=] {
+    emu::check::note_copy(dst, src, n, what.c_str());
+    std::memmove(dst, src, n);
+  });
   // To pageable memory or host to host: synchronous with respect to the host.
   if (dst_pageable || (dst_host && src_host)) run_until(s, seq);
   return cudaSuccess;
@@ -430,12 +436,17 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
     // still be pending when the call returns.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + n);
-    const uint64_t seq =
-        queue_work(g_legacy, what, uses, [=] { std::memcpy(dst, staged->data(), n); });
+    const uint64_t seq = queue_work(g_legacy, what, uses, [=] {
+      emu::check::note_write(dst, n, what.c_str());
+      std::memcpy(dst, staged->data(), n);
+    });
     run_until(g_legacy, seq - 1);
     return cudaSuccess;
   }
-  const uint64_t seq = queue_work(g_legacy, what, uses, [=] { std::memmove(dst, src, n); });
+  const uint64_t seq = queue_work(g_legacy, what, uses, [=] {
+    emu::check::note_copy(dst, src, n, what.c_str());
+    std::memmove(dst, src, n);
+  });
   if (dst_host || src_host) run_until(g_legacy, seq);  // device to device: asynchronous
   return cudaSuccess;
 }
@@ -445,7 +456,10 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t h) {
   const std::shared_ptr<Stream> s = stream_of(h);
   if (!s) return cudaErrorInvalidResourceHandle;
   queue_work(s, "cudaMemsetAsync of " + std::to_string(n) + " bytes on " + s->name(), {{p, n}},
-             [=] { std::memset(p, v, n); });
+             [=] {
+               emu::check::note_write(p, n, "cudaMemsetAsync");
+               std::memset(p, v, n);
+             });
   return cudaSuccess;
 }
 // Asynchronous with respect to the host, except on pinned host memory.
@@ -453,7 +467,10 @@ cudaError_t cudaMemset(void* p, int v, size_t n) {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
   const uint64_t seq =
       queue_work(g_legacy, "cudaMemset of " + std::to_string(n) + " bytes on " + g_legacy->name(),
-                 {{p, n}}, [=] { std::memset(p, v, n); });
+                 {{p, n}}, [=] {
+                   emu::check::note_write(p, n, "cudaMemset");
+                   std::memset(p, v, n);
+                 });
   if (pinned(p, n)) run_until(g_legacy, seq);
   return cudaSuccess;
 }

@@ -1,0 +1,490 @@
+// launchers_checked.cpp: every kernel of kernels/*.cuh, through its launcher in src/cuda/*.cu,
+// under the checks of the kernels_checked binary (racecheck, memcheck, initcheck:
+// tests/cuda/memory_check.h), on small shapes with random non-zero inputs in device memory
+// from the emulated cudaMalloc: each element type, the packed and scalar paths, misaligned
+// pointers, ragged edges (rows, columns and sequence lengths that fill no whole warp, block or
+// tile), both GEMM paths, every head size, both FP8 paths, every block-scaled preset operand
+// (values and native codes) and the device operand statistics. Buffers a kernel accumulates
+// into start written, as the backend's do; buffers it only writes start unwritten, so that a
+// read of them is reported. A case passes when no check reports anything; the numbers are
+// the emulated tests' business (kernels_emulated compares them with the CPU). The last case
+// fails when a kernel of kernels/*.cuh never ran here.
+#include "tests/cuda/checked_util.h"
+// (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/quantize_blocks.cuh"
+#include "src/cuda/fp8.h"
+#include "src/cuda/operand_stats.h"
+#include "src/cuda/scaled.h"
+#include "src/recipe.h"
+
+namespace emu_test {
+extern bool lt_refuse_fp8_epilogue;  // cublaslt_emulation.cpp: no FP8 GEMM with a bias epilogue
+}  // namespace emu_test
+
+using namespace emu_test;
+
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 r(2024);
+  return r;
+}
+template <typename E>
+std::unique_ptr<Dev<E>> rnd(size_t n, float scale = 1.f) {
+  return random_dev<E>(n, rng(), scale);
+}
+// n zeros of E on the device (a buffer that a kernel accumulates into).
+template <typename E>
+std::unique_ptr<Dev<E>> zeros(size_t n) {
+  auto d = std::make_unique<Dev<E>>(n);
+  REQUIRE(cudaMemset(d->p, 0, n * sizeof(E)) == cudaSuccess);
+  return d;
+}
+
+template <typename E>
+void encoder_case(gpu::Ctx& c, int B, int T, int C, int V) {
+  std::vector<int32_t> tok(size_t(B) * T);
+  for (int32_t& t : tok) t = int32_t(rng()() % unsigned(V));
+  Dev<int32_t> tokens(tok);
+  auto wte = rnd<E>(size_t(V) * C), wpe = rnd<E>(size_t(T) * C), dout = rnd<E>(size_t(B) * T * C);
+  Dev<E> out(size_t(B) * T * C);
+  auto dwte = zeros<E>(size_t(V) * C), dwpe = zeros<E>(size_t(T) * C);
+  gpu::encoder_forward(c, dtype_of<E>(), out.p, tokens.p, wte->p, wpe->p, B, T, C);
+  gpu::encoder_backward(c, dtype_of<E>(), dwte->p, dwpe->p, dout->p, tokens.p, nullptr, B, T, C);
+  gpu::encoder_backward(c, dtype_of<E>(), dwte->p, dwpe->p, dout->p, tokens.p, tok.data(), B, T, C);
+}
+
+// Element-wise ops on n elements at offset `skew` of their buffers (1: no 16-byte packs).
+template <typename E>
+void elementwise_case(gpu::Ctx& c, size_t n, size_t skew) {
+  auto a = rnd<E>(n + skew), b = rnd<E>(n + skew);
+  Dev<E> out(n + skew), dinp(n + skew);
+  gpu::residual_forward(c, dtype_of<E>(), out.p + skew, a->p + skew, b->p + skew, n);
+  gpu::gelu_forward(c, dtype_of<E>(), out.p + skew, a->p + skew, n);
+  gpu::gelu_backward(c, dtype_of<E>(), dinp.p + skew, a->p + skew, out.p + skew, n);
+}
+
+TEST_CASE("checked: encoder, residual, GELU (packed, scalar, ragged)") {
+  gpu::Ctx& c = checked_ctx();
+  take_reports();
+  FOR_TYPES({
+    encoder_case<E>(c, 2, 5, 40, 11);
+    encoder_case<E>(c, 1, 3, 300, 4);  // C over one block of threads
+    for (size_t n : {size_t(1024), size_t(1003)})
+      for (size_t skew : {size_t(0), size_t(1)}) elementwise_case<E>(c, n, skew);
+  })
+  expect_clean();
+}
+
+template <typename E>
+void adamw_case(gpu::Ctx& c, size_t n, bool stochastic) {
+  auto params = rnd<E>(n), grads = rnd<E>(n);
+  auto master = rnd<float>(n), m = rnd<float>(n, 0.1f), v = zeros<float>(n);
+  AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3, Rounding{stochastic, 7, 11}};
+  gpu::adamw(c, dtype_of<E>(), params->p, master->p, grads->p, m->p, v->p, n, a);
+  // The device loss scaler's decision from the fused norm pass, then AdamW reading it.
+  Dev<float> check(2);
+  gpu::norm(c, dtype_of<E>(), grads->p, n, 0.25f, check.p);
+  LossScaleDevice host{};
+  host.state.scale = 1024.0;
+  Dev<LossScaleDevice> d(std::vector<LossScaleDevice>{host});
+  LossScaleParams p;
+  p.dynamic = true;
+  gpu::loss_scale_decide(c, d.p, check.p, p, 1.0);
+  gpu::adamw(c, dtype_of<E>(), params->p, master->p, grads->p, m->p, v->p, n, a, d.p);
+}
+
+TEST_CASE("checked: AdamW (host and device factors), conversions, norms, classifier") {
+  gpu::Ctx& c = checked_ctx();
+  take_reports();
+  FOR_TYPES({
+    adamw_case<E>(c, 1000, false);
+    adamw_case<E>(c, 517, true);
+  })
+  const DType types[] = {DType::F32, DType::BF16, DType::F16};
+  for (DType dst : types)
+    for (DType src : types)
+      for (bool sr : {false, true}) {
+        const size_t n = 333;
+        auto s = rnd<float>(n);  // every source type reads bytes that were written
+        Dev<float> d(n);
+        gpu::convert(c, dst, d.p, src, s->p, n, Rounding{sr, 5, 9});
+      }
+  // fp32 dlogits in place, and 16-bit ones over the first half of each fp32 row (the lm_head's
+  // layout: a block reads each chunk of its row before it writes over it); Vp = 1152 spans
+  // several of the kernel's chunks.
+  for (int Vp : {64, 1152})
+    for (int V : {Vp - 14, Vp})
+      for (DType g : types) {
+        const int N = 3;
+        auto logits = rnd<float>(size_t(N) * Vp, 3.f);
+        Dev<float> losses(N);
+        Dev<int32_t> targets(std::vector<int32_t>{0, V - 1, V / 2});
+        const size_t ld = g == DType::F32 ? size_t(Vp) : size_t(2) * Vp;
+        gpu::classifier(c, logits->p, losses.p, targets.p, g, logits->p, ld, 0.f, N, V, Vp);
+        gpu::classifier(c, logits->p, losses.p, targets.p, g, logits->p, ld, 1.f / N, N, V, Vp);
+      }
+  expect_clean();
+}
+
+template <typename E>
+void layernorm_case(gpu::Ctx& c, int N, int C) {
+  const size_t n = size_t(N) * C;
+  auto inp = rnd<E>(n), a = rnd<E>(n), w = rnd<E>(C), b = rnd<E>(C), dout = rnd<E>(n);
+  Dev<E> out(n), res(n);
+  Dev<float> mean(N), rstd(N);
+  auto dinp = zeros<E>(n), dw = zeros<E>(C), db = zeros<E>(C);
+  gpu::layernorm_forward(c, dtype_of<E>(), out.p, mean.p, rstd.p, inp->p, w->p, b->p, N, C);
+  gpu::residual_layernorm_forward(c, dtype_of<E>(), res.p, out.p, mean.p, rstd.p, a->p, inp->p,
+                                  w->p, b->p, N, C);
+  gpu::layernorm_backward(c, dtype_of<E>(), dinp->p, dw->p, db->p, dout->p, res.p, w->p, mean.p,
+                          rstd.p, N, C);
+}
+
+TEST_CASE("checked: layernorm forward, fused residual + layernorm, backward") {
+  gpu::Ctx& c = checked_ctx();
+  take_reports();
+  FOR_TYPES({
+    layernorm_case<E>(c, 7, 40);   // rows that fill no block of 8 warps, C below a warp's 64
+    layernorm_case<E>(c, 33, 96);
+    layernorm_case<E>(c, 70, 300);  // more than one chunk of 64 rows, C over a block
+  })
+  expect_clean();
+}
+
+// D(M,N) = op(A) op(B) (+ bias) (+ beta D) on one path; D is written first only when beta != 0
+// (a GEMM with beta = 0 must not read it).
+template <typename E, typename D>
+void gemm_case(bool fallback, bool ta, bool tb, int M, int N, int K, float beta, bool bias) {
+  gpu::Ctx c = checked_ctx();
+  c.opt.gemm_fallback = fallback;
+  auto A = rnd<E>(size_t(M) * K), B = rnd<E>(size_t(K) * N);
+  auto bv = rnd<D>(N);
+  auto out = beta != 0.f ? rnd<D>(size_t(M) * N) : std::make_unique<Dev<D>>(size_t(M) * N);
+  gpu::gemm(c, ta, tb, M, N, K, dtype_of<E>(), A->p, ta ? M : K, B->p, tb ? K : N, dtype_of<D>(),
+            out->p, N, beta, bias ? bv->p : nullptr);
+}
+
+template <typename E>
+void linear_case(int M, int N, int K) {
+  for (bool fallback : {false, true})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) gemm_case<E, E>(fallback, ta, tb, M, N, K, 0.f, !ta);
+  gemm_case<E, E>(true, false, true, M, N, K, 1.f, true);
+  gemm_case<E, E>(false, true, false, M, N, K, 1.f, false);
+  gemm_case<E, float>(true, false, true, M, N, K, 0.f, false);  // the lm_head's fp32 logits
+  gemm_case<E, float>(false, false, true, M, N, K, 0.f, false);
+  gpu::Ctx c = checked_ctx();
+  c.opt.gelu_epilogue = true;
+  auto A = rnd<E>(size_t(M) * K), W = rnd<E>(size_t(N) * K), bias = rnd<E>(N);
+  Dev<E> pre(size_t(M) * N), out(size_t(M) * N);
+  gpu::gemm_bias_gelu(c, M, N, K, dtype_of<E>(), A->p, W->p, bias->p, pre.p, out.p);
+  auto dout = rnd<E>(size_t(M) * N);
+  auto dbias = zeros<E>(N);
+  gpu::bias_backward(c, dtype_of<E>(), dbias->p, dout->p, M, N);
+}
+
+TEST_CASE("checked: GEMMs on both paths (epilogue kernel), GELU epilogue, bias backward") {
+  take_reports();
+  FOR_TYPES({
+    linear_case<E>(13, 24, 40);
+    linear_case<E>(70, 9, 16);  // more than one chunk of 64 rows
+  })
+  expect_clean();
+}
+
+template <typename E>
+void attention_case(int B, int T, int NH, int hs) {
+  const int C = NH * hs;
+  const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
+  auto qkv = rnd<E>(nqkv), dout = rnd<E>(nout);
+  for (const char* kind : {"cublas", "fused"}) {
+    gpu::Ctx c = checked_ctx();
+    c.opt.attention = kind;
+    Dev<E> out(nout), att(size_t(B) * NH * T * T), dqkv(nqkv);
+    gpu::attention_forward(c, dtype_of<E>(), out.p, att.p, qkv->p, B, T, C, NH);
+    gpu::attention_backward(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, att.p, B, T, C, NH);
+  }
+  gpu::Ctx c = checked_ctx();
+  c.opt.attention = "flash";
+  Dev<E> out(nout), dqkv(nqkv);
+  Dev<float> lse(size_t(B) * NH * T);
+  gpu::attention_forward_lse(c, dtype_of<E>(), out.p, lse.p, qkv->p, B, T, C, NH);
+  gpu::attention_backward_lse(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, out.p, lse.p, B, T, C,
+                              NH);
+}
+
+TEST_CASE("checked: attention: permutes, softmax, fused forward, flash kernels, every head size") {
+  take_reports();
+  FOR_TYPES({
+    for (int hs : {32, 64, 96, 128}) attention_case<E>(1, 37, 2, hs);  // T: a partial tile
+    attention_case<E>(2, 64, 1, 32);                                  // whole tiles
+  })
+  expect_clean();
+}
+
+// ---- FP8 ----
+
+using gpu::Fp8Format;
+
+void fp8_cast_case(int rows, int cols, size_t skew) {
+  const size_t n = size_t(rows) * cols;
+  auto x = rnd<bf16>(n + skew, 4.f);
+  auto xf = rnd<float>(n + skew);
+  const bf16* xp = x->p + skew;
+  Dev<gpu::Fp8TensorScale> st(1);
+  Dev<uint8_t> q(n + 16), qT(n + 16);
+  Dev<bf16> y(n + skew);
+  for (Fp8Format fmt : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    gpu::fp8_amax(&st.p->amax, xp, n, nullptr);
+    gpu::fp8_amax(&st.p->amax, xf->p + skew, n, nullptr);
+    gpu::fp8_compute_scale(st.p, fmt, 0, nullptr);
+    gpu::fp8_cast(q.p + skew, xp, n, fmt, &st.p->scale, &st.p->amax, nullptr, nullptr);
+    gpu::fp8_cast(q.p, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr);
+    gpu::fp8_cast_transpose(q.p, qT.p, xp, rows, cols, fmt, &st.p->scale, &st.p->amax, nullptr,
+                            nullptr);
+    gpu::fp8_cast_transpose(nullptr, qT.p, xp, rows, cols, fmt, &st.p->scale, nullptr,
+                            &st.p->amax, nullptr);
+    gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr,
+                      nullptr);
+    gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, &st.p->descale, nullptr, &st.p->amax,
+                      nullptr);
+    gpu::fp8_set_scale(st.p, 2.f, nullptr);
+    gpu::fp8_quantize_current(q.p, qT.p, xp, rows, cols, fmt, 1, st.p, nullptr);
+    gpu::fp8_quantize_delayed(q.p, nullptr, xp, rows, cols, fmt, 0.5f, st.p, nullptr);
+    gpu::fp8_poison_if_nonfinite(y.p + skew, n, &st.p->amax, nullptr, nullptr);
+  }
+}
+
+TEST_CASE("checked: FP8 amax, scales, casts, transposed casts, qdq, poisoning") {
+  take_reports();
+  fp8_cast_case(64, 64, 0);   // whole tiles, vector paths
+  fp8_cast_case(80, 136, 0);  // partial tiles
+  fp8_cast_case(37, 21, 1);   // misaligned: the scalar paths
+  // A non-finite amax: the poisoning paths write.
+  Dev<float> amax(std::vector<float>{INFINITY});
+  Dev<bf16> out(100);
+  gpu::fp8_poison_if_nonfinite(out.p, 100, amax.p, nullptr, nullptr);
+  expect_clean();
+}
+
+void fp8_linear_case(gpu::Fp8Path path, bool current, int N, int C, int OC) {
+  cublasLtHandle_t lt;
+  REQUIRE(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
+  Dev<char> ws(size_t(4) << 20);
+  gpu::Fp8GemmContext ctx{{lt, ws.p, ws.n, nullptr}, path, true, false};
+  const gpu::Fp8LinearShape shape{N, C, OC};
+  gpu::Fp8Plan plan = gpu::fp8_plan_create(path, 1, gpu::fp8_plan_scratch_bytes(path, &shape, 1));
+  auto inp = rnd<bf16>(size_t(N) * C), w = rnd<bf16>(size_t(OC) * C), bias = rnd<bf16>(OC);
+  auto dout = rnd<bf16>(size_t(N) * OC);
+  Dev<bf16> out(size_t(N) * OC), dinp(size_t(N) * C);
+  auto dw = zeros<bf16>(size_t(OC) * C), dbias = zeros<bf16>(OC);
+  Fp8Quant q[2];
+  q[0].current = q[1].current = current;
+  q[0].scale = 4.f, q[1].scale = 16.f;
+  const int lin = gpu::fp8_plan_slot(plan, w->p);
+  gpu::fp8_linear_forward(ctx, plan, lin, out.p, inp->p, w->p, bias->p, N, C, OC, q);
+  gpu::fp8_forward_report(plan, lin, nullptr);
+  Fp8Quant gq;
+  gq.current = current, gq.scale = 8.f, gq.format = ElemFormat::E5M2;
+  gpu::fp8_linear_backward(ctx, plan, lin, dinp.p, dw->p, dbias->p, dout->p, inp->p, w->p, N, C, OC,
+                           gq, 4.f, 16.f);
+  gpu::fp8_backward_report(plan, lin, nullptr);
+  gpu::fp8_plan_destroy(plan);
+  cublasLtDestroy(lt);
+}
+
+TEST_CASE("checked: FP8 linears forward and backward, FP8 and bf16-fallback paths") {
+  take_reports();
+  for (gpu::Fp8Path path : {gpu::Fp8Path::kFp8, gpu::Fp8Path::kBf16Fallback})
+    for (bool current : {false, true}) fp8_linear_case(path, current, 32, 48, 80);
+  // No FP8 algorithm with the bias epilogue: the bias rows written first, then a GEMM with
+  // beta = 1. (A shape of its own: the wrapper caches the heuristic's answer per shape.)
+  lt_refuse_fp8_epilogue = true;
+  fp8_linear_case(gpu::Fp8Path::kFp8, false, 64, 48, 80);
+  lt_refuse_fp8_epilogue = false;
+  expect_clean();
+}
+
+// ---- block-scaled quantization, linears, operand statistics ----
+
+// Every distinct operand recipe of the block-scaled presets, with and without their options.
+std::vector<OperandRecipe> preset_operands() {
+  std::vector<OperandRecipe> out;
+  std::vector<RecipeOptions> opts(3);
+  opts[1].pow2_scales = true, opts[1].grad_format = "e5m2", opts[1].scale_rule = "ceil";
+  opts[2].stochastic_grads = false, opts[2].hadamard = false, opts[2].weight_2d = false;
+  for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+    for (const RecipeOptions& o : opts)
+      for (const GemmRecipe& g : block_scaled_recipe(mode, o).gemm)
+        for (const OperandRecipe* x : {&g.a, &g.b}) {
+          bool seen = false;
+          for (const OperandRecipe& y : out) seen |= std::memcmp(&y, x, sizeof y) == 0;
+          if (!seen) out.push_back(*x);
+        }
+  return out;
+}
+
+// One operand recipe over a (rows, cols) source of E, plain and transposed: its dequantized
+// values (fp32, and bf16 where exact) and, where a native scale mode expresses it, its codes
+// and scale tensor. Rotations of up to 32 points are read through; larger ones staged.
+template <typename E>
+void quantize_case(gpu::Ctx& c, const OperandRecipe& o, int rows, int cols, uint64_t seed) {
+  const size_t n = size_t(rows) * cols;
+  auto src = rnd<E>(n, 0.5f);
+  Dev<float> out(n), staged(n), post(2);
+  Dev<bf16> outb(n);
+  for (bool transposed : {false, true}) {
+    gpu::OperandSource x{dtype_of<E>(), src->p, transposed};
+    if (o.transform == Transform::Hadamard) {
+      if (gpu::quant::rotates_in_warp(o.transform_size)) {
+        x.rotate = o.transform_size, x.rotate_seed = seed;
+      } else {
+        gpu::stage_operand(c, staged.p, dtype_of<E>(), src->p, transposed, rows, cols);
+        gpu::hadamard_rows(c, staged.p, rows, cols, o.transform_size, seed);
+        x = gpu::fp32_operand(staged.p);
+      }
+    }
+    gpu::quantize_dequantize(c, o, seed, x, rows, cols, DType::F32, out.p, post.p);
+    if (gpu::operand_in_bf16(o))
+      gpu::quantize_dequantize(c, o, seed, x, rows, cols, DType::BF16, outb.p, post.p + 1);
+    cublasLtMatmulMatrixScale_t mode;
+    if (!gpu::native_operand_mode(o, &mode).empty() || cols % 2) continue;
+    Dev<uint8_t> codes(n), scales(gpu::native_scale_bytes(o, mode, rows, cols));
+    gpu::quantize_codes(c, o, mode, seed, x, rows, cols, codes.p, scales.p, post.p);
+  }
+}
+
+TEST_CASE("checked: block quantizer, every preset operand: values and native codes") {
+  gpu::Ctx& c = checked_ctx();
+  take_reports();
+  uint64_t seed = 1;
+  for (const OperandRecipe& o : preset_operands()) {
+    quantize_case<float>(c, o, 37, 100, ++seed);  // partial blocks, tiles and 128-row tiles
+    quantize_case<bf16>(c, o, 48, 160, ++seed);
+  }
+  quantize_case<f16>(c, preset_operands()[0], 20, 48, ++seed);
+  expect_clean();
+}
+
+template <typename E>
+void scaled_linear_case(const char* mode, int major, bool smooth_split) {
+  gpu::Ctx c = checked_ctx();
+  c.prop.major = major;
+  gpu::native_forget_checks();
+  const int N = 40, C = 64, OC = 48;
+  QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});
+  if (smooth_split) {
+    r.smooth.assign(C, 0.f);
+    for (int i = 0; i < C; i++) r.smooth[size_t(i)] = 0.5f + float(i % 5) * 0.25f;
+    r.split_channels = {3, 17};
+  }
+  auto inp = rnd<E>(size_t(N) * C), w = rnd<E>(size_t(OC) * C), bias = rnd<E>(OC);
+  auto dout = rnd<E>(size_t(N) * OC);
+  Dev<E> out(size_t(N) * OC), dinp(size_t(N) * C);
+  auto dw = zeros<E>(size_t(OC) * C), dbias = zeros<E>(OC);
+  gpu::scaled_linear_forward(c, dtype_of<E>(), out.p, inp->p, w->p, bias->p, N, C, OC, r, 5);
+  gpu::scaled_linear_backward(c, dtype_of<E>(), dinp.p, dw->p, dbias->p, dout->p, inp->p, w->p, N,
+                              C, OC, r, 6);
+}
+
+TEST_CASE("checked: block-scaled linears, portable and native, smoothing and split channels") {
+  take_reports();
+  for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+    for (int major : {8, 10}) scaled_linear_case<bf16>(mode, major, major == 10);
+  scaled_linear_case<float>("mxfp8", 8, true);
+  expect_clean();
+  gpu::native_forget_checks();
+}
+
+template <typename E>
+void stats_case(gpu::Ctx& c, int rows, int cols) {
+  auto x = rnd<E>(size_t(rows) * cols);
+  auto view = gpu::make_operand_view(c, Tensor{x->p, dtype_of<E>(), size_t(rows) * cols}, rows,
+                                     cols);
+  view->amax();
+  view->column_amax();
+  view->values();
+  const std::vector<float> smooth(size_t(cols), 2.f);
+  const std::vector<int> split = {1, cols - 1};
+  OperandVariant plain, t, s, sp;
+  t.transposed = true;
+  s.smooth = &smooth, s.smooth_divide = true;
+  sp.split = &split, sp.transposed = true;
+  uint64_t seed = 3;
+  for (const OperandRecipe& o : preset_operands())
+    for (const OperandVariant* v : {&plain, &t, &s, &sp}) view->quant_error(o, ++seed, *v);
+}
+
+TEST_CASE("checked: operand statistics on the device (amax, column amax, quantization error)") {
+  gpu::Ctx& c = checked_ctx();
+  take_reports();
+  stats_case<float>(c, 37, 100);
+  stats_case<bf16>(c, 64, 48);
+  expect_clean();
+}
+
+// ---- coverage ----
+
+// The qualified names of the __global__ functions of a kernels/*.cuh text: the namespaces are
+// opened as "namespace a::b {" and closed as "}  // namespace a::b" (clang-format's style); a
+// kernel's name is the word before its parameter list, after any __launch_bounds__(...).
+void kernels_in(const std::string& text, std::set<std::string>& out) {
+  std::istringstream in(text);
+  std::vector<std::string> ns;
+  std::string line, decl;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(' ') != std::string::npos &&
+        line.compare(line.find_first_not_of(' '), 2, "//") == 0)
+      continue;
+    if (line.rfind("namespace ", 0) == 0 && line.find(" {") != std::string::npos)
+      ns.push_back(line.substr(10, line.find(' ', 10) - 10));
+    if (line.rfind("}  // namespace", 0) == 0 && !ns.empty()) ns.pop_back();
+    if (line.find("__global__") != std::string::npos) decl = line.substr(line.find("__global__"));
+    else if (!decl.empty()) decl += " " + line;
+    if (decl.empty()) continue;
+    size_t from = 0;
+    const size_t lb = decl.find("__launch_bounds__(");
+    if (lb != std::string::npos) from = decl.find(')', lb);
+    const size_t paren = from == std::string::npos ? from : decl.find('(', from + 1);
+    if (paren == std::string::npos) continue;  // the parameter list is on a later line
+    const std::string head = decl.substr(0, decl.find_last_not_of(' ', paren - 1) + 1);
+    std::string q;
+    for (const std::string& n : ns) q += n + "::";
+    out.insert(q + head.substr(head.find_last_of(" )") + 1));
+    decl.clear();
+  }
+}
+
+TEST_CASE("checked: every kernel of kernels/*.cuh ran under the checks (runs last)") {
+  std::set<std::string> declared, ran;
+  for (const char* f : {"adamw", "attention", "classifier", "encoder", "flash_attention",
+                        "fp8_kernels", "gelu", "global_norm", "layernorm", "loss_scale", "matmul",
+                        "operand_stats", "quantize_blocks", "residual"}) {
+    std::ifstream in(std::string("kernels/") + f + ".cuh");
+    REQUIRE_MESSAGE(in.good(), "kernels/" << f << ".cuh (run from the repository root)");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    kernels_in(ss.str(), declared);
+  }
+  CHECK(declared.size() >= 50);
+  for (const void* k : emu::check::launched_kernels()) {
+    std::string name = emu::check::symbolize(k, false);
+    const size_t t = name.find('<');
+    ran.insert(t == std::string::npos ? name : name.substr(0, t));
+  }
+  std::string missing;
+  for (const std::string& k : declared)
+    if (!ran.count(k)) missing += " " + k;
+  CHECK_MESSAGE(missing.empty(), "never launched under the checks:" << missing);
+}
+
+}  // namespace
