@@ -45,7 +45,7 @@ std::string auto_slot_name(int slot) {
               auto_operand_name(auto_slot_operand(role, b)));
 }
 
-double sqnr_db(const cpu::QuantError& e) {
+double sqnr_db(const QuantError& e) {
   if (!std::isfinite(e.noise) || !std::isfinite(e.signal)) return NAN;
   if (e.noise == 0 || e.signal == 0) return INFINITY;
   return 10.0 * std::log10(e.signal / e.noise);
@@ -225,7 +225,7 @@ AutoPrecision::AutoPrecision(const AutoOptions& o, std::vector<AutoCandidate> c,
 void AutoPrecision::begin(int64_t step, uint64_t seed) {
   step_ = step;
   seed_ = seed;
-  err_.assign(fmt_.size() * cand_.size(), cpu::QuantError{});
+  err_.assign(fmt_.size() * cand_.size(), QuantError{});
   amax_.assign(amax_window_.size(), 0.0f);
   grad_sq_.assign(size_t(n_layer_) * kAutoLinears, 0.0);
   grad_total_sq_ = 0;
@@ -269,7 +269,7 @@ void AutoPrecision::take(int layer, int linear, int operand, OperandView& x) {
       for (size_t c = 0; c < cand_.size(); c++) {
         const GemmRecipe& gr = cand_[c].recipe.gemm[g];
         const OperandRecipe& o = b ? gr.b : gr.a;
-        cpu::QuantError& e = err_[size_t(slot) * cand_.size() + c];
+        QuantError& e = err_[size_t(slot) * cand_.size() + c];
         if (!is_low_bit(o)) {  // bf16 operands are kept as they are: nothing lost
           e.values = double(n);
           continue;
@@ -288,13 +288,13 @@ void AutoPrecision::take_grad_norms(const std::vector<double>& linear_sq, double
 
 void AutoPrecision::reduce(Comm& comm) {
   if (comm.world() == 1) return;
-  const size_t nf = cpu::kQuantErrorFields;
+  const size_t nf = kQuantErrorFields;
   std::vector<double> v(err_.size() * nf);
-  for (size_t i = 0; i < err_.size(); i++) cpu::quant_error_fields(err_[i], &v[i * nf]);
+  for (size_t i = 0; i < err_.size(); i++) quant_error_fields(err_[i], &v[i * nf]);
   v.insert(v.end(), grad_sq_.begin(), grad_sq_.end());
   v.push_back(grad_total_sq_);
   comm.all_reduce_sum(v.data(), v.size());
-  for (size_t i = 0; i < err_.size(); i++) err_[i] = cpu::quant_error_from_fields(&v[i * nf]);
+  for (size_t i = 0; i < err_.size(); i++) err_[i] = quant_error_from_fields(&v[i * nf]);
   size_t k = err_.size() * nf;
   for (double& g : grad_sq_) g = v[k++];
   grad_total_sq_ = v[k];
@@ -397,7 +397,7 @@ json AutoPrecision::record() const {
     slots["operand"].push_back(auto_operand_name(auto_slot_operand(role, b)));
     slots["format"].push_back(cand_[size_t(fmt_[s])].name);
     for (size_t c = 0; c < cand_.size(); c++) {
-      const cpu::QuantError& e = err_[s * cand_.size() + c];
+      const QuantError& e = err_[s * cand_.size() + c];
       slots["sqnr_db"][cand_[c].name].push_back(finite_or_null(sqnr_db(e)));
       slots["underflow"][cand_[c].name].push_back(e.nonzero > 0 ? e.underflow / e.nonzero : 0.0);
       slots["saturation"][cand_[c].name].push_back(e.values > 0 ? e.saturated / e.values : 0.0);

@@ -109,7 +109,7 @@ double low_bit_flop_share(const std::vector<int>& formats, const std::vector<boo
 std::string auto_slot_name(int slot);
 // (transposed(), the backward GEMMs' operands on the host: src/operand_view.h.)
 // SQNR in dB of a measured error (inf when nothing was lost, NaN for non-finite operands).
-double sqnr_db(const cpu::QuantError& e);
+double sqnr_db(const QuantError& e);
 
 class AutoPrecision : public LinearProbe {
  public:
@@ -158,7 +158,7 @@ class AutoPrecision : public LinearProbe {
   std::vector<int> fmt_;
   int64_t step_ = 0;
   uint64_t seed_ = 0;
-  std::vector<cpu::QuantError> err_;  // slot * candidates
+  std::vector<QuantError> err_;  // slot * candidates
   std::vector<float> amax_;           // tensor_index
   std::vector<std::deque<float>> amax_window_;
   std::vector<double> grad_sq_;  // per (layer, linear)

@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "fp8.h"
+#include "cpu/host_operand_view.h"
 #include "operand_view.h"
 
 namespace tg {

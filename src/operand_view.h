@@ -4,7 +4,7 @@
 // The probes (LinearProbe, src/model.h) ask an operand x(rows, cols) for a few statistics
 // and never for its values, so a backend can reduce them where the tensor is and hand back
 // only the numbers: the CPU (and any backend without device statistics) measures a host fp32
-// copy with HostOperandView below; the CUDA backend runs its reductions on the device
+// copy with HostOperandView (src/cpu/host_operand_view.h); the CUDA backend runs its reductions on the device
 // (src/cuda/operand_stats.cu) and downloads a few words per statistic. Both compute the same
 // things: the maxima and the counts exactly, the two sums of squares up to their order of
 // summation (cpu::quant_error's sums run in fp64 over the elements in order; a device sums
@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/quant_error.h"
+#include "quant_error.h"
 #include "recipe.h"
 
 namespace tg {
@@ -49,44 +49,12 @@ class OperandView {
   int cols() const { return cols_; }
   virtual float amax() = 0;
   virtual std::vector<float> column_amax() = 0;
-  virtual cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
+  virtual QuantError quant_error(const OperandRecipe& o, uint64_t seed,
                                       const OperandVariant& v) = 0;
   virtual std::vector<float> values() = 0;
 
  private:
   int rows_, cols_;
 };
-
-// The host view: x is fp32 in host memory (borrowed, or owned when moved in). quant_error is
-// cpu::quant_error on x or on a prepared copy (the transposed and the smoothed/split copies
-// are made once per view and reused across recipes).
-class HostOperandView final : public OperandView {
- public:
-  HostOperandView(const float* x, int rows, int cols) : OperandView(rows, cols), x_(x) {}
-  HostOperandView(std::vector<float> x, int rows, int cols)
-      : OperandView(rows, cols), own_(std::move(x)), x_(own_.data()) {}
-  float amax() override;
-  std::vector<float> column_amax() override;
-  cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
-                              const OperandVariant& v) override;
-  std::vector<float> values() override {
-    return std::vector<float>(x_, x_ + size_t(rows()) * cols());
-  }
-
- private:
-  std::vector<float> own_;
-  const float* x_;
-  std::vector<float> xt_;  // x^T, once asked for
-  // The last smoothed / split copy (before any transpose) and what it was made with.
-  std::vector<float> prep_, prep_t_;
-  OperandVariant prep_key_;
-  std::vector<int> prep_split_;
-  bool have_prep_ = false, have_prep_t_ = false;
-  const float* prepared(const OperandVariant& v);
-};
-
-// x(rows, cols) transposed into a new (cols, rows) matrix (the operands the backward GEMMs
-// take transposed).
-std::vector<float> transposed(const float* x, int rows, int cols);
 
 }  // namespace tg

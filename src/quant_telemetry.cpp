@@ -22,7 +22,7 @@ QuantTelemetry::QuantTelemetry(const Fp8State& fp8, int n_layer) : fp8_(fp8), n_
 void QuantTelemetry::begin(int64_t step, uint64_t seed) {
   step_ = step;
   seed_ = seed;
-  std::fill(err_.begin(), err_.end(), cpu::QuantError{});
+  std::fill(err_.begin(), err_.end(), QuantError{});
   std::fill(measured_.begin(), measured_.end(), false);
 }
 
@@ -55,11 +55,11 @@ void QuantTelemetry::take(int layer, int linear, int operand, OperandView& x) {
 
 void QuantTelemetry::reduce(Comm& comm) {
   if (comm.world() == 1) return;
-  const size_t nf = cpu::kQuantErrorFields;
+  const size_t nf = kQuantErrorFields;
   std::vector<double> v(err_.size() * nf);
-  for (size_t i = 0; i < err_.size(); i++) cpu::quant_error_fields(err_[i], &v[i * nf]);
+  for (size_t i = 0; i < err_.size(); i++) quant_error_fields(err_[i], &v[i * nf]);
   comm.all_reduce_sum(v.data(), v.size());
-  for (size_t i = 0; i < err_.size(); i++) err_[i] = cpu::quant_error_from_fields(&v[i * nf]);
+  for (size_t i = 0; i < err_.size(); i++) err_[i] = quant_error_from_fields(&v[i * nf]);
 }
 
 namespace {
@@ -87,7 +87,7 @@ json QuantTelemetry::record() const {
     const int b = int(s % 2), role = int(s / 2 % kGemmRoles);
     const int lin = int(s / kSlotsPerLinear % kAutoLinears);
     const int layer = int(s / (kSlotsPerLinear * kAutoLinears));
-    const cpu::QuantError& e = err_[s];
+    const QuantError& e = err_[s];
     const double db = sqnr_db(e);
     slots["layer"].push_back(layer);
     slots["linear"].push_back(auto_linear_name(lin));
@@ -109,7 +109,7 @@ json QuantTelemetry::summary() const {
   json out = json::object();
   for (int role = 0; role < kGemmRoles; role++)
     for (int b = 0; b < 2; b++) {
-      cpu::QuantError sum;
+      QuantError sum;
       double least = INFINITY;
       int n = 0;
       for (size_t s = 0; s < err_.size(); s++) {

@@ -52,7 +52,7 @@ class QuantTelemetry : public LinearProbe {
   int n_layer_;
   int64_t step_ = 0;
   uint64_t seed_ = 0;
-  std::vector<cpu::QuantError> err_;  // per slot
+  std::vector<QuantError> err_;  // per slot
   std::vector<bool> measured_;        // per slot: quantized by its recipe, and taken
 };
 

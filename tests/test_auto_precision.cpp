@@ -55,7 +55,7 @@ TEST_CASE("auto: SQNR, underflow and saturation equal a direct computation") {
   for (const char* name : {"nvfp4", "mxfp4", "mxfp8", "fp8", "fp8-block", "fp8-rowwise"}) {
     const tg::QuantRecipe r = tg::candidate_recipe(name, opt, "test");
     const tg::OperandRecipe& o = r.gemm[tg::kForward].a;  // no transform in the forward
-    const tg::cpu::QuantError e = tg::cpu::quant_error(x.data(), rows, cols, o, 99);
+    const tg::QuantError e = tg::cpu::quant_error(x.data(), rows, cols, o, 99);
     INFO(name);
     CHECK(tg::sqnr_db(e) == doctest::Approx(direct_sqnr(x, rows, cols, o, 99)).epsilon(1e-12));
     CHECK(tg::sqnr_db(e) > 5);
@@ -65,7 +65,7 @@ TEST_CASE("auto: SQNR, underflow and saturation equal a direct computation") {
   const tg::QuantRecipe nv = tg::candidate_recipe("nvfp4", opt, "test");
   const tg::OperandRecipe& h = nv.gemm[tg::kWeightGrad].a;
   REQUIRE(h.transform == tg::Transform::Hadamard);
-  const tg::cpu::QuantError eh = tg::cpu::quant_error(x.data(), rows, cols, h, 5);
+  const tg::QuantError eh = tg::cpu::quant_error(x.data(), rows, cols, h, 5);
   double energy = 0;
   for (float v : x) energy += double(v) * v;
   CHECK(eh.signal == doctest::Approx(energy).epsilon(1e-5));
@@ -80,18 +80,18 @@ TEST_CASE("auto: SQNR, underflow and saturation equal a direct computation") {
   b[5] = 0.2f;
   b[6] = -0.2f;
   b[7] = 0.0f;
-  const tg::cpu::QuantError eb = tg::cpu::quant_error(b.data(), 1, 32, mx, 1);
+  const tg::QuantError eb = tg::cpu::quant_error(b.data(), 1, 32, mx, 1);
   CHECK(eb.saturated == 1);
   CHECK(eb.underflow == 2);
   CHECK(eb.nonzero == 31);
   const double noise = (7.9 - 6.0) * (7.9 - 6.0) + 2 * 0.2 * 0.2;
   CHECK(eb.noise == doctest::Approx(noise).epsilon(1e-6));
   // bf16 operands are left as they are: nothing is lost.
-  const tg::cpu::QuantError e16 =
+  const tg::QuantError e16 =
       tg::cpu::quant_error(x.data(), rows, cols, tg::OperandRecipe{}, 1);
   CHECK(e16.noise == 0);
   CHECK(std::isinf(tg::sqnr_db(e16)));
-  tg::cpu::QuantError bad;
+  tg::QuantError bad;
   bad.signal = 1;
   bad.noise = NAN;
   CHECK(std::isnan(tg::sqnr_db(bad)));

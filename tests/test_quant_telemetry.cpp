@@ -34,7 +34,7 @@ TEST_CASE("quant telemetry: saturating and underflowing scale groups are counted
   x[3] = 7.9f;
   for (int i = 64; i < 96; i++) x[i] = std::ldexp(1.0f, -140);
   for (int i = 96; i < 128; i++) x[i] = (i % 2 ? 1.0f : -1.0f) * (1 + (i % 4));
-  const tg::cpu::QuantError e = tg::cpu::quant_error(x.data(), 1, 128, mx, 1);
+  const tg::QuantError e = tg::cpu::quant_error(x.data(), 1, 128, mx, 1);
   CHECK(e.groups == 4);
   CHECK(e.groups_saturated == 1);
   CHECK(e.groups_underflow == 1);
@@ -52,7 +52,7 @@ TEST_CASE("quant telemetry: saturating and underflowing scale groups are counted
   for (int i = 0; i < 16; i++) y[i] = 6.0f * (i + 1) / 16;
   for (int i = 16; i < 32; i++) y[i] = std::ldexp(y[i - 16], -12);
   for (int i = 32; i < 48; i++) y[i] = std::ldexp(y[i - 32], -20);
-  const tg::cpu::QuantError f = tg::cpu::quant_error(y.data(), 1, 48, nv, 1);
+  const tg::QuantError f = tg::cpu::quant_error(y.data(), 1, 48, nv, 1);
   CHECK(f.groups == 3);
   CHECK(f.groups_underflow == 1);
   // The largest block's decode scale is exactly 448 / 448 x 6 / 6: its amax maps to 6, no clip.
@@ -63,7 +63,7 @@ TEST_CASE("quant telemetry: saturating and underflowing scale groups are counted
   const tg::OperandRecipe rw = forward_a("fp8-rowwise");
   REQUIRE(rw.granularity == tg::Granularity::Row);
   std::vector<float> z = {1e-40f, -1e-40f, 0.0f, 1e-40f, 1.0f, 2.0f, -3.0f, 0.5f};
-  const tg::cpu::QuantError g = tg::cpu::quant_error(z.data(), 2, 4, rw, 1);
+  const tg::QuantError g = tg::cpu::quant_error(z.data(), 2, 4, rw, 1);
   CHECK(g.groups == 2);
   CHECK(g.groups_underflow == 1);
   CHECK(g.groups_saturated == 0);

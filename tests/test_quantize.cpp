@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cpu/host_operand_view.h"
 #include "src/cpu/ops.h"
 #include "src/cpu/parallel.h"
 #include "src/formats.h"

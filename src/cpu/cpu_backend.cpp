@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../operand_view.h"
+#include "host_operand_view.h"
 #include "gemm_bf16.h"
 #include "ops.h"
 

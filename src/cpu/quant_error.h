@@ -1,31 +1,14 @@
-// quant_error.h: how much one GEMM operand loses in a recipe operand's format (the
-// sensitivity statistics of precision.mode=auto, quantization telemetry), declared apart from
-// the CPU ops (ops.h) so that the operand views (src/operand_view.h), which the backend
-// interface returns, can name its result without including the backend.
+// quant_error.h: how much one GEMM operand loses in a recipe operand's format, measured on a
+// host copy by the CPU (quant_error.cpp); the result type is the numerics layer's
+// (src/quant_error.h), which the operand views name without including a backend.
 #pragma once
 #include <cstdint>
 
+#include "../quant_error.h"
 #include "../recipe.h"
 
 namespace tg::cpu {
 
-// quant_error.cpp: how much one operand loses in a recipe operand's format (sensitivity
-// statistics of precision.mode=auto), measured on a copy.
-struct QuantError {
-  double signal = 0, noise = 0;  // sum x^2, sum (x - Q(x))^2 (after the transform, if any)
-  double values = 0, nonzero = 0, underflow = 0, saturated = 0;  // counts
-  // Counts of scale groups (blocks, rows, tiles or the tensor): all, those whose scale
-  // saturates (a value clipped to the element format's largest at it) and those whose scale
-  // underflows (nonzero amax, but the scale at or below its format's least normal value: precision
-  // of the scale lost, or the whole group flushed); and of values that quantize to zero (zeros
-  // included).
-  double groups = 0, groups_saturated = 0, groups_underflow = 0, zeros = 0;
-};
 QuantError quant_error(const float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed);
-// A QuantError's counts as kQuantErrorFields doubles (sums over ranks), and back; and a sum.
-constexpr int kQuantErrorFields = 10;
-void quant_error_fields(const QuantError& e, double* f);
-QuantError quant_error_from_fields(const double* f);
-QuantError& operator+=(QuantError& a, const QuantError& b);
 
 }  // namespace tg::cpu

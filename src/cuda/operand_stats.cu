@@ -43,7 +43,7 @@ class DeviceOperandView final : public OperandView {
   }
   float amax() override;
   std::vector<float> column_amax() override;
-  cpu::QuantError quant_error(const OperandRecipe& o, uint64_t seed,
+  QuantError quant_error(const OperandRecipe& o, uint64_t seed,
                               const OperandVariant& v) override;
   std::vector<float> values() override;
 
@@ -167,13 +167,13 @@ const float* DeviceOperandView::variant(const OperandVariant& v) {
   return out;
 }
 
-cpu::QuantError DeviceOperandView::quant_error(const OperandRecipe& o, uint64_t seed,
+QuantError DeviceOperandView::quant_error(const OperandRecipe& o, uint64_t seed,
                                                const OperandVariant& v) {
   // A bf16 operand is kept as it is: the probes never measure one, and the device's scale
   // rules exist for the quantized element formats only.
   if (!is_low_bit(o))
     throw Error("cuda backend: operand statistics of an operand that is not quantized");
-  cpu::QuantError e;
+  QuantError e;
   if (size() == 0) return e;
   const int R = v.transposed ? cols() : rows(), Cc = v.transposed ? rows() : cols();
   const size_t n = size();

@@ -17,7 +17,7 @@
 
 #include "src/auto_precision.h"
 #include "src/cuda/operand_stats.h"
-#include "src/operand_view.h"
+#include "src/cpu/host_operand_view.h"
 #include "src/recipe.h"
 
 using namespace emu_test;
@@ -127,7 +127,7 @@ void check_sum(double dev, double host, const char* what) {
   CHECK(std::fabs(dev - host) <= 1e-12 * std::fabs(host));
 }
 
-void check_error(const cpu::QuantError& d, const cpu::QuantError& h) {
+void check_error(const QuantError& d, const QuantError& h) {
   check_sum(d.signal, h.signal, "signal");
   check_sum(d.noise, h.noise, "noise");
   CHECK(d.values == h.values);
@@ -146,7 +146,7 @@ void check_errors(const OperandRecipe& o, const Operand& op, const OperandVarian
   Held<E> x(op.x);
   auto dv = gpu::make_operand_view(emu_ctx(), x.tensor(), op.rows, op.cols);
   HostOperandView hv(x.host.data(), op.rows, op.cols);
-  const cpu::QuantError d = dv->quant_error(o, seed, v), h = hv.quant_error(o, seed, v);
+  const QuantError d = dv->quant_error(o, seed, v), h = hv.quant_error(o, seed, v);
   check_emu();
   check_error(d, h);
 }

@@ -1,12 +1,13 @@
-// operand_view.cpp: the host operand view (see operand_view.h): the probes' statistics of
-// an fp32 host copy, computed as the probes computed them before the views existed (the same
-// loops, in the same order, so the CPU backend's runs are unchanged bit for bit).
-#include "operand_view.h"
+// host_operand_view.cpp: the host operand view (see host_operand_view.h): the probes'
+// statistics of an fp32 host copy, computed as the probes computed them before the views
+// existed (the same loops, in the same order, so the CPU backend's runs are unchanged bit for
+// bit).
+#include "host_operand_view.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/ops.h"
+#include "ops.h"
 
 namespace tg {
 
@@ -56,7 +57,7 @@ const float* HostOperandView::prepared(const OperandVariant& v) {
   return prep_.data();
 }
 
-cpu::QuantError HostOperandView::quant_error(const OperandRecipe& o, uint64_t seed,
+QuantError HostOperandView::quant_error(const OperandRecipe& o, uint64_t seed,
                                              const OperandVariant& v) {
   const float* x = prepared(v);
   if (!v.transposed) return cpu::quant_error(x, rows(), cols(), o, seed);
