@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,9 +58,8 @@ double time_step(Backend& be, const BenchCase& bc, Mode mode, const Fp8Config& f
   RecipeOptions ro;
   ro.bf16_last = 0;
   const ModeRecipe recipe = mode_info(mode).recipe;
-  Fp8State fp8 = recipe == ModeRecipe::BlockScaled
-                     ? Fp8State(block_scaled_recipe(mode, ro), bc.L)
-                     : Fp8State(fc, bc.L);
+  Fp8State fp8 = recipe == ModeRecipe::BlockScaled ? Fp8State(block_scaled_recipe(mode, ro), bc.L)
+                                                   : Fp8State(fc, bc.L);
   // auto has no fixed recipe to time: its linears run as they start, in bf16.
   if (recipe == ModeRecipe::Fp8Tensor || recipe == ModeRecipe::BlockScaled) model.set_fp8(&fp8);
   model.init_random(1);
@@ -163,8 +162,8 @@ bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
       a->fp8opt.fast_accum = kv.second != "false" && kv.second != "0";
   }
   if (a->fp8cfg.recipe != "delayed" && a->fp8cfg.recipe != "current")
-    throw UsageError(strf("bench: --fp8_recipe must be delayed or current, not '%s'",
-                          a->fp8cfg.recipe.c_str()));
+    throw UsageError(
+        strf("bench: --fp8_recipe must be delayed or current, not '%s'", a->fp8cfg.recipe.c_str()));
   if (a->device != "cpu" && a->device != "cuda")
     throw UsageError(strf("bench: --device must be cpu or cuda, not '%s'", a->device.c_str()));
   const std::string& m = a->model;
@@ -184,7 +183,8 @@ std::vector<BenchCase> bench_cases(const BenchArgs& a) {
       {"llm.c ref (L3 C96 V1000)", 3, 96, 4, 1000, 128, 4, 64},
       {"small (L4 C256 V1000)", 4, 256, 4, 1000, 128, 8, 128},
   };
-  if (a.model == "gpt2") return {{"GPT-2 124M (L12 C768)", 12, 768, 12, 50257, 1024, a.gpt2_B, a.gpt2_T}};
+  if (a.model == "gpt2")
+    return {{"GPT-2 124M (L12 C768)", 12, 768, 12, 50257, 1024, a.gpt2_B, a.gpt2_T}};
   if (a.model == "gpt2-medium")
     return {{"GPT-2 350M (L24 C1024)", 24, 1024, 16, 50257, 1024, a.gpt2_B, a.gpt2_T}};
   if (a.model == "toy") return {small.front()};
@@ -252,8 +252,8 @@ void bench_model(const BenchCase& bc, const BenchArgs& a, const std::function<do
     printf(
         "| %s | %zu | %d x %d | %s | %.2f | %.2f-%.2f | %.0f | %.1f | %s | %.2fx | %.1f MiB | "
         "%.2fx |\n",
-        bc.name, num_parameters(c), bc.B, bc.T, mode_name(modes[m]), ms, *lo, *hi, tps,
-        flops / 1e9, share.c_str(), ms / ms0, mem / 1048576.0, mem / mem0);
+        bc.name, num_parameters(c), bc.B, bc.T, mode_name(modes[m]), ms, *lo, *hi, tps, flops / 1e9,
+        share.c_str(), ms / ms0, mem / 1048576.0, mem / mem0);
     fflush(stdout);
   }
 }

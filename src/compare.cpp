@@ -39,10 +39,10 @@ struct ModeSpec {
 // NVFP4's ingredients (arXiv 2509.25149), switched off one at a time by the ablation studies
 // below so that a study shows what each buys: the overlay that leaves on those in `on`.
 enum Nvfp4Ingredients {
-  kSr = 1,         // stochastic rounding of the output gradients
-  kRht = 2,        // 16-point random Hadamard transform of the wgrad operands
-  kTiles2d = 4,    // 16x16 weight tiles
-  kBf16Last = 8,   // the last layer's linears in bf16
+  kSr = 1,        // stochastic rounding of the output gradients
+  kRht = 2,       // 16-point random Hadamard transform of the wgrad operands
+  kTiles2d = 4,   // 16x16 weight tiles
+  kBf16Last = 8,  // the last layer's linears in bf16
   kAllIngredients = kSr | kRht | kTiles2d | kBf16Last,
 };
 Overlay nvfp4_ingredients(int on) {
@@ -64,6 +64,8 @@ const char* const kNoScale = "-noscale";  // the default --modes names fp16's
 const std::vector<ModeSpec>& compare_modes() {
   const std::string nvfp4 = mode_name(Mode::NVFP4);
   const Overlay smooth = {{"precision.recipe.smooth", "true"}};
+  // One study per entry: its name, mode and description first.
+  // clang-format off
   static const std::vector<ModeSpec> modes = {
       {named(Mode::FP32, ""), Mode::FP32, "fp32 everywhere", {}},
       {named(Mode::BF16, ""), Mode::BF16,
@@ -139,6 +141,7 @@ const std::vector<ModeSpec>& compare_modes() {
        "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
        {{"precision.auto.outliers", "smooth"}}},
   };
+  // clang-format on
   return modes;
 }
 
@@ -321,8 +324,7 @@ json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
   json runs = json::array();
   for (int k = 0; k < a.nseeds; k++) {
     const int64_t seed = a.base.train.seed + k;
-    printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what,
-           (long long)seed);
+    printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what, (long long)seed);
     fflush(stdout);
     runs.push_back(run_one(a.base, a.out, spec, seed, a.nseeds));
     p->done++;
@@ -335,8 +337,8 @@ json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
     const std::string eta =
         trained > 0 ? fmt_duration(el / trained * (p->total - p->done)) : std::string("?");
     last.erase("reused");
-    printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", p->done,
-           p->total, name.c_str(), (long long)seed,
+    printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", p->done, p->total,
+           name.c_str(), (long long)seed,
            last.contains("summary") && last["summary"]["final_val_loss"].is_number()
                ? strf("val %.4f", last["summary"]["final_val_loss"].get<double>()).c_str()
                : "failed",

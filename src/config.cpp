@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <utility>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "common.h"
@@ -33,9 +33,9 @@ enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList }
 // A key's field inside Config, typed: one alternative per type a key may have.
 template <typename T>
 using Getter = T& (*)(Config&);
-using FieldRef = std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>,
-                              Getter<std::string>, Getter<std::vector<int>>, Getter<Mode>,
-                              Getter<std::vector<Mode>>>;
+using FieldRef =
+    std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
+                 Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>>;
 
 struct KeyDef {
   const char* name;
@@ -46,40 +46,51 @@ struct KeyDef {
   const char* help;
 };
 
+// The kind of a field of type T; a string with choices is a Choice (key() below). KindOf of
+// any other type is left undefined, so a table row with a field of a type the table does not
+// handle fails to compile.
 template <typename T>
-constexpr bool always_false = false;
-
-// The kind of a field of type T (a string with choices is a Choice). A field of any other
-// type does not compile: the static_assert below fires, as does FieldRef's constructor.
-template <typename T>
-constexpr Kind kind_of(bool has_choices) {
-  if constexpr (std::is_same_v<T, int>) return Kind::Int;
-  else if constexpr (std::is_same_v<T, int64_t>) return Kind::Int64;
-  else if constexpr (std::is_same_v<T, double>) return Kind::Float;
-  else if constexpr (std::is_same_v<T, bool>) return Kind::Bool;
-  else if constexpr (std::is_same_v<T, std::string>) return has_choices ? Kind::Choice : Kind::String;
-  else if constexpr (std::is_same_v<T, std::vector<int>>) return Kind::IntList;
-  else if constexpr (std::is_same_v<T, Mode>) return Kind::Choice;
-  else if constexpr (std::is_same_v<T, std::vector<Mode>>) return Kind::ChoiceList;
-  else static_assert(always_false<T>, "a config key of a type the key table does not handle");
-}
-static_assert(kind_of<int64_t>(false) == Kind::Int64 && kind_of<std::string>(true) == Kind::Choice,
-              "kinds follow from field types");
+struct KindOf;
+template <Kind K>
+struct KindIs {
+  static constexpr Kind kind = K;
+};
+template <>
+struct KindOf<int> : KindIs<Kind::Int> {};
+template <>
+struct KindOf<int64_t> : KindIs<Kind::Int64> {};
+template <>
+struct KindOf<double> : KindIs<Kind::Float> {};
+template <>
+struct KindOf<bool> : KindIs<Kind::Bool> {};
+template <>
+struct KindOf<std::string> : KindIs<Kind::String> {};
+template <>
+struct KindOf<std::vector<int>> : KindIs<Kind::IntList> {};
+template <>
+struct KindOf<Mode> : KindIs<Kind::Choice> {};
+template <>
+struct KindOf<std::vector<Mode>> : KindIs<Kind::ChoiceList> {};
+static_assert(KindOf<int64_t>::kind == Kind::Int64 && KindOf<Mode>::kind == Kind::Choice,
+              "a key's kind follows from its field's type");
 
 // One row of the table. The kind is deduced from the field's type, so a row cannot pair a
 // field with the wrong kind (the old table's `void*` + Kind could, unnoticed until run time);
 // and every use of a field below goes through std::visit with code per type, so a type a
-// use does not handle fails to compile as well.
+// use does not handle fails to compile as well (the static_asserts in set_json).
 template <typename T>
 KeyDef key(const char* name, Getter<T> get, double lo, double hi, std::vector<std::string> choices,
            const char* help) {
-  const Kind kind = kind_of<T>(!choices.empty());
+  Kind kind = KindOf<T>::kind;
+  if (kind == Kind::String && !choices.empty()) kind = Kind::Choice;
   return KeyDef{name, kind, get, lo, hi, std::move(choices), help};
 }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // A field of Config as a function pointer returning a reference to it (its type deduced).
+// clang-format off
 #define TG_FIELD(f) +[](Config& c) -> auto& { return c.f; }
+// clang-format on
 
 // clang-format off
 const std::vector<KeyDef>& table() {
@@ -217,30 +228,26 @@ std::string choices_text(const KeyDef& k) {
   return s;
 }
 
+// One value as --help shows it (lists comma-separated).
+std::string text_of(int v) { return std::to_string(v); }
+std::string text_of(int64_t v) { return std::to_string(v); }
+std::string text_of(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+std::string text_of(bool v) { return v ? "true" : "false"; }
+std::string text_of(const std::string& v) { return v; }
+std::string text_of(Mode v) { return mode_name(v); }
 template <typename T>
-std::string join_names(const std::vector<T>& v) {
+std::string text_of(const std::vector<T>& v) {
   std::string s;
-  for (const T& x : v) {
-    if constexpr (std::is_same_v<T, Mode>) s += (s.empty() ? "" : ",") + std::string(mode_name(x));
-    else if constexpr (std::is_same_v<T, int>) s += (s.empty() ? "" : ",") + std::to_string(x);
-    else s += (s.empty() ? "" : ",") + x;
-  }
+  for (const T& x : v) s += (s.empty() ? "" : ",") + text_of(x);
   return s;
 }
 
 std::string value_text(const Config& c, const KeyDef& k) {
-  return with_field(c, k, [](const auto& v) -> std::string {
-    using T = std::decay_t<decltype(v)>;
-    if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) return std::to_string(v);
-    else if constexpr (std::is_same_v<T, double>) {
-      std::ostringstream os;
-      os << v;
-      return os.str();
-    } else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-    else if constexpr (std::is_same_v<T, std::string>) return v;
-    else if constexpr (std::is_same_v<T, Mode>) return mode_name(v);
-    else return join_names(v);  // the lists
-  });
+  return with_field(c, k, [](const auto& v) { return text_of(v); });
 }
 
 [[noreturn]] void bad_value(const KeyDef& k, const std::string& what, const std::string& origin) {
@@ -324,7 +331,8 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
     } else {
       static_assert(std::is_same_v<T, std::vector<Mode>>, "a key type set_json does not read");
       std::vector<Mode> out;
-      for (const std::string& s : json_choice_list(k, v, origin)) out.push_back(parse_mode(s, k.name));
+      for (const std::string& s : json_choice_list(k, v, origin))
+        out.push_back(parse_mode(s, k.name));
       f = out;
     }
   });

@@ -44,7 +44,9 @@ PrecisionSpec precision_spec(const Config& cfg) {
   s.quantized_linears = m.quantized;
   s.loss_scale = loss_scale_kind(cfg);
   switch (m.recipe) {
-    case ModeRecipe::BlockScaled: s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg)); break;
+    case ModeRecipe::BlockScaled:
+      s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));
+      break;
     case ModeRecipe::Auto:
       // Every linear starts as bf16; the Trainer sets each one's recipe from AutoPrecision.
       s.recipe = candidate_recipe(Mode::BF16, recipe_options(cfg), "precision.mode");

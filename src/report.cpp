@@ -598,9 +598,9 @@ std::vector<RunGroup> group_runs(const std::vector<FoundRun>& found, json* first
     while (i < keys.size() && keys[i] != key) i++;
     if (i == keys.size()) {
       std::string name = compare_mode_of(c);
-      const std::string what =
-          name.empty() ? "precision.mode=" + std::string(mode_name(c.precision.mode))
-                       : compare_mode_what(name);
+      const std::string what = name.empty()
+                                   ? "precision.mode=" + std::string(mode_name(c.precision.mode))
+                                   : compare_mode_what(name);
       if (name.empty()) name = mode_name(c.precision.mode);
       for (size_t j = 0; j < groups.size(); j++)
         if (groups[j].name == name) name += " (" + config_difference(key, keys[j]) + ")";
