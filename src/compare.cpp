@@ -61,12 +61,11 @@ Overlay operator+(Overlay a, const Overlay& b) {
 std::string named(Mode m, const char* suffix) { return mode_name(m) + std::string(suffix); }
 const char* const kNoScale = "-noscale";  // the default --modes names fp16's
 
-const std::vector<ModeSpec>& compare_modes() {
-  const std::string nvfp4 = mode_name(Mode::NVFP4);
-  const Overlay smooth = {{"precision.recipe.smooth", "true"}};
-  // One study per entry: its name, mode and description first.
-  // clang-format off
-  static const std::vector<ModeSpec> modes = {
+// One study per entry: its name, mode and description first.
+// clang-format off
+// Each mode as it is (fp8 with its scaling spelled out), and the 16-bit modes' variants.
+std::vector<ModeSpec> plain_studies() {
+  return {
       {named(Mode::FP32, ""), Mode::FP32, "fp32 everywhere", {}},
       {named(Mode::BF16, ""), Mode::BF16,
        "bf16 weights, activations and gradients; fp32 master weights", {}},
@@ -97,7 +96,12 @@ const std::vector<ModeSpec>& compare_modes() {
        "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in "
        "bf16",
        {}},
-      // The ablation study of NVFP4's ingredients: each takes exactly one away (bare: all).
+  };
+}
+
+// The ablation study of NVFP4's ingredients: each takes exactly one away (bare: all).
+std::vector<ModeSpec> nvfp4_ablations() {
+  return {
       {named(Mode::NVFP4, "-no-sr"), Mode::NVFP4,
        "nvfp4 without stochastic rounding of the gradients (round to nearest)",
        nvfp4_ingredients(kAllIngredients & ~kSr)},
@@ -113,6 +117,13 @@ const std::vector<ModeSpec>& compare_modes() {
        "nvfp4 without any of them: E2M1 with UE4M3 scales per 1x16 and the tensor scale, nearest "
        "rounding, every layer quantized",
        nvfp4_ingredients(0)},
+  };
+}
+
+// precision.mode=auto and the outlier-handling study.
+std::vector<ModeSpec> adaptive_studies() {
+  const Overlay smooth = {{"precision.recipe.smooth", "true"}};
+  return {
       {named(Mode::Auto, ""), Mode::Auto,
        "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
        "precision.auto.threshold_db (src/auto_precision.h)",
@@ -124,7 +135,7 @@ const std::vector<ModeSpec>& compare_modes() {
       {named(Mode::NVFP4, "-split"), Mode::Auto,
        "nvfp4 in every layer with the outlier input channels of the forward GEMMs in bf16 (auto, "
        "nvfp4 its only candidate, precision.auto.outliers=split)",
-       {{"precision.auto.candidates", nvfp4},
+       {{"precision.auto.candidates", mode_name(Mode::NVFP4)},
         {"precision.auto.priors", "false"},
         {"precision.auto.outliers", "split"}}},
       {named(Mode::NVFP4, "-smooth"), Mode::NVFP4,
@@ -141,7 +152,17 @@ const std::vector<ModeSpec>& compare_modes() {
        "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
        {{"precision.auto.outliers", "smooth"}}},
   };
-  // clang-format on
+}
+// clang-format on
+
+// Every study, in --modes' order.
+const std::vector<ModeSpec>& compare_modes() {
+  static const std::vector<ModeSpec> modes = [] {
+    std::vector<ModeSpec> all = plain_studies();
+    for (auto part : {nvfp4_ablations(), adaptive_studies()})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  }();
   return modes;
 }
 
