@@ -4,40 +4,43 @@
 
 namespace tg {
 
+namespace {
+using R = ModeRecipe;
+using P = PeakClass;
+// Block-scaled and fp8 modes keep bf16 everywhere but the block linears; auto starts every
+// linear in bf16 and chooses their formats while training.
+// clang-format off
+constexpr ModeInfo kRows[] = {
+    // mode               name           storage      quantized loss scale  recipe          candidate peak
+    {Mode::FP32,       "fp32",        DType::F32,  false,    "none",     R::None,        false, P::Fp32},
+    {Mode::BF16,       "bf16",        DType::BF16, false,    "none",     R::None,        true,  P::Tensor16},
+    {Mode::FP16,       "fp16",        DType::F16,  false,    "dynamic",  R::None,        false, P::Tensor16},
+    {Mode::FP8,        "fp8",         DType::BF16, true,     "none",     R::Fp8Tensor,   true,  P::Tensor16},
+    {Mode::FP8Rowwise, "fp8-rowwise", DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
+    {Mode::FP8Block,   "fp8-block",   DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
+    {Mode::MXFP8,      "mxfp8",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
+    {Mode::MXFP4,      "mxfp4",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
+    {Mode::NVFP4,      "nvfp4",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
+    {Mode::Auto,       "auto",        DType::BF16, true,     "none",     R::Auto,        false, P::Tensor16},
+};
+// clang-format on
+constexpr size_t kModes = sizeof(kRows) / sizeof(kRows[0]);
+
+// The rows follow enum Mode's order, one per value, so that a mode indexes its own row.
+constexpr bool rows_in_enum_order() {
+  for (size_t i = 0; i < kModes; i++)
+    if (size_t(kRows[i].mode) != i) return false;
+  return kModes == size_t(Mode::Auto) + 1;
+}
+static_assert(rows_in_enum_order(), "kRows: one row per Mode, in the enum's order");
+}  // namespace
+
 const std::vector<ModeInfo>& precision_modes() {
-  using R = ModeRecipe;
-  using P = PeakClass;
-  // Block-scaled and fp8 modes keep bf16 everywhere but the block linears; auto starts every
-  // linear in bf16 and chooses their formats while training.
-  // clang-format off
-  static const std::vector<ModeInfo> rows = {
-      // mode               name           storage      quantized loss scale  recipe          candidate peak
-      {Mode::FP32,       "fp32",        DType::F32,  false,    "none",     R::None,        false, P::Fp32},
-      {Mode::BF16,       "bf16",        DType::BF16, false,    "none",     R::None,        true,  P::Tensor16},
-      {Mode::FP16,       "fp16",        DType::F16,  false,    "dynamic",  R::None,        false, P::Tensor16},
-      {Mode::FP8,        "fp8",         DType::BF16, true,     "none",     R::Fp8Tensor,   true,  P::Tensor16},
-      {Mode::FP8Rowwise, "fp8-rowwise", DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-      {Mode::FP8Block,   "fp8-block",   DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-      {Mode::MXFP8,      "mxfp8",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-      {Mode::MXFP4,      "mxfp4",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-      {Mode::NVFP4,      "nvfp4",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-      {Mode::Auto,       "auto",        DType::BF16, true,     "none",     R::Auto,        false, P::Tensor16},
-  };
-  // clang-format on
+  static const std::vector<ModeInfo> rows(kRows, kRows + kModes);
   return rows;
 }
 
-const ModeInfo& mode_info(Mode m) {
-  const auto& rows = precision_modes();
-  // The rows are in enum order, so a mode is its own index (checked once).
-  static const bool in_order = [&] {
-    for (size_t i = 0; i < rows.size(); i++)
-      if (size_t(rows[i].mode) != i) return false;
-    return true;
-  }();
-  if (!in_order || size_t(m) >= rows.size()) throw Error("precision_modes(): rows out of order");
-  return rows[size_t(m)];
-}
+const ModeInfo& mode_info(Mode m) { return kRows[size_t(m)]; }
 
 const char* mode_name(Mode m) { return mode_info(m).name; }
 
