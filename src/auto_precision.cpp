@@ -55,13 +55,14 @@ std::vector<AutoCandidate> auto_candidates(const AutoOptions& a, const RecipeOpt
   const char* key = "precision.auto.candidates";
   if (a.candidates.empty()) throw UsageError(strf("config key '%s': must not be empty", key));
   std::vector<AutoCandidate> out;
-  for (const std::string& name : a.candidates) {
+  for (const Mode m : a.candidates) {
+    const std::string name = mode_name(m);
     for (const AutoCandidate& c : out)
       if (c.name == name)
         throw UsageError(strf("config key '%s': '%s' is listed twice", key, name.c_str()));
     AutoCandidate c;
     c.name = name;
-    c.recipe = candidate_recipe(name, o, key);
+    c.recipe = candidate_recipe(m, o, key);
     c.low_bit = is_low_bit(c.recipe.gemm[kForward].a);
     out.push_back(c);
   }
@@ -70,7 +71,7 @@ std::vector<AutoCandidate> auto_candidates(const AutoOptions& a, const RecipeOpt
 
 QuantRecipe compose_linear_recipe(const std::vector<AutoCandidate>& c, const int* f) {
   QuantRecipe r;
-  r.name = "auto";
+  r.name = mode_name(Mode::Auto);
   for (int g = 0; g < kGemmRoles; g++) {
     GemmRecipe& gr = r.gemm[g];
     gr.a = c[size_t(f[g * 2])].recipe.gemm[g].a;

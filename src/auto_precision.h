@@ -51,7 +51,8 @@ class Comm;
 class ChannelSmoothing;
 
 struct AutoOptions {
-  std::vector<std::string> candidates = {"nvfp4", "mxfp8", "fp8", "bf16"};  // narrowest first
+  // narrowest first
+  std::vector<Mode> candidates = {Mode::NVFP4, Mode::MXFP8, Mode::FP8, Mode::BF16};
   double threshold_db = 20, hysteresis_db = 3;
   double budget = 0;  // share of block-linear FLOPs in <= 8 bits to reach (0: none)
   bool priors = true;

@@ -194,14 +194,13 @@ int cmd_sample(int argc, char** argv) {
 namespace {
 // The CUDA backend's scratch slots of the block-scaled linears (src/scaled_scratch.h) for the
 // block-scaled modes among `modes`, on the portable and the native path.
-void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::string& modes, int B,
-                          int T) {
+void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes,
+                          int B, int T) {
   constexpr int kSms = 132;  // H100 / H200: the operand statistics' per-block sums
   auto mib = [](size_t b) { return strf("%.2f MiB", b / 1048576.0); };
   bool header = false;
-  for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
-    const std::string mode = modes.substr(pos, next - pos);
-    if (!is_block_scaled_mode(mode)) continue;
+  for (const Mode mode : modes) {
+    if (!is_block_scaled(mode)) continue;
     const ScaledScratchPlan p =
         plan_scaled_scratch(mc, block_scaled_recipe(mode, recipe_options(cfg)), B, T, kSms);
     if (!header) {
@@ -217,7 +216,7 @@ void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::str
       const ScaledScratch& s = native ? p.native : p.portable;
       ScaledScratch t = s;
       t.grow(p.stats);
-      printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(),
+      printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mode_name(mode),
              native ? "native (sm_100)" : "portable", mib(s.sum(kSlotStageA, kSlotStageB)).c_str(),
              mib(s.sum(kSlotQA, kSlotQB)).c_str(), mib(s.sum(kSlotAmax, kSlotWords)).c_str(),
              mib(s.sum(kSlotAcc, kSlotSplitAcc)).c_str(),
@@ -241,15 +240,14 @@ void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::str
         kSms);
 }
 
-// The block-scaled modes among `modes` (comma-separated): the bits of their formats and what
+// The block-scaled modes among `modes`: the bits of their formats and what
 // a native block-scaled path would hold instead of the bf16 copies (src/quant_memory.h).
-void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::string& modes, int B,
-                          int T, int zero_ranks, bool lse) {
+void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes,
+                          int B, int T, int zero_ranks, bool lse) {
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
   bool header = false;
-  for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
-    const std::string mode = modes.substr(pos, next - pos);
-    if (!is_block_scaled_mode(mode)) continue;
+  for (const Mode mode : modes) {
+    if (!is_block_scaled(mode)) continue;
     const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
     const QuantMemoryPlan q = plan_quantized_linears(mc, r, B, T);
     const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
@@ -264,7 +262,7 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::str
     }
     const size_t total =
         p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
-    printf("| %s | %d/%d | %.3f | %.3f | %.3f | %s | %s -> %s | %s |\n", mode.c_str(),
+    printf("| %s | %d/%d | %.3f | %.3f | %.3f | %s | %s -> %s | %s |\n", mode_name(mode),
            q.quantized_layers, mc.n_layer, q.input_bits, q.weight_bits, q.wgrad_input_bits,
            mib(q.weight_copies).c_str(), mib(q.saved_inputs_bf16).c_str(),
            mib(q.saved_inputs_quantized).c_str(), mib(total).c_str());
@@ -281,7 +279,8 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::str
 
 int cmd_memory(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
-      {"modes", "comma-separated precision modes", "fp32,bf16,fp16"},
+      {"modes", "comma-separated precision modes",
+       mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16})},
       {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""},
       int_option("zero_ranks", "plan one rank of ZeRO-1 over this many ranks (1: no sharding)", "1",
                  1, 65536)};
@@ -324,12 +323,15 @@ int cmd_memory(int argc, char** argv) {
   printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
-  std::string modes = extra(ex, "modes") + ",";
-  for (size_t pos = 0, next; (next = modes.find(',', pos)) != std::string::npos; pos = next + 1) {
-    std::string mode = modes.substr(pos, next - pos);
-    if (mode.empty()) continue;
+  const std::string names = extra(ex, "modes") + ",";
+  std::vector<Mode> modes;
+  for (size_t pos = 0, next; (next = names.find(',', pos)) != std::string::npos; pos = next + 1) {
+    const std::string name = names.substr(pos, next - pos);
+    if (name.empty()) continue;
+    const Mode mode = parse_mode(name, "precision.mode");
+    modes.push_back(mode);
     MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
-    printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", mode.c_str(), mib(p.weights).c_str(),
+    printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
            mib(p.activations).c_str(), mib(p.comm).c_str(), mib(p.total()).c_str());
   }

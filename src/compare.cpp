@@ -25,107 +25,158 @@ using json = nlohmann::json;
 
 namespace {
 
-// NVFP4's ingredients (arXiv 2509.25149), switched off one at a time by the ablation modes
-// below so that a study shows what each buys.
+// What each name on --modes means: a precision mode and the config keys the study sets beyond
+// it (an overlay, each key set as `--key=value` would set it). Every study also sets
+// precision.stochastic_rounding (off unless its overlay says otherwise).
+using Overlay = std::vector<std::pair<std::string, std::string>>;
+struct ModeSpec {
+  std::string name;
+  Mode mode;
+  const char* what;
+  Overlay overlay;
+};
+
+// NVFP4's ingredients (arXiv 2509.25149), switched off one at a time by the ablation studies
+// below so that a study shows what each buys: the overlay that leaves on those in `on`.
 enum Nvfp4Ingredients {
-  kKeepRecipe = -1,  // the config's precision.recipe.* keys as they are
-  kSr = 1,           // stochastic rounding of the output gradients
-  kRht = 2,          // 16-point random Hadamard transform of the wgrad operands
-  kTiles2d = 4,      // 16x16 weight tiles
-  kBf16Last = 8,     // the last layer's linears in bf16
+  kSr = 1,        // stochastic rounding of the output gradients
+  kRht = 2,       // 16-point random Hadamard transform of the wgrad operands
+  kTiles2d = 4,   // 16x16 weight tiles
+  kBf16Last = 8,  // the last layer's linears in bf16
   kAllIngredients = kSr | kRht | kTiles2d | kBf16Last,
 };
-
-// What each name on --modes means, as config changes.
-struct ModeSpec {
-  const char* name;
-  const char* mode;
-  const char* loss_scale;  // "" keeps the config's
-  bool stochastic;
-  const char* what;
-  int ingredients = kKeepRecipe;        // nvfp4 ablations: the ingredients left on
-  void (*outliers)(Config&) = nullptr;  // the outlier-handling studies: their keys
-};
-
-// Outlier handling (README: Adaptive precision; docs/outlier-study): the same uniform NVFP4 in
-// every layer as nvfp4-no-bf16last, with the outlier channels of the forward GEMMs split out
-// into bf16 (auto's machinery with NVFP4 as its only candidate), or every channel smoothed.
-void nvfp4_split(Config& c) {
-  c.precision.auto_.candidates = {"nvfp4"};
-  c.precision.auto_.priors = false;
-  c.precision.auto_.outliers = "split";
+Overlay nvfp4_ingredients(int on) {
+  auto flag = [&](int bit) -> std::string { return (on & bit) ? "true" : "false"; };
+  return {{"precision.recipe.stochastic_grads", flag(kSr)},
+          {"precision.recipe.hadamard", flag(kRht)},
+          {"precision.recipe.weight_2d", flag(kTiles2d)},
+          {"precision.recipe.bf16_last", (on & kBf16Last) ? "-1" : "0"}};
 }
-void smoothed(Config& c) { c.precision.recipe.smooth = true; }
-void auto_no_split(Config& c) { c.precision.auto_.outliers = "none"; }
-void auto_smoothed(Config& c) { c.precision.auto_.outliers = "smooth"; }
-const ModeSpec kModes[] = {
-    {"fp32", "fp32", "", false, "fp32 everywhere"},
-    {"bf16", "bf16", "", false, "bf16 weights, activations and gradients; fp32 master weights"},
-    {"bf16-sr", "bf16", "", true, "bf16 with stochastic rounding of the weight copy"},
-    {"fp16", "fp16", "dynamic", false, "fp16 with dynamic loss scaling"},
-    {"fp16-noscale", "fp16", "none", false, "fp16 without loss scaling"},
-    {"fp8", "fp8", "", false,
-     "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling"},
-    {"fp8-current", "fp8", "", false, "fp8 with current (just-in-time) scaling"},
-    // The block-scaled recipes (src/recipe.h; options: precision.recipe.*).
-    {"fp8-rowwise", "fp8-rowwise", "", false, "block linears in E4M3 with one fp32 scale per row"},
-    {"fp8-block", "fp8-block", "", false,
-     "block linears in E4M3, fp32 scales per 1x128 block (activations, gradients) and 128x128 "
-     "tile (weights)"},
-    {"mxfp8", "mxfp8", "", false, "block linears in MXFP8: E4M3 with an E8M0 scale per 32"},
-    {"mxfp4", "mxfp4", "", false,
-     "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad"},
-    {"nvfp4", "nvfp4", "", false,
-     "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
-     "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in bf16"},
-    // The ablation study of NVFP4's ingredients: each mode takes exactly one away (bare: all).
-    {"nvfp4-no-sr", "nvfp4", "", false,
-     "nvfp4 without stochastic rounding of the gradients (round to nearest)",
-     kAllIngredients & ~kSr},
-    {"nvfp4-no-rht", "nvfp4", "", false, "nvfp4 without the random Hadamard transform of wgrad",
-     kAllIngredients & ~kRht},
-    {"nvfp4-no-2d", "nvfp4", "", false, "nvfp4 with 1x16 weight blocks instead of 16x16 tiles",
-     kAllIngredients & ~kTiles2d},
-    {"nvfp4-no-bf16last", "nvfp4", "", false, "nvfp4 with the last layer quantized too",
-     kAllIngredients & ~kBf16Last},
-    {"nvfp4-bare", "nvfp4", "", false,
-     "nvfp4 without any of them: E2M1 with UE4M3 scales per 1x16 and the tensor scale, nearest "
-     "rounding, every layer quantized",
-     0},
-    {"auto", "auto", "", false,
-     "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
-     "precision.auto.threshold_db (src/auto_precision.h)"},
-    // The outlier-handling study: each handling beside the plain recipe it changes.
-    {"nvfp4-split", "auto", "", false,
-     "nvfp4 in every layer with the outlier input channels of the forward GEMMs in bf16 (auto, "
-     "nvfp4 its only candidate, precision.auto.outliers=split)",
-     kKeepRecipe, nvfp4_split},
-    {"nvfp4-smooth", "nvfp4", "", false,
-     "nvfp4 in every layer with SmoothQuant smoothing of the forward GEMMs "
-     "(precision.recipe.smooth)",
-     kAllIngredients & ~kBf16Last, smoothed},
-    {"fp8-rowwise-smooth", "fp8-rowwise", "", false,
-     "fp8-rowwise with SmoothQuant smoothing of the forward GEMMs (precision.recipe.smooth)",
-     kKeepRecipe, smoothed},
-    {"auto-nosplit", "auto", "", false,
-     "auto with outlier channels only counted (precision.auto.outliers=none)", kKeepRecipe,
-     auto_no_split},
-    {"auto-smooth", "auto", "", false,
-     "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
-     kKeepRecipe, auto_smoothed},
-};
+Overlay operator+(Overlay a, const Overlay& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
-std::string mode_names() {
+// The study named after a mode plus `suffix` ("" for the mode as it is).
+std::string named(Mode m, const char* suffix) { return mode_name(m) + std::string(suffix); }
+const char* const kNoScale = "-noscale";  // the default --modes names fp16's
+
+// One study per entry: its name, mode and description first.
+// clang-format off
+// Each mode as it is (fp8 with its scaling spelled out), and the 16-bit modes' variants.
+std::vector<ModeSpec> plain_studies() {
+  return {
+      {named(Mode::FP32, ""), Mode::FP32, "fp32 everywhere", {}},
+      {named(Mode::BF16, ""), Mode::BF16,
+       "bf16 weights, activations and gradients; fp32 master weights", {}},
+      {named(Mode::BF16, "-sr"), Mode::BF16, "bf16 with stochastic rounding of the weight copy",
+       {{"precision.stochastic_rounding", "true"}}},
+      {named(Mode::FP16, ""), Mode::FP16, "fp16 with dynamic loss scaling",
+       {{"precision.loss_scale.kind", "dynamic"}}},
+      {named(Mode::FP16, kNoScale), Mode::FP16, "fp16 without loss scaling",
+       {{"precision.loss_scale.kind", "none"}}},
+      {named(Mode::FP8, ""), Mode::FP8,
+       "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling",
+       {{"precision.fp8.recipe", "delayed"}}},
+      {named(Mode::FP8, "-current"), Mode::FP8, "fp8 with current (just-in-time) scaling",
+       {{"precision.fp8.recipe", "current"}}},
+      // The block-scaled recipes (src/recipe.h; options: precision.recipe.*).
+      {named(Mode::FP8Rowwise, ""), Mode::FP8Rowwise,
+       "block linears in E4M3 with one fp32 scale per row", {}},
+      {named(Mode::FP8Block, ""), Mode::FP8Block,
+       "block linears in E4M3, fp32 scales per 1x128 block (activations, gradients) and 128x128 "
+       "tile (weights)",
+       {}},
+      {named(Mode::MXFP8, ""), Mode::MXFP8,
+       "block linears in MXFP8: E4M3 with an E8M0 scale per 32", {}},
+      {named(Mode::MXFP4, ""), Mode::MXFP4,
+       "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad", {}},
+      {named(Mode::NVFP4, ""), Mode::NVFP4,
+       "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
+       "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in "
+       "bf16",
+       {}},
+  };
+}
+
+// The ablation study of NVFP4's ingredients: each takes exactly one away (bare: all).
+std::vector<ModeSpec> nvfp4_ablations() {
+  return {
+      {named(Mode::NVFP4, "-no-sr"), Mode::NVFP4,
+       "nvfp4 without stochastic rounding of the gradients (round to nearest)",
+       nvfp4_ingredients(kAllIngredients & ~kSr)},
+      {named(Mode::NVFP4, "-no-rht"), Mode::NVFP4,
+       "nvfp4 without the random Hadamard transform of wgrad",
+       nvfp4_ingredients(kAllIngredients & ~kRht)},
+      {named(Mode::NVFP4, "-no-2d"), Mode::NVFP4,
+       "nvfp4 with 1x16 weight blocks instead of 16x16 tiles",
+       nvfp4_ingredients(kAllIngredients & ~kTiles2d)},
+      {named(Mode::NVFP4, "-no-bf16last"), Mode::NVFP4, "nvfp4 with the last layer quantized too",
+       nvfp4_ingredients(kAllIngredients & ~kBf16Last)},
+      {named(Mode::NVFP4, "-bare"), Mode::NVFP4,
+       "nvfp4 without any of them: E2M1 with UE4M3 scales per 1x16 and the tensor scale, nearest "
+       "rounding, every layer quantized",
+       nvfp4_ingredients(0)},
+  };
+}
+
+// precision.mode=auto and the outlier-handling study.
+std::vector<ModeSpec> adaptive_studies() {
+  const Overlay smooth = {{"precision.recipe.smooth", "true"}};
+  return {
+      {named(Mode::Auto, ""), Mode::Auto,
+       "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
+       "precision.auto.threshold_db (src/auto_precision.h)",
+       {}},
+      // Outlier handling (README: Adaptive precision; docs/outlier-study), each beside the plain
+      // recipe it changes: the same uniform NVFP4 in every layer as nvfp4-no-bf16last, with the
+      // outlier channels of the forward GEMMs split out into bf16 (auto's machinery with NVFP4
+      // as its only candidate), or every channel smoothed.
+      {named(Mode::NVFP4, "-split"), Mode::Auto,
+       "nvfp4 in every layer with the outlier input channels of the forward GEMMs in bf16 (auto, "
+       "nvfp4 its only candidate, precision.auto.outliers=split)",
+       {{"precision.auto.candidates", mode_name(Mode::NVFP4)},
+        {"precision.auto.priors", "false"},
+        {"precision.auto.outliers", "split"}}},
+      {named(Mode::NVFP4, "-smooth"), Mode::NVFP4,
+       "nvfp4 in every layer with SmoothQuant smoothing of the forward GEMMs "
+       "(precision.recipe.smooth)",
+       nvfp4_ingredients(kAllIngredients & ~kBf16Last) + smooth},
+      {named(Mode::FP8Rowwise, "-smooth"), Mode::FP8Rowwise,
+       "fp8-rowwise with SmoothQuant smoothing of the forward GEMMs (precision.recipe.smooth)",
+       smooth},
+      {named(Mode::Auto, "-nosplit"), Mode::Auto,
+       "auto with outlier channels only counted (precision.auto.outliers=none)",
+       {{"precision.auto.outliers", "none"}}},
+      {named(Mode::Auto, "-smooth"), Mode::Auto,
+       "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
+       {{"precision.auto.outliers", "smooth"}}},
+  };
+}
+// clang-format on
+
+// Every study, in --modes' order.
+const std::vector<ModeSpec>& compare_modes() {
+  static const std::vector<ModeSpec> modes = [] {
+    std::vector<ModeSpec> all = plain_studies();
+    for (auto part : {nvfp4_ablations(), adaptive_studies()})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  }();
+  return modes;
+}
+
+std::string mode_names_text() {
   std::string all;
-  for (const ModeSpec& m : kModes) all += std::string(all.empty() ? "" : ", ") + m.name;
+  for (const ModeSpec& m : compare_modes()) all += (all.empty() ? "" : ", ") + m.name;
   return all;
 }
 
-const ModeSpec& find_mode(const std::string& name) {
-  for (const ModeSpec& m : kModes)
+const ModeSpec& find_compare_mode(const std::string& name) {
+  for (const ModeSpec& m : compare_modes())
     if (name == m.name) return m;
   throw UsageError(
-      strf("compare: unknown mode '%s' (one of %s)", name.c_str(), mode_names().c_str()));
+      strf("compare: unknown mode '%s' (one of %s)", name.c_str(), mode_names_text().c_str()));
 }
 
 // The config a run directory was trained with, without the keys that only say how a run
@@ -168,26 +219,15 @@ json prepare_mode_run(Config& c, const std::string& name) {
 // Sets the precision keys that mode `spec` means.
 void apply_mode(Config& c, const ModeSpec& spec) {
   c.precision.mode = spec.mode;
-  if (*spec.loss_scale) c.precision.loss_scale.kind = spec.loss_scale;
-  c.precision.stochastic_rounding = spec.stochastic;
-  if (std::string(spec.mode) == "fp8")
-    c.precision.fp8.recipe = std::string(spec.name) == "fp8-current" ? "current" : "delayed";
-  if (spec.ingredients != kKeepRecipe) {
-    auto& r = c.precision.recipe;
-    r.stochastic_grads = spec.ingredients & kSr;
-    r.hadamard = spec.ingredients & kRht;
-    r.weight_2d = spec.ingredients & kTiles2d;
-    r.bf16_last = (spec.ingredients & kBf16Last) ? -1 : 0;
-  }
-  if (spec.outliers) spec.outliers(c);
+  c.precision.stochastic_rounding = false;
+  for (const auto& kv : spec.overlay) config_set(c, kv.first, kv.second);
 }
 
 // How much of the config a mode sets beyond precision.mode: a run is named after the most
 // specific mode that reproduces its precision keys (plain nvfp4 keeps whatever the config
-// says, so it would also match every ablation).
-int mode_specificity(const ModeSpec& m) {
-  return m.outliers ? 2 : m.ingredients != kKeepRecipe ? 1 : 0;
-}
+// says, so it would also match every ablation; an ablation with smoothing added matches the
+// ablation too).
+size_t mode_specificity(const ModeSpec& m) { return m.overlay.size(); }
 
 // One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
 json run_one(const Config& base, const std::string& out, const ModeSpec& spec, int64_t seed,
@@ -208,7 +248,7 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec, i
   } catch (const Error& e) {
     // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash.
     r["error"] = e.what();
-    printf("compare: %s seed %lld failed: %s\n", spec.name, (long long)seed, e.what());
+    printf("compare: %s seed %lld failed: %s\n", spec.name.c_str(), (long long)seed, e.what());
   }
   return r;
 }
@@ -217,29 +257,49 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec, i
 
 std::string compare_mode_of(const Config& c) {
   const json have = config_to_json(c)["precision"];
-  for (int level : {2, 1, 0})
-    for (const ModeSpec& m : kModes) {
-      if (mode_specificity(m) != level) continue;
-      Config x = c;
-      apply_mode(x, m);
-      if (config_to_json(x)["precision"] == have) return m.name;
-    }
+  std::vector<const ModeSpec*> by_specificity;
+  for (const ModeSpec& m : compare_modes()) by_specificity.push_back(&m);
+  std::stable_sort(by_specificity.begin(), by_specificity.end(),
+                   [](const ModeSpec* a, const ModeSpec* b) {
+                     return mode_specificity(*a) > mode_specificity(*b);
+                   });
+  for (const ModeSpec* m : by_specificity) {
+    Config x = c;
+    apply_mode(x, *m);
+    if (config_to_json(x)["precision"] == have) return m->name;
+  }
   return "";
 }
 
-std::string compare_mode_what(const std::string& name) { return find_mode(name).what; }
+std::string compare_mode_what(const std::string& name) { return find_compare_mode(name).what; }
 
 std::vector<std::string> compare_mode_names() {
   std::vector<std::string> names;
-  for (const ModeSpec& m : kModes) names.push_back(m.name);
+  for (const ModeSpec& m : compare_modes()) names.push_back(m.name);
   return names;
 }
 
-void apply_compare_mode(Config& c, const std::string& name) { apply_mode(c, find_mode(name)); }
+void apply_compare_mode(Config& c, const std::string& name) {
+  apply_mode(c, find_compare_mode(name));
+}
 
-int cmd_compare(int argc, char** argv) {
+namespace {
+
+// What `train_gpt compare` was asked for.
+struct CompareArgs {
+  Config base;
+  std::vector<std::string> modes;  // compare_modes() names
+  std::string out;
+  int nseeds = 3;
+  double quality = 0.02, quality_loss = 0;
+};
+
+// The command line into *a; false when --help was printed.
+bool parse_compare_args(int argc, char** argv, CompareArgs* a) {
+  const std::string default_modes = mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16}) + "," +
+                                    named(Mode::FP16, kNoScale) + "," + mode_name(Mode::FP8);
   std::vector<ExtraOption> opts = {
-      {"modes", "comma-separated: " + mode_names(), "fp32,bf16,fp16,fp16-noscale,fp8"},
+      {"modes", "comma-separated: " + mode_names_text(), default_modes},
       {"out", "output directory", "runs/compare"},
       int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),
       number_option("quality",
@@ -250,80 +310,92 @@ int cmd_compare(int argc, char** argv) {
                     "time-to-quality target as a val loss (datasets without a "
                     "floor; 0: none)",
                     "0", 0, 1e6)};
-  Config base;
   std::vector<std::pair<std::string, std::string>> ex;
-  if (!config_parse_args(&base, argc, argv, "train_gpt compare", opts, &ex)) return 0;
-  std::string modes_arg, out;
-  int nseeds = 3;
-  double quality = 0.02, quality_loss = 0;
+  if (!config_parse_args(&a->base, argc, argv, "train_gpt compare", opts, &ex)) return false;
+  std::string modes_arg;
   for (auto& kv : ex) {
     if (kv.first == "modes") modes_arg = kv.second;
-    if (kv.first == "out") out = kv.second;
-    if (kv.first == "seeds") nseeds = atoi(kv.second.c_str());
-    if (kv.first == "quality") quality = atof(kv.second.c_str());
-    if (kv.first == "quality_loss") quality_loss = atof(kv.second.c_str());
+    if (kv.first == "out") a->out = kv.second;
+    if (kv.first == "seeds") a->nseeds = atoi(kv.second.c_str());
+    if (kv.first == "quality") a->quality = atof(kv.second.c_str());
+    if (kv.first == "quality_loss") a->quality_loss = atof(kv.second.c_str());
   }
-  std::vector<std::string> modes;
   for (size_t pos = 0, next; pos <= modes_arg.size(); pos = next + 1) {
     next = modes_arg.find(',', pos);
     if (next == std::string::npos) next = modes_arg.size();
     std::string m = modes_arg.substr(pos, next - pos);
     if (!m.empty()) {
-      find_mode(m);
-      modes.push_back(m);
+      find_compare_mode(m);
+      a->modes.push_back(m);
     }
   }
-  if (modes.empty()) throw UsageError("compare: --modes is empty");
-  config_validate(base);
-  make_dirs(out);
-  const json meta = read_dataset_meta(base.data.train);
-  const double floor = dataset_loss_floor(meta, base.data.seq_len);
+  if (a->modes.empty()) throw UsageError("compare: --modes is empty");
+  return true;
+}
 
-  // Every mode x seed, with one progress line per finished run.
-  const int total = int(modes.size()) * nseeds;
-  int done = 0, reused = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  json results = json::array();
-  for (const std::string& name : modes) {
-    const ModeSpec& spec = find_mode(name);
-    json runs = json::array();
-    for (int k = 0; k < nseeds; k++) {
-      const int64_t seed = base.train.seed + k;
-      printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what,
-             (long long)seed);
-      fflush(stdout);
-      runs.push_back(run_one(base, out, spec, seed, nseeds));
-      done++;
-      const double el =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      json& last = runs.back();
-      // The ETA counts the runs trained here, not the ones reused from an earlier compare.
-      if (last.value("reused", false)) reused++;
-      const int trained = done - reused;
-      const std::string eta =
-          trained > 0 ? fmt_duration(el / trained * (total - done)) : std::string("?");
-      last.erase("reused");
-      printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", done, total,
-             name.c_str(), (long long)seed,
-             last.contains("summary") && last["summary"]["final_val_loss"].is_number()
-                 ? strf("val %.4f", last["summary"]["final_val_loss"].get<double>()).c_str()
-                 : "failed",
-             fmt_duration(el).c_str(), eta.c_str());
-      fflush(stdout);
-    }
-    results.push_back({{"name", name}, {"what", spec.what}, {"runs", runs}});
+// Runs finished so far, for the progress lines' ETA.
+struct Progress {
+  int total = 0, done = 0, reused = 0;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+};
+
+// Every seed of one mode, one progress line per finished run; the mode's entry of the results.
+json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
+  const ModeSpec& spec = find_compare_mode(name);
+  json runs = json::array();
+  for (int k = 0; k < a.nseeds; k++) {
+    const int64_t seed = a.base.train.seed + k;
+    printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what, (long long)seed);
+    fflush(stdout);
+    runs.push_back(run_one(a.base, a.out, spec, seed, a.nseeds));
+    p->done++;
+    const double el =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p->t0).count();
+    json& last = runs.back();
+    // The ETA counts the runs trained here, not the ones reused from an earlier compare.
+    if (last.value("reused", false)) p->reused++;
+    const int trained = p->done - p->reused;
+    const std::string eta =
+        trained > 0 ? fmt_duration(el / trained * (p->total - p->done)) : std::string("?");
+    last.erase("reused");
+    printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", p->done, p->total,
+           name.c_str(), (long long)seed,
+           last.contains("summary") && last["summary"]["final_val_loss"].is_number()
+               ? strf("val %.4f", last["summary"]["final_val_loss"].get<double>()).c_str()
+               : "failed",
+           fmt_duration(el).c_str(), eta.c_str());
+    fflush(stdout);
   }
+  return {{"name", name}, {"what", spec.what}, {"runs", runs}};
+}
+
+}  // namespace
+
+int cmd_compare(int argc, char** argv) {
+  CompareArgs a;
+  if (!parse_compare_args(argc, argv, &a)) return 0;
+  config_validate(a.base);
+  make_dirs(a.out);
+  const json meta = read_dataset_meta(a.base.data.train);
+  const double floor = dataset_loss_floor(meta, a.base.data.seq_len);
+
+  // Every mode x seed.
+  Progress progress;
+  progress.total = int(a.modes.size()) * a.nseeds;
+  json results = json::array();
+  for (const std::string& name : a.modes) results.push_back(run_mode(a, name, &progress));
   ReportSpec spec;
-  spec.out = out;
+  spec.out = a.out;
   for (const auto& r : results) spec.groups.push_back({r["name"], r["what"], r["runs"]});
-  spec.config = config_to_json(base);
+  spec.config = config_to_json(a.base);
   spec.floor = floor;
-  spec.plateau = dataset_plateau_loss(meta, base.data.seq_len);
-  spec.quality = quality;
-  spec.quality_loss = quality_loss;
-  if (std::find(modes.begin(), modes.end(), "fp32") == modes.end()) spec.reference = modes[0];
+  spec.plateau = dataset_plateau_loss(meta, a.base.data.seq_len);
+  spec.quality = a.quality;
+  spec.quality_loss = a.quality_loss;
+  if (std::find(a.modes.begin(), a.modes.end(), mode_name(Mode::FP32)) == a.modes.end())
+    spec.reference = a.modes[0];
   const std::string md = write_report(spec);
-  printf("\n%s\nwrote %s/report.md\n", md.c_str(), out.c_str());
+  printf("\n%s\nwrote %s/report.md\n", md.c_str(), a.out.c_str());
   return 0;
 }
 

@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "common.h"
 #include "fileio.h"
@@ -27,123 +30,176 @@ namespace {
 
 enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList };
 
+// A key's field inside Config, typed: one alternative per type a key may have.
+template <typename T>
+using Getter = T& (*)(Config&);
+using FieldRef =
+    std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
+                 Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>>;
+
 struct KeyDef {
   const char* name;
-  Kind kind;
-  void* (*get)(Config&);  // the field inside Config
-  double lo, hi;          // inclusive range for numbers
+  Kind kind;       // follows from the field's type (key() below), never stated by hand
+  FieldRef field;  // the field inside Config
+  double lo, hi;   // inclusive range for numbers
   std::vector<std::string> choices;
   const char* help;
 };
 
+// The kind of a field of type T; a string with choices is a Choice (key() below). KindOf of
+// any other type is left undefined, so a table row with a field of a type the table does not
+// handle fails to compile.
+template <typename T>
+struct KindOf;
+template <Kind K>
+struct KindIs {
+  static constexpr Kind kind = K;
+};
+template <>
+struct KindOf<int> : KindIs<Kind::Int> {};
+template <>
+struct KindOf<int64_t> : KindIs<Kind::Int64> {};
+template <>
+struct KindOf<double> : KindIs<Kind::Float> {};
+template <>
+struct KindOf<bool> : KindIs<Kind::Bool> {};
+template <>
+struct KindOf<std::string> : KindIs<Kind::String> {};
+template <>
+struct KindOf<std::vector<int>> : KindIs<Kind::IntList> {};
+template <>
+struct KindOf<Mode> : KindIs<Kind::Choice> {};
+template <>
+struct KindOf<std::vector<Mode>> : KindIs<Kind::ChoiceList> {};
+static_assert(KindOf<int64_t>::kind == Kind::Int64 && KindOf<Mode>::kind == Kind::Choice,
+              "a key's kind follows from its field's type");
+
+// One row of the table. The kind is deduced from the field's type, so a row cannot pair a
+// field with the wrong kind (the old table's `void*` + Kind could, unnoticed until run time);
+// and every use of a field below goes through std::visit with code per type, so a type a
+// use does not handle fails to compile as well (the static_asserts in set_json).
+template <typename T>
+KeyDef key(const char* name, Getter<T> get, double lo, double hi, std::vector<std::string> choices,
+           const char* help) {
+  Kind kind = KindOf<T>::kind;
+  if (kind == Kind::String && !choices.empty()) kind = Kind::Choice;
+  return KeyDef{name, kind, get, lo, hi, std::move(choices), help};
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
-#define TG_OFF(f) [](Config& c) -> void* { return &c.f; }
+// A field of Config as a function pointer returning a reference to it (its type deduced).
+// clang-format off
+#define TG_FIELD(f) +[](Config& c) -> auto& { return c.f; }
+// clang-format on
 
 // clang-format off
 const std::vector<KeyDef>& table() {
   static const std::vector<KeyDef> t = {
-      {"model.n_layer", Kind::Int, TG_OFF(model.n_layer), 1, 1024, {}, "transformer blocks"},
-      {"model.n_head", Kind::Int, TG_OFF(model.n_head), 1, 1024, {}, "attention heads"},
-      {"model.n_embd", Kind::Int, TG_OFF(model.n_embd), 1, 65536, {}, "channels (multiple of n_head)"},
-      {"model.max_seq_len", Kind::Int, TG_OFF(model.max_seq_len), 1, 1 << 20, {}, "positions in wpe"},
-      {"model.vocab_size", Kind::Int, TG_OFF(model.vocab_size), 2, 1 << 24, {}, "vocabulary (padded to a multiple of 128 inside)"},
-      {"model.init_from", Kind::String, TG_OFF(model.init_from), 0, 0, {}, "llm.c model file or Hugging Face GPT-2 directory to start from (defines the architecture)"},
-      {"data.train", Kind::String, TG_OFF(data.train), 0, 0, {}, "glob of training shards"},
-      {"data.val", Kind::String, TG_OFF(data.val), 0, 0, {}, "glob of validation shards (empty: no validation)"},
-      {"data.batch_size", Kind::Int, TG_OFF(data.batch_size), 1, 1 << 20, {}, "micro-batch rows per rank (B)"},
-      {"data.seq_len", Kind::Int, TG_OFF(data.seq_len), 1, 1 << 20, {}, "tokens per row (T)"},
-      {"data.total_batch_tokens", Kind::Int64, TG_OFF(data.total_batch_tokens), 0, 1e15, {}, "tokens per optimizer step (0: B*T*ranks; else a multiple of it: gradient accumulation)"},
-      {"data.shuffle", Kind::Bool, TG_OFF(data.shuffle), 0, 0, {}, "shuffle shards and rows each epoch (seeded)"},
-      {"optim.lr", Kind::Float, TG_OFF(optim.lr), 0, 10, {}, "peak learning rate"},
-      {"optim.warmup_steps", Kind::Int, TG_OFF(optim.warmup_steps), 0, 1e9, {}, "linear warmup steps"},
-      {"optim.schedule", Kind::Choice, TG_OFF(optim.schedule), 0, 0, {"cosine", "linear", "constant"}, "decay after warmup"},
-      {"optim.final_lr_frac", Kind::Float, TG_OFF(optim.final_lr_frac), 0, 1, {}, "final lr as a fraction of lr"},
-      {"optim.beta1", Kind::Float, TG_OFF(optim.beta1), 0, 0.999999, {}, "Adam beta1"},
-      {"optim.beta2", Kind::Float, TG_OFF(optim.beta2), 0, 0.999999999, {}, "Adam beta2"},
-      {"optim.eps", Kind::Float, TG_OFF(optim.eps), 0, 1, {}, "Adam epsilon"},
-      {"optim.weight_decay", Kind::Float, TG_OFF(optim.weight_decay), 0, 10, {}, "decoupled weight decay (2-D weights only)"},
-      {"optim.grad_clip", Kind::Float, TG_OFF(optim.grad_clip), 0, kInf, {}, "global gradient norm clip (0: off)"},
-      {"train.steps", Kind::Int, TG_OFF(train.steps), 0, 1e9, {}, "optimizer steps"},
-      {"train.seed", Kind::Int64, TG_OFF(train.seed), 0, 9.007199254740992e15, {}, "seed of init, shuffling and sampling"},
-      {"train.device", Kind::Choice, TG_OFF(train.device), 0, 0, {"auto", "cpu", "cuda"}, "backend (auto: cuda when a GPU is present)"},
-      {"train.threads", Kind::Int, TG_OFF(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"},
-      {"train.out_dir", Kind::String, TG_OFF(train.out_dir), 0, 0, {}, "run directory"},
-      {"train.log_every", Kind::Int, TG_OFF(train.log_every), 1, 1e9, {}, "progress line every N steps"},
-      {"train.stop_at_step", Kind::Int, TG_OFF(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"},
-      {"train.zero_stage", Kind::Int, TG_OFF(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"},
-      {"train.overwrite", Kind::Bool, TG_OFF(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"},
-      {"train.adapt_threads", Kind::Bool, TG_OFF(train.adapt_threads), 0, 0, {}, "CPU: run the train.threads parts of the work on fewer threads while that is faster (another process sharing the cores); the results do not depend on it"},
-      {"dist.rank", Kind::Int, TG_OFF(dist.rank), -1, 65535, {}, "this process's rank when launched without MPI (-1: $TG_RANK, else 0)"},
-      {"dist.world_size", Kind::Int, TG_OFF(dist.world_size), 0, 65536, {}, "number of processes when launched without MPI (0: $TG_WORLD_SIZE, else 1)"},
-      {"dist.rendezvous", Kind::String, TG_OFF(dist.rendezvous), 0, 0, {}, "where processes launched without MPI meet: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"},
-      {"dist.timeout", Kind::Int, TG_OFF(dist.timeout), 1, 86400, {}, "seconds to wait for every process at the rendezvous"},
-      {"precision.mode", Kind::Choice, TG_OFF(precision.mode), 0, 0, {"fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4", "auto"}, "numeric mode (see README: Precision modes; auto: README: Adaptive precision)"},
-      {"precision.stochastic_rounding", Kind::Bool, TG_OFF(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"},
-      {"precision.loss_scale.kind", Kind::Choice, TG_OFF(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"},
-      {"precision.loss_scale.init", Kind::Float, TG_OFF(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"},
-      {"precision.loss_scale.growth_interval", Kind::Int, TG_OFF(precision.loss_scale.growth_interval), 1, 1e9, {}, "finite steps before the scale grows"},
-      {"precision.loss_scale.growth", Kind::Float, TG_OFF(precision.loss_scale.growth), 1, 1e6, {}, "growth factor"},
-      {"precision.loss_scale.backoff", Kind::Float, TG_OFF(precision.loss_scale.backoff), 1e-6, 1, {}, "factor applied on a non-finite gradient"},
-      {"precision.loss_scale.min", Kind::Float, TG_OFF(precision.loss_scale.min), 1e-30, 1e30, {}, "smallest dynamic scale"},
-      {"precision.loss_scale.max", Kind::Float, TG_OFF(precision.loss_scale.max), 1e-30, 1e30, {}, "largest dynamic scale"},
-      {"precision.loss_scale.hysteresis", Kind::Int, TG_OFF(precision.loss_scale.hysteresis), 1, 1e6, {}, "non-finite steps tolerated before backing off"},
-      {"precision.loss_scale.on_device", Kind::Bool, TG_OFF(precision.loss_scale.on_device), 0, 0, {}, "CUDA, one process, unsharded: the skip/scale decision and AdamW's factor stay on the GPU (the host reads the result once per step)"},
-      {"precision.fp8.recipe", Kind::Choice, TG_OFF(precision.fp8.recipe), 0, 0, {"delayed", "current"}, "FP8 scaling: amax history (delayed) or this tensor's amax (current)"},
-      {"precision.fp8.history_len", Kind::Int, TG_OFF(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"},
-      {"precision.fp8.margin", Kind::Int, TG_OFF(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"},
-      {"precision.fp8.keep_bf16", Kind::IntList, TG_OFF(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"},
-      {"precision.fp8.fast_accum", Kind::Bool, TG_OFF(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32)"},
-      {"precision.recipe.pow2_scales", Kind::Bool, TG_OFF(precision.recipe.pow2_scales), 0, 0, {}, "fp8-rowwise: round each scale down to a power of two"},
-      {"precision.recipe.scale_rule", Kind::Choice, TG_OFF(precision.recipe.scale_rule), 0, 0, {"auto", "ocp", "ceil"}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"},
-      {"precision.recipe.grad_format", Kind::Choice, TG_OFF(precision.recipe.grad_format), 0, 0, {"auto", "e4m3", "e5m2"}, "mxfp8: element format of the output gradients (auto: e4m3)"},
-      {"precision.recipe.stochastic_grads", Kind::Bool, TG_OFF(precision.recipe.stochastic_grads), 0, 0, {}, "mxfp4, nvfp4: round the output gradients stochastically (seeded by train.seed, step, layer)"},
-      {"precision.recipe.hadamard", Kind::Bool, TG_OFF(precision.recipe.hadamard), 0, 0, {}, "mxfp4, nvfp4: random Hadamard transform of both wgrad operands along the tokens"},
-      {"precision.recipe.hadamard_size", Kind::Int, TG_OFF(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"},
-      {"precision.recipe.weight_2d", Kind::Bool, TG_OFF(precision.recipe.weight_2d), 0, 0, {}, "nvfp4: one scale per 16x16 weight tile (the same in forward and backward) instead of 1x16 blocks"},
-      {"precision.recipe.bf16_last", Kind::Int, TG_OFF(precision.recipe.bf16_last), -1, 1024, {}, "block-scaled modes: the last N layers' linears stay bf16 (-1: nvfp4 1, others 0)"},
-      {"precision.recipe.smooth", Kind::Bool, TG_OFF(precision.recipe.smooth), 0, 0, {}, "block-scaled modes and auto: SmoothQuant smoothing of the forward GEMM, X diag(1/s) times (W diag(s))^T, s per input channel (README: Adaptive precision)"},
-      {"precision.recipe.smooth_alpha", Kind::Float, TG_OFF(precision.recipe.smooth_alpha), 0, 1, {}, "smoothing: s_c = amax_x(c)^alpha / amax_w(c)^(1-alpha)"},
-      {"precision.recipe.smooth_every", Kind::Int, TG_OFF(precision.recipe.smooth_every), 1, 1e9, {}, "smoothing: recompute the factors from the per-channel amaxes at step 1 and every N steps (held in between)"},
-      {"precision.auto.every", Kind::Int, TG_OFF(precision.auto_.every), 1, 1e9, {}, "auto: measure the block linears' operand sensitivity every N steps (and at step 1)"},
-      {"precision.auto.candidates", Kind::ChoiceList, TG_OFF(precision.auto_.candidates), 0, 0, {"nvfp4", "mxfp4", "mxfp8", "fp8-block", "fp8-rowwise", "fp8", "bf16"}, "auto: the formats each operand may take, narrowest first (the last is the fallback)"},
-      {"precision.auto.threshold_db", Kind::Float, TG_OFF(precision.auto_.threshold_db), -100, 200, {}, "auto: least SQNR (dB) of an operand's format against its bf16 values"},
-      {"precision.auto.hysteresis_db", Kind::Float, TG_OFF(precision.auto_.hysteresis_db), 0, 100, {}, "auto: a narrower format must beat the threshold by this much (dB)"},
-      {"precision.auto.budget", Kind::Float, TG_OFF(precision.auto_.budget), 0, 1, {}, "auto: share of block-linear FLOPs to keep in <= 8 bits, narrowing the best-measured GEMMs past the threshold (0: none)"},
-      {"precision.auto.priors", Kind::Bool, TG_OFF(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"},
-      {"precision.auto.window", Kind::Int, TG_OFF(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"},
-      {"precision.auto.outlier_k", Kind::Float, TG_OFF(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"},
-      {"precision.auto.outliers", Kind::Choice, TG_OFF(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"},
-      {"precision.telemetry_every", Kind::Int, TG_OFF(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"},
-      {"precision.inject_nonfinite_step", Kind::Int, TG_OFF(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"},
-      {"precision.inject_outlier", Kind::String, TG_OFF(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR[,...]: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input; LAYER * is every layer, CHANNEL C%P every channel c with c mod P = C (e.g. *:5%16:20) (\"\": off)"},
-      {"eval.every", Kind::Int, TG_OFF(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"},
-      {"eval.batches", Kind::Int, TG_OFF(eval.batches), 1, 1e9, {}, "val batches per evaluation"},
-      {"sample.every", Kind::Int, TG_OFF(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"},
-      {"sample.tokens", Kind::Int, TG_OFF(sample.tokens), 0, 1 << 20, {}, "tokens per sample (0: no sampling)"},
-      {"sample.temperature", Kind::Float, TG_OFF(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"},
-      {"sample.top_k", Kind::Int, TG_OFF(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"},
-      {"sample.prompt", Kind::String, TG_OFF(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"},
-      {"cpu.gemm", Kind::Choice, TG_OFF(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"},
-      {"cpu.narrow_gemm", Kind::Choice, TG_OFF(cpu.narrow_gemm), 0, 0, {"auto", "exact"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation on the CPU's AVX512-BF16 instructions when present (auto; not with cpu.gemm=loops), or the operands widened to fp32 through cpu.gemm, the exact reference (exact)"},
-      {"cuda.attention", Kind::Choice, TG_OFF(cuda.attention), 0, 0, {"cublas", "fused", "flash"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), or tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash; the CPU then runs its flash twin)"},
-      {"cuda.gemm", Kind::Choice, TG_OFF(cuda.gemm), 0, 0, {"lt", "fallback"}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"},
-      {"cuda.gelu_epilogue", Kind::Bool, TG_OFF(cuda.gelu_epilogue), 0, 0, {}, "CUDA: the MLP's GELU fused into its first GEMM (cuBLASLt GELU_AUX_BIAS)"},
-      {"checkpoint.every", Kind::Int, TG_OFF(checkpoint.every), 0, 1e9, {}, "checkpoint every N steps (0: at the end only)"},
-      {"checkpoint.keep", Kind::Int, TG_OFF(checkpoint.keep), 1, 1e6, {}, "checkpoints kept (oldest deleted)"},
-      {"checkpoint.resume", Kind::Bool, TG_OFF(checkpoint.resume), 0, 0, {}, "continue from the latest complete checkpoint in out_dir"},
+      key("model.n_layer", TG_FIELD(model.n_layer), 1, 1024, {}, "transformer blocks"),
+      key("model.n_head", TG_FIELD(model.n_head), 1, 1024, {}, "attention heads"),
+      key("model.n_embd", TG_FIELD(model.n_embd), 1, 65536, {}, "channels (multiple of n_head)"),
+      key("model.max_seq_len", TG_FIELD(model.max_seq_len), 1, 1 << 20, {}, "positions in wpe"),
+      key("model.vocab_size", TG_FIELD(model.vocab_size), 2, 1 << 24, {}, "vocabulary (padded to a multiple of 128 inside)"),
+      key("model.init_from", TG_FIELD(model.init_from), 0, 0, {}, "llm.c model file or Hugging Face GPT-2 directory to start from (defines the architecture)"),
+      key("data.train", TG_FIELD(data.train), 0, 0, {}, "glob of training shards"),
+      key("data.val", TG_FIELD(data.val), 0, 0, {}, "glob of validation shards (empty: no validation)"),
+      key("data.batch_size", TG_FIELD(data.batch_size), 1, 1 << 20, {}, "micro-batch rows per rank (B)"),
+      key("data.seq_len", TG_FIELD(data.seq_len), 1, 1 << 20, {}, "tokens per row (T)"),
+      key("data.total_batch_tokens", TG_FIELD(data.total_batch_tokens), 0, 1e15, {}, "tokens per optimizer step (0: B*T*ranks; else a multiple of it: gradient accumulation)"),
+      key("data.shuffle", TG_FIELD(data.shuffle), 0, 0, {}, "shuffle shards and rows each epoch (seeded)"),
+      key("optim.lr", TG_FIELD(optim.lr), 0, 10, {}, "peak learning rate"),
+      key("optim.warmup_steps", TG_FIELD(optim.warmup_steps), 0, 1e9, {}, "linear warmup steps"),
+      key("optim.schedule", TG_FIELD(optim.schedule), 0, 0, {"cosine", "linear", "constant"}, "decay after warmup"),
+      key("optim.final_lr_frac", TG_FIELD(optim.final_lr_frac), 0, 1, {}, "final lr as a fraction of lr"),
+      key("optim.beta1", TG_FIELD(optim.beta1), 0, 0.999999, {}, "Adam beta1"),
+      key("optim.beta2", TG_FIELD(optim.beta2), 0, 0.999999999, {}, "Adam beta2"),
+      key("optim.eps", TG_FIELD(optim.eps), 0, 1, {}, "Adam epsilon"),
+      key("optim.weight_decay", TG_FIELD(optim.weight_decay), 0, 10, {}, "decoupled weight decay (2-D weights only)"),
+      key("optim.grad_clip", TG_FIELD(optim.grad_clip), 0, kInf, {}, "global gradient norm clip (0: off)"),
+      key("train.steps", TG_FIELD(train.steps), 0, 1e9, {}, "optimizer steps"),
+      key("train.seed", TG_FIELD(train.seed), 0, 9.007199254740992e15, {}, "seed of init, shuffling and sampling"),
+      key("train.device", TG_FIELD(train.device), 0, 0, {"auto", "cpu", "cuda"}, "backend (auto: cuda when a GPU is present)"),
+      key("train.threads", TG_FIELD(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"),
+      key("train.out_dir", TG_FIELD(train.out_dir), 0, 0, {}, "run directory"),
+      key("train.log_every", TG_FIELD(train.log_every), 1, 1e9, {}, "progress line every N steps"),
+      key("train.stop_at_step", TG_FIELD(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"),
+      key("train.zero_stage", TG_FIELD(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"),
+      key("train.overwrite", TG_FIELD(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"),
+      key("train.adapt_threads", TG_FIELD(train.adapt_threads), 0, 0, {}, "CPU: run the train.threads parts of the work on fewer threads while that is faster (another process sharing the cores); the results do not depend on it"),
+      key("dist.rank", TG_FIELD(dist.rank), -1, 65535, {}, "this process's rank when launched without MPI (-1: $TG_RANK, else 0)"),
+      key("dist.world_size", TG_FIELD(dist.world_size), 0, 65536, {}, "number of processes when launched without MPI (0: $TG_WORLD_SIZE, else 1)"),
+      key("dist.rendezvous", TG_FIELD(dist.rendezvous), 0, 0, {}, "where processes launched without MPI meet: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"),
+      key("dist.timeout", TG_FIELD(dist.timeout), 1, 86400, {}, "seconds to wait for every process at the rendezvous"),
+      key("precision.mode", TG_FIELD(precision.mode), 0, 0, mode_names(), "numeric mode (see README: Precision modes; auto: README: Adaptive precision)"),
+      key("precision.stochastic_rounding", TG_FIELD(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"),
+      key("precision.loss_scale.kind", TG_FIELD(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"),
+      key("precision.loss_scale.init", TG_FIELD(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"),
+      key("precision.loss_scale.growth_interval", TG_FIELD(precision.loss_scale.growth_interval), 1, 1e9, {}, "finite steps before the scale grows"),
+      key("precision.loss_scale.growth", TG_FIELD(precision.loss_scale.growth), 1, 1e6, {}, "growth factor"),
+      key("precision.loss_scale.backoff", TG_FIELD(precision.loss_scale.backoff), 1e-6, 1, {}, "factor applied on a non-finite gradient"),
+      key("precision.loss_scale.min", TG_FIELD(precision.loss_scale.min), 1e-30, 1e30, {}, "smallest dynamic scale"),
+      key("precision.loss_scale.max", TG_FIELD(precision.loss_scale.max), 1e-30, 1e30, {}, "largest dynamic scale"),
+      key("precision.loss_scale.hysteresis", TG_FIELD(precision.loss_scale.hysteresis), 1, 1e6, {}, "non-finite steps tolerated before backing off"),
+      key("precision.loss_scale.on_device", TG_FIELD(precision.loss_scale.on_device), 0, 0, {}, "CUDA, one process, unsharded: the skip/scale decision and AdamW's factor stay on the GPU (the host reads the result once per step)"),
+      key("precision.fp8.recipe", TG_FIELD(precision.fp8.recipe), 0, 0, {"delayed", "current"}, "FP8 scaling: amax history (delayed) or this tensor's amax (current)"),
+      key("precision.fp8.history_len", TG_FIELD(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"),
+      key("precision.fp8.margin", TG_FIELD(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"),
+      key("precision.fp8.keep_bf16", TG_FIELD(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"),
+      key("precision.fp8.fast_accum", TG_FIELD(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32)"),
+      key("precision.recipe.pow2_scales", TG_FIELD(precision.recipe.pow2_scales), 0, 0, {}, "fp8-rowwise: round each scale down to a power of two"),
+      key("precision.recipe.scale_rule", TG_FIELD(precision.recipe.scale_rule), 0, 0, {"auto", "ocp", "ceil"}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"),
+      key("precision.recipe.grad_format", TG_FIELD(precision.recipe.grad_format), 0, 0, {"auto", "e4m3", "e5m2"}, "mxfp8: element format of the output gradients (auto: e4m3)"),
+      key("precision.recipe.stochastic_grads", TG_FIELD(precision.recipe.stochastic_grads), 0, 0, {}, "mxfp4, nvfp4: round the output gradients stochastically (seeded by train.seed, step, layer)"),
+      key("precision.recipe.hadamard", TG_FIELD(precision.recipe.hadamard), 0, 0, {}, "mxfp4, nvfp4: random Hadamard transform of both wgrad operands along the tokens"),
+      key("precision.recipe.hadamard_size", TG_FIELD(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"),
+      key("precision.recipe.weight_2d", TG_FIELD(precision.recipe.weight_2d), 0, 0, {}, "nvfp4: one scale per 16x16 weight tile (the same in forward and backward) instead of 1x16 blocks"),
+      key("precision.recipe.bf16_last", TG_FIELD(precision.recipe.bf16_last), -1, 1024, {}, "block-scaled modes: the last N layers' linears stay bf16 (-1: nvfp4 1, others 0)"),
+      key("precision.recipe.smooth", TG_FIELD(precision.recipe.smooth), 0, 0, {}, "block-scaled modes and auto: SmoothQuant smoothing of the forward GEMM, X diag(1/s) times (W diag(s))^T, s per input channel (README: Adaptive precision)"),
+      key("precision.recipe.smooth_alpha", TG_FIELD(precision.recipe.smooth_alpha), 0, 1, {}, "smoothing: s_c = amax_x(c)^alpha / amax_w(c)^(1-alpha)"),
+      key("precision.recipe.smooth_every", TG_FIELD(precision.recipe.smooth_every), 1, 1e9, {}, "smoothing: recompute the factors from the per-channel amaxes at step 1 and every N steps (held in between)"),
+      key("precision.auto.every", TG_FIELD(precision.auto_.every), 1, 1e9, {}, "auto: measure the block linears' operand sensitivity every N steps (and at step 1)"),
+      key("precision.auto.candidates", TG_FIELD(precision.auto_.candidates), 0, 0, auto_candidate_names(), "auto: the formats each operand may take, narrowest first (the last is the fallback)"),
+      key("precision.auto.threshold_db", TG_FIELD(precision.auto_.threshold_db), -100, 200, {}, "auto: least SQNR (dB) of an operand's format against its bf16 values"),
+      key("precision.auto.hysteresis_db", TG_FIELD(precision.auto_.hysteresis_db), 0, 100, {}, "auto: a narrower format must beat the threshold by this much (dB)"),
+      key("precision.auto.budget", TG_FIELD(precision.auto_.budget), 0, 1, {}, "auto: share of block-linear FLOPs to keep in <= 8 bits, narrowing the best-measured GEMMs past the threshold (0: none)"),
+      key("precision.auto.priors", TG_FIELD(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"),
+      key("precision.auto.window", TG_FIELD(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"),
+      key("precision.auto.outlier_k", TG_FIELD(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"),
+      key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
+      key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
+      key("precision.inject_nonfinite_step", TG_FIELD(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"),
+      key("precision.inject_outlier", TG_FIELD(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR[,...]: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input; LAYER * is every layer, CHANNEL C%P every channel c with c mod P = C (e.g. *:5%16:20) (\"\": off)"),
+      key("eval.every", TG_FIELD(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"),
+      key("eval.batches", TG_FIELD(eval.batches), 1, 1e9, {}, "val batches per evaluation"),
+      key("sample.every", TG_FIELD(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"),
+      key("sample.tokens", TG_FIELD(sample.tokens), 0, 1 << 20, {}, "tokens per sample (0: no sampling)"),
+      key("sample.temperature", TG_FIELD(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"),
+      key("sample.top_k", TG_FIELD(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"),
+      key("sample.prompt", TG_FIELD(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"),
+      key("cpu.gemm", TG_FIELD(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"),
+      key("cpu.narrow_gemm", TG_FIELD(cpu.narrow_gemm), 0, 0, {"auto", "exact"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation on the CPU's AVX512-BF16 instructions when present (auto; not with cpu.gemm=loops), or the operands widened to fp32 through cpu.gemm, the exact reference (exact)"),
+      key("cuda.attention", TG_FIELD(cuda.attention), 0, 0, {"cublas", "fused", "flash"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), or tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash; the CPU then runs its flash twin)"),
+      key("cuda.gemm", TG_FIELD(cuda.gemm), 0, 0, {"lt", "fallback"}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"),
+      key("cuda.gelu_epilogue", TG_FIELD(cuda.gelu_epilogue), 0, 0, {}, "CUDA: the MLP's GELU fused into its first GEMM (cuBLASLt GELU_AUX_BIAS)"),
+      key("checkpoint.every", TG_FIELD(checkpoint.every), 0, 1e9, {}, "checkpoint every N steps (0: at the end only)"),
+      key("checkpoint.keep", TG_FIELD(checkpoint.keep), 1, 1e6, {}, "checkpoints kept (oldest deleted)"),
+      key("checkpoint.resume", TG_FIELD(checkpoint.resume), 0, 0, {}, "continue from the latest complete checkpoint in out_dir"),
   };
   return t;
 }
 // clang-format on
-#undef TG_OFF
+#undef TG_FIELD
 
-template <typename T>
-T& field(Config& c, const KeyDef& k) {
-  return *static_cast<T*>(k.get(c));
+// Calls fn with a reference to k's field in c, typed.
+template <typename Fn>
+decltype(auto) with_field(Config& c, const KeyDef& k, Fn&& fn) {
+  return std::visit([&](auto get) -> decltype(auto) { return fn(get(c)); }, k.field);
 }
-template <typename T>
-const T& field(const Config& c, const KeyDef& k) {
-  return *static_cast<const T*>(k.get(const_cast<Config&>(c)));
+template <typename Fn>
+decltype(auto) with_field(const Config& c, const KeyDef& k, Fn&& fn) {
+  return std::visit(
+      [&](auto get) -> decltype(auto) { return fn(std::as_const(get(const_cast<Config&>(c)))); },
+      k.field);
 }
 
 const KeyDef* find_key(const std::string& name) {
@@ -172,30 +228,26 @@ std::string choices_text(const KeyDef& k) {
   return s;
 }
 
+// One value as --help shows it (lists comma-separated).
+std::string text_of(int v) { return std::to_string(v); }
+std::string text_of(int64_t v) { return std::to_string(v); }
+std::string text_of(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+std::string text_of(bool v) { return v ? "true" : "false"; }
+std::string text_of(const std::string& v) { return v; }
+std::string text_of(Mode v) { return mode_name(v); }
+template <typename T>
+std::string text_of(const std::vector<T>& v) {
+  std::string s;
+  for (const T& x : v) s += (s.empty() ? "" : ",") + text_of(x);
+  return s;
+}
+
 std::string value_text(const Config& c, const KeyDef& k) {
-  switch (k.kind) {
-    case Kind::Int: return std::to_string(field<int>(c, k));
-    case Kind::Int64: return std::to_string(field<int64_t>(c, k));
-    case Kind::Float: {
-      std::ostringstream os;
-      os << field<double>(c, k);
-      return os.str();
-    }
-    case Kind::Bool: return field<bool>(c, k) ? "true" : "false";
-    case Kind::String:
-    case Kind::Choice: return field<std::string>(c, k);
-    case Kind::IntList: {
-      std::string s;
-      for (int v : field<std::vector<int>>(c, k)) s += (s.empty() ? "" : ",") + std::to_string(v);
-      return s;
-    }
-    case Kind::ChoiceList: {
-      std::string s;
-      for (const auto& v : field<std::vector<std::string>>(c, k)) s += (s.empty() ? "" : ",") + v;
-      return s;
-    }
-  }
-  return "";
+  return with_field(c, k, [](const auto& v) { return text_of(v); });
 }
 
 [[noreturn]] void bad_value(const KeyDef& k, const std::string& what, const std::string& origin) {
@@ -213,70 +265,77 @@ void check_range(const KeyDef& k, double v, const std::string& origin) {
                           origin.empty() ? "" : (" " + origin).c_str(), v, k.lo, k.hi));
 }
 
+int64_t json_integer(const KeyDef& k, const json& v, const std::string& origin) {
+  if (!v.is_number_integer()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+  check_range(k, v.is_number_unsigned() ? double(v.get<uint64_t>()) : double(v.get<int64_t>()),
+              origin);
+  return v.get<int64_t>();
+}
+
+// A choice's text: a string among k.choices.
+std::string json_choice(const KeyDef& k, const json& v, const std::string& origin) {
+  if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+  std::string s = v.get<std::string>();
+  if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+    bad_value(k, "'" + s + "' is not allowed", origin);
+  return s;
+}
+
+// A list of choices' texts, each among k.choices.
+std::vector<std::string> json_choice_list(const KeyDef& k, const json& v,
+                                          const std::string& origin) {
+  if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+  std::vector<std::string> out;
+  for (const auto& e : v) {
+    if (!e.is_string()) bad_value(k, "a list entry is not a string", origin);
+    const std::string s = e.get<std::string>();
+    if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+      bad_value(k, "'" + s + "' is not allowed", origin);
+    out.push_back(s);
+  }
+  return out;
+}
+
 void set_json(Config& c, const KeyDef& k, const json& v, const std::string& origin) {
-  switch (k.kind) {
-    case Kind::Int:
-    case Kind::Int64: {
-      if (!v.is_number_integer()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
-      double d = v.is_number_unsigned() ? double(v.get<uint64_t>()) : double(v.get<int64_t>());
-      check_range(k, d, origin);
-      if (k.kind == Kind::Int)
-        field<int>(c, k) = int(v.get<int64_t>());
-      else
-        field<int64_t>(c, k) = v.get<int64_t>();
-      break;
-    }
-    case Kind::Float: {
+  with_field(c, k, [&](auto& f) {
+    using T = std::decay_t<decltype(f)>;
+    if constexpr (std::is_same_v<T, int>) {
+      f = int(json_integer(k, v, origin));
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      f = json_integer(k, v, origin);
+    } else if constexpr (std::is_same_v<T, double>) {
       if (!v.is_number()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
-      double d = v.get<double>();
+      const double d = v.get<double>();
       check_range(k, d, origin);
-      field<double>(c, k) = d;
-      break;
-    }
-    case Kind::Bool:
+      f = d;
+    } else if constexpr (std::is_same_v<T, bool>) {
       if (!v.is_boolean()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
-      field<bool>(c, k) = v.get<bool>();
-      break;
-    case Kind::String:
-      if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
-      field<std::string>(c, k) = v.get<std::string>();
-      break;
-    case Kind::IntList: {
+      f = v.get<bool>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (k.choices.empty()) {
+        if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+        f = v.get<std::string>();
+      } else {
+        f = json_choice(k, v, origin);
+      }
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
       if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
       std::vector<int> out;
       for (const auto& e : v) {
         if (!e.is_number_integer()) bad_value(k, "a list entry is not an integer", origin);
-        check_range(k,
-                    e.is_number_unsigned() ? double(e.get<uint64_t>()) : double(e.get<int64_t>()),
-                    origin);
-        out.push_back(int(e.get<int64_t>()));
+        out.push_back(int(json_integer(k, e, origin)));
       }
-      field<std::vector<int>>(c, k) = out;
-      break;
+      f = out;
+    } else if constexpr (std::is_same_v<T, Mode>) {
+      f = parse_mode(json_choice(k, v, origin), k.name);
+    } else {
+      static_assert(std::is_same_v<T, std::vector<Mode>>, "a key type set_json does not read");
+      std::vector<Mode> out;
+      for (const std::string& s : json_choice_list(k, v, origin))
+        out.push_back(parse_mode(s, k.name));
+      f = out;
     }
-    case Kind::ChoiceList: {
-      if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
-      std::vector<std::string> out;
-      for (const auto& e : v) {
-        if (!e.is_string()) bad_value(k, "a list entry is not a string", origin);
-        const std::string s = e.get<std::string>();
-        if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
-          bad_value(k, "'" + s + "' is not allowed", origin);
-        out.push_back(s);
-      }
-      field<std::vector<std::string>>(c, k) = out;
-      break;
-    }
-    case Kind::Choice: {
-      if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
-      std::string s = v.get<std::string>();
-      bool ok = false;
-      for (const auto& ch : k.choices) ok |= (ch == s);
-      if (!ok) bad_value(k, "'" + s + "' is not allowed", origin);
-      field<std::string>(c, k) = s;
-      break;
-    }
-  }
+  });
 }
 
 bool is_section(const std::string& name) {
@@ -502,9 +561,12 @@ bool parse_inject_outlier(const std::string& s, std::vector<InjectedOutlier>* ou
 
 void config_validate(const Config& c, int world) {
   for (const auto& k : table()) {
-    if (k.kind == Kind::Int) check_range(k, field<int>(c, k), "");
-    if (k.kind == Kind::Int64) check_range(k, double(field<int64_t>(c, k)), "");
-    if (k.kind == Kind::Float) check_range(k, field<double>(c, k), "");
+    with_field(c, k, [&](const auto& v) {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t> ||
+                    std::is_same_v<T, double>)
+        check_range(k, double(v), "");
+    });
   }
   auto err = [](const char* key, const std::string& msg) {
     throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
@@ -526,10 +588,10 @@ void config_validate(const Config& c, int world) {
         strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
   const int hs = c.precision.recipe.hadamard_size;
   if (hs & (hs - 1)) err("precision.recipe.hadamard_size", strf("%d is not a power of two", hs));
-  if (c.precision.recipe.smooth && c.precision.mode != "auto" &&
-      !is_block_scaled_mode(c.precision.mode))
+  if (c.precision.recipe.smooth && c.precision.mode != Mode::Auto &&
+      !is_block_scaled(c.precision.mode))
     err("precision.recipe.smooth",
-        strf("needs a block-scaled precision.mode or auto, not %s", c.precision.mode.c_str()));
+        strf("needs a block-scaled precision.mode or auto, not %s", mode_name(c.precision.mode)));
   std::vector<InjectedOutlier> io;
   std::string why;
   if (!parse_inject_outlier(c.precision.inject_outlier, &io, &why))
@@ -551,16 +613,18 @@ json config_to_json(const Config& c) {
       node = &(*node)[name.substr(0, pos)];
       name = name.substr(pos + 1);
     }
-    switch (k.kind) {
-      case Kind::Int: (*node)[name] = field<int>(c, k); break;
-      case Kind::Int64: (*node)[name] = field<int64_t>(c, k); break;
-      case Kind::Float: (*node)[name] = field<double>(c, k); break;
-      case Kind::Bool: (*node)[name] = field<bool>(c, k); break;
-      case Kind::String:
-      case Kind::Choice: (*node)[name] = field<std::string>(c, k); break;
-      case Kind::IntList: (*node)[name] = field<std::vector<int>>(c, k); break;
-      case Kind::ChoiceList: (*node)[name] = field<std::vector<std::string>>(c, k); break;
-    }
+    (*node)[name] = with_field(c, k, [](const auto& v) -> json {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, Mode>) {
+        return mode_name(v);
+      } else if constexpr (std::is_same_v<T, std::vector<Mode>>) {
+        json names = json::array();
+        for (Mode m : v) names.push_back(mode_name(m));
+        return names;
+      } else {
+        return v;  // numbers, booleans, strings, integer lists as they are
+      }
+    });
   }
   return j;
 }

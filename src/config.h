@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "precision_mode.h"
+
 namespace tg {
 
 struct Config {
@@ -61,7 +63,7 @@ struct Config {
     int timeout = 300;       // seconds to wait for every rank to arrive
   } dist;
   struct Precision {
-    std::string mode = "fp32";
+    Mode mode = Mode::FP32;            // src/precision_mode.h
     bool stochastic_rounding = false;  // of the master -> 16-bit weight copy
     struct LossScale {
       std::string kind = "auto";  // auto: dynamic for fp16, none otherwise
@@ -102,7 +104,8 @@ struct Config {
     // precision.mode=auto (src/auto_precision.h): formats chosen per layer while training.
     struct Auto {
       int every = 10;  // measure the operands' sensitivity every N steps (and at step 1)
-      std::vector<std::string> candidates = {"nvfp4", "mxfp8", "fp8", "bf16"};  // narrowest first
+      // narrowest first
+      std::vector<Mode> candidates = {Mode::NVFP4, Mode::MXFP8, Mode::FP8, Mode::BF16};
       double threshold_db = 20;        // the least SQNR a slot's format may have
       double hysteresis_db = 3;        // what a narrower format must beat the threshold by
       double budget = 0;               // share of block-linear FLOPs to run in <= 8 bits (0: none)

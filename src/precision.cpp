@@ -6,20 +6,10 @@
 
 namespace tg {
 
-DType mode_dtype(const std::string& mode) {
-  if (mode == "fp32") return DType::F32;
-  if (mode == "bf16") return DType::BF16;
-  if (mode == "fp16") return DType::F16;
-  if (mode == "fp8") return DType::BF16;               // FP8 only in the block linears
-  if (is_block_scaled_mode(mode)) return DType::BF16;  // likewise the block-scaled linears
-  if (mode == "auto") return DType::BF16;  // the block linears' formats chosen while training
-  throw UsageError(strf("config key 'precision.mode': unknown mode '%s'", mode.c_str()));
-}
-
 std::string loss_scale_kind(const Config& cfg) {
   const std::string& k = cfg.precision.loss_scale.kind;
   if (k != "auto") return k;
-  return cfg.precision.mode == "fp16" ? "dynamic" : "none";
+  return mode_info(cfg.precision.mode).loss_scale;
 }
 
 Rounding weight_rounding(const Config& cfg, int opt_step) {
@@ -47,21 +37,27 @@ RecipeOptions recipe_options(const Config& cfg) {
 
 PrecisionSpec precision_spec(const Config& cfg) {
   const auto& p = cfg.precision;
+  const ModeInfo& m = mode_info(p.mode);
   PrecisionSpec s;
   s.mode = p.mode;
-  s.compute = mode_dtype(p.mode);
-  s.quantized_linears = p.mode == "fp8" || is_block_scaled_mode(p.mode) || p.mode == "auto";
+  s.compute = m.storage;
+  s.quantized_linears = m.quantized;
   s.loss_scale = loss_scale_kind(cfg);
-  if (is_block_scaled_mode(p.mode)) {
-    s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));
-  } else if (p.mode == "auto") {
-    // Every linear starts as bf16; the Trainer sets each one's recipe from AutoPrecision.
-    s.recipe = candidate_recipe("bf16", recipe_options(cfg), "precision.mode");
-    s.recipe.name = "auto";
-    s.recipe.keep_bf16 = p.fp8.keep_bf16;
-  } else {
-    s.recipe =
-        fp8_recipe(Fp8Config{p.fp8.recipe, p.fp8.history_len, p.fp8.margin, p.fp8.keep_bf16});
+  switch (m.recipe) {
+    case ModeRecipe::BlockScaled:
+      s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));
+      break;
+    case ModeRecipe::Auto:
+      // Every linear starts as bf16; the Trainer sets each one's recipe from AutoPrecision.
+      s.recipe = candidate_recipe(Mode::BF16, recipe_options(cfg), "precision.mode");
+      s.recipe.name = m.name;
+      s.recipe.keep_bf16 = p.fp8.keep_bf16;
+      break;
+    case ModeRecipe::None:
+    case ModeRecipe::Fp8Tensor:
+      s.recipe =
+          fp8_recipe(Fp8Config{p.fp8.recipe, p.fp8.history_len, p.fp8.margin, p.fp8.keep_bf16});
+      break;
   }
   return s;
 }

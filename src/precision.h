@@ -13,7 +13,7 @@
 namespace tg {
 
 struct PrecisionSpec {
-  std::string mode;  // fp32 | bf16 | fp16 | fp8 | a block-scaled mode (src/recipe.h)
+  Mode mode = Mode::FP32;  // its row in src/precision_mode.h
   DType compute = DType::F32;
   bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
   std::string loss_scale;          // dynamic | static | none (auto resolved)
@@ -24,9 +24,8 @@ PrecisionSpec precision_spec(const Config& cfg);
 // The precision.recipe.* options of the block-scaled presets (with precision.fp8.keep_bf16).
 RecipeOptions recipe_options(const Config& cfg);
 
-// The compute type of a precision mode (fp32 -> F32, bf16 and fp8 -> BF16, fp16 -> F16).
-DType mode_dtype(const std::string& mode);
-// precision.loss_scale.kind with `auto` resolved (dynamic for fp16, none otherwise).
+// precision.loss_scale.kind with `auto` resolved (the mode's default: dynamic for fp16, none
+// otherwise).
 std::string loss_scale_kind(const Config& cfg);
 // How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
 // into the compute copy: nearest, or stochastic from a stream derived from the seed.

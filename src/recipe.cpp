@@ -25,10 +25,6 @@ QuantRecipe fp8_tensor_recipe(ScaleSource source, int history_len, int margin,
   return r;
 }
 
-bool is_block_scaled_mode(const std::string& m) {
-  return m == "fp8-rowwise" || m == "fp8-block" || m == "mxfp8" || m == "mxfp4" || m == "nvfp4";
-}
-
 namespace {
 OperandRecipe operand(ElemFormat e, Granularity g, int block, ScaleFormat s) {
   OperandRecipe o;
@@ -51,20 +47,33 @@ void hadamard_wgrad(QuantRecipe* r, int size) {
 }
 }  // namespace
 
+namespace {
+[[noreturn]] void not_block_scaled(const std::string& name) {
+  throw UsageError(
+      strf("config key 'precision.mode': '%s' is not a block-scaled mode", name.c_str()));
+}
+}  // namespace
+
 QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& opt) {
+  const ModeInfo* m = find_mode(mode);
+  if (!m) not_block_scaled(mode);
+  return block_scaled_recipe(m->mode, opt);
+}
+
+QuantRecipe block_scaled_recipe(Mode mode, const RecipeOptions& opt) {
   using E = ElemFormat;
   using G = Granularity;
   using S = ScaleFormat;
   QuantRecipe r;
-  r.name = mode;
+  r.name = mode_name(mode);
   int bf16_last = 0;
-  if (mode == "fp8-rowwise") {
+  if (mode == Mode::FP8Rowwise) {
     all_operands(&r, operand(E::E4M3, G::Row, 0, opt.pow2_scales ? S::Pow2 : S::FP32));
-  } else if (mode == "fp8-block") {
+  } else if (mode == Mode::FP8Block) {
     all_operands(&r, operand(E::E4M3, G::Block, 128, S::FP32));
     r.gemm[kForward].b = r.gemm[kInputGrad].b = operand(E::E4M3, G::Tile, 128, S::FP32);
-  } else if (mode == "mxfp8" || mode == "mxfp4") {
-    const bool fp8 = mode == "mxfp8";
+  } else if (mode == Mode::MXFP8 || mode == Mode::MXFP4) {
+    const bool fp8 = mode == Mode::MXFP8;
     OperandRecipe o = operand(fp8 ? E::E4M3 : E::E2M1, G::Block, 32, S::E8M0);
     const std::string rule = opt.scale_rule == "auto" ? (fp8 ? "ceil" : "ocp") : opt.scale_rule;
     o.scale_rule = rule == "ceil" ? ScaleRule::Ceil : ScaleRule::Ocp;
@@ -74,7 +83,7 @@ QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& op
     if (!fp8 && opt.stochastic_grads) g.rounding = RoundMode::Stochastic;
     r.gemm[kInputGrad].a = r.gemm[kWeightGrad].a = g;
     if (!fp8 && opt.hadamard) hadamard_wgrad(&r, opt.hadamard_size);
-  } else if (mode == "nvfp4") {
+  } else if (mode == Mode::NVFP4) {
     const OperandRecipe o = operand(E::E2M1, G::Block, 16, S::E4M3);
     all_operands(&r, o);
     if (opt.weight_2d)
@@ -84,8 +93,7 @@ QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& op
     if (opt.hadamard) hadamard_wgrad(&r, opt.hadamard_size);
     bf16_last = 1;
   } else {
-    throw UsageError(
-        strf("config key 'precision.mode': '%s' is not a block-scaled mode", mode.c_str()));
+    not_block_scaled(r.name);
   }
   if (opt.bf16_last >= 0) bf16_last = opt.bf16_last;
   r.keep_bf16 = opt.keep_bf16;
@@ -104,26 +112,39 @@ bool is_per_tensor(const QuantRecipe& r) {
   return true;
 }
 
+namespace {
+[[noreturn]] void not_a_candidate(const std::string& name, const char* key) {
+  std::string names;  // registry order: wide to narrow
+  for (const ModeInfo& m : precision_modes())
+    if (m.auto_candidate) names += (names.empty() ? "" : ", ") + std::string(m.name);
+  throw UsageError(strf("config key '%s': '%s' is not a candidate format (%s)", key, name.c_str(),
+                        names.c_str()));
+}
+}  // namespace
+
 QuantRecipe candidate_recipe(const std::string& name, const RecipeOptions& o, const char* key) {
-  if (name == "bf16") {
-    QuantRecipe r;  // every operand BF16: the block linear's GEMMs see their inputs as they are
-    r.name = name;
-    return r;
+  const ModeInfo* m = find_mode(name);
+  if (!m) not_a_candidate(name, key);
+  return candidate_recipe(m->mode, o, key);
+}
+
+QuantRecipe candidate_recipe(Mode mode, const RecipeOptions& o, const char* key) {
+  const ModeInfo& m = mode_info(mode);
+  if (!m.auto_candidate) not_a_candidate(m.name, key);
+  QuantRecipe r;
+  switch (m.recipe) {
+    case ModeRecipe::None: break;  // every operand BF16: the GEMMs see their inputs as they are
+    case ModeRecipe::Fp8Tensor: r = fp8_tensor_recipe(ScaleSource::Current, 16, 0, {}); break;
+    case ModeRecipe::BlockScaled: {
+      RecipeOptions every_layer = o;
+      every_layer.bf16_last = 0;
+      every_layer.keep_bf16.clear();
+      return block_scaled_recipe(mode, every_layer);
+    }
+    case ModeRecipe::Auto: not_a_candidate(m.name, key);
   }
-  if (name == "fp8") {
-    QuantRecipe r = fp8_tensor_recipe(ScaleSource::Current, 16, 0, {});
-    r.name = name;
-    return r;
-  }
-  if (!is_block_scaled_mode(name))
-    throw UsageError(
-        strf("config key '%s': '%s' is not a candidate format (bf16, fp8, "
-             "fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4)",
-             key, name.c_str()));
-  RecipeOptions every_layer = o;
-  every_layer.bf16_last = 0;
-  every_layer.keep_bf16.clear();
-  return block_scaled_recipe(name, every_layer);
+  r.name = m.name;
+  return r;
 }
 
 bool is_low_bit(const OperandRecipe& o) { return o.elem != ElemFormat::BF16; }

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "precision_mode.h"
+
 namespace tg {
 
 enum class ElemFormat { BF16, E4M3, E5M2, E2M1 };
@@ -102,16 +104,20 @@ struct RecipeOptions {
   int bf16_last = -1;          // -1: the preset's
   std::vector<int> keep_bf16;  // precision.fp8.keep_bf16, merged with bf16_last
 };
-bool is_block_scaled_mode(const std::string& mode);
+// The preset of a block-scaled mode (is_block_scaled, src/precision_mode.h); UsageError for
+// any other mode. The overload by name looks the name up in the registry (tests, tools).
+QuantRecipe block_scaled_recipe(Mode mode, const RecipeOptions& o);
 QuantRecipe block_scaled_recipe(const std::string& mode, const RecipeOptions& o);
 // Per-tensor fp32 scales on every operand, all of them FP8 (today's fp8 linears), as opposed
 // to the above and to recipes that leave some operands in bf16 (precision.mode=auto).
 bool is_per_tensor(const QuantRecipe& r);
 
-// The recipes precision.mode=auto chooses among, by name: "bf16" (no operand quantized),
-// "fp8" (per-tensor E4M3 / E5M2 gradients, current scales: auto re-chooses formats, so no
-// amax history) and the block-scaled presets above with every layer quantized (which layers
-// stay wide is the policy's choice, not the preset's). UsageError naming `key` otherwise.
+// The recipes precision.mode=auto chooses among (the registry's auto_candidate rows): bf16
+// (no operand quantized), fp8 (per-tensor E4M3 / E5M2 gradients, current scales: auto
+// re-chooses formats, so no amax history) and the block-scaled presets above with every layer
+// quantized (which layers stay wide is the policy's choice, not the preset's). UsageError
+// naming `key` otherwise. The overload by name looks the name up in the registry.
+QuantRecipe candidate_recipe(Mode mode, const RecipeOptions& o, const char* key);
 QuantRecipe candidate_recipe(const std::string& name, const RecipeOptions& o, const char* key);
 // Whether an operand (a recipe's forward operands) is stored in 8 bits or fewer.
 bool is_low_bit(const OperandRecipe& o);

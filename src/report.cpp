@@ -598,9 +598,10 @@ std::vector<RunGroup> group_runs(const std::vector<FoundRun>& found, json* first
     while (i < keys.size() && keys[i] != key) i++;
     if (i == keys.size()) {
       std::string name = compare_mode_of(c);
-      const std::string what =
-          name.empty() ? "precision.mode=" + c.precision.mode : compare_mode_what(name);
-      if (name.empty()) name = c.precision.mode;
+      const std::string what = name.empty()
+                                   ? "precision.mode=" + std::string(mode_name(c.precision.mode))
+                                   : compare_mode_what(name);
+      if (name.empty()) name = mode_name(c.precision.mode);
       for (size_t j = 0; j < groups.size(); j++)
         if (groups[j].name == name) name += " (" + config_difference(key, keys[j]) + ")";
       groups.push_back({name, what});
@@ -686,7 +687,7 @@ int cmd_report(int argc, char** argv) {
   if (spec.reference.empty()) {
     spec.reference = spec.groups[0].name;
     for (const auto& g : spec.groups)
-      if (g.name == "fp32") spec.reference = "fp32";
+      if (g.name == mode_name(Mode::FP32)) spec.reference = g.name;
   }
   // The reference first, the others in the order found.
   std::stable_partition(spec.groups.begin(), spec.groups.end(),

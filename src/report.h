@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "precision_mode.h"
+
 namespace tg {
 
 // One group of runs that differ only in the seed: runs is
@@ -20,14 +22,15 @@ struct RunGroup {
 };
 
 struct ReportSpec {
-  std::string out;                 // where report.md, compare.json and the plots go
-  std::vector<RunGroup> groups;    // in table order
-  nlohmann::json config;           // the config of the runs (the report's header)
-  std::string reference = "fp32";  // the group the others are compared with
-  double floor = NAN;              // the dataset's loss floor, NAN where it has none
-  double plateau = NAN;            // the toy task's copy plateau, NAN where it has none
-  double quality = 0.02;           // time to quality: within this fraction of the floor,
-  double quality_loss = 0;         // or (no floor) below this val loss; 0: none
+  std::string out;               // where report.md, compare.json and the plots go
+  std::vector<RunGroup> groups;  // in table order
+  nlohmann::json config;         // the config of the runs (the report's header)
+  // The group the others are compared with.
+  std::string reference = mode_name(Mode::FP32);
+  double floor = NAN;       // the dataset's loss floor, NAN where it has none
+  double plateau = NAN;     // the toy task's copy plateau, NAN where it has none
+  double quality = 0.02;    // time to quality: within this fraction of the floor,
+  double quality_loss = 0;  // or (no floor) below this val loss; 0: none
   std::string title = "Precision comparison";
 };
 

@@ -152,10 +152,10 @@ void read_rng(const Fields& f, RunState& s) {
 }
 
 void read_precision(const Fields& f, RunState& s) {
-  s.mode = f.text("precision.mode");
-  if (s.mode != "fp32" && s.mode != "bf16" && s.mode != "fp16" && s.mode != "fp8" &&
-      s.mode != "auto" && !is_block_scaled_mode(s.mode))
-    f.bad("precision.mode", strf("is '%s', not a precision mode", s.mode.c_str()));
+  const std::string mode = f.text("precision.mode");
+  const ModeInfo* m = find_mode(mode);
+  if (!m) f.bad("precision.mode", strf("is '%s', not a precision mode", mode.c_str()));
+  s.mode = m->mode;
   LossScaler& ls = s.loss_scale;
   ls.kind = f.text("precision.loss_scale.kind");
   if (ls.kind != "dynamic" && ls.kind != "static" && ls.kind != "none")
@@ -208,7 +208,7 @@ json run_state_to_json(const RunState& s) {
               {"train_seconds", s.counters.train_seconds},
               {"skipped_steps", s.counters.skipped_steps}}},
             {"precision",
-             {{"mode", s.mode},
+             {{"mode", mode_name(s.mode)},
               {"opt_step", s.opt_step},
               {"loss_scale",
                {{"kind", s.loss_scale.kind},

@@ -15,6 +15,7 @@
 #include "data.h"
 #include "loss_scaler.h"
 #include "model.h"
+#include "precision_mode.h"
 #include "rng.h"
 
 namespace tg {
@@ -33,7 +34,7 @@ struct RunState {
   int batch_size = 0, seq_len = 0, world_size = 1;
   Rng sample_rng;
   RunCounters counters;
-  std::string mode;               // precision.mode it was trained in
+  Mode mode = Mode::FP32;         // precision.mode it was trained in
   LossScaler loss_scale;          // kind and state (scale, good_steps, hysteresis_left)
   nlohmann::json fp8;             // Fp8State::to_json(), or null
   nlohmann::json auto_precision;  // AutoPrecision::to_json() (precision.mode=auto), or null

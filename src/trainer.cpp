@@ -195,7 +195,7 @@ void Trainer::setup_precision() {
     throw UsageError(
         strf("precision.mode=%s: the %s backend has no block-scaled linears yet "
              "(train.device=cpu runs them)",
-             cfg_.precision.mode.c_str(), be_->name().c_str()));
+             mode_name(cfg_.precision.mode), be_->name().c_str()));
   Fp8Options o;
   o.fast_accum = cfg_.precision.fp8.fast_accum;
   o.block_scaled = fp8_->block_scaled();
@@ -204,7 +204,7 @@ void Trainer::setup_precision() {
   check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
   model_->set_fp8(fp8_.get());
   const auto& rc = cfg_.precision.recipe;
-  const bool is_auto = cfg_.precision.mode == "auto";
+  const bool is_auto = cfg_.precision.mode == Mode::Auto;
   if (rc.smooth || (is_auto && cfg_.precision.auto_.outliers == "smooth")) {
     // Every backend with block-scaled linears (checked above) smooths their forward GEMM.
     if (!fp8_->block_scaled())  // config_validate refuses the other modes
@@ -392,11 +392,11 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
     throw Error(strf("checkpoint state %s: field 'data': %s", state_path.c_str(), e.what()));
   }
   const bool same_precision = s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind;
-  if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) {
+  if (fp8_ && s.mode == Mode::FP8 && !s.fp8.is_null()) {
     Fp8State check = *fp8_;
     check.from_json(s.fp8, state_path);
   }
-  if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
+  if (auto_ && s.mode == Mode::Auto && !s.auto_precision.is_null()) {
     AutoPrecision check = *auto_;
     check.from_json(s.auto_precision, state_path);
   }
@@ -424,10 +424,10 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
   } else {
     printf(
         "note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
-        s.mode.c_str(), cfg_.precision.mode.c_str());
+        mode_name(s.mode), mode_name(cfg_.precision.mode));
   }
-  if (fp8_ && s.mode == "fp8" && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
-  if (auto_ && s.mode == "auto" && !s.auto_precision.is_null()) {
+  if (fp8_ && s.mode == Mode::FP8 && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
+  if (auto_ && s.mode == Mode::Auto && !s.auto_precision.is_null()) {
     auto_->from_json(s.auto_precision, state_path);
     apply_linear_recipes();
   }
@@ -485,7 +485,7 @@ void Trainer::print_start() const {
       "weights), loss scaling %s%s\n",
       be_->name().c_str(),
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
-      omp_get_max_threads(), cfg_.precision.mode.c_str(), dtype_name(m.dtype()),
+      omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
       scaler_.kind.c_str(), cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
   if (fp8_) {
     std::string kept;
@@ -823,7 +823,7 @@ json Trainer::finish() {
   const double fpt = flops_per_token(mc_, T_);
   const GPT& m = *model_;
   json summary = {
-      {"mode", cfg_.precision.mode},
+      {"mode", mode_name(cfg_.precision.mode)},
       {"device", be_->name()},
       {"steps", cfg_.train.steps},
       {"num_params", m.num_params()},

@@ -155,3 +155,55 @@ TEST_CASE("config: integer lists from JSON and the command line") {
   CHECK(usage_error([&] { config_validate(c); }).find("'precision.loss_scale.min'") !=
         std::string::npos);
 }
+
+TEST_CASE("config: precision modes are typed values, read and written by their registry names") {
+  // Every row of src/precision_mode.cpp's registry: its name sets the key, and config.json
+  // (which checkpoints carry) holds the name again.
+  for (const ModeInfo& m : precision_modes()) {
+    INFO(m.name);
+    Config c;
+    config_set(c, "precision.mode", m.name);
+    CHECK(c.precision.mode == m.mode);
+    CHECK(mode_info(m.mode).name == std::string(m.name));
+    CHECK(config_to_json(c)["precision"]["mode"] == m.name);
+    Config back;
+    config_apply_json(back, config_to_json(c), "round trip");
+    CHECK(back.precision.mode == m.mode);
+  }
+  // What --help shows and errors list: the same names in the same order as before the
+  // registry (precision.mode's choices; the auto candidates narrowest first).
+  std::string mode_type, candidates_type, candidates_default;
+  for (const ConfigKeyInfo& k : config_keys()) {
+    if (k.name == "precision.mode") mode_type = k.type + " = " + k.default_value;
+    if (k.name == "precision.auto.candidates") {
+      candidates_type = k.type;
+      candidates_default = k.default_value;
+    }
+  }
+  CHECK(mode_type == "fp32|bf16|fp16|fp8|fp8-rowwise|fp8-block|mxfp8|mxfp4|nvfp4|auto = fp32");
+  CHECK(candidates_type == "list of nvfp4|mxfp4|mxfp8|fp8-block|fp8-rowwise|fp8|bf16");
+  CHECK(candidates_default == "nvfp4,mxfp8,fp8,bf16");
+  Config c;
+  config_set(c, "precision.auto.candidates", "mxfp4,bf16");
+  CHECK(c.precision.auto_.candidates == std::vector<Mode>{Mode::MXFP4, Mode::BF16});
+  CHECK(config_to_json(c)["precision"]["auto"]["candidates"] == json::array({"mxfp4", "bf16"}));
+  // A name outside the registry, or a mode that is no candidate, is refused naming the key.
+  std::string e = usage_error([&] { config_set(c, "precision.mode", "fp7"); });
+  CHECK(e.find("'precision.mode'") != std::string::npos);
+  CHECK(e.find("'fp7' is not allowed") != std::string::npos);
+  e = usage_error([&] { config_set(c, "precision.auto.candidates", "nvfp4,auto"); });
+  CHECK(e.find("'precision.auto.candidates'") != std::string::npos);
+  CHECK(e.find("'auto' is not allowed") != std::string::npos);
+  CHECK_THROWS_AS(parse_mode("fp7", "x"), UsageError);
+  // The columns other code reads instead of comparing names.
+  CHECK(mode_dtype(Mode::FP32) == DType::F32);
+  CHECK(mode_dtype(Mode::FP16) == DType::F16);
+  CHECK(mode_dtype(Mode::NVFP4) == DType::BF16);
+  CHECK(std::string(mode_info(Mode::FP16).loss_scale) == "dynamic");
+  CHECK(std::string(mode_info(Mode::BF16).loss_scale) == "none");
+  CHECK(is_block_scaled(Mode::MXFP8));
+  CHECK(!is_block_scaled(Mode::FP8));
+  CHECK(!is_block_scaled(Mode::Auto));
+  CHECK(parse_mode_list("fp32,,nvfp4", "x") == std::vector<Mode>{Mode::FP32, Mode::NVFP4});
+  CHECK(mode_list_text({Mode::FP8, Mode::FP8Block}) == "fp8,fp8-block");
+}

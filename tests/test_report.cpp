@@ -19,7 +19,7 @@ namespace {
 void make_run(const std::string& dir, const std::string& mode, const std::string& scale,
               int64_t seed, double final_val) {
   tg::Config c;
-  c.precision.mode = mode;
+  c.precision.mode = tg::parse_mode(mode, "test");
   c.precision.loss_scale.kind = scale;
   c.train.seed = seed;
   c.train.steps = 100;

@@ -214,7 +214,7 @@ TEST_CASE("smoothing: measured at step 1 and every N steps, factors saved and ch
 TEST_CASE("smoothing: auto measures the forward operands as the smoothed GEMM takes them") {
   tg::AutoOptions o;
   o.split_outliers = false;
-  o.candidates = {"nvfp4", "bf16"};
+  o.candidates = {tg::Mode::NVFP4, tg::Mode::BF16};
   const tg::GPTConfig m = tg::gpt_config(1, 2, 16, 256, 32);
   tg::AutoPrecision a(o, tg::auto_candidates(o, tg::RecipeOptions{}), m);
   tg::ChannelSmoothing sm(tg::SmoothOptions{0.5, 10}, m);

@@ -260,7 +260,7 @@ TEST_CASE("emulated: one device view measures different variants in turn, none s
 TEST_CASE("emulated: auto fed by device operand views decides as fed by host views") {
   const GPTConfig m = gpt_config(2, 2, 32, 256, 16);
   AutoOptions o;
-  o.candidates = {"nvfp4", "mxfp4", "mxfp8", "fp8", "bf16"};
+  o.candidates = {Mode::NVFP4, Mode::MXFP4, Mode::MXFP8, Mode::FP8, Mode::BF16};
   o.threshold_db = 16;
   o.outlier_k = 6;
   const std::vector<AutoCandidate> cand = auto_candidates(o, RecipeOptions{});

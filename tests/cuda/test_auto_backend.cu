@@ -95,7 +95,7 @@ TEST_CASE("cuda: an auto run decides on the GPU as on the CPU, statistics reduce
   const tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 100, 32);
   const int B = 4, T = 32, L = cfg.n_layer;
   tg::AutoOptions o;
-  o.candidates = {"nvfp4", "mxfp4", "mxfp8", "fp8", "bf16"};
+  o.candidates = {tg::Mode::NVFP4, tg::Mode::MXFP4, tg::Mode::MXFP8, tg::Mode::FP8, tg::Mode::BF16};
   o.every = 2;
   o.threshold_db = 17;
   o.hysteresis_db = 1;

@@ -99,7 +99,7 @@ json train_state(int64_t step) {
   st.sample_rng = tg::Rng(7);
   st.counters.tokens_seen = 3 * step;
   st.counters.train_seconds = 0.5;
-  st.mode = "fp32";
+  st.mode = tg::Mode::FP32;
   st.loss_scale.kind = "none";
   st.initial_val_loss = 1.6;
   st.config = json::object();
