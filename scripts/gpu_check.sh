@@ -237,7 +237,7 @@ stage_env() {
   find_nccl "$log"
   # Header-only dependencies (the machine has no package registry).
   local d missing=""
-  for d in cxxopts.hpp nlohmann/json.hpp doctest/doctest.h; do
+  for d in cxxopts.hpp nlohmann/json.hpp doctest/doctest.h boost/math/distributions/students_t.hpp; do
     [ -f "$ROOT/.deps/include/$d" ] || [ -f "/usr/include/$d" ] || missing+=" $d"
   done
   [ -z "$missing" ] || key "MISSING headers:$missing (run scripts/gpu_deps.sh here, carry .deps)"

@@ -8,6 +8,10 @@
 #                             Debian's python3 holding tests/requirements-hf.txt (pip,
 #                             PyPI); redone only when that file changes (.ci/run uses this)
 #
+# libboost-dev: Boost's headers (src/stats.cpp's Student's t from Boost.Math, header only);
+# the unversioned name depends on the release's own (libboost1.74-dev on Debian 12, which
+# holds boost/math/), where libboost-math-dev would add the compiled math library unused.
+#
 # It asks dpkg which packages are installed, never whether a file exists: a file such as
 # cblas.h can come from another package (netlib's libblas-dev provides one through Debian's
 # alternatives), and the build then fails far from the cause.
@@ -28,6 +32,7 @@ need=(
   libcxxopts-dev
   nlohmann-json3-dev
   doctest-dev
+  libboost-dev
   libopenblas-dev
   libopenblas0-pthread
   libopenmpi-dev

@@ -387,6 +387,64 @@ std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
   return {off, soff};
 }
 
+// Layer l of forward(): from its residual stream (the encoder's output, or the layer
+// before's) to its own, with ln1 of the next layer (or lnf after the last) fused in.
+void GPT::block_forward(int l, int B, int T, bool training) {
+  const int BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
+  const size_t btc = size_t(BT) * C, att = att_elems(B, T);
+  const auto& P = param_views_;
+  Acts& a = acts_;
+  Tensor residual = l == 0 ? a.encoded : a.residual3.slice((l - 1) * btc, btc);
+  Tensor ln1 = a.ln1.slice(l * btc, btc), qkv = a.qkv.slice(l * 3 * btc, 3 * btc);
+  Tensor atty = a.atty.slice(l * btc, btc), attl = a.att.slice(l * att, att);
+  Tensor attproj = a.attproj.slice(l * btc, btc), res2 = a.residual2.slice(l * btc, btc);
+  Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
+  Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
+  Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
+  // Later layers' ln1 (and lnf) run fused with the residual add that ends the layer before.
+  if (l == 0)
+    be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
+                          P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
+  linear_forward(l, Fp8State::QKV, qkv, ln1,
+                 P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
+                 P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
+  if (lse_)
+    be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH);
+  else
+    be_.attention_forward(atty, attl, qkv, B, T, C, NH);
+  linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
+                 P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
+                 BT, C, C, training);
+  be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
+                                 a.ln2_rstd.slice(l * BT, BT), residual, attproj,
+                                 P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
+  if (fp8_ && fp8_->layer_in_fp8(l)) {
+    linear_forward(l, Fp8State::FC, fch, ln2,
+                   P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                   P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
+    be_.gelu_forward(fchg, fch, 4 * btc);
+  } else {
+    if (training) {
+      probe_take(l, Fp8State::FC, kLinearInput, ln2, BT, C);
+      probe_take(l, Fp8State::FC, kLinearWeight,
+                 P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), 4 * C, C);
+    }
+    be_.matmul_gelu_forward(fch, fchg, ln2, P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                            P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
+  }
+  linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
+                 P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+                 P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
+  if (l + 1 < L)
+    be_.residual_layernorm_forward(
+        res3, a.ln1.slice((l + 1) * btc, btc), a.ln1_mean.slice((l + 1) * BT, BT),
+        a.ln1_rstd.slice((l + 1) * BT, BT), res2, fcproj, P[LN1W].slice((l + 1) * C, C),
+        P[LN1B].slice((l + 1) * C, C), BT, C);
+  else
+    be_.residual_layernorm_forward(res3, a.lnf, a.lnf_mean, a.lnf_rstd, res2, fcproj, P[LNFW],
+                                   P[LNFB], BT, C);
+}
+
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
   if (T > cfg_.max_seq_len)
     throw Error(strf("sequence of %d tokens exceeds max_seq_len %d", T, cfg_.max_seq_len));
@@ -396,67 +454,15 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   ensure_acts(B, T);
   fp8_prepare(B, T);
   const bool training = dloss != 0;
-  const int BT = B * T, C = cfg_.n_embd, NH = cfg_.n_head, L = cfg_.n_layer;
+  const int BT = B * T, C = cfg_.n_embd, L = cfg_.n_layer;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
-  const size_t btc = size_t(BT) * C, att = att_elems(B, T);
   Tensor tok = tokens_.slice(0, BT), tgt = targets_.slice(0, BT);
   be_.upload(tok, inputs);
   const auto& P = param_views_;
   Acts& a = acts_;
 
   be_.encoder_forward(a.encoded, tok, P[WTE], P[WPE], B, T, C);
-  for (int l = 0; l < L; l++) {
-    Tensor residual = l == 0 ? a.encoded : a.residual3.slice((l - 1) * btc, btc);
-    Tensor ln1 = a.ln1.slice(l * btc, btc), qkv = a.qkv.slice(l * 3 * btc, 3 * btc);
-    Tensor atty = a.atty.slice(l * btc, btc), attl = a.att.slice(l * att, att);
-    Tensor attproj = a.attproj.slice(l * btc, btc), res2 = a.residual2.slice(l * btc, btc);
-    Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
-    Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
-    Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
-    // Later layers' ln1 (and lnf) run fused with the residual add that ends the layer before.
-    if (l == 0)
-      be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
-                            P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
-    linear_forward(l, Fp8State::QKV, qkv, ln1,
-                   P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
-                   P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
-    if (lse_)
-      be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH);
-    else
-      be_.attention_forward(atty, attl, qkv, B, T, C, NH);
-    linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
-                   P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
-                   BT, C, C, training);
-    be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
-                                   a.ln2_rstd.slice(l * BT, BT), residual, attproj,
-                                   P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
-    if (fp8_ && fp8_->layer_in_fp8(l)) {
-      linear_forward(l, Fp8State::FC, fch, ln2,
-                     P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                     P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
-      be_.gelu_forward(fchg, fch, 4 * btc);
-    } else {
-      if (training) {
-        probe_take(l, Fp8State::FC, kLinearInput, ln2, BT, C);
-        probe_take(l, Fp8State::FC, kLinearWeight,
-                   P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), 4 * C, C);
-      }
-      be_.matmul_gelu_forward(fch, fchg, ln2,
-                              P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                              P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
-    }
-    linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
-                   P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
-                   P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
-    if (l + 1 < L)
-      be_.residual_layernorm_forward(
-          res3, a.ln1.slice((l + 1) * btc, btc), a.ln1_mean.slice((l + 1) * BT, BT),
-          a.ln1_rstd.slice((l + 1) * BT, BT), res2, fcproj, P[LN1W].slice((l + 1) * C, C),
-          P[LN1B].slice((l + 1) * C, C), BT, C);
-    else
-      be_.residual_layernorm_forward(res3, a.lnf, a.lnf_mean, a.lnf_rstd, res2, fcproj, P[LNFW],
-                                     P[LNFB], BT, C);
-  }
+  for (int l = 0; l < L; l++) block_forward(l, B, T, training);
   be_.matmul_forward(a.logits, a.lnf, P[WTE], Tensor{}, BT, C, Vp);
   have_dlogits_ = false;
   if (!targets) {

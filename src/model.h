@@ -239,6 +239,8 @@ class GPT {
   // Offsets of every activation for (B, T); returns the element counts of the compute-type
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
+  // Layer l of forward() (its activations in acts_, for B rows of T tokens).
+  void block_forward(int l, int B, int T, bool training);
 
   // Whether attention keeps lse instead of att (Backend::attention_saves_lse).
  public:

@@ -417,52 +417,48 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
 
 }  // namespace
 
-std::string write_report(const ReportSpec& spec) {
-  const double target = quality_target(spec);
-  std::vector<double> ref_vals;
-  const RunGroup* ref_group = nullptr;
-  for (const auto& g : spec.groups)
-    if (g.name == spec.reference) {
-      ref_vals = finals(g.runs, "final_val_loss");
-      ref_group = &g;
-    }
+namespace {
+
+// The report's groups as compare.json holds them (each run annotated, the group's
+// statistics against the reference), with the statistics apart for the table.
+struct GroupsJson {
   json groups = json::array();
-  int max_seeds = 0;
   std::vector<json> stats;
-  const double plateau_mid = (spec.plateau + spec.floor) / 2;
+  int max_seeds = 0;
+};
+
+GroupsJson groups_json(const ReportSpec& spec, const RunGroup* ref_group, double target,
+                       double plateau_mid) {
+  const std::vector<double> ref_vals =
+      ref_group ? finals(ref_group->runs, "final_val_loss") : std::vector<double>();
+  GroupsJson out;
   for (const auto& g : spec.groups) {
     json runs = g.runs;
     annotate_runs(runs, target, plateau_mid);
-    stats.push_back(group_stats(runs, ref_vals.empty() ? nullptr : &ref_vals, spec.reference));
+    out.stats.push_back(group_stats(runs, ref_vals.empty() ? nullptr : &ref_vals, spec.reference));
     const json* fs = first_summary(g.runs);
     const json* rs = ref_group ? first_summary(ref_group->runs) : nullptr;
     if (fs && fs->contains("numerics") && &g != ref_group)
-      stats.back()["underflow"] = underflow_flags(
+      out.stats.back()["underflow"] = underflow_flags(
           (*fs)["numerics"], rs && rs->contains("numerics") ? &(*rs)["numerics"] : nullptr);
-    groups.push_back({{"name", g.name}, {"what", g.what}, {"runs", runs}, {"stats", stats.back()}});
-    max_seeds = std::max(max_seeds, int(g.runs.size()));
+    out.groups.push_back(
+        {{"name", g.name}, {"what", g.what}, {"runs", runs}, {"stats", out.stats.back()}});
+    out.max_seeds = std::max(out.max_seeds, int(g.runs.size()));
   }
-  const json compare = {
-      {"modes", groups},
-      {"seeds", max_seeds},
-      {"reference", spec.reference},
-      {"loss_floor", std::isfinite(spec.floor) ? json(spec.floor) : json(nullptr)},
-      {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)},
-      {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)},
-      {"config", spec.config}};
-  make_dirs(spec.out);
-  write_text_atomic(join_path(spec.out, "compare.json"), compare.dump(2) + "\n");
-  const auto pics = draw_plots(spec);
+  return out;
+}
 
+// The table of modes (one row a group) and what its verdict and columns mean.
+std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stats,
+                           const RunGroup* ref_group, double plateau_mid) {
   const json* ref = ref_group ? first_summary(ref_group->runs) : nullptr;
   const double ref_tps =
       ref_group ? stats[ref_group - spec.groups.data()].value("tokens_per_second", 0.0) : 0.0;
-  std::string md = header_md(spec, max_seeds);
   const bool plateau_col = std::isfinite(plateau_mid);
-  md += "| mode | final val loss (mean ± std) | min / max | vs " + spec.reference + " | verdict |" +
-        (plateau_col ? " left the plateau at step |" : "") + " " + quality_column(spec) +
-        " | tokens/s | vs " + spec.reference + " | peak memory | vs " + spec.reference +
-        " | skipped steps |\n";
+  std::string md = "| mode | final val loss (mean ± std) | min / max | vs " + spec.reference +
+                   " | verdict |" + (plateau_col ? " left the plateau at step |" : "") + " " +
+                   quality_column(spec) + " | tokens/s | vs " + spec.reference +
+                   " | peak memory | vs " + spec.reference + " | skipped steps |\n";
   md += std::string("|---|---:|---:|---:|---|") + (plateau_col ? "---:|" : "") +
         "---:|---:|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < spec.groups.size(); i++)
@@ -484,12 +480,13 @@ std::string write_report(const ReportSpec& spec) {
         "context reaches) at its first val evaluation below %.4f, halfway from the plateau to "
         "the floor; the column gives the median step over the runs that left it.\n",
         spec.plateau, plateau_mid);
-  md += runs_md(groups, plateau_col);
-  md += numerics_md(spec.groups);
-  md += underflow_md(spec.groups, spec.reference);
-  md += quant_md(spec.groups);
-  md += auto_md(spec.groups);
-  md +=
+  return md;
+}
+
+// The report's end: the modes' descriptions, the plots, where the raw data is.
+std::string closing_md(const ReportSpec& spec,
+                       const std::vector<std::pair<std::string, std::string>>& pics) {
+  std::string md =
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "
       "the backend allocated (weights, master weights, gradients, Adam state, activations).\n\n";
   md += "Modes:\n\n";
@@ -503,6 +500,39 @@ std::string write_report(const ReportSpec& spec) {
   md +=
       "Raw data: `compare.json` and each run's directory (`metrics.jsonl`, `summary.json`, "
       "`config.json`).\n";
+  return md;
+}
+
+}  // namespace
+
+std::string write_report(const ReportSpec& spec) {
+  const double target = quality_target(spec);
+  const RunGroup* ref_group = nullptr;
+  for (const auto& g : spec.groups)
+    if (g.name == spec.reference) ref_group = &g;
+  const double plateau_mid = (spec.plateau + spec.floor) / 2;
+  const GroupsJson gj = groups_json(spec, ref_group, target, plateau_mid);
+  const json compare = {
+      {"modes", gj.groups},
+      {"seeds", gj.max_seeds},
+      {"reference", spec.reference},
+      {"loss_floor", std::isfinite(spec.floor) ? json(spec.floor) : json(nullptr)},
+      {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)},
+      {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)},
+      {"config", spec.config}};
+  make_dirs(spec.out);
+  write_text_atomic(join_path(spec.out, "compare.json"), compare.dump(2) + "\n");
+  const auto pics = draw_plots(spec);
+
+  const bool plateau_col = std::isfinite(plateau_mid);
+  std::string md = header_md(spec, gj.max_seeds);
+  md += modes_table_md(spec, gj.stats, ref_group, plateau_mid);
+  md += runs_md(gj.groups, plateau_col);
+  md += numerics_md(spec.groups);
+  md += underflow_md(spec.groups, spec.reference);
+  md += quant_md(spec.groups);
+  md += auto_md(spec.groups);
+  md += closing_md(spec, pics);
   write_text_atomic(join_path(spec.out, "report.md"), md);
   return md;
 }
@@ -618,12 +648,22 @@ std::vector<RunGroup> group_runs(const std::vector<FoundRun>& found, json* first
   return groups;
 }
 
-}  // namespace
+void print_report_help() {
+  printf(
+      "Usage:\n  train_gpt report RUN_DIR... [--out DIR] [--reference MODE] "
+      "[--quality F] [--quality_loss L]\n\n"
+      "The precision report (report.md, compare.json, plots) for any set of runs: run\n"
+      "directories, compare outputs, or directories above run directories. Runs whose\n"
+      "configs differ only in seed, directory or threads form one group (mode).\n\n"
+      "  --out DIR          where the report goes (default: report)\n"
+      "  --reference MODE   the group the others are compared with (default: fp32 if\n"
+      "                     present, else the first)\n"
+      "  --quality F        time to quality: within F of the loss floor (default 0.02)\n"
+      "  --quality_loss L   time to quality as a val loss, for data without a floor\n");
+}
 
-int cmd_report(int argc, char** argv) {
-  ReportSpec spec;
-  spec.reference.clear();
-  std::vector<std::string> dirs;
+// The command line into spec's options and the directories named; false after --help.
+bool parse_report_args(int argc, char** argv, ReportSpec* spec, std::vector<std::string>* dirs) {
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto value = [&](const std::string& name) {
@@ -636,35 +676,28 @@ int cmd_report(int argc, char** argv) {
       return a == "--" + name || a.rfind("--" + name + "=", 0) == 0;
     };
     if (a == "-h" || a == "--help") {
-      printf(
-          "Usage:\n  train_gpt report RUN_DIR... [--out DIR] [--reference MODE] "
-          "[--quality F] [--quality_loss L]\n\n"
-          "The precision report (report.md, compare.json, plots) for any set of runs: run\n"
-          "directories, compare outputs, or directories above run directories. Runs whose\n"
-          "configs differ only in seed, directory or threads form one group (mode).\n\n"
-          "  --out DIR          where the report goes (default: report)\n"
-          "  --reference MODE   the group the others are compared with (default: fp32 if\n"
-          "                     present, else the first)\n"
-          "  --quality F        time to quality: within F of the loss floor (default 0.02)\n"
-          "  --quality_loss L   time to quality as a val loss, for data without a floor\n");
-      return 0;
+      print_report_help();
+      return false;
     }
     if (is("out")) {
-      spec.out = value("out");
+      spec->out = value("out");
     } else if (is("reference")) {
-      spec.reference = value("reference");
+      spec->reference = value("reference");
     } else if (is("quality")) {
-      spec.quality = number_arg("quality", value("quality"), 0, 10);
+      spec->quality = number_arg("quality", value("quality"), 0, 10);
     } else if (is("quality_loss")) {
-      spec.quality_loss = number_arg("quality_loss", value("quality_loss"), 0, 1e6);
+      spec->quality_loss = number_arg("quality_loss", value("quality_loss"), 0, 1e6);
     } else if (a.rfind("-", 0) == 0) {
       throw UsageError("report: unknown option " + a + " (see train_gpt report --help)");
     } else {
-      dirs.push_back(a);
+      dirs->push_back(a);
     }
   }
-  if (dirs.empty()) throw UsageError("report: name at least one run directory (see --help)");
-  if (spec.out.empty()) spec.out = "report";
+  return true;
+}
+
+// The runs in the directories named; each must hold at least one.
+std::vector<FoundRun> find_report_runs(const std::vector<std::string>& dirs) {
   std::vector<FoundRun> found;
   for (const auto& d : dirs) {
     if (!dir_exists(d)) throw UsageError("report: " + d + " is not a directory");
@@ -675,36 +708,59 @@ int cmd_report(int argc, char** argv) {
                        " holds no run (config.json + metrics.jsonl), compare.json or run "
                        "directories below it");
   }
-  spec.groups = group_runs(found, &spec.config);
+  return found;
+}
+
+// The reference group: --reference's (which must name a group), else fp32, else the first;
+// it goes first, the others stay in the order found.
+void choose_reference(ReportSpec* spec) {
   bool have_ref = false;
-  for (const auto& g : spec.groups) have_ref |= g.name == spec.reference;
-  if (!spec.reference.empty() && !have_ref)
-    throw UsageError("report: --reference " + spec.reference + " names no group (groups: " + [&] {
+  for (const auto& g : spec->groups) have_ref |= g.name == spec->reference;
+  if (!spec->reference.empty() && !have_ref)
+    throw UsageError("report: --reference " + spec->reference + " names no group (groups: " + [&] {
       std::string s;
-      for (const auto& g : spec.groups) s += (s.empty() ? "" : ", ") + g.name;
+      for (const auto& g : spec->groups) s += (s.empty() ? "" : ", ") + g.name;
       return s;
     }() + ")");
-  if (spec.reference.empty()) {
-    spec.reference = spec.groups[0].name;
-    for (const auto& g : spec.groups)
-      if (g.name == mode_name(Mode::FP32)) spec.reference = g.name;
+  if (spec->reference.empty()) {
+    spec->reference = spec->groups[0].name;
+    for (const auto& g : spec->groups)
+      if (g.name == mode_name(Mode::FP32)) spec->reference = g.name;
   }
-  // The reference first, the others in the order found.
-  std::stable_partition(spec.groups.begin(), spec.groups.end(),
-                        [&](const RunGroup& g) { return g.name == spec.reference; });
-  for (const auto& g : spec.groups)
+  std::stable_partition(spec->groups.begin(), spec->groups.end(),
+                        [&](const RunGroup& g) { return g.name == spec->reference; });
+}
+
+// The loss levels the report measures against: the floor the runs' summaries give, and the
+// toy task's plateau, from the dataset's meta.json where it is still there.
+void find_loss_levels(ReportSpec* spec) {
+  for (const auto& g : spec->groups)
     for (const auto& r : g.runs)
       if (r.contains("summary") && r["summary"].value("loss_floor", json(nullptr)).is_number()) {
-        spec.floor = r["summary"]["loss_floor"].get<double>();
+        spec->floor = r["summary"]["loss_floor"].get<double>();
         break;
       }
-  // The toy task's plateau, from the dataset's meta.json where it is still there.
   try {
-    const json d = spec.config.value("data", json::object());
-    spec.plateau = dataset_plateau_loss(read_dataset_meta(d.value("train", std::string())),
-                                        d.value("seq_len", 0));
+    const json d = spec->config.value("data", json::object());
+    spec->plateau = dataset_plateau_loss(read_dataset_meta(d.value("train", std::string())),
+                                         d.value("seq_len", 0));
   } catch (const std::exception&) {
   }
+}
+
+}  // namespace
+
+int cmd_report(int argc, char** argv) {
+  ReportSpec spec;
+  spec.reference.clear();
+  std::vector<std::string> dirs;
+  if (!parse_report_args(argc, argv, &spec, &dirs)) return 0;
+  if (dirs.empty()) throw UsageError("report: name at least one run directory (see --help)");
+  if (spec.out.empty()) spec.out = "report";
+  const std::vector<FoundRun> found = find_report_runs(dirs);
+  spec.groups = group_runs(found, &spec.config);
+  choose_reference(&spec);
+  find_loss_levels(&spec);
   spec.title = "Precision report";
   const std::string md = write_report(spec);
   printf("%s\nwrote %s/report.md (%zu runs in %zu groups)\n", md.c_str(), spec.out.c_str(),

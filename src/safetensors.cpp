@@ -106,8 +106,11 @@ std::vector<char> safetensors_bytes(const std::vector<SafeTensorOut>& tensors,
   return out;
 }
 
-SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
-  const char* p = path.c_str();
+namespace {
+
+// The header's length, from the file's first 8 bytes (little-endian), checked against the
+// file's size and the format's limit.
+uint64_t header_length(const std::vector<char>& b, const char* p) {
   if (b.size() < 8)
     throw Error(
         strf("safetensors file %s is truncated: %zu bytes, shorter than the 8-byte "
@@ -125,6 +128,11 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
         strf("safetensors file %s: the header length %llu is above the format's limit "
              "of %llu bytes",
              p, (unsigned long long)n, (unsigned long long)kMaxHeader));
+  return n;
+}
+
+// The header: n bytes of JSON after the length, which must be an object.
+nlohmann::json parse_header(const std::vector<char>& b, uint64_t n, const char* p) {
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + std::ptrdiff_t(n));
@@ -132,39 +140,31 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
     throw Error(strf("safetensors file %s: the header is not valid JSON (%s)", p, e.what()));
   }
   if (!h.is_object()) throw Error(strf("safetensors file %s: the header is not a JSON object", p));
-  SafetensorsFile f;
-  const char* data = b.data() + 8 + n;
-  const uint64_t data_size = b.size() - 8 - n;
-  struct Span {
-    uint64_t begin, end;
-    std::string name;
-  };
-  std::vector<Span> spans;
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object())
-        throw Error(strf("safetensors file %s: __metadata__ is not a JSON object", p));
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string())
-          throw Error(strf("safetensors file %s: __metadata__ entry '%s' is not a string", p,
-                           m.key().c_str()));
-        f.metadata[m.key()] = m->get<std::string>();
-      }
-      continue;
-    }
-    SafeTensorIn t;
-    auto span = parse_entry(path, it.key(), *it, &t);
-    if (span.second > data_size)
-      throw Error(
-          strf("safetensors file %s: tensor '%s': data_offsets [%llu, %llu] are beyond "
-               "the data section (%llu bytes): truncated file or bad offsets",
-               p, it.key().c_str(), (unsigned long long)span.first, (unsigned long long)span.second,
-               (unsigned long long)data_size));
-    t.data = data + span.first;
-    f.tensors[it.key()] = t;
-    spans.push_back({span.first, span.second, it.key()});
+  return h;
+}
+
+// __metadata__: an object of strings.
+std::map<std::string, std::string> parse_metadata(const nlohmann::json& m, const char* p) {
+  if (!m.is_object())
+    throw Error(strf("safetensors file %s: __metadata__ is not a JSON object", p));
+  std::map<std::string, std::string> out;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (!it->is_string())
+      throw Error(strf("safetensors file %s: __metadata__ entry '%s' is not a string", p,
+                       it.key().c_str()));
+    out[it.key()] = it->get<std::string>();
   }
-  // The tensors must tile [0, data_size): sorted by start, each begins where the last ended.
+  return out;
+}
+
+// One tensor's bytes in the data section, [begin, end).
+struct Span {
+  uint64_t begin, end;
+  std::string name;
+};
+
+// The tensors must tile [0, data_size): sorted by start, each begins where the last ended.
+void check_tiling(std::vector<Span> spans, uint64_t data_size, const char* p) {
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& c) {
     return a.begin != c.begin ? a.begin < c.begin : a.end < c.end;
   });
@@ -190,6 +190,36 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
         strf("safetensors file %s: the data section has %llu bytes after the last "
              "tensor that belong to no tensor",
              p, (unsigned long long)(data_size - at)));
+}
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
+  const char* p = path.c_str();
+  const uint64_t n = header_length(b, p);
+  const nlohmann::json h = parse_header(b, n, p);
+  SafetensorsFile f;
+  const char* data = b.data() + 8 + n;
+  const uint64_t data_size = b.size() - 8 - n;
+  std::vector<Span> spans;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      f.metadata = parse_metadata(*it, p);
+      continue;
+    }
+    SafeTensorIn t;
+    auto span = parse_entry(path, it.key(), *it, &t);
+    if (span.second > data_size)
+      throw Error(
+          strf("safetensors file %s: tensor '%s': data_offsets [%llu, %llu] are beyond "
+               "the data section (%llu bytes): truncated file or bad offsets",
+               p, it.key().c_str(), (unsigned long long)span.first, (unsigned long long)span.second,
+               (unsigned long long)data_size));
+    t.data = data + span.first;
+    f.tensors[it.key()] = t;
+    spans.push_back({span.first, span.second, it.key()});
+  }
+  check_tiling(std::move(spans), data_size, p);
   return f;
 }
 

@@ -1,12 +1,27 @@
+// stats.cpp: the statistics of a precision verdict (stats.h): a sample's summary, Welch's
+// t-test, and the verdict's words. Student's t distribution is Boost.Math's (header only:
+// Debian's libboost-dev; scripts/gpu_deps.sh copies the headers it needs for the GPU machine).
 #include "stats.h"
 
 #include <algorithm>
+#include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <limits>
 
 #include "common.h"
 
 namespace tg {
+
+namespace {
+// A report must not throw on odd input: Boost's errors give NaN (domain) or the nearest
+// value it has (evaluation) instead of exceptions; student_t_two_sided_p screens the
+// inputs anyway.
+using ReturnNotThrow = boost::math::policies::policy<
+    boost::math::policies::domain_error<boost::math::policies::ignore_error>,
+    boost::math::policies::pole_error<boost::math::policies::ignore_error>,
+    boost::math::policies::overflow_error<boost::math::policies::ignore_error>,
+    boost::math::policies::evaluation_error<boost::math::policies::ignore_error>>;
+}  // namespace
 
 Sample describe_sample(const std::vector<double>& x) {
   Sample s;
@@ -23,53 +38,13 @@ Sample describe_sample(const std::vector<double>& x) {
   return s;
 }
 
-namespace {
-
-// The continued fraction of I_x(a, b), evaluated by the modified Lentz method; converges
-// for x < (a + 1) / (a + b + 2).
-double beta_continued_fraction(double a, double b, double x) {
-  const double tiny = 1e-300, eps = 1e-15;
-  double c = 1, d = 1 - (a + b) * x / (a + 1);
-  if (std::fabs(d) < tiny) d = tiny;
-  d = 1 / d;
-  double f = d;
-  for (int m = 1; m <= 10000; m++) {
-    // The even step, then the odd step of the fraction.
-    double num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m));
-    d = 1 + num * d;
-    c = 1 + num / c;
-    d = 1 / (std::fabs(d) < tiny ? tiny : d);
-    c = std::fabs(c) < tiny ? tiny : c;
-    f *= c * d;
-    num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
-    d = 1 + num * d;
-    c = 1 + num / c;
-    d = 1 / (std::fabs(d) < tiny ? tiny : d);
-    c = std::fabs(c) < tiny ? tiny : c;
-    const double step = c * d;
-    f *= step;
-    if (std::fabs(step - 1) < eps) break;
-  }
-  return f;
-}
-
-}  // namespace
-
-double incomplete_beta(double a, double b, double x) {
-  if (x <= 0) return 0;
-  if (x >= 1) return 1;
-  // x^a (1-x)^b / (a B(a, b)), in logs.
-  const double log_front =
-      std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
-  if (x < (a + 1) / (a + b + 2)) return std::exp(log_front) * beta_continued_fraction(a, b, x) / a;
-  // The symmetry I_x(a, b) = 1 - I_{1-x}(b, a) keeps the fraction in its fast region.
-  return 1 - std::exp(log_front) * beta_continued_fraction(b, a, 1 - x) / b;
-}
-
 double student_t_two_sided_p(double t, double df) {
   if (std::isnan(t) || !(df > 0)) return NAN;
   if (std::isinf(t)) return 0;
-  return incomplete_beta(df / 2, 0.5, df / (df + t * t));
+  // 2 P(T >= |t|) from the upper tail itself (Boost computes it through the incomplete beta
+  // function, without the cancellation of 1 - cdf for a small p).
+  const boost::math::students_t_distribution<double, ReturnNotThrow> dist(df);
+  return 2 * boost::math::cdf(boost::math::complement(dist, std::fabs(t)));
 }
 
 WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>& b) {

@@ -27,10 +27,9 @@ struct WelchResult {
 };
 WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>& b);
 
-// Two-sided p-value of Student's t with df degrees of freedom: P(|T| >= |t|).
+// Two-sided p-value of Student's t with df degrees of freedom: P(|T| >= |t|) (Boost.Math's
+// distribution; NaN for a NaN t or df <= 0, 0 for an infinite t).
 double student_t_two_sided_p(double t, double df);
-// The regularized incomplete beta function I_x(a, b), a, b > 0, x in [0, 1].
-double incomplete_beta(double a, double b, double x);
 
 struct Verdict {
   std::string kind;  // "same", "worse", "better" or "n/a"

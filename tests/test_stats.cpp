@@ -1,5 +1,5 @@
-// The statistics of the precision verdicts: Student's t p-values against known values, the
-// incomplete beta function, Welch's test and the verdicts on synthetic seeds.
+// The statistics of the precision verdicts: Student's t p-values against known values and a
+// published t table, Welch's test and the verdicts on synthetic seeds.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,9 +20,33 @@ TEST_CASE("stats: Student's t two-sided p-values") {
   CHECK(student_t_two_sided_p(1.959964, 1e7) == doctest::Approx(0.05).epsilon(1e-5));
   CHECK(student_t_two_sided_p(-2.0, 10) == student_t_two_sided_p(2.0, 10));
   CHECK(student_t_two_sided_p(INFINITY, 3) == 0.0);
-  // I_x(1, 1) = x; I_x(a, b) + I_{1-x}(b, a) = 1.
-  CHECK(incomplete_beta(1, 1, 0.3) == doctest::Approx(0.3));
-  CHECK(incomplete_beta(2.5, 0.5, 0.7) + incomplete_beta(0.5, 2.5, 0.3) == doctest::Approx(1.0));
+  // df = 2 has the closed form p = 1 - |t| / sqrt(2 + t^2).
+  CHECK(student_t_two_sided_p(3.0, 2) == doctest::Approx(1 - 3 / std::sqrt(11.0)).epsilon(1e-12));
+  // Far in the tail p is its own size, not lost to 1 - cdf: t = 1000, df = 1 gives
+  // p = 1 - 2 atan(1000) / pi = 6.36619e-4.
+  CHECK(student_t_two_sided_p(1000.0, 1) == doctest::Approx(6.366195e-4).epsilon(1e-6).scale(0));
+  // No p-value for a NaN t or no degrees of freedom.
+  CHECK(std::isnan(student_t_two_sided_p(NAN, 3)));
+  CHECK(std::isnan(student_t_two_sided_p(2.0, 0)));
+}
+
+TEST_CASE("stats: Student's t against a published t table") {
+  // Two-sided critical values as printed (3 decimals; e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2,
+  // the last row df = infinity, the normal's): the exact quantile lies within 0.0005 of the
+  // printed one, so the p-values on either side of it must bracket the table's alpha.
+  struct Row {
+    double df, t05, t01;
+  };
+  const Row table[] = {{1, 12.706, 63.657},     {2, 4.303, 9.925},  {5, 2.571, 4.032},
+                       {10, 2.228, 3.169},      {30, 2.042, 2.750}, {100, 1.984, 2.626},
+                       {INFINITY, 1.960, 2.576}};
+  for (const Row& r : table) {
+    CAPTURE(r.df);
+    CHECK(student_t_two_sided_p(r.t05 + 0.0005, r.df) < 0.05);
+    CHECK(student_t_two_sided_p(r.t05 - 0.0005, r.df) > 0.05);
+    CHECK(student_t_two_sided_p(r.t01 + 0.0005, r.df) < 0.01);
+    CHECK(student_t_two_sided_p(r.t01 - 0.0005, r.df) > 0.01);
+  }
 }
 
 TEST_CASE("stats: Welch's test and the verdicts on synthetic seeds") {

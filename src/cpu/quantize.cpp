@@ -166,26 +166,25 @@ void narrow_row(bf16* out, const float* row, int n) {
   for (int c = 0; c < n; c++) out[c] = bf16{f32_to_bf16(row[c])};
 }
 
-// dec_out (when given): x keeps the codes q and dec_out every group's multiplier, group-major.
-// narrow (when given): x's result rounded to bf16 as well.
-float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
-                    size_t* saturated, bool lanes, std::vector<float>* dec_out,
-                    bf16* narrow = nullptr) {
-  // A bf16 operand stays as it is: the model's operands are bf16 values already.
-  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
-    for (int r = 0; r < rows && narrow; r++)
-      narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
-    return 1.0f;
-  }
-  int gr = rows, gc = cols;
-  group_shape(o, rows, cols, &gr, &gc);
-  if (gc > cols) gc = cols;
-  if (gr > rows) gr = rows;
-  const int ngc = (cols + gc - 1) / gc, ngr = (rows + gr - 1) / gr;
-  // amax of every (row, column group), then of every group: max is exact in any order.
-  std::vector<float> row_amax(size_t(rows) * ngc);
-  // Small operands run on one thread: a parallel region costs more than they do.
-  const bool big = size_t(rows) * cols >= kParallelMin;
+// The scale groups over a (rows, cols) operand: gr x gc values each (clipped to the
+// operand), ngr x ngc of them (partial groups at the edges included).
+struct GroupGrid {
+  int rows, cols, gr, gc, ngr, ngc;
+};
+
+GroupGrid group_grid(const OperandRecipe& o, int rows, int cols) {
+  GroupGrid g{rows, cols, rows, cols, 0, 0};
+  group_shape(o, rows, cols, &g.gr, &g.gc);
+  if (g.gc > cols) g.gc = cols;
+  if (g.gr > rows) g.gr = rows;
+  g.ngc = (cols + g.gc - 1) / g.gc, g.ngr = (rows + g.gr - 1) / g.gr;
+  return g;
+}
+
+// The amax of every (row, column group) into row_amax (rows x ngc); returns how many of them
+// are non-finite. big: a parallel loop.
+int row_group_amax(const float* x, const GroupGrid& g, bool lanes, bool big, float* row_amax) {
+  const int rows = g.rows, cols = g.cols, gc = g.gc, ngc = g.ngc;
   int nonfinite = 0;
 #pragma omp parallel for reduction(+ : nonfinite) schedule(static) if (big)
   for (int r = 0; r < rows; r++) {
@@ -205,19 +204,32 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
       ra[j] = bits_f32(m);
     }
   }
-  if (nonfinite) {
+  return nonfinite;
+}
+
+// An operand with a non-finite value becomes all NaN (the loss scaler then skips the step),
+// its groups' multipliers 1.
+void poison_operand(float* x, const GroupGrid& g, bool big, std::vector<float>* dec_out,
+                    bf16* narrow) {
+  const int rows = g.rows, cols = g.cols;
 #pragma omp parallel for schedule(static) if (big)
-    for (size_t i = 0; i < size_t(rows) * cols; i++) x[i] = NAN;
-    for (int r = 0; r < rows && narrow; r++)
-      narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
-    if (dec_out) dec_out->assign(size_t((rows + gr - 1) / gr) * ngc, 1.0f);
-    return 1.0f;
-  }
-  std::vector<float> amax(size_t(ngr) * ngc, 0.0f);
+  for (size_t i = 0; i < size_t(rows) * cols; i++) x[i] = NAN;
+  for (int r = 0; r < rows && narrow; r++)
+    narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
+  if (dec_out) dec_out->assign(size_t(g.ngr) * g.ngc, 1.0f);
+}
+
+// Every group's scale (ngr x ngc, group-major) from the row amaxes: the groups' amaxes (max
+// is exact in any order), then the scales. Returns NVFP4's tensor scale (1 for the others).
+float scales_from_row_amax(const OperandRecipe& o, const GroupGrid& g,
+                           const std::vector<float>& row_amax, bool lanes,
+                           std::vector<GroupScale>* scale) {
+  const int ngc = g.ngc;
+  std::vector<float> amax(size_t(g.ngr) * ngc, 0.0f);
   float tensor_amax = 0;
-  for (int r = 0; r < rows; r++)
+  for (int r = 0; r < g.rows; r++)
     for (int j = 0; j < ngc; j++) {
-      float& m = amax[size_t(r / gr) * ngc + j];
+      float& m = amax[size_t(r / g.gr) * ngc + j];
       const float a = row_amax[size_t(r) * ngc + j];
       m = a > m ? a : m;
       tensor_amax = a > tensor_amax ? a : tensor_amax;
@@ -227,18 +239,22 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
       o.scale == ScaleFormat::E4M3
           ? fp8_scale_from_amax(tensor_amax, E4M3_MAX * elem_format_max(o.elem), 0)
           : 1.0f;
-  std::vector<GroupScale> scale(amax.size());
+  scale->resize(amax.size());
   if (lanes && o.scale == ScaleFormat::E4M3)
-    nvfp4_group_scales(scale.data(), amax.data(), amax.size(), elem_max_value(o.elem),
+    nvfp4_group_scales(scale->data(), amax.data(), amax.size(), elem_max_value(o.elem),
                        tensor_scale);
   else if (lanes && o.scale == ScaleFormat::E8M0)
-    mx_group_scales(scale.data(), amax.data(), amax.size(), o.elem, o.scale_rule);
+    mx_group_scales(scale->data(), amax.data(), amax.size(), o.elem, o.scale_rule);
   else
-    for (size_t i = 0; i < amax.size(); i++) scale[i] = group_scale(o, amax[i], tensor_scale);
-  if (dec_out) {  // q dec with dec = 1 is q: the same rounding, the multiplier kept apart
-    dec_out->resize(scale.size());
-    for (size_t i = 0; i < scale.size(); i++) (*dec_out)[i] = scale[i].dec, scale[i].dec = 1.0f;
-  }
+    for (size_t i = 0; i < amax.size(); i++) (*scale)[i] = group_scale(o, amax[i], tensor_scale);
+  return tensor_scale;
+}
+
+// Every row rounded at its groups' scales (and narrowed to bf16 when narrow is given);
+// saturated (when given) += the values clipped.
+void round_rows(float* x, const GroupGrid& g, const OperandRecipe& o, const GroupScale* scale,
+                uint64_t seed, bool lanes, bool big, size_t* saturated, bf16* narrow) {
+  const int rows = g.rows, cols = g.cols;
   const bool sr = o.rounding == RoundMode::Stochastic;
   const RowFn apply = lanes ? row_fn<true>(o.elem, sr) : row_fn<false>(o.elem, sr);
   const uint64_t mixed = quant_sr_seed(seed);
@@ -246,11 +262,39 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
 #pragma omp parallel for schedule(static) if (big)
   for (int r = 0; r < rows; r++) {
     float* xr = x + size_t(r) * cols;
-    apply(xr, cols, gc, scale.data() + size_t(r / gr) * ngc, mixed, uint64_t(r) * cols,
+    apply(xr, cols, g.gc, scale + size_t(r / g.gr) * g.ngc, mixed, uint64_t(r) * cols,
           saturated ? &row_sat[r] : nullptr);
     if (narrow) narrow_row(narrow + size_t(r) * cols, xr, cols);
   }
   for (int n : row_sat) *saturated += size_t(n);
+}
+
+// dec_out (when given): x keeps the codes q and dec_out every group's multiplier, group-major.
+// narrow (when given): x's result rounded to bf16 as well.
+float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64_t seed,
+                    size_t* saturated, bool lanes, std::vector<float>* dec_out,
+                    bf16* narrow = nullptr) {
+  // A bf16 operand stays as it is: the model's operands are bf16 values already.
+  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
+    for (int r = 0; r < rows && narrow; r++)
+      narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
+    return 1.0f;
+  }
+  const GroupGrid g = group_grid(o, rows, cols);
+  // Small operands run on one thread: a parallel region costs more than they do.
+  const bool big = size_t(rows) * cols >= kParallelMin;
+  std::vector<float> row_amax(size_t(rows) * g.ngc);
+  if (row_group_amax(x, g, lanes, big, row_amax.data())) {
+    poison_operand(x, g, big, dec_out, narrow);
+    return 1.0f;
+  }
+  std::vector<GroupScale> scale;
+  const float tensor_scale = scales_from_row_amax(o, g, row_amax, lanes, &scale);
+  if (dec_out) {  // q dec with dec = 1 is q: the same rounding, the multiplier kept apart
+    dec_out->resize(scale.size());
+    for (size_t i = 0; i < scale.size(); i++) (*dec_out)[i] = scale[i].dec, scale[i].dec = 1.0f;
+  }
+  round_rows(x, g, o, scale.data(), seed, lanes, big, saturated, narrow);
   return o.scale == ScaleFormat::E4M3 ? 1.0f / tensor_scale : 1.0f;
 }
 
