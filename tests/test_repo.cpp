@@ -36,10 +36,12 @@ std::vector<std::string> tracked_files(std::string* root) {
 }
 
 // The commands `make -n` prints for `target` with the given WERROR setting, run without
-// the calling make's flags (a `make test WERROR=1` would otherwise pass its own down).
+// the calling make's flags (a `make test WERROR=1` would otherwise pass its own down), and
+// in the default variant: make exports its command line's variables to the tests it runs,
+// so under `make test SAN=1` the objects named would be build/san's.
 std::string make_dry_run(const std::string& target, const std::string& werror) {
   std::string out;
-  run_shell("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u WERROR make -n -B SKIP_SETUP=1 " +
+  run_shell("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u WERROR make -n -B SKIP_SETUP=1 SAN= NO_MPI= NO_BLAS= " +
                 werror + " " + target + " 2>&1",
             &out);
   return out;
