@@ -123,7 +123,10 @@ class CommBootstrap final : public Bootstrap {
   int world() const override { return c_.world(); }
   void share_from_rank0(void* data, size_t bytes) override { c_.broadcast(data, bytes, 0); }
   int gone_rank() override { return -1; }
-  [[noreturn]] void abort(int code) override { c_.abort(code); }
+  [[noreturn]] void abort(int code) override {
+    c_.abort(code);
+    std::exit(code);  // not reached: the communicator's abort does not return
+  }
 
  private:
   Comm& c_;
