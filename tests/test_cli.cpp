@@ -645,7 +645,7 @@ TEST_CASE("dist: CPU processes launched without MPI are refused with a pointer t
        {std::string(tgt::binary() + " " + tiny_args(run.path) +
                     " --dist.world_size=2 --dist.rank=1 --dist.rendezvous=tcp://127.0.0.1:" +
                     std::to_string(tgt::free_port())),
-        "TG_WORLD_SIZE=3 TG_RANK=0 " + tgt::binary() + " " + tiny_args(run.path)}) {
+        "env TG_WORLD_SIZE=3 TG_RANK=0 " + tgt::binary() + " " + tiny_args(run.path)}) {
     std::string out;
     int rc = tgt::run_shell("timeout 60 " + launch + " --train.device=cpu", &out);
     INFO(launch << "\n" << out);
