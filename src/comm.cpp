@@ -1,3 +1,5 @@
+// comm.cpp: the single-process and MPI communicators, and the process-wide state of how this
+// process was launched (comm.h).
 #include "comm.h"
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 #include <vector>
 
 #include "common.h"
+#include "rendezvous.h"
 
 #ifndef TG_NO_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API is all we use
@@ -111,15 +114,42 @@ class MpiComm final : public Comm {
 };
 #endif
 
+// The bootstrap over a host communicator: its broadcast hands the bytes over.
+class CommBootstrap final : public Bootstrap {
+ public:
+  explicit CommBootstrap(Comm& c) : c_(c) {}
+  std::string name() const override { return c_.name(); }
+  int rank() const override { return c_.rank(); }
+  int world() const override { return c_.world(); }
+  void share_from_rank0(void* data, size_t bytes) override { c_.broadcast(data, bytes, 0); }
+  int gone_rank() override { return -1; }
+  [[noreturn]] void abort(int code) override {
+    c_.abort(code);
+    std::exit(code);  // not reached: the communicator's abort does not return
+  }
+
+ private:
+  Comm& c_;
+};
+
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
     if (getenv(v)) return true;
   return false;
 }
 
-std::unique_ptr<Comm>& instance() {
-  static std::unique_ptr<Comm> c;
-  return c;
+// How this process was launched: the options resolved by comm_init, the host communicator
+// (none for several processes without MPI) and the bootstrap once asked for.
+struct Launch {
+  bool set = false;
+  DistOptions options;
+  std::unique_ptr<Comm> comm;
+  std::unique_ptr<Bootstrap> bootstrap;
+};
+
+Launch& launch() {
+  static Launch l;
+  return l;
 }
 
 int env_int(const char* name, int fallback) {
@@ -142,45 +172,51 @@ DistOptions resolve(DistOptions o) {
 }
 
 void init_from(const DistOptions& given) {
-  auto& c = instance();
+  Launch& l = launch();
 #ifndef TG_NO_MPI
   if (launched_by_mpi()) {
-    c = std::make_unique<MpiComm>();
-    // Finalise MPI at a normal exit.
-    std::atexit([] { instance().reset(); });
-    if (given.world > 0 && given.world != c->world())
+    l.comm = std::make_unique<MpiComm>();
+    l.set = true;
+    l.options = given;
+    l.options.rank = l.comm->rank();
+    l.options.world = l.comm->world();
+    // Finalise MPI at a normal exit (after the bootstrap over it).
+    std::atexit([] {
+      launch().bootstrap.reset();
+      launch().comm.reset();
+    });
+    if (given.world > 0 && given.world != l.comm->world())
       throw UsageError(
           strf("config key 'dist.world_size': %d, but mpirun started %d processes "
                "(under MPI leave dist.* unset)",
-               given.world, c->world()));
+               given.world, l.comm->world()));
     return;
   }
 #endif
   DistOptions o = resolve(given);
-  if (o.world <= 1) {
-    c = std::make_unique<SingleComm>();
-    return;
-  }
+  if (o.world <= 1) o = DistOptions{0, 1, "", o.timeout_s};
   if (o.rank >= o.world)
     throw UsageError(
         strf("config key 'dist.rank': %d is not below the world size %d", o.rank, o.world));
-  if (o.rendezvous.empty())
-    throw UsageError(
-        strf("config key 'dist.rendezvous': %d processes without MPI need a meeting point, "
-             "tcp://HOST:PORT or file:///PATH (or $TG_RENDEZVOUS)",
-             o.world));
-  c = make_tcp_comm(o.rank, o.world, o.rendezvous, o.timeout_s);
+  if (o.world == 1) l.comm = std::make_unique<SingleComm>();
+  l.options = o;
+  l.set = true;
+}
+
+Launch& launched() {
+  if (!launch().set) init_from(DistOptions{});
+  return launch();
 }
 
 }  // namespace
 
 void comm_init(const DistOptions& o) {
-  auto& c = instance();
-  if (c) {
+  Launch& l = launch();
+  if (l.set) {
     // Already set up (e.g. by an earlier run in this process): it must be the same world.
     DistOptions r = o;
     if (!launched_by_mpi()) r = resolve(o);
-    if (r.world > 1 && r.world != c->world())
+    if (r.world > 1 && r.world != l.options.world)
       throw Error("the communicator is already set up with another world size");
     return;
   }
@@ -188,22 +224,67 @@ void comm_init(const DistOptions& o) {
 }
 
 Comm& comm() {
-  if (!instance()) init_from(DistOptions{});
-  return *instance();
+  Launch& l = launched();
+  if (l.comm) return *l.comm;
+  const int n = l.options.world;
+#ifdef TG_NO_MPI
+  throw UsageError(
+      strf("%d processes on the CPU train together only under MPI, and this binary was built "
+           "without it (NO_MPI=1): rebuild with OpenMPI and start them with `mpirun -np %d "
+           "./train_gpt ...` (dist.world_size / TG_WORLD_SIZE without MPI serve GPU jobs only)",
+           n, n));
+#else
+  throw UsageError(
+      strf("%d processes on the CPU train together only under MPI: start them with `mpirun "
+           "-np %d ./train_gpt ...` (dist.world_size / TG_WORLD_SIZE without MPI serve GPU jobs "
+           "only, whose NCCL meets at dist.rendezvous)",
+           n, n));
+#endif
 }
 
+Bootstrap& comm_bootstrap() {
+  Launch& l = launched();
+  if (l.bootstrap) return *l.bootstrap;
+  if (l.comm) {
+    l.bootstrap = make_comm_bootstrap(*l.comm);
+    return *l.bootstrap;
+  }
+  const DistOptions& o = l.options;
+  if (o.rendezvous.empty())
+    throw UsageError(
+        strf("config key 'dist.rendezvous': %d GPU processes without MPI need a meeting point, "
+             "tcp://HOST:PORT or file:///PATH (or $TG_RENDEZVOUS)",
+             o.world));
+  l.bootstrap = join_rendezvous(o.rank, o.world, o.rendezvous, o.timeout_s);
+  return *l.bootstrap;
+}
+
+int comm_rank() { return launched().options.rank; }
+int comm_world() { return launched().options.world; }
+
 std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
+
+std::unique_ptr<Bootstrap> make_comm_bootstrap(Comm& c) {
+  return std::make_unique<CommBootstrap>(c);
+}
+
+void comm_abort(int code) {
+  Launch& l = launch();
+  if (l.bootstrap) l.bootstrap->abort(code);
+  if (l.comm) l.comm->abort(code);
+  std::exit(code);
+}
 
 int comm_local_rank() {
   for (const char* v :
        {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
     if (getenv(v)) return env_int(v, 0);
-  return comm().rank();
+  return comm_rank();
 }
 
 bool comm_is_distributed() {
-  auto& c = instance();
-  return c && c->world() > 1;
+  const Launch& l = launch();
+  return l.comm ? l.comm->world() > 1 : l.bootstrap != nullptr;
 }
 
 }  // namespace tg

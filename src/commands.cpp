@@ -347,9 +347,9 @@ namespace {
 // none waits forever in a collective.
 int fail(int code, const char* what) {
   if (comm_is_distributed()) {
-    fprintf(stderr, "train_gpt: error (rank %d): %s\n", comm().rank(), what);
+    fprintf(stderr, "train_gpt: error (rank %d): %s\n", comm_rank(), what);
     fflush(stderr);
-    comm().abort(code);
+    comm_abort(code);
   }
   fprintf(stderr, "train_gpt: error: %s\n", what);
   return code;

@@ -54,8 +54,9 @@ struct Config {
     bool adapt_threads = true;  // fewer CPU threads while another process shares the cores  // a
                                 // fresh run in a used out_dir moves the old run aside
   } train;
-  // Launching several processes without MPI (src/comm.h): rank and world size from these
-  // keys or the environment (TG_RANK, TG_WORLD_SIZE, TG_RENDEZVOUS).
+  // Launching several GPU processes without MPI (src/comm.h; CPU processes need mpirun): rank,
+  // world size and meeting point from these keys or the environment (TG_RANK, TG_WORLD_SIZE,
+  // TG_RENDEZVOUS).
   struct Dist {
     int rank = -1;           // -1: TG_RANK, else 0
     int world_size = 0;      // 0: TG_WORLD_SIZE, else 1

@@ -86,7 +86,7 @@ const CudaLibrary& cuda_library() {
 
 bool cuda_library_loaded() { return g_library != nullptr; }
 
-std::unique_ptr<Comm> make_gpu_comm(Comm& bootstrap, Backend& backend) {
+std::unique_ptr<Comm> make_gpu_comm(Bootstrap& bootstrap, Backend& backend) {
   const CudaLibrary& lib = cuda_library();
   if (!lib.make_nccl_comm)
     throw Error(

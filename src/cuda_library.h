@@ -23,9 +23,10 @@ struct CudaLibrary {
   int abi;
   int (*device_count)();
   std::unique_ptr<Backend> (*make_backend)(int device, const BackendOptions& options);
-  std::unique_ptr<Comm> (*make_nccl_comm)(Comm& bootstrap, Backend& backend);  // null without NCCL
+  // Null without NCCL.
+  std::unique_ptr<Comm> (*make_nccl_comm)(Bootstrap& bootstrap, Backend& backend);
 };
-constexpr int kCudaLibraryAbi = 2;
+constexpr int kCudaLibraryAbi = 3;
 
 // Whether this binary was built with the CUDA backend (nvcc was found).
 bool cuda_built();
@@ -42,7 +43,7 @@ std::string cuda_library_path();
 
 // Several GPUs' communicator over NCCL for the CUDA backend `backend`, from the library (an
 // Error when built without NCCL's header, or when libnccl cannot be loaded).
-std::unique_ptr<Comm> make_gpu_comm(Comm& bootstrap, Backend& backend);
+std::unique_ptr<Comm> make_gpu_comm(Bootstrap& bootstrap, Backend& backend);
 
 }  // namespace tg
 

@@ -112,12 +112,12 @@ bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, 
 Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   const Config& c = cfg_;
   comm_init(DistOptions{c.dist.rank, c.dist.world_size, c.dist.rendezvous, c.dist.timeout});
-  Comm& job = comm();  // MPI, TCP or single process: how the processes found each other
   be_ = make_backend(cfg_, comm_local_rank());
-  // GPUs reduce over NCCL, bootstrapped by the job's communicator; every collective of the
-  // run then goes through it (host values are staged through the GPU).
-  if (job.world() > 1 && be_->name() == "cuda") nccl_ = make_gpu_comm(job, *be_);
-  cm_ = nccl_ ? nccl_.get() : &job;
+  // GPUs reduce over NCCL, its id handed over by MPI or the rendezvous; every collective of
+  // the run then goes through it (host values are staged through the GPU). CPU processes
+  // reduce over MPI (comm() refuses several of them without it).
+  if (comm_world() > 1 && be_->name() == "cuda") nccl_ = make_gpu_comm(comm_bootstrap(), *be_);
+  cm_ = nccl_ ? nccl_.get() : &comm();
 
   // Model shape; an llm.c file defines it, and the effective config records it.
   if (!c.model.init_from.empty()) {

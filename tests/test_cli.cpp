@@ -638,58 +638,23 @@ TEST_CASE("mpi: a missing or corrupt ZeRO-1 optimizer file is named") {
                     doctest::Contains("optim_rank00001.bin"));
 }
 
-namespace {
-// Runs np train_gpt processes without MPI, meeting over TCP on localhost (or at `rendezvous`).
-int run_tcp(int np, const std::string& args, std::string* out, std::string rendezvous = "") {
-  if (rendezvous.empty()) rendezvous = "tcp://127.0.0.1:" + std::to_string(tgt::free_port());
-  return tgt::run_shell("pids=''; for r in $(seq 0 " + std::to_string(np - 1) +
-                            "); do timeout 120 " + tgt::binary() + " " + args +
-                            " --train.threads=1 --dist.world_size=" + std::to_string(np) +
-                            " --dist.rank=$r --dist.rendezvous=" + rendezvous +
-                            " & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || "
-                            "rc=$?; done; exit $rc",
-                        out);
-}
-}  // namespace
-
-TEST_CASE("tcp: 2 processes without MPI; ZeRO-1 through a file rendezvous equals plain") {
-  tgt::TempDir tcp, tcp_zero;
-  std::string out;
-  const std::string args = " --train.steps=10 --data.batch_size=4 --precision.mode=bf16";
-  int rc = run_tcp(2, tiny_args(tcp.path) + args, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
-  CHECK(out.find("data parallel: TCP, 2 processes") != std::string::npos);
-  rc = run_tcp(2, tiny_args(tcp_zero.path) + args + " --train.zero_stage=1", &out,
-               "file://" + tcp_zero.path + "/rendezvous");
-  INFO(out);
-  REQUIRE(rc == 0);
-  CHECK(!tg::file_exists(tcp_zero / "rendezvous"));  // removed once everyone arrived
-  check_same_losses(tcp.path, tcp_zero.path, 10);
-}
-
-TEST_CASE("mpi: processes launched without MPI train bit-identically to MPI ranks") {
-  tgt::TempDir mpi, tcp;
-  std::string out;
-  const std::string args = " --train.steps=10 --data.batch_size=4 --precision.mode=bf16";
-  REQUIRE(run_mpi(2, tiny_args(mpi.path) + args, &out) == 0);
-  int rc = run_tcp(2, tiny_args(tcp.path) + args, &out);
-  INFO(out);
-  REQUIRE(rc == 0);
-  check_same_losses(mpi.path, tcp.path, 10);
-}
-
-TEST_CASE("tcp: a failing process ends the others with an error naming it") {
+TEST_CASE("dist: CPU processes launched without MPI are refused with a pointer to mpirun") {
   tgt::TempDir run;
-  std::string out;
-  setenv("TG_TEST_FAIL_RANK", "1", 1);
-  int rc = run_tcp(2, tiny_args(run.path) + " --train.steps=10 --data.batch_size=4", &out);
-  unsetenv("TG_TEST_FAIL_RANK");
-  INFO(out);
-  CHECK(rc != 0);
-  CHECK(rc != 124);  // ended by the failure, not by the timeout
-  CHECK(out.find("error (rank 1): injected failure on rank 1") != std::string::npos);
-  CHECK(out.find("error (rank 0): lost the connection to rank 1") != std::string::npos);
+  // By the config keys, and by the environment (as a job script or srun would start them).
+  for (const std::string& launch :
+       {std::string(tgt::binary() + " " + tiny_args(run.path) +
+                    " --dist.world_size=2 --dist.rank=1 --dist.rendezvous=tcp://127.0.0.1:" +
+                    std::to_string(tgt::free_port())),
+        "env TG_WORLD_SIZE=3 TG_RANK=0 " + tgt::binary() + " " + tiny_args(run.path)}) {
+    std::string out;
+    int rc = tgt::run_shell("timeout 60 " + launch + " --train.device=cpu", &out);
+    INFO(launch << "\n" << out);
+    CHECK(rc == 2);
+    CHECK(out.find("processes on the CPU train together only under MPI") != std::string::npos);
+    CHECK(out.find("`mpirun -np ") != std::string::npos);
+    // Refused before anything was trained or written.
+    CHECK(!tg::file_exists(run / "metrics.jsonl"));
+  }
 }
 
 TEST_CASE("mpi: the memory plan of 2 ranks, plain and ZeRO-1, equals the measured peak") {

@@ -1,9 +1,10 @@
 // nccl_comm.cu: the communicator for GPUs, NCCL over the GPUs of every rank.
 //
-// A GPU job starts like a CPU one (mpirun, or without MPI through a TCP/file rendezvous);
-// that first communicator is only the bootstrap: rank 0 creates an ncclUniqueId, the
-// bootstrap broadcasts it, and every rank joins the NCCL communicator with it. From then on
-// every collective of the job goes through NCCL.
+// A GPU job starts under mpirun or, without MPI, at a tcp:// or file:// rendezvous
+// (src/rendezvous.h); either is only the bootstrap: rank 0 creates an ncclUniqueId, the
+// bootstrap hands it to every rank, and every rank joins the NCCL communicator with it. From
+// then on every collective of the job goes through NCCL; the bootstrap only watches for a
+// process that has gone and ends the job.
 //
 // NCCL is a run-time dependency, loaded when the first communicator is made (nccl_api): the
 // functions the process already has (a libnccl loaded by someone else, or the emulated tests'
@@ -122,12 +123,12 @@ bool is_device_pointer(const void* p) {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(Comm& bootstrap, Backend& backend)
+  NcclComm(Bootstrap& bootstrap, Backend& backend)
       : nccl_(nccl_api()), boot_(bootstrap), backend_stream_(gpu::backend_stream(backend)) {
     cuda_check(cudaSetDevice(backend.device_index()), "cudaSetDevice");
     ncclUniqueId id;
     if (boot_.rank() == 0) nccl_check(nccl_.get_unique_id(&id), "ncclGetUniqueId");
-    boot_.broadcast(&id, sizeof(id), 0);
+    boot_.share_from_rank0(&id, sizeof(id));
     nccl_check(nccl_.comm_init_rank(&comm_, boot_.world(), id, boot_.rank()), "ncclCommInitRank");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&backend_done_, cudaEventDisableTiming), "cudaEventCreate");
@@ -218,7 +219,7 @@ class NcclComm final : public Comm {
 
   [[noreturn]] void abort(int code) override {
     // Free the other GPUs from any collective they wait in, then end the job the bootstrap's
-    // way (MPI_Abort, or closing the TCP connections).
+    // way (MPI_Abort, or closing the rendezvous's connections).
     if (comm_) nccl_.comm_abort(comm_);
     comm_ = nullptr;
     boot_.abort(code);
@@ -261,7 +262,7 @@ class NcclComm final : public Comm {
   }
   // Waits for the queued collective, watching the job: when another process has gone (it
   // failed, or was killed), the NCCL kernels here would wait for it forever, so the
-  // communicator is aborted and this rank fails too.
+  // communicator is aborted and this rank fails too, naming it.
   void sync() {
     for (int spins = 0;; spins++) {
       cudaError_t q = cudaStreamQuery(stream_);
@@ -270,12 +271,16 @@ class NcclComm final : public Comm {
       if (spins % 1000 == 999) {
         ncclResult_t async = ncclSuccess;
         nccl_.comm_get_async_error(comm_, &async);
-        if (async != ncclSuccess || !boot_.peers_alive()) {
+        const int gone = async == ncclSuccess ? boot_.gone_rank() : -1;
+        // A peer that finished the last collective may exit before this rank sees it done.
+        if (gone >= 0 && cudaStreamQuery(stream_) == cudaSuccess) return;
+        if (async != ncclSuccess || gone >= 0) {
           nccl_.comm_abort(comm_);
           comm_ = nullptr;
           if (async != ncclSuccess)
             throw Error(strf("NCCL failed during a collective: %s", nccl_.get_error_string(async)));
-          throw Error("another process of the job has gone; stopping");
+          throw Error(
+              strf("rank %d of the job has gone (it failed or was stopped); stopping", gone));
         }
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -295,7 +300,7 @@ class NcclComm final : public Comm {
   }
 
   const NcclApi& nccl_;
-  Comm& boot_;
+  Bootstrap& boot_;
   cudaStream_t backend_stream_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -307,7 +312,7 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, Backend& backend) {
+std::unique_ptr<Comm> make_nccl_comm(Bootstrap& bootstrap, Backend& backend) {
   return std::make_unique<NcclComm>(bootstrap, backend);
 }
 

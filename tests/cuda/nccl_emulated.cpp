@@ -10,7 +10,6 @@
 #ifdef TG_NCCL
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "src/comm.h"
 #include "src/model.h"
@@ -18,44 +17,22 @@
 
 namespace {
 
-// The bootstrap of rank `rank` in an emulated world of `world` ranks whose peers hold this
-// rank's data (as the emulated NCCL's do): a sum is world times the value, a maximum the
-// value, a gather this rank's part in every slot, a broadcast (the NCCL unique id's) leaves
-// the data as it is.
-class EmulatedWorld final : public tg::Comm {
+// The bootstrap of rank `rank` in an emulated world of `world` ranks, whose NCCL peers hold
+// this rank's data (tests/cuda/nccl_emulation.cpp): the NCCL unique id it hands over stays as
+// rank 0 made it, and no process ever goes.
+class EmulatedWorld final : public tg::Bootstrap {
  public:
   EmulatedWorld(int rank, int world) : rank_(rank), world_(world) {}
   std::string name() const override { return "emulated world"; }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
-  void all_reduce_sum(float* x, size_t n) override { times_world(x, n); }
-  void all_reduce_sum(double* x, size_t n) override { times_world(x, n); }
-  void all_reduce_max(float*, size_t) override {}
-  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
-    char* o = static_cast<char*>(out);
-    const char* mine = in ? static_cast<const char*>(in) : o + size_t(rank_) * bytes;
-    for (int r = 0; r < world_; r++)
-      if (o + size_t(r) * bytes != mine) std::memmove(o + size_t(r) * bytes, mine, bytes);
-  }
-  void reduce_scatter_sum(const float* in, float* out, size_t n) override {
-    std::copy(in + size_t(rank_) * n, in + size_t(rank_ + 1) * n, out);
-    times_world(out, n);
-  }
-  void broadcast(void*, size_t, int) override {}
-  void barrier() override {}
+  void share_from_rank0(void*, size_t) override {}
+  int gone_rank() override { return -1; }
   [[noreturn]] void abort(int code) override {
     throw tg::Error(tg::strf("emulated world: abort(%d)", code));
   }
 
  private:
-  template <typename T>
-  void times_world(T* x, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-      T s = x[i];
-      for (int r = 1; r < world_; r++) s += x[i];
-      x[i] = s;
-    }
-  }
   int rank_, world_;
 };
 

@@ -1,4 +1,4 @@
-// The NCCL communicator with world size 1 (one GPU), bootstrapped by the single-process
+// The NCCL communicator with world size 1 (one GPU), bootstrapped over the single-process
 // communicator: every collective on device buffers (in place, as training uses them) and on
 // host buffers (staged through the GPU), plus ZeRO-1 and plain data-parallel training of the
 // CUDA backend through it, which must equal a run without a communicator. Several GPUs need
@@ -28,7 +28,8 @@ std::vector<float> on_device_roundtrip(tg::Backend& be, tg::Comm& c, const std::
 TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers") {
   TG_REQUIRE_GPU();
   // A single-process bootstrap (not the process-wide communicator, which tests leave alone).
-  std::unique_ptr<tg::Comm> boot = tg::make_single_comm();
+  std::unique_ptr<tg::Comm> single = tg::make_single_comm();
+  std::unique_ptr<tg::Bootstrap> boot = tg::make_comm_bootstrap(*single);
   auto be = tg::make_cuda_backend();
   std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, *be);
   CHECK(c->world() == 1);
@@ -64,7 +65,8 @@ TEST_CASE("cuda: nccl every collective with one GPU, on device and host buffers"
 TEST_CASE("cuda: nccl a bf16 step through NCCL (plain and ZeRO-1) equals one without") {
   TG_REQUIRE_GPU();
   // A single-process bootstrap (not the process-wide communicator, which tests leave alone).
-  std::unique_ptr<tg::Comm> boot = tg::make_single_comm();
+  std::unique_ptr<tg::Comm> single = tg::make_single_comm();
+  std::unique_ptr<tg::Bootstrap> boot = tg::make_comm_bootstrap(*single);
   tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 256, 64);
   auto be = tg::make_cuda_backend();
   std::unique_ptr<tg::Comm> c = tg::make_nccl_comm(*boot, *be);
