@@ -47,7 +47,7 @@ struct ModeSpec {
   void (*outliers)(Config&) = nullptr;  // the outlier-handling studies: their keys
 };
 
-// Outlier handling (README: Adaptive precision; docs/outlier-study): the same uniform NVFP4 in
+// Outlier handling (docs/precision.md: Adaptive precision; docs/outlier-study): the same uniform NVFP4 in
 // every layer as nvfp4-no-bf16last, with the outlier channels of the forward GEMMs split out
 // into bf16 (auto's machinery with NVFP4 as its only candidate), or every channel smoothed.
 void nvfp4_split(Config& c) {
