@@ -132,11 +132,11 @@ std::string broken_link_reason(const std::string& root, const std::string& from,
   if (colon != std::string::npos && link.find_first_of("/#") > colon) return "";
   const size_t hash = link.find('#');
   const std::string path = link.substr(0, hash);
-  const std::string target =
-      path.empty() ? from
-                   : (std::filesystem::path(from).parent_path() / path)
-                         .lexically_normal()
-                         .generic_string();
+  std::string target = path.empty() ? from
+                                     : (std::filesystem::path(from).parent_path() / path)
+                                           .lexically_normal()
+                                           .generic_string();
+  if (target.size() > 1 && target.back() == '/') target.pop_back();  // a folder, "dir/"
   if (!paths.count(target)) return "no such file in the checkout: " + target;
   if (hash == std::string::npos || target.size() < 3 ||
       target.compare(target.size() - 3, 3, ".md") != 0)
