@@ -128,7 +128,7 @@ std::vector<ModeSpec> adaptive_studies() {
        "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
        "precision.auto.threshold_db (src/auto_precision.h)",
        {}},
-      // Outlier handling (README: Adaptive precision; docs/outlier-study), each beside the plain
+      // Outlier handling (docs/precision.md: Adaptive precision; docs/outlier-study), each beside the plain
       // recipe it changes: the same uniform NVFP4 in every layer as nvfp4-no-bf16last, with the
       // outlier channels of the forward GEMMs split out into bf16 (auto's machinery with NVFP4
       // as its only candidate), or every channel smoothed.

@@ -1,6 +1,6 @@
 // precision.h: the precision mode, parsed once from the precision.* keys.
 //
-// A mode names a preset (README: Precision modes): the compute type of weights and
+// A mode names a preset (docs/precision.md): the compute type of weights and
 // activations, whether the block linears run quantized, and the loss scaling that `auto`
 // resolves to. Code reads this description, never the mode string.
 #pragma once

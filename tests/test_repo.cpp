@@ -5,9 +5,16 @@
 //   (studies keep their reports; their READMEs name the command that remakes the runs).
 // - Warnings are errors only where asked (WERROR=1, as CI builds): a user's compiler, newer
 //   than ours, may warn about more and must still build.
+// - The manual's links hold: every relative link in README.md and the markdown under docs/
+//   names a file of the checkout, and a link to a heading of a markdown file names one that
+//   exists (pages and pictures move between README.md and docs/, whose links are relative to
+//   different folders). The README's examples name only files a user has.
 #include <doctest/doctest.h>
 
+#include <cctype>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,12 +29,14 @@ constexpr uintmax_t kMaxTreeBytes = uintmax_t(16) << 20;
 constexpr uintmax_t kMaxFileBytes = uintmax_t(1) << 20;
 
 // The tracked files of the checkout the tests run in ("" entries dropped); empty when this
-// is no git checkout (a source tarball) or git is missing.
-std::vector<std::string> tracked_files(std::string* root) {
+// is no git checkout (a source tarball) or git is missing. With `untracked`, also the files
+// not yet added that git does not ignore (a new page is linked before it is committed).
+std::vector<std::string> tracked_files(std::string* root, bool untracked = false) {
   std::string out;
   if (run_shell("git rev-parse --show-toplevel 2>/dev/null", &out) != 0) return {};
   *root = out.substr(0, out.find('\n'));
-  if (run_shell("cd '" + *root + "' && git ls-files", &out) != 0) return {};
+  const std::string others = untracked ? " --cached --others --exclude-standard" : "";
+  if (run_shell("cd '" + *root + "' && git ls-files" + others, &out) != 0) return {};
   std::vector<std::string> files;
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);)
@@ -54,6 +63,91 @@ std::string lines_with(const std::string& text, const std::string& tool) {
   for (std::string line; std::getline(in, line);)
     if (line.find(tool) != std::string::npos) keep += line + "\n";
   return keep;
+}
+
+// GitHub's anchor for a heading's text: lower case; letters, digits, '-', '_' and non-ASCII
+// bytes kept, spaces turned into '-', everything else (punctuation, backticks) dropped.
+std::string heading_anchor(const std::string& heading) {
+  std::string anchor;
+  for (const char c : heading) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == ' ') anchor += '-';
+    else if (std::isalnum(u)) anchor += static_cast<char>(std::tolower(u));
+    else if (c == '-' || c == '_' || u >= 0x80) anchor += c;
+  }
+  return anchor;
+}
+
+// `line` with its inline code spans blanked, so that `a[i](x)` in code is no link.
+std::string without_code_spans(const std::string& line) {
+  std::string out = line;
+  for (size_t open = out.find('`'); open != std::string::npos; open = out.find('`', open)) {
+    const size_t close = out.find('`', open + 1);
+    if (close == std::string::npos) break;
+    for (size_t i = open; i <= close; ++i) out[i] = ' ';
+    open = close + 1;
+  }
+  return out;
+}
+
+struct MarkdownLink {
+  int line;
+  std::string target;  // as written: path, path#anchor or #anchor
+};
+
+// The inline links and images of a markdown text outside fenced code, and the anchors of its
+// headings (a repeated heading's anchor gets -1, -2, ... as on GitHub).
+void scan_markdown(const std::string& text, std::vector<MarkdownLink>* links,
+                   std::set<std::string>* anchors) {
+  std::istringstream in(text);
+  std::map<std::string, int> seen;
+  bool fenced = false;
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, 3, "```") == 0) {
+      fenced = !fenced;
+      continue;
+    }
+    if (fenced) continue;
+    const size_t hashes = line.find_first_not_of('#');
+    if (hashes >= 1 && hashes <= 6 && hashes < line.size() && line[hashes] == ' ') {
+      const std::string anchor = heading_anchor(line.substr(hashes + 1));
+      const int k = seen[anchor]++;
+      anchors->insert(k == 0 ? anchor : anchor + "-" + std::to_string(k));
+    }
+    const std::string plain = without_code_spans(line);
+    for (size_t at = plain.find("]("); at != std::string::npos; at = plain.find("](", at + 2)) {
+      const size_t end = plain.find_first_of(") \t", at + 2);
+      links->push_back({number, plain.substr(at + 2, end - (at + 2))});
+    }
+  }
+}
+
+// Why `link`, written in the markdown file `from` (a path relative to the checkout), does
+// not resolve among `paths` (the checkout's files and folders); "" when it does. Web links
+// (a scheme such as https:) are not followed.
+std::string broken_link_reason(const std::string& root, const std::string& from,
+                               const std::string& link, const std::set<std::string>& paths) {
+  const size_t colon = link.find(':');
+  if (colon != std::string::npos && link.find_first_of("/#") > colon) return "";
+  const size_t hash = link.find('#');
+  const std::string path = link.substr(0, hash);
+  std::string target = path.empty() ? from
+                                     : (std::filesystem::path(from).parent_path() / path)
+                                           .lexically_normal()
+                                           .generic_string();
+  if (target.size() > 1 && target.back() == '/') target.pop_back();  // a folder, "dir/"
+  if (!paths.count(target)) return "no such file in the checkout: " + target;
+  if (hash == std::string::npos || target.size() < 3 ||
+      target.compare(target.size() - 3, 3, ".md") != 0)
+    return "";
+  std::vector<MarkdownLink> unused;
+  std::set<std::string> anchors;
+  scan_markdown(slurp(root + "/" + target), &unused, &anchors);
+  const std::string anchor = link.substr(hash + 1);
+  return anchors.count(anchor) ? "" : target + " has no heading #" + anchor;
 }
 
 }  // namespace
@@ -101,4 +195,43 @@ TEST_CASE("build: warnings are errors with WERROR=1 only") {
     CHECK(plain.find("-Werror") == std::string::npos);
     CHECK(strict.find("-Werror") != std::string::npos);
   }
+}
+
+TEST_CASE("docs: every relative link in README.md and docs/ names a file and heading that exist") {
+  std::string root;
+  const std::vector<std::string> files = tracked_files(&root, /*untracked=*/true);
+  if (files.empty()) {
+    MESSAGE("skipped: not a git checkout (git ls-files gave nothing)");
+    return;
+  }
+  std::set<std::string> paths(files.begin(), files.end());
+  for (const std::string& f : files)  // a link may name a folder (a study's directory)
+    for (auto p = std::filesystem::path(f).parent_path(); !p.empty(); p = p.parent_path())
+      paths.insert(p.generic_string());
+  std::string broken;
+  int pages = 0, links_checked = 0;
+  for (const std::string& md : files) {
+    const bool in_docs = md.rfind("docs/", 0) == 0 && md.size() > 3 &&
+                         md.compare(md.size() - 3, 3, ".md") == 0;
+    if (md != "README.md" && !in_docs) continue;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(root + "/" + md, ec)) continue;  // deleted, not staged
+    ++pages;
+    std::vector<MarkdownLink> links;
+    std::set<std::string> anchors;
+    scan_markdown(slurp(root + "/" + md), &links, &anchors);
+    for (const MarkdownLink& link : links) {
+      ++links_checked;
+      const std::string reason = broken_link_reason(root, md, link.target, paths);
+      if (!reason.empty())
+        broken += md + ":" + std::to_string(link.line) + ": (" + link.target + ") " + reason + "\n";
+    }
+  }
+  INFO(pages << " pages, " << links_checked << " links; broken:\n" << broken);
+  CHECK(paths.count("README.md") == 1);
+  CHECK(links_checked > 0);
+  CHECK(broken.empty());
+  // The README's examples are for a user's clone: nothing from outside it (../shared is this
+  // project's own machines).
+  CHECK(slurp(root + "/README.md").find("../shared") == std::string::npos);
 }
