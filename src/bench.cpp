@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_factory.h"
 #include "common.h"
 #include "config.h"
 #include "cpu/cpu_features.h"
@@ -17,7 +18,6 @@
 #include "gpu_peak.h"
 #include "model.h"
 #include "rng.h"
-#include "train.h"
 #include "trainer.h"
 
 namespace tg {
@@ -56,9 +56,9 @@ double time_step(Backend& be, const BenchCase& bc, const std::string& mode, cons
   // Block-scaled modes with their preset options, every layer quantized.
   RecipeOptions ro;
   ro.bf16_last = 0;
-  Fp8State fp8 = is_block_scaled_mode(mode) ? Fp8State(block_scaled_recipe(mode, ro), bc.L)
-                                            : Fp8State(fc, bc.L);
-  if (mode == "fp8" || is_block_scaled_mode(mode)) model.set_fp8(&fp8);
+  QuantState fp8 = is_block_scaled_mode(mode) ? QuantState(block_scaled_recipe(mode, ro), bc.L)
+                                            : QuantState(fc, bc.L);
+  if (mode == "fp8" || is_block_scaled_mode(mode)) model.set_quant_state(&fp8);
   model.init_random(1);
   Rng r(2);
   std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
@@ -139,7 +139,7 @@ int cmd_bench(int argc, char** argv) {
   int iters = 10, repeats = 5, gpt2_B = 8, gpt2_T = 1024;
   std::string device = "cpu", model = "small", modes_arg = "fp32,bf16,fp16,fp8";
   Fp8Config fp8cfg;
-  Fp8Options fp8opt;
+  QuantOptions fp8opt;
   for (auto& kv : ex) {
     if (kv.first == "threads") config_set(cfg, "train.threads", kv.second);
     if (kv.first == "iters") iters = atoi(kv.second.c_str());
@@ -202,7 +202,7 @@ int cmd_bench(int argc, char** argv) {
         "high-water mark.\n");
     for (const std::string& m : modes)
       if (m == "fp8") {
-        be->set_fp8_options(fp8opt);
+        be->set_quant_options(fp8opt);
         printf("fp8: %s scaling, path: %s, %s\n", fp8cfg.recipe.c_str(),
                be->fp8_path_name().c_str(),
                fp8opt.fast_accum ? "fast accumulation in the forward GEMM"
@@ -237,9 +237,9 @@ int cmd_bench(int argc, char** argv) {
       for (size_t m = 0; m < modes.size(); m++) {
         // A fresh backend per mode and repeat, so its peak is this model's alone.
         auto mbe = make_backend(cfg);
-        Fp8Options mo = fp8opt;
+        QuantOptions mo = fp8opt;
         mo.block_scaled = is_block_scaled_mode(modes[m]);
-        mbe->set_fp8_options(mo);
+        mbe->set_quant_options(mo);
         rows[m].ms.push_back(time_step(*mbe, bc, modes[m], fp8cfg, r == 0 ? 3 : 1, iters));
         if (r == 0) rows[m].peak_bytes = double(mbe->peak_bytes());
       }
