@@ -17,6 +17,7 @@
 #include "fp8.h"
 #include "gpu_peak.h"
 #include "model.h"
+#include "precision.h"
 #include "rng.h"
 #include "trainer.h"
 

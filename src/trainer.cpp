@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "common.h"
 #include "cpu/parallel.h"
+#include "cuda_library.h"
 #include "gpu_peak.h"
 #include "hf.h"
 #include "precision.h"
