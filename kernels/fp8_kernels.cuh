@@ -32,7 +32,7 @@ struct alignas(16) Fp8TensorScale {
 inline constexpr uint8_t kFp8NaN = 0x7f;
 
 // The device state of one FP8 linear (one per layer and linear; 80 bytes). Operand order is
-// Fp8State's: INP, WEIGHT, GRAD.
+// QuantState's: INP, WEIGHT, GRAD.
 struct alignas(16) Fp8LinearDevice {
   Fp8TensorScale t[3];
   float alpha[4];  // fallback: [0] forward dI*dW, [1] dgrad dG*dW, [2] wgrad dG*dI

@@ -30,7 +30,7 @@
 // now needs hysteresis_db more), and with precision.auto.budget > 0 narrows the best-measured wide
 // GEMMs until that share of the block linears' FLOPs runs with both operands in 8 bits or fewer.
 // The chosen formats are data: each linear gets a recipe composed from its slots' candidates
-// (compose_linear_recipe) in Fp8State's per-linear table, which the quantizing code reads: the
+// (compose_linear_recipe) in QuantState's per-linear table, which the quantizing code reads: the
 // backends' block-scaled GEMM paths (Backend::matmul_*_scaled), each linear with its own recipe.
 // Priors (precision.auto.priors): the first and last layers start in the widest candidate,
 // the others in the widest 8-bit one. The formats and amax windows are saved in checkpoints.
@@ -61,7 +61,7 @@ struct AutoOptions {
   bool split_outliers = true;  // outlier channels run unquantized in the forward GEMM
 };
 
-constexpr int kAutoLinears = 4;  // qkv, attproj, fc, fcproj (Fp8State::Linear)
+constexpr int kAutoLinears = 4;  // qkv, attproj, fc, fcproj (QuantState::Linear)
 constexpr int kSlotsPerLinear = kGemmRoles * 2;
 inline int auto_slot(int layer, int linear, int role, int b) {
   return ((layer * kAutoLinears + linear) * kGemmRoles + role) * 2 + b;

@@ -110,8 +110,9 @@ struct ScaledLinear {
   uint64_t seed = 0;
 };
 
-// FP8 options of a backend (precision.fp8.*; the model and training loop pass them on).
-struct Fp8Options {
+// Options of a backend's quantized linears, FP8 and block-scaled (precision.fp8.*, the
+// recipe; the precision runtime passes them on).
+struct QuantOptions {
   // Fast (reduced-precision, periodically promoted) accumulation in the forward FP8 GEMM on
   // devices that have it (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM). The backward GEMMs never
   // use it. The CPU accumulates exactly in fp32 and ignores this.
@@ -232,7 +233,7 @@ class Backend {
     throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
   }
   // FP8 plumbing (defaults: nothing to set up, reports returned at once).
-  virtual void set_fp8_options(const Fp8Options&) {}
+  virtual void set_quant_options(const QuantOptions&) {}
   // Which FP8 path the matmuls above run, for the line printed at start.
   virtual std::string fp8_path_name() const {
     return "emulated: quantize-dequantize in fp32, fp32 GEMMs";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_factory.h"
 #include "common.h"
 #include "config.h"
 #include "cpu/cpu_features.h"
@@ -17,8 +18,8 @@
 #include "fp8.h"
 #include "gpu_peak.h"
 #include "model.h"
+#include "precision.h"
 #include "rng.h"
-#include "train.h"
 #include "trainer.h"
 
 namespace tg {
@@ -58,10 +59,10 @@ double time_step(Backend& be, const BenchCase& bc, Mode mode, const Fp8Config& f
   RecipeOptions ro;
   ro.bf16_last = 0;
   const ModeRecipe recipe = mode_info(mode).recipe;
-  Fp8State fp8 = recipe == ModeRecipe::BlockScaled ? Fp8State(block_scaled_recipe(mode, ro), bc.L)
-                                                   : Fp8State(fc, bc.L);
+  QuantState fp8 = recipe == ModeRecipe::BlockScaled ? QuantState(block_scaled_recipe(mode, ro), bc.L)
+                                                   : QuantState(fc, bc.L);
   // auto has no fixed recipe to time: its linears run as they start, in bf16.
-  if (recipe == ModeRecipe::Fp8Tensor || recipe == ModeRecipe::BlockScaled) model.set_fp8(&fp8);
+  if (recipe == ModeRecipe::Fp8Tensor || recipe == ModeRecipe::BlockScaled) model.set_quant_state(&fp8);
   model.init_random(1);
   Rng r(2);
   std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
@@ -123,7 +124,7 @@ struct BenchArgs {
   std::string device = "cpu", model = "small";
   std::vector<Mode> modes;
   Fp8Config fp8cfg;
-  Fp8Options fp8opt;
+  QuantOptions fp8opt;
 };
 
 // The command line into *a; false when --help was printed.
@@ -203,7 +204,7 @@ void print_gpu_header(Backend& be, const BenchArgs& a) {
       "high-water mark.\n");
   for (Mode m : a.modes)
     if (mode_info(m).recipe == ModeRecipe::Fp8Tensor) {
-      be.set_fp8_options(a.fp8opt);
+      be.set_quant_options(a.fp8opt);
       printf("fp8: %s scaling, path: %s, %s\n", a.fp8cfg.recipe.c_str(), be.fp8_path_name().c_str(),
              a.fp8opt.fast_accum ? "fast accumulation in the forward GEMM"
                                  : "exact fp32 accumulation everywhere");
@@ -235,9 +236,9 @@ void bench_model(const BenchCase& bc, const BenchArgs& a, const std::function<do
     for (size_t m = 0; m < modes.size(); m++) {
       // A fresh backend per mode and repeat, so its peak is this model's alone.
       auto mbe = make_backend(a.cfg);
-      Fp8Options mo = a.fp8opt;
+      QuantOptions mo = a.fp8opt;
       mo.block_scaled = is_block_scaled(modes[m]);
-      mbe->set_fp8_options(mo);
+      mbe->set_quant_options(mo);
       rows[m].ms.push_back(time_step(*mbe, bc, modes[m], a.fp8cfg, r == 0 ? 3 : 1, a.iters));
       if (r == 0) rows[m].peak_bytes = double(mbe->peak_bytes());
     }

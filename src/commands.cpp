@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend_factory.h"
 #include "bench.h"
 #include "checkpoint.h"
 #include "comm.h"

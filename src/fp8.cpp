@@ -68,13 +68,13 @@ void check_supported(const QuantRecipe& r) {
 }
 }  // namespace
 
-const OperandRecipe& Fp8State::operand_recipe(int operand) const {
+const OperandRecipe& QuantState::operand_recipe(int operand) const {
   if (operand == INP) return cfg_.gemm[kForward].a;
   if (operand == WEIGHT) return cfg_.gemm[kForward].b;
   return cfg_.gemm[kInputGrad].a;
 }
 
-Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
+QuantState::QuantState(const QuantRecipe& cfg, int n_layer)
     : cfg_(cfg),
       n_layer_(n_layer),
       fp8_layer_(n_layer, true),
@@ -97,19 +97,19 @@ Fp8State::Fp8State(const QuantRecipe& cfg, int n_layer)
   }
 }
 
-void Fp8State::set_linear_recipe(int layer, int linear, const QuantRecipe& r) {
+void QuantState::set_linear_recipe(int layer, int linear, const QuantRecipe& r) {
   if (!block_scaled_) throw Error("per-linear recipes need block-scaled linears");
   check_block_scaled(r);
   table_[size_t(layer) * kLinears + linear] = r;
 }
 
-ScaledLinear Fp8State::scaled(int layer, int linear) const {
+ScaledLinear QuantState::scaled(int layer, int linear) const {
   return {&table_[size_t(layer) * kLinears + linear],
           detail::splitmix64_mix(rng_seed_ +
                                  uint64_t(layer * kLinears + linear + 1) * 0x9E3779B97F4A7C15ull)};
 }
 
-Fp8Quant Fp8State::quant(int layer, int linear, int operand) const {
+Fp8Quant QuantState::quant(int layer, int linear, int operand) const {
   const OperandRecipe& o = operand_recipe(operand);
   Fp8Quant q;
   q.margin = cfg_.margin;
@@ -124,22 +124,22 @@ Fp8Quant Fp8State::quant(int layer, int linear, int operand) const {
   return q;
 }
 
-void Fp8State::record(int layer, int linear, int operand, float amax) {
+void QuantState::record(int layer, int linear, int operand, float amax) {
   auto& h = history_[index(layer, linear, operand)];
   h.push_back(amax);
   while (int(h.size()) > cfg_.history_len) h.pop_front();
 }
 
-void Fp8State::set_forward_scales(int layer, int linear, const Fp8Report& r) {
+void QuantState::set_forward_scales(int layer, int linear, const Fp8Report& r) {
   fwd_scale_[index(layer, linear, INP)] = r.scale[0];
   fwd_scale_[index(layer, linear, WEIGHT)] = r.scale[1];
 }
 
-float Fp8State::forward_scale(int layer, int linear, int operand) const {
+float QuantState::forward_scale(int layer, int linear, int operand) const {
   return fwd_scale_[index(layer, linear, operand)];
 }
 
-void Fp8State::reduce_latest(Comm& comm) {
+void QuantState::reduce_latest(Comm& comm) {
   if (comm.world() == 1) return;
   std::vector<float> latest(history_.size(), 0.0f);
   for (size_t i = 0; i < history_.size(); i++)
@@ -149,7 +149,7 @@ void Fp8State::reduce_latest(Comm& comm) {
     if (!history_[i].empty()) history_[i].back() = latest[i];
 }
 
-nlohmann::json Fp8State::to_json() const {
+nlohmann::json QuantState::to_json() const {
   nlohmann::json hist = nlohmann::json::array();
   for (const auto& h : history_) hist.push_back(std::vector<float>(h.begin(), h.end()));
   // The scales the next step starts from (delayed recipe; 1 = current or no history yet), in
@@ -168,7 +168,7 @@ nlohmann::json Fp8State::to_json() const {
           {"scales", scales}};
 }
 
-void Fp8State::from_json(const nlohmann::json& j, const std::string& path) {
+void QuantState::from_json(const nlohmann::json& j, const std::string& path) {
   auto bad = [&](const std::string& what) {
     throw Error(
         strf("checkpoint state %s: field 'fp8.amax_history' %s", path.c_str(), what.c_str()));

@@ -1,13 +1,18 @@
-// fp8.h: scaling state of the FP8 block linears (precision.mode = fp8).
+// fp8.h: quantization state of the block linears (every quantized precision.mode: fp8,
+// the block-scaled MXFP4 / NVFP4 / ... recipes, auto).
 //
-// The four linears of each block (qkv, attention projection, fc, fc projection) run as FP8
-// matmuls: input and weight in E4M3, the output gradient in E5M2, each tensor with its own
-// scale s = (fmax / amax) / 2^margin. Recipes:
+// The four linears of each block (qkv, attention projection, fc, fc projection) run as
+// quantized matmuls. Per-tensor FP8 (precision.mode = fp8): input and weight in E4M3, the
+// output gradient in E5M2, each tensor with its own scale s = (fmax / amax) / 2^margin.
+// Recipes:
 //   delayed  amax comes from a history of the last history_len amaxes of that tensor (the
 //            current one is recorded after use); an empty history means scale 1
 //   current  amax of the tensor being quantized
+// Block-scaled recipes take current scales per block; QuantState then holds each linear's
+// recipe (auto's choice, smoothing factors) and the micro-batch's random seed.
 // Layers listed in keep_bf16 (negative indices count from the last) stay in bf16. Only
-// training passes record amaxes, so evaluation does not move the scales.
+// training passes record amaxes, so evaluation does not move the scales. (The file keeps its
+// name; checkpoints keep the field "fp8" for this state.)
 #pragma once
 #include <deque>
 #include <nlohmann/json.hpp>
@@ -19,7 +24,7 @@
 
 namespace tg {
 
-// The precision.fp8.* keys; fp8_recipe() turns them into the recipe Fp8State reads.
+// The precision.fp8.* keys; fp8_recipe() turns them into the recipe QuantState reads.
 struct Fp8Config {
   std::string recipe = "delayed";
   int history_len = 16;
@@ -28,7 +33,7 @@ struct Fp8Config {
 };
 QuantRecipe fp8_recipe(const Fp8Config& c);
 
-class Fp8State {
+class QuantState {
  public:
   enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
   enum Operand { INP, WEIGHT, GRAD, kOperands };
@@ -37,8 +42,8 @@ class Fp8State {
   // recipes take fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements; block-scaled
   // ones current scales and quantized (not bf16) elements, Hadamard on both operands of a
   // GEMM or neither.
-  Fp8State(const QuantRecipe& recipe, int n_layer);
-  Fp8State(const Fp8Config& cfg, int n_layer) : Fp8State(fp8_recipe(cfg), n_layer) {}
+  QuantState(const QuantRecipe& recipe, int n_layer);
+  QuantState(const Fp8Config& cfg, int n_layer) : QuantState(fp8_recipe(cfg), n_layer) {}
   bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
   // Whether the linears run block-scaled (Backend::matmul_*_scaled) rather than per-tensor.
   bool block_scaled() const { return block_scaled_; }

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "comm.h"
+#include "config.h"
+#include "quantized_linear.h"
 #include "rng.h"
 
 namespace tg {
@@ -301,7 +303,7 @@ void GPT::fp8_prepare(int B, int T) {
   const int N = B * T, C = cfg_.n_embd;
   Fp8Setup s;
   for (int l = 0; l < cfg_.n_layer; l++)
-    if (fp8_->layer_in_fp8(l)) s.n_linears += Fp8State::kLinears;
+    if (fp8_->layer_in_fp8(l)) s.n_linears += QuantState::kLinears;
   s.shapes = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
   // The logits and everything after them in the statistics buffer (the losses, and the
   // room a larger B x T left): all of it is dead while the block linears run.
@@ -316,13 +318,13 @@ void GPT::fp8_prepare(int B, int T) {
 
 void GPT::fp8_apply(const Fp8Pending& p, const Fp8Report& r) {
   if (p.backward) {
-    fp8_->record(p.layer, p.linear, Fp8State::GRAD, r.amax[0]);
+    fp8_->record(p.layer, p.linear, QuantState::GRAD, r.amax[0]);
     return;
   }
   fp8_->set_forward_scales(p.layer, p.linear, r);
   if (p.training) {
-    fp8_->record(p.layer, p.linear, Fp8State::INP, r.amax[0]);
-    fp8_->record(p.layer, p.linear, Fp8State::WEIGHT, r.amax[1]);
+    fp8_->record(p.layer, p.linear, QuantState::INP, r.amax[0]);
+    fp8_->record(p.layer, p.linear, QuantState::WEIGHT, r.amax[1]);
   }
 }
 
@@ -405,34 +407,34 @@ void GPT::block_forward(int l, int B, int T, bool training) {
   if (l == 0)
     be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
                           P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
-  linear_forward(l, Fp8State::QKV, qkv, ln1,
+  linear_forward(l, QuantState::QKV, qkv, ln1,
                  P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                  P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
   if (lse_)
     be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH);
   else
     be_.attention_forward(atty, attl, qkv, B, T, C, NH);
-  linear_forward(l, Fp8State::ATTPROJ, attproj, atty,
+  linear_forward(l, QuantState::ATTPROJ, attproj, atty,
                  P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
                  BT, C, C, training);
   be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
                                  a.ln2_rstd.slice(l * BT, BT), residual, attproj,
                                  P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
   if (fp8_ && fp8_->layer_in_fp8(l)) {
-    linear_forward(l, Fp8State::FC, fch, ln2,
+    linear_forward(l, QuantState::FC, fch, ln2,
                    P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
     be_.gelu_forward(fchg, fch, 4 * btc);
   } else {
     if (training) {
-      probe_take(l, Fp8State::FC, kLinearInput, ln2, BT, C);
-      probe_take(l, Fp8State::FC, kLinearWeight,
+      probe_take(l, QuantState::FC, kLinearInput, ln2, BT, C);
+      probe_take(l, QuantState::FC, kLinearWeight,
                  P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), 4 * C, C);
     }
     be_.matmul_gelu_forward(fch, fchg, ln2, P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                             P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
   }
-  linear_forward(l, Fp8State::FCPROJ, fcproj, fchg,
+  linear_forward(l, QuantState::FCPROJ, fcproj, fchg,
                  P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                  P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
   if (l + 1 < L)
@@ -508,19 +510,19 @@ void GPT::backward() {
     Tensor fch = a.fch.slice(l * 4 * btc, 4 * btc);
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
     // residual3 = residual2 + fcproj: dres is the gradient of both.
-    linear_backward(l, Fp8State::FCPROJ, a.dfch_gelu,
+    linear_backward(l, QuantState::FCPROJ, a.dfch_gelu,
                     G[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                     G[FCPROJB].slice(l * C, C), dres, fchg,
                     P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, 4 * C, C);
     be_.gelu_backward(a.dfch, fch, a.dfch_gelu, 4 * btc);
-    linear_backward(l, Fp8State::FC, dln, G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+    linear_backward(l, QuantState::FC, dln, G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                     G[FCB].slice(l * 4 * C, 4 * C), a.dfch, ln2,
                     P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, C, 4 * C);
     be_.layernorm_backward(dres, G[LN2W].slice(l * C, C), G[LN2B].slice(l * C, C), dln, res2,
                            P[LN2W].slice(l * C, C), a.ln2_mean.slice(l * BT, BT),
                            a.ln2_rstd.slice(l * BT, BT), BT, C);
     // residual2 = residual + attproj: dres is now the gradient of both.
-    linear_backward(l, Fp8State::ATTPROJ, a.datty,
+    linear_backward(l, QuantState::ATTPROJ, a.datty,
                     G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
                     G[ATTPROJB].slice(l * C, C), dres, atty,
                     P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
@@ -528,7 +530,7 @@ void GPT::backward() {
       be_.attention_backward_lse(a.dqkv, a.datty, qkv, atty, attl, B, T, C, NH);
     else
       be_.attention_backward(a.dqkv, a.datty, qkv, attl, B, T, C, NH);
-    linear_backward(l, Fp8State::QKV, dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
+    linear_backward(l, QuantState::QKV, dln, G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                     G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
                     P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
     be_.layernorm_backward(dres, G[LN1W].slice(l * C, C), G[LN1B].slice(l * C, C), dln, residual,
@@ -557,42 +559,27 @@ void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tenso
     probe_take(l, lin, kLinearInput, inp, N, C);
     probe_take(l, lin, kLinearWeight, w, OC, C);
   }
-  if (!fp8_ || !fp8_->layer_in_fp8(l)) {
-    be_.matmul_forward(out, inp, w, b, N, C, OC);
-    return;
-  }
-  if (fp8_->block_scaled()) {
-    be_.matmul_forward_scaled(out, inp, w, b, N, C, OC, fp8_->scaled(l, lin));
-    return;
-  }
-  const Fp8Quant q[2] = {fp8_->quant(l, lin, Fp8State::INP), fp8_->quant(l, lin, Fp8State::WEIGHT)};
-  const Fp8Report r = be_.matmul_forward_fp8(out, inp, w, b, N, C, OC, q);
+  const std::optional<Fp8Report> r =
+      quantized_linear_forward(be_, {fp8_, l, lin}, out, inp, w, b, N, C, OC);
+  if (!r) return;
   const Fp8Pending p{l, lin, false, training};
   if (fp8_defer_)
     fp8_pending_.push_back(p);
   else
-    fp8_apply(p, r);
+    fp8_apply(p, *r);
 }
 
 void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                           Tensor inp, Tensor w, int N, int C, int OC) {
   probe_take(l, lin, kLinearGrad, dout, N, OC);
-  if (!fp8_ || !fp8_->layer_in_fp8(l)) {
-    be_.matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
-    return;
-  }
-  if (fp8_->block_scaled()) {
-    be_.matmul_backward_scaled(dinp, dw, db, dout, inp, w, N, C, OC, fp8_->scaled(l, lin));
-    return;
-  }
-  const Fp8Report r = be_.matmul_backward_fp8(
-      dinp, dw, db, dout, inp, w, N, C, OC, fp8_->quant(l, lin, Fp8State::GRAD),
-      fp8_->forward_scale(l, lin, Fp8State::INP), fp8_->forward_scale(l, lin, Fp8State::WEIGHT));
+  const std::optional<Fp8Report> r =
+      quantized_linear_backward(be_, {fp8_, l, lin}, dinp, dw, db, dout, inp, w, N, C, OC);
+  if (!r) return;
   const Fp8Pending p{l, lin, true, true};
   if (fp8_defer_)
     fp8_pending_.push_back(p);
   else
-    fp8_apply(p, r);
+    fp8_apply(p, *r);
 }
 
 std::vector<TelemetryTensor> GPT::telemetry_tensors() const {
@@ -734,6 +721,11 @@ void GPT::adamw_step(const AdamWArgs& args, bool decided) {
                 v_.slice(k, n), a);
   }
   if (sharded_) gather_params();
+}
+
+GPTConfig model_config(const Config& cfg) {
+  return gpt_config(cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
+                    cfg.model.max_seq_len);
 }
 
 }  // namespace tg

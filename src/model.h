@@ -40,6 +40,9 @@ inline GPTConfig gpt_config(int n_layer, int n_head, int n_embd, int vocab_size,
   c.max_seq_len = max_seq_len;
   return c;
 }
+struct Config;
+// Model shape from the model.* keys (model.init_from is not read here).
+GPTConfig model_config(const Config& cfg);
 
 // clang-format off
 enum ParamIndex {
@@ -142,10 +145,11 @@ class GPT {
   // biases 0, layernorm weights 1, padded vocabulary rows 0.
   void init_random(uint64_t seed);
   DType dtype() const { return dtype_; }
-  // FP8 block linears (bf16 model): the state lives with the caller; nullptr turns FP8 off.
-  // The backend learns the FP8 linears' shapes and may borrow the fp32 logits buffer as FP8
+  // Quantized block linears (FP8 or block-scaled; bf16 model): the state lives with the
+  // caller (PrecisionRuntime); nullptr turns quantization off. The backend learns the FP8
+  // linears' shapes and may borrow the fp32 logits buffer as FP8
   // scratch (Backend::fp8_prepare): after backward() the logits hold nothing of use.
-  void set_fp8(Fp8State* s) {
+  void set_quant_state(QuantState* s) {
     fp8_ = s;
     fp8_prepared_ = false;
   }
@@ -221,13 +225,14 @@ class GPT {
     Tensor dresidual, dln, dqkv, datty, dfch, dfch_gelu;
   };
   void ensure_acts(int B, int T);
-  // The block linears, in FP8 when the layer is (amaxes recorded only when training).
+  // The block linears, on the GEMM path src/quantized_linear.h picks (FP8 amaxes recorded
+  // only when training).
   void linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,
                       int OC, bool training);
   void linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
                        Tensor w, int N, int C, int OC);
   // FP8 reports a backend defers (Backend::fp8_defer_reports): what each pending call was,
-  // applied to the Fp8State in call order when the reports are taken.
+  // applied to the QuantState in call order when the reports are taken.
   struct Fp8Pending {
     int layer, linear;
     bool backward, training;
@@ -269,7 +274,7 @@ class GPT {
   Acts acts_;
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;
-  Fp8State* fp8_ = nullptr;
+  QuantState* fp8_ = nullptr;
   bool fp8_prepared_ = false, fp8_defer_ = false;
   std::vector<Fp8Pending> fp8_pending_;
   LinearProbe* probe_ = nullptr;

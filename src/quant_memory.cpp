@@ -60,7 +60,7 @@ double quantized_bits(const OperandRecipe& o, size_t rows, size_t cols) {
 }
 
 QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r, int B, int T) {
-  const Fp8State layers(r, c.n_layer);  // which layers the recipe quantizes
+  const QuantState layers(r, c.n_layer);  // which layers the recipe quantizes
   const size_t N = size_t(B) * T, C = size_t(c.n_embd);
   const struct {
     size_t in, out;

@@ -13,7 +13,7 @@
 namespace tg {
 using json = nlohmann::json;
 
-QuantTelemetry::QuantTelemetry(const Fp8State& fp8, int n_layer) : fp8_(fp8), n_layer_(n_layer) {
+QuantTelemetry::QuantTelemetry(const QuantState& fp8, int n_layer) : fp8_(fp8), n_layer_(n_layer) {
   const size_t slots = size_t(n_layer) * kAutoLinears * kSlotsPerLinear;
   err_.resize(slots);
   measured_.resize(slots);

@@ -250,7 +250,7 @@ void operand_stats_scratch(ScaledScratch& s, const QuantRecipe& r, int N, int C,
 
 ScaledScratchPlan plan_scaled_scratch(const GPTConfig& c, const QuantRecipe& r, int B, int T,
                                       int sms) {
-  const Fp8State layers(r, c.n_layer);  // which layers the recipe quantizes
+  const QuantState layers(r, c.n_layer);  // which layers the recipe quantizes
   const int N = B * T, C = c.n_embd;
   const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv attproj fc fcproj
   ScaledScratchPlan p;

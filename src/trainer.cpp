@@ -1,3 +1,4 @@
+// trainer.cpp: one training run: set-up, start, step, evaluation, checkpoints, summary.
 #include "trainer.h"
 
 #include <omp.h>
@@ -7,18 +8,19 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend_factory.h"
 #include "comm.h"
 #include "common.h"
 #include "cpu/parallel.h"
 #include "cuda_library.h"
 #include "gpu_peak.h"
 #include "hf.h"
+#include "precision.h"
 #include "prepare.h"
 #include "run_dir.h"
 #include "sample.h"
 #include "schedule.h"
 #include "test_hooks.h"
-#include "train.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -80,17 +82,18 @@ void inject_outlier(GPT& model, const GPTConfig& mc, const std::string& spec) {
   model.set_params(p);
 }
 
-// The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
-// error otherwise (sampling, with its own shapes, may still take the slower path).
-void check_fp8_shapes(Backend& be, int N, int C) {
-  const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
-  for (const auto& sh : shapes) {
-    const std::string p = be.fp8_shape_problem(sh[0], sh[1], sh[2]);
-    if (!p.empty())
-      throw UsageError(
-          strf("precision.mode=fp8 on %s: the block linear N=%d (data.batch_size x "
-               "data.seq_len), C=%d, OC=%d: %s",
-               be.name().c_str(), sh[0], sh[1], sh[2], p.c_str()));
+// precision.inject_nonfinite_step: the first gradient element made +inf.
+void poison_gradient(Backend& be, Tensor grads) {
+  Tensor first = grads.slice(0, 1);
+  const float inf32 = INFINITY;
+  const double inf64 = INFINITY;
+  const uint16_t inf_bf16 = 0x7F80, inf_f16 = 0x7C00;
+  switch (grads.dtype) {
+    case DType::F32: be.upload(first, &inf32); break;
+    case DType::F64: be.upload(first, &inf64); break;
+    case DType::BF16: be.upload(first, &inf_bf16); break;
+    case DType::F16: be.upload(first, &inf_f16); break;
+    default: throw Error("poison_gradient: unsupported gradient type");
   }
 }
 
@@ -110,6 +113,23 @@ bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, 
 }
 
 Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
+  setup_comm_and_backend();
+  setup_data();
+  setup_model();
+  sample_rng_ = Rng::derive(uint64_t(cfg_.train.seed), 0x53414D50ull /*"SAMP"*/);
+  inputs_.resize(size_t(B_) * T_);
+  targets_.resize(size_t(B_) * T_);
+  // MFU against the GPU's peak for this mode (src/gpu_peak.h); none on the CPU.
+  peak_flops_ =
+      be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), cfg_.precision.mode) : 0.0;
+  // The skip/scale decision on the device where the backend has it (one process,
+  // unsharded; otherwise the found-inf flag or the norm needs the other ranks).
+  device_decision_ = be_->device_loss_scale() && world_ == 1 && !model_->sharded();
+  if (be_->name() == "cpu" && cfg_.train.adapt_threads && cpu::num_parts() > 1)
+    tuner_ = std::make_unique<ThreadTuner>(cpu::num_parts());
+}
+
+void Trainer::setup_comm_and_backend() {
   const Config& c = cfg_;
   comm_init(DistOptions{c.dist.rank, c.dist.world_size, c.dist.rendezvous, c.dist.timeout});
   be_ = make_backend(cfg_, comm_local_rank());
@@ -135,7 +155,10 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
     throw Error("cannot silence stdout on a non-zero rank");
   config_validate(cfg_, world_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
+}
 
+void Trainer::setup_data() {
+  const Config& c = cfg_;
   meta_ = read_dataset_meta(c.data.train);
   if (meta_.contains("vocab_size") && meta_["vocab_size"].is_number_integer() &&
       meta_["vocab_size"].get<int>() > mc_.vocab_size)
@@ -157,135 +180,28 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   if (!c.data.val.empty())
     val_loader_ = std::make_unique<DataLoader>(c.data.val, "validation", B_, T_, rank_, world_,
                                                false, uint64_t(c.train.seed), mc_.vocab_size);
+}
 
+void Trainer::setup_model() {
+  const Config& c = cfg_;
   DataParallel dp{world_ > 1 ? cm_ : nullptr, c.train.zero_stage == 1};
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
-  model_ = std::make_unique<GPT>(mc_, *be_, precision_spec(cfg_).compute, dp);
-  setup_precision();
+  const PrecisionSpec spec = precision_spec(cfg_);
+  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp);
+  const auto& lsc = c.precision.loss_scale;
+  scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
+                             lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
+  precision_ = std::make_unique<PrecisionRuntime>(cfg_, *be_, *model_, B_ * T_);
   if (!c.model.init_from.empty()) {
     model_->set_params(init_.params);
     std::vector<float>().swap(init_.params);  // only its shape is needed from here on
   } else
     model_->init_random(uint64_t(c.train.seed));
   inject_outlier(*model_, mc_, c.precision.inject_outlier);
-
-  sample_rng_ = Rng::derive(uint64_t(c.train.seed), 0x53414D50ull /*"SAMP"*/);
-  inputs_.resize(size_t(B_) * T_);
-  targets_.resize(size_t(B_) * T_);
-  // MFU against the GPU's peak for this mode (src/gpu_peak.h); none on the CPU.
-  peak_flops_ = be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), c.precision.mode) : 0.0;
-  // The skip/scale decision on the device where the backend has it (one process,
-  // unsharded; otherwise the found-inf flag or the norm needs the other ranks).
-  device_decision_ = be_->device_loss_scale() && world_ == 1 && !model_->sharded();
-  if (be_->name() == "cpu" && c.train.adapt_threads && cpu::num_parts() > 1)
-    tuner_ = std::make_unique<ThreadTuner>(cpu::num_parts());
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::setup_precision() {
-  const PrecisionSpec spec = precision_spec(cfg_);
-  const auto& lsc = cfg_.precision.loss_scale;
-  scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
-                             lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
-  if (!spec.quantized_linears) return;
-  fp8_ = std::make_unique<Fp8State>(spec.recipe, mc_.n_layer);
-  if (fp8_->block_scaled() && !be_->has_block_scaled_linears())
-    throw UsageError(
-        strf("precision.mode=%s: the %s backend has no block-scaled linears yet "
-             "(train.device=cpu runs them)",
-             mode_name(cfg_.precision.mode), be_->name().c_str()));
-  Fp8Options o;
-  o.fast_accum = cfg_.precision.fp8.fast_accum;
-  o.block_scaled = fp8_->block_scaled();
-  o.recipe = &fp8_->recipe();
-  be_->set_fp8_options(o);
-  check_fp8_shapes(*be_, B_ * T_, mc_.n_embd);
-  model_->set_fp8(fp8_.get());
-  const auto& rc = cfg_.precision.recipe;
-  const bool is_auto = cfg_.precision.mode == Mode::Auto;
-  if (rc.smooth || (is_auto && cfg_.precision.auto_.outliers == "smooth")) {
-    // Every backend with block-scaled linears (checked above) smooths their forward GEMM.
-    if (!fp8_->block_scaled())  // config_validate refuses the other modes
-      throw UsageError("config key 'precision.recipe.smooth': needs block-scaled linears");
-    smooth_ =
-        std::make_unique<ChannelSmoothing>(SmoothOptions{rc.smooth_alpha, rc.smooth_every}, mc_);
-  }
-  if (is_auto) {
-    const auto& a = cfg_.precision.auto_;
-    const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
-                         a.budget,     a.priors,       a.every,
-                         a.window,     a.outlier_k,    a.outliers == "split"};
-    auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
-    auto_->set_smoothing(smooth_.get());
-  }
-  apply_linear_recipes();
-  // auto measures its operands itself (kind "auto"); the fixed block-scaled recipes here.
-  if (fp8_->block_scaled() && !is_auto && cfg_.precision.telemetry_every > 0)
-    quant_telemetry_ = std::make_unique<QuantTelemetry>(*fp8_, mc_.n_layer);
-}
-
-void Trainer::apply_linear_recipes() {
-  if (!auto_ && !smooth_) return;  // every linear runs the mode's recipe, as Fp8State starts
-  for (int l = 0; l < mc_.n_layer; l++)
-    for (int lin = 0; lin < kAutoLinears; lin++) {
-      QuantRecipe r = auto_ ? auto_->linear_recipe(l, lin) : fp8_->recipe();
-      // Smoothing matters only where a forward operand is quantized (bf16 ones stay as they
-      // are: smoothing them would only add the rounding of x / s).
-      if (smooth_ && (is_low_bit(r.gemm[kForward].a) || is_low_bit(r.gemm[kForward].b)))
-        r.smooth = smooth_->factors(l, lin);
-      fp8_->set_linear_recipe(l, lin, r);
-    }
-}
-
-void Trainer::smooth_update() {
-  smooth_->update(*cm_);
-  const nlohmann::json rec = smooth_->record();
-  metrics_.write(rec.dump());
-  apply_linear_recipes();
-  // One line for the run's first factors; the later ones are in metrics.jsonl only.
-  if (rank_ != 0 || smooth_logged_) return;
-  smooth_logged_ = true;
-  float lo = 1, hi = 1;
-  for (const auto& x : rec["min_factor"]) lo = std::min(lo, x.get<float>());
-  for (const auto& x : rec["max_factor"]) hi = std::max(hi, x.get<float>());
-  printf(
-      "smooth: step %lld: channel factors %.3g ... %.3g (recomputed every %d steps: "
-      "metrics.jsonl kind \"smooth\")\n",
-      (long long)smooth_->updated_at(), lo, hi, cfg_.precision.recipe.smooth_every);
-}
-
-// Each linear's weight gradient's squared norm, and all gradients' (this rank's, before the
-// reduction: AutoPrecision::reduce sums them over the ranks).
-void Trainer::auto_grad_norms() {
-  const size_t C = size_t(mc_.n_embd);
-  const int weight[kAutoLinears] = {QKVW, ATTPROJW, FCW, FCPROJW};
-  const size_t per[kAutoLinears] = {3 * C * C, C * C, 4 * C * C, 4 * C * C};
-  std::vector<double> sq;
-  for (int l = 0; l < mc_.n_layer; l++)
-    for (int lin = 0; lin < kAutoLinears; lin++)
-      sq.push_back(
-          be_->sum_squares(model_->grad(weight[lin]).slice(size_t(l) * per[lin], per[lin])));
-  auto_->take_grad_norms(sq, be_->sum_squares(model_->grads()));
-}
-
-void Trainer::auto_decide() {
-  auto_->reduce(*cm_);
-  const std::vector<AutoChange> changes = auto_->decide();
-  if (world_ > 1) {  // the same statistics give the same decisions; a cheap check that they did
-    std::vector<int32_t> mine(auto_->formats().begin(), auto_->formats().end()), root = mine;
-    cm_->broadcast(root.data(), root.size() * sizeof(int32_t), 0);
-    if (root != mine)
-      throw Error(strf("precision.mode=auto: rank %d chose other formats than rank 0", rank_));
-  }
-  metrics_.write(auto_->record().dump());
-  if (changes.empty()) return;
-  apply_linear_recipes();
-  if (rank_ != 0) return;
-  for (const AutoChange& c : changes)
-    printf("auto: step %lld: %s\n", (long long)(step_ + 1), auto_->describe(c).c_str());
-}
 
 // ---- start: the run directory, resume, logs ----
 
@@ -392,18 +308,7 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
     throw Error(strf("checkpoint state %s: field 'data': %s", state_path.c_str(), e.what()));
   }
   const bool same_precision = s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind;
-  if (fp8_ && s.mode == Mode::FP8 && !s.fp8.is_null()) {
-    Fp8State check = *fp8_;
-    check.from_json(s.fp8, state_path);
-  }
-  if (auto_ && s.mode == Mode::Auto && !s.auto_precision.is_null()) {
-    AutoPrecision check = *auto_;
-    check.from_json(s.auto_precision, state_path);
-  }
-  if (smooth_ && !s.smoothing.is_null()) {
-    ChannelSmoothing check = *smooth_;
-    check.from_json(s.smoothing, state_path);
-  }
+  precision_->verify(s, state_path);
 
   model_->set_params(cd.params);
   cd.m.resize(model_->shard_size(), 0.0f);
@@ -426,15 +331,7 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
         "note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
         mode_name(s.mode), mode_name(cfg_.precision.mode));
   }
-  if (fp8_ && s.mode == Mode::FP8 && !s.fp8.is_null()) fp8_->from_json(s.fp8, state_path);
-  if (auto_ && s.mode == Mode::Auto && !s.auto_precision.is_null()) {
-    auto_->from_json(s.auto_precision, state_path);
-    apply_linear_recipes();
-  }
-  if (smooth_ && !s.smoothing.is_null()) {
-    smooth_->from_json(s.smoothing, state_path);
-    apply_linear_recipes();
-  }
+  precision_->load(s, state_path);
   // The compute copy of the weights is what the last update rounded, stochastic or not.
   model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
 }
@@ -452,9 +349,7 @@ RunState Trainer::run_state() const {
   s.counters = counters_;
   s.mode = cfg_.precision.mode;
   s.loss_scale = scaler_;
-  if (fp8_) s.fp8 = fp8_->to_json();
-  if (auto_) s.auto_precision = auto_->to_json();
-  if (smooth_) s.smoothing = smooth_->to_json();
+  precision_->save(s);
   s.initial_val_loss = initial_val_loss_;
   s.config = cfg_json_;
   s.model = mc_;
@@ -487,36 +382,7 @@ void Trainer::print_start() const {
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
       omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
       scaler_.kind.c_str(), cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
-  if (fp8_) {
-    std::string kept;
-    for (int l = 0; l < mc_.n_layer; l++)
-      if (!fp8_->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
-    const auto& f = cfg_.precision.fp8;
-    printf("fp8: block linears: %s; layers kept in bf16: %s; path: %s%s\n",
-           describe(fp8_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
-           be_->fp8_path_name().c_str(),
-           be_->name() == "cpu" || fp8_->block_scaled() ? ""
-           : f.fast_accum                               ? ", fast accumulation in the forward GEMM"
-                                                        : ", exact fp32 accumulation everywhere");
-  }
-  if (auto_) {
-    const auto& a = cfg_.precision.auto_;
-    std::string names;
-    for (const AutoCandidate& c : auto_->candidates()) names += (names.empty() ? "" : ",") + c.name;
-    printf(
-        "auto: candidates %s (narrowest first); SQNR threshold %g dB, hysteresis %g dB, "
-        "budget %s; measured at step 1 and every %d steps; priors %s\n",
-        names.c_str(), a.threshold_db, a.hysteresis_db,
-        a.budget > 0 ? strf("%.0f%% of block-linear FLOPs in <= 8 bits", 100 * a.budget).c_str()
-                     : "none",
-        a.every, a.priors ? "on (first and last layers start wide)" : "off");
-  }
-  if (smooth_)
-    printf(
-        "smoothing: forward GEMMs of the quantized linears, s_c = amax_x(c)^%g / "
-        "amax_w(c)^%g, recomputed at step 1 and every %d steps\n",
-        cfg_.precision.recipe.smooth_alpha, 1 - cfg_.precision.recipe.smooth_alpha,
-        cfg_.precision.recipe.smooth_every);
+  precision_->print_start();
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
@@ -536,71 +402,70 @@ StepResult Trainer::step() {
   r.lr = lr_at(int(opt_step_), cfg_.train.steps, cfg_.optim.lr, cfg_.optim.warmup_steps,
                cfg_.optim.schedule, cfg_.optim.final_lr_frac);
   r.scale = scaler_.scale;
-  GPT& model = *model_;
-  model.zero_grad();
-  double loss = 0;
-  // auto: the first micro-batch's operands are measured (copies; the step is unchanged).
-  const bool measure = auto_ && auto_->due(r.step);
-  const bool smooth_measure = smooth_ && smooth_->due(r.step);
-  const bool quant_stats = quant_telemetry_ && r.step % cfg_.precision.telemetry_every == 0;
-  probes_.to.clear();
-  if (measure) probes_.to.push_back(auto_.get());
-  if (smooth_measure) probes_.to.push_back(smooth_.get());
-  if (quant_stats) probes_.to.push_back(quant_telemetry_.get());
-  for (int micro = 0; micro < grad_accum_; micro++) {
-    train_loader_->next_batch(inputs_.data(), targets_.data());
-    if (fp8_) fp8_->set_rng_seed(quant_seed(cfg_, step_, micro));
-    if (micro == 0 && !probes_.to.empty()) {
-      if (measure) auto_->begin(r.step, quant_seed(cfg_, step_, -1));
-      if (smooth_measure) smooth_->begin(r.step);
-      if (quant_stats) quant_telemetry_->begin(r.step, quant_seed(cfg_, step_, -1));
-      model.set_probe(&probes_);
-    }
-    loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
-                          float(r.scale / (double(grad_accum_) * world_))) /
-            grad_accum_;
-    model.backward();
-    model.set_probe(nullptr);
-  }
-  if (measure) auto_grad_norms();
-  if (test_hooks::fail_rank() == rank_ && r.step == 2)
-    throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
-  if (world_ > 1) {
-    if (fp8_) fp8_->reduce_latest(*cm_);
-    model.sync_grads();
-    cm_->all_reduce_sum(&loss, 1);
-    loss /= world_;
-  }
-  if (measure) auto_decide();  // measured with the factors this step ran
-  if (quant_stats) {
-    quant_telemetry_->reduce(*cm_);
-    metrics_.write(quant_telemetry_->record().dump());
-  }
-  if (smooth_measure) smooth_update();
-  if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model.grads());
+  const double loss = sum_gradients(forward_backward(r), r.step);
+  if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
   if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
     record_numerics(r.step, r.scale);
   if (!std::isfinite(loss))
     throw Error(strf("training diverged at step %lld: the loss is %g (try a lower optim.lr)",
                      (long long)r.step, loss));
+  update(r);
+  end_step(r, loss, t0);
+  return r;
+}
+
+double Trainer::forward_backward(const StepResult& r) {
+  GPT& model = *model_;
+  model.zero_grad();
+  precision_->begin_step(r.step);
+  double loss = 0;
+  for (int micro = 0; micro < grad_accum_; micro++) {
+    train_loader_->next_batch(inputs_.data(), targets_.data());
+    precision_->before_forward(micro);
+    loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
+                          float(r.scale / (double(grad_accum_) * world_))) /
+            grad_accum_;
+    model.backward();
+    precision_->after_backward();
+  }
+  return loss;
+}
+
+double Trainer::sum_gradients(double loss, int64_t step) {
+  if (test_hooks::fail_rank() == rank_ && step == 2)
+    throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
+  precision_->before_gradient_sum(*cm_);
+  if (world_ > 1) {
+    model_->sync_grads();
+    cm_->all_reduce_sum(&loss, 1);
+    loss /= world_;
+  }
+  precision_->after_gradient_sum(*cm_, metrics_);
+  return loss;
+}
+
+void Trainer::update(StepResult& r) {
   if (device_decision_) {
     // The same decision on the device (src/loss_scaler.h's loss_scale_step); the host
     // waits once, after AdamW, to learn it.
-    model.device_decided_step(scaler_.state(), scaler_.params(), cfg_.optim.grad_clip,
-                              adamw_args(cfg_, r.lr, 0.f, opt_step_ + 1));
+    model_->device_decided_step(scaler_.state(), scaler_.params(), cfg_.optim.grad_clip,
+                                adamw_args(cfg_, r.lr, 0.f, opt_step_ + 1));
     const Backend::DeviceStepReport rep = be_->device_step_report();
     scaler_.set_state(rep.state);
     r.skipped = rep.step.skip;
     r.norm = rep.step.norm;
     if (!r.skipped) opt_step_++;
   } else {
-    r.skipped = apply_update(model, scaler_, cfg_, r.lr, r.scale, opt_step_, &r.norm);
+    r.skipped = apply_update(*model_, scaler_, cfg_, r.lr, r.scale, opt_step_, &r.norm);
   }
   if (r.skipped) {
     counters_.skipped_steps++;
     printf("step %lld skipped: non-finite gradient at loss scale %g; next scale %g\n",
            (long long)r.step, r.scale, scaler_.scale);
   }
+}
+
+void Trainer::end_step(StepResult& r, double loss, double t0) {
   be_->synchronize();  // the step's time includes the device's queued work
   r.seconds = now_seconds() - t0;
   r.threads = cpu::active_threads();
@@ -618,7 +483,6 @@ StepResult Trainer::step() {
   counters_.train_seconds += r.seconds;
   run_train_seconds_ += r.seconds;
   run_tokens_ += step_tokens_;
-  return r;
 }
 
 void Trainer::log_step(const StepResult& r) {
@@ -808,19 +672,31 @@ json Trainer::finish() {
     sample();
     save();
   }
+  const FinalNumbers f = final_numbers(final_val_loss);
+  const json summary = summary_json(f);
+  if (rank_ == 0)
+    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), summary.dump(2) + "\n");
+  print_summary(f);
+  return summary;
+}
 
-  double final_train = NAN;
+Trainer::FinalNumbers Trainer::final_numbers(double final_val_loss) const {
+  FinalNumbers f;
+  f.val_loss = final_val_loss;
   if (!recent_losses_.empty()) {
-    final_train = 0;
-    for (double x : recent_losses_) final_train += x;
-    final_train /= recent_losses_.size();
+    f.train_loss = 0;
+    for (double x : recent_losses_) f.train_loss += x;
+    f.train_loss /= recent_losses_.size();
   }
-  const double wall = now_seconds() - t_start_;
-  const double tps = run_train_seconds_ > 0 ? run_tokens_ / run_train_seconds_ : NAN;
-  double gap = NAN;
+  f.wall = now_seconds() - t_start_;
+  f.tokens_per_second = run_train_seconds_ > 0 ? run_tokens_ / run_train_seconds_ : NAN;
   if (std::isfinite(loss_floor_) && std::isfinite(final_val_loss))
-    gap = (ln_vocab_ - final_val_loss) / (ln_vocab_ - loss_floor_);
-  const double fpt = flops_per_token(mc_, T_);
+    f.gap = (ln_vocab_ - final_val_loss) / (ln_vocab_ - loss_floor_);
+  return f;
+}
+
+json Trainer::summary_json(const FinalNumbers& f) const {
+  const double fpt = flops_per_token(mc_, T_), tps = f.tokens_per_second;
   const GPT& m = *model_;
   json summary = {
       {"mode", mode_name(cfg_.precision.mode)},
@@ -829,12 +705,12 @@ json Trainer::finish() {
       {"num_params", m.num_params()},
       {"tokens_per_step", step_tokens_},
       {"initial_val_loss", nan_to_null(initial_val_loss_)},
-      {"final_train_loss", nan_to_null(final_train)},
+      {"final_train_loss", nan_to_null(f.train_loss)},
       {"last_train_loss", nan_to_null(last_loss_)},
-      {"final_val_loss", nan_to_null(final_val_loss)},
+      {"final_val_loss", nan_to_null(f.val_loss)},
       {"loss_floor", nan_to_null(loss_floor_)},
       {"ln_vocab", ln_vocab_},
-      {"gap_closed", nan_to_null(gap)},
+      {"gap_closed", nan_to_null(f.gap)},
       {"tokens_per_second", nan_to_null(tps)},
       {"flops_per_token", fpt},
       {"mfu",
@@ -849,39 +725,31 @@ json Trainer::finish() {
       {"final_loss_scale", scaler_.scale},
       {"loss_scale_kind", scaler_.kind},
       {"optimizer_steps", opt_step_},
-      {"wall_seconds", wall},
+      {"wall_seconds", f.wall},
       {"run_id", run_id_},
       {"resumed_from", resumed_from_.empty() ? json(nullptr) : json(resumed_from_)}};
   if (!numerics_totals_.empty()) {
     json nj = json::object();
-    for (const auto& [group, t] : numerics_totals_) {
-      double n = double(std::max<size_t>(t.n, 1));
-      nj[group] = {{"amax", t.amax},
-                   {"zero_frac", t.zeros / n},
-                   {"subnormal_frac", t.subnormals / n},
-                   {"nonfinite_frac", t.nonfinite / n}};
-    }
+    for (const auto& [group, t] : numerics_totals_) nj[group] = stats_json(t);
     summary["numerics"] = nj;
   }
-  if (quant_telemetry_) summary["quant"] = quant_telemetry_->summary();
-  if (auto_)
-    summary["auto"] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
-  if (rank_ == 0)
-    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), summary.dump(2) + "\n");
+  precision_->add_summary(summary);
+  return summary;
+}
+
+void Trainer::print_summary(const FinalNumbers& f) const {
   printf(
       "summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
       "| %s\n",
-      final_train, std::isfinite(final_val_loss) ? strf("%.4f", final_val_loss).c_str() : "n/a",
-      fmt_rate(tps).c_str(), be_->peak_bytes() / 1048576.0, fmt_duration(wall).c_str());
-  if (std::isfinite(gap))
+      f.train_loss, std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
+      fmt_rate(f.tokens_per_second).c_str(), be_->peak_bytes() / 1048576.0,
+      fmt_duration(f.wall).c_str());
+  if (std::isfinite(f.gap))
     printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
-           final_val_loss, loss_floor_, 100 * gap, ln_vocab_);
-  if (auto_)
-    printf("auto: final formats (%.0f%% of block-linear FLOPs in <= 8 bits):\n%s",
-           100 * auto_->flop_share(), auto_->map_text().c_str());
+           f.val_loss, loss_floor_, 100 * f.gap, ln_vocab_);
+  precision_->print_summary();
   printf("run directory: %s\n", cfg_.train.out_dir.c_str());
   fflush(stdout);
-  return summary;
 }
 
 }  // namespace tg

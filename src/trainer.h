@@ -14,24 +14,22 @@
 // What a checkpoint holds besides the tensors is a RunState (src/run_state.h); the Trainer
 // fills one to save and applies one after verifying it to resume.
 #pragma once
+#include <cmath>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "auto_precision.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "data.h"
 #include "fileio.h"
-#include "fp8.h"
 #include "loss_scaler.h"
 #include "model.h"
-#include "quant_telemetry.h"
+#include "precision_runtime.h"
 #include "run_state.h"
-#include "smoothing.h"
 #include "thread_tuner.h"
 #include "tokenizer.h"
 
@@ -76,21 +74,30 @@ class Trainer {
   void log_val(int64_t step, double val_loss);
 
  private:
-  void setup_precision();
+  // Set-up, in this order: communicator, backend and model shape; data; model and precision.
+  void setup_comm_and_backend();
+  void setup_data();
+  void setup_model();
   void print_start() const;
   void resume_or_claim();
   void load_checkpoint_state(const std::string& dir);
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);
-  // Each linear's recipe: auto's chosen formats (or the mode's recipe) with the smoothing
-  // factors of now; set where either changes.
-  void apply_linear_recipes();
-  // precision.mode=auto: a measurement's end.
-  void auto_grad_norms();
-  void auto_decide();
-  // Channel smoothing: new factors from this step's measurement.
-  void smooth_update();
+  // A step's parts: the micro-batches (returns this rank's mean loss); the gradients summed
+  // over the ranks (returns the mean loss over them); the loss scaler's decision and AdamW;
+  // timing and bookkeeping.
+  double forward_backward(const StepResult& r);
+  double sum_gradients(double loss, int64_t step);
+  void update(StepResult& r);
+  void end_step(StepResult& r, double loss, double t0);
+  // finish(): the run's final numbers, summary.json and the summary lines.
+  struct FinalNumbers {
+    double val_loss = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN, gap = NAN;
+  };
+  FinalNumbers final_numbers(double final_val_loss) const;
+  nlohmann::json summary_json(const FinalNumbers& f) const;
+  void print_summary(const FinalNumbers& f) const;
 
   Config cfg_;
   double t_start_;
@@ -106,13 +113,8 @@ class Trainer {
   double loss_floor_ = NAN, ln_vocab_ = NAN;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;
-  std::unique_ptr<Fp8State> fp8_;
-  std::unique_ptr<AutoPrecision> auto_;       // precision.mode=auto
-  std::unique_ptr<ChannelSmoothing> smooth_;  // precision.recipe.smooth, auto.outliers=smooth
-  // The block-scaled modes' per-operand quantization statistics (precision.telemetry_every).
-  std::unique_ptr<QuantTelemetry> quant_telemetry_;
-  ProbeFanout probes_;  // of the step being measured
-  bool smooth_logged_ = false;
+  // Quantization state, auto precision, smoothing, quantization telemetry.
+  std::unique_ptr<PrecisionRuntime> precision_;
   bool device_decision_ = false;
   std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
   double peak_flops_ = 0;

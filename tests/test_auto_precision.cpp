@@ -223,12 +223,12 @@ TEST_CASE("auto: priors, composed recipes, and the recipe table") {
   CHECK(r.gemm[tg::kForward].a.elem == tg::ElemFormat::E2M1);
   // The table carries it to the linear, alone.
   tg::QuantRecipe start = tg::candidate_recipe("bf16", tg::RecipeOptions{}, "test");
-  tg::Fp8State st(start, 3);
+  tg::QuantState st(start, 3);
   REQUIRE(st.block_scaled());
-  st.set_linear_recipe(1, tg::Fp8State::FC, r);
-  CHECK(st.scaled(1, tg::Fp8State::FC).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::E2M1);
-  CHECK(st.scaled(1, tg::Fp8State::QKV).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::BF16);
-  CHECK(st.scaled(0, tg::Fp8State::FC).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::BF16);
+  st.set_linear_recipe(1, tg::QuantState::FC, r);
+  CHECK(st.scaled(1, tg::QuantState::FC).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::E2M1);
+  CHECK(st.scaled(1, tg::QuantState::QKV).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::BF16);
+  CHECK(st.scaled(0, tg::QuantState::FC).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::BF16);
 
   // The state round-trips through JSON; a damaged one is an error naming the field.
   tg::AutoPrecision b(o, cands, m);
@@ -413,7 +413,7 @@ TEST_CASE("mpi: auto decisions agree over 2 ranks and match one process with all
       " --model.n_layer=3 --train.steps=8 --eval.every=0 --precision.mode=auto "
       "--precision.auto.every=4 --train.threads=1";
   REQUIRE(run_binary(tiny_args(one.path) + args + " --data.batch_size=8", &out) == 0);
-  // Every rank checks its formats against rank 0's after each decision (Trainer::auto_decide).
+  // Every rank checks its formats against rank 0's after each decision (PrecisionRuntime::auto_decide).
   const int rc = tgt::run_shell(
       "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
           tgt::binary() + " " + tiny_args(two.path) + args + " --data.batch_size=4",
@@ -452,25 +452,25 @@ TEST_CASE("auto: outlier channels are flagged above k x the median and leave bel
       for (int c = 0; c < C; c++) x[size_t(n) * C + c] = (n + c) % 2 ? 1.0f : -0.5f;
     x[size_t(3) * C + 9] = outlier;  // channel 9, one token
     a.begin(1, 7);
-    a.take(0, tg::Fp8State::FC, tg::kLinearInput, x.data(), N, C);
+    a.take(0, tg::QuantState::FC, tg::kLinearInput, x.data(), N, C);
     return a.decide();
   };
   std::vector<tg::AutoChange> ch = measure(20);
-  CHECK(a.split_channels(0, tg::Fp8State::FC) == std::vector<int>{9});
-  CHECK(a.split_channels(0, tg::Fp8State::QKV).empty());
+  CHECK(a.split_channels(0, tg::QuantState::FC) == std::vector<int>{9});
+  CHECK(a.split_channels(0, tg::QuantState::QKV).empty());
   bool logged = false;
   for (const auto& c : ch)
     logged |= a.describe(c) ==
               "layer 0 fc forward input: outlier channels [9] (largest 20.0x the median) split "
               "out unquantized";
   CHECK(logged);
-  CHECK(a.linear_recipe(0, tg::Fp8State::FC).split_channels == std::vector<int>{9});
+  CHECK(a.linear_recipe(0, tg::QuantState::FC).split_channels == std::vector<int>{9});
   CHECK(a.record()["outliers"]["count"][2] == 1);
   measure(6);  // below k, above k/2: stays split
-  CHECK(a.split_channels(0, tg::Fp8State::FC) == std::vector<int>{9});
+  CHECK(a.split_channels(0, tg::QuantState::FC) == std::vector<int>{9});
   CHECK(a.record()["outliers"]["count"][2] == 0);
   measure(3);  // below k/2: back with the others
-  CHECK(a.split_channels(0, tg::Fp8State::FC).empty());
+  CHECK(a.split_channels(0, tg::QuantState::FC).empty());
   measure(7);  // not above k: not split again
-  CHECK(a.split_channels(0, tg::Fp8State::FC).empty());
+  CHECK(a.split_channels(0, tg::QuantState::FC).empty());
 }

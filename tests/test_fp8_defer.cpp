@@ -142,10 +142,10 @@ TEST_CASE("fp8: deferred reports train bit-identically to eager ones (both recip
     fc.keep_bf16 = {1};
     auto eager = make_cpu_backend();
     DeferringBackend lazy;
-    Fp8State se(fc, cfg.n_layer), sl(fc, cfg.n_layer);
+    QuantState se(fc, cfg.n_layer), sl(fc, cfg.n_layer);
     GPT me(cfg, *eager, DType::BF16), ml(cfg, lazy, DType::BF16);
-    me.set_fp8(&se);
-    ml.set_fp8(&sl);
+    me.set_quant_state(&se);
+    ml.set_quant_state(&sl);
     me.init_random(9);
     ml.init_random(9);
     for (int step = 1; step <= 5; step++) {
@@ -172,8 +172,8 @@ TEST_CASE("fp8: deferred reports train bit-identically to eager ones (both recip
     // Checkpoints carry the histories and the scales they give (layer, linear, operand).
     const nlohmann::json j = sl.to_json();
     REQUIRE(j.at("scales").size() == size_t(cfg.n_layer) * 12);
-    const Fp8Quant q = sl.quant(2, Fp8State::FC, Fp8State::GRAD);
-    CHECK(j["scales"][(2 * 4 + Fp8State::FC) * 3 + Fp8State::GRAD].get<float>() ==
+    const Fp8Quant q = sl.quant(2, QuantState::FC, QuantState::GRAD);
+    CHECK(j["scales"][(2 * 4 + QuantState::FC) * 3 + QuantState::GRAD].get<float>() ==
           (q.current ? 1.0f : q.scale));
     if (!q.current) CHECK(q.scale != 1.0f);
     CHECK(lazy.held.empty());

@@ -539,30 +539,30 @@ TEST_CASE("fp8: an overflowed gradient poisons the FP8 backward so the step is s
 }
 
 TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
-  Fp8State d(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
+  QuantState d(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
   CHECK_FALSE(d.layer_in_fp8(0));
   CHECK(d.layer_in_fp8(1));
   CHECK(d.layer_in_fp8(2));
   CHECK_FALSE(d.layer_in_fp8(3));
-  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 1.0f);  // empty history
-  d.record(1, Fp8State::FC, Fp8State::INP, 2.0f);
-  d.record(1, Fp8State::FC, Fp8State::INP, 7.0f);
-  d.record(1, Fp8State::FC, Fp8State::INP, 1.0f);
-  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 448.0f / 7.0f / 2.0f);
-  d.record(1, Fp8State::FC, Fp8State::INP, 3.0f);
-  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 448.0f / 7.0f / 2.0f);  // [7, 1, 3]
-  d.record(1, Fp8State::FC, Fp8State::INP, 0.5f);  // 7 leaves the window of 3
-  CHECK(d.quant(1, Fp8State::FC, Fp8State::INP).scale == 448.0f / 3.0f / 2.0f);
-  d.record(1, Fp8State::FC, Fp8State::GRAD, 1.0f);
-  CHECK(d.quant(1, Fp8State::FC, Fp8State::GRAD).scale == 57344.0f / 2.0f);
+  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 1.0f);  // empty history
+  d.record(1, QuantState::FC, QuantState::INP, 2.0f);
+  d.record(1, QuantState::FC, QuantState::INP, 7.0f);
+  d.record(1, QuantState::FC, QuantState::INP, 1.0f);
+  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 448.0f / 7.0f / 2.0f);
+  d.record(1, QuantState::FC, QuantState::INP, 3.0f);
+  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 448.0f / 7.0f / 2.0f);  // [7, 1, 3]
+  d.record(1, QuantState::FC, QuantState::INP, 0.5f);  // 7 leaves the window of 3
+  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 448.0f / 3.0f / 2.0f);
+  d.record(1, QuantState::FC, QuantState::GRAD, 1.0f);
+  CHECK(d.quant(1, QuantState::FC, QuantState::GRAD).scale == 57344.0f / 2.0f);
   // Histories round-trip through JSON (checkpoints).
-  Fp8State e(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
+  QuantState e(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
   e.from_json(d.to_json(), "test");
-  CHECK(e.quant(1, Fp8State::FC, Fp8State::INP).scale ==
-        d.quant(1, Fp8State::FC, Fp8State::INP).scale);
-  Fp8State c(Fp8Config{"current", 3, 0, {}}, 2);
-  CHECK(c.quant(0, Fp8State::QKV, Fp8State::WEIGHT).current);
-  CHECK_THROWS_AS(Fp8State(Fp8Config{"delayed", 3, 0, {4}}, 4), UsageError);
+  CHECK(e.quant(1, QuantState::FC, QuantState::INP).scale ==
+        d.quant(1, QuantState::FC, QuantState::INP).scale);
+  QuantState c(Fp8Config{"current", 3, 0, {}}, 2);
+  CHECK(c.quant(0, QuantState::QKV, QuantState::WEIGHT).current);
+  CHECK_THROWS_AS(QuantState(Fp8Config{"delayed", 3, 0, {4}}, 4), UsageError);
 }
 
 TEST_CASE("fp8: the fast round trip equals encode + decode from formats.h") {

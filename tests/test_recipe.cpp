@@ -41,24 +41,24 @@ TEST_CASE("recipe: fp8 and fp8-current are two instances of one description") {
 
 TEST_CASE("recipe: the FP8 state reads formats and sources from the recipe") {
   QuantRecipe r = fp8_tensor_recipe(ScaleSource::Delayed, 4, 0, {});
-  Fp8State s(r, 2);
-  s.record(0, Fp8State::QKV, Fp8State::INP, 2.0f);
-  s.record(0, Fp8State::QKV, Fp8State::GRAD, 2.0f);
-  const Fp8Quant qi = s.quant(0, Fp8State::QKV, Fp8State::INP);
-  const Fp8Quant qg = s.quant(0, Fp8State::QKV, Fp8State::GRAD);
+  QuantState s(r, 2);
+  s.record(0, QuantState::QKV, QuantState::INP, 2.0f);
+  s.record(0, QuantState::QKV, QuantState::GRAD, 2.0f);
+  const Fp8Quant qi = s.quant(0, QuantState::QKV, QuantState::INP);
+  const Fp8Quant qg = s.quant(0, QuantState::QKV, QuantState::GRAD);
   CHECK(qi.format == ElemFormat::E4M3);
   CHECK(qg.format == ElemFormat::E5M2);
   CHECK(qi.scale == fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
   CHECK(qg.scale == fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
   CHECK_FALSE(qi.current);
-  Fp8State cur(fp8_tensor_recipe(ScaleSource::Current, 4, 0, {}), 2);
-  CHECK(cur.quant(1, Fp8State::FC, Fp8State::WEIGHT).current);
+  QuantState cur(fp8_tensor_recipe(ScaleSource::Current, 4, 0, {}), 2);
+  CHECK(cur.quant(1, QuantState::FC, QuantState::WEIGHT).current);
 }
 
 TEST_CASE("recipe: recipes the FP8 linears do not implement are refused by name") {
   auto refused = [](QuantRecipe r) {
     r.name = "test-recipe";
-    return tgt::error_of([&] { Fp8State s(r, 1); });
+    return tgt::error_of([&] { QuantState s(r, 1); });
   };
   QuantRecipe r = fp8_tensor_recipe(ScaleSource::Delayed, 4, 0, {});
   QuantRecipe fp4 = r;

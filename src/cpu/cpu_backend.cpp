@@ -192,11 +192,11 @@ class CpuBackend final : public Backend {
     narrow_back(dw, dwf);
   }
 
-  // Fp8Options are ignored: the CPU accumulates every FP8 product exactly in fp32 (fp32
+  // QuantOptions are ignored: the CPU accumulates every FP8 product exactly in fp32 (fp32
   // GEMMs of the dequantized operands), which is what precision.fp8.fast_accum=false asks
   // of a GPU; its fast-accumulation forward is approximated by this within the tests'
   // tolerances. Reports are never deferred (the Backend defaults).
-  void set_fp8_options(const Fp8Options&) override {}
+  void set_quant_options(const QuantOptions&) override {}
   Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                                const Fp8Quant quant[2]) override {
     Fp8Report rep;

@@ -215,7 +215,7 @@ class CudaBackend final : public Backend {
   // ---- FP8 block linears (src/cuda/matmul_fp8.cu, call order as in kernels/README.md) ----
   //
   // The path is the device's (FP8 GEMMs from compute capability 8.9, else bf16 GEMMs of the
-  // quantized values) unless Fp8Options::force_fallback. A linear whose shape or pointers do
+  // quantized values) unless QuantOptions::force_fallback. A linear whose shape or pointers do
   // not suit the FP8 GEMMs (fp8_shape_problem; the training loop rejects such training shapes
   // up front, sampling may have them) takes the fallback path: the same numerics.
   //
@@ -279,7 +279,7 @@ class CudaBackend final : public Backend {
                                 inp.data, w.data, N, C, OC, *q.recipe, q.seed);
   }
 
-  void set_fp8_options(const Fp8Options& o) override {
+  void set_quant_options(const QuantOptions& o) override {
     fp8_opt_ = o;
     fp8_path_ = o.force_fallback ? gpu::Fp8Path::kBf16Fallback : device_fp8_path_;
     // A copy: the line names the path of the recipe the options were set with.
@@ -688,9 +688,9 @@ class CudaBackend final : public Backend {
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   // FP8
   gpu::Fp8Path device_fp8_path_ = gpu::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
-  QuantRecipe recipe_;  // the block-scaled run's recipe (set_fp8_options), for fp8_path_name
+  QuantRecipe recipe_;  // the block-scaled run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
-  Fp8Options fp8_opt_;
+  QuantOptions fp8_opt_;
   gpu::Fp8LinearDevice* fp8_state_ = nullptr;
   void* fp8_state_own_ = nullptr;
   int fp8_state_cap_ = 0;

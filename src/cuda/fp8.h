@@ -158,7 +158,7 @@ void fp8_plan_destroy(Fp8Plan& p);
 // ---- one linear, end to end (what CudaBackend's matmul_forward_fp8 / _backward_fp8 call) ----
 
 // Forward of linear `lin`: out(N,OC) = quant(inp) . quant(W)^T + bias. quant[0] (inp) and
-// quant[1] (W) are Fp8State's. Afterwards plan.dev[lin].t[kFp8Inp / kFp8Weight] hold each
+// quant[1] (W) are QuantState's. Afterwards plan.dev[lin].t[kFp8Inp / kFp8Weight] hold each
 // operand's amax, scale and descale (fp8_forward_report). Asynchronous.
 void fp8_linear_forward(const Fp8GemmContext& ctx, const Fp8Plan& plan, int lin, bf16* out,
                         const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,

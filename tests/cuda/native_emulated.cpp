@@ -551,9 +551,9 @@ TEST_CASE("emulated: smoothed linears through a CudaBackend on sm_100 == the CPU
                            dout = randn(size_t(N) * OC, 33, 1e-3f);
   const std::vector<float> s = outlier_factors(&x, w, N, C, OC, 101);
   tgc::Twin tw;
-  Fp8Options o;
+  QuantOptions o;
   o.block_scaled = true;
-  tw.gpu->set_fp8_options(o);
+  tw.gpu->set_quant_options(o);
   for (const std::string mode : {"mxfp8", "mxfp4", "nvfp4"}) {
     INFO(mode);
     QuantRecipe r = block_scaled_recipe(mode, RecipeOptions{});

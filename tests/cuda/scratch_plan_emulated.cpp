@@ -49,10 +49,10 @@ struct Major {
 
 std::unique_ptr<Backend> block_scaled_backend(const QuantRecipe& r) {
   auto be = make_cuda_backend();
-  Fp8Options o;
+  QuantOptions o;
   o.block_scaled = true;
   o.recipe = &r;
-  be->set_fp8_options(o);
+  be->set_quant_options(o);
   return be;
 }
 
@@ -138,10 +138,10 @@ TEST_CASE("emulated: a training step's block-scaled scratch with telemetry is th
       INFO(mode << " on sm_" << major << "0");
       Major dev(major);
       auto be = block_scaled_backend(r);
-      Fp8State fp8(r, cfg.n_layer);
+      QuantState fp8(r, cfg.n_layer);
       QuantTelemetry telemetry(fp8, cfg.n_layer);
       GPT m(cfg, *be, DType::BF16);
-      m.set_fp8(&fp8);
+      m.set_quant_state(&fp8);
       m.init_random(3);
       telemetry.begin(1, 99);
       m.set_probe(&telemetry);

@@ -26,7 +26,7 @@ using namespace tgc;
 namespace {
 
 // Every linear's recipe from auto's choices (src/trainer.cpp's apply_linear_recipes).
-void apply_recipes(const tg::AutoPrecision& a, tg::Fp8State& s, int n_layer) {
+void apply_recipes(const tg::AutoPrecision& a, tg::QuantState& s, int n_layer) {
   for (int l = 0; l < n_layer; l++)
     for (int lin = 0; lin < tg::kAutoLinears; lin++)
       s.set_linear_recipe(l, lin, a.linear_recipe(l, lin));
@@ -113,25 +113,25 @@ TEST_CASE("cuda: an auto run decides on the GPU as on the CPU, statistics reduce
   }
   tg::QuantRecipe base = tg::candidate_recipe("bf16", tg::RecipeOptions{}, "test");
   base.name = "auto";
-  tg::Fp8State sc(base, L), sg(base, L);
-  tg::Fp8Options fo;
+  tg::QuantState sc(base, L), sg(base, L);
+  tg::QuantOptions fo;
   fo.block_scaled = sg.block_scaled();
-  gpu->set_fp8_options(fo);
-  cpu->set_fp8_options(fo);
+  gpu->set_quant_options(fo);
+  cpu->set_quant_options(fo);
   tg::AutoPrecision ac(o, cand, cfg), ag(o, cand, cfg), ah(o, cand, cfg);
   TwinProbe twin;
   twin.dev = &ag;
   twin.host = &ah;
   tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-  mc.set_fp8(&sc);
-  mg.set_fp8(&sg);
+  mc.set_quant_state(&sc);
+  mg.set_quant_state(&sg);
   mc.init_random(5);
   mg.init_random(5);
   apply_recipes(ac, sc, L);
   apply_recipes(ag, sg, L);
   tg::GPT* ms[2] = {&mc, &mg};
   tg::AutoPrecision* as[2] = {&ac, &ag};
-  tg::Fp8State* ss[2] = {&sc, &sg};
+  tg::QuantState* ss[2] = {&sc, &sg};
   int measured = 0, changes = 0, mismatched = 0;
   for (int step = 1; step <= 5; step++) {
     const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);

@@ -33,12 +33,12 @@ struct Fp8Case {
 
 // One forward + backward of a linear on both backends with the GPU configured by `opt`;
 // checks outputs, gradients and reports.
-void check_linear(const Fp8Case& cs, bool current, const tg::Fp8Options& opt, bool defer,
+void check_linear(const Fp8Case& cs, bool current, const tg::QuantOptions& opt, bool defer,
                   uint64_t seed) {
   const int N = cs.N, C = cs.C, OC = cs.OC;
   const DType t = DType::BF16;
   Twin tw;
-  tw.gpu->set_fp8_options(opt);
+  tw.gpu->set_quant_options(opt);
   if (defer) REQUIRE(tw.gpu->fp8_defer_reports(true));
   Pair inp = tw.rand(t, size_t(N) * C, seed), w = tw.rand(t, size_t(OC) * C, seed + 1, 0.05f),
        bias = tw.rand(t, OC, seed + 2, 0.1f);
@@ -78,8 +78,8 @@ void check_linear(const Fp8Case& cs, bool current, const tg::Fp8Options& opt, bo
   CHECK(tw.err(db) < kExact);
 }
 
-tg::Fp8Options options(bool fast, bool fallback) {
-  tg::Fp8Options o;
+tg::QuantOptions options(bool fast, bool fallback) {
+  tg::QuantOptions o;
   o.fast_accum = fast;
   o.force_fallback = fallback;
   return o;
@@ -159,15 +159,15 @@ void fp8_training_parity(const std::string& recipe, bool fallback, const std::ve
   const int B = 4, T = 32;
   auto cpu = tg::make_cpu_backend();
   auto gpu = tg::make_cuda_backend();
-  gpu->set_fp8_options(options(true, fallback));
+  gpu->set_quant_options(options(true, fallback));
   tg::Fp8Config fc;
   fc.recipe = recipe;
   fc.history_len = 4;
   fc.keep_bf16 = keep;
-  tg::Fp8State sc(fc, cfg.n_layer), sg(fc, cfg.n_layer);
+  tg::QuantState sc(fc, cfg.n_layer), sg(fc, cfg.n_layer);
   tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-  mc.set_fp8(&sc);
-  mg.set_fp8(&sg);
+  mc.set_quant_state(&sc);
+  mg.set_quant_state(&sg);
   mc.init_random(5);
   mg.init_random(5);
   for (int step = 1; step <= 10; step++) {
@@ -239,9 +239,9 @@ TEST_CASE("cuda: an fp8 model's peak memory is at most a bf16 model's (GPT-2 voc
   size_t peak[2];
   for (int k = 0; k < 2; k++) {
     auto gpu = tg::make_cuda_backend();
-    tg::Fp8State st(tg::Fp8Config{}, cfg.n_layer);
+    tg::QuantState st(tg::Fp8Config{}, cfg.n_layer);
     tg::GPT m(cfg, *gpu, DType::BF16);
-    if (k == 1) m.set_fp8(&st);
+    if (k == 1) m.set_quant_state(&st);
     m.init_random(1);
     for (int s = 0; s < 2; s++) {
       m.zero_grad();

@@ -36,8 +36,8 @@ struct Shape {
   int N, C, OC;
 };
 
-tg::Fp8Options block_scaled_options() {
-  tg::Fp8Options o;
+tg::QuantOptions block_scaled_options() {
+  tg::QuantOptions o;
   o.block_scaled = true;
   return o;
 }
@@ -46,7 +46,7 @@ tg::Fp8Options block_scaled_options() {
 void check_linear(const tg::QuantRecipe& r, const Shape& s, DType t, uint64_t seed) {
   const int N = s.N, C = s.C, OC = s.OC;
   Twin tw;
-  tw.gpu->set_fp8_options(block_scaled_options());
+  tw.gpu->set_quant_options(block_scaled_options());
   const tg::ScaledLinear q{&r, seed * 31 + 7};
   Pair inp = tw.rand(t, size_t(N) * C, seed), w = tw.rand(t, size_t(OC) * C, seed + 1, 0.05f),
        bias = tw.rand(t, OC, seed + 2, 0.1f);
@@ -93,7 +93,7 @@ TEST_CASE("cuda: block-scaled linears match the CPU's, every preset and ingredie
   TG_REQUIRE_GPU();
   {
     auto gpu = tg::make_cuda_backend();
-    gpu->set_fp8_options(block_scaled_options());
+    gpu->set_quant_options(block_scaled_options());
     MESSAGE("block-scaled path of this GPU: " << gpu->fp8_path_name());
     CHECK(gpu->has_block_scaled_linears());
     CHECK(gpu->fp8_path_name().find("block-scaled") != std::string::npos);
@@ -127,9 +127,9 @@ TEST_CASE("cuda: native block-scaled GEMMs pass their self-checks and match the 
   for (const auto& preset : presets()) {
     const tg::QuantRecipe r = tg::block_scaled_recipe(preset.first, preset.second);
     auto gpu = tg::make_cuda_backend();
-    tg::Fp8Options o = block_scaled_options();
+    tg::QuantOptions o = block_scaled_options();
     o.recipe = &r;
-    gpu->set_fp8_options(o);
+    gpu->set_quant_options(o);
     MESSAGE(preset.first << ": " << gpu->fp8_path_name());
     INFO(preset.first << ": " << tg::describe(r));
     check_linear(r, {256, 256, 256}, DType::BF16, seed += 10);
@@ -180,11 +180,11 @@ TEST_CASE("cuda: four block-scaled training steps follow the CPU, every preset")
     const tg::QuantRecipe r = tg::block_scaled_recipe(mode, {});
     auto cpu = tg::make_cpu_backend();
     auto gpu = tg::make_cuda_backend();
-    gpu->set_fp8_options(block_scaled_options());
-    tg::Fp8State sc(r, cfg.n_layer), sg(r, cfg.n_layer);
+    gpu->set_quant_options(block_scaled_options());
+    tg::QuantState sc(r, cfg.n_layer), sg(r, cfg.n_layer);
     tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-    mc.set_fp8(&sc);
-    mg.set_fp8(&sg);
+    mc.set_quant_state(&sc);
+    mg.set_quant_state(&sg);
     mc.init_random(5);
     mg.init_random(5);
     for (int step = 1; step <= 4; step++) {
@@ -222,7 +222,7 @@ void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t see
   tg::QuantRecipe swapped = r;
   for (float& f : swapped.smooth) f = 1.f / f;
   Twin tw;
-  tw.gpu->set_fp8_options(block_scaled_options());
+  tw.gpu->set_quant_options(block_scaled_options());
   const tg::ScaledLinear q{&r, seed * 31 + 7};
   Pair inp = tw.make(t, x), w = tw.make(t, wv), bias = tw.rand(t, OC, seed + 2, 0.1f);
   Pair out = tw.poisoned(t, size_t(N) * OC);
@@ -297,11 +297,11 @@ TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the C
     const tg::QuantRecipe r = tg::block_scaled_recipe(mode, {});
     auto cpu = tg::make_cpu_backend();
     auto gpu = tg::make_cuda_backend();
-    gpu->set_fp8_options(block_scaled_options());
-    tg::Fp8State sc(r, L), sg(r, L);
+    gpu->set_quant_options(block_scaled_options());
+    tg::QuantState sc(r, L), sg(r, L);
     tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-    mc.set_fp8(&sc);
-    mg.set_fp8(&sg);
+    mc.set_quant_state(&sc);
+    mg.set_quant_state(&sg);
     mc.init_random(5);
     mg.init_random(5);
     const tg::SmoothOptions so{0.5, 2};
@@ -310,7 +310,7 @@ TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the C
     twin.dev = &smg;
     twin.host = &smh;
     tg::GPT* ms[2] = {&mc, &mg};
-    tg::Fp8State* ss[2] = {&sc, &sg};
+    tg::QuantState* ss[2] = {&sc, &sg};
     tg::ChannelSmoothing* sm[2] = {&smc, &smg};
     for (int step = 1; step <= 4; step++) {
       const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);

@@ -30,10 +30,10 @@ TEST_CASE("cuda: the block-scaled linears' scratch is train_gpt memory's plan") 
     INFO(mode << " on sm_" << prop.major << prop.minor);
     tg::gpu::native_forget_checks();  // the self-checks run (and grow their slots) again
     auto gpu = tg::make_cuda_backend();
-    tg::Fp8Options o;
+    tg::QuantOptions o;
     o.block_scaled = true;
     o.recipe = &r;
-    gpu->set_fp8_options(o);
+    gpu->set_quant_options(o);
     auto make = [&](size_t n, uint64_t seed, float scale) {
       Tensor t = gpu->alloc(DType::BF16, n);
       gpu->upload(t, encode(randn(n, seed, scale), DType::BF16).data());

@@ -123,11 +123,11 @@ TEST_CASE("cuda: a 16-bit step's lm_head backward runs in the compute type, as o
     const DType t = m == "fp16" ? DType::F16 : DType::BF16;
     auto cpu = tg::make_cpu_backend();
     auto gpu = tg::make_cuda_backend();
-    tg::Fp8State sc(tg::Fp8Config{}, cfg.n_layer), sg(tg::Fp8Config{}, cfg.n_layer);
+    tg::QuantState sc(tg::Fp8Config{}, cfg.n_layer), sg(tg::Fp8Config{}, cfg.n_layer);
     tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
     if (m == "fp8") {
-      mc.set_fp8(&sc);
-      mg.set_fp8(&sg);
+      mc.set_quant_state(&sc);
+      mg.set_quant_state(&sg);
     }
     mc.init_random(21);
     mg.init_random(21);
