@@ -4,12 +4,12 @@
 # `make fuzz` builds the libFuzzer targets (clang++), `make fuzz-run` runs them.
 #
 # Variables: NO_MPI=1 builds without OpenMPI; NO_BLAS=1 builds without OpenBLAS (the CPU
-# matmuls use src/cpu/gemm.cpp's own loop nest); EXTRA_CFLAGS adds flags to every compile
+# matmuls use src/backends/cpu/gemm.cpp's own loop nest); EXTRA_CFLAGS adds flags to every compile
 # (scripts/gpu_deps.sh + EXTRA_CFLAGS=-I.deps/include for a machine without the header
 # packages); SKIP_SETUP=1 never runs scripts/setup.sh (no package registry). A build with
 # NO_MPI or NO_BLAS goes to its own folder, build/<variant>/, binary included.
-# With nvcc, src/cuda/*.cu (the CUDA backend) is built into libtrain_gpt_cuda.so beside the
-# binary, which train_gpt opens only when a run asks for a GPU (src/cuda_library.h), and is
+# With nvcc, src/backends/cuda/*.cu (the CUDA backend) is built into libtrain_gpt_cuda.so beside the
+# binary, which train_gpt opens only when a run asks for a GPU (src/backends/cuda_library.h), and is
 # linked with tests/cuda/*.cu into the test binary; without nvcc (or with SAN=1) neither is
 # built and train_gpt runs on the CPU only. With the CUDA toolkit's headers, `make test` also
 # builds and runs the emulated kernel tests (build/<variant>/kernels_emulated, ASan+UBSan under
@@ -31,7 +31,7 @@ VARIANT  := $(if $(filter 1,$(NO_MPI)),-nompi)$(if $(filter 1,$(NO_BLAS)),-nobla
 # tuning for the CPU it finds also picks how serial float loops are vectorised, and so how
 # their sums round. Fixed, the same source computes the same bits on every machine with the
 # same instruction sets. The regression fixtures (tests/fixtures/regression_losses.json), and
-# the lanes of src/cpu/attention.cpp, which must equal its reference loops' compiled code bit
+# the lanes of src/backends/cpu/attention.cpp, which must equal its reference loops' compiled code bit
 # for bit, were recorded on an AMD EPYC; on a Xeon, which GCC 12.2 tunes for as rocketlake,
 # both match with znver3's tuning and not with its own. There it is no slower (toy bf16 step
 # 8.9 against 9.7 ms).
@@ -56,7 +56,7 @@ endif
 ARCH     := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 ifeq ($(NO_MPI),1)
   MPI_FLAGS := -DTG_NO_MPI
-  # src/comm.cpp leaves launched_by_mpi() unused without MPI (g++ only; nvcc lacks the flag).
+  # src/comm/comm.cpp leaves launched_by_mpi() unused without MPI (g++ only; nvcc lacks the flag).
   MPI_WARN  := -Wno-unused-function
   MPI_LIBS  :=
 else
@@ -89,7 +89,7 @@ CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=
 NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) $(NVWERR) -Xcompiler -fopenmp,-Wall,-Wextra -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
 
-# NCCL (src/cuda/nccl_comm.cu) when its header is found in NCCL_HOME (default: the CUDA
+# NCCL (src/backends/cuda/nccl_comm.cu) when its header is found in NCCL_HOME (default: the CUDA
 # toolkit); NO_NCCL=1 leaves it out, and multi-GPU runs then say the binary lacks NCCL.
 # libnccl itself is not linked: nccl_comm.cu opens libnccl.so.2 when a multi-GPU job makes
 # its communicator (one GPU needs none), searching NCCL_HOME's lib folders (the rpath) first.
@@ -101,13 +101,13 @@ ifneq ($(HAVE_NCCL),)
   CUDA_LIBS  += -Xlinker -rpath,$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64
 endif
 
-SRC      := $(wildcard src/*.cpp src/cpu/*.cpp)
+SRC      := $(wildcard src/*/*.cpp src/backends/cpu/*.cpp)
 OBJ      := $(SRC:%.cpp=$(BUILD)/%.o)
 # tests/fuzz/fuzz_entries.cpp: the fuzz targets' bodies, also run by test_fuzz_regressions.cpp.
-TEST_SRC := $(wildcard tests/*.cpp) tests/fuzz/fuzz_entries.cpp
+TEST_SRC := $(wildcard tests/*.cpp) $(filter-out tests/cuda/% tests/fuzz/%,$(wildcard tests/*/*.cpp)) tests/fuzz/fuzz_entries.cpp
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/%.o)
 ifneq ($(USE_NVCC),)
-  CU_SRC      := $(if $(HAVE_NCCL),$(wildcard src/cuda/*.cu),$(filter-out src/cuda/nccl_comm.cu,$(wildcard src/cuda/*.cu)))
+  CU_SRC      := $(if $(HAVE_NCCL),$(wildcard src/backends/cuda/*.cu),$(filter-out src/backends/cuda/nccl_comm.cu,$(wildcard src/backends/cuda/*.cu)))
   CU_OBJ      := $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
   TEST_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard tests/cuda/*.cu))
   CUDA_LIB    := $(dir $(BIN))libtrain_gpt_cuda.so
@@ -129,20 +129,20 @@ $(BUILD)/%.o: %.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-# glibc's tanhf rounds every product on its own, and src/cpu/tanh_fp32.cpp must round as it does.
-$(BUILD)/src/cpu/tanh_fp32.o: CXXFLAGS += -ffp-contract=off
+# glibc's tanhf rounds every product on its own, and src/backends/cpu/tanh_fp32.cpp must round as it does.
+$(BUILD)/src/backends/cpu/tanh_fp32.o: CXXFLAGS += -ffp-contract=off
 
-# src/cpu/attention.cpp spells out each fused multiply-add its reference's compiled code makes, and
-# src/cpu/exp_fp32.cpp each one glibc's expf makes.
-$(BUILD)/src/cpu/attention.o: CXXFLAGS += -ffp-contract=off
-$(BUILD)/src/cpu/exp_fp32.o: CXXFLAGS += -ffp-contract=off
+# src/backends/cpu/attention.cpp spells out each fused multiply-add its reference's compiled code makes, and
+# src/backends/cpu/exp_fp32.cpp each one glibc's expf makes.
+$(BUILD)/src/backends/cpu/attention.o: CXXFLAGS += -ffp-contract=off
+$(BUILD)/src/backends/cpu/exp_fp32.o: CXXFLAGS += -ffp-contract=off
 
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
 ifneq ($(USE_NVCC),)
 # -fPIC: the backend's objects go into the shared library as well as the test binary.
-$(BUILD)/src/cuda/%.o: src/cuda/%.cu | deps
+$(BUILD)/src/backends/cuda/%.o: src/backends/cuda/%.cu | deps
 	@mkdir -p $(dir $@)
 	$(USE_NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
 $(BUILD)/tests/cuda/%.o: tests/cuda/%.cu | deps
@@ -162,7 +162,7 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 endif
 
-# The CUDA backend (src/cuda/*.cu but the library entry; NCCL's communicator when its header
+# The CUDA backend (src/backends/cuda/*.cu but the library entry; NCCL's communicator when its header
 # is found) and its kernels run on the CPU with CUDA threads emulated as fibers
 # (tests/cuda/cuda_emulation.h, passed with -include; the runtime, cuBLAS, cuBLASLt and NCCL as
 # host stand-ins, tests/cuda/*_emulation.cpp; needs the CUDA headers; C++20), compared with the
@@ -174,7 +174,7 @@ endif
 # memory's red zones and freed blocks are poisoned: tests/cuda/memory_check.h).
 # -U_FORTIFY_SOURCE: the fibers switch stacks with _longjmp; -fno-strict-aliasing: the
 # kernels' 16-byte packs are type-punned through int4, as nvcc allows; -march=native as the
-# CPU objects it links (src/cpu/storage.h's inline fp16 conversions use F16C there; a SAN=1
+# CPU objects it links (src/backends/cpu/storage.h's inline fp16 conversions use F16C there; a SAN=1
 # build has neither). -Wno-unused-function: a launcher includes static kernels it does not
 # launch; -fno-extern-tls-init: the dynamic shared memory is an extern thread_local array that
 # needs no initialisation (GCC would call a missing init function through a null pointer).
@@ -187,7 +187,7 @@ EMU_FLAGS   := -std=c++20 $(EMU_OPT) -U_FORTIFY_SOURCE -fno-strict-aliasing -pth
                -Wall -Wextra $(WERR) -Wno-unknown-pragmas -Wno-unused-function -fno-extern-tls-init -MMD -MP -I. -I$(EMU_CUDA)/include \
                $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS) -include tests/cuda/cuda_emulation.h \
                $(if $(HAVE_NCCL),-DTG_NCCL -I$(NCCL_HOME)/include)
-EMU_CU      := $(filter-out src/cuda/library.cu $(if $(HAVE_NCCL),,src/cuda/nccl_comm.cu),$(wildcard src/cuda/*.cu)) \
+EMU_CU      := $(filter-out src/backends/cuda/library.cu $(if $(HAVE_NCCL),,src/backends/cuda/nccl_comm.cu),$(wildcard src/backends/cuda/*.cu)) \
                $(if $(HAVE_NCCL),$(wildcard tests/cuda/test_*.cu),$(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu)))
 EMU_SUPPORT := tests/cuda/cuda_emulation.cpp tests/cuda/cublaslt_emulation.cpp \
                tests/cuda/runtime_emulation.cpp tests/cuda/stream_emulation.cpp \
@@ -206,7 +206,7 @@ $(EMU_DIR)/%.o: %.cpp | deps
 $(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
 	$(CXX) $(LDSAN) -pthread -o $@ $^ -fopenmp '-Wl,--export-dynamic-symbol=nccl*' $(LDLIBS)
 
-# kernels_checked: every launcher of src/cuda/*.cu (but NCCL's and the library entry) and the
+# kernels_checked: every launcher of src/backends/cuda/*.cu (but NCCL's and the library entry) and the
 # cuBLAS(Lt) stand-ins compiled with GCC's -fsanitize=thread instrumentation, but linked with
 # tests/cuda/memory_check.cpp's own __tsan_* functions instead of libtsan: racecheck, memcheck
 # and initcheck of every load and store they make (tests/cuda/memory_check.h), run by
@@ -221,7 +221,7 @@ CHECK_DIR   := $(BUILD)/checked
 CHECK_FLAGS := $(EMU_FLAGS) -g -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
 CHECK_SRC   := $(wildcard tests/cuda/*_checked.cpp) tests/cuda/cuda_emulation.cpp \
                tests/cuda/cublaslt_emulation.cpp
-CHECK_OBJ   := $(patsubst %.cu,$(CHECK_DIR)/%.o,$(filter-out src/cuda/nccl_comm.cu,$(filter src/cuda/%,$(EMU_CU)))) \
+CHECK_OBJ   := $(patsubst %.cu,$(CHECK_DIR)/%.o,$(filter-out src/backends/cuda/nccl_comm.cu,$(filter src/backends/cuda/%,$(EMU_CU)))) \
                $(CHECK_SRC:%.cpp=$(CHECK_DIR)/%.o)
 CHECK_PLAIN := $(addprefix $(EMU_DIR)/tests/cuda/,runtime_emulation.o stream_emulation.o device_memory_emulation.o \
                memory_check.o symbols_emulation.o fibers_emulation.o)
@@ -268,9 +268,10 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wextra \
                 -Wno-unknown-pragmas -MMD -MP -I. -DTG_NO_MPI -DTG_NO_BLAS $(EXTRA_CFLAGS)
 FUZZ_TARGETS := shard model_file checkpoint config hf_model
-FUZZ_LIB_SRC := src/common.cpp src/fileio.cpp src/data.cpp src/checkpoint.cpp src/model.cpp \
-                src/fp8.cpp src/recipe.cpp src/run_state.cpp src/config.cpp src/hf.cpp \
-                src/safetensors.cpp \
+FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/data/data.cpp src/data/safetensors.cpp \
+                src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/config/config.cpp \
+                src/model/model.cpp src/model/fp8.cpp src/model/quantized_linear.cpp \
+                src/training/checkpoint.cpp src/training/run_state.cpp src/training/hf.cpp \
                 tests/fuzz/fuzz_entries.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
@@ -295,8 +296,8 @@ fuzz-seeds: $(FUZZ_DIR)/make_seeds
 	$(FUZZ_DIR)/make_seeds
 
 format:
-	clang-format -i train_gpt.cu src/*.h src/*.cpp src/cpu/*.h src/cpu/*.cpp tests/*.cpp tests/*.h tests/fuzz/*.cpp tests/fuzz/*.h \
-	  src/cuda/*.h src/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h tests/cuda/*.cpp
+	clang-format -i train_gpt.cu src/*/*.h src/*/*.cpp src/backends/cpu/*.h src/backends/cpu/*.cpp tests/*.cpp tests/*.h tests/*/*.cpp tests/fuzz/*.cpp tests/fuzz/*.h \
+	  src/backends/cuda/*.h src/backends/cuda/*.cu kernels/*.cuh tests/cuda/*.cu tests/cuda/*.h tests/cuda/*.cpp
 
 clean:
 	rm -rf build train_gpt libtrain_gpt_cuda.so

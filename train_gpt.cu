@@ -1,5 +1,5 @@
 // train_gpt: trains GPT-2 style transformers from tokenized shards.
-// The subcommands live in src/commands.cpp; this file only hands argv over.
-#include "src/commands.h"
+// The subcommands live in src/cli/commands.cpp; this file only hands argv over.
+#include "src/cli/commands.h"
 
 int main(int argc, char** argv) { return tg::run_main(argc, argv); }

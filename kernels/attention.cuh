@@ -1,5 +1,5 @@
 // attention.cuh: causal multi-head self-attention around cuBLAS batched GEMMs
-// (src/cuda/attention.cu runs the GEMMs). qkv(B,T,3C) = [q | k | v], head size hs = C/NH,
+// (src/backends/cuda/attention.cu runs the GEMMs). qkv(B,T,3C) = [q | k | v], head size hs = C/NH,
 // scale = 1/sqrt(hs):
 //   forward:  q,k,v -> (B,NH,T,hs) (permute);  S = scale q k^T (GEMM, fp32);
 //             att = causal softmax(S) rows (zeros above the diagonal, stored in T);

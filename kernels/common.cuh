@@ -4,9 +4,9 @@
 // Storage types: float (fp32), bf16 and f16 (16-bit codes in a struct, never CUDA's own
 // types, so that host code can pass them around as plain bytes). Every kernel widens on load
 // to fp32 (ld), computes in fp32 and rounds once on store (st), to nearest even, bit for bit
-// as the CPU backend does (src/cpu/storage.h): bf16 through src/formats.h, fp16 through the
-// hardware conversion (__float2half_rn: IEEE round to nearest even, overflow to inf) with NaN
-// mapped to formats.h's canonical 0x7FFF.
+// as the CPU backend does (src/backends/cpu/storage.h): bf16 through src/numerics/formats.h, fp16
+// through the hardware conversion (__float2half_rn: IEEE round to nearest even, overflow to inf)
+// with NaN mapped to formats.h's canonical 0x7FFF.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,7 +15,7 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "src/formats.h"
+#include "src/numerics/formats.h"
 
 namespace tg::gpu {
 
@@ -47,7 +47,7 @@ __device__ __forceinline__ f16 st<f16>(float v) {
 }
 
 // Rounds v into T for element `index`: to nearest even, or stochastically with the bits
-// sr_hash(seed, index) (bf16/fp16; fp32 stores v as it is), as src/cpu/adamw.cpp does.
+// sr_hash(seed, index) (bf16/fp16; fp32 stores v as it is), as src/backends/cpu/adamw.cpp does.
 template <typename T>
 __device__ __forceinline__ T st_round(float v, bool stochastic, uint64_t seed, uint64_t index) {
   if constexpr (sizeof(T) == 2) {

@@ -1,6 +1,6 @@
 // flash_attention.cuh: tiled, flash-style causal self-attention for training (opt-in,
-// cuda.attention=flash; src/cuda/attention.cu launches it). Same math as
-// src/cpu/attention.cpp, without the (B, NH, T, T) probabilities: the forward keeps the
+// cuda.attention=flash; src/backends/cuda/attention.cu launches it). Same math as
+// src/backends/cpu/attention.cpp, without the (B, NH, T, T) probabilities: the forward keeps the
 // per-row logsumexp lse = m + log(l) (fp32, (B, NH, T)) and the backward recomputes
 // p = exp(s - lse) from q, k and lse.
 //

@@ -1,8 +1,8 @@
 // fp8_kernels.cuh: the device code of the FP8 kernels (types, device helpers, __global__
 // kernels): amax, scales, casts (+ transposed copies), quantize-dequantize, poisoning, and the
 // FP8 linears' bias rows, bias gradient and fallback alphas. The launchers are in
-// src/cuda/fp8_cast.cu and src/cuda/matmul_fp8.cu (declared, with the semantics, in
-// src/cuda/fp8.h); the emulated tests run these kernels on the CPU.
+// src/backends/cuda/fp8_cast.cu and src/backends/cuda/matmul_fp8.cu (declared, with the semantics,
+// in src/backends/cuda/fp8.h); the emulated tests run these kernels on the CPU.
 //
 // Needs the CUDA keywords and intrinsics it uses (__global__, __device__, __shared__,
 // threadIdx, __syncthreads, __reduce_max_sync, atomicMax, __float_as_uint, uint2/uint4, max):
@@ -10,8 +10,8 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common.cuh"
-#include "src/formats.h"
+#include "common.cuh"
+#include "src/numerics/formats.h"
 
 namespace tg::gpu {
 

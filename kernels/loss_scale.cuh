@@ -1,7 +1,7 @@
 // loss_scale.cuh: the loss-scale decision on the device, so that an optimizer step needs no
 // host round trip: loss_scale_step_kernel reads the fused unscale/finite/norm result
 // (global_norm.cuh: {sum of squares of the unscaled gradients, non-finite count}) and updates
-// the scaler state in device memory with src/loss_scaler.h's loss_scale_update (the very
+// the scaler state in device memory with src/numerics/loss_scaler.h's loss_scale_update (the very
 // function LossScaler::update runs on the host: identical state); adamw_device_kernel is
 // adamw_kernel with its gradient factor (clip factor / loss scale) and skip flag read from that
 // state. The host reads LossScaleDevice only to log.
@@ -13,11 +13,11 @@
 // Several ranks keep the host decision (the found-inf flag is all-reduced first).
 #pragma once
 #include "adamw.cuh"
-#include "src/loss_scaler.h"
+#include "src/numerics/loss_scaler.h"
 
 namespace tg::gpu {
 
-using tg::LossScaleDevice;  // src/loss_scaler.h
+using tg::LossScaleDevice;  // src/numerics/loss_scaler.h
 
 // One thread (static: the header may be included by several translation units): check = {sum of
 // squares, non-finite count} from the fused gradient pass.

@@ -1,5 +1,5 @@
 // matmul.cuh: the parts of the linear layer that are not the GEMM itself (the GEMMs run in
-// cuBLASLt, src/cuda/matmul.cu):
+// cuBLASLt, src/backends/cuda/matmul.cu):
 //   forward:  out(N,OC) = inp(N,C) W(OC,C)^T + bias   -- cuBLASLt with the BIAS epilogue
 //   backward: dinp = dout W;  dW += dout^T inp         -- cuBLASLt, beta = 1 for dW
 //             dbias += column sums of dout             -- bias_backward_* below

@@ -1,5 +1,5 @@
 // operand_stats.cuh: the probes' statistics of one GEMM operand reduced on the device (the
-// device twin of src/operand_view.cpp over src/cpu/quant_error.cpp), so that only the few
+// device twin of src/backends/cpu/host_operand_view.cpp over src/backends/cpu/quant_error.cpp), so that only the few
 // numbers cross to the host.
 //
 // Maxima are order-free: every max here folds |x| with `a > m ? a : m` from 0, which skips
@@ -138,7 +138,7 @@ static __global__ void group_amax_kernel(const float* x, int rows, int cols, int
 // One thread per scale group: its amax (max over its rows' row_amax), its scale by the shared
 // group_scale at the tensor scale of the tensor amax (NVFP4's second level), stored in
 // scales[g] for the saturation count, and the saturated / underflowing group counts of
-// src/cpu/quant_error.cpp's group_stats.
+// src/backends/cpu/quant_error.cpp's group_stats.
 static __global__ void group_flags_kernel(const float* row_amax, int rows, quant::QuantParams p,
                                           const unsigned* words, quant::Scale2* scales,
                                           unsigned long long* counts) {

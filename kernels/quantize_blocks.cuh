@@ -1,6 +1,6 @@
 // quantize_blocks.cuh: quantize-dequantize of one GEMM operand with a block-scaled recipe
-// (src/recipe.h), the device twin of src/cpu/quantize.cpp, value for value; and the same
-// quantization into element codes and a scale tensor for the native block-scaled GEMMs.
+// (src/numerics/recipe.h), the device twin of src/backends/cpu/quantize.cpp, value for value; and
+// the same quantization into element codes and a scale tensor for the native block-scaled GEMMs.
 //
 // The operand is a (rows, cols) matrix whose cols run along its GEMM's reduction dimension,
 // read where it lies: the model's tensor (bf16, fp16 or fp32), transposed for the backward
@@ -18,9 +18,9 @@
 //                       atomicMax: a max is order-free), and the operand's largest |x| bits,
 //                       which also say whether any value is non-finite (bits >= inf's)
 //   group_scale_kernel  one thread per group: the max over its rows, then the scale pair
-//                       (enc before rounding, dec after) by src/group_scale.h (the rule the
-//                       CPU calls), the NVFP4 tensor scale from the tensor amax, and the
-//                       GEMM's tensor factor (1 / S for UE4M3 scales, else 1)
+//                       (enc before rounding, dec after) by src/numerics/group_scale.h (the rule
+//                       the CPU calls), the NVFP4 tensor scale from the tensor amax, and the GEMM's
+//                       tensor factor (1 / S for UE4M3 scales, else 1)
 //   apply_kernel        one block per tile: round(x enc) dec into the output type (fp32, or
 //                       bf16 where the caller knows it is exact), row-major, NaN everywhere
 //                       when any input was non-finite; stochastic rounding draws
@@ -38,8 +38,8 @@
 #include <cstdint>
 
 #include "common.cuh"
-#include "src/group_scale.h"
-#include "src/recipe.h"
+#include "src/numerics/group_scale.h"
+#include "src/numerics/recipe.h"
 
 namespace tg::gpu::quant {
 
@@ -52,7 +52,7 @@ struct QuantParams {
   int ngr = 1, ngc = 1;
 };
 
-// One group's multipliers, before rounding (enc) and after (dec): src/group_scale.h's, the
+// One group's multipliers, before rounding (enc) and after (dec): src/numerics/group_scale.h's, the
 // rule the CPU quantizer calls.
 using Scale2 = GroupScale;
 
@@ -102,7 +102,7 @@ __device__ __forceinline__ float tile_value(const float (&tile)[32][33], bool tr
 // operands of the FP4 presets): each full run of n columns x <- H D x as hadamard_rows_kernel
 // computes it, for n a power of two up to 32, so that a run lies within one tile row and its
 // butterflies are warp shuffles (lane = column % 32). n = 0: none. Larger n are staged and
-// rotated by hadamard_rows_kernel instead (src/cuda/matmul_scaled.cu).
+// rotated by hadamard_rows_kernel instead (src/backends/cuda/matmul_scaled.cu).
 struct Rotation {
   int n = 0;
   uint64_t seed = 0;
@@ -273,7 +273,7 @@ __global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool tran
   }
 }
 
-// ---- Codes for the native block-scaled GEMMs (src/cuda/matmul_native.cu) ----
+// ---- Codes for the native block-scaled GEMMs (src/backends/cuda/matmul_native.cu) ----
 // The same quantization as apply_kernel, but the output is the element codes and the scale
 // tensor cuBLASLt reads, instead of the dequantized values. An operand X(rows, K) is row-major
 // with its blocks along K; cuBLASLt sees it as the column-major K x rows operand of a TN GEMM
@@ -397,10 +397,11 @@ __global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, boo
   }
 }
 
-// Channel smoothing (src/smoothing.h): x(rows, cols) <- x diag(1/s) (divide: the correctly
-// rounded x / s, as nvcc's IEEE division gives it without --use_fast_math) or x diag(s), as
-// src/cpu/matmul_scaled.cpp's smooth_columns, so the smoothed operands are bit-identical.
-// Grid-stride over the elements. (The scaled linear's forward and the operand statistics.)
+// Channel smoothing (src/precision/smoothing.h): x(rows, cols) <- x diag(1/s) (divide: the
+// correctly rounded x / s, as nvcc's IEEE division gives it without --use_fast_math) or x diag(s),
+// as src/backends/cpu/matmul_scaled.cpp's smooth_columns, so the smoothed operands are
+// bit-identical. Grid-stride over the elements. (The scaled linear's forward and the operand
+// statistics.)
 static __global__ void smooth_columns_kernel(float* x, int rows, int cols, const float* s,
                                              bool divide) {
   const size_t n = size_t(rows) * cols;

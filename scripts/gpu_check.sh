@@ -305,7 +305,7 @@ stage_build() {
 # ---------------------------------------------------------------- 3. our bench
 
 # The GEMM path a run took, from its own lines: the start-up line's "path: ..." (train and
-# the fp8 bench print it) and the block-scaled self-checks (src/cuda/matmul_native.cu), counted.
+# the fp8 bench print it) and the block-scaled self-checks (src/backends/cuda/matmul_native.cu), counted.
 gemm_path() {
   local log=$1 p ok bad noalg
   p=$(grep -ho 'path: .*' "$log" 2>/dev/null | head -1 | cut -c1-120)

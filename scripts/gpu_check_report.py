@@ -21,7 +21,7 @@ import re
 
 
 def bench_rows(paths):
-    """The table rows of `train_gpt bench` (src/bench.cpp): | model | params | B x T | mode |
+    """The table rows of `train_gpt bench` (src/cli/bench.cpp): | model | params | B x T | mode |
     ms/step | spread | tokens/s | GFLOP/s | MFU | time vs first | peak memory | memory vs first |"""
     rows = []
     for p in paths:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Copies the header-only dependencies (cxxopts, nlohmann/json, doctest, and the Boost.Math
-# headers src/stats.cpp includes) into .deps/include, for a machine without a package
+# headers src/report/stats.cpp includes) into .deps/include, for a machine without a package
 # registry (the lent GPU machine). Run it here, then carry .deps along: the build there uses
 # EXTRA_CFLAGS=-I.deps/include (scripts/gpu_check.sh does).
 #
-# Boost: only the headers that src/stats.cpp's compile reads (its dependency list from the
+# Boost: only the headers that src/report/stats.cpp's compile reads (its dependency list from the
 # compiler, g++ at C++17 and C++20, and clang++ where it is installed, whose configuration
 # headers differ), not all of /usr/include/boost (about 4 MB of its 160).
 set -euo pipefail
@@ -16,20 +16,20 @@ cp /usr/include/cxxopts.hpp .deps/include/
 cp -r /usr/include/nlohmann .deps/include/
 cp -r /usr/include/doctest .deps/include/
 
-# Every header under /usr/include/boost/ that a compile of src/stats.cpp reads (-M lists
+# Every header under /usr/include/boost/ that a compile of src/report/stats.cpp reads (-M lists
 # the system headers too; -MM would leave Boost out).
 boost_headers() {
   local cxx std
   for cxx in g++ clang++; do
     command -v "$cxx" >/dev/null 2>&1 || continue
     for std in c++17 c++20; do
-      "$cxx" -std=$std -fopenmp -I. -M src/stats.cpp
+      "$cxx" -std=$std -fopenmp -I. -M src/report/stats.cpp
     done
   done | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u
 }
 mapfile -t boost < <(boost_headers)
 if [ ${#boost[@]} -eq 0 ]; then
-  echo "gpu_deps: no Boost header found in src/stats.cpp's dependencies (is libboost-dev installed?)" >&2
+  echo "gpu_deps: no Boost header found in src/report/stats.cpp's dependencies (is libboost-dev installed?)" >&2
   exit 1
 fi
 ( cd /usr/include && cp --parents "${boost[@]#/usr/include/}" "$OLDPWD/.deps/include/" )

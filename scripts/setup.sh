@@ -8,7 +8,7 @@
 #                             Debian's python3 holding tests/requirements-hf.txt (pip,
 #                             PyPI); redone only when that file changes (.ci/run uses this)
 #
-# libboost-dev: Boost's headers (src/stats.cpp's Student's t from Boost.Math, header only);
+# libboost-dev: Boost's headers (src/report/stats.cpp's Student's t from Boost.Math, header only);
 # the unversioned name depends on the release's own (libboost1.74-dev on Debian 12, which
 # holds boost/math/), where libboost-math-dev would add the compiled math library unused.
 #

@@ -6,7 +6,7 @@ train_gpt's: token + position embeddings, n_layer pre-LN blocks (LayerNorm, one 
 linear, causal attention through F.scaled_dot_product_attention(is_causal=True), an output
 projection; LayerNorm, a 4C linear, GELU with the tanh approximation, a C linear), a final
 LayerNorm and an lm_head tied to the token embedding. The vocabulary is padded to a multiple
-of 128 (50257 -> 50304) as src/model.h's pad_vocab does; the loss is the cross-entropy over
+of 128 (50257 -> 50304) as src/model/model.h's pad_vocab does; the loss is the cross-entropy over
 the real V columns only.
 
 One step = zero_grad, forward + loss under bf16 autocast (fp32 master weights, as train_gpt's
@@ -14,16 +14,16 @@ bf16 mode), backward, the global gradient norm with clipping at 1.0 (train_gpt c
 norm every step), AdamW (fused when this torch has it; lr 1e-4, betas 0.9/0.95, weight decay
 0.1 on the 2-D weights, as train_gpt's defaults). Tokens and targets are random in [0, V).
 
-Timing: the host clock around each step after a device synchronize, as src/bench.cpp does;
+Timing: the host clock around each step after a device synchronize, as src/cli/bench.cpp does;
 warm-up steps are left out, the median of the timed steps is reported. The model is timed
 eager first, then under torch.compile (whose compile time, the first compiled steps, is
 reported separately), so an eager number exists even if compiling fails or is cut off.
 
-MFU uses src/model.cpp's flops_per_token, the same formula as train_gpt bench:
+MFU uses src/model/model.cpp's flops_per_token, the same formula as train_gpt bench:
   6 * (L * 12 * C^2 + Vp * C) + 3 * (L * 2 * 2 * T * C)  FLOPs per token
 (weights: 2 FLOPs per multiply-add times 3 for forward and two backward GEMMs, the tied
 lm_head over the padded vocabulary, the embedding lookup not counted; attention scores and
-weighted sum counted in full, not halved for causality), over src/gpu_peak.cpp's peak:
+weighted sum counted in full, not halved for causality), over src/training/gpu_peak.cpp's peak:
 989 TFLOP/s dense bf16 on an H100/H200, 312 on an A100, none otherwise.
 
 Usage:
@@ -54,25 +54,25 @@ MODELS = {  # name: (n_layer, n_head, n_embd), vocab 50257, max_seq_len 1024
 
 
 def pad_vocab(v):
-    """src/model.h: V padded to a multiple of 128."""
+    """src/model/model.h: V padded to a multiple of 128."""
     return (v + 127) // 128 * 128
 
 
 def flops_per_token(L, C, Vp, T):
-    """src/model.cpp flops_per_token, term for term."""
+    """src/model/model.cpp flops_per_token, term for term."""
     matmul_params = L * 12.0 * C * C + Vp * C
     attn = L * 2.0 * 2.0 * T * C
     return 6.0 * matmul_params + 3.0 * attn
 
 
 def num_parameters(L, C, Vp, maxT):
-    """src/model.cpp num_parameters: the llm.c tensor list (wte over Vp rows)."""
+    """src/model/model.cpp num_parameters: the llm.c tensor list (wte over Vp rows)."""
     return (Vp * C + maxT * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C
                                      + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C)
 
 
 def gpu_peak_flops(name):
-    """src/gpu_peak.cpp's dense bf16 peak (0: unknown)."""
+    """src/training/gpu_peak.cpp's dense bf16 peak (0: unknown)."""
     if "H200" in name or "H100" in name:
         return 989e12
     if "A100" in name:

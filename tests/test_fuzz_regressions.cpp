@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "src/fileio.h"
+#include "src/base/fileio.h"
 #include "tests/fuzz/fuzz_entries.h"
 
 namespace {

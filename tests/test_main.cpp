@@ -35,10 +35,10 @@ struct CountingListener : doctest::IReporter {
 
 DOCTEST_REGISTER_LISTENER("counting", 1, CountingListener);
 
-int comm_selftest();  // tests/test_comm.cpp
+int comm_selftest();  // tests/comm/test_comm.cpp
 
 int main(int argc, char** argv) {
-  // Re-run under mpirun by tests/test_comm.cpp: check the collectives and exit.
+  // Re-run under mpirun by tests/comm/test_comm.cpp: check the collectives and exit.
   if (getenv("TG_COMM_SELFTEST")) return comm_selftest() == 0 ? 0 : 1;
   // train.device=auto stays on the CPU in the binaries the CPU tests run, GPU or not (the
   // CUDA tests in tests/cuda/ ask for device=cuda explicitly).

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/fileio.h"
+#include "src/base/fileio.h"
 #include "test_util.h"
 
 using json = nlohmann::json;

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_util.h"
+#include "test_util.h"
 
 using namespace tgt;
 
@@ -50,9 +50,11 @@ std::vector<std::string> tracked_files(std::string* root, bool untracked = false
 // so under `make test SAN=1` the objects named would be build/san's.
 std::string make_dry_run(const std::string& target, const std::string& werror) {
   std::string out;
-  run_shell("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u WERROR make -n -B SKIP_SETUP=1 SAN= NO_MPI= NO_BLAS= " +
-                werror + " " + target + " 2>&1",
-            &out);
+  run_shell(
+      "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u WERROR make -n -B SKIP_SETUP=1 SAN= NO_MPI= "
+      "NO_BLAS= " +
+          werror + " " + target + " 2>&1",
+      &out);
   return out;
 }
 
@@ -71,9 +73,12 @@ std::string heading_anchor(const std::string& heading) {
   std::string anchor;
   for (const char c : heading) {
     const unsigned char u = static_cast<unsigned char>(c);
-    if (c == ' ') anchor += '-';
-    else if (std::isalnum(u)) anchor += static_cast<char>(std::tolower(u));
-    else if (c == '-' || c == '_' || u >= 0x80) anchor += c;
+    if (c == ' ')
+      anchor += '-';
+    else if (std::isalnum(u))
+      anchor += static_cast<char>(std::tolower(u));
+    else if (c == '-' || c == '_' || u >= 0x80)
+      anchor += c;
   }
   return anchor;
 }
@@ -134,10 +139,10 @@ std::string broken_link_reason(const std::string& root, const std::string& from,
   if (colon != std::string::npos && link.find_first_of("/#") > colon) return "";
   const size_t hash = link.find('#');
   const std::string path = link.substr(0, hash);
-  std::string target = path.empty() ? from
-                                     : (std::filesystem::path(from).parent_path() / path)
-                                           .lexically_normal()
-                                           .generic_string();
+  std::string target =
+      path.empty()
+          ? from
+          : (std::filesystem::path(from).parent_path() / path).lexically_normal().generic_string();
   if (target.size() > 1 && target.back() == '/') target.pop_back();  // a folder, "dir/"
   if (!paths.count(target)) return "no such file in the checkout: " + target;
   if (hash == std::string::npos || target.size() < 3 ||
@@ -181,11 +186,10 @@ TEST_CASE("build: warnings are errors with WERROR=1 only") {
   }
   // One object of each compiler the Makefile drives: g++ always; nvcc and the emulated
   // kernels (g++ with the CUDA headers) when nvcc is installed.
-  std::vector<std::pair<std::string, std::string>> targets = {
-      {"build/rel/src/common.o", "g++"}};
+  std::vector<std::pair<std::string, std::string>> targets = {{"build/rel/src/base/common.o", "g++"}};
   if (run_shell("command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc") == 0) {
-    targets.push_back({"build/rel/src/cuda/adamw.o", "nvcc"});
-    targets.push_back({"build/rel/emu/src/cuda/adamw.o", "g++"});
+    targets.push_back({"build/rel/src/backends/cuda/adamw.o", "nvcc"});
+    targets.push_back({"build/rel/emu/src/backends/cuda/adamw.o", "g++"});
   }
   for (const auto& [target, tool] : targets) {
     const std::string plain = lines_with(make_dry_run(target, ""), tool);
@@ -211,8 +215,8 @@ TEST_CASE("docs: every relative link in README.md and docs/ names a file and hea
   std::string broken;
   int pages = 0, links_checked = 0;
   for (const std::string& md : files) {
-    const bool in_docs = md.rfind("docs/", 0) == 0 && md.size() > 3 &&
-                         md.compare(md.size() - 3, 3, ".md") == 0;
+    const bool in_docs =
+        md.rfind("docs/", 0) == 0 && md.size() > 3 && md.compare(md.size() - 3, 3, ".md") == 0;
     if (md != "README.md" && !in_docs) continue;
     std::error_code ec;
     if (!std::filesystem::is_regular_file(root + "/" + md, ec)) continue;  // deleted, not staged

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "src/fileio.h"
+#include "src/base/fileio.h"
 
 namespace tgt {
 

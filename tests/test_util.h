@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "src/rng.h"
+#include "src/base/rng.h"
 
 namespace tgt {
 

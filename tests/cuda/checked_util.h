@@ -3,7 +3,7 @@
 // emulated cudaMalloc (so that red zones, freed memory and unwritten bytes are seen), a launch
 // context whose scratch is device memory too, and the expectations on the reports.
 #pragma once
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <initializer_list>
 #include <memory>

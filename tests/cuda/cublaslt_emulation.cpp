@@ -1,5 +1,5 @@
-// cublaslt_emulation.cpp: host stand-ins for the cuBLASLt calls of src/cuda/cublaslt.cu, for
-// the emulated tests (see cuda_emulation.cpp). The descriptors are read as cuBLASLt documents
+// cublaslt_emulation.cpp: host stand-ins for the cuBLASLt calls of src/backends/cuda/cublaslt.cu,
+// for the emulated tests (see cuda_emulation.cpp). The descriptors are read as cuBLASLt documents
 // them (cublasLt.h; cuBLAS docs, cublasLtMatmul):
 //
 //   D = epilogue(alpha * a_scale * b_scale * op(A) op(B) + beta * C [+ bias])   column-major,
@@ -39,7 +39,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "src/formats.h"
+#include "src/numerics/formats.h"
 
 namespace emu_blas {
 float load(cudaDataType_t t, const void* p, size_t i);

@@ -1,20 +1,20 @@
 // cuda_emulation.cpp: host stand-ins for the CUDA runtime, cuBLAS and cuBLASLt calls that
-// src/cuda/*.cu's launchers make, for the emulated tests (tests/cuda/cuda_emulation.h; this
-// binary does not link libcudart or cuBLAS). Device memory is device_memory_emulation.cpp's
+// src/backends/cuda/*.cu's launchers make, for the emulated tests (tests/cuda/cuda_emulation.h;
+// this binary does not link libcudart or cuBLAS). Device memory is device_memory_emulation.cpp's
 // (its copies and memsets are noted there: memory_check.h), the device has one multiprocessor
 // and compute capability 9.0. cuBLAS's GEMMs are fp32 loops in k order (what cuBLAS computes,
 // up to the summation order) rounded once into C's type, queued on the handle's stream
 // (cublasSetStream; stream_emulation.cpp runs it when it is waited for) with alpha and beta
 // read at the call (the default host pointer mode). cuBLASLt is emulated the same way from its
-// descriptors (tests/cuda/cublaslt_emulation.cpp), so the real wrapper (src/cuda/cublaslt.cu)
-// runs.
+// descriptors (tests/cuda/cublaslt_emulation.cpp), so the real wrapper
+// (src/backends/cuda/cublaslt.cu) runs.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
 
-#include "src/formats.h"
-#include "tests/cuda/memory_check.h"
+#include "memory_check.h"
+#include "src/numerics/formats.h"
 
 extern "C" {
 

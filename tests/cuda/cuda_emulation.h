@@ -2,7 +2,7 @@
 // the CPU (g++ -std=c++20, no GPU, the CUDA headers for the vector and half types).
 //
 // Include this before any kernel header (the Makefile passes it with -include, so that
-// src/cuda/*.cu compile as C++ with it: their launchers go through gpu::launch, which maps
+// src/backends/cuda/*.cu compile as C++ with it: their launchers go through gpu::launch, which maps
 // to emu::launch when TG_CUDA_EMULATION is defined). What it does:
 //   - the CUDA runtime headers are included first (host parts: vector types, cuda_fp16.h's
 //     host conversions, which are bit-exact with the device _rn ones), then the keywords are
@@ -94,7 +94,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tests/cuda/memory_check.h"
+#include "memory_check.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -128,7 +128,7 @@ struct Fiber {
   ucontext_t uc;
   jmp_buf jb;
 #endif
-  char* stack = nullptr;  // State::stacks[thread]
+  char* stack = nullptr;            // State::stacks[thread]
   void* asan_fake_stack = nullptr;  // ASan's bookkeeping of the fiber's stack (SAN=1 builds)
   uint3 idx{0, 0, 0};
   bool started = false, done = false;
@@ -186,7 +186,7 @@ struct State {
   Fiber* cur = nullptr;
   std::vector<Fiber> fibers;
   std::vector<std::unique_ptr<char[]>> stacks;  // kStack bytes per thread, kept between launches
-  std::function<void()> body;  // the kernel call
+  std::function<void()> body;                   // the kernel call
   int threads = 0;
   Barrier block;
   std::vector<Barrier> warps;

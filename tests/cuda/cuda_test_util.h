@@ -16,12 +16,12 @@
 #include <memory>
 #include <vector>
 
-#include "src/backend.h"
-#include "src/cpu/cpu_backend.h"
-#include "src/cuda/cuda_backend.h"
-#include "src/formats.h"
-#include "src/model.h"
-#include "src/rng.h"
+#include "src/backends/backend.h"
+#include "src/backends/cpu/cpu_backend.h"
+#include "src/backends/cuda/cuda_backend.h"
+#include "src/base/rng.h"
+#include "src/model/model.h"
+#include "src/numerics/formats.h"
 
 namespace tgc {
 

@@ -24,7 +24,7 @@
 #include <mutex>
 #include <vector>
 
-#include "tests/cuda/memory_check.h"
+#include "memory_check.h"
 
 namespace emu::check {
 
@@ -34,7 +34,7 @@ constexpr size_t kArenaBytes = size_t(2) << 40;  // 2 TiB of addresses: never re
 constexpr size_t kRedZone = 4096;
 
 struct Block {
-  uintptr_t user = 0;  // the address handed out
+  uintptr_t user = 0;     // the address handed out
   size_t n = 0, len = 0;  // user bytes; the whole block, red zones included
   uint64_t serial = 0;
   const void* alloc_pc = nullptr;
@@ -143,8 +143,8 @@ void* device_alloc(size_t n, const void* caller) {
   if (ar.used + len > kArenaBytes) return nullptr;
   const uintptr_t start = ar.base + ar.used;
   if (mprotect(reinterpret_cast<void*>(start), len, PROT_READ | PROT_WRITE) != 0 ||
-      mprotect(reinterpret_cast<void*>(start - ar.base + ar.shadow), len,
-               PROT_READ | PROT_WRITE) != 0)
+      mprotect(reinterpret_cast<void*>(start - ar.base + ar.shadow), len, PROT_READ | PROT_WRITE) !=
+          0)
     return nullptr;
   ar.used += len;
   Block b;
@@ -200,7 +200,8 @@ std::string describe_device_address(const void* p) {
   if (!b) return "outside every allocation (" + hex(a) + ")";
   const std::string what = describe_block(*b);
   if (a < b->user) return std::to_string(b->user - a) + " bytes before the start of " + what;
-  if (a >= b->user + b->n) return std::to_string(a - b->user - b->n) + " bytes past the end of " + what;
+  if (a >= b->user + b->n)
+    return std::to_string(a - b->user - b->n) + " bytes past the end of " + what;
   return "offset " + std::to_string(a - b->user) + " of " + (b->freed ? "freed " : "") + what;
 }
 
@@ -245,11 +246,11 @@ cudaError_t cudaFree(void* p) {
   if (n == 0) return cudaErrorInvalidValue;
   emu::before_free(p, n, "cudaFree");  // no queued work may still use it (stream_emulation.cpp)
   return emu::check::device_free(p, __builtin_return_address(0)) ? cudaSuccess
-                                                                   : cudaErrorInvalidValue;
+                                                                 : cudaErrorInvalidValue;
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   std::memset(a, 0, sizeof *a);
-  a->type = emu::check::is_device(p)  ? cudaMemoryTypeDevice
+  a->type = emu::check::is_device(p) ? cudaMemoryTypeDevice
             : emu::pinned_host(p, 1) ? cudaMemoryTypeHost
                                      : cudaMemoryTypeUnregistered;
   return cudaSuccess;

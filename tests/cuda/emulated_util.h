@@ -2,7 +2,7 @@
 // share: poisoned host buffers, the kernels' element types next to the CPU's, error
 // measures, the launch context of the real launchers.
 #pragma once
-#include "tests/cuda/cuda_emulation.h"
+#include "cuda_emulation.h"
 // (the emulation first: it redefines the CUDA keywords the kernels use)
 #include <doctest/doctest.h>
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernels/common.cuh"
-#include "src/cpu/ops.h"
-#include "src/cuda/launch.h"
+#include "src/backends/cpu/ops.h"
+#include "src/backends/cuda/launch.h"
 
 namespace emu_test {
 
@@ -152,7 +152,7 @@ inline void check_emu() {
 // most 32 blocks, so that larger sizes run the grid-stride loops more than once), the legacy
 // default stream (the tests wait for it before they read results), cuBLAS and cuBLASLt
 // handles, scratch from host memory (poisoned when it grows), host copies through pinned
-// staging (src/cuda/staging.cu).
+// staging (src/backends/cuda/staging.cu).
 inline gpu::Ctx& emu_ctx() {
   static std::vector<std::unique_ptr<Buf<char>>> slots(gpu::kNumScratch);
   static gpu::HostStaging staging;

@@ -1,12 +1,12 @@
-// flash_emulated.cpp: the flash attention launchers (src/cuda/attention.cu,
+// flash_emulated.cpp: the flash attention launchers (src/backends/cuda/attention.cu,
 // attention_forward_lse / attention_backward_lse) and kernels (kernels/flash_attention.cuh)
 // on the CPU, CUDA threads emulated (tests/cuda/cuda_emulation.h, dynamic shared memory
-// included), against the CPU backend's attention (src/cpu/attention.cpp: the att reference
+// included), against the CPU backend's attention (src/backends/cpu/attention.cpp: the att reference
 // and its lse twin) in fp32, bf16 and fp16, head sizes 32..128, odd T (partial tiles), and a
 // rerun for identical bits. It executes the kernels' tiling, masking, online softmax and index
 // math as written; it says nothing about nvcc, the memory model or performance
 // (tests/cuda/test_kernels.cu on a GPU does).
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstring>
 

@@ -1,17 +1,17 @@
-// fp8_emulated.cpp: the FP8 quantization launchers (src/cuda/fp8_cast.cu) and the kernels of
-// kernels/fp8_kernels.cuh on the CPU, CUDA threads emulated (tests/cuda/cuda_emulation.h):
-// casts on every bf16 code (vector and scalar paths), transposed casts on full and partial
-// tiles, amax, scales, qdq, poisoning, the bias kernels and the fallback alphas, bit-exact
-// against src/formats.h. It executes the index math, vector packing, tile transposes and
-// reductions as written; it says nothing about nvcc, the memory model or cuBLASLt
-// (tests/cuda/test_fp8.cu on a GPU does). Kernels whose vector paths the launchers choose by
-// alignment are also launched directly, to force each path.
-#include "tests/cuda/emulated_util.h"
+// fp8_emulated.cpp: the FP8 quantization launchers (src/backends/cuda/fp8_cast.cu) and the kernels
+// of kernels/fp8_kernels.cuh on the CPU, CUDA threads emulated (tests/cuda/cuda_emulation.h): casts
+// on every bf16 code (vector and scalar paths), transposed casts on full and partial tiles, amax,
+// scales, qdq, poisoning, the bias kernels and the fallback alphas, bit-exact against
+// src/numerics/formats.h. It executes the index math, vector packing, tile transposes and reductions as
+// written; it says nothing about nvcc, the memory model or cuBLASLt (tests/cuda/test_fp8.cu on a
+// GPU does). Kernels whose vector paths the launchers choose by alignment are also launched
+// directly, to force each path.
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <algorithm>
 #include <cstring>
 
-#include "src/cuda/fp8.h"
+#include "src/backends/cuda/fp8.h"
 
 using namespace emu_test;
 using namespace tg::gpu;

@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "src/formats.h"
+#include "src/numerics/formats.h"
 
 namespace fp8t {
 

@@ -9,7 +9,7 @@
 // every one of these runs without a report, so each test fails there.
 // launchers_checked.cpp runs every real kernel under the same checks.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN  // this file holds the binary's main
-#include "tests/cuda/checked_util.h"
+#include "checked_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <vector>
 
@@ -105,7 +105,8 @@ TEST_CASE("memcheck: a load and a store one element past a device buffer, one be
   take_reports();
   gpu::launch(copy_kernel, 1, 64, 0, nullptr, large.p, small.p, n, 1, false);
   expect_report({"memcheck: ", "copy_kernel", "invalid read of 4 bytes",
-                 "0 bytes past the end of allocation", "(400 bytes at", "thread 36 of block (0,0,0)"});
+                 "0 bytes past the end of allocation", "(400 bytes at",
+                 "thread 36 of block (0,0,0)"});
   gpu::launch(copy_kernel, 1, 64, 0, nullptr, small.p, large.p, n, 1, false);
   expect_report({"memcheck: ", "copy_kernel", "invalid write of 4 bytes",
                  "0 bytes past the end of allocation"});

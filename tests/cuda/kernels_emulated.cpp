@@ -1,12 +1,12 @@
-// kernels_emulated.cpp: runs the CUDA backend's launchers (src/cuda/*.cu, compiled by g++)
+// kernels_emulated.cpp: runs the CUDA backend's launchers (src/backends/cuda/*.cu, compiled by g++)
 // and their kernels (kernels/*.cuh) on the CPU, with the CUDA threads emulated by
-// tests/cuda/cuda_emulation.h, and compares them with the CPU backend's ops (src/cpu/, the
+// tests/cuda/cuda_emulation.h, and compares them with the CPU backend's ops (src/backends/cpu/, the
 // reference). No GPU needed: it checks the launch configurations, the kernels' index math,
 // grid-stride loops, tails, 16-byte packs, warp and block reductions, early exits and
 // rounding points exactly as written; not nvcc, the memory model, device libm or cuBLAS
 // (tests/cuda/test_kernels.cu on a GPU does that). The GEMMs are fp32 loops, cuBLAS's and
 // cuBLASLt's (tests/cuda/cuda_emulation.cpp, cublaslt_emulation.cpp: the real wrapper
-// src/cuda/cublaslt.cu runs), so both GEMM paths are tested. The same binary holds
+// src/backends/cuda/cublaslt.cu runs), so both GEMM paths are tested. The same binary holds
 // fp8_emulated.cpp, flash_emulated.cpp and the GPU tests tests/cuda/test_*.cu, compiled against the
 // same stand-ins.
 //
@@ -14,7 +14,7 @@
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
 // conversions, AdamW's rounding of the compute copy, permutes).
 #define DOCTEST_CONFIG_IMPLEMENT  // this file holds the binary's main
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstdlib>
 #include <map>
@@ -322,7 +322,7 @@ TEST_CASE("emulation: async copies use pinned memory when they run; frees wait f
   check_emu();
 }
 
-TEST_CASE("the kernels' ld/st: bit-exact with src/formats.h and the CPU's storage.h") {
+TEST_CASE("the kernels' ld/st: bit-exact with src/numerics/formats.h and the CPU's storage.h") {
   // Every 16-bit code widened; fp32 values narrowed on a stride through all bit patterns.
   // (On the host, cuda_fp16.h's __half2float/__float2half_rn; the device's _rn conversions
   // are specified to round the same way.)

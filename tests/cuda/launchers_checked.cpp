@@ -1,7 +1,7 @@
-// launchers_checked.cpp: every kernel of kernels/*.cuh, through its launcher in src/cuda/*.cu,
-// under the checks of the kernels_checked binary (racecheck, memcheck, initcheck:
-// tests/cuda/memory_check.h), on small shapes with random non-zero inputs in device memory
-// from the emulated cudaMalloc: each element type, the packed and scalar paths, misaligned
+// launchers_checked.cpp: every kernel of kernels/*.cuh, through its launcher in
+// src/backends/cuda/*.cu, under the checks of the kernels_checked binary (racecheck, memcheck,
+// initcheck: tests/cuda/memory_check.h), on small shapes with random non-zero inputs in device
+// memory from the emulated cudaMalloc: each element type, the packed and scalar paths, misaligned
 // pointers, ragged edges (rows, columns and sequence lengths that fill no whole warp, block or
 // tile), both GEMM paths, every head size, both FP8 paths, every block-scaled preset operand
 // (values and native codes) and the device operand statistics. Buffers a kernel accumulates
@@ -9,7 +9,7 @@
 // read of them is reported. A case passes when no check reports anything; the numbers are
 // the emulated tests' business (kernels_emulated compares them with the CPU). The last case
 // fails when a kernel of kernels/*.cuh never ran here.
-#include "tests/cuda/checked_util.h"
+#include "checked_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <algorithm>
 #include <cstring>
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "kernels/quantize_blocks.cuh"
-#include "src/cuda/fp8.h"
-#include "src/cuda/operand_stats.h"
-#include "src/cuda/scaled.h"
-#include "src/recipe.h"
+#include "src/backends/cuda/fp8.h"
+#include "src/backends/cuda/operand_stats.h"
+#include "src/backends/cuda/scaled.h"
+#include "src/numerics/recipe.h"
 
 namespace emu_test {
 extern bool lt_refuse_fp8_epilogue;  // cublaslt_emulation.cpp: no FP8 GEMM with a bias epilogue
@@ -153,7 +153,7 @@ TEST_CASE("checked: layernorm forward, fused residual + layernorm, backward") {
   gpu::Ctx& c = checked_ctx();
   take_reports();
   FOR_TYPES({
-    layernorm_case<E>(c, 7, 40);   // rows that fill no block of 8 warps, C below a warp's 64
+    layernorm_case<E>(c, 7, 40);  // rows that fill no block of 8 warps, C below a warp's 64
     layernorm_case<E>(c, 33, 96);
     layernorm_case<E>(c, 70, 300);  // more than one chunk of 64 rows, C over a block
   })
@@ -218,15 +218,14 @@ void attention_case(int B, int T, int NH, int hs) {
   Dev<E> out(nout), dqkv(nqkv);
   Dev<float> lse(size_t(B) * NH * T);
   gpu::attention_forward_lse(c, dtype_of<E>(), out.p, lse.p, qkv->p, B, T, C, NH);
-  gpu::attention_backward_lse(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, out.p, lse.p, B, T, C,
-                              NH);
+  gpu::attention_backward_lse(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, out.p, lse.p, B, T, C, NH);
 }
 
 TEST_CASE("checked: attention: permutes, softmax, fused forward, flash kernels, every head size") {
   take_reports();
   FOR_TYPES({
     for (int hs : {32, 64, 96, 128}) attention_case<E>(1, 37, 2, hs);  // T: a partial tile
-    attention_case<E>(2, 64, 1, 32);                                  // whole tiles
+    attention_case<E>(2, 64, 1, 32);                                   // whole tiles
   })
   expect_clean();
 }
@@ -251,10 +250,9 @@ void fp8_cast_case(int rows, int cols, size_t skew) {
     gpu::fp8_cast(q.p, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr);
     gpu::fp8_cast_transpose(q.p, qT.p, xp, rows, cols, fmt, &st.p->scale, &st.p->amax, nullptr,
                             nullptr);
-    gpu::fp8_cast_transpose(nullptr, qT.p, xp, rows, cols, fmt, &st.p->scale, nullptr,
-                            &st.p->amax, nullptr);
-    gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr,
-                      nullptr);
+    gpu::fp8_cast_transpose(nullptr, qT.p, xp, rows, cols, fmt, &st.p->scale, nullptr, &st.p->amax,
+                            nullptr);
+    gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr, nullptr);
     gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, &st.p->descale, nullptr, &st.p->amax,
                       nullptr);
     gpu::fp8_set_scale(st.p, 2.f, nullptr);
@@ -408,8 +406,8 @@ TEST_CASE("checked: block-scaled linears, portable and native, smoothing and spl
 template <typename E>
 void stats_case(gpu::Ctx& c, int rows, int cols) {
   auto x = rnd<E>(size_t(rows) * cols);
-  auto view = gpu::make_operand_view(c, Tensor{x->p, dtype_of<E>(), size_t(rows) * cols}, rows,
-                                     cols);
+  auto view =
+      gpu::make_operand_view(c, Tensor{x->p, dtype_of<E>(), size_t(rows) * cols}, rows, cols);
   view->amax();
   view->column_amax();
   view->values();
@@ -448,8 +446,10 @@ void kernels_in(const std::string& text, std::set<std::string>& out) {
     if (line.rfind("namespace ", 0) == 0 && line.find(" {") != std::string::npos)
       ns.push_back(line.substr(10, line.find(' ', 10) - 10));
     if (line.rfind("}  // namespace", 0) == 0 && !ns.empty()) ns.pop_back();
-    if (line.find("__global__") != std::string::npos) decl = line.substr(line.find("__global__"));
-    else if (!decl.empty()) decl += " " + line;
+    if (line.find("__global__") != std::string::npos)
+      decl = line.substr(line.find("__global__"));
+    else if (!decl.empty())
+      decl += " " + line;
     if (decl.empty()) continue;
     size_t from = 0;
     const size_t lb = decl.find("__launch_bounds__(");

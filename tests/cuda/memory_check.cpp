@@ -29,6 +29,8 @@
 // stale cells never need clearing. Kernel reports wait in a list (one per kind and place, with
 // a count) until the launch ends, then go to emu::errors() with the kernel's name, the block,
 // the threads and the source lines; host-code reports go there at once.
+#include "memory_check.h"
+
 #include <link.h>
 #include <sys/mman.h>
 
@@ -36,8 +38,6 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include "tests/cuda/memory_check.h"
 
 namespace emu::check {
 
@@ -118,15 +118,15 @@ std::string describe(const Found& f, const std::string& who) {
       return "initcheck: read of shared memory the block has not written, " +
              tls_object(f.addr - g.tls_lo) + " (" + n + ")," + by;
     case kSharedBounds:
-      return "memcheck: " + verb + " of " + n + " at offset " +
-             std::to_string(f.addr - g.dyn_lo) + " of the dynamic shared memory, past the " +
-             std::to_string(g.smem) + " bytes of the launch," + by;
+      return "memcheck: " + verb + " of " + n + " at offset " + std::to_string(f.addr - g.dyn_lo) +
+             " of the dynamic shared memory, past the " + std::to_string(g.smem) +
+             " bytes of the launch," + by;
     case kDeviceBounds:
       return "memcheck: invalid " + verb + " of " + n + " at " + hex(f.addr) + ", " +
              describe_device_address(addr) + "," + by;
     case kDeviceInit:
-      return "initcheck: read of uninitialised device memory, " + n + " at " + hex(f.addr) +
-             ", " + describe_device_address(addr) + "," + by;
+      return "initcheck: read of uninitialised device memory, " + n + " at " + hex(f.addr) + ", " +
+             describe_device_address(addr) + "," + by;
   }
   return "";
 }
@@ -289,38 +289,38 @@ void launch_end() {
 // The instrumentation's entry points (GCC's -fsanitize=thread ABI, as libtsan defines them).
 using emu::check::access;
 #define TG_PC __builtin_return_address(0)
-#define TG_ACCESS(N)                                                                         \
-  void __tsan_read##N(void* p) { access(p, N, false, TG_PC); }                               \
-  void __tsan_write##N(void* p) { access(p, N, true, TG_PC); }                               \
-  void __tsan_unaligned_read##N(void* p) { access(p, N, false, TG_PC); }                     \
-  void __tsan_unaligned_write##N(void* p) { access(p, N, true, TG_PC); }                     \
-  void __tsan_volatile_read##N(void* p) { access(p, N, false, TG_PC); }                      \
+#define TG_ACCESS(N)                                                     \
+  void __tsan_read##N(void* p) { access(p, N, false, TG_PC); }           \
+  void __tsan_write##N(void* p) { access(p, N, true, TG_PC); }           \
+  void __tsan_unaligned_read##N(void* p) { access(p, N, false, TG_PC); } \
+  void __tsan_unaligned_write##N(void* p) { access(p, N, true, TG_PC); } \
+  void __tsan_volatile_read##N(void* p) { access(p, N, false, TG_PC); }  \
   void __tsan_volatile_write##N(void* p) { access(p, N, true, TG_PC); }
 
 // Atomics of the instrumented host code (static guards, reference counts): done as asked, in
 // sequential consistency (at least the order any caller asks for); they never touch device or
 // shared memory (the emulated device atomics report themselves: atomic_access).
-#define TG_ATOMIC(N, T)                                                                         \
-  T __tsan_atomic##N##_load(const volatile T* a, int) { return __atomic_load_n(a, 5); }         \
-  void __tsan_atomic##N##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, 5); }         \
+#define TG_ATOMIC(N, T)                                                                           \
+  T __tsan_atomic##N##_load(const volatile T* a, int) { return __atomic_load_n(a, 5); }           \
+  void __tsan_atomic##N##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, 5); }           \
   T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { return __atomic_exchange_n(a, v, 5); } \
   T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, 5); } \
   T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, 5); } \
   T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, 5); } \
   T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, 5); }   \
   T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, 5); } \
-  T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) {                                    \
-    return __atomic_fetch_nand(a, v, 5);                                                        \
-  }                                                                                             \
-  int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {          \
-    return __atomic_compare_exchange_n(a, c, v, false, 5, 5);                                   \
-  }                                                                                             \
-  int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {            \
-    return __atomic_compare_exchange_n(a, c, v, true, 5, 5);                                    \
-  }                                                                                             \
-  T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {                \
-    __atomic_compare_exchange_n(a, &c, v, false, 5, 5);                                         \
-    return c;                                                                                   \
+  T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) {                                      \
+    return __atomic_fetch_nand(a, v, 5);                                                          \
+  }                                                                                               \
+  int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {            \
+    return __atomic_compare_exchange_n(a, c, v, false, 5, 5);                                     \
+  }                                                                                               \
+  int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {              \
+    return __atomic_compare_exchange_n(a, c, v, true, 5, 5);                                      \
+  }                                                                                               \
+  T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {                  \
+    __atomic_compare_exchange_n(a, &c, v, false, 5, 5);                                           \
+    return c;                                                                                     \
   }
 
 extern "C" {

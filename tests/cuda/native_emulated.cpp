@@ -1,7 +1,7 @@
-// native_emulated.cpp: the native block-scaled GEMM path of the GPU (src/cuda/matmul_native.cu,
-// quantize_codes in src/cuda/quantize_blocks.cu) on the CPU, CUDA threads and cuBLASLt's scale
-// modes emulated (tests/cuda/cublaslt_emulation.cpp decodes codes and scales by the cuBLAS
-// documentation's layouts):
+// native_emulated.cpp: the native block-scaled GEMM path of the GPU
+// (src/backends/cuda/matmul_native.cu, quantize_codes in src/backends/cuda/quantize_blocks.cu) on
+// the CPU, CUDA threads and cuBLASLt's scale modes emulated (tests/cuda/cublaslt_emulation.cpp
+// decodes codes and scales by the cuBLAS documentation's layouts):
 //   - the codes and scale tensors of every operand a native mode expresses (every preset and
 //     its ingredients: pow2 scales, OCP / ceil E8M0, E5M2 gradients, stochastic rounding,
 //     Hadamard-rotated operands, 16x16 NVFP4 weight tiles) decode, code times scale, to the
@@ -9,8 +9,8 @@
 //     operands (outliers, zero and subnormal-only blocks, huge values, rows that leave the
 //     128-row scale tiles partial, K not in whole 4-block groups, an inf);
 //   - the scaled linear's three GEMMs through the native path against the CPU backend's
-//     (src/cpu/matmul_scaled.cpp) within fp32 accumulation-order tolerance, the native GEMM
-//     taken (counted) for each preset on an sm_90 (fp8-rowwise, fp8-block) or sm_100 (mxfp8,
+//     (src/backends/cpu/matmul_scaled.cpp) within fp32 accumulation-order tolerance, the native
+//     GEMM taken (counted) for each preset on an sm_90 (fp8-rowwise, fp8-block) or sm_100 (mxfp8,
 //     mxfp4, nvfp4) device;
 //   - the fallbacks: a heuristic without an algorithm and a native GEMM that gets the scales
 //     wrong (the self-check catches it) both leave the portable path's results, bit for bit,
@@ -20,7 +20,7 @@
 //     accumulation order, where ignored or swapped factors would miss by far.
 // What it cannot see: the real cuBLASLt's reading of the layouts (the self-check does that on
 // the GPU) and nvcc's compilation of the kernels.
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <algorithm>
 #include <cmath>
@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
-#include "src/cuda/scaled.h"
-#include "src/recipe.h"
-#include "src/smoothing.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/backends/cuda/scaled.h"
+#include "src/numerics/recipe.h"
+#include "src/precision/smoothing.h"
 
 namespace emu_test {
 extern bool lt_refuse_block_scaled;
@@ -390,8 +390,9 @@ TEST_CASE("emulated: the start-up line says which block-scaled path runs and why
 
 namespace {
 
-// Channel smoothing (src/smoothing.h) of the scaled linear's forward operands on the device.
-// SmoothQuant's factors of an operand pair with an outlier input channel (not powers of two).
+// Channel smoothing (src/precision/smoothing.h) of the scaled linear's forward operands on the
+// device. SmoothQuant's factors of an operand pair with an outlier input channel (not powers of
+// two).
 std::vector<float> outlier_factors(std::vector<float>* inp, const std::vector<float>& w, int N,
                                    int C, int OC, int outlier) {
   for (int n = 0; n < N; n++) (*inp)[size_t(n) * C + outlier] *= 40.f;
@@ -405,9 +406,9 @@ std::vector<float> outlier_factors(std::vector<float>* inp, const std::vector<fl
   return smoothing_factors(column_amax(*inp, N, C), column_amax(w, OC, C), 0.5);
 }
 
-// A cuBLASLt handle of its own in emu_ctx() for the scope: the wrapper (src/cuda/cublaslt.cu)
-// caches the heuristic's answers per handle, and check_fallback's refusing heuristic leaves
-// "no algorithm" cached under emu_ctx()'s for the self-check's shapes.
+// A cuBLASLt handle of its own in emu_ctx() for the scope: the wrapper
+// (src/backends/cuda/cublaslt.cu) caches the heuristic's answers per handle, and check_fallback's
+// refusing heuristic leaves "no algorithm" cached under emu_ctx()'s for the self-check's shapes.
 struct FreshLtHandle {
   cublasLtHandle_t saved;
   FreshLtHandle() : saved(emu_ctx().lt) { cublasLtCreate(&emu_ctx().lt); }

@@ -1,19 +1,19 @@
-// nccl_emulated.cpp: the NCCL communicator (src/cuda/nccl_comm.cu) and the model's use of it
-// (GPT::sync_grads, GPT::gather_params) on the CUDA backend, over the emulated NCCL of
+// nccl_emulated.cpp: the NCCL communicator (src/backends/cuda/nccl_comm.cu) and the model's use of
+// it (GPT::sync_grads, GPT::gather_params) on the CUDA backend, over the emulated NCCL of
 // tests/cuda/nccl_emulation.cpp: a world of two ranks whose peer contributes this rank's data,
 // so that an all-reduce doubles the gradients and an all-gather copies this rank's shard into
 // every slot. The runtime runs queued work only when it is waited for
 // (tests/cuda/stream_emulation.cpp), so a collective that does not wait for the backend's
 // stream sums gradients the backward has not written yet, and the sums differ.
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #ifdef TG_NCCL
 #include <algorithm>
 #include <cstdlib>
 
-#include "src/comm.h"
-#include "src/model.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/comm/comm.h"
+#include "src/model/model.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// nccl_emulation.cpp: host stand-ins for the NCCL calls of src/cuda/nccl_comm.cu, for the
+// nccl_emulation.cpp: host stand-ins for the NCCL calls of src/backends/cuda/nccl_comm.cu, for the
 // emulated tests (tests/cuda/cuda_emulation.h; the binary links no libnccl and exports these,
 // so that nccl_comm.cu's loader finds them with dlsym(RTLD_DEFAULT, ...)).
 //

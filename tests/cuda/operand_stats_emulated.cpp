@@ -1,6 +1,6 @@
-// operand_stats_emulated.cpp: the CUDA backend's operand view (src/cuda/operand_stats.cu,
+// operand_stats_emulated.cpp: the CUDA backend's operand view (src/backends/cuda/operand_stats.cu,
 // kernels/operand_stats.cuh) on the CPU, CUDA threads emulated, against the host view
-// (src/operand_view.cpp over cpu::quant_error): the amax and per-column amax bit for bit, and
+// (src/backends/cpu/host_operand_view.cpp over cpu::quant_error): the amax and per-column amax bit for bit, and
 // every field of the quantization error of every candidate recipe operand (nvfp4, mxfp4,
 // mxfp8, fp8-block, fp8-rowwise, per-tensor fp8, and the presets' switchable ingredients):
 // the counts (values, nonzero, underflow, saturated, zeros, groups, saturated and underflowing
@@ -9,16 +9,16 @@
 // blocks, huge and tiny values, partial edge blocks and tiles, an inf, a NaN), staged from
 // fp32, bf16 and fp16, plain, transposed, smoothed (both directions), split and both. Then
 // precision.mode=auto fed by device views decides exactly as when fed by host views.
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "src/auto_precision.h"
-#include "src/cuda/operand_stats.h"
-#include "src/cpu/host_operand_view.h"
-#include "src/recipe.h"
+#include "src/backends/cpu/host_operand_view.h"
+#include "src/backends/cuda/operand_stats.h"
+#include "src/numerics/recipe.h"
+#include "src/precision/auto_precision.h"
 
 using namespace emu_test;
 

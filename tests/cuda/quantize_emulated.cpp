@@ -1,7 +1,7 @@
-// quantize_emulated.cpp: the block-scaled operand quantizer of the GPU (src/cuda/
+// quantize_emulated.cpp: the block-scaled operand quantizer of the GPU (src/backends/cuda/
 // quantize_blocks.cu, kernels/quantize_blocks.cuh) on the CPU, CUDA threads emulated, against
-// the CPU's quantizer (src/cpu/quantize.cpp) bit for bit in every quantized value and in the
-// GEMM factor it returns: every operand of every block-scaled preset and of their switchable
+// the CPU's quantizer (src/backends/cpu/quantize.cpp) bit for bit in every quantized value and in
+// the GEMM factor it returns: every operand of every block-scaled preset and of their switchable
 // ingredients (pow2 scales, OCP / ceil E8M0 rules, E5M2 gradients, stochastic rounding,
 // Hadamard sizes, 1-D weights), plus every scale format at tensor, row, block and tile
 // granularity, on random and adversarial tensors (outliers, all-zero blocks, subnormal-only
@@ -9,14 +9,14 @@
 // staged from fp32 and bf16, plain and transposed. The bf16 operands the GEMMs take where
 // scaled.h says they are exact hold exactly those values. The Hadamard rotation is checked
 // against the CPU's bit for bit too. What it cannot see: nvcc's compilation of these kernels.
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "src/cuda/scaled.h"
-#include "src/recipe.h"
+#include "src/backends/cuda/scaled.h"
+#include "src/numerics/recipe.h"
 
 using namespace emu_test;
 

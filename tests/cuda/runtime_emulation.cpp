@@ -1,5 +1,5 @@
 // runtime_emulation.cpp: the device calls of the CUDA runtime and the cuBLASLt handle calls
-// that the CUDA backend (src/cuda/backend.cu, matmul_fp8.cu) and the GPU tests
+// that the CUDA backend (src/backends/cuda/backend.cu, matmul_fp8.cu) and the GPU tests
 // (tests/cuda/test_*.cu) make, as host stand-ins, so that they run under the emulation
 // (tests/cuda/cuda_emulation.h) as they run on a GPU: one emulated device (its memory,
 // cudaMalloc and cudaFree, is device_memory_emulation.cpp's; an 80 GiB device to the
@@ -12,7 +12,7 @@
 
 #include <cstring>
 
-#include "tests/cuda/memory_check.h"
+#include "memory_check.h"
 
 namespace {
 

@@ -1,26 +1,26 @@
-// scratch_plan_emulated.cpp: the scratch plan of the block-scaled linears (src/scaled_scratch.h,
-// what `train_gpt memory` prints) against the slots the emulated CUDA backend actually grows
-// (cuda_scratch_bytes: the largest request per slot; the allocation rounds it up to 64 bytes,
-// which the plan leaves out), byte for byte:
+// scratch_plan_emulated.cpp: the scratch plan of the block-scaled linears
+// (src/precision/scaled_scratch.h, what `train_gpt memory` prints) against the slots the emulated
+// CUDA backend actually grows (cuda_scratch_bytes: the largest request per slot; the allocation
+// rounds it up to 64 bytes, which the plan leaves out), byte for byte:
 //   - the forward, wgrad and dgrad of each block linear shape of a small model, every preset
 //     the native path takes (nvfp4, mxfp8, fp8-block, fp8-rowwise), on an sm_80 device (the
 //     portable path) and on an sm_100 one (native GEMMs with their self-checks, and the
 //     portable path for the GEMMs whose shapes the native modes refuse);
 //   - one training step of a whole model with quantization telemetry (the operand statistics'
 //     slots, and the quantizer's slots they reuse), and the last layer that nvfp4 keeps bf16.
-#include "tests/cuda/emulated_util.h"
+#include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <string>
 #include <vector>
 
-#include "src/cuda/cuda_backend.h"
-#include "src/cuda/scaled.h"
-#include "src/fp8.h"
-#include "src/model.h"
-#include "src/quant_telemetry.h"
-#include "src/recipe.h"
-#include "src/scaled_scratch.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/backends/cuda/cuda_backend.h"
+#include "src/backends/cuda/scaled.h"
+#include "src/model/fp8.h"
+#include "src/model/model.h"
+#include "src/numerics/recipe.h"
+#include "src/precision/quant_telemetry.h"
+#include "src/precision/scaled_scratch.h"
 
 namespace emu_test {
 extern int device_major;  // runtime_emulation.cpp
@@ -29,7 +29,7 @@ extern int device_major;  // runtime_emulation.cpp
 using namespace emu_test;
 
 static_assert(gpu::kScratchStatsArgs - gpu::kScratchQStageA + 1 == tg::kScaledSlots,
-              "src/scaled_scratch.h's slots follow src/cuda/launch.h's");
+              "src/precision/scaled_scratch.h's slots follow src/backends/cuda/launch.h's");
 
 namespace {
 

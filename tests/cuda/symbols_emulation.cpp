@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/cuda/memory_check.h"
+#include "memory_check.h"
 
 namespace emu::check {
 
@@ -88,8 +88,8 @@ Symbols& symbols() {
 }
 
 const Sym* find(const std::vector<Sym>& v, uintptr_t a) {
-  auto it = std::upper_bound(v.begin(), v.end(), a,
-                             [](uintptr_t x, const Sym& s) { return x < s.addr; });
+  auto it =
+      std::upper_bound(v.begin(), v.end(), a, [](uintptr_t x, const Sym& s) { return x < s.addr; });
   if (it == v.begin()) return nullptr;
   --it;
   return a < it->addr + it->size ? &*it : nullptr;

@@ -1,6 +1,6 @@
 // precision.mode=auto on the CUDA backend: the trainer's measure-decide-apply loop over a
 // whole model on the GPU, its operand statistics reduced on the device (the backend's operand
-// views, src/cuda/operand_stats.cu), checked two ways:
+// views, src/backends/cuda/operand_stats.cu), checked two ways:
 //   - against host views of the very same operands (each device view's values() downloaded
 //     into a second AutoPrecision): the same formats, split channels and changes at every
 //     measurement, every SQNR to 1e-9 dB, the counts behind underflow and saturation equal;
@@ -15,17 +15,17 @@
 #include <string>
 #include <vector>
 
-#include "src/auto_precision.h"
-#include "src/fp8.h"
-#include "src/model.h"
-#include "src/recipe.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/model/fp8.h"
+#include "src/model/model.h"
+#include "src/numerics/recipe.h"
+#include "src/precision/auto_precision.h"
 
 using namespace tgc;
 
 namespace {
 
-// Every linear's recipe from auto's choices (src/trainer.cpp's apply_linear_recipes).
+// Every linear's recipe from auto's choices (src/training/trainer.cpp's apply_linear_recipes).
 void apply_recipes(const tg::AutoPrecision& a, tg::QuantState& s, int n_layer) {
   for (int l = 0; l < n_layer; l++)
     for (int lin = 0; lin < tg::kAutoLinears; lin++)
@@ -55,7 +55,8 @@ bool near_threshold(const nlohmann::json& rec, const std::vector<tg::AutoCandida
   return false;
 }
 
-// Squared norms of each linear's weight gradient and of all (src/trainer.cpp's auto_grad_norms).
+// Squared norms of each linear's weight gradient and of all (src/training/trainer.cpp's
+// auto_grad_norms).
 void grad_norms(tg::GPT& m, tg::AutoPrecision& a) {
   const tg::GPTConfig& c = m.config();
   const size_t C = size_t(c.n_embd);

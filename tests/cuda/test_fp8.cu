@@ -1,5 +1,5 @@
-// FP8 kernels (src/cuda/fp8_cast.cu, src/cuda/matmul_fp8.cu) against the CPU emulation:
-// formats.h's encoders/decoders and CpuBackend::qdq's semantics (amax, scale rule, NaN
+// FP8 kernels (src/backends/cuda/fp8_cast.cu, src/backends/cuda/matmul_fp8.cu) against the CPU
+// emulation: formats.h's encoders/decoders and CpuBackend::qdq's semantics (amax, scale rule, NaN
 // poisoning, quantize-dequantize with fp32 accumulation).
 //
 //   - every cast on all 2^16 bf16 codes times several scales, bit-exact (vector, scalar and
@@ -18,10 +18,10 @@
 #include <numeric>
 #include <string>
 
-#include "src/cuda/cublaslt.h"
-#include "src/cuda/fp8.h"
-#include "tests/cuda/cuda_test_util.h"
-#include "tests/cuda/fp8_test_util.h"
+#include "cuda_test_util.h"
+#include "fp8_test_util.h"
+#include "src/backends/cuda/cublaslt.h"
+#include "src/backends/cuda/fp8.h"
 
 using namespace tg;
 using namespace tg::gpu;
@@ -732,7 +732,7 @@ TEST_CASE("fp8 plan: a weight's address names its linear's state slot") {
   CHECK_THROWS_AS(fp8_plan_slot(plan, &c), Error);
 }
 
-TEST_CASE("GEMM pointer alignment told to cuBLASLt's heuristic (src/cuda/cublaslt.h)") {
+TEST_CASE("GEMM pointer alignment told to cuBLASLt's heuristic (src/backends/cuda/cublaslt.h)") {
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12300))) == 256);
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12310))) == 16);
   CHECK(pointer_alignment(reinterpret_cast<void*>(uintptr_t(0x12380))) == 128);

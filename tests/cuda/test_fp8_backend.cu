@@ -1,7 +1,7 @@
 // FP8 through the Backend interface on the GPU (CudaBackend::matmul_forward_fp8 /
-// matmul_backward_fp8 over src/cuda/matmul_fp8.cu) against the CPU backend's FP8 emulation,
-// the semantics: each matmul on the same inputs and Fp8Quant (both recipes, both GPU paths,
-// eager and deferred reports), ten training steps of a whole model, the memory accounting.
+// matmul_backward_fp8 over src/backends/cuda/matmul_fp8.cu) against the CPU backend's FP8
+// emulation, the semantics: each matmul on the same inputs and Fp8Quant (both recipes, both GPU
+// paths, eager and deferred reports), ten training steps of a whole model, the memory accounting.
 //
 // Tolerances reflect accumulation order only. The CPU sums dequantized operands
 // (qa/sa)*(qb/sb) in fp32 and rounds the output once to bf16; cuBLASLt sums qa*qb (exact in
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "src/cuda/fp8.h"
-#include "src/model.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/backends/cuda/fp8.h"
+#include "src/model/model.h"
 
 using namespace tgc;
 

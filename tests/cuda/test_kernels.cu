@@ -5,10 +5,10 @@
 #include <array>
 #include <cstdlib>
 
+#include "cuda_test_util.h"
 #include "kernels/loss_scale.cuh"
-#include "src/cuda/launch.h"
-#include "src/loss_scaler.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "src/backends/cuda/launch.h"
+#include "src/numerics/loss_scaler.h"
 
 using namespace tgc;
 

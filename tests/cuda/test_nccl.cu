@@ -3,11 +3,11 @@
 // host buffers (staged through the GPU), plus ZeRO-1 and plain data-parallel training of the
 // CUDA backend through it, which must equal a run without a communicator. Several GPUs need
 // several processes (mpirun -np N on a multi-GPU machine); scripts/gpu_check.sh says so.
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
 
 #ifdef TG_NCCL
-#include "src/comm.h"
-#include "src/model.h"
+#include "src/comm/comm.h"
+#include "src/model/model.h"
 
 namespace {
 

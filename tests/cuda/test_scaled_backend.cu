@@ -1,11 +1,12 @@
 // Block-scaled linears through the Backend interface on the GPU (CudaBackend::
-// matmul_forward_scaled / matmul_backward_scaled over src/cuda/matmul_scaled.cu) against the
-// CPU backend's (src/cpu/matmul_scaled.cpp): every preset and its switchable ingredients,
-// shapes with partial blocks and tiles, split channels, the NaN poisoning of a non-finite
-// gradient, and a few training steps of a whole model per preset; and the native block-scaled
-// GEMMs (src/cuda/matmul_native.cu) where the device has them, their self-checks passing;
-// channel smoothing (precision.recipe.smooth, src/smoothing.h): smoothed linears and a few
-// training steps with the factors measured and applied as the trainer does.
+// matmul_forward_scaled / matmul_backward_scaled over src/backends/cuda/matmul_scaled.cu) against
+// the CPU backend's (src/backends/cpu/matmul_scaled.cpp): every preset and its switchable
+// ingredients, shapes with partial blocks and tiles, split channels, the NaN poisoning of a
+// non-finite gradient, and a few training steps of a whole model per preset; and the native
+// block-scaled GEMMs (src/backends/cuda/matmul_native.cu) where the device has them, their
+// self-checks passing; channel smoothing (precision.recipe.smooth, src/precision/smoothing.h):
+// smoothed linears and a few training steps with the factors measured and applied as the trainer
+// does.
 //
 // Tolerances reflect accumulation order only: the quantized operands are bit-identical
 // (tests/cuda/quantize_emulated.cpp checks the quantizer), so each GEMM multiplies the same
@@ -17,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "src/comm.h"
-#include "src/cuda/scaled.h"
-#include "src/fp8.h"
-#include "src/model.h"
-#include "src/recipe.h"
-#include "src/smoothing.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/backends/cuda/scaled.h"
+#include "src/comm/comm.h"
+#include "src/model/fp8.h"
+#include "src/model/model.h"
+#include "src/numerics/recipe.h"
+#include "src/precision/smoothing.h"
 #include "tests/test_util.h"
 
 using namespace tgc;
@@ -276,16 +277,15 @@ struct SmoothTwin : tg::LinearProbe {
   }
 };
 
-// The trainer's smoothing loop (src/trainer.cpp) on both backends: the factors measured on the
-// first step and every second (the GPU's from its device operand views' column amaxes, equal
-// to a host twin's of the same operands), applied to every linear whose forward is quantized,
-// the losses following the CPU's as in the unsmoothed steps above. The two models' factors
-// agree to their operands' own differences. At step 1 (the same weights) most are equal, but a
-// quantized element that rounds the other way in one model (above) moves the amax of a later
-// linear's input channel by up to its 4-bit step. After an AdamW step more differ: its first
-// update is about +-lr whatever the gradient's size, so a weight whose gradient is near zero
-// moves by 2 lr between the models (a few percent of a column's amax): median and worst only
-// bounded there.
+// The trainer's smoothing loop (src/training/trainer.cpp) on both backends: the factors measured on
+// the first step and every second (the GPU's from its device operand views' column amaxes, equal to
+// a host twin's of the same operands), applied to every linear whose forward is quantized, the
+// losses following the CPU's as in the unsmoothed steps above. The two models' factors agree to
+// their operands' own differences. At step 1 (the same weights) most are equal, but a quantized
+// element that rounds the other way in one model (above) moves the amax of a later linear's input
+// channel by up to its 4-bit step. After an AdamW step more differ: its first update is about +-lr
+// whatever the gradient's size, so a weight whose gradient is near zero moves by 2 lr between the
+// models (a few percent of a column's amax): median and worst only bounded there.
 TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the CPU") {
   TG_REQUIRE_GPU();
   const tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 100, 32);
@@ -327,7 +327,7 @@ TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the C
         loss[k] = ms[k]->forward(in.data(), tgt.data(), B, T, 1.f);
         ms[k]->backward();
         ms[k]->set_probe(nullptr);
-        if (due) {  // src/trainer.cpp's smooth_update and apply_linear_recipes
+        if (due) {  // src/training/trainer.cpp's smooth_update and apply_linear_recipes
           sm[k]->update(*comm);
           if (k == 1) smh.update(*comm);
           for (int l = 0; l < L; l++)

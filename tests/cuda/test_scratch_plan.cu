@@ -1,18 +1,18 @@
 // test_scratch_plan.cu: `train_gpt memory`'s plan of the block-scaled linears' scratch
-// (src/scaled_scratch.h) against the slots this GPU's CUDA backend grows (cuda_scratch_bytes:
-// the largest request per slot; cudaMalloc gets it rounded up to 64 bytes), byte for byte, on
-// the GPU's own path: native where its compute capability has the recipe's scale modes
-// (shapes permitting), portable elsewhere, each GEMM's decision the plan's. The plan assumes
+// (src/precision/scaled_scratch.h) against the slots this GPU's CUDA backend grows
+// (cuda_scratch_bytes: the largest request per slot; cudaMalloc gets it rounded up to 64 bytes),
+// byte for byte, on the GPU's own path: native where its compute capability has the recipe's scale
+// modes (shapes permitting), portable elsewhere, each GEMM's decision the plan's. The plan assumes
 // cuBLASLt 12.9 or newer and native GEMMs that pass their self-checks; where either fails the
 // case says so instead of comparing slots. Under the emulation this runs as
 // sm_90 (tests/cuda/scratch_plan_emulated.cpp runs sm_80 and sm_100 and a training step).
 #include <string>
 #include <vector>
 
-#include "src/cuda/scaled.h"
-#include "src/recipe.h"
-#include "src/scaled_scratch.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/backends/cuda/scaled.h"
+#include "src/numerics/recipe.h"
+#include "src/precision/scaled_scratch.h"
 
 using namespace tgc;
 

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "src/checkpoint.h"
-#include "src/cuda/launch.h"
-#include "src/fp8.h"
-#include "src/model.h"
-#include "tests/cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
+#include "src/backends/cuda/launch.h"
+#include "src/model/fp8.h"
+#include "src/model/model.h"
+#include "src/training/checkpoint.h"
 #include "tests/test_util.h"
 
 using namespace tgc;
@@ -107,7 +107,7 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
     }
 }
 
-// The lm_head's backward in the compute type (src/model.cpp GPT::backward): 16-bit dlogits in
+// The lm_head's backward in the compute type (src/model/model.cpp GPT::backward): 16-bit dlogits in
 // the fp32 logits' rows times 16-bit operands, as every other linear, on both backends. A
 // 16-bit training step (bf16, fp16 with its loss scale, fp8, whose lm_head is bf16) widens no
 // GEMM operand to fp32: the backend's widening slots stay empty (at GPT-2 124M with 8 x 1024

@@ -9,13 +9,13 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "src/checkpoint.h"
-#include "src/common.h"
-#include "src/config.h"
-#include "src/data.h"
-#include "src/fileio.h"
-#include "src/hf.h"
-#include "src/run_state.h"
+#include "src/base/common.h"
+#include "src/base/fileio.h"
+#include "src/config/config.h"
+#include "src/data/data.h"
+#include "src/training/checkpoint.h"
+#include "src/training/hf.h"
+#include "src/training/run_state.h"
 
 namespace tgfuzz {
 using json = nlohmann::json;

@@ -24,7 +24,7 @@
 //               and key=value lines applied with config_set (mode 2: arguments, "--"
 //               added in front of those without a leading '-').
 //   hf_model:   [0..3] the length of config.json (uint32; a length past the end takes the
-//               rest), config.json's text, then model.safetensors (src/hf.h).
+//               rest), config.json's text, then model.safetensors (src/training/hf.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "src/model.h"
+#include "src/model/model.h"
 
 namespace tgfuzz {
 

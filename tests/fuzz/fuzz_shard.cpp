@@ -1,4 +1,4 @@
-// fuzz_shard.cpp: libFuzzer target for the token-shard reader (src/data.cpp:
+// fuzz_shard.cpp: libFuzzer target for the token-shard reader (src/data/data.cpp:
 // shard_num_tokens, read_shard) and the DataLoader over the shard, including a restored
 // position.
 // Input layout and what counts as a finding: fuzz_entries.h. Built by `make fuzz`.

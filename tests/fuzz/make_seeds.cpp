@@ -8,14 +8,14 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "src/checkpoint.h"
-#include "src/common.h"
-#include "src/data.h"
-#include "src/fileio.h"
-#include "src/hf.h"
-#include "src/rng.h"
-#include "src/run_state.h"
-#include "tests/fuzz/fuzz_entries.h"
+#include "fuzz_entries.h"
+#include "src/base/common.h"
+#include "src/base/fileio.h"
+#include "src/base/rng.h"
+#include "src/data/data.h"
+#include "src/training/checkpoint.h"
+#include "src/training/hf.h"
+#include "src/training/run_state.h"
 
 using json = nlohmann::json;
 
@@ -86,7 +86,7 @@ void model_seeds() {
   tg::remove_tree(dir);
 }
 
-// A state as the Trainer saves it (src/run_state.h), for the seed checkpoint's model.
+// A state as the Trainer saves it (src/training/run_state.h), for the seed checkpoint's model.
 json train_state(int64_t step) {
   tg::RunState st;
   st.run_id = "00112233445566ff";

@@ -1,0 +1,337 @@
+// backend.h: the operations the model is written in, implemented once per device.
+//
+// The GPT forward/backward (model.cpp) is written once against this interface; the CPU
+// backend (src/backends/cpu/) is the reference and the CUDA backend (kernels/) plugs in beside it,
+// so both run the same graph op by op and can be compared op by op.
+//
+// Tensors of one op share an element type, except: layernorm mean/rstd, logits and losses are
+// fp32 (fp64 in fp64 models) whatever the activations are; matmul_forward's output may be
+// fp32 from 16-bit operands (the lm_head's logits); the classifier reads fp32 logits and
+// writes the gradient in the compute type (dlogits_view). Conventions: weights are (out, in)
+// row-major; N = rows (B*T). Gradients of parameters
+// are accumulated (+=) so micro-batches add up; gradients of activations are written (=),
+// except layernorm_backward and encoder_backward which add into dinp / dwte / dwpe, because
+// the residual stream gathers gradients from two branches.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/base/common.h"
+#include "src/numerics/loss_scaler.h"
+#include "src/numerics/operand_view.h"
+#include "src/numerics/recipe.h"
+
+namespace tg {
+
+// How a backend computes, from the config (cuda.*, precision.loss_scale.on_device): passed
+// when the backend is made, recorded in config.json and every checkpoint's state.json.
+struct BackendOptions {
+  std::string attention = "cublas";  // cublas | fused (single-pass forward) | flash (lse)
+  bool gemm_fallback = false;        // every GEMM through cuBLAS + our epilogue (cuda.gemm)
+  bool gelu_epilogue = false;        // the MLP's GELU fused into cuBLASLt's epilogue
+  bool device_loss_scale = false;    // the loss-scale decision on the device
+};
+
+// A view of backend memory: a pointer, an element type and a length. Not an owner.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  size_t numel = 0;
+
+  size_t bytes() const { return numel * dtype_size(dtype); }
+  Tensor slice(size_t offset, size_t n) const {
+    return Tensor{static_cast<char*>(data) + offset * dtype_size(dtype), dtype, n};
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// The lm_head's output gradient (dlogits) in type g, over the logits' own memory (N rows of Vp
+// in the statistics type): the logits themselves when g is their type (fp32, fp64 models);
+// for a 16-bit g, row n's Vp values in the first half of row n's fp32 bytes, so rows lie 2 Vp
+// elements apart. The classifier writes it there and the lm_head's backward GEMMs read it in
+// g like every other linear's gradient (tensor cores, no fp32 copies of their operands).
+// Why there: `train_gpt memory` plans 8561 MiB for bf16 (and fp8) GPT-2 124M at 8 x 1024
+// tokens with it, 9347 MiB with an N x Vp buffer of g of its own (+786 MiB); the fp32 logits
+// are dead once the loss is taken. (Rows packed from the start, row n at byte 2 n Vp, would
+// take no less memory and land on rows other threads have not read yet.) Before, the GPU
+// widened the lm_head's 16-bit operands to fp32 instead: 343 MiB of scratch beyond the plan.
+// A view d of N rows has row n at element n * (d.numel / N).
+inline Tensor dlogits_view(Tensor logits, DType g) {
+  if (g == logits.dtype) return logits;
+  return Tensor{logits.data, g, logits.bytes() / dtype_size(g)};
+}
+
+// How a value is narrowed: to nearest even, or stochastically with random bits
+// sr_hash(seed, offset + i) for element i (deterministic, the same on every backend).
+struct Rounding {
+  bool stochastic = false;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay;
+  float grad_scale;   // multiplies every gradient first (clipping, 1/loss-scale)
+  int step;           // 1-based, for bias correction
+  Rounding rounding;  // of the updated master weight into the compute copy
+};
+
+// Per-tensor FP8 quantization of one matmul operand: q = sat(x * scale) in E4M3 (forward
+// operands) or E5M2 (gradients). With `current`, the scale is computed from this tensor's own
+// amax as (fmax / amax) / 2^margin instead of taken from `scale`.
+struct Fp8Quant {
+  float scale = 1.0f;
+  bool current = false;
+  int margin = 0;
+  ElemFormat format = ElemFormat::E4M3;  // from the recipe (src/numerics/recipe.h): E4M3 or E5M2
+};
+// What an FP8 matmul reports: the amax of each quantized operand (for delayed scaling and
+// telemetry) and the scale it used.
+struct Fp8Report {
+  float amax[2] = {0, 0};
+  float scale[2] = {1, 1};
+};
+
+// A block-scaled linear (a recipe that is not per-tensor FP8: rows, blocks or tiles with
+// their own scales, src/numerics/recipe.h): the recipe of its three GEMMs, and the seed of the
+// random bits its stochastic rounding and Hadamard signs draw (one per linear and micro-batch; each
+// GEMM role and operand derives its own stream from it). Scales come from the operands
+// themselves (current amax), so nothing is reported back.
+struct ScaledLinear {
+  const QuantRecipe* recipe = nullptr;
+  uint64_t seed = 0;
+};
+
+// Options of a backend's quantized linears, FP8 and block-scaled (precision.fp8.*, the
+// recipe; the precision runtime passes them on).
+struct QuantOptions {
+  // Fast (reduced-precision, periodically promoted) accumulation in the forward FP8 GEMM on
+  // devices that have it (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM). The backward GEMMs never
+  // use it. The CPU accumulates exactly in fp32 and ignores this.
+  bool fast_accum = true;
+  // Devices: run the bf16-GEMM path of FP8 (quantized values in bf16) even where FP8 tensor
+  // cores exist (tests compare both paths on one GPU).
+  bool force_fallback = false;
+  // The linears are block-scaled (ScaledLinear calls): what fp8_path_name describes, and
+  // their shapes take no FP8-GEMM constraints.
+  bool block_scaled = false;
+  // With block_scaled: the run's recipe, so that fp8_path_name can say which GEMM path (native
+  // block-scaled or portable) a backend runs for it and why (null: not known).
+  const QuantRecipe* recipe = nullptr;
+};
+// The shape of one linear: out(N,OC) = inp(N,C) W(OC,C)^T.
+struct LinearShape {
+  int N = 0, C = 0, OC = 0;
+};
+// What the model tells a backend before its FP8 linears run (again whenever B x T changes).
+struct Fp8Setup {
+  int n_linears = 0;                // distinct FP8 linears (= weights) the model will call
+  std::vector<LinearShape> shapes;  // every shape they come in
+  // Memory the backend may use as scratch during any FP8 matmul, because it holds nothing
+  // then (the model passes its fp32 logits buffer and what follows it, the losses: written
+  // by the lm_head and the classifier after the last block's forward, consumed by the
+  // lm_head's backward before the first block's backward).
+  Tensor scratch;
+};
+
+// Numerics of one stored tensor (telemetry): the largest magnitude and how many values are
+// exactly zero (where underflow lands), subnormal in the stored format (precision already
+// lost), or non-finite (overflow).
+struct TensorStats {
+  double amax = 0;
+  size_t n = 0, zeros = 0, subnormals = 0, nonfinite = 0;
+};
+
+// What the fused gradient check reports: the global norm of the unscaled gradients
+// (sqrt(sum g^2) / loss_scale) and whether every gradient was finite.
+struct GradCheck {
+  double norm = 0;
+  bool finite = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Memory. Tensors are allocated here; contents start undefined.
+  virtual Tensor alloc(DType dtype, size_t numel) = 0;
+  virtual void free(Tensor t) = 0;
+  virtual void upload(Tensor dst, const void* host) = 0;  // host holds dst.bytes()
+  virtual void download(void* host, Tensor src) = 0;
+  virtual void zero(Tensor t) = 0;
+  virtual size_t bytes_in_use() const = 0;
+  virtual size_t peak_bytes() const = 0;
+  // Waits until all queued work is done (devices run asynchronously; the CPU never queues).
+  virtual void synchronize() {}
+  // The hardware, e.g. "NVIDIA H100 80GB HBM3" ("" when it does not matter: the CPU).
+  virtual std::string device_model() const { return ""; }
+  // Which GPU of the machine (0 for the CPU).
+  virtual int device_index() const { return 0; }
+
+  // out(B,T,C) = wte[tokens] + wpe[t]
+  virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
+                               int C) = 0;
+  // dwte[tokens] += dout, dwpe[t] += dout
+  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
+                                int C) = 0;
+  // out = (inp - mean) * rstd * w + b per row of C; mean and rstd saved for backward
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
+                                 Tensor b, int N, int C) = 0;
+  // dinp += ..., dw += ..., db += ...
+  virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
+                                  Tensor w, Tensor mean, Tensor rstd, int N, int C) = 0;
+  // out(N,OC) = inp(N,C) W(OC,C)^T + bias(OC) (bias may be empty)
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                              int OC) = 0;
+  // dinp = dout W; dw += dout^T inp; dbias += sum_rows dout (dbias may be empty)
+  virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor w, int N, int C, int OC) = 0;
+  // The tied lm_head's backward: matmul_backward without bias, dout = the classifier's dlogits
+  // (a dlogits_view: N rows of Vp in its type, row n at element n * (dlogits.numel / N)). All
+  // operands share dlogits' type: X operands, fp32 accumulation, X outputs in 16-bit models.
+  virtual void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N,
+                                int C, int Vp) = 0;
+  // pre = matmul_forward(inp, w, bias), out = gelu(pre): the MLP's first linear with its
+  // activation (devices may fuse the GELU into the GEMM's epilogue; two ops on the CPU).
+  virtual void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N,
+                                   int C, int OC) {
+    matmul_forward(pre, inp, w, bias, N, C, OC);
+    gelu_forward(out, pre, size_t(N) * OC);
+  }
+  // FP8 block linears: matmul_forward with inp and w quantized to E4M3 (quant[0], quant[1]),
+  // products accumulated in fp32, out rounded once. Reports amax and scale of inp and w.
+  virtual Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                                       int OC, const Fp8Quant quant[2]) = 0;
+  // Backward of the above: dout quantized to E5M2 (gq), inp and w to E4M3 with the scales
+  // the forward used (inp_scale, w_scale); dbias from the unquantized dout. Reports dout's
+  // amax and scale in slot 0. A non-finite dout amax poisons the results with NaN so the
+  // step is skipped.
+  virtual Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
+                                        Tensor inp, Tensor w, int N, int C, int OC,
+                                        const Fp8Quant& gq, float inp_scale, float w_scale) = 0;
+  // Block-scaled linears (ScaledLinear): matmul_forward / matmul_backward with every GEMM
+  // operand quantized as q.recipe says for that GEMM role, along that GEMM's reduction
+  // dimension, products accumulated in fp32, outputs rounded once; dbias from the
+  // unquantized dout. A non-finite operand poisons the results with NaN (the step is
+  // skipped). Backends without them (today: CUDA) say so and the trainer refuses the mode.
+  virtual bool has_block_scaled_linears() const { return false; }
+  virtual void matmul_forward_scaled(Tensor, Tensor, Tensor, Tensor, int, int, int,
+                                     const ScaledLinear& q) {
+    throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
+  }
+  virtual void matmul_backward_scaled(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int,
+                                      const ScaledLinear& q) {
+    throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
+  }
+  // FP8 plumbing (defaults: nothing to set up, reports returned at once).
+  virtual void set_quant_options(const QuantOptions&) {}
+  // Which FP8 path the matmuls above run, for the line printed at start.
+  virtual std::string fp8_path_name() const {
+    return "emulated: quantize-dequantize in fp32, fp32 GEMMs";
+  }
+  // Why an FP8 linear of this shape cannot take this backend's fast path ("" when it can).
+  // Such a linear still runs, on a slower path with the same numerics.
+  virtual std::string fp8_shape_problem(int /*N*/, int /*C*/, int /*OC*/) const { return ""; }
+  virtual void fp8_prepare(const Fp8Setup&) {}
+  // Asks the backend to defer FP8 reports (on a device each report costs a wait for the
+  // queue); returns whether it will. While deferring, the Fp8Report an FP8 matmul returns is
+  // not valid; fp8_take_reports() returns the reports of every FP8 matmul since its last
+  // call, in call order, waiting once for all of them. The CPU never defers.
+  virtual bool fp8_defer_reports(bool /*on*/) { return false; }
+  virtual std::vector<Fp8Report> fp8_take_reports() { return {}; }
+  // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
+  virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv = gradient of the attention input
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
+                                  int C, int NH) = 0;
+  // Flash-style attention (BackendOptions::attention = flash when the backend is made):
+  // whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two ops
+  // below for heads of this size. lse is in the statistics type (fp32; fp64 in fp64 models).
+  virtual bool attention_saves_lse(int /*head_size*/) const { return false; }
+  // out as attention_forward; lse = the logsumexp of each row's scaled causal scores.
+  virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int) {
+    throw Error(name() + " has no flash attention");
+  }
+  // dqkv from dout, qkv, the forward's out and lse (recomputes the probabilities).
+  virtual void attention_backward_lse(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) {
+    throw Error(name() + " has no flash attention");
+  }
+  // out = gelu(inp), tanh approximation
+  virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout
+  virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) = 0;
+  // out = a + b
+  virtual void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) = 0;
+  // res = a + b, then layernorm_forward(out, mean, rstd, res, w, bias): the residual add
+  // fused into the layernorm that reads it (one pass on devices; the two ops on the CPU).
+  virtual void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd,
+                                          Tensor a, Tensor b, Tensor w, Tensor bias, int N, int C) {
+    residual_forward(res, a, b, size_t(N) * C);
+    layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+  }
+  // Per row of logits(N,Vp) (fp32; fp64 in fp64 models): loss = -log softmax(logits[:V])
+  // [target], from the logits in their own precision. When dloss != 0, dlogits receives
+  // dloss * (softmax - onehot(target)), computed in the logits' type and rounded once (to
+  // nearest even) to dlogits' type, zero in the padding: dlogits is dlogits_view(logits, t)
+  // (in place, or 16-bit values over the first half of each row; rows ld = dlogits.numel / N
+  // apart), so the probabilities never need a buffer of their own. A 16-bit gradient that
+  // overflows is inf (never clamped), so a loss scale too large gives a skipped step.
+  virtual void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss,
+                          int N, int V, int Vp) = 0;
+  // sum of squares of all elements, in fp64 on the CPU, fp32 on devices
+  virtual double sum_squares(Tensor t) = 0;
+  // One pass over the gradients: unscales them by loss_scale (without writing them back),
+  // checks finiteness and computes the global norm. The CPU twin is sqrt(sum_squares) /
+  // loss_scale in fp64; devices reduce in fp32.
+  virtual GradCheck unscale_check_norm(Tensor grads, double loss_scale) {
+    GradCheck g;
+    g.norm = std::sqrt(sum_squares(grads)) / loss_scale;
+    g.finite = std::isfinite(g.norm);
+    return g;
+  }
+  // The loss-scale decision on the device (the CUDA backend with device_loss_scale; one
+  // process): device_decide_step queues the fused gradient check at state.scale and
+  // src/numerics/loss_scaler.h's loss_scale_step on the device (the state lives there),
+  // adamw_decided is adamw with a.grad_scale and the skip taken from that decision, and
+  // device_step_report waits and returns the new state and the decision (for the log and the
+  // host's LossScaler, which stays the one that checkpoints). No host wait in between.
+  struct DeviceStepReport {
+    LossScaleState state;
+    LossScaleStep step;
+  };
+  virtual bool device_loss_scale() const { return false; }
+  virtual void device_decide_step(Tensor, const LossScaleState&, const LossScaleParams&, double) {
+    throw Error(name() + " has no device loss scaler");
+  }
+  virtual void adamw_decided(Tensor, Tensor, Tensor, Tensor, Tensor, const AdamWArgs&) {
+    throw Error(name() + " has no device loss scaler");
+  }
+  virtual DeviceStepReport device_step_report() {
+    throw Error(name() + " has no device loss scaler");
+  }
+  // AdamW on master weights (fp32); params receives the updated weights rounded to its type
+  // (params may be master itself).
+  virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                     const AdamWArgs& a) = 0;
+  virtual TensorStats stats(Tensor t) = 0;
+  // dst = src converted to dst's type (same length)
+  virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
+  // The probes' view of the operand t(rows, cols) (src/numerics/operand_view.h), its statistics
+  // reduced on this backend (the CPU: on the tensor itself; devices: on the device); null
+  // when the backend has none (the probes then cannot run on it).
+  virtual std::unique_ptr<OperandView> operand_view(Tensor /*t*/, int /*rows*/, int /*cols*/) {
+    return nullptr;
+  }
+};
+
+}  // namespace tg

@@ -1,0 +1,506 @@
+#include "cpu_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <type_traits>
+#include <vector>
+
+#include "gemm_bf16.h"
+#include "host_operand_view.h"
+#include "ops.h"
+
+namespace tg {
+
+namespace {
+
+using cpu::bf16;
+using cpu::f16;
+
+[[noreturn]] void unsupported(const char* op, DType t) {
+  throw Error(strf("cpu backend: %s does not support %s tensors", op, dtype_name(t)));
+}
+
+// Calls f with a typed null pointer for the storage type of dtype t.
+template <typename F>
+void dispatch(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(static_cast<float*>(nullptr)); break;
+    case DType::F64: f(static_cast<double*>(nullptr)); break;
+    case DType::BF16: f(static_cast<bf16*>(nullptr)); break;
+    case DType::F16: f(static_cast<f16*>(nullptr)); break;
+    default: unsupported(op, t);
+  }
+}
+// The same, for ops that exist only in float and double.
+template <typename F>
+void dispatch_wide(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(static_cast<float*>(nullptr)); break;
+    case DType::F64: f(static_cast<double*>(nullptr)); break;
+    default: unsupported(op, t);
+  }
+}
+
+template <typename T>
+T* P(const Tensor& t) {
+  return static_cast<T*>(t.data);
+}
+#define TG_ELEM(tag) std::remove_pointer_t<decltype(tag)>
+
+class CpuBackend final : public Backend {
+ public:
+  ~CpuBackend() override {
+    for (auto& kv : sizes_) std::free(kv.first);
+  }
+  explicit CpuBackend(const BackendOptions& o) : flash_(o.attention == "flash") {}
+  std::string name() const override { return "cpu"; }
+  const bool flash_;
+
+  Tensor alloc(DType dtype, size_t numel) override {
+    size_t bytes = numel * dtype_size(dtype);
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) throw Error(strf("out of host memory allocating %zu bytes", bytes));
+    sizes_[p] = rounded;
+    in_use_ += rounded;
+    if (in_use_ > peak_) peak_ = in_use_;
+    return Tensor{p, dtype, numel};
+  }
+  void free(Tensor t) override {
+    auto it = sizes_.find(t.data);
+    if (it == sizes_.end()) return;
+    in_use_ -= it->second;
+    std::free(it->first);
+    sizes_.erase(it);
+  }
+  void upload(Tensor dst, const void* host) override { memcpy(dst.data, host, dst.bytes()); }
+  void download(void* host, Tensor src) override { memcpy(host, src.data, src.bytes()); }
+  void zero(Tensor t) override { memset(t.data, 0, t.bytes()); }
+  size_t bytes_in_use() const override { return in_use_; }
+  size_t peak_bytes() const override { return peak_; }
+
+  void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
+                       int C) override {
+    dispatch("encoder_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::encoder_forward(P<E>(out), P<int32_t>(tokens), P<E>(wte), P<E>(wpe), B, T, C);
+    });
+  }
+  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
+                        int C) override {
+    dispatch("encoder_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::encoder_backward(P<E>(dwte), P<E>(dwpe), P<E>(dout), P<int32_t>(tokens), B, T, C);
+    });
+  }
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
+                         int N, int C) override {
+    dispatch("layernorm_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::layernorm_forward(P<E>(out), P<A>(mean), P<A>(rstd), P<E>(inp), P<E>(w), P<E>(b), N, C);
+    });
+  }
+  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
+                          Tensor mean, Tensor rstd, int N, int C) override {
+    dispatch("layernorm_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::layernorm_backward(P<E>(dinp), P<E>(dw), P<E>(db), P<E>(dout), P<E>(inp), P<E>(w),
+                              P<A>(mean), P<A>(rstd), N, C);
+    });
+  }
+
+  // Matmuls with 16-bit operands widen them to fp32, multiply with sgemm (fp32 accumulate),
+  // and round each output once. bf16 operands go to the bf16 GEMM instead while
+  // cpu.narrow_gemm selects the hardware path (exact products, fp32 sums in another order).
+  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                      int OC) override {
+    if (all_wide_and_same({out, inp, w, bias})) {
+      dispatch_wide("matmul_forward", out.dtype, [&](auto* tag) {
+        using E = TG_ELEM(tag);
+        cpu::matmul_forward(P<E>(out), P<E>(inp), P<E>(w), P<E>(bias), N, C, OC);
+      });
+      return;
+    }
+    float* o = wide(out, s_out_, false);
+    if (hardware_bf16({inp, w})) {
+      cpu::matmul_forward_bf16(o, P<bf16>(inp), P<bf16>(w), wide(bias, s_c_, true), 1.0f, N, C, OC);
+      narrow_back(out, o);
+      return;
+    }
+    cpu::matmul_forward(o, wide(inp, s_a_, true), wide(w, s_b_, true), wide(bias, s_c_, true), N, C,
+                        OC);
+    narrow_back(out, o);
+  }
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                       int N, int C, int OC) override {
+    if (all_wide_and_same({dinp, dw, dbias, dout, inp, w})) {
+      dispatch_wide("matmul_backward", dout.dtype, [&](auto* tag) {
+        using E = TG_ELEM(tag);
+        cpu::matmul_backward(P<E>(dinp), P<E>(dw), P<E>(dbias), P<E>(dout), P<E>(inp), P<E>(w), N,
+                             C, OC);
+      });
+      return;
+    }
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    float* dbf = wide(dbias, s_db_, true);
+    if (hardware_bf16({dout, inp, w})) {
+      cpu::matmul_backward_bf16(di, dwf, P<bf16>(dout), P<bf16>(inp), P<bf16>(w), N, C, OC);
+      if (dbf) cpu::bias_backward(dbf, P<bf16>(dout), N, OC);
+    } else {
+      cpu::matmul_backward(di, dwf, dbf, wide(dout, s_a_, true), wide(inp, s_b_, true),
+                           wide(w, s_c_, true), N, C, OC);
+    }
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+    narrow_back(dbias, dbf);
+  }
+
+  // The lm_head from the classifier's dlogits (backend.h's dlogits_view): in the logits' own
+  // rows they are any matmul_backward's dout; 16-bit rows 2 Vp apart go to the bf16 GEMM as
+  // they lie, or are widened a block at a time (exact path), never as a whole fp32 copy.
+  void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N, int C,
+                        int Vp) override {
+    const size_t ld = dlogits.numel / size_t(N);
+    if (ld == size_t(Vp))
+      return matmul_backward(dinp, dw, Tensor{}, dlogits.slice(0, size_t(N) * Vp), inp, w, N, C,
+                             Vp);
+    for (const Tensor& t : {dinp, dw, inp, w})
+      if (t.dtype != dlogits.dtype)
+        throw Error(strf("cpu backend: lm_head_backward of %s dlogits with %s operands",
+                         dtype_name(dlogits.dtype), dtype_name(t.dtype)));
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    if (hardware_bf16({dlogits, inp, w})) {
+      cpu::matmul_backward_bf16(di, dwf, P<bf16>(dlogits), P<bf16>(inp), P<bf16>(w), N, C, Vp, 1.0f,
+                                1.0f, ld);
+    } else if (dlogits.dtype == DType::BF16 || dlogits.dtype == DType::F16) {
+      const float* a = wide(inp, s_b_, true);
+      const float* b = wide(w, s_c_, true);
+      if (dlogits.dtype == DType::BF16)
+        cpu::matmul_backward_narrow_dout(di, dwf, P<bf16>(dlogits), ld, a, b, N, C, Vp);
+      else
+        cpu::matmul_backward_narrow_dout(di, dwf, P<f16>(dlogits), ld, a, b, N, C, Vp);
+    } else {
+      unsupported("lm_head_backward with strided dlogits", dlogits.dtype);
+    }
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+  }
+
+  // QuantOptions are ignored: the CPU accumulates every FP8 product exactly in fp32 (fp32
+  // GEMMs of the dequantized operands), which is what precision.fp8.fast_accum=false asks
+  // of a GPU; its fast-accumulation forward is approximated by this within the tests'
+  // tolerances. Reports are never deferred (the Backend defaults).
+  void set_quant_options(const QuantOptions&) override {}
+  Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                               const Fp8Quant quant[2]) override {
+    Fp8Report rep;
+    if (cpu::narrow_gemm_hardware()) {
+      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after.
+      rep.scale[0] = quantize_codes(q_a_, inp, s_a_, quant[0], &rep.amax[0]);
+      rep.scale[1] = quantize_codes(q_b_, w, s_b_, quant[1], &rep.amax[1]);
+      float* o = wide(out, s_out_, false);
+      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), wide(bias, s_c_, true),
+                               (1.0f / rep.scale[0]) * (1.0f / rep.scale[1]), N, C, OC);
+      narrow_back(out, o);
+      return rep;
+    }
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    rep.scale[0] = qdq(a, inp.numel, quant[0], quant[0].format == ElemFormat::E4M3, &rep.amax[0]);
+    rep.scale[1] = qdq(b, w.numel, quant[1], quant[1].format == ElemFormat::E4M3, &rep.amax[1]);
+    float* o = wide(out, s_out_, false);
+    cpu::matmul_forward(o, a, b, wide(bias, s_c_, true), N, C, OC);
+    narrow_back(out, o);
+    return rep;
+  }
+  Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                                Tensor w, int N, int C, int OC, const Fp8Quant& gq, float inp_scale,
+                                float w_scale) override {
+    Fp8Report rep;
+    float* g = copy_wide(dout, s_g_);
+    if (dbias) {  // the bias gradient comes from the unquantized gradient
+      float* dbf = wide(dbias, s_db_, true);
+      cpu::bias_backward(dbf, g, N, OC);
+      narrow_back(dbias, dbf);
+    }
+    if (cpu::narrow_gemm_hardware()) {
+      rep.scale[0] = quantize_codes(q_g_, g, dout.numel, gq, &rep.amax[0]);
+      float unused;
+      quantize_codes(q_a_, inp, s_a_, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, &unused);
+      quantize_codes(q_b_, w, s_b_, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, &unused);
+      float* di = wide(dinp, s_out_, false);
+      float* dwf = wide(dw, s_dw_, true);
+      const float inv_g = 1.0f / rep.scale[0];
+      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC,
+                                inv_g * (1.0f / w_scale), inv_g * (1.0f / inp_scale));
+      narrow_back(dinp, di);
+      narrow_back(dw, dwf);
+      return rep;
+    }
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    rep.scale[0] = qdq(g, dout.numel, gq, gq.format == ElemFormat::E4M3, &rep.amax[0]);
+    // The forward's E4M3 copies again (the recipe's dgrad and wgrad b operands).
+    float unused;
+    qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, true, &unused);
+    qdq(b, w.numel, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, true, &unused);
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+    return rep;
+  }
+
+  bool has_block_scaled_linears() const override { return true; }
+  void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                             const ScaledLinear& q) override {
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    float* o = wide(out, s_out_, false);
+    cpu::matmul_forward_scaled(o, a, b, wide(bias, s_c_, true), N, C, OC, *q.recipe, q.seed);
+    narrow_back(out, o);
+  }
+  void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                              Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
+    float* g = copy_wide(dout, s_g_);
+    if (dbias) {  // the bias gradient comes from the unquantized gradient
+      float* dbf = wide(dbias, s_db_, true);
+      cpu::bias_backward(dbf, g, N, OC);
+      narrow_back(dbias, dbf);
+    }
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    if (inp.dtype == DType::BF16 && w.dtype == DType::BF16) {  // widened as they are transposed
+      cpu::matmul_backward_scaled(di, dwf, g, P<bf16>(inp), P<bf16>(w), N, C, OC, *q.recipe, q.seed,
+                                  scaled_);
+    } else {
+      cpu::matmul_backward_scaled(di, dwf, g, wide(inp, s_a_, true), wide(w, s_b_, true), N, C, OC,
+                                  *q.recipe, q.seed, scaled_);
+    }
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
+  }
+
+  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
+    dispatch("attention_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::attention_forward(P<E>(out), P<E>(att), P<E>(qkv), B, T, C, NH);
+    });
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
+                          int NH) override {
+    dispatch("attention_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::attention_backward(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C, NH);
+    });
+  }
+  // The CPU keeps the att path (the reference) unless cuda.attention=flash: then it runs the
+  // lse twin, so that a GPU run with flash attention has a CPU run to compare with.
+  bool attention_saves_lse(int) const override { return flash_; }
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
+                             int NH) override {
+    dispatch("attention_forward_lse", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::attention_forward_lse(P<E>(out), P<A>(lse), P<E>(qkv), B, T, C, NH);
+    });
+  }
+  void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
+                              int T, int C, int NH) override {
+    dispatch("attention_backward_lse", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using A = cpu::acc_t<E>;
+      cpu::attention_backward_lse(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(out), P<A>(lse), B, T, C,
+                                  NH);
+    });
+  }
+  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
+    dispatch("gelu_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::gelu_forward(P<E>(out), P<E>(inp), n);
+    });
+  }
+  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
+    dispatch("gelu_backward", dout.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::gelu_backward(P<E>(dinp), P<E>(inp), P<E>(dout), n);
+    });
+  }
+  void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
+    dispatch("residual_forward", out.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::residual_forward(P<E>(out), P<E>(a), P<E>(b), n);
+    });
+  }
+  void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss, int N,
+                  int V, int Vp) override {
+    const Tensor d = dlogits ? dlogits : logits;
+    const size_t ld = d.numel / size_t(N);
+    auto refuse = [&] {
+      throw Error(strf("cpu backend: classifier: no %s gradient of %s logits in rows of %zu",
+                       dtype_name(d.dtype), dtype_name(logits.dtype), ld));
+    };
+    if (ld < size_t(Vp)) refuse();
+    dispatch_wide("classifier", logits.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      dispatch("classifier gradient", d.dtype, [&](auto* gtag) {
+        using G = TG_ELEM(gtag);
+        if constexpr (std::is_same_v<G, E> || (std::is_same_v<E, float> && sizeof(G) == 2))
+          cpu::classifier(P<E>(logits), P<E>(losses), P<int32_t>(targets), P<G>(d), ld, dloss, N, V,
+                          Vp);
+        else
+          refuse();
+      });
+    });
+  }
+  double sum_squares(Tensor t) override {
+    double s = 0;
+    dispatch("sum_squares", t.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      s = cpu::sum_squares(P<E>(t), t.numel);
+    });
+    return s;
+  }
+  void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+             const AdamWArgs& a) override {
+    if (grads.dtype != params.dtype || m.dtype != master.dtype || v.dtype != master.dtype)
+      throw Error("cpu backend: adamw tensor types do not match");
+    dispatch("adamw", params.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      using M = cpu::acc_t<E>;
+      if (master.dtype != (std::is_same_v<M, double> ? DType::F64 : DType::F32))
+        unsupported("adamw master", master.dtype);
+      cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), P<M>(m), P<M>(v), master.numel, a);
+    });
+  }
+  TensorStats stats(Tensor t) override {
+    TensorStats s;
+    dispatch("stats", t.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      s = cpu::tensor_stats(P<E>(t), t.numel);
+    });
+    return s;
+  }
+  // The probes measure fp32 tensors in place, the others in an fp32 copy (exact for the
+  // 16-bit types; fp64, the gradient checks', rounds to nearest).
+  std::unique_ptr<OperandView> operand_view(Tensor t, int rows, int cols) override {
+    if (t.numel != size_t(rows) * size_t(cols))
+      throw Error(
+          strf("cpu backend: an operand view of %d x %d over %zu values", rows, cols, t.numel));
+    if (t.dtype == DType::F32) return std::make_unique<HostOperandView>(P<float>(t), rows, cols);
+    std::vector<float> x(t.numel);
+    dispatch("operand_view", t.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      cpu::convert(x.data(), P<E>(t), t.numel, Rounding{});
+    });
+    return std::make_unique<HostOperandView>(std::move(x), rows, cols);
+  }
+  void convert(Tensor dst, Tensor src, const Rounding& r) override {
+    if (dst.numel != src.numel) throw Error("cpu backend: convert length mismatch");
+    dispatch("convert", dst.dtype, [&](auto* dtag) {
+      dispatch("convert", src.dtype, [&](auto* stag) {
+        using D = TG_ELEM(dtag);
+        using S = TG_ELEM(stag);
+        constexpr bool narrow_to_narrow = !std::is_same_v<S, float> && !std::is_same_v<S, double> &&
+                                          !std::is_same_v<D, float> && !std::is_same_v<D, double>;
+        constexpr bool mixes_double =
+            (std::is_same_v<D, double> && !std::is_same_v<S, double> &&
+             !std::is_same_v<S, float>) ||
+            (std::is_same_v<S, double> && !std::is_same_v<D, double> && !std::is_same_v<D, float>);
+        if constexpr (narrow_to_narrow || mixes_double)
+          throw Error(strf("cpu backend: no conversion from %s to %s", dtype_name(src.dtype),
+                           dtype_name(dst.dtype)));
+        else
+          cpu::convert(P<D>(dst), P<S>(src), dst.numel, r);
+      });
+    });
+  }
+
+ private:
+  static bool all_wide_and_same(std::initializer_list<Tensor> ts) {
+    DType t = DType::F32;
+    bool first = true;
+    for (const Tensor& x : ts) {
+      if (!x) continue;
+      if (x.dtype != DType::F32 && x.dtype != DType::F64) return false;
+      if (!first && x.dtype != t) return false;
+      t = x.dtype;
+      first = false;
+    }
+    return true;
+  }
+  // Scratch holds at least n elements. It never shrinks: resize() to a smaller size and back
+  // would zero the regrown part on every call (a few percent of an fp8 step).
+  template <typename V>
+  static void grow(V& buf, size_t n) {
+    if (buf.size() < n) buf.resize(n);
+  }
+  // fp32 view of a tensor: its own memory when it is fp32, else `buf` (filled with the
+  // widened values when `load`). Empty tensors give nullptr.
+  float* wide(Tensor t, std::vector<float>& buf, bool load) {
+    if (!t) return nullptr;
+    if (t.dtype == DType::F32) return P<float>(t);
+    grow(buf, t.numel);
+    if (load) convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
+    return buf.data();
+  }
+  // A private fp32 copy of t in buf (for quantizing in place).
+  float* copy_wide(Tensor t, std::vector<float>& buf) {
+    grow(buf, t.numel);
+    convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
+    return buf.data();
+  }
+  static float qdq(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
+    return cpu::qdq_tensor_fp8(x, n, q, e4m3, amax);
+  }
+  // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
+  static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n, const Fp8Quant& q,
+                              float* amax) {
+    grow(buf, n);
+    return cpu::quantize_tensor_fp8(buf.data(), x, n, q, q.format == ElemFormat::E4M3, amax);
+  }
+  // The same straight from t: a bf16 tensor is read as it is (its fp32 copy would hold the
+  // same values), anything else is widened into `wide_buf` first.
+  float quantize_codes(std::vector<bf16>& buf, Tensor t, std::vector<float>& wide_buf,
+                       const Fp8Quant& q, float* amax) {
+    if (t.dtype != DType::BF16)
+      return quantize_codes(buf, copy_wide(t, wide_buf), t.numel, q, amax);
+    grow(buf, t.numel);
+    return cpu::quantize_tensor_fp8(buf.data(), P<bf16>(t), t.numel, q,
+                                    q.format == ElemFormat::E4M3, amax);
+  }
+  // Whether the bf16 GEMM takes these operands: the hardware path is on and all are bf16.
+  static bool hardware_bf16(std::initializer_list<Tensor> ts) {
+    if (!cpu::narrow_gemm_hardware()) return false;
+    for (const Tensor& t : ts)
+      if (t.dtype != DType::BF16) return false;
+    return true;
+  }
+  // Rounds fp32 results back into t when wide() handed out a buffer.
+  void narrow_back(Tensor t, float* f) {
+    if (t && t.dtype != DType::F32) convert(t, Tensor{f, DType::F32, t.numel}, Rounding{});
+  }
+
+  cpu::ScaledScratch scaled_;
+  std::map<void*, size_t> sizes_;
+  size_t in_use_ = 0, peak_ = 0;
+  // Scratch for widened matmul operands, kept between calls.
+  std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_, s_g_;
+  // FP8 codes of the hardware path's operands.
+  std::vector<bf16> q_a_, q_b_, q_g_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace tg

@@ -1,0 +1,726 @@
+// backend.cu: CudaBackend, the Backend interface on one CUDA device.
+//
+// Memory is plain cudaMalloc (never managed memory), tracked per allocation for
+// bytes_in_use / peak_bytes (rounded to 64 bytes like the CPU backend; scratch buffers and
+// the cuBLASLt workspace count too; the pinned host staging of copies, at most
+// 2 x kStagingHalfMax bytes, is host memory and does not). All work is queued on one
+// non-blocking stream; only the methods that return values to the host (download,
+// sum_squares, unscale_check_norm, stats, the FP8 reports unless deferred) and frees wait for
+// it. Host data goes to and from the device through pinned staging (staging.h): cudaMemcpyAsync
+// never sees pageable memory. encoder_backward groups token positions on the host
+// from the copy of the last token upload (reading the tokens back, with a wait, only if there
+// is none).
+//
+// Type rules are the CPU backend's: each op's tensors share an element type (fp32, bf16 or
+// fp16; fp64 exists only on the CPU), statistics, logits and losses are fp32. The lm_head's
+// forward writes fp32 logits straight from its 16-bit operands; its backward takes the
+// classifier's 16-bit dlogits where they lie in the logits' rows (lm_head_backward), so every
+// backward GEMM runs in the compute type. A forward whose operands mix types otherwise widens
+// them to fp32 (the kScratchWide* slots), multiplies in fp32 and rounds each output once, as
+// the CPU backend does; a backward refuses mixed types rather than run fp32 GEMMs unseen.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "fp8.h"
+#include "launch.h"
+#include "operand_stats.h"
+#include "scaled.h"
+#include "src/backends/cpu/cpu_backend.h"
+
+namespace tg {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver / no device" error
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+using gpu::Ctx;
+
+void need_same(const char* op, std::initializer_list<Tensor> ts) {
+  DType t = DType::F32;
+  bool first = true;
+  for (const Tensor& x : ts) {
+    if (!x) continue;
+    if (!first && x.dtype != t)
+      throw Error(strf("cuda backend: %s needs tensors of one type (%s and %s)", op, dtype_name(t),
+                       dtype_name(x.dtype)));
+    t = x.dtype;
+    first = false;
+  }
+}
+void need_f32(const char* op, Tensor t) {
+  if (t && t.dtype != DType::F32)
+    throw Error(strf("cuda backend: %s needs fp32 %s", op, dtype_name(t.dtype)));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const BackendOptions& o)
+      : flash_(o.attention == "flash"), device_scale_(o.device_loss_scale), device_(device) {
+    ctx_.opt = o;
+    const int n = cuda_device_count();
+    if (n == 0) throw Error("cuda backend: no CUDA device found");
+    if (device < 0 || device >= n)
+      throw Error(strf("cuda backend: no GPU %d (this machine has %d)", device, n));
+    TG_CUDA_CHECK(cudaSetDevice(device));
+    TG_CUDA_CHECK(cudaGetDeviceProperties(&ctx_.prop, device));
+    TG_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    TG_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
+    TG_CUBLAS_CHECK(cublasCreate(&ctx_.blas));
+    TG_CUBLAS_CHECK(cublasSetStream(ctx_.blas, ctx_.stream));
+    // 32 MiB of cuBLASLt workspace: what NVIDIA advises for Hopper.
+    ctx_.lt_workspace_bytes = size_t(32) << 20;
+    ctx_.lt_workspace = raw_alloc(ctx_.lt_workspace_bytes);
+    TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
+    ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return scratch(s, bytes); };
+    ctx_.staging = &staging_;
+    result_ = static_cast<float*>(raw_alloc(64));
+    cpu_ = make_cpu_backend(o);
+    device_fp8_path_ = gpu::fp8_path_for_device(device);
+    fp8_path_ = device_fp8_path_;
+  }
+  int device_index() const override { return device_; }
+  cudaStream_t stream() const { return ctx_.stream; }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(ctx_.stream);
+    gpu::staging_release(staging_);
+    for (auto& kv : sizes_) cudaFree(kv.first);
+    if (ctx_.blas) cublasDestroy(ctx_.blas);
+    if (ctx_.lt) cublasLtDestroy(ctx_.lt);
+    if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+  }
+  std::string name() const override { return "cuda"; }
+  std::string device_model() const override { return ctx_.prop.name; }
+
+  Tensor alloc(DType dtype, size_t numel) override {
+    return Tensor{raw_alloc(numel * dtype_size(dtype)), dtype, numel};
+  }
+  void free(Tensor t) override {
+    token_shadow_.erase(t.data);
+    raw_free(t.data);
+  }
+  // Through pinned staging (callers' buffers are pageable): the caller may reuse its buffer
+  // at once, and the host does not wait for the device unless the staging is full. Token ids
+  // (I32) are also remembered on the host, so that encoder_backward can group positions by
+  // token without reading them back.
+  void upload(Tensor dst, const void* host) override {
+    gpu::upload(ctx_, dst.data, host, dst.bytes());
+    if (dst.dtype == DType::I32) {
+      const int32_t* h = static_cast<const int32_t*>(host);
+      token_shadow_[dst.data].assign(h, h + dst.numel);
+    }
+  }
+  void download(void* host, Tensor src) override {
+    gpu::download(ctx_, host, src.data, src.bytes());
+  }
+  void zero(Tensor t) override {
+    TG_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), ctx_.stream));
+  }
+  size_t bytes_in_use() const override { return in_use_; }
+  size_t peak_bytes() const override { return peak_; }
+  void synchronize() override { TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+
+  void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
+                       int C) override {
+    need_same("encoder_forward", {out, wte, wpe});
+    gpu::encoder_forward(ctx_, out.dtype, out.data, tokens.as<int32_t>(), wte.data, wpe.data, B, T,
+                         C);
+  }
+  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
+                        int C) override {
+    need_same("encoder_backward", {dwte, dwpe, dout});
+    auto it = token_shadow_.find(tokens.data);
+    const int32_t* host = it != token_shadow_.end() && it->second.size() >= size_t(B) * T
+                              ? it->second.data()
+                              : nullptr;
+    gpu::encoder_backward(ctx_, dout.dtype, dwte.data, dwpe.data, dout.data, tokens.as<int32_t>(),
+                          host, B, T, C);
+  }
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
+                         int N, int C) override {
+    need_same("layernorm_forward", {out, inp, w, b});
+    need_f32("layernorm_forward", mean);
+    need_f32("layernorm_forward", rstd);
+    gpu::layernorm_forward(ctx_, out.dtype, out.data, mean.as<float>(), rstd.as<float>(), inp.data,
+                           w.data, b.data, N, C);
+  }
+  void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a,
+                                  Tensor b, Tensor w, Tensor bias, int N, int C) override {
+    need_same("residual_layernorm_forward", {res, out, a, b, w, bias});
+    need_f32("residual_layernorm_forward", mean);
+    need_f32("residual_layernorm_forward", rstd);
+    gpu::residual_layernorm_forward(ctx_, out.dtype, res.data, out.data, mean.as<float>(),
+                                    rstd.as<float>(), a.data, b.data, w.data, bias.data, N, C);
+  }
+  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
+                          Tensor mean, Tensor rstd, int N, int C) override {
+    need_same("layernorm_backward", {dinp, dw, db, dout, inp, w});
+    need_f32("layernorm_backward", mean);
+    need_f32("layernorm_backward", rstd);
+    gpu::layernorm_backward(ctx_, dout.dtype, dinp.data, dw.data, db.data, dout.data, inp.data,
+                            w.data, mean.as<float>(), rstd.as<float>(), N, C);
+  }
+
+  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                      int OC) override {
+    const bool direct = inp.dtype == w.dtype &&
+                        (out.dtype == inp.dtype || out.dtype == DType::F32) &&
+                        (!bias || bias.dtype == out.dtype);
+    if (direct) {
+      gpu::gemm(ctx_, false, true, N, OC, C, inp.dtype, inp.data, C, w.data, C, out.dtype, out.data,
+                OC, 0.f, bias ? bias.data : nullptr);
+      return;
+    }
+    float* o = wide(out, gpu::kScratchWideOut, false);
+    gpu::gemm(ctx_, false, true, N, OC, C, DType::F32, wide(inp, gpu::kScratchWideA, true), C,
+              wide(w, gpu::kScratchWideB, true), C, DType::F32, o, OC, 0.f,
+              wide(bias, gpu::kScratchWideC, true));
+    narrow_back(out, o);
+  }
+  void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
+                           int OC) override {
+    const bool same = pre.dtype == out.dtype && inp.dtype == out.dtype && w.dtype == out.dtype &&
+                      bias && bias.dtype == out.dtype;
+    if (same && gpu::gemm_bias_gelu(ctx_, N, OC, C, out.dtype, inp.data, w.data, bias.data,
+                                    pre.data, out.data))
+      return;
+    matmul_forward(pre, inp, w, bias, N, C, OC);
+    gelu_forward(out, pre, size_t(N) * OC);
+  }
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                       int N, int C, int OC) override {
+    need_same("matmul_backward", {dinp, dw, dbias, dout, inp, w});
+    backward_gemms(dinp, dw, dout, OC, inp, w, N, C, OC);
+    if (dbias) gpu::bias_backward(ctx_, dout.dtype, dbias.data, dout.data, N, OC);
+  }
+  // The dlogits rows lie dlogits.numel / N apart: 2 Vp for the 16-bit gradient in the fp32
+  // logits' rows (dlogits_view), Vp in fp32 models.
+  void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N, int C,
+                        int Vp) override {
+    need_same("lm_head_backward", {dinp, dw, dlogits, inp, w});
+    backward_gemms(dinp, dw, dlogits, dlogits.numel / size_t(N), inp, w, N, C, Vp);
+  }
+
+  // ---- FP8 block linears (src/backends/cuda/matmul_fp8.cu, call order as in kernels/README.md)
+  // ----
+  //
+  // The path is the device's (FP8 GEMMs from compute capability 8.9, else bf16 GEMMs of the
+  // quantized values) unless QuantOptions::force_fallback. A linear whose shape or pointers do
+  // not suit the FP8 GEMMs (fp8_shape_problem; the training loop rejects such training shapes
+  // up front, sampling may have them) takes the fallback path: the same numerics.
+  //
+  // Memory (kernels/README.md, Memory): the per-linear state (80 bytes each) is carved from
+  // the tail of the cuBLASLt workspace, and the operand scratch aliases the scratch tensor of
+  // fp8_prepare (the model's fp32 logits) when it is large enough, so an FP8 run allocates
+  // nothing a bf16 run does not (GPT-2 sizes). Otherwise (no prepare, a small vocabulary) the
+  // scratch is allocated here and counts in bytes_in_use / peak_bytes.
+  //
+  // Reports: eager (one wait per call) unless the caller asked for deferred reports.
+  Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                               const Fp8Quant quant[2]) override {
+    need_bf16("matmul_forward_fp8", {out, inp, w, bias});
+    // src/backends/cuda/matmul_fp8.cu implements today's recipes: E4M3 forward operands.
+    if (quant[0].format != ElemFormat::E4M3 || quant[1].format != ElemFormat::E4M3)
+      throw Error("cuda backend: the FP8 forward GEMM takes E4M3 operands only");
+    const int lin = fp8_slot(w.data);
+    fp8_before_call(lin, false);
+    const gpu::Fp8Path path = fp8_call_path(N, C, OC, {out.data, inp.data, w.data, bias.data});
+    gpu::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
+    gpu::fp8_linear_forward(fp8_ctx(path), plan, lin, out.as<gpu::bf16>(), inp.as<gpu::bf16>(),
+                            w.as<gpu::bf16>(), bias ? bias.as<gpu::bf16>() : nullptr, N, C, OC,
+                            quant);
+    return fp8_after_call(lin, false);
+  }
+  Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                                Tensor w, int N, int C, int OC, const Fp8Quant& gq, float inp_scale,
+                                float w_scale) override {
+    need_bf16("matmul_backward_fp8", {dinp, dw, dbias, dout, inp, w});
+    if (!dinp) throw Error("cuda backend: matmul_backward_fp8 needs dinp");
+    if (gq.format != ElemFormat::E5M2)
+      throw Error("cuda backend: the FP8 backward GEMMs take an E5M2 output gradient only");
+    const int lin = fp8_slot(w.data);
+    fp8_before_call(lin, true);
+    const gpu::Fp8Path path =
+        fp8_call_path(N, C, OC, {dinp.data, dw.data, dbias.data, dout.data, inp.data, w.data});
+    gpu::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
+    gpu::fp8_linear_backward(fp8_ctx(path), plan, lin, dinp.as<gpu::bf16>(), dw.as<gpu::bf16>(),
+                             dbias ? dbias.as<gpu::bf16>() : nullptr, dout.as<gpu::bf16>(),
+                             inp.as<gpu::bf16>(), w.as<gpu::bf16>(), N, C, OC, gq, inp_scale,
+                             w_scale);
+    return fp8_after_call(lin, true);
+  }
+  // ---- block-scaled linears (src/backends/cuda/matmul_scaled.cu, scaled.h; channel smoothing too)
+  // ----
+  bool has_block_scaled_linears() const override { return true; }
+  // A scratch slot's size (cuda_scratch_bytes).
+  size_t scratch_bytes(int s) const {
+    return s >= 0 && s < gpu::kNumScratch ? scratch_[s].second : 0;
+  }
+  void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                             const ScaledLinear& q) override {
+    need_same("matmul_forward_scaled", {out, inp, w, bias});
+    gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC,
+                               *q.recipe, q.seed);
+  }
+  void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                              Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
+    need_same("matmul_backward_scaled", {dinp, dw, dbias, dout, inp, w});
+    if (!dinp) throw Error("cuda backend: matmul_backward_scaled needs dinp");
+    gpu::scaled_linear_backward(ctx_, dout.dtype, dinp.data, dw.data, dbias.data, dout.data,
+                                inp.data, w.data, N, C, OC, *q.recipe, q.seed);
+  }
+
+  void set_quant_options(const QuantOptions& o) override {
+    fp8_opt_ = o;
+    fp8_path_ = o.force_fallback ? gpu::Fp8Path::kBf16Fallback : device_fp8_path_;
+    // A copy: the line names the path of the recipe the options were set with.
+    have_recipe_ = o.recipe != nullptr;
+    if (o.recipe) recipe_ = *o.recipe;
+    fp8_opt_.recipe = nullptr;
+  }
+  std::string fp8_path_name() const override {
+    return fp8_opt_.block_scaled ? gpu::scaled_path_name(ctx_, have_recipe_ ? &recipe_ : nullptr)
+                                 : gpu::fp8_path_name(fp8_path_);
+  }
+  // The block-scaled path takes any shape.
+  std::string fp8_shape_problem(int N, int C, int OC) const override {
+    return fp8_path_ == gpu::Fp8Path::kFp8 && !fp8_opt_.block_scaled
+               ? gpu::fp8_shape_problem(N, C, OC)
+               : "";
+  }
+  void fp8_prepare(const Fp8Setup& s) override {
+    if (fp8_opt_.block_scaled) return;  // no per-linear state or FP8-GEMM scratch needed
+    fp8_ensure_state(std::max(s.n_linears, 1));
+    // Scratch per path for the shapes that take it, in the given scratch when it fits.
+    std::vector<gpu::Fp8LinearShape> by_path[2];
+    for (const LinearShape& l : s.shapes) {
+      const bool fast = fp8_path_ == gpu::Fp8Path::kFp8 && gpu::fp8_shape_ok(l.N, l.C, l.OC);
+      by_path[fast ? 0 : 1].push_back({l.N, l.C, l.OC});
+    }
+    char* ext = static_cast<char*>(s.scratch.data);
+    size_t ext_bytes = s.scratch.bytes();
+    if (ext) {  // cuBLASLt and the casts want 256-byte aligned operands
+      const size_t pad = (256 - reinterpret_cast<uintptr_t>(ext) % 256) % 256;
+      ext_bytes = ext_bytes > pad ? ext_bytes - pad : 0;
+      ext += pad;
+    }
+    for (int k = 0; k < 2; k++) {
+      const auto path = k == 0 ? gpu::Fp8Path::kFp8 : gpu::Fp8Path::kBf16Fallback;
+      if (by_path[k].empty()) continue;
+      const size_t need =
+          gpu::fp8_plan_scratch_bytes(path, by_path[k].data(), int(by_path[k].size()));
+      Fp8Scratch& sc = fp8_scratch_[k];
+      if (ext && need <= ext_bytes) {
+        fp8_free_own_scratch(sc);
+        sc.ptr = ext;
+        sc.bytes = ext_bytes;
+      } else {
+        fp8_grow_own_scratch(sc, need);
+      }
+    }
+  }
+  bool fp8_defer_reports(bool on) override {
+    if (!on) fp8_materialize();
+    fp8_defer_ = on;
+    return on;
+  }
+  std::vector<Fp8Report> fp8_take_reports() override {
+    fp8_materialize();
+    std::vector<Fp8Report> r;
+    r.reserve(fp8_pending_.size());
+    for (const auto& p : fp8_pending_) r.push_back(p.rep);
+    fp8_pending_.clear();
+    return r;
+  }
+  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
+    need_same("attention_forward", {out, att, qkv});
+    gpu::attention_forward(ctx_, out.dtype, out.data, att.data, qkv.data, B, T, C, NH);
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
+                          int NH) override {
+    need_same("attention_backward", {dqkv, dout, qkv, att});
+    gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
+                            NH);
+  }
+  const bool flash_;  // BackendOptions::attention == flash
+  bool attention_saves_lse(int head_size) const override {
+    return flash_ && gpu::flash_attention_supported(head_size);
+  }
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
+                             int NH) override {
+    need_same("attention_forward_lse", {out, qkv});
+    need_f32("attention_forward_lse", lse);
+    gpu::attention_forward_lse(ctx_, out.dtype, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+  }
+  void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
+                              int T, int C, int NH) override {
+    need_same("attention_backward_lse", {dqkv, dout, qkv, out});
+    need_f32("attention_backward_lse", lse);
+    gpu::attention_backward_lse(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, out.data,
+                                lse.as<const float>(), B, T, C, NH);
+  }
+  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
+    need_same("gelu_forward", {out, inp});
+    gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n);
+  }
+  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
+    need_same("gelu_backward", {dinp, inp, dout});
+    gpu::gelu_backward(ctx_, dout.dtype, dinp.data, inp.data, dout.data, n);
+  }
+  void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override {
+    need_same("residual_forward", {out, a, b});
+    gpu::residual_forward(ctx_, out.dtype, out.data, a.data, b.data, n);
+  }
+  void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss, int N,
+                  int V, int Vp) override {
+    need_f32("classifier", logits);
+    need_f32("classifier", losses);
+    const Tensor d = dlogits ? dlogits : logits;
+    const size_t ld = d.numel / size_t(N);
+    if (ld < size_t(Vp))
+      throw Error(strf("cuda backend: classifier: dlogits rows of %zu for Vp = %d", ld, Vp));
+    gpu::classifier(ctx_, logits.as<float>(), losses.as<float>(), targets.as<int32_t>(), d.dtype,
+                    d.data, ld, dloss, N, V, Vp);
+  }
+  double sum_squares(Tensor t) override {
+    float r[2];
+    norm(t, 1.f, r);
+    return double(r[0]);
+  }
+  GradCheck unscale_check_norm(Tensor grads, double loss_scale) override {
+    float r[2];
+    norm(grads, float(1.0 / loss_scale), r);
+    GradCheck g;
+    g.norm = std::sqrt(double(r[0]));
+    g.finite = r[1] == 0.f && std::isfinite(g.norm);
+    return g;
+  }
+  const bool device_scale_;
+  LossScaleDevice* ls_dev_ = nullptr;  // raw_alloc'ed on first use
+  bool device_loss_scale() const override { return device_scale_; }
+  void device_decide_step(Tensor grads, const LossScaleState& st, const LossScaleParams& p,
+                          double clip) override {
+    if (!ls_dev_) {
+      ls_dev_ = static_cast<LossScaleDevice*>(raw_alloc(sizeof(LossScaleDevice)));
+      TG_CUDA_CHECK(cudaMemsetAsync(ls_dev_, 0, sizeof(LossScaleDevice), ctx_.stream));
+    }
+    // The host's state is the device's after the last report (or a resumed one): set it.
+    gpu::upload(ctx_, &ls_dev_->state, &st, sizeof(st));
+    // As unscale_check_norm: the squares of grads * float(1 / scale), then the decision.
+    gpu::norm(ctx_, grads.dtype, grads.data, grads.numel, float(1.0 / st.scale), result_);
+    gpu::loss_scale_decide(ctx_, ls_dev_, result_, p, clip);
+  }
+  void adamw_decided(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                     const AdamWArgs& a) override {
+    if (!ls_dev_) throw Error("cuda backend: adamw_decided before device_decide_step");
+    need_same("adamw", {params, grads});
+    need_f32("adamw master", master);
+    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
+               v.as<float>(), master.numel, a, ls_dev_);
+  }
+  DeviceStepReport device_step_report() override {
+    if (!ls_dev_) throw Error("cuda backend: device_step_report before device_decide_step");
+    LossScaleDevice d;
+    gpu::download(ctx_, &d, ls_dev_, sizeof(d));
+    return {d.state, d.step};
+  }
+  void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+             const AdamWArgs& a) override {
+    need_same("adamw", {params, grads});
+    need_f32("adamw master", master);
+    need_f32("adamw m", m);
+    need_f32("adamw v", v);
+    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
+               v.as<float>(), master.numel, a);
+  }
+  TensorStats stats(Tensor t) override {
+    // Telemetry, off the hot path: count on the host with the CPU reference.
+    std::vector<char> host(t.bytes());
+    download(host.data(), t);
+    return cpu_->stats(Tensor{host.data(), t.dtype, t.numel});
+  }
+  void convert(Tensor dst, Tensor src, const Rounding& r) override {
+    if (dst.numel != src.numel) throw Error("cuda backend: convert length mismatch");
+    gpu::convert(ctx_, dst.dtype, dst.data, src.dtype, src.data, dst.numel, r);
+  }
+  // The probes' statistics reduced on the device (operand_stats.h): a measured step reads
+  // back a few numbers per statistic, not the operands.
+  std::unique_ptr<OperandView> operand_view(Tensor t, int rows, int cols) override {
+    return gpu::make_operand_view(ctx_, t, rows, cols);
+  }
+
+ private:
+  void* raw_alloc(size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, rounded ? rounded : 64);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(strf("out of GPU memory allocating %zu bytes (%zu in use): %s", bytes, in_use_,
+                       cudaGetErrorString(e)));
+    }
+    sizes_[p] = rounded;
+    in_use_ += rounded;
+    if (in_use_ > peak_) peak_ = in_use_;
+    return p;
+  }
+  void raw_free(void* p) {
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    // FP8 scratch lent by a caller (fp8_prepare) inside this allocation is gone with it.
+    for (Fp8Scratch& sc : fp8_scratch_)
+      if (!sc.own && sc.ptr >= static_cast<char*>(p) && sc.ptr < static_cast<char*>(p) + it->second)
+        sc = Fp8Scratch{};
+    // Queued work may still use p: wait for it before the memory goes. cudaFree would wait
+    // for the whole device anyway, but only as the driver's habit, not a documented guarantee
+    // of this code's order (a stream-ordered or caching allocator would not); the wait costs
+    // nothing more, and the emulated runtime checks that frees come after the work is done.
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    TG_CUDA_CHECK(cudaFree(p));
+    in_use_ -= it->second;
+    sizes_.erase(it);
+  }
+  void* scratch(gpu::ScratchSlot s, size_t bytes) {
+    auto& buf = scratch_[s];
+    if (buf.second < bytes) {
+      if (buf.first) raw_free(buf.first);
+      buf.first = nullptr;
+      buf.second = 0;
+      buf.first = raw_alloc(bytes);
+      buf.second = bytes;
+    }
+    return buf.first;
+  }
+  // fp32 view of t: its own memory when fp32, else a scratch slot (filled when `load`).
+  float* wide(Tensor t, gpu::ScratchSlot s, bool load) {
+    if (!t) return nullptr;
+    if (t.dtype == DType::F32) return t.as<float>();
+    float* p = static_cast<float*>(scratch(s, t.numel * 4));
+    if (load) gpu::convert(ctx_, DType::F32, p, t.dtype, t.data, t.numel, Rounding{});
+    return p;
+  }
+  void narrow_back(Tensor t, float* f) {
+    if (t && t.dtype != DType::F32)
+      gpu::convert(ctx_, t.dtype, t.data, DType::F32, f, t.numel, Rounding{});
+  }
+  // dinp = dout W (skipped when empty), dW += dout^T inp: one type throughout, fp32
+  // accumulation; dout's rows lie ldo apart.
+  void backward_gemms(Tensor dinp, Tensor dw, Tensor dout, size_t ldo, Tensor inp, Tensor w, int N,
+                      int C, int OC) {
+    const DType t = dout.dtype;
+    if (dinp)
+      gpu::gemm(ctx_, false, false, N, C, OC, t, dout.data, int(ldo), w.data, C, t, dinp.data, C,
+                0.f, nullptr);
+    gpu::gemm(ctx_, true, false, OC, C, N, t, dout.data, int(ldo), inp.data, C, t, dw.data, C, 1.f,
+              nullptr);
+  }
+  // Sum of (x * inv_scale)^2 and the non-finite count, waited for.
+  void norm(Tensor t, float inv_scale, float out[2]) {
+    gpu::norm(ctx_, t.dtype, t.data, t.numel, inv_scale, result_);
+    gpu::download(ctx_, out, result_, 2 * sizeof(float));
+  }
+  void need_bf16(const char* op, std::initializer_list<Tensor> ts) {
+    for (const Tensor& x : ts)
+      if (x && x.dtype != DType::BF16)
+        throw Error(strf("cuda backend: %s needs bf16 tensors, not %s", op, dtype_name(x.dtype)));
+  }
+
+  // ---- FP8 state, scratch, plans, reports ----
+  struct Fp8Scratch {
+    char* ptr = nullptr;
+    size_t bytes = 0;
+    void* own = nullptr;  // raw_alloc'ed here (else ptr lies in a caller's tensor)
+  };
+  struct Fp8Pending {
+    int lin;
+    bool backward, ready;
+    Fp8Report rep;
+  };
+  // The state of up to 819 linears (GPT-2 XL has 192) lives at the tail of the cuBLASLt
+  // workspace, which shrinks by this much in FP8 mode; more go to an allocation of their own.
+  static constexpr size_t kFp8StateReserve = size_t(64) << 10;
+
+  gpu::Fp8GemmContext fp8_ctx(gpu::Fp8Path path) const {
+    gpu::Fp8GemmContext c;
+    static_cast<gpu::LtContext&>(c) = ctx_.lt_context();
+    c.path = path;
+    c.fast_accum_forward = fp8_opt_.fast_accum;
+    c.fast_accum_backward = false;  // gradients keep full fp32 accumulation
+    return c;
+  }
+  // The path of one call: the backend's, or the fallback when the FP8 GEMMs cannot take it.
+  gpu::Fp8Path fp8_call_path(int N, int C, int OC, std::initializer_list<void*> ptrs) {
+    if (fp8_path_ != gpu::Fp8Path::kFp8) return fp8_path_;
+    bool ok = gpu::fp8_shape_ok(N, C, OC);
+    for (void* p : ptrs)
+      if (p && reinterpret_cast<uintptr_t>(p) % 16) ok = false;
+    if (ok) return fp8_path_;
+    if (!fp8_warned_) {
+      fprintf(stderr,
+              "fp8: a linear with N=%d, C=%d, OC=%d (or an operand not 16-byte aligned) does "
+              "not suit cuBLASLt's FP8 GEMMs; such linears run the bf16 fallback (same "
+              "numerics)\n",
+              N, C, OC);
+      fp8_warned_ = true;
+    }
+    return gpu::Fp8Path::kBf16Fallback;
+  }
+  // Per-linear state: fp8_state_cap_ entries at fp8_state_, initialised as fp8_plan_create
+  // does; growing keeps the entries there are.
+  void fp8_ensure_state(int n) {
+    if (n <= fp8_state_cap_) return;
+    n = std::max(n, 64);
+    const size_t bytes = gpu::fp8_align256(gpu::fp8_plan_state_bytes(n));
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the workspace may be in use
+    gpu::Fp8LinearDevice* fresh = nullptr;
+    void* own = nullptr;
+    int cap = n;
+    if (fp8_state_ == nullptr && bytes <= kFp8StateReserve &&
+        ctx_.lt_workspace_bytes >= 2 * kFp8StateReserve) {
+      ctx_.lt_workspace_bytes -= kFp8StateReserve;
+      TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
+      fresh = reinterpret_cast<gpu::Fp8LinearDevice*>(static_cast<char*>(ctx_.lt_workspace) +
+                                                      ctx_.lt_workspace_bytes);
+      cap = int(kFp8StateReserve / sizeof(gpu::Fp8LinearDevice));
+    } else {
+      own = raw_alloc(bytes);
+      fresh = static_cast<gpu::Fp8LinearDevice*>(own);
+    }
+    const gpu::Fp8LinearDevice init = gpu::fp8_initial_state();
+    // On this backend's stream (non-blocking: plain cudaMemcpy would not order with it).
+    std::vector<gpu::Fp8LinearDevice> h(size_t(cap), init);
+    gpu::upload(ctx_, fresh, h.data(), h.size() * sizeof(init));
+    if (fp8_state_)
+      TG_CUDA_CHECK(cudaMemcpyAsync(fresh, fp8_state_, size_t(fp8_state_cap_) * sizeof(init),
+                                    cudaMemcpyDeviceToDevice, ctx_.stream));
+    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    if (fp8_state_own_) raw_free(fp8_state_own_);
+    fp8_state_ = fresh;
+    fp8_state_own_ = own;
+    fp8_state_cap_ = cap;
+  }
+  // The state index of the linear whose weight lives at w (gpu::fp8_plan_slot's rule: the
+  // next free index on first sight).
+  int fp8_slot(const void* w) {
+    const auto it = fp8_slots_.find(w);
+    if (it != fp8_slots_.end()) return it->second;
+    const int next = int(fp8_slots_.size());
+    if (next >= fp8_state_cap_) fp8_ensure_state(std::max(next + 1, 2 * fp8_state_cap_));
+    fp8_slots_.emplace(w, next);
+    return next;
+  }
+  void fp8_free_own_scratch(Fp8Scratch& sc) {
+    if (sc.own) raw_free(sc.own);
+    sc = Fp8Scratch{};
+  }
+  void fp8_grow_own_scratch(Fp8Scratch& sc, size_t need) {
+    if (sc.own && sc.bytes >= need) return;
+    fp8_free_own_scratch(sc);
+    sc.own = raw_alloc(need);  // cudaMalloc: 256-byte aligned
+    sc.ptr = static_cast<char*>(sc.own);
+    sc.bytes = need;
+  }
+  // The plan (state + scratch) of one path for a call of this shape; grows what is missing
+  // (a call before fp8_prepare, or a shape it did not list).
+  gpu::Fp8Plan& fp8_plan_for(gpu::Fp8Path path, const gpu::Fp8LinearShape& shape) {
+    const int k = path == gpu::Fp8Path::kFp8 ? 0 : 1;
+    Fp8Scratch& sc = fp8_scratch_[k];
+    const size_t need = gpu::fp8_plan_scratch_bytes(path, &shape, 1);
+    if (sc.bytes < need) fp8_grow_own_scratch(sc, need);
+    gpu::Fp8Plan& p = fp8_plan_[k];
+    p.path = path;
+    p.n_linears = fp8_state_cap_;
+    p.dev = fp8_state_;
+    p.scratch = reinterpret_cast<uint8_t*>(sc.ptr);
+    p.scratch_bytes = sc.bytes;
+    p.owned_scratch = nullptr;  // this backend frees its own memory
+    return p;
+  }
+  // A deferred report of the same linear and direction still waits for this slot's state,
+  // which the call is about to overwrite: read the pending ones first.
+  void fp8_before_call(int lin, bool backward) {
+    for (const auto& p : fp8_pending_)
+      if (!p.ready && p.lin == lin && p.backward == backward) return fp8_materialize();
+  }
+  Fp8Report fp8_after_call(int lin, bool backward) {
+    if (fp8_defer_) {
+      fp8_pending_.push_back({lin, backward, false, Fp8Report{}});
+      return Fp8Report{};
+    }
+    // Eager: one state, one wait (what gpu::fp8_forward_report / fp8_backward_report do).
+    gpu::Fp8LinearDevice h{};
+    gpu::download(ctx_, &h, fp8_state_ + lin, sizeof h);
+    return gpu::fp8_report(h, backward);
+  }
+  // Every pending report from one copy of the states in use (one wait).
+  void fp8_materialize() {
+    int hi = -1;
+    for (const auto& p : fp8_pending_)
+      if (!p.ready) hi = std::max(hi, p.lin);
+    if (hi < 0) return;
+    fp8_host_.resize(size_t(hi) + 1);
+    gpu::download(ctx_, fp8_host_.data(), fp8_state_,
+                  fp8_host_.size() * sizeof(gpu::Fp8LinearDevice));
+    for (auto& p : fp8_pending_)
+      if (!p.ready) {
+        p.rep = gpu::fp8_report(fp8_host_[size_t(p.lin)], p.backward);
+        p.ready = true;
+      }
+  }
+
+  int device_ = 0;
+  Ctx ctx_;
+  std::map<void*, size_t> sizes_;
+  size_t in_use_ = 0, peak_ = 0;
+  std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
+  float* result_ = nullptr;
+  gpu::HostStaging staging_;  // pinned memory of upload / download (ctx_.staging)
+  std::unique_ptr<Backend> cpu_;
+  std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
+  // FP8
+  gpu::Fp8Path device_fp8_path_ = gpu::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
+  QuantRecipe recipe_;  // the block-scaled run's recipe (set_quant_options), for fp8_path_name
+  bool have_recipe_ = false;
+  QuantOptions fp8_opt_;
+  gpu::Fp8LinearDevice* fp8_state_ = nullptr;
+  void* fp8_state_own_ = nullptr;
+  int fp8_state_cap_ = 0;
+  std::unordered_map<const void*, int> fp8_slots_;
+  Fp8Scratch fp8_scratch_[2];  // [0] FP8 path, [1] fallback
+  gpu::Fp8Plan fp8_plan_[2];
+  bool fp8_defer_ = false, fp8_warned_ = false;
+  std::vector<Fp8Pending> fp8_pending_;
+  std::vector<gpu::Fp8LinearDevice> fp8_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(device, options);
+}
+
+namespace gpu {
+cudaStream_t backend_stream(Backend& b) {
+  auto* c = dynamic_cast<CudaBackend*>(&b);
+  if (!c) throw Error(strf("NCCL needs the CUDA backend, not the %s one", b.name().c_str()));
+  return c->stream();
+}
+}  // namespace gpu
+
+size_t cuda_scratch_bytes(const Backend& b, int slot) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&b);
+  return c ? c->scratch_bytes(slot) : 0;
+}
+
+}  // namespace tg

@@ -1,0 +1,180 @@
+// matmul_scaled.cu: the block-scaled linears on the GPU, forward beside backward (scaled.h),
+// the twin of src/backends/cpu/matmul_scaled.cpp:
+//   forward  out(N,OC)  = Q(inp)(N,C) Q(W)(OC,C)^T + bias          (reduction over C)
+//   dgrad    dinp(N,C)  = Q(dout)(N,OC) Q(W^T)(C,OC)^T              (reduction over OC)
+//   wgrad    dW(OC,C)  += Q(H dout^T)(OC,N) Q(H inp^T)(C,N)^T       (reduction over N)
+// Each operand is quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands
+// straight from the model's tensor, transposed for the backward as the recipe's blocks run
+// along each GEMM's own reduction dimension (the quantizer reads the transpose in tiles: no
+// copy), and multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies
+// the operands' tensor factors, accumulation, the split channels' product and the bias in the
+// CPU's order and rounds once. The Hadamard rotation (H: the same signs for both operands of
+// a role that has it, the wgrad in the presets) is part of that read for sizes up to 32
+// points. Where a step changes an operand's values first, the operand is staged in fp32 and
+// changed in place: a larger rotation, a recipe's smooth factors
+// (src/precision/smoothing.h: the forward's X diag(1/s) and W diag(s), in the CPU's fp32
+// operations) and the split channels (both before the forward's quantization; the backward reads
+// the unsmoothed tensors afresh). Every GEMM role and operand draws its random bits from the CPU's
+// stream of the linear's seed. Where the GPU has a native block-scaled GEMM for a role
+// (matmul_native.cu), the product comes from it instead, on the same quantized values.
+#include <vector>
+
+#include "kernels/quantize_blocks.cuh"
+#include "scaled.h"
+
+namespace tg::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// matmul_scaled.cpp's per-(role, operand) stream of the linear's seed.
+uint64_t stream_of(uint64_t seed, int role, int operand) {
+  return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
+  return static_cast<float*>(c.scratch(s, n * sizeof(float)));
+}
+
+}  // namespace
+
+void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                              const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                              uint64_t sa, uint64_t sb) {
+  const DType qt = operand_in_bf16(g.a) && operand_in_bf16(g.b) ? DType::BF16 : DType::F32;
+  const size_t qs = dtype_size(qt);
+  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
+  void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);
+  quantize_dequantize(c, g.a, sa, A, M, K, qt, qa, post);
+  quantize_dequantize(c, g.b, sb, B, N, K, qt, qb, post + 1);
+  gemm(c, false, true, M, N, K, qt, qa, K, qb, K, DType::F32, acc, N, 0.f, nullptr);
+}
+
+namespace {
+
+// The operand's fp32 copy in scratch slot s, for a step that changes it in place; none is made
+// when x already is that slot's copy (the forward's smoothed or split operands).
+float* staged_copy(Ctx& c, ScratchSlot s, const OperandSource& x, int rows, int cols) {
+  float* dst = scratch_f32(c, s, size_t(rows) * cols);
+  if (x.data != dst) stage_operand(c, dst, x.type, x.data, x.transposed, rows, cols);
+  return dst;
+}
+
+// out(M,Nout) of type t = [out +] post_a post_b Q(A) Q(B)^T [+ extra] [+ bias], A (M,K) and B
+// (Nout,K) read where they lie (staged and rotated first when the recipe says so).
+void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, int M, int Nout,
+                 int K, const GemmRecipe& g, uint64_t seed, int role, bool accumulate,
+                 const float* extra, const void* bias) {
+  if (g.a.transform == Transform::Hadamard) {
+    const uint64_t hs = stream_of(seed, role, 2);
+    if (quant::rotates_in_warp(g.a.transform_size) && quant::rotates_in_warp(g.b.transform_size)) {
+      // read through the rotation (the FP4 presets' 16 points)
+      A.rotate = g.a.transform_size, A.rotate_seed = hs;
+      B.rotate = g.b.transform_size, B.rotate_seed = hs;
+    } else {
+      float* a = staged_copy(c, kScratchQStageA, A, M, K);
+      float* b = staged_copy(c, kScratchQStageB, B, Nout, K);
+      hadamard_rows(c, a, M, K, g.a.transform_size, hs);
+      hadamard_rows(c, b, Nout, K, g.b.transform_size, hs);
+      A = fp32_operand(a), B = fp32_operand(b);
+    }
+  }
+  // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
+  float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
+  float* acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+  const uint64_t sa = stream_of(seed, role, 0), sb = stream_of(seed, role, 1);
+  if (!native_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb)) {
+    // (the native path's self-check may have grown the scratch: take the pointers afresh)
+    post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
+    acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+    portable_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb);
+  }
+  const size_t n = size_t(M) * Nout;
+  dispatch("scaled_gemm", t, [&](auto tag) {
+    using E = decltype(tag);
+    launch(quant::scaled_epilogue_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(out), static_cast<const float*>(acc), static_cast<const float*>(post),
+           extra, static_cast<const E*>(bias), accumulate, M, Nout);
+    TG_LAUNCH_CHECK();
+  });
+}
+
+// The recipe's smoothing factors and split channels fit a GEMM of C input channels: checked
+// before any work is queued, so a refused call leaves nothing running.
+void check_channel_args(const QuantRecipe& r, int C) {
+  if (!r.smooth.empty() && int(r.smooth.size()) != C)
+    throw Error(strf("cuda backend: smoothing: %zu factors for a GEMM with %d input channels",
+                     r.smooth.size(), C));
+  for (int x : r.split_channels)
+    if (x < 0 || x >= C) throw Error(strf("cuda backend: split channel %d of %d", x, C));
+}
+
+// Channel smoothing of the staged forward operands: a(N,C) <- a diag(1/s), b(OC,C) <-
+// b diag(s), s the recipe's C factors (matmul_scaled.cpp's smooth_columns: the same correctly
+// rounded x / s and w s, so the operands are bit-identical to the CPU's).
+void smooth_operands(Ctx& c, float* a, float* b, int N, int C, int OC,
+                     const std::vector<float>& s) {
+  // A slot of its own, grown once to the widest linear's C: no allocation per call. The
+  // factors go through pinned staging, so the recipe may change once upload returns.
+  float* f = scratch_f32(c, kScratchQSmooth, size_t(C));
+  upload(c, f, s.data(), size_t(C) * sizeof(float));
+  launch(quant::smooth_columns_kernel, c.grid(size_t(N) * C, kThreads), kThreads, 0, c.stream, a, N,
+         C, static_cast<const float*>(f), true);
+  TG_LAUNCH_CHECK();
+  launch(quant::smooth_columns_kernel, c.grid(size_t(OC) * C, kThreads), kThreads, 0, c.stream, b,
+         OC, C, static_cast<const float*>(f), false);
+  TG_LAUNCH_CHECK();
+}
+
+// The split channels' product xo wo^T (N,OC) in fp32, their columns zeroed in the staged a
+// (N,C) and b (OC,C) so that they set no scale.
+const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
+                           const std::vector<int>& ch) {
+  const int k = int(ch.size());
+  float* xo = scratch_f32(c, kScratchQSplitA, size_t(N) * k);
+  float* wo = scratch_f32(c, kScratchQSplitB, size_t(OC) * k + size_t(k));
+  int* dch = reinterpret_cast<int*>(wo + size_t(OC) * k);
+  upload(c, dch, ch.data(), k * sizeof(int));
+  launch(quant::take_columns_kernel, c.grid(size_t(N) * k, kThreads), kThreads, 0, c.stream, xo, a,
+         N, C, static_cast<const int*>(dch), k);
+  TG_LAUNCH_CHECK();
+  launch(quant::take_columns_kernel, c.grid(size_t(OC) * k, kThreads), kThreads, 0, c.stream, wo, b,
+         OC, C, static_cast<const int*>(dch), k);
+  TG_LAUNCH_CHECK();
+  float* prod = scratch_f32(c, kScratchQSplitAcc, size_t(N) * OC);
+  gemm(c, false, true, N, OC, k, DType::F32, xo, k, wo, k, DType::F32, prod, OC, 0.f, nullptr);
+  return prod;
+}
+
+}  // namespace
+
+void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
+                           const void* bias, int N, int C, int OC, const QuantRecipe& r,
+                           uint64_t seed) {
+  OperandSource a{t, inp, false}, b{t, w, false};
+  const float* extra = nullptr;
+  check_channel_args(r, C);
+  if (!r.smooth.empty() || !r.split_channels.empty()) {
+    float* sa = staged_copy(c, kScratchQStageA, a, N, C);
+    float* sb = staged_copy(c, kScratchQStageB, b, OC, C);
+    if (!r.smooth.empty()) smooth_operands(c, sa, sb, N, C, OC, r.smooth);
+    if (!r.split_channels.empty()) extra = split_product(c, sa, sb, N, C, OC, r.split_channels);
+    a = fp32_operand(sa), b = fp32_operand(sb);
+  }
+  scaled_gemm(c, t, out, a, b, N, OC, C, r.gemm[kForward], seed, kForward, false, extra, bias);
+}
+
+void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
+                            const void* inp, const void* w, int N, int C, int OC,
+                            const QuantRecipe& r, uint64_t seed) {
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC);  // from the unquantized gradient
+  // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens.
+  scaled_gemm(c, t, dw, {t, dout, true}, {t, inp, true}, OC, C, N, r.gemm[kWeightGrad], seed,
+              kWeightGrad, true, nullptr, nullptr);
+  // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
+  scaled_gemm(c, t, dinp, {t, dout, false}, {t, w, true}, N, C, OC, r.gemm[kInputGrad], seed,
+              kInputGrad, false, nullptr, nullptr);
+}
+
+}  // namespace tg::gpu

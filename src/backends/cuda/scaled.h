@@ -1,0 +1,127 @@
+// scaled.h: the block-scaled linears on the GPU (precision.mode = fp8-rowwise, fp8-block,
+// mxfp8, mxfp4, nvfp4 and auto's choices; recipes as data, src/numerics/recipe.h): the operand
+// quantizer (quantize_blocks.cu, kernels/quantize_blocks.cuh) and the linear's three GEMMs
+// (matmul_scaled.cu), the device twins of src/backends/cpu/quantize.cpp and
+// src/backends/cpu/matmul_scaled.cpp.
+//
+// Paths: the native one below where the GPU has block-scaled GEMMs for the recipe, else
+// the portable one (every compute capability): each operand is quantize-dequantized
+// into a GEMM operand that holds exactly the values a block-scaled GEMM multiplies (element
+// times its block scale), and the existing GEMM wrapper multiplies them with fp32
+// accumulation; the operands' tensor factors (NVFP4's 1 / S) and the bias follow in one fp32
+// epilogue that rounds the output once. The operands are bf16 when both are exact in bf16
+// (operand_in_bf16), else fp32 (CUBLAS_COMPUTE_32F, no TF32).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "launch.h"
+#include "src/numerics/recipe.h"
+
+namespace tg::gpu {
+
+// Whether the dequantized values q d of an operand are bf16 values, so that storing them in
+// bf16 loses nothing (src/backends/cpu/matmul_scaled.cpp's bf16_exact, the same rule): FP8 or FP4
+// elements (at most 4 significant bits) times a power-of-two scale (E8M0, Pow2) or a UE4M3
+// block scale (4 bits; NVFP4, whose fp32 tensor scale stays outside the GEMM) have at most 8
+// significant bits. fp32 scales (fp8-rowwise, fp8-block) do not: q (1/s) has up to 24 bits.
+// The one exception: a value below bf16's smallest normal, 2^-126, is kept on bf16's
+// subnormal grid (spacing 2^-133), so E4M3 (E5M2) elements of a block whose power-of-two
+// scale is below 2^-124 (2^-117), i.e. a block amax under about 2^-116 (2^-102), lose their
+// last bits; E2M1 and UE4M3-scaled values never do.
+bool operand_in_bf16(const OperandRecipe& o);
+
+// A GEMM operand (rows, cols), blocks along cols, as a view of where it lies: `data` of type
+// `type` (F32, BF16 or F16), row-major (rows, cols), or (cols, rows) when `transposed` (the
+// backward GEMMs' operands are the transposes of the forward's tensors). The quantizers read
+// it in place, so the transpose and the conversion are fused into their passes.
+// `rotate` > 0: each row's runs of `rotate` columns are read through the random Hadamard
+// rotation (hadamard_rows' values, signs from rotate_seed), fused into the read; only for
+// sizes quantize_blocks.cuh's rotates_in_warp takes (powers of two up to 32).
+struct OperandSource {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  bool transposed = false;
+  int rotate = 0;
+  uint64_t rotate_seed = 0;
+};
+// An fp32 (rows, cols) row-major operand, e.g. one staged by stage_operand.
+inline OperandSource fp32_operand(const float* x) { return {DType::F32, x, false}; }
+
+// The operand's fp32 (rows, cols) copy in dst from src (type t): src is (rows, cols)
+// row-major, or (cols, rows) when `transposed` (dst = src^T). Needed only where a step changes
+// the values before they are quantized (the Hadamard rotation, smoothing, the split).
+void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed, int rows,
+                   int cols);
+// x <- H D x on each full run of n values of every row (src/backends/cpu/quantize.cpp's
+// hadamard_rows, forward direction, the same signs and order of operations); n < 2 does nothing.
+void hadamard_rows(Ctx& c, float* x, int rows, int cols, int n, uint64_t seed);
+// out (rows, cols, type out_type: F32 or BF16) = x quantize-dequantized as `o` says along
+// its rows (src/backends/cpu/quantize.cpp's quantize_dequantize of x's fp32 values, bit for bit in
+// every value; all NaN if x holds a non-finite value), and *post (device) = the factor the
+// GEMM's output takes (1 / S for UE4M3 scales, else 1). A BF16 operand is copied as it is
+// (out_type F32 then).
+void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const OperandSource& x,
+                         int rows, int cols, DType out_type, void* out, float* post);
+
+// The block-scaled linear (Backend::matmul_forward_scaled / matmul_backward_scaled), every
+// tensor of type t:
+//   forward  out(N,OC) = Q(inp) Q(W)^T + bias (+ the split channels' fp32 product), with a
+//            recipe's smooth factors (src/precision/smoothing.h) inp diag(1/s) and W diag(s) first,
+//            staged as the CPU's fp32 values bit for bit, before the split and Q (both paths)
+//   backward dW(OC,C) += Q(H dout^T) Q(H inp^T)^T, dinp(N,C) = Q(dout) Q(W^T)^T,
+//            dbias += column sums of the unquantized dout (when given)
+// with the operands, roles and random streams of src/backends/cpu/matmul_scaled.cpp.
+void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
+                           const void* bias, int N, int C, int OC, const QuantRecipe& r,
+                           uint64_t seed);
+void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
+                            const void* inp, const void* w, int N, int C, int OC,
+                            const QuantRecipe& r, uint64_t seed);
+
+// ---- the native path (matmul_native.cu; quantize_codes in quantize_blocks.cu) ----
+// Where the GPU and the installed cuBLASLt have a block-scaled GEMM that multiplies a role's
+// two operands exactly as the recipe quantizes them (matmul_native.cu's table: fp8-rowwise,
+// fp8-block on sm_90+, MXFP8 / MXFP4 / NVFP4 on sm_100+), the GEMM runs on their codes and
+// block scales instead of their dequantized copies; everything else about the linear stays.
+
+// x(rows, cols) quantized as `o` says (quantize_dequantize's values, bit for bit: code times
+// scale) into element codes (E4M3 / E5M2 bytes, or E2M1 nibble pairs, row-major) and a scale
+// tensor in cuBLASLt's layout for `mode` (kernels/quantize_blocks.cuh documents both), and
+// *post (device) = the GEMM's factor (1 / S for UE4M3 scales, else 1; NaN when x holds a
+// non-finite value). scale holds native_scale_bytes(o, mode, rows, cols) bytes.
+size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, int rows,
+                          int cols);
+void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, uint64_t seed,
+                    const OperandSource& x, int rows, int cols, uint8_t* codes, void* scale,
+                    float* post);
+
+// acc(M,N) = Q(A)(M,K) Q(B)(N,K)^T in fp32 and post[0..1] the operands' tensor factors (the
+// product before the epilogue), with seeds sa, sb for the operands' random streams:
+//   portable_scaled_products  quantize-dequantize and an ordinary GEMM (every GPU)
+//   native_scaled_products    codes and scales into cuBLASLt's block-scaled GEMM; false (and
+//                             nothing enqueued) when that GEMM cannot run natively: not
+//                             expressible, not on this GPU, cuBLASLt without an algorithm, or
+//                             its (operand pair, shape class) failed the self-check (printed)
+void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                              const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                              uint64_t sa, uint64_t sb);
+bool native_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
+                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                            uint64_t sa, uint64_t sb);
+// The scale mode that expresses operand o exactly in *mode, or why none does ("" when one does).
+std::string native_operand_mode(const OperandRecipe& o, cublasLtMatmulMatrixScale_t* mode);
+// Why g's GEMM of this shape cannot run natively on c's GPU ("" when it can, pending the
+// self-check); M = 0 leaves the shape out.
+std::string native_problem(const Ctx& c, const GemmRecipe& g, int M, int N, int K);
+// How many (operand pair, shape class) self-checks or runs sent GEMMs to the portable path,
+// and forgetting every verdict (tests).
+int native_checks_failed();
+void native_forget_checks();
+// "E8M0 scales per 1x32 block" and the like.
+std::string describe_operand_scales(const OperandRecipe& o);
+
+// The start-up line's path of these linears for recipe r (null: not known), and why.
+std::string scaled_path_name(const Ctx& c, const QuantRecipe* r);
+
+}  // namespace tg::gpu

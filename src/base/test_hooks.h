@@ -1,0 +1,19 @@
+// test_hooks.h: switches that exist only for the test suite, read from TG_TEST_*
+// environment variables (behaviour a user chooses is always a config key).
+//   TG_TEST_AUTO_DEVICE=cpu   train.device=auto stays on the CPU (CPU-only tests on a GPU machine)
+//   TG_TEST_FAIL_RANK=R       rank R throws at step 2 (a failing rank ends the whole job)
+//   TG_TEST_REDUCE_CHUNK=N    the gradient reduction's staging chunk, in elements
+//   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error a
+//   machine
+//                             without libnccl.so.2 gives)
+#pragma once
+#include <cstddef>
+
+namespace tg::test_hooks {
+
+bool auto_device_cpu();
+int fail_rank();        // -1: none
+size_t reduce_chunk();  // 0: the default
+bool nccl_missing();
+
+}  // namespace tg::test_hooks

@@ -1,0 +1,387 @@
+#include "commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bench.h"
+#include "export.h"
+#include "src/base/common.h"
+#include "src/base/fileio.h"
+#include "src/base/rng.h"
+#include "src/comm/comm.h"
+#include "src/config/config.h"
+#include "src/data/prepare.h"
+#include "src/data/tokenizer.h"
+#include "src/model/model.h"
+#include "src/model/sample.h"
+#include "src/precision/precision.h"
+#include "src/precision/quant_memory.h"
+#include "src/precision/scaled_scratch.h"
+#include "src/report/compare.h"
+#include "src/report/report.h"
+#include "src/training/backend_factory.h"
+#include "src/training/checkpoint.h"
+#include "src/training/hf.h"
+#include "src/training/train.h"
+
+namespace tg {
+
+namespace {
+
+using Extras = std::vector<std::pair<std::string, std::string>>;
+
+std::string extra(const Extras& v, const std::string& name, const std::string& fallback = "") {
+  for (const auto& kv : v)
+    if (kv.first == name) return kv.second;
+  return fallback;
+}
+
+int64_t to_int(const std::string& name, const std::string& s) {
+  char* end = nullptr;
+  long long x = strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end)
+    throw UsageError(strf("option --%s: '%s' is not an integer", name.c_str(), s.c_str()));
+  return x;
+}
+
+double to_double(const std::string& name, const std::string& s) {
+  char* end = nullptr;
+  double x = strtod(s.c_str(), &end);
+  if (s.empty() || *end)
+    throw UsageError(strf("option --%s: '%s' is not a number", name.c_str(), s.c_str()));
+  return x;
+}
+
+void usage() {
+  printf(
+      "train_gpt: train GPT-2 style transformers in mixed precision (CPU backend; CUDA backend)\n\n"
+      "usage:\n"
+      "  train_gpt [train] --config FILE [--section.key=value ...]   train (the default)\n"
+      "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
+      "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
+      "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
+      "  train_gpt export --checkpoint DIR --out DIR [--dtype fp32]    Hugging Face GPT-2 "
+      "directory\n"
+      "  train_gpt compare --config FILE [--modes fp32,bf16,...]      runs per mode x seed + "
+      "report\n"
+      "  train_gpt report RUN_DIR... [--out DIR]                      the report for any runs\n"
+      "  train_gpt memory --config FILE [--preset gpt2] [--modes ...]  memory plan per mode\n"
+      "  train_gpt bench [--threads N]                                 step-time table\n\n"
+      "`train_gpt <command> --help` lists that command's options; `train_gpt train --help`\n"
+      "lists every config key with its default.\n");
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  Config cfg;
+  if (!config_parse_args(&cfg, argc, argv, "train_gpt train", {}, nullptr)) return 0;
+  run_training(cfg);
+  return 0;
+}
+
+int cmd_prepare(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+      printf("usage: train_gpt prepare toy|text [options]  (see --help of each)\n");
+      return 0;
+    }
+    throw UsageError("prepare: say what to prepare: toy or text");
+  }
+  std::string what = argv[1];
+  Extras ex;
+  if (what == "toy") {
+    std::vector<ExtraOption> opts = {
+        {"out", "output directory", "data/toy"},
+        int_option("seed", "generator seed", "1337", 0, 9.007199254740992e15),
+        int_option("train_tokens", "training tokens", "1048576", 1, 2e9),
+        int_option("val_tokens", "validation tokens", "65536", 1, 2e9),
+        int_option("record_len", "tokens per record (even; rows should hold whole records)", "16",
+                   2, 1 << 20)};
+    if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare toy", opts, &ex))
+      return 0;
+    std::string out = extra(ex, "out");
+    prepare_toy(out, uint64_t(to_int("seed", extra(ex, "seed"))),
+                to_int("train_tokens", extra(ex, "train_tokens")),
+                to_int("val_tokens", extra(ex, "val_tokens")),
+                int(to_int("record_len", extra(ex, "record_len"))));
+    printf("wrote %s/toy_train_000000.bin, toy_val_000000.bin and meta.json (loss floor %.4f)\n",
+           out.c_str(), toy_loss_floor(int(to_int("record_len", extra(ex, "record_len")))));
+    return 0;
+  }
+  if (what == "text") {
+    std::vector<ExtraOption> opts = {
+        {"input", "text file", ""},
+        {"out", "output directory (default data/<name>)", ""},
+        {"name", "shard name prefix (default: the input's name)", ""},
+        number_option("val_fraction", "fraction of the text kept for validation", "0.1", 0, 0.99),
+        int_option("shard_tokens", "tokens per shard", "100000000", 1, 2e9)};
+    if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare text", opts, &ex))
+      return 0;
+    std::string input = extra(ex, "input");
+    if (input.empty()) throw UsageError("prepare text: --input FILE is required");
+    std::string name = extra(ex, "name");
+    if (name.empty()) {
+      name = input.substr(input.find_last_of('/') + 1);
+      name = name.substr(0, name.find('.'));
+      if (name.empty()) name = "text";
+    }
+    std::string out = extra(ex, "out", "");
+    if (out.empty()) out = "data/" + name;
+    prepare_text(input, out, name, to_double("val_fraction", extra(ex, "val_fraction")),
+                 to_int("shard_tokens", extra(ex, "shard_tokens")));
+    printf("wrote %s/%s_{train,val}_*.bin and meta.json\n", out.c_str(), name.c_str());
+    return 0;
+  }
+  throw UsageError(strf("prepare: unknown dataset kind '%s' (toy or text)", what.c_str()));
+}
+
+int cmd_sample(int argc, char** argv) {
+  std::vector<ExtraOption> opts = {
+      {"checkpoint", "checkpoint directory (or a run directory: its latest checkpoint)", ""},
+      {"model", "an llm.c model file or a Hugging Face GPT-2 directory instead of a checkpoint",
+       ""},
+      {"tokenizer", "llm.c gpt2_tokenizer.bin for GPT-2 ids (default: bytes)", ""},
+      {"prompt", "prompt text (byte tokenizer)", ""},
+      int_option("tokens", "tokens to generate", "256", 1, 1 << 20),
+      number_option("temperature", "softmax temperature (0: greedy)", "1.0", 0, 100),
+      int_option("top_k", "sample from the k most likely tokens (0: all)", "0", 0, 1 << 24),
+      int_option("seed", "sampling seed", "1337", 0, 9.007199254740992e15),
+      int_option("threads", "CPU threads (0: all)", "0", 0, 4096),
+      {"logits",
+       "instead of generating, write the prompt's logits to this file (fp32, "
+       "prompt tokens x vocab_size, row-major)",
+       ""}};
+  Extras ex;
+  if (!config_parse_args(nullptr, argc, argv, "train_gpt sample", opts, &ex)) return 0;
+  Config cfg;
+  std::string ckpt = extra(ex, "checkpoint"), model_path = extra(ex, "model");
+  if (ckpt.empty() == model_path.empty())
+    throw UsageError("sample: give exactly one of --checkpoint DIR or --model FILE");
+  if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
+  ModelFile mf = read_model(model_path);
+  cfg.train.device = "cpu";
+  cfg.train.threads = int(to_int("threads", extra(ex, "threads")));
+  auto be = make_backend(cfg);
+  GPT model(mf.cfg, *be);
+  model.set_params(mf.params);
+  Tokenizer tok;
+  if (!extra(ex, "tokenizer").empty()) tok = Tokenizer(extra(ex, "tokenizer"));
+  std::vector<int32_t> prompt;
+  std::string prompt_text = extra(ex, "prompt");
+  if (!prompt_text.empty())
+    prompt = tok.encode(prompt_text);
+  else
+    prompt = {tok.byte_level() ? int32_t('\n') : mf.cfg.vocab_size - 1};  // newline / <|endoftext|>
+  for (int32_t id : prompt)
+    if (id >= mf.cfg.vocab_size)
+      throw UsageError(strf("prompt token %d is outside the model's vocabulary", id));
+  if (!extra(ex, "logits").empty()) {
+    write_prompt_logits(model, prompt, extra(ex, "logits"));
+    return 0;
+  }
+  Rng rng(uint64_t(to_int("seed", extra(ex, "seed"))));
+  std::vector<int32_t> out = generate(model, prompt, int(to_int("tokens", extra(ex, "tokens"))),
+                                      to_double("temperature", extra(ex, "temperature")),
+                                      int(to_int("top_k", extra(ex, "top_k"))), rng);
+  std::string text;
+  for (int32_t id : out) text += tok.decode(id);
+  printf("%s\n", printable(text).c_str());
+  return 0;
+}
+
+namespace {
+// The CUDA backend's scratch slots of the block-scaled linears (src/precision/scaled_scratch.h) for
+// the block-scaled modes among `modes`, on the portable and the native path.
+void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes,
+                          int B, int T) {
+  constexpr int kSms = 132;  // H100 / H200: the operand statistics' per-block sums
+  auto mib = [](size_t b) { return strf("%.2f MiB", b / 1048576.0); };
+  bool header = false;
+  for (const Mode mode : modes) {
+    if (!is_block_scaled(mode)) continue;
+    const ScaledScratchPlan p =
+        plan_scaled_scratch(mc, block_scaled_recipe(mode, recipe_options(cfg)), B, T, kSms);
+    if (!header) {
+      printf(
+          "\nCUDA block-scaled GEMM scratch, portable / native (src/backends/cuda/launch.h's slots "
+          "kScratchQStageA .. kScratchStatsArgs at their high-water mark over a step):\n\n"
+          "| mode | path | staged fp32 operands | quantized operands | group scales | fp32 "
+          "products | cuBLASLt scale tensors | self-check | total | with telemetry |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      header = true;
+    }
+    for (int native = 0; native < 2; native++) {
+      const ScaledScratch& s = native ? p.native : p.portable;
+      ScaledScratch t = s;
+      t.grow(p.stats);
+      printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mode_name(mode),
+             native ? "native (sm_100)" : "portable", mib(s.sum(kSlotStageA, kSlotStageB)).c_str(),
+             mib(s.sum(kSlotQA, kSlotQB)).c_str(), mib(s.sum(kSlotAmax, kSlotWords)).c_str(),
+             mib(s.sum(kSlotAcc, kSlotSplitAcc)).c_str(),
+             mib(s.sum(kSlotScaleA, kSlotScaleB)).c_str(),
+             mib(s.sum(kSlotCheck, kSlotCheckAcc)).c_str(), mib(s.total()).c_str(),
+             mib(t.total()).c_str());
+    }
+  }
+  if (header)
+    printf(
+        "\nWhat the CUDA backend's block-scaled linears allocate besides the tensors above: each "
+        "scratch slot grows to the largest block linear that uses it (each operand's quantized "
+        "copy, read from the model's tensor where it lies; an fp32 staged copy only for the "
+        "operands that smoothing, the split or a rotation over 32 points change first; scales; "
+        "the fp32 product) and "
+        "is kept; it counts in the backend's peak. A GPU takes the native path where cuBLASLt "
+        "has the recipe's block-scaled GEMM (fp8-rowwise, fp8-block on sm_90+, MX / NV formats "
+        "on sm_100+; decided per GEMM at run time, with a one-time self-check), else the "
+        "portable one. \"with telemetry\": precision.telemetry_every's operand statistics too "
+        "(on a %d-multiprocessor GPU). Checked against the emulated backend, not yet on a GPU.\n",
+        kSms);
+}
+
+// The block-scaled modes among `modes`: the bits of their formats and what
+// a native block-scaled path would hold instead of the bf16 copies (src/precision/quant_memory.h).
+void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes,
+                          int B, int T, int zero_ranks, bool lse) {
+  auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
+  bool header = false;
+  for (const Mode mode : modes) {
+    if (!is_block_scaled(mode)) continue;
+    const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
+    const QuantMemoryPlan q = plan_quantized_linears(mc, r, B, T);
+    const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    if (!header) {
+      printf(
+          "\nBlock-scaled modes on a native path (quantized copies of the block linears' "
+          "operands, scales included; bits per element of layer 0's fc):\n\n"
+          "| mode | quantized layers | fwd input bits | weight bits | wgrad input bits | "
+          "weight copies | saved linear inputs, bf16 -> quantized | total |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      header = true;
+    }
+    const size_t total =
+        p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
+    printf("| %s | %d/%d | %.3f | %.3f | %.3f | %s | %s -> %s | %s |\n", mode_name(mode),
+           q.quantized_layers, mc.n_layer, q.input_bits, q.weight_bits, q.wgrad_input_bits,
+           mib(q.weight_copies).c_str(), mib(q.saved_inputs_bf16).c_str(),
+           mib(q.saved_inputs_quantized).c_str(), mib(total).c_str());
+  }
+  if (header)
+    printf(
+        "\nThe weight copies sit beside the bf16 weights; the saved inputs are quantized in the "
+        "forward as the weight-gradient GEMM takes them (input^T along the tokens), replacing "
+        "their bf16 copies. The CPU backend emulates these modes with the bf16 copies (the "
+        "first table).\n");
+  print_scaled_scratch(cfg, mc, modes, B, T);
+}
+}  // namespace
+
+int cmd_memory(int argc, char** argv) {
+  std::vector<ExtraOption> opts = {
+      {"modes", "comma-separated precision modes",
+       mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16})},
+      {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""},
+      int_option("zero_ranks", "plan one rank of ZeRO-1 over this many ranks (1: no sharding)", "1",
+                 1, 65536)};
+  Config cfg;
+  Extras ex;
+  if (!config_parse_args(&cfg, argc, argv, "train_gpt memory", opts, &ex)) return 0;
+  const std::string preset = extra(ex, "preset");
+  if (!preset.empty()) {
+    struct P {
+      const char* name;
+      int L, NH, C;
+    };
+    const P presets[] = {{"gpt2", 12, 12, 768},
+                         {"gpt2-medium", 24, 16, 1024},
+                         {"gpt2-large", 36, 20, 1280},
+                         {"gpt2-xl", 48, 25, 1600}};
+    bool found = false;
+    for (const P& p : presets)
+      if (preset == p.name) {
+        cfg.model.n_layer = p.L;
+        cfg.model.n_head = p.NH;
+        cfg.model.n_embd = p.C;
+        cfg.model.vocab_size = 50257;
+        cfg.model.max_seq_len = 1024;
+        found = true;
+      }
+    if (!found) throw UsageError(strf("memory: unknown --preset '%s'", preset.c_str()));
+  }
+  config_validate(cfg);
+  GPTConfig mc =
+      cfg.model.init_from.empty() ? model_config(cfg) : read_model(cfg.model.init_from).cfg;
+  const int B = cfg.data.batch_size, T = cfg.data.seq_len;
+  const int zero_ranks = int(to_int("zero_ranks", extra(ex, "zero_ranks")));
+  // cuda.attention=flash: the plan of flash attention (lse instead of the T x T probabilities).
+  const bool lse = cfg.cuda.attention == "flash";
+  printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process%s%s\n\n",
+         num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
+         zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
+         lse ? ", flash attention" : "");
+  printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");
+  printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
+  const std::string names = extra(ex, "modes") + ",";
+  std::vector<Mode> modes;
+  for (size_t pos = 0, next; (next = names.find(',', pos)) != std::string::npos; pos = next + 1) {
+    const std::string name = names.substr(pos, next - pos);
+    if (name.empty()) continue;
+    const Mode mode = parse_mode(name, "precision.mode");
+    modes.push_back(mode);
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
+           mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
+           mib(p.activations).c_str(), mib(p.comm).c_str(), mib(p.total()).c_str());
+  }
+  printf(
+      "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
+      "\"reduction\" is the staging of the gradient reduction over ranks.\n");
+  print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);
+  return 0;
+}
+
+namespace {
+// Prints the error; in a multi-process job, names the rank and ends every process so that
+// none waits forever in a collective.
+int fail(int code, const char* what) {
+  if (comm_is_distributed()) {
+    fprintf(stderr, "train_gpt: error (rank %d): %s\n", comm_rank(), what);
+    fflush(stderr);
+    comm_abort(code);
+  }
+  fprintf(stderr, "train_gpt: error: %s\n", what);
+  return code;
+}
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  std::string sub = argc > 1 ? argv[1] : "";
+  try {
+    if (sub == "-h" || sub == "--help" || sub == "help") {
+      usage();
+      return 0;
+    }
+    if (sub == "prepare") return cmd_prepare(argc - 1, argv + 1);
+    if (sub == "sample") return cmd_sample(argc - 1, argv + 1);
+    if (sub == "train") return cmd_train(argc - 1, argv + 1);
+    if (sub == "bench") return cmd_bench(argc - 1, argv + 1);
+    if (sub == "memory") return cmd_memory(argc - 1, argv + 1);
+    if (sub == "compare") return cmd_compare(argc - 1, argv + 1);
+    if (sub == "report") return cmd_report(argc - 1, argv + 1);
+    if (sub == "export") return cmd_export(argc - 1, argv + 1);
+    if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
+    throw UsageError(
+        strf("unknown command '%s' (train, prepare, sample, export, compare, report, memory, "
+             "bench; --help)",
+             sub.c_str()));
+  } catch (const UsageError& e) {
+    return fail(2, e.what());
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+}
+
+}  // namespace tg

@@ -1,0 +1,756 @@
+// config.cpp: the key table and everything driven by it.
+#include "config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cxxopts.hpp>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "src/base/common.h"
+#include "src/base/fileio.h"
+#include "src/numerics/recipe.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+namespace {
+
+enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList };
+
+// A key's field inside Config, typed: one alternative per type a key may have.
+template <typename T>
+using Getter = T& (*)(Config&);
+using FieldRef =
+    std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
+                 Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>>;
+
+struct KeyDef {
+  const char* name;
+  Kind kind;       // follows from the field's type (key() below), never stated by hand
+  FieldRef field;  // the field inside Config
+  double lo, hi;   // inclusive range for numbers
+  std::vector<std::string> choices;
+  const char* help;
+};
+
+// The kind of a field of type T; a string with choices is a Choice (key() below). KindOf of
+// any other type is left undefined, so a table row with a field of a type the table does not
+// handle fails to compile.
+template <typename T>
+struct KindOf;
+template <Kind K>
+struct KindIs {
+  static constexpr Kind kind = K;
+};
+template <>
+struct KindOf<int> : KindIs<Kind::Int> {};
+template <>
+struct KindOf<int64_t> : KindIs<Kind::Int64> {};
+template <>
+struct KindOf<double> : KindIs<Kind::Float> {};
+template <>
+struct KindOf<bool> : KindIs<Kind::Bool> {};
+template <>
+struct KindOf<std::string> : KindIs<Kind::String> {};
+template <>
+struct KindOf<std::vector<int>> : KindIs<Kind::IntList> {};
+template <>
+struct KindOf<Mode> : KindIs<Kind::Choice> {};
+template <>
+struct KindOf<std::vector<Mode>> : KindIs<Kind::ChoiceList> {};
+static_assert(KindOf<int64_t>::kind == Kind::Int64 && KindOf<Mode>::kind == Kind::Choice,
+              "a key's kind follows from its field's type");
+
+// One row of the table. The kind is deduced from the field's type, so a row cannot pair a
+// field with the wrong kind (the old table's `void*` + Kind could, unnoticed until run time);
+// and every use of a field below goes through std::visit with code per type, so a type a
+// use does not handle fails to compile as well (the static_asserts in set_json).
+template <typename T>
+KeyDef key(const char* name, Getter<T> get, double lo, double hi, std::vector<std::string> choices,
+           const char* help) {
+  Kind kind = KindOf<T>::kind;
+  if (kind == Kind::String && !choices.empty()) kind = Kind::Choice;
+  return KeyDef{name, kind, get, lo, hi, std::move(choices), help};
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// A field of Config as a function pointer returning a reference to it (its type deduced).
+// clang-format off
+#define TG_FIELD(f) +[](Config& c) -> auto& { return c.f; }
+// clang-format on
+
+// clang-format off
+const std::vector<KeyDef>& table() {
+  static const std::vector<KeyDef> t = {
+      key("model.n_layer", TG_FIELD(model.n_layer), 1, 1024, {}, "transformer blocks"),
+      key("model.n_head", TG_FIELD(model.n_head), 1, 1024, {}, "attention heads"),
+      key("model.n_embd", TG_FIELD(model.n_embd), 1, 65536, {}, "channels (multiple of n_head)"),
+      key("model.max_seq_len", TG_FIELD(model.max_seq_len), 1, 1 << 20, {}, "positions in wpe"),
+      key("model.vocab_size", TG_FIELD(model.vocab_size), 2, 1 << 24, {}, "vocabulary (padded to a multiple of 128 inside)"),
+      key("model.init_from", TG_FIELD(model.init_from), 0, 0, {}, "llm.c model file or Hugging Face GPT-2 directory to start from (defines the architecture)"),
+      key("data.train", TG_FIELD(data.train), 0, 0, {}, "glob of training shards"),
+      key("data.val", TG_FIELD(data.val), 0, 0, {}, "glob of validation shards (empty: no validation)"),
+      key("data.batch_size", TG_FIELD(data.batch_size), 1, 1 << 20, {}, "micro-batch rows per rank (B)"),
+      key("data.seq_len", TG_FIELD(data.seq_len), 1, 1 << 20, {}, "tokens per row (T)"),
+      key("data.total_batch_tokens", TG_FIELD(data.total_batch_tokens), 0, 1e15, {}, "tokens per optimizer step (0: B*T*ranks; else a multiple of it: gradient accumulation)"),
+      key("data.shuffle", TG_FIELD(data.shuffle), 0, 0, {}, "shuffle shards and rows each epoch (seeded)"),
+      key("optim.lr", TG_FIELD(optim.lr), 0, 10, {}, "peak learning rate"),
+      key("optim.warmup_steps", TG_FIELD(optim.warmup_steps), 0, 1e9, {}, "linear warmup steps"),
+      key("optim.schedule", TG_FIELD(optim.schedule), 0, 0, {"cosine", "linear", "constant"}, "decay after warmup"),
+      key("optim.final_lr_frac", TG_FIELD(optim.final_lr_frac), 0, 1, {}, "final lr as a fraction of lr"),
+      key("optim.beta1", TG_FIELD(optim.beta1), 0, 0.999999, {}, "Adam beta1"),
+      key("optim.beta2", TG_FIELD(optim.beta2), 0, 0.999999999, {}, "Adam beta2"),
+      key("optim.eps", TG_FIELD(optim.eps), 0, 1, {}, "Adam epsilon"),
+      key("optim.weight_decay", TG_FIELD(optim.weight_decay), 0, 10, {}, "decoupled weight decay (2-D weights only)"),
+      key("optim.grad_clip", TG_FIELD(optim.grad_clip), 0, kInf, {}, "global gradient norm clip (0: off)"),
+      key("train.steps", TG_FIELD(train.steps), 0, 1e9, {}, "optimizer steps"),
+      key("train.seed", TG_FIELD(train.seed), 0, 9.007199254740992e15, {}, "seed of init, shuffling and sampling"),
+      key("train.device", TG_FIELD(train.device), 0, 0, {"auto", "cpu", "cuda"}, "backend (auto: cuda when a GPU is present)"),
+      key("train.threads", TG_FIELD(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"),
+      key("train.out_dir", TG_FIELD(train.out_dir), 0, 0, {}, "run directory"),
+      key("train.log_every", TG_FIELD(train.log_every), 1, 1e9, {}, "progress line every N steps"),
+      key("train.stop_at_step", TG_FIELD(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"),
+      key("train.zero_stage", TG_FIELD(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"),
+      key("train.overwrite", TG_FIELD(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"),
+      key("train.adapt_threads", TG_FIELD(train.adapt_threads), 0, 0, {}, "CPU: run the train.threads parts of the work on fewer threads while that is faster (another process sharing the cores); the results do not depend on it"),
+      key("dist.rank", TG_FIELD(dist.rank), -1, 65535, {}, "this process's rank, GPU processes launched without MPI (-1: $TG_RANK, else 0)"),
+      key("dist.world_size", TG_FIELD(dist.world_size), 0, 65536, {}, "number of GPU processes launched without MPI (0: $TG_WORLD_SIZE, else 1; several CPU processes need mpirun)"),
+      key("dist.rendezvous", TG_FIELD(dist.rendezvous), 0, 0, {}, "where GPU processes launched without MPI meet to hand over NCCL's id: tcp://HOST:PORT (rank 0 listens) or file:///PATH on a shared filesystem (\"\": $TG_RENDEZVOUS)"),
+      key("dist.timeout", TG_FIELD(dist.timeout), 1, 86400, {}, "seconds to wait for every process at the rendezvous"),
+      key("precision.mode", TG_FIELD(precision.mode), 0, 0, mode_names(), "numeric mode (docs/precision.md; auto: its section Adaptive precision)"),
+      key("precision.stochastic_rounding", TG_FIELD(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"),
+      key("precision.loss_scale.kind", TG_FIELD(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"),
+      key("precision.loss_scale.init", TG_FIELD(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"),
+      key("precision.loss_scale.growth_interval", TG_FIELD(precision.loss_scale.growth_interval), 1, 1e9, {}, "finite steps before the scale grows"),
+      key("precision.loss_scale.growth", TG_FIELD(precision.loss_scale.growth), 1, 1e6, {}, "growth factor"),
+      key("precision.loss_scale.backoff", TG_FIELD(precision.loss_scale.backoff), 1e-6, 1, {}, "factor applied on a non-finite gradient"),
+      key("precision.loss_scale.min", TG_FIELD(precision.loss_scale.min), 1e-30, 1e30, {}, "smallest dynamic scale"),
+      key("precision.loss_scale.max", TG_FIELD(precision.loss_scale.max), 1e-30, 1e30, {}, "largest dynamic scale"),
+      key("precision.loss_scale.hysteresis", TG_FIELD(precision.loss_scale.hysteresis), 1, 1e6, {}, "non-finite steps tolerated before backing off"),
+      key("precision.loss_scale.on_device", TG_FIELD(precision.loss_scale.on_device), 0, 0, {}, "CUDA, one process, unsharded: the skip/scale decision and AdamW's factor stay on the GPU (the host reads the result once per step)"),
+      key("precision.fp8.recipe", TG_FIELD(precision.fp8.recipe), 0, 0, {"delayed", "current"}, "FP8 scaling: amax history (delayed) or this tensor's amax (current)"),
+      key("precision.fp8.history_len", TG_FIELD(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"),
+      key("precision.fp8.margin", TG_FIELD(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"),
+      key("precision.fp8.keep_bf16", TG_FIELD(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"),
+      key("precision.fp8.fast_accum", TG_FIELD(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32)"),
+      key("precision.recipe.pow2_scales", TG_FIELD(precision.recipe.pow2_scales), 0, 0, {}, "fp8-rowwise: round each scale down to a power of two"),
+      key("precision.recipe.scale_rule", TG_FIELD(precision.recipe.scale_rule), 0, 0, {"auto", "ocp", "ceil"}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"),
+      key("precision.recipe.grad_format", TG_FIELD(precision.recipe.grad_format), 0, 0, {"auto", "e4m3", "e5m2"}, "mxfp8: element format of the output gradients (auto: e4m3)"),
+      key("precision.recipe.stochastic_grads", TG_FIELD(precision.recipe.stochastic_grads), 0, 0, {}, "mxfp4, nvfp4: round the output gradients stochastically (seeded by train.seed, step, layer)"),
+      key("precision.recipe.hadamard", TG_FIELD(precision.recipe.hadamard), 0, 0, {}, "mxfp4, nvfp4: random Hadamard transform of both wgrad operands along the tokens"),
+      key("precision.recipe.hadamard_size", TG_FIELD(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"),
+      key("precision.recipe.weight_2d", TG_FIELD(precision.recipe.weight_2d), 0, 0, {}, "nvfp4: one scale per 16x16 weight tile (the same in forward and backward) instead of 1x16 blocks"),
+      key("precision.recipe.bf16_last", TG_FIELD(precision.recipe.bf16_last), -1, 1024, {}, "block-scaled modes: the last N layers' linears stay bf16 (-1: nvfp4 1, others 0)"),
+      key("precision.recipe.smooth", TG_FIELD(precision.recipe.smooth), 0, 0, {}, "block-scaled modes and auto: SmoothQuant smoothing of the forward GEMM, X diag(1/s) times (W diag(s))^T, s per input channel (docs/precision.md: Smoothing)"),
+      key("precision.recipe.smooth_alpha", TG_FIELD(precision.recipe.smooth_alpha), 0, 1, {}, "smoothing: s_c = amax_x(c)^alpha / amax_w(c)^(1-alpha)"),
+      key("precision.recipe.smooth_every", TG_FIELD(precision.recipe.smooth_every), 1, 1e9, {}, "smoothing: recompute the factors from the per-channel amaxes at step 1 and every N steps (held in between)"),
+      key("precision.auto.every", TG_FIELD(precision.auto_.every), 1, 1e9, {}, "auto: measure the block linears' operand sensitivity every N steps (and at step 1)"),
+      key("precision.auto.candidates", TG_FIELD(precision.auto_.candidates), 0, 0, auto_candidate_names(), "auto: the formats each operand may take, narrowest first (the last is the fallback)"),
+      key("precision.auto.threshold_db", TG_FIELD(precision.auto_.threshold_db), -100, 200, {}, "auto: least SQNR (dB) of an operand's format against its bf16 values"),
+      key("precision.auto.hysteresis_db", TG_FIELD(precision.auto_.hysteresis_db), 0, 100, {}, "auto: a narrower format must beat the threshold by this much (dB)"),
+      key("precision.auto.budget", TG_FIELD(precision.auto_.budget), 0, 1, {}, "auto: share of block-linear FLOPs to keep in <= 8 bits, narrowing the best-measured GEMMs past the threshold (0: none)"),
+      key("precision.auto.priors", TG_FIELD(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"),
+      key("precision.auto.window", TG_FIELD(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"),
+      key("precision.auto.outlier_k", TG_FIELD(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"),
+      key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
+      key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
+      key("precision.inject_nonfinite_step", TG_FIELD(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"),
+      key("precision.inject_outlier", TG_FIELD(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR[,...]: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input; LAYER * is every layer, CHANNEL C%P every channel c with c mod P = C (e.g. *:5%16:20) (\"\": off)"),
+      key("eval.every", TG_FIELD(eval.every), 0, 1e9, {}, "val loss every N steps (0: start and end only)"),
+      key("eval.batches", TG_FIELD(eval.batches), 1, 1e9, {}, "val batches per evaluation"),
+      key("sample.every", TG_FIELD(sample.every), 0, 1e9, {}, "sample every N steps (0: at the end only)"),
+      key("sample.tokens", TG_FIELD(sample.tokens), 0, 1 << 20, {}, "tokens per sample (0: no sampling)"),
+      key("sample.temperature", TG_FIELD(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"),
+      key("sample.top_k", TG_FIELD(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"),
+      key("sample.prompt", TG_FIELD(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"),
+      key("cpu.gemm", TG_FIELD(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"),
+      key("cpu.narrow_gemm", TG_FIELD(cpu.narrow_gemm), 0, 0, {"auto", "exact"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation on the CPU's AVX512-BF16 instructions when present (auto; not with cpu.gemm=loops), or the operands widened to fp32 through cpu.gemm, the exact reference (exact)"),
+      key("cuda.attention", TG_FIELD(cuda.attention), 0, 0, {"cublas", "fused", "flash"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), or tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash; the CPU then runs its flash twin)"),
+      key("cuda.gemm", TG_FIELD(cuda.gemm), 0, 0, {"lt", "fallback"}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"),
+      key("cuda.gelu_epilogue", TG_FIELD(cuda.gelu_epilogue), 0, 0, {}, "CUDA: the MLP's GELU fused into its first GEMM (cuBLASLt GELU_AUX_BIAS)"),
+      key("checkpoint.every", TG_FIELD(checkpoint.every), 0, 1e9, {}, "checkpoint every N steps (0: at the end only)"),
+      key("checkpoint.keep", TG_FIELD(checkpoint.keep), 1, 1e6, {}, "checkpoints kept (oldest deleted)"),
+      key("checkpoint.resume", TG_FIELD(checkpoint.resume), 0, 0, {}, "continue from the latest complete checkpoint in out_dir"),
+  };
+  return t;
+}
+// clang-format on
+#undef TG_FIELD
+
+// Calls fn with a reference to k's field in c, typed.
+template <typename Fn>
+decltype(auto) with_field(Config& c, const KeyDef& k, Fn&& fn) {
+  return std::visit([&](auto get) -> decltype(auto) { return fn(get(c)); }, k.field);
+}
+template <typename Fn>
+decltype(auto) with_field(const Config& c, const KeyDef& k, Fn&& fn) {
+  return std::visit(
+      [&](auto get) -> decltype(auto) { return fn(std::as_const(get(const_cast<Config&>(c)))); },
+      k.field);
+}
+
+const KeyDef* find_key(const std::string& name) {
+  for (const auto& k : table())
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Int:
+    case Kind::Int64: return "integer";
+    case Kind::Float: return "number";
+    case Kind::Bool: return "boolean";
+    case Kind::String: return "string";
+    case Kind::Choice: return "choice";
+    case Kind::IntList: return "integer list";
+    case Kind::ChoiceList: return "list of names";
+  }
+  return "?";
+}
+
+std::string choices_text(const KeyDef& k) {
+  std::string s;
+  for (const auto& c : k.choices) s += (s.empty() ? "" : "|") + c;
+  return s;
+}
+
+// One value as --help shows it (lists comma-separated).
+std::string text_of(int v) { return std::to_string(v); }
+std::string text_of(int64_t v) { return std::to_string(v); }
+std::string text_of(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+std::string text_of(bool v) { return v ? "true" : "false"; }
+std::string text_of(const std::string& v) { return v; }
+std::string text_of(Mode v) { return mode_name(v); }
+template <typename T>
+std::string text_of(const std::vector<T>& v) {
+  std::string s;
+  for (const T& x : v) s += (s.empty() ? "" : ",") + text_of(x);
+  return s;
+}
+
+std::string value_text(const Config& c, const KeyDef& k) {
+  return with_field(c, k, [](const auto& v) { return text_of(v); });
+}
+
+[[noreturn]] void bad_value(const KeyDef& k, const std::string& what, const std::string& origin) {
+  std::string expect = k.kind == Kind::Choice       ? "one of " + choices_text(k)
+                       : k.kind == Kind::ChoiceList ? "a list of " + choices_text(k)
+                                                    : kind_name(k.kind);
+  throw UsageError(strf("config key '%s'%s: %s (expected %s)", k.name,
+                        origin.empty() ? "" : (" " + origin).c_str(), what.c_str(),
+                        expect.c_str()));
+}
+
+void check_range(const KeyDef& k, double v, const std::string& origin) {
+  if (!(v >= k.lo && v <= k.hi))
+    throw UsageError(strf("config key '%s'%s: value %g is out of range [%g, %g]", k.name,
+                          origin.empty() ? "" : (" " + origin).c_str(), v, k.lo, k.hi));
+}
+
+int64_t json_integer(const KeyDef& k, const json& v, const std::string& origin) {
+  if (!v.is_number_integer()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+  check_range(k, v.is_number_unsigned() ? double(v.get<uint64_t>()) : double(v.get<int64_t>()),
+              origin);
+  return v.get<int64_t>();
+}
+
+// A choice's text: a string among k.choices.
+std::string json_choice(const KeyDef& k, const json& v, const std::string& origin) {
+  if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+  std::string s = v.get<std::string>();
+  if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+    bad_value(k, "'" + s + "' is not allowed", origin);
+  return s;
+}
+
+// A list of choices' texts, each among k.choices.
+std::vector<std::string> json_choice_list(const KeyDef& k, const json& v,
+                                          const std::string& origin) {
+  if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+  std::vector<std::string> out;
+  for (const auto& e : v) {
+    if (!e.is_string()) bad_value(k, "a list entry is not a string", origin);
+    const std::string s = e.get<std::string>();
+    if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+      bad_value(k, "'" + s + "' is not allowed", origin);
+    out.push_back(s);
+  }
+  return out;
+}
+
+void set_json(Config& c, const KeyDef& k, const json& v, const std::string& origin) {
+  with_field(c, k, [&](auto& f) {
+    using T = std::decay_t<decltype(f)>;
+    if constexpr (std::is_same_v<T, int>) {
+      f = int(json_integer(k, v, origin));
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      f = json_integer(k, v, origin);
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (!v.is_number()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      const double d = v.get<double>();
+      check_range(k, d, origin);
+      f = d;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      f = v.get<bool>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (k.choices.empty()) {
+        if (!v.is_string()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+        f = v.get<std::string>();
+      } else {
+        f = json_choice(k, v, origin);
+      }
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+      if (!v.is_array()) bad_value(k, "wrong type " + std::string(v.type_name()), origin);
+      std::vector<int> out;
+      for (const auto& e : v) {
+        if (!e.is_number_integer()) bad_value(k, "a list entry is not an integer", origin);
+        out.push_back(int(json_integer(k, e, origin)));
+      }
+      f = out;
+    } else if constexpr (std::is_same_v<T, Mode>) {
+      f = parse_mode(json_choice(k, v, origin), k.name);
+    } else {
+      static_assert(std::is_same_v<T, std::vector<Mode>>, "a key type set_json does not read");
+      std::vector<Mode> out;
+      for (const std::string& s : json_choice_list(k, v, origin))
+        out.push_back(parse_mode(s, k.name));
+      f = out;
+    }
+  });
+}
+
+bool is_section(const std::string& name) {
+  for (const auto& d : table())
+    if (std::string(d.name).rfind(name + ".", 0) == 0) return true;
+  return false;
+}
+
+// Whether s is valid UTF-8, as every value must be to be written to config.json and
+// checkpoints (JSON input always is; the command line need not be).
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+    const KeyDef* k = find_key(name);
+    if (k) {
+      set_json(c, *k, it.value(), origin);
+    } else if (is_section(name)) {
+      if (!it.value().is_object())
+        throw UsageError(strf("config section '%s' %s must be a JSON object, not %s %s",
+                              name.c_str(), origin.c_str(), it.value().type_name(),
+                              it.value().dump().c_str()));
+      apply_object(c, it.value(), name, origin);
+    } else {
+      throw UsageError(strf("unknown config %s '%s' %s", it.value().is_object() ? "section" : "key",
+                            name.c_str(), origin.c_str()));
+    }
+  }
+}
+
+// Parses JSON text, refusing a key given twice in one object (nlohmann would keep the
+// last silently); `what` names the text in errors.
+json parse_json_no_duplicates(const std::string& text, const std::string& what) {
+  std::vector<std::set<std::string>> seen;
+  std::vector<std::string> path;
+  std::string last_key;
+  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start:
+        seen.emplace_back();
+        path.push_back(last_key);
+        break;
+      case json::parse_event_t::object_end:
+        seen.pop_back();
+        path.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        last_key = parsed.get<std::string>();
+        if (!seen.back().insert(last_key).second) {
+          std::string full;
+          for (size_t i = 1; i < path.size(); i++) full += path[i] + ".";
+          throw UsageError(
+              strf("%s: key '%s' appears twice", what.c_str(), (full + last_key).c_str()));
+        }
+        break;
+      }
+      case json::parse_event_t::array_start: last_key.clear(); break;
+      default: break;
+    }
+    return true;
+  };
+  return json::parse(text, cb, true, /*ignore_comments=*/true);
+}
+
+}  // namespace
+
+void config_apply_json(Config& cfg, const json& j, const std::string& origin) {
+  if (!j.is_object())
+    throw UsageError(
+        strf("a config must be a JSON object (%s: %s)", origin.c_str(), j.type_name()));
+  apply_object(cfg, j, "", origin);
+}
+
+void config_load_file(Config& cfg, const std::string& path) {
+  std::vector<char> bytes;
+  try {
+    bytes = read_file(path, "config file");
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a config problem: exit code 2
+  }
+  const std::string what = "config file " + path;
+  json j;
+  try {
+    j = parse_json_no_duplicates(std::string(bytes.begin(), bytes.end()), what);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
+    throw UsageError(strf("config file %s is not valid JSON: %s", path.c_str(), e.what()));
+  }
+  config_apply_json(cfg, j, "in " + what);
+}
+
+void config_set(Config& cfg, const std::string& key, const std::string& text) {
+  const KeyDef* k = find_key(key);
+  if (!k) throw UsageError(strf("unknown config key '%s'", key.c_str()));
+  const std::string origin = "on the command line";
+  json v;
+  switch (k->kind) {
+    case Kind::Int:
+    case Kind::Int64: {
+      errno = 0;
+      char* end = nullptr;
+      long long x = strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end || errno) bad_value(*k, "'" + text + "' is not an integer", origin);
+      v = int64_t(x);
+      break;
+    }
+    case Kind::Float: {
+      char* end = nullptr;
+      double x = strtod(text.c_str(), &end);
+      if (text.empty() || *end || !std::isfinite(x))
+        bad_value(*k, "'" + text + "' is not a number", origin);
+      v = x;
+      break;
+    }
+    case Kind::Bool:
+      if (text == "true" || text == "1")
+        v = true;
+      else if (text == "false" || text == "0")
+        v = false;
+      else
+        bad_value(*k, "'" + text + "' is not a boolean", origin);
+      break;
+    case Kind::String:
+    case Kind::Choice:
+      if (!valid_utf8(text)) bad_value(*k, "the value is not valid UTF-8", origin);
+      v = text;
+      break;
+    case Kind::IntList: {
+      v = json::array();
+      size_t pos = 0;
+      while (pos < text.size()) {
+        size_t next = text.find(',', pos);
+        if (next == std::string::npos) next = text.size();
+        std::string item = text.substr(pos, next - pos);
+        char* end = nullptr;
+        long long x = strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end) bad_value(*k, "'" + text + "' is not a list of integers", origin);
+        v.push_back(int64_t(x));
+        pos = next + 1;
+      }
+      break;
+    }
+    case Kind::ChoiceList: {
+      v = json::array();
+      size_t pos = 0;
+      while (pos < text.size()) {
+        size_t next = text.find(',', pos);
+        if (next == std::string::npos) next = text.size();
+        v.push_back(text.substr(pos, next - pos));
+        pos = next + 1;
+      }
+      break;
+    }
+  }
+  set_json(cfg, *k, v, origin);
+}
+
+namespace {
+// One entry of precision.inject_outlier; false with *why when it is not LAYER:CHANNEL:FACTOR.
+bool parse_outlier_entry(const std::string& e, InjectedOutlier* o, std::string* why) {
+  *why = strf(
+      "entry '%s' is not LAYER:CHANNEL:FACTOR (LAYER a number or *, CHANNEL a number "
+      "or C%%P; e.g. 1:5:30 or *:5%%16:20)",
+      e.c_str());
+  const size_t c1 = e.find(':'), c2 = c1 == std::string::npos ? c1 : e.find(':', c1 + 1);
+  if (c2 == std::string::npos) return false;
+  const std::string layer = e.substr(0, c1), chan = e.substr(c1 + 1, c2 - c1 - 1),
+                    factor = e.substr(c2 + 1);
+  int n = 0;
+  if (layer == "*")
+    o->layer = -1;
+  else if (sscanf(layer.c_str(), "%d%n", &o->layer, &n) != 1 || n != int(layer.size()) ||
+           o->layer < 0)
+    return false;
+  const size_t pct = chan.find('%');
+  const std::string first = chan.substr(0, pct);
+  if (sscanf(first.c_str(), "%d%n", &o->channel, &n) != 1 || n != int(first.size()) ||
+      o->channel < 0)
+    return false;
+  o->period = 0;
+  if (pct != std::string::npos) {
+    const std::string per = chan.substr(pct + 1);
+    if (sscanf(per.c_str(), "%d%n", &o->period, &n) != 1 || n != int(per.size()) || o->period <= 0)
+      return false;
+    if (o->channel >= o->period) {
+      *why = strf("entry '%s': channel %d is not below the period %d", e.c_str(), o->channel,
+                  o->period);
+      return false;
+    }
+  }
+  if (sscanf(factor.c_str(), "%lf%n", &o->factor, &n) != 1 || n != int(factor.size()) ||
+      !std::isfinite(o->factor))
+    return false;
+  return true;
+}
+}  // namespace
+
+bool parse_inject_outlier(const std::string& s, std::vector<InjectedOutlier>* out,
+                          std::string* why) {
+  out->clear();
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t next = s.find(',', pos);
+    if (next == std::string::npos) next = s.size();
+    InjectedOutlier o;
+    if (!parse_outlier_entry(s.substr(pos, next - pos), &o, why)) return false;
+    out->push_back(o);
+    pos = next + 1;
+    if (next + 1 == s.size()) {  // a trailing comma
+      *why = "ends with a comma";
+      return false;
+    }
+  }
+  return true;
+}
+
+void config_validate(const Config& c, int world) {
+  for (const auto& k : table()) {
+    with_field(c, k, [&](const auto& v) {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t> ||
+                    std::is_same_v<T, double>)
+        check_range(k, double(v), "");
+    });
+  }
+  auto err = [](const char* key, const std::string& msg) {
+    throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
+  };
+  if (c.model.n_embd % c.model.n_head != 0)
+    err("model.n_embd",
+        strf("%d is not a multiple of model.n_head=%d", c.model.n_embd, c.model.n_head));
+  if (c.data.seq_len > c.model.max_seq_len)
+    err("data.seq_len",
+        strf("%d exceeds model.max_seq_len=%d", c.data.seq_len, c.model.max_seq_len));
+  int64_t micro = int64_t(c.data.batch_size) * c.data.seq_len * world;
+  if (c.data.total_batch_tokens != 0 && c.data.total_batch_tokens % micro != 0)
+    err("data.total_batch_tokens", strf("%lld is not a multiple of batch_size*seq_len*ranks=%lld",
+                                        (long long)c.data.total_batch_tokens, (long long)micro));
+  if (c.data.train.empty()) err("data.train", "must not be empty");
+  const auto& ls = c.precision.loss_scale;
+  if (ls.min > ls.max)
+    err("precision.loss_scale.min",
+        strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
+  const int hs = c.precision.recipe.hadamard_size;
+  if (hs & (hs - 1)) err("precision.recipe.hadamard_size", strf("%d is not a power of two", hs));
+  if (c.precision.recipe.smooth && c.precision.mode != Mode::Auto &&
+      !is_block_scaled(c.precision.mode))
+    err("precision.recipe.smooth",
+        strf("needs a block-scaled precision.mode or auto, not %s", mode_name(c.precision.mode)));
+  std::vector<InjectedOutlier> io;
+  std::string why;
+  if (!parse_inject_outlier(c.precision.inject_outlier, &io, &why))
+    err("precision.inject_outlier", why);
+  if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
+#ifdef TG_NO_BLAS
+  if (c.cpu.gemm == "blas")
+    err("cpu.gemm", "blas: this binary was built without OpenBLAS (NO_BLAS=1)");
+#endif
+}
+
+json config_to_json(const Config& c) {
+  json j = json::object();
+  for (const auto& k : table()) {
+    json* node = &j;
+    std::string name = k.name;
+    size_t pos;
+    while ((pos = name.find('.')) != std::string::npos) {
+      node = &(*node)[name.substr(0, pos)];
+      name = name.substr(pos + 1);
+    }
+    (*node)[name] = with_field(c, k, [](const auto& v) -> json {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, Mode>) {
+        return mode_name(v);
+      } else if constexpr (std::is_same_v<T, std::vector<Mode>>) {
+        json names = json::array();
+        for (Mode m : v) names.push_back(mode_name(m));
+        return names;
+      } else {
+        return v;  // numbers, booleans, strings, integer lists as they are
+      }
+    });
+  }
+  return j;
+}
+
+std::vector<ConfigKeyInfo> config_keys() {
+  Config defaults;
+  std::vector<ConfigKeyInfo> out;
+  for (const auto& k : table()) {
+    std::string type = k.kind == Kind::Choice       ? choices_text(k)
+                       : k.kind == Kind::ChoiceList ? "list of " + choices_text(k)
+                                                    : kind_name(k.kind);
+    out.push_back({k.name, type, k.help, value_text(defaults, k)});
+  }
+  return out;
+}
+
+ExtraOption int_option(const std::string& name, const std::string& help,
+                       const std::string& default_value, double lo, double hi) {
+  ExtraOption o{name, help, default_value};
+  o.kind = ExtraOption::Kind::Int;
+  o.lo = lo;
+  o.hi = hi;
+  return o;
+}
+
+ExtraOption number_option(const std::string& name, const std::string& help,
+                          const std::string& default_value, double lo, double hi) {
+  ExtraOption o = int_option(name, help, default_value, lo, hi);
+  o.kind = ExtraOption::Kind::Number;
+  return o;
+}
+
+namespace {
+// A subcommand's numeric option, checked as config keys are (exit code 2, naming it).
+void check_option_value(const ExtraOption& e, const std::string& text) {
+  if (e.kind == ExtraOption::Kind::Text) return;
+  errno = 0;
+  char* end = nullptr;
+  double v;
+  if (e.kind == ExtraOption::Kind::Int) {
+    const long long x = strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno)
+      throw UsageError(strf("option --%s: '%s' is not an integer", e.name.c_str(), text.c_str()));
+    v = double(x);
+  } else {
+    v = strtod(text.c_str(), &end);
+    if (text.empty() || *end || !std::isfinite(v))
+      throw UsageError(
+          strf("option --%s: '%s' is not a finite number", e.name.c_str(), text.c_str()));
+  }
+  if (!(v >= e.lo && v <= e.hi))
+    throw UsageError(
+        strf("option --%s: %s is out of range [%g, %g]", e.name.c_str(), text.c_str(), e.lo, e.hi));
+}
+
+// cxxopts matches every argument with std::regex, whose recursion overflows the stack on an
+// argument of some 20000 characters; no path or key needs more than this.
+constexpr size_t kMaxArgLength = 4096;
+
+void check_arg_lengths(int argc, char** argv) {
+  for (int i = 0; i < argc; i++) {
+    const size_t n = strlen(argv[i]);
+    if (n > kMaxArgLength)
+      throw UsageError(
+          strf("command-line argument %d is %zu characters long, more than the %zu allowed "
+               "(put long values in the --config file)",
+               i, n, kMaxArgLength));
+  }
+}
+}  // namespace
+
+bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
+                       const std::vector<ExtraOption>& extra,
+                       std::vector<std::pair<std::string, std::string>>* extra_values,
+                       bool* config_file_given) {
+  cxxopts::Options opts(program, "");
+  opts.custom_help(cfg ? "[--config FILE] [--section.key=value ...]" : "[options]");
+  opts.add_options()("h,help", "print this help");
+  if (cfg)
+    opts.add_options()("config", "JSON config file (keys below; command line wins)",
+                       cxxopts::value<std::string>());
+  for (const auto& e : extra) {
+    if (e.is_flag)
+      opts.add_options()(e.name, e.help);
+    else if (e.default_value.empty())
+      opts.add_options()(e.name, e.help, cxxopts::value<std::string>());
+    else
+      opts.add_options()(e.name, e.help,
+                         cxxopts::value<std::string>()->default_value(e.default_value));
+  }
+  if (cfg)
+    for (const auto& k : config_keys())
+      opts.add_options("config keys")(
+          k.name, k.help + " [" + k.type + "]",
+          cxxopts::value<std::string>()->default_value(k.default_value));
+  check_arg_lengths(argc, argv);
+  cxxopts::ParseResult r;
+  try {
+    r = opts.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (!r.unmatched().empty())
+    throw UsageError(strf("unexpected argument '%s'", r.unmatched()[0].c_str()));
+  if (r.count("help")) {
+    printf("%s\n", opts.help({"", "config keys"}).c_str());
+    return false;
+  }
+  if (cfg) {
+    if (config_file_given) *config_file_given = r.count("config") > 0;
+    if (r.count("config")) config_load_file(*cfg, r["config"].as<std::string>());
+    // Command-line values are applied in table order after the file, so they win.
+    for (const auto& k : table())
+      if (r.count(k.name)) config_set(*cfg, k.name, r[k.name].as<std::string>());
+  }
+  if (extra_values) {
+    for (const auto& e : extra) {
+      if (e.is_flag) {
+        if (r.count(e.name)) extra_values->push_back({e.name, "true"});
+      } else if (r.count(e.name) || !e.default_value.empty()) {
+        check_option_value(e, r[e.name].as<std::string>());
+        extra_values->push_back({e.name, r[e.name].as<std::string>()});
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace tg

@@ -1,0 +1,94 @@
+// fp8.h: quantization state of the block linears (every quantized precision.mode: fp8,
+// the block-scaled MXFP4 / NVFP4 / ... recipes, auto).
+//
+// The four linears of each block (qkv, attention projection, fc, fc projection) run as
+// quantized matmuls. Per-tensor FP8 (precision.mode = fp8): input and weight in E4M3, the
+// output gradient in E5M2, each tensor with its own scale s = (fmax / amax) / 2^margin.
+// Recipes:
+//   delayed  amax comes from a history of the last history_len amaxes of that tensor (the
+//            current one is recorded after use); an empty history means scale 1
+//   current  amax of the tensor being quantized
+// Block-scaled recipes take current scales per block; QuantState then holds each linear's
+// recipe (auto's choice, smoothing factors) and the micro-batch's random seed.
+// Layers listed in keep_bf16 (negative indices count from the last) stay in bf16. Only
+// training passes record amaxes, so evaluation does not move the scales. (The file keeps its
+// name; checkpoints keep the field "fp8" for this state.)
+#pragma once
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "src/backends/backend.h"
+#include "src/numerics/recipe.h"
+
+namespace tg {
+
+// The precision.fp8.* keys; fp8_recipe() turns them into the recipe QuantState reads.
+struct Fp8Config {
+  std::string recipe = "delayed";
+  int history_len = 16;
+  int margin = 0;
+  std::vector<int> keep_bf16;
+};
+QuantRecipe fp8_recipe(const Fp8Config& c);
+
+class QuantState {
+ public:
+  enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
+  enum Operand { INP, WEIGHT, GRAD, kOperands };
+
+  // UsageError when the recipe asks for what the linears do not implement (yet): per-tensor
+  // recipes take fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements; block-scaled
+  // ones current scales and quantized (not bf16) elements, Hadamard on both operands of a
+  // GEMM or neither.
+  QuantState(const QuantRecipe& recipe, int n_layer);
+  QuantState(const Fp8Config& cfg, int n_layer) : QuantState(fp8_recipe(cfg), n_layer) {}
+  bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
+  // Whether the linears run block-scaled (Backend::matmul_*_scaled) rather than per-tensor.
+  bool block_scaled() const { return block_scaled_; }
+  // The block-scaled linear `linear` of `layer` in the current micro-batch: its entry of the
+  // per-linear recipe table (every entry the constructor's recipe, unless set below).
+  ScaledLinear scaled(int layer, int linear) const;
+  // Block-scaled linears only: from now on this linear runs recipe r (precision.mode=auto's
+  // per-layer choice). UsageError when r is not one the block-scaled linears implement.
+  void set_linear_recipe(int layer, int linear, const QuantRecipe& r);
+  const QuantRecipe& linear_recipe(int layer, int linear) const {
+    return table_[size_t(layer) * kLinears + linear];
+  }
+  // Before each training micro-batch: the seed of its random bits (quant_seed).
+  void set_rng_seed(uint64_t seed) { rng_seed_ = seed; }
+  // How to quantize this operand now.
+  Fp8Quant quant(int layer, int linear, int operand) const;
+  void record(int layer, int linear, int operand, float amax);
+  // Scales the forward pass used, kept for the backward pass.
+  void set_forward_scales(int layer, int linear, const Fp8Report& r);
+  float forward_scale(int layer, int linear, int operand) const;
+
+  // Data parallelism: replaces the newest amax of every history by its maximum over the
+  // ranks, so every rank derives the same delayed scales, the ones a single process with
+  // all the rows would use. (The current recipe takes each rank's own amax.)
+  void reduce_latest(class Comm& comm);
+
+  nlohmann::json to_json() const;
+  // Error naming the state file `path` when it does not fit this model or is damaged.
+  void from_json(const nlohmann::json& j, const std::string& path);
+  const QuantRecipe& recipe() const { return cfg_; }
+
+ private:
+  size_t index(int layer, int linear, int operand) const {
+    return (size_t(layer) * kLinears + linear) * kOperands + operand;
+  }
+  // The recipe of one operand of the linears (INP, WEIGHT: forward; GRAD: input gradient).
+  const OperandRecipe& operand_recipe(int operand) const;
+  QuantRecipe cfg_;
+  bool block_scaled_ = false;
+  uint64_t rng_seed_ = 0;
+  int n_layer_;
+  std::vector<bool> fp8_layer_;
+  std::vector<std::deque<float>> history_;
+  std::vector<float> fwd_scale_;
+  std::vector<QuantRecipe> table_;  // per (layer, linear), block-scaled linears
+};
+
+}  // namespace tg

@@ -1,0 +1,65 @@
+#include "precision.h"
+
+#include "src/base/common.h"
+#include "src/base/rng.h"
+#include "src/numerics/formats.h"
+
+namespace tg {
+
+std::string loss_scale_kind(const Config& cfg) {
+  const std::string& k = cfg.precision.loss_scale.kind;
+  if (k != "auto") return k;
+  return mode_info(cfg.precision.mode).loss_scale;
+}
+
+Rounding weight_rounding(const Config& cfg, int opt_step) {
+  Rounding r;
+  r.stochastic = cfg.precision.stochastic_rounding && opt_step > 0;
+  // A fresh stream of random bits for every update, the same on every backend.
+  uint64_t x = uint64_t(cfg.train.seed) ^ 0x5352ull /*"SR"*/;
+  r.seed = splitmix64(x) + uint64_t(opt_step) * 0x9E3779B97F4A7C15ull;
+  return r;
+}
+
+uint64_t quant_seed(const Config& cfg, int64_t step, int micro) {
+  uint64_t x = uint64_t(cfg.train.seed) ^ 0x5152ull /*"QR"*/;
+  const uint64_t s = splitmix64(x);
+  return detail::splitmix64_mix(s + uint64_t(step) * 0x9E3779B97F4A7C15ull +
+                                uint64_t(micro) * 0xD1B54A32D192ED03ull);
+}
+
+RecipeOptions recipe_options(const Config& cfg) {
+  const auto& p = cfg.precision;
+  const auto& r = p.recipe;
+  return RecipeOptions{r.pow2_scales,   r.scale_rule, r.grad_format, r.stochastic_grads, r.hadamard,
+                       r.hadamard_size, r.weight_2d,  r.bf16_last,   p.fp8.keep_bf16};
+}
+
+PrecisionSpec precision_spec(const Config& cfg) {
+  const auto& p = cfg.precision;
+  const ModeInfo& m = mode_info(p.mode);
+  PrecisionSpec s;
+  s.mode = p.mode;
+  s.compute = m.storage;
+  s.quantized_linears = m.quantized;
+  s.loss_scale = loss_scale_kind(cfg);
+  switch (m.recipe) {
+    case ModeRecipe::BlockScaled:
+      s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));
+      break;
+    case ModeRecipe::Auto:
+      // Every linear starts as bf16; the Trainer sets each one's recipe from AutoPrecision.
+      s.recipe = candidate_recipe(Mode::BF16, recipe_options(cfg), "precision.mode");
+      s.recipe.name = m.name;
+      s.recipe.keep_bf16 = p.fp8.keep_bf16;
+      break;
+    case ModeRecipe::None:
+    case ModeRecipe::Fp8Tensor:
+      s.recipe =
+          fp8_recipe(Fp8Config{p.fp8.recipe, p.fp8.history_len, p.fp8.margin, p.fp8.keep_bf16});
+      break;
+  }
+  return s;
+}
+
+}  // namespace tg

@@ -1,0 +1,38 @@
+// precision.h: the precision mode, parsed once from the precision.* keys.
+//
+// A mode names a preset (docs/precision.md): the compute type of weights and
+// activations, whether the block linears run quantized, and the loss scaling that `auto`
+// resolves to. Code reads this description, never the mode string.
+#pragma once
+#include <string>
+
+#include "src/backends/backend.h"
+#include "src/config/config.h"
+#include "src/model/fp8.h"
+
+namespace tg {
+
+struct PrecisionSpec {
+  Mode mode = Mode::FP32;  // its row in src/numerics/precision_mode.h
+  DType compute = DType::F32;
+  bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
+  std::string loss_scale;          // dynamic | static | none (auto resolved)
+  QuantRecipe recipe;              // of the quantized linears
+};
+
+PrecisionSpec precision_spec(const Config& cfg);
+// The precision.recipe.* options of the block-scaled presets (with precision.fp8.keep_bf16).
+RecipeOptions recipe_options(const Config& cfg);
+
+// precision.loss_scale.kind with `auto` resolved (the mode's default: dynamic for fp16, none
+// otherwise).
+std::string loss_scale_kind(const Config& cfg);
+// How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
+// into the compute copy: nearest, or stochastic from a stream derived from the seed.
+Rounding weight_rounding(const Config& cfg, int opt_step);
+// The seed of the random bits (stochastic rounding, Hadamard signs) of the block-scaled
+// linears in micro-batch `micro` of step `step` (0-based): a function of the run's seed and
+// the position only, so a resumed run draws the same bits (nothing to checkpoint).
+uint64_t quant_seed(const Config& cfg, int64_t step, int micro);
+
+}  // namespace tg

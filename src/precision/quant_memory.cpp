@@ -1,0 +1,88 @@
+// quant_memory.cpp: bytes of quantized operands and of a native path's block linears (see
+// quant_memory.h).
+#include "quant_memory.h"
+
+#include "src/model/fp8.h"
+
+namespace tg {
+
+namespace {
+
+size_t elem_bits(ElemFormat f) {
+  switch (f) {
+    case ElemFormat::E2M1: return 4;
+    case ElemFormat::E4M3:
+    case ElemFormat::E5M2: return 8;
+    case ElemFormat::BF16: return 16;
+  }
+  return 16;
+}
+
+size_t scale_bytes(ScaleFormat s) {
+  return s == ScaleFormat::E8M0 || s == ScaleFormat::E4M3 ? 1 : 4;
+}
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+size_t scale_groups(const OperandRecipe& o, size_t rows, size_t cols) {
+  switch (o.granularity) {
+    case Granularity::Tensor: return 1;
+    case Granularity::Row: return rows;
+    case Granularity::Block: return rows * ceil_div(cols, size_t(o.block));
+    case Granularity::Tile:
+      return ceil_div(rows, size_t(o.block)) * ceil_div(cols, size_t(o.block));
+  }
+  return 1;
+}
+
+// Whether the dgrad's W^T operand can reuse the forward's W copy: the same 2-D tiles (a
+// tile's scale is the same in both orientations) of the same format.
+bool shares_weight_copy(const QuantRecipe& r) {
+  const OperandRecipe &f = r.gemm[kForward].b, &d = r.gemm[kInputGrad].b;
+  return f.granularity == Granularity::Tile && d.granularity == Granularity::Tile &&
+         f.block == d.block && f.elem == d.elem && f.scale == d.scale &&
+         f.rounding == RoundMode::Nearest && d.rounding == RoundMode::Nearest;
+}
+
+}  // namespace
+
+size_t quantized_operand_bytes(const OperandRecipe& o, size_t rows, size_t cols) {
+  const size_t n = rows * cols;
+  if (o.elem == ElemFormat::BF16) return 2 * n;
+  size_t bytes =
+      ceil_div(n * elem_bits(o.elem), 8) + scale_groups(o, rows, cols) * scale_bytes(o.scale);
+  if (o.scale == ScaleFormat::E4M3) bytes += 4;  // NVFP4's fp32 tensor scale
+  return bytes;
+}
+
+double quantized_bits(const OperandRecipe& o, size_t rows, size_t cols) {
+  return 8.0 * double(quantized_operand_bytes(o, rows, cols)) / double(rows * cols);
+}
+
+QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r, int B, int T) {
+  const QuantState layers(r, c.n_layer);  // which layers the recipe quantizes
+  const size_t N = size_t(B) * T, C = size_t(c.n_embd);
+  const struct {
+    size_t in, out;
+  } linears[] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv attproj fc fcproj
+  QuantMemoryPlan p;
+  const bool shared = shares_weight_copy(r);
+  for (int l = 0; l < c.n_layer; l++) {
+    if (!layers.layer_in_fp8(l)) continue;
+    if (p.quantized_layers++ == 0) {
+      p.input_bits = quantized_bits(r.gemm[kForward].a, N, C);
+      p.weight_bits = quantized_bits(r.gemm[kForward].b, 4 * C, C);
+      p.wgrad_input_bits = quantized_bits(r.gemm[kWeightGrad].b, C, N);
+    }
+    for (const auto& lin : linears) {
+      p.weight_copies += quantized_operand_bytes(r.gemm[kForward].b, lin.out, lin.in);
+      if (!shared)
+        p.weight_copies += quantized_operand_bytes(r.gemm[kInputGrad].b, lin.in, lin.out);
+      p.saved_inputs_bf16 += 2 * N * lin.in;
+      p.saved_inputs_quantized += quantized_operand_bytes(r.gemm[kWeightGrad].b, lin.in, N);
+    }
+  }
+  return p;
+}
+
+}  // namespace tg

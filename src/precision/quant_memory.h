@@ -1,0 +1,38 @@
+// quant_memory.h: the memory of the block linears' quantized operands, format by format.
+//
+// An operand of (rows, cols), cols along its GEMM's reduction dimension, stored as a recipe
+// operand says takes its element codes (E2M1 two to a byte, E4M3 / E5M2 a byte each, bf16
+// two bytes) and one scale per scale group (fp32 and power-of-two scales 4 bytes, E8M0 and
+// UE4M3 1 byte), plus NVFP4's fp32 tensor scale: MXFP8 is 8 + 8/32 = 8.25 bits per element,
+// MXFP4 4.25, NVFP4 4 + 8/16 = 4.5 and 32 bits per tensor, fp8-block's 1x128 blocks
+// 8 + 32/128 = 8.25.
+//
+// What a native block-scaled path holds beside the bf16 plan (src/model/model.h's MemoryPlan) for
+// the block linears of the quantized layers: each weight's quantized copies (the forward's,
+// along C, and the dgrad's of W^T, along OC; one copy when both are the same 2-D tiles), and
+// the inputs the backward needs, quantized in the forward as the wgrad GEMM takes them
+// (input^T along the tokens), in place of their bf16 copies. The CPU emulation keeps the
+// bf16 copies and quantizes on the fly; `train_gpt memory` shows both.
+#pragma once
+#include <cstddef>
+
+#include "src/model/model.h"
+#include "src/numerics/recipe.h"
+
+namespace tg {
+
+size_t quantized_operand_bytes(const OperandRecipe& o, size_t rows, size_t cols);
+double quantized_bits(const OperandRecipe& o, size_t rows, size_t cols);
+
+struct QuantMemoryPlan {
+  size_t weight_copies = 0;           // quantized weights, forward and dgrad orientations
+  size_t saved_inputs_bf16 = 0;       // the quantized linears' inputs as the bf16 plan keeps them
+  size_t saved_inputs_quantized = 0;  // the same, quantized as wgrad's input^T operand
+  // Bits per element of layer 0's fc (a representative shape): forward input and weight,
+  // wgrad input (0 when no layer is quantized).
+  double input_bits = 0, weight_bits = 0, wgrad_input_bits = 0;
+  int quantized_layers = 0;
+};
+QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r, int B, int T);
+
+}  // namespace tg

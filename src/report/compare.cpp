@@ -1,0 +1,402 @@
+#include "compare.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "report.h"
+#include "src/base/common.h"
+#include "src/base/fileio.h"
+#include "src/config/config.h"
+#include "src/data/prepare.h"
+#include "src/training/run_dir.h"
+#include "src/training/train.h"
+#include "stats.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+namespace {
+
+// What each name on --modes means: a precision mode and the config keys the study sets beyond
+// it (an overlay, each key set as `--key=value` would set it). Every study also sets
+// precision.stochastic_rounding (off unless its overlay says otherwise).
+using Overlay = std::vector<std::pair<std::string, std::string>>;
+struct ModeSpec {
+  std::string name;
+  Mode mode;
+  const char* what;
+  Overlay overlay;
+};
+
+// NVFP4's ingredients (arXiv 2509.25149), switched off one at a time by the ablation studies
+// below so that a study shows what each buys: the overlay that leaves on those in `on`.
+enum Nvfp4Ingredients {
+  kSr = 1,        // stochastic rounding of the output gradients
+  kRht = 2,       // 16-point random Hadamard transform of the wgrad operands
+  kTiles2d = 4,   // 16x16 weight tiles
+  kBf16Last = 8,  // the last layer's linears in bf16
+  kAllIngredients = kSr | kRht | kTiles2d | kBf16Last,
+};
+Overlay nvfp4_ingredients(int on) {
+  auto flag = [&](int bit) -> std::string { return (on & bit) ? "true" : "false"; };
+  return {{"precision.recipe.stochastic_grads", flag(kSr)},
+          {"precision.recipe.hadamard", flag(kRht)},
+          {"precision.recipe.weight_2d", flag(kTiles2d)},
+          {"precision.recipe.bf16_last", (on & kBf16Last) ? "-1" : "0"}};
+}
+Overlay operator+(Overlay a, const Overlay& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The study named after a mode plus `suffix` ("" for the mode as it is).
+std::string named(Mode m, const char* suffix) { return mode_name(m) + std::string(suffix); }
+const char* const kNoScale = "-noscale";  // the default --modes names fp16's
+
+// One study per entry: its name, mode and description first.
+// clang-format off
+// Each mode as it is (fp8 with its scaling spelled out), and the 16-bit modes' variants.
+std::vector<ModeSpec> plain_studies() {
+  return {
+      {named(Mode::FP32, ""), Mode::FP32, "fp32 everywhere", {}},
+      {named(Mode::BF16, ""), Mode::BF16,
+       "bf16 weights, activations and gradients; fp32 master weights", {}},
+      {named(Mode::BF16, "-sr"), Mode::BF16, "bf16 with stochastic rounding of the weight copy",
+       {{"precision.stochastic_rounding", "true"}}},
+      {named(Mode::FP16, ""), Mode::FP16, "fp16 with dynamic loss scaling",
+       {{"precision.loss_scale.kind", "dynamic"}}},
+      {named(Mode::FP16, kNoScale), Mode::FP16, "fp16 without loss scaling",
+       {{"precision.loss_scale.kind", "none"}}},
+      {named(Mode::FP8, ""), Mode::FP8,
+       "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling",
+       {{"precision.fp8.recipe", "delayed"}}},
+      {named(Mode::FP8, "-current"), Mode::FP8, "fp8 with current (just-in-time) scaling",
+       {{"precision.fp8.recipe", "current"}}},
+      // The block-scaled recipes (src/numerics/recipe.h; options: precision.recipe.*).
+      {named(Mode::FP8Rowwise, ""), Mode::FP8Rowwise,
+       "block linears in E4M3 with one fp32 scale per row", {}},
+      {named(Mode::FP8Block, ""), Mode::FP8Block,
+       "block linears in E4M3, fp32 scales per 1x128 block (activations, gradients) and 128x128 "
+       "tile (weights)",
+       {}},
+      {named(Mode::MXFP8, ""), Mode::MXFP8,
+       "block linears in MXFP8: E4M3 with an E8M0 scale per 32", {}},
+      {named(Mode::MXFP4, ""), Mode::MXFP4,
+       "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad", {}},
+      {named(Mode::NVFP4, ""), Mode::NVFP4,
+       "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
+       "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in "
+       "bf16",
+       {}},
+  };
+}
+
+// The ablation study of NVFP4's ingredients: each takes exactly one away (bare: all).
+std::vector<ModeSpec> nvfp4_ablations() {
+  return {
+      {named(Mode::NVFP4, "-no-sr"), Mode::NVFP4,
+       "nvfp4 without stochastic rounding of the gradients (round to nearest)",
+       nvfp4_ingredients(kAllIngredients & ~kSr)},
+      {named(Mode::NVFP4, "-no-rht"), Mode::NVFP4,
+       "nvfp4 without the random Hadamard transform of wgrad",
+       nvfp4_ingredients(kAllIngredients & ~kRht)},
+      {named(Mode::NVFP4, "-no-2d"), Mode::NVFP4,
+       "nvfp4 with 1x16 weight blocks instead of 16x16 tiles",
+       nvfp4_ingredients(kAllIngredients & ~kTiles2d)},
+      {named(Mode::NVFP4, "-no-bf16last"), Mode::NVFP4, "nvfp4 with the last layer quantized too",
+       nvfp4_ingredients(kAllIngredients & ~kBf16Last)},
+      {named(Mode::NVFP4, "-bare"), Mode::NVFP4,
+       "nvfp4 without any of them: E2M1 with UE4M3 scales per 1x16 and the tensor scale, nearest "
+       "rounding, every layer quantized",
+       nvfp4_ingredients(0)},
+  };
+}
+
+// precision.mode=auto and the outlier-handling study.
+std::vector<ModeSpec> adaptive_studies() {
+  const Overlay smooth = {{"precision.recipe.smooth", "true"}};
+  return {
+      {named(Mode::Auto, ""), Mode::Auto,
+       "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
+       "precision.auto.threshold_db (src/precision/auto_precision.h)",
+       {}},
+      // Outlier handling (docs/precision.md: Adaptive precision; docs/outlier-study), each beside the plain
+      // recipe it changes: the same uniform NVFP4 in every layer as nvfp4-no-bf16last, with the
+      // outlier channels of the forward GEMMs split out into bf16 (auto's machinery with NVFP4
+      // as its only candidate), or every channel smoothed.
+      {named(Mode::NVFP4, "-split"), Mode::Auto,
+       "nvfp4 in every layer with the outlier input channels of the forward GEMMs in bf16 (auto, "
+       "nvfp4 its only candidate, precision.auto.outliers=split)",
+       {{"precision.auto.candidates", mode_name(Mode::NVFP4)},
+        {"precision.auto.priors", "false"},
+        {"precision.auto.outliers", "split"}}},
+      {named(Mode::NVFP4, "-smooth"), Mode::NVFP4,
+       "nvfp4 in every layer with SmoothQuant smoothing of the forward GEMMs "
+       "(precision.recipe.smooth)",
+       nvfp4_ingredients(kAllIngredients & ~kBf16Last) + smooth},
+      {named(Mode::FP8Rowwise, "-smooth"), Mode::FP8Rowwise,
+       "fp8-rowwise with SmoothQuant smoothing of the forward GEMMs (precision.recipe.smooth)",
+       smooth},
+      {named(Mode::Auto, "-nosplit"), Mode::Auto,
+       "auto with outlier channels only counted (precision.auto.outliers=none)",
+       {{"precision.auto.outliers", "none"}}},
+      {named(Mode::Auto, "-smooth"), Mode::Auto,
+       "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
+       {{"precision.auto.outliers", "smooth"}}},
+  };
+}
+// clang-format on
+
+// Every study, in --modes' order.
+const std::vector<ModeSpec>& compare_modes() {
+  static const std::vector<ModeSpec> modes = [] {
+    std::vector<ModeSpec> all = plain_studies();
+    for (auto part : {nvfp4_ablations(), adaptive_studies()})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  }();
+  return modes;
+}
+
+std::string mode_names_text() {
+  std::string all;
+  for (const ModeSpec& m : compare_modes()) all += (all.empty() ? "" : ", ") + m.name;
+  return all;
+}
+
+const ModeSpec& find_compare_mode(const std::string& name) {
+  for (const ModeSpec& m : compare_modes())
+    if (name == m.name) return m;
+  throw UsageError(
+      strf("compare: unknown mode '%s' (one of %s)", name.c_str(), mode_names_text().c_str()));
+}
+
+// The config a run directory was trained with, without the keys that only say how a run
+// was started (so a resumed run matches the one it continues).
+json comparable_config(json c) {
+  if (c.contains("checkpoint")) c["checkpoint"].erase("resume");
+  if (c.contains("train")) {
+    c["train"].erase("overwrite");
+    c["train"].erase("stop_at_step");
+  }
+  return c;
+}
+
+// Re-running the same compare continues it: a finished run is reused (its summary is
+// returned), an interrupted one resumes from its checkpoint, and a directory trained with
+// another config is moved aside (train.overwrite) rather than mixed in.
+json prepare_mode_run(Config& c, const std::string& name) {
+  const std::string dir = c.train.out_dir;
+  if (earlier_run_files(dir).empty()) return nullptr;
+  const json old_cfg = read_json_or_null(join_path(dir, "config.json"));
+  const bool same =
+      !old_cfg.is_null() && comparable_config(old_cfg) == comparable_config(config_to_json(c));
+  if (!same) {
+    printf("compare: %s holds a run with another config; it is moved aside\n", dir.c_str());
+    c.train.overwrite = true;
+    return nullptr;
+  }
+  const json summary = read_json_or_null(join_path(dir, "summary.json"));
+  if (summary.is_object() && summary.contains("final_val_loss") &&
+      summary.value("steps", -1) == c.train.steps) {
+    printf("compare: %s finished earlier with this config; reusing %s/summary.json\n", name.c_str(),
+           dir.c_str());
+    return summary;
+  }
+  printf("compare: %s was interrupted; resuming it from %s\n", name.c_str(), dir.c_str());
+  c.checkpoint.resume = true;
+  return nullptr;
+}
+
+// Sets the precision keys that mode `spec` means.
+void apply_mode(Config& c, const ModeSpec& spec) {
+  c.precision.mode = spec.mode;
+  c.precision.stochastic_rounding = false;
+  for (const auto& kv : spec.overlay) config_set(c, kv.first, kv.second);
+}
+
+// How much of the config a mode sets beyond precision.mode: a run is named after the most
+// specific mode that reproduces its precision keys (plain nvfp4 keeps whatever the config
+// says, so it would also match every ablation; an ablation with smoothing added matches the
+// ablation too).
+size_t mode_specificity(const ModeSpec& m) { return m.overlay.size(); }
+
+// One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
+json run_one(const Config& base, const std::string& out, const ModeSpec& spec, int64_t seed,
+             int nseeds) {
+  Config c = base;
+  apply_mode(c, spec);
+  c.train.seed = seed;
+  c.train.out_dir = nseeds > 1
+                        ? join_path(join_path(out, spec.name), strf("seed%lld", (long long)seed))
+                        : join_path(out, spec.name);
+  c.checkpoint.resume = false;
+  c.train.overwrite = false;
+  json r = {{"seed", seed}, {"dir", c.train.out_dir}};
+  try {
+    const json earlier = prepare_mode_run(c, spec.name);
+    r["summary"] = earlier.is_null() ? run_training(c) : earlier;
+    if (!earlier.is_null()) r["reused"] = true;
+  } catch (const Error& e) {
+    // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash.
+    r["error"] = e.what();
+    printf("compare: %s seed %lld failed: %s\n", spec.name.c_str(), (long long)seed, e.what());
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string compare_mode_of(const Config& c) {
+  const json have = config_to_json(c)["precision"];
+  std::vector<const ModeSpec*> by_specificity;
+  for (const ModeSpec& m : compare_modes()) by_specificity.push_back(&m);
+  std::stable_sort(by_specificity.begin(), by_specificity.end(),
+                   [](const ModeSpec* a, const ModeSpec* b) {
+                     return mode_specificity(*a) > mode_specificity(*b);
+                   });
+  for (const ModeSpec* m : by_specificity) {
+    Config x = c;
+    apply_mode(x, *m);
+    if (config_to_json(x)["precision"] == have) return m->name;
+  }
+  return "";
+}
+
+std::string compare_mode_what(const std::string& name) { return find_compare_mode(name).what; }
+
+std::vector<std::string> compare_mode_names() {
+  std::vector<std::string> names;
+  for (const ModeSpec& m : compare_modes()) names.push_back(m.name);
+  return names;
+}
+
+void apply_compare_mode(Config& c, const std::string& name) {
+  apply_mode(c, find_compare_mode(name));
+}
+
+namespace {
+
+// What `train_gpt compare` was asked for.
+struct CompareArgs {
+  Config base;
+  std::vector<std::string> modes;  // compare_modes() names
+  std::string out;
+  int nseeds = 3;
+  double quality = 0.02, quality_loss = 0;
+};
+
+// The command line into *a; false when --help was printed.
+bool parse_compare_args(int argc, char** argv, CompareArgs* a) {
+  const std::string default_modes = mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16}) + "," +
+                                    named(Mode::FP16, kNoScale) + "," + mode_name(Mode::FP8);
+  std::vector<ExtraOption> opts = {
+      {"modes", "comma-separated: " + mode_names_text(), default_modes},
+      {"out", "output directory", "runs/compare"},
+      int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),
+      number_option("quality",
+                    "time-to-quality target: within this fraction of the loss floor "
+                    "(datasets with a floor)",
+                    "0.02", 0, 10),
+      number_option("quality_loss",
+                    "time-to-quality target as a val loss (datasets without a "
+                    "floor; 0: none)",
+                    "0", 0, 1e6)};
+  std::vector<std::pair<std::string, std::string>> ex;
+  if (!config_parse_args(&a->base, argc, argv, "train_gpt compare", opts, &ex)) return false;
+  std::string modes_arg;
+  for (auto& kv : ex) {
+    if (kv.first == "modes") modes_arg = kv.second;
+    if (kv.first == "out") a->out = kv.second;
+    if (kv.first == "seeds") a->nseeds = atoi(kv.second.c_str());
+    if (kv.first == "quality") a->quality = atof(kv.second.c_str());
+    if (kv.first == "quality_loss") a->quality_loss = atof(kv.second.c_str());
+  }
+  for (size_t pos = 0, next; pos <= modes_arg.size(); pos = next + 1) {
+    next = modes_arg.find(',', pos);
+    if (next == std::string::npos) next = modes_arg.size();
+    std::string m = modes_arg.substr(pos, next - pos);
+    if (!m.empty()) {
+      find_compare_mode(m);
+      a->modes.push_back(m);
+    }
+  }
+  if (a->modes.empty()) throw UsageError("compare: --modes is empty");
+  return true;
+}
+
+// Runs finished so far, for the progress lines' ETA.
+struct Progress {
+  int total = 0, done = 0, reused = 0;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+};
+
+// Every seed of one mode, one progress line per finished run; the mode's entry of the results.
+json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
+  const ModeSpec& spec = find_compare_mode(name);
+  json runs = json::array();
+  for (int k = 0; k < a.nseeds; k++) {
+    const int64_t seed = a.base.train.seed + k;
+    printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what, (long long)seed);
+    fflush(stdout);
+    runs.push_back(run_one(a.base, a.out, spec, seed, a.nseeds));
+    p->done++;
+    const double el =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p->t0).count();
+    json& last = runs.back();
+    // The ETA counts the runs trained here, not the ones reused from an earlier compare.
+    if (last.value("reused", false)) p->reused++;
+    const int trained = p->done - p->reused;
+    const std::string eta =
+        trained > 0 ? fmt_duration(el / trained * (p->total - p->done)) : std::string("?");
+    last.erase("reused");
+    printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", p->done, p->total,
+           name.c_str(), (long long)seed,
+           last.contains("summary") && last["summary"]["final_val_loss"].is_number()
+               ? strf("val %.4f", last["summary"]["final_val_loss"].get<double>()).c_str()
+               : "failed",
+           fmt_duration(el).c_str(), eta.c_str());
+    fflush(stdout);
+  }
+  return {{"name", name}, {"what", spec.what}, {"runs", runs}};
+}
+
+}  // namespace
+
+int cmd_compare(int argc, char** argv) {
+  CompareArgs a;
+  if (!parse_compare_args(argc, argv, &a)) return 0;
+  config_validate(a.base);
+  make_dirs(a.out);
+  const json meta = read_dataset_meta(a.base.data.train);
+  const double floor = dataset_loss_floor(meta, a.base.data.seq_len);
+
+  // Every mode x seed.
+  Progress progress;
+  progress.total = int(a.modes.size()) * a.nseeds;
+  json results = json::array();
+  for (const std::string& name : a.modes) results.push_back(run_mode(a, name, &progress));
+  ReportSpec spec;
+  spec.out = a.out;
+  for (const auto& r : results) spec.groups.push_back({r["name"], r["what"], r["runs"]});
+  spec.config = config_to_json(a.base);
+  spec.floor = floor;
+  spec.plateau = dataset_plateau_loss(meta, a.base.data.seq_len);
+  spec.quality = a.quality;
+  spec.quality_loss = a.quality_loss;
+  if (std::find(a.modes.begin(), a.modes.end(), mode_name(Mode::FP32)) == a.modes.end())
+    spec.reference = a.modes[0];
+  const std::string md = write_report(spec);
+  printf("\n%s\nwrote %s/report.md\n", md.c_str(), a.out.c_str());
+  return 0;
+}
+
+}  // namespace tg

@@ -1,0 +1,771 @@
+#include "report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "src/base/common.h"
+#include "src/base/fileio.h"
+#include "src/config/config.h"
+#include "src/data/prepare.h"
+#include "stats.h"
+
+namespace tg {
+using json = nlohmann::json;
+
+json read_json_or_null(const std::string& path) {
+  if (!file_exists(path)) return nullptr;
+  try {
+    std::vector<char> b = read_file(path, "run file");
+    return json::parse(b.begin(), b.end());
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+namespace {
+
+std::string scripts_dir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    buf[n] = 0;
+    std::string d = join_path(dirname_of(buf), "scripts");
+    if (file_exists(join_path(d, "plot_compare.py"))) return d;
+  }
+  return "scripts";
+}
+
+std::string num(const json& j, const char* fmt) {
+  return j.is_number() ? strf(fmt, j.get<double>()) : std::string("n/a");
+}
+
+// Steps until the val loss first came down to `target`; -1 when it never did.
+int64_t first_val_step_below(const std::string& dir, double target) {
+  const std::string path = join_path(dir, "metrics.jsonl");
+  if (!std::isfinite(target) || !file_exists(path)) return -1;
+  const std::vector<char> b = read_file(path, "metrics file");
+  size_t pos = 0;
+  const std::string text(b.begin(), b.end());
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    try {
+      const json j = json::parse(text.substr(pos, end - pos));
+      if (j.value("kind", "") == "val" && j["val_loss"].get<double>() <= target)
+        return j["step"].get<int64_t>();
+    } catch (const std::exception&) {
+    }
+    pos = end + 1;
+  }
+  return -1;
+}
+
+std::vector<double> finals(const json& runs, const char* key) {
+  std::vector<double> v;
+  for (const auto& r : runs)
+    if (r.contains("summary") && r["summary"].value(key, json(nullptr)).is_number())
+      v.push_back(r["summary"][key].get<double>());
+  return v;
+}
+
+const json* first_summary(const json& runs) {
+  for (const auto& run : runs)
+    if (run.contains("summary")) return &run["summary"];
+  return nullptr;
+}
+
+double quality_target(const ReportSpec& s) {
+  if (std::isfinite(s.floor)) return s.floor * (1 + s.quality);
+  return s.quality_loss > 0 ? s.quality_loss : NAN;
+}
+
+// Per run: the steps to quality and, on the toy task, the step at which the val loss left
+// the copy plateau (came below the middle of plateau and floor); -1: never.
+void annotate_runs(json& runs, double target, double plateau_mid) {
+  for (auto& r : runs) {
+    const std::string dir = r.value("dir", "");
+    r["steps_to_quality"] = first_val_step_below(dir, target);
+    if (std::isfinite(plateau_mid)) r["plateau_left_step"] = first_val_step_below(dir, plateau_mid);
+    const json cfg = read_json_or_null(join_path(dir, "config.json"));
+    if (cfg.is_object() && cfg.contains("train")) r["threads"] = cfg["train"].value("threads", 0);
+  }
+}
+
+// One line per run: where each mode's spread comes from.
+std::string runs_md(const json& groups, bool plateau_col) {
+  std::string md = "\nEvery run (threads: train.threads, the CPU part count that fixes fp32's ";
+  md += "summation order):\n\n| mode | seed | threads | final val loss |";
+  md += plateau_col ? " left the plateau at step |" : "";
+  md += " steps to quality | directory |\n|---|---:|---:|---:|";
+  md += plateau_col ? "---:|" : "";
+  md += "---:|---|\n";
+  auto step = [](const json& r, const char* k) {
+    const int64_t s = r.value(k, int64_t(-1));
+    return s < 0 ? std::string("never") : std::to_string(s);
+  };
+  for (const auto& g : groups)
+    for (const auto& r : g["runs"]) {
+      const json& sm = r.value("summary", json::object());
+      md += strf("| %s | %lld | %d | %s |", g["name"].get<std::string>().c_str(),
+                 (long long)r.value("seed", 0LL), r.value("threads", 0),
+                 num(sm.value("final_val_loss", json(nullptr)), "%.4f").c_str());
+      if (plateau_col) md += " " + step(r, "plateau_left_step") + " |";
+      md += " " + step(r, "steps_to_quality") + " | `" + r.value("dir", std::string()) + "` |\n";
+    }
+  return md;
+}
+
+// Per group: the spread of the final val loss over seeds, the verdict against the
+// reference and the steps (and seconds) to quality, from annotated runs.
+json group_stats(const json& runs, const std::vector<double>* ref, const std::string& ref_name) {
+  const std::vector<double> vals = finals(runs, "final_val_loss");
+  const Sample s = describe_sample(vals);
+  json st = {{"seeds_finished", vals.size()}, {"seeds", runs.size()}};
+  if (!vals.empty())
+    st.update(
+        {{"val_mean", s.mean}, {"val_std", s.stddev}, {"val_min", s.min}, {"val_max", s.max}});
+  const std::vector<double> tps = finals(runs, "tokens_per_second");
+  if (!tps.empty()) st["tokens_per_second"] = describe_sample(tps).mean;
+  if (ref) {
+    const Verdict v = loss_verdict(vals, *ref, ref_name);
+    st["verdict"] = v.kind;
+    st["verdict_text"] = v.text;
+    if (v.test.valid) st.update({{"diff", v.test.diff}, {"t", v.test.t}, {"p", v.test.p}});
+  }
+  std::vector<double> steps, seconds, plateau;
+  for (const auto& r : runs) {
+    if (r.value("plateau_left_step", -1) >= 0)
+      plateau.push_back(r["plateau_left_step"].get<double>());
+    const int64_t k = r.value("steps_to_quality", int64_t(-1));
+    if (k < 0) continue;
+    steps.push_back(double(k));
+    // Seconds at that step: the run's mean step time (its wall time over its steps).
+    const json& sm = r.value("summary", json::object());
+    if (sm.value("steps", 0) > 0 && sm.value("wall_seconds", json(nullptr)).is_number())
+      seconds.push_back(double(k) * sm["wall_seconds"].get<double>() / sm["steps"].get<double>());
+  }
+  st["quality_reached"] = steps.size();
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  if (!steps.empty()) st["steps_to_quality_median"] = median(steps);
+  if (!seconds.empty()) st["seconds_to_quality_median"] = median(seconds);
+  st["plateau_left"] = plateau.size();
+  if (!plateau.empty()) st["plateau_left_median"] = median(plateau);
+  return st;
+}
+
+std::string header_md(const ReportSpec& s, int max_seeds) {
+  const json& m = s.config.value("model", json::object());
+  const json& d = s.config.value("data", json::object());
+  const json& t = s.config.value("train", json::object());
+  std::string md = "# " + s.title + "\n\n";
+  md += strf(
+      "Model: %d layers, %d heads, %d channels, vocabulary %d; batch %d x %d; %d steps; "
+      "up to %d run(s) per mode, seeds from %lld; data `%s`.\n\n",
+      m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0), m.value("vocab_size", 0),
+      d.value("batch_size", 0), d.value("seq_len", 0), t.value("steps", 0), max_seeds,
+      (long long)t.value("seed", 0LL), d.value("train", std::string("?")).c_str());
+  if (std::isfinite(s.floor))
+    md += strf("Loss floor of the dataset: %.4f nats/token.\n\n", s.floor);
+  return md;
+}
+
+std::string quality_column(const ReportSpec& s) {
+  if (std::isfinite(s.floor)) return strf("steps (s) to within %g%% of the floor", 100 * s.quality);
+  if (s.quality_loss > 0) return strf("steps (s) to val %.4f", s.quality_loss);
+  return "steps to quality";
+}
+
+std::string quality_cell(const json& st) {
+  const int reached = st["quality_reached"].get<int>(), all = st["seeds"].get<int>();
+  if (reached == 0) return strf("not reached (0/%d)", all);
+  std::string q = strf("%.0f", st["steps_to_quality_median"].get<double>());
+  if (st.contains("seconds_to_quality_median"))
+    q += strf(" (%.0f s)", st["seconds_to_quality_median"].get<double>());
+  return q + strf(", %d/%d runs", reached, all);
+}
+
+std::string table_row(const RunGroup& g, const json& st, const json* ref, double ref_tps,
+                      bool is_ref, bool plateau_col) {
+  const json* s = first_summary(g.runs);
+  if (!s)
+    return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) +
+           (plateau_col ? " |||||||||||\n" : " ||||||||||\n");
+  std::string dval, dtps, dmem;
+  if (st.contains("diff")) dval = strf("%+.4f", st["diff"].get<double>());
+  if (ref_tps > 0 && st.contains("tokens_per_second"))
+    dtps = strf("%.2fx", st["tokens_per_second"].get<double>() / ref_tps);
+  if (ref)
+    dmem = strf("%.2fx", (*s)["peak_memory_bytes"].get<double>() /
+                             (*ref)["peak_memory_bytes"].get<double>());
+  int skipped = 0;
+  for (const auto& run : g.runs)
+    if (run.contains("summary")) skipped += run["summary"].value("skipped_steps", 0);
+  const int finished = st["seeds_finished"].get<int>(), all = st["seeds"].get<int>();
+  std::string val = st.contains("val_mean") ? strf("%.4f ± %.4f", st["val_mean"].get<double>(),
+                                                   st["val_std"].get<double>())
+                                            : "n/a";
+  if (finished < all) val += strf(" (%d of %d runs)", finished, all);
+  const std::string minmax =
+      st.contains("val_min")
+          ? strf("%.4f / %.4f", st["val_min"].get<double>(), st["val_max"].get<double>())
+          : "";
+  const std::string verdict = is_ref ? "reference" : st.value("verdict_text", std::string("n/a"));
+  std::string plateau;
+  if (plateau_col) {
+    const int left = st["plateau_left"].get<int>();
+    plateau = left == 0
+                  ? strf(" never (0/%d) |", all)
+                  : strf(" %.0f, %d/%d runs |", st["plateau_left_median"].get<double>(), left, all);
+  }
+  return strf("| %s | %s | %s | %s | %s |%s %s | %s | %s | %.1f MiB | %s | %d |\n", g.name.c_str(),
+              val.c_str(), minmax.c_str(), dval.c_str(), verdict.c_str(), plateau.c_str(),
+              quality_cell(st).c_str(),
+              num(st.value("tokens_per_second", json(nullptr)), "%.0f").c_str(), dtps.c_str(),
+              (*s)["peak_memory_bytes"].get<double>() / 1048576.0, dmem.c_str(), skipped);
+}
+
+std::string numerics_md(const std::vector<RunGroup>& groups) {
+  bool any = false;
+  for (const auto& g : groups)
+    any |= first_summary(g.runs) && first_summary(g.runs)->contains("numerics");
+  if (!any) return "";
+  std::string md =
+      "\nNumerics (precision.telemetry_every, first seed): share of stored values that are "
+      "exactly zero (where underflow lands), subnormal (precision already lost) or non-finite, "
+      "over all sampled steps.\n\n"
+      "| mode | weight grads zero | weight grads subnormal | activation grads zero | "
+      "activation grads subnormal | activations subnormal | non-finite |\n"
+      "|---|---:|---:|---:|---:|---:|---:|\n";
+  auto pct = [](const json& g, const char* k) {
+    return g.is_object() && g.contains(k) ? strf("%.3f%%", 100 * g[k].get<double>())
+                                          : std::string("n/a");
+  };
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (!fs || !fs->contains("numerics")) continue;
+    const json& nm = (*fs)["numerics"];
+    double nonfinite = 0;
+    for (const char* k : {"act", "dact", "grad"})
+      if (nm.contains(k)) nonfinite = std::max(nonfinite, nm[k]["nonfinite_frac"].get<double>());
+    md += "| " + g.name + " | " + pct(nm["grad"], "zero_frac") + " | " +
+          pct(nm["grad"], "subnormal_frac") + " | " + pct(nm["dact"], "zero_frac") + " | " +
+          pct(nm["dact"], "subnormal_frac") + " | " + pct(nm["act"], "subnormal_frac") + " | " +
+          strf("%.3f%%", 100 * nonfinite) + " |\n";
+  }
+  md +=
+      "\nActivations include the attention matrix, whose upper triangle is zero by "
+      "causality in every mode; compare zero fractions against the reference row.\n";
+  return md;
+}
+
+// Gradient underflow, named per mode: a loss that matches the reference does not mean the
+// precision held (fp16 without loss scaling can flush a sixth of its activation gradients to
+// zero and still reach the floor of an easy task). A mode is flagged when a gradient kind has
+// at least 1 point more zeros than the reference, or at least 5% of its values subnormal.
+json underflow_flags(const json& numerics, const json* ref_numerics) {
+  json flags = json::array();
+  for (const char* kind : {"dact", "grad"}) {
+    if (!numerics.contains(kind)) continue;
+    const json& n = numerics[kind];
+    const double zero = n.value("zero_frac", 0.0), sub = n.value("subnormal_frac", 0.0);
+    const double ref_zero = ref_numerics && ref_numerics->contains(kind)
+                                ? (*ref_numerics)[kind].value("zero_frac", 0.0)
+                                : 0.0;
+    if (zero - ref_zero >= 0.01 || sub >= 0.05)
+      flags.push_back({{"tensors", kind},
+                       {"zero_frac", zero},
+                       {"reference_zero_frac", ref_zero},
+                       {"subnormal_frac", sub}});
+  }
+  return flags;
+}
+
+std::string underflow_md(const std::vector<RunGroup>& groups, const std::string& reference) {
+  const json* ref_nm = nullptr;
+  for (const auto& g : groups)
+    if (g.name == reference && first_summary(g.runs) && first_summary(g.runs)->contains("numerics"))
+      ref_nm = &(*first_summary(g.runs))["numerics"];
+  std::string md;
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (g.name == reference || !fs || !fs->contains("numerics")) continue;
+    std::string what;
+    for (const auto& f : underflow_flags((*fs)["numerics"], ref_nm)) {
+      const std::string k = f["tensors"] == "dact" ? "activation" : "weight";
+      what += strf("%s%.1f%% of the %s gradients stored as zero (%s: %.2f%%), %.1f%% subnormal",
+                   what.empty() ? "" : "; ", 100 * f["zero_frac"].get<double>(), k.c_str(),
+                   reference.c_str(), 100 * f["reference_zero_frac"].get<double>(),
+                   100 * f["subnormal_frac"].get<double>());
+    }
+    if (!what.empty()) md += "- **" + g.name + "**: gradient underflow: " + what + ".\n";
+  }
+  if (md.empty()) return "";
+  return "\nUnderflow (flagged at 1 point more zeros than " + reference +
+         " or 5% subnormal): the precision these modes lose, whatever the loss verdict says "
+         "it cost on this task.\n\n" +
+         md;
+}
+
+// The block-scaled modes' quantization error at their last telemetry step (first seed):
+// SQNR per GEMM operand over every quantized slot (and the least slot's), and the worst
+// operand's shares of zeros and of saturating and underflowing block scales.
+std::string quant_md(const std::vector<RunGroup>& groups) {
+  static const char* kOperands[] = {"forward input", "forward weight", "dgrad grad",
+                                    "dgrad weight",  "wgrad grad",     "wgrad input"};
+  std::string md;
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (!fs || !fs->contains("quant") || !(*fs)["quant"].is_object()) continue;
+    const json& q = (*fs)["quant"];
+    const json& ops = q["operands"];
+    std::string row = "| " + g.name + " | " + std::to_string(q.value("step", 0)) + " |";
+    double zero = 0, sat = 0, under = 0;
+    for (const char* op : kOperands) {
+      if (!ops.contains(op)) {
+        row += " bf16 |";
+        continue;
+      }
+      const json& o = ops[op];
+      row += " " + num(o["sqnr_db"], "%.1f") + " (" + num(o["least_sqnr_db"], "%.1f") + ") |";
+      zero = std::max(zero, o.value("zero_frac", 0.0));
+      sat = std::max(sat, o.value("block_saturated_frac", 0.0));
+      under = std::max(under, o.value("block_underflow_frac", 0.0));
+    }
+    md += row + strf(" %.1f%% | %.1f%% | %.2f%% |\n", 100 * zero, 100 * sat, 100 * under);
+  }
+  if (md.empty()) return "";
+  return "\nQuantization error of each block-scaled recipe at its last telemetry step (first "
+         "seed), per GEMM operand: SQNR in dB of the quantized operand against its bf16 values "
+         "over all quantized layers (the least layer's in brackets); then, for the worst "
+         "operand, the share of elements that quantize to zero and the shares of scale "
+         "groups with a clipped element (saturated) and with a scale at or below its format's "
+         "least normal value (underflow). bf16: not quantized.\n\n"
+         "| mode | step | fwd input | fwd weight | dgrad grad | dgrad weight | wgrad grad | "
+         "wgrad input | zeros | blocks saturated | blocks underflowing |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+         md;
+}
+
+// precision.mode=auto: each run's final formats (first seed), per layer and block linear,
+// counted over the linear's six GEMM operands.
+std::string auto_md(const std::vector<RunGroup>& groups) {
+  std::string md;
+  for (const auto& g : groups) {
+    const json* fs = first_summary(g.runs);
+    if (!fs || !fs->contains("auto")) continue;
+    const json& a = (*fs)["auto"];
+    md += strf(
+        "\n%s: final formats (first seed; %.0f%% of block-linear FLOPs in <= 8 bits), "
+        "counted over each linear's six GEMM operands.\n\n"
+        "| layer | qkv | attproj | fc | fcproj |\n|---:|---|---|---|---|\n",
+        g.name.c_str(), 100 * a.value("low_bit_flop_share", 0.0));
+    for (size_t l = 0; l < a["formats"].size(); l++) {
+      md += strf("| %zu |", l);
+      for (const char* lin : {"qkv", "attproj", "fc", "fcproj"}) {
+        std::map<std::string, int> count;
+        std::string split;
+        for (const auto& [op, f] : a["formats"][l][lin].items()) {
+          if (f.is_string()) count[f.get<std::string>()]++;
+          if (op == "split_channels" && f.is_array() && !f.empty()) split = f.dump();
+        }
+        std::string cell;
+        for (const auto& [f, n] : count)
+          cell += (cell.empty() ? "" : ", ") + strf("%s x%d", f.c_str(), n);
+        md += " " + cell + (split.empty() ? "" : "; split channels " + split) + " |";
+      }
+      md += "\n";
+    }
+  }
+  return md;
+}
+
+// Runs scripts/plot_compare.py; returns the pictures it wrote, in report order.
+std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s) {
+  std::string cmd = "/usr/bin/python3";
+  if (access(cmd.c_str(), X_OK) != 0) cmd = "python3";
+  cmd += " '" + join_path(scripts_dir(), "plot_compare.py") + "' '" + s.out + "' 2>&1";
+  const int rc = system(cmd.c_str());
+  std::vector<std::pair<std::string, std::string>> pics;
+  if (rc != 0) return pics;
+  auto add = [&](const std::string& file, const std::string& caption) {
+    if (file_exists(join_path(s.out, file))) pics.push_back({file, caption});
+  };
+  add("loss.png", "val loss: difference from the reference, and absolute");
+  add("loss_scale.png", "loss scale");
+  for (const auto& g : s.groups) {
+    add("numerics_" + g.name + ".png", g.name + ": numerics per layer and tensor over steps");
+    add("auto_" + g.name + ".png",
+        g.name + ": formats chosen per layer and GEMM operand over steps, beside SQNR");
+    add("quant_" + g.name + ".png",
+        g.name +
+            ": quantization error per layer and GEMM operand over steps (SQNR, zeros, "
+            "saturating scale groups)");
+  }
+  return pics;
+}
+
+}  // namespace
+
+namespace {
+
+// The report's groups as compare.json holds them (each run annotated, the group's
+// statistics against the reference), with the statistics apart for the table.
+struct GroupsJson {
+  json groups = json::array();
+  std::vector<json> stats;
+  int max_seeds = 0;
+};
+
+GroupsJson groups_json(const ReportSpec& spec, const RunGroup* ref_group, double target,
+                       double plateau_mid) {
+  const std::vector<double> ref_vals =
+      ref_group ? finals(ref_group->runs, "final_val_loss") : std::vector<double>();
+  GroupsJson out;
+  for (const auto& g : spec.groups) {
+    json runs = g.runs;
+    annotate_runs(runs, target, plateau_mid);
+    out.stats.push_back(group_stats(runs, ref_vals.empty() ? nullptr : &ref_vals, spec.reference));
+    const json* fs = first_summary(g.runs);
+    const json* rs = ref_group ? first_summary(ref_group->runs) : nullptr;
+    if (fs && fs->contains("numerics") && &g != ref_group)
+      out.stats.back()["underflow"] = underflow_flags(
+          (*fs)["numerics"], rs && rs->contains("numerics") ? &(*rs)["numerics"] : nullptr);
+    out.groups.push_back(
+        {{"name", g.name}, {"what", g.what}, {"runs", runs}, {"stats", out.stats.back()}});
+    out.max_seeds = std::max(out.max_seeds, int(g.runs.size()));
+  }
+  return out;
+}
+
+// The table of modes (one row a group) and what its verdict and columns mean.
+std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stats,
+                           const RunGroup* ref_group, double plateau_mid) {
+  const json* ref = ref_group ? first_summary(ref_group->runs) : nullptr;
+  const double ref_tps =
+      ref_group ? stats[ref_group - spec.groups.data()].value("tokens_per_second", 0.0) : 0.0;
+  const bool plateau_col = std::isfinite(plateau_mid);
+  std::string md = "| mode | final val loss (mean ± std) | min / max | vs " + spec.reference +
+                   " | verdict |" + (plateau_col ? " left the plateau at step |" : "") + " " +
+                   quality_column(spec) + " | tokens/s | vs " + spec.reference +
+                   " | peak memory | vs " + spec.reference + " | skipped steps |\n";
+  md += std::string("|---|---:|---:|---:|---|") + (plateau_col ? "---:|" : "") +
+        "---:|---:|---:|---:|---:|---:|\n";
+  for (size_t i = 0; i < spec.groups.size(); i++)
+    md += table_row(spec.groups[i], stats[i], ref, ref_tps, spec.groups[i].name == spec.reference,
+                    plateau_col);
+  md += strf(
+      "\nThe verdict compares each mode's final val losses over its runs (its seeds, and "
+      "thread counts where a report holds several) with %s's by "
+      "Welch's t-test (unequal variances, two-sided, alpha = 0.05); sigma is the difference in "
+      "units of its standard error. Seeds change the initialisation and the data order; mode "
+      "k's seed s and %s's seed s start from the same weights. The steps to quality are the "
+      "median over the runs that reached it, at the val evaluations (eval.every); the seconds "
+      "are those steps at the run's mean step time (tokens/s and seconds are only comparable "
+      "between runs that had the machine to themselves).\n",
+      spec.reference.c_str(), spec.reference.c_str());
+  if (plateau_col)
+    md += strf(
+        "\nA run has left the copy plateau (val loss %.4f: what a model that ignores the "
+        "context reaches) at its first val evaluation below %.4f, halfway from the plateau to "
+        "the floor; the column gives the median step over the runs that left it.\n",
+        spec.plateau, plateau_mid);
+  return md;
+}
+
+// The report's end: the modes' descriptions, the plots, where the raw data is.
+std::string closing_md(const ReportSpec& spec,
+                       const std::vector<std::pair<std::string, std::string>>& pics) {
+  std::string md =
+      "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "
+      "the backend allocated (weights, master weights, gradients, Adam state, activations).\n\n";
+  md += "Modes:\n\n";
+  for (const auto& g : spec.groups) md += "- **" + g.name + "**: " + g.what + "\n";
+  md += "\n";
+  for (const auto& [file, caption] : pics) md += "![" + caption + "](" + file + ")\n\n";
+  if (pics.empty())
+    md +=
+        "(No plots: scripts/plot_compare.py needs python3 with matplotlib, which "
+        "scripts/setup.sh installs.)\n\n";
+  md +=
+      "Raw data: `compare.json` and each run's directory (`metrics.jsonl`, `summary.json`, "
+      "`config.json`).\n";
+  return md;
+}
+
+}  // namespace
+
+std::string write_report(const ReportSpec& spec) {
+  const double target = quality_target(spec);
+  const RunGroup* ref_group = nullptr;
+  for (const auto& g : spec.groups)
+    if (g.name == spec.reference) ref_group = &g;
+  const double plateau_mid = (spec.plateau + spec.floor) / 2;
+  const GroupsJson gj = groups_json(spec, ref_group, target, plateau_mid);
+  const json compare = {
+      {"modes", gj.groups},
+      {"seeds", gj.max_seeds},
+      {"reference", spec.reference},
+      {"loss_floor", std::isfinite(spec.floor) ? json(spec.floor) : json(nullptr)},
+      {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)},
+      {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)},
+      {"config", spec.config}};
+  make_dirs(spec.out);
+  write_text_atomic(join_path(spec.out, "compare.json"), compare.dump(2) + "\n");
+  const auto pics = draw_plots(spec);
+
+  const bool plateau_col = std::isfinite(plateau_mid);
+  std::string md = header_md(spec, gj.max_seeds);
+  md += modes_table_md(spec, gj.stats, ref_group, plateau_mid);
+  md += runs_md(gj.groups, plateau_col);
+  md += numerics_md(spec.groups);
+  md += underflow_md(spec.groups, spec.reference);
+  md += quant_md(spec.groups);
+  md += auto_md(spec.groups);
+  md += closing_md(spec, pics);
+  write_text_atomic(join_path(spec.out, "report.md"), md);
+  return md;
+}
+
+// ---- train_gpt report RUN_DIR... ----
+
+namespace {
+
+double number_arg(const std::string& name, const std::string& text, double lo, double hi) {
+  char* end = nullptr;
+  const double x = strtod(text.c_str(), &end);
+  if (text.empty() || *end || !(x >= lo && x <= hi))
+    throw UsageError(
+        strf("report: --%s: '%s' is not a number in [%g, %g]", name.c_str(), text.c_str(), lo, hi));
+  return x;
+}
+
+struct FoundRun {
+  std::string dir;
+  json config, summary;  // summary null: unfinished
+};
+
+// A run directory (config.json + metrics.jsonl), a compare output (compare.json: its runs)
+// or a directory above run directories (searched two levels down).
+void find_runs(const std::string& dir, int depth, std::vector<FoundRun>& found) {
+  const json cmp = read_json_or_null(join_path(dir, "compare.json"));
+  if (cmp.is_object() && cmp.contains("modes")) {
+    for (const auto& m : cmp["modes"]) {
+      // A compare from before seeds: one run per mode, in dir/<mode>.
+      if (!m.contains("runs")) find_runs(join_path(dir, m.value("name", std::string())), 0, found);
+      for (const auto& r : m.value("runs", json::array())) {
+        std::string d = r.value("dir", std::string());
+        // compare.json names its runs as the compare command saw them; a copied report
+        // directory still finds them beside compare.json.
+        const std::string rel = join_path(join_path(dir, m.value("name", std::string())),
+                                          strf("seed%lld", (long long)r.value("seed", 0LL)));
+        if (!dir_exists(d))
+          d = dir_exists(rel) ? rel : join_path(dir, m.value("name", std::string()));
+        find_runs(d, 0, found);
+      }
+    }
+    return;
+  }
+  if (file_exists(join_path(dir, "config.json")) && file_exists(join_path(dir, "metrics.jsonl"))) {
+    const json cfg = read_json_or_null(join_path(dir, "config.json"));
+    if (!cfg.is_object()) throw Error(strf("report: %s/config.json cannot be read", dir.c_str()));
+    found.push_back({dir, cfg, read_json_or_null(join_path(dir, "summary.json"))});
+    return;
+  }
+  if (depth <= 0 || !dir_exists(dir)) return;
+  std::vector<std::string> subs;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_directory()) subs.push_back(e.path().string());
+  std::sort(subs.begin(), subs.end());
+  for (const auto& s : subs) find_runs(s, depth - 1, found);
+}
+
+// What decides a group: the config without the keys that only say where and how a run
+// ran (seed, directory, threads, logging, checkpoints).
+json group_key(json c) {
+  for (const char* k : {"seed", "out_dir", "threads", "adapt_threads", "overwrite", "stop_at_step",
+                        "log_every", "device"})
+    if (c.contains("train")) c["train"].erase(k);
+  c.erase("checkpoint");
+  c.erase("sample");
+  return c;
+}
+
+// The first keys (section.key=value) where two configs differ, to tell apart groups of one
+// mode that were trained differently.
+std::string config_difference(const json& a, const json& b) {
+  std::string out;
+  for (const auto& [sec, vals] : a.items()) {
+    if (!vals.is_object() || !b.contains(sec)) continue;
+    for (const auto& [k, v] : vals.items())
+      if (!b[sec].contains(k) || b[sec][k] != v) {
+        if (!out.empty()) out += " ";
+        out += sec + "." + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+        if (out.size() > 40) return out;
+      }
+  }
+  return out;
+}
+
+std::vector<RunGroup> group_runs(const std::vector<FoundRun>& found, json* first_config) {
+  std::vector<RunGroup> groups;
+  std::vector<json> keys;
+  for (const FoundRun& r : found) {
+    Config c;
+    config_apply_json(c, r.config, r.dir + "/config.json");
+    const json key = group_key(r.config);
+    size_t i = 0;
+    while (i < keys.size() && keys[i] != key) i++;
+    if (i == keys.size()) {
+      std::string name = compare_mode_of(c);
+      const std::string what = name.empty()
+                                   ? "precision.mode=" + std::string(mode_name(c.precision.mode))
+                                   : compare_mode_what(name);
+      if (name.empty()) name = mode_name(c.precision.mode);
+      for (size_t j = 0; j < groups.size(); j++)
+        if (groups[j].name == name) name += " (" + config_difference(key, keys[j]) + ")";
+      groups.push_back({name, what});
+      keys.push_back(key);
+      if (first_config->is_null()) *first_config = r.config;
+    }
+    json run = {{"seed", c.train.seed}, {"dir", r.dir}};
+    if (r.summary.is_object() && r.summary.contains("final_val_loss"))
+      run["summary"] = r.summary;
+    else
+      run["error"] = "unfinished (no summary.json)";
+    groups[i].runs.push_back(run);
+  }
+  return groups;
+}
+
+void print_report_help() {
+  printf(
+      "Usage:\n  train_gpt report RUN_DIR... [--out DIR] [--reference MODE] "
+      "[--quality F] [--quality_loss L]\n\n"
+      "The precision report (report.md, compare.json, plots) for any set of runs: run\n"
+      "directories, compare outputs, or directories above run directories. Runs whose\n"
+      "configs differ only in seed, directory or threads form one group (mode).\n\n"
+      "  --out DIR          where the report goes (default: report)\n"
+      "  --reference MODE   the group the others are compared with (default: fp32 if\n"
+      "                     present, else the first)\n"
+      "  --quality F        time to quality: within F of the loss floor (default 0.02)\n"
+      "  --quality_loss L   time to quality as a val loss, for data without a floor\n");
+}
+
+// The command line into spec's options and the directories named; false after --help.
+bool parse_report_args(int argc, char** argv, ReportSpec* spec, std::vector<std::string>* dirs) {
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto value = [&](const std::string& name) {
+      const std::string eq = "--" + name + "=";
+      if (a.rfind(eq, 0) == 0) return a.substr(eq.size());
+      if (i + 1 >= argc) throw UsageError("report: --" + name + " needs a value");
+      return std::string(argv[++i]);
+    };
+    auto is = [&](const std::string& name) {
+      return a == "--" + name || a.rfind("--" + name + "=", 0) == 0;
+    };
+    if (a == "-h" || a == "--help") {
+      print_report_help();
+      return false;
+    }
+    if (is("out")) {
+      spec->out = value("out");
+    } else if (is("reference")) {
+      spec->reference = value("reference");
+    } else if (is("quality")) {
+      spec->quality = number_arg("quality", value("quality"), 0, 10);
+    } else if (is("quality_loss")) {
+      spec->quality_loss = number_arg("quality_loss", value("quality_loss"), 0, 1e6);
+    } else if (a.rfind("-", 0) == 0) {
+      throw UsageError("report: unknown option " + a + " (see train_gpt report --help)");
+    } else {
+      dirs->push_back(a);
+    }
+  }
+  return true;
+}
+
+// The runs in the directories named; each must hold at least one.
+std::vector<FoundRun> find_report_runs(const std::vector<std::string>& dirs) {
+  std::vector<FoundRun> found;
+  for (const auto& d : dirs) {
+    if (!dir_exists(d)) throw UsageError("report: " + d + " is not a directory");
+    const size_t before = found.size();
+    find_runs(d, 2, found);
+    if (found.size() == before)
+      throw UsageError("report: " + d +
+                       " holds no run (config.json + metrics.jsonl), compare.json or run "
+                       "directories below it");
+  }
+  return found;
+}
+
+// The reference group: --reference's (which must name a group), else fp32, else the first;
+// it goes first, the others stay in the order found.
+void choose_reference(ReportSpec* spec) {
+  bool have_ref = false;
+  for (const auto& g : spec->groups) have_ref |= g.name == spec->reference;
+  if (!spec->reference.empty() && !have_ref)
+    throw UsageError("report: --reference " + spec->reference + " names no group (groups: " + [&] {
+      std::string s;
+      for (const auto& g : spec->groups) s += (s.empty() ? "" : ", ") + g.name;
+      return s;
+    }() + ")");
+  if (spec->reference.empty()) {
+    spec->reference = spec->groups[0].name;
+    for (const auto& g : spec->groups)
+      if (g.name == mode_name(Mode::FP32)) spec->reference = g.name;
+  }
+  std::stable_partition(spec->groups.begin(), spec->groups.end(),
+                        [&](const RunGroup& g) { return g.name == spec->reference; });
+}
+
+// The loss levels the report measures against: the floor the runs' summaries give, and the
+// toy task's plateau, from the dataset's meta.json where it is still there.
+void find_loss_levels(ReportSpec* spec) {
+  for (const auto& g : spec->groups)
+    for (const auto& r : g.runs)
+      if (r.contains("summary") && r["summary"].value("loss_floor", json(nullptr)).is_number()) {
+        spec->floor = r["summary"]["loss_floor"].get<double>();
+        break;
+      }
+  try {
+    const json d = spec->config.value("data", json::object());
+    spec->plateau = dataset_plateau_loss(read_dataset_meta(d.value("train", std::string())),
+                                         d.value("seq_len", 0));
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+
+int cmd_report(int argc, char** argv) {
+  ReportSpec spec;
+  spec.reference.clear();
+  std::vector<std::string> dirs;
+  if (!parse_report_args(argc, argv, &spec, &dirs)) return 0;
+  if (dirs.empty()) throw UsageError("report: name at least one run directory (see --help)");
+  if (spec.out.empty()) spec.out = "report";
+  const std::vector<FoundRun> found = find_report_runs(dirs);
+  spec.groups = group_runs(found, &spec.config);
+  choose_reference(&spec);
+  find_loss_levels(&spec);
+  spec.title = "Precision report";
+  const std::string md = write_report(spec);
+  printf("%s\nwrote %s/report.md (%zu runs in %zu groups)\n", md.c_str(), spec.out.c_str(),
+         found.size(), spec.groups.size());
+  return 0;
+}
+
+}  // namespace tg

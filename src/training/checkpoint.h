@@ -1,0 +1,91 @@
+// checkpoint.h: llm.c model files and our training-state checkpoints.
+//
+// Model file (llm.c): 256 int32 header ([0]=20240326, [1]=3 fp32 or 5 bf16, [2]=maxT,
+// [3]=V, [4]=L, [5]=NH, [6]=C, [7]=Vp) followed by the parameters in GPT order.
+//
+// Checkpoint: a directory <out_dir>/ckpt_<step, 8 digits> holding
+//   model.bin   the fp32 master weights as an llm.c version-3 model file
+//   optim.bin   256 int32 header ([0]=20261129, [1]=1, [2..3]=parameter count as int64)
+//               then Adam m and v, fp32
+//   optim_rank<R>.bin  instead of optim.bin under ZeRO-1, one per rank, written by that
+//               rank: header [0]=20261129, [1]=2, [2..3]=parameter count, [4..5]=first
+//               parameter, [6..7]=count, [8]=rank, [9]=world size (int64s little-endian),
+//               then m and v of that range. A checkpoint of either kind resumes with or
+//               without sharding: each rank reads the range it owns from the files.
+//   state.json  step, run id, config, data-loader position, RNG states, counters, and
+//               the size and FNV-1a checksum of each binary file (src/training/run_state.h)
+//   manifest.json  written last: size and FNV-1a checksum of state.json (version 2)
+// It is written under a temporary name, every file fsync'ed, then renamed: a directory
+// named ckpt_* is always complete. This run's older ones beyond `keep` are removed
+// afterwards; checkpoints of other runs, or that cannot be read, are never removed.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "src/model/model.h"
+
+namespace tg {
+
+constexpr int32_t kModelMagic = 20240326;
+constexpr int32_t kStateMagic = 20261129;
+constexpr int kStateVersion = 2;  // state.json; 1 (no manifest) is still read
+
+void write_model_file(const std::string& path, const GPTConfig& cfg, const std::vector<float>& p);
+struct ModelFile {
+  GPTConfig cfg;
+  std::vector<float> params;
+};
+ModelFile read_model_file(const std::string& path);
+// The architecture fields of a model-file header (h[2..7]), unchecked.
+GPTConfig model_header_config(const int32_t h[8]);
+// Whether a shape read from a file is one this program can build: positive sizes, heads
+// dividing the channels, Vp >= V, and bounds that keep the parameter count's arithmetic safe.
+bool model_config_valid(const GPTConfig& c);
+
+struct CheckpointData {
+  nlohmann::json state;
+  std::vector<float> params;  // all master weights
+  std::vector<float> m, v;    // Adam moments of the requested range
+};
+
+// Writes a checkpoint for `step`; returns its directory.
+std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
+                            const nlohmann::json& state, const std::vector<float>& params,
+                            const std::vector<float>& m, const std::vector<float>& v, int keep);
+
+// A sharded save (ZeRO-1), in three phases: rank 0 prepares the temporary directory; every
+// rank writes its optimizer file into it; rank 0 publishes with the files' records.
+struct OptimFileRecord {
+  uint64_t bytes = 0, fnv1a64 = 0;
+  int64_t begin = 0, count = 0;
+  int32_t rank = 0, world = 1;
+};
+std::string checkpoint_tmp_dir(const std::string& out_dir, int64_t step);
+void prepare_checkpoint_dir(const std::string& out_dir, int64_t step);
+OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int64_t begin,
+                                  const float* m, const float* v, int64_t count, int rank,
+                                  int world);
+std::string publish_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
+                               const nlohmann::json& state, const std::vector<float>& params,
+                               const std::vector<OptimFileRecord>& shards, int keep);
+
+// The model.bin of a checkpoint directory, or of a run directory's latest checkpoint.
+std::string checkpoint_model_file(const std::string& dir);
+// Complete checkpoint directories in out_dir (ckpt_<step>), oldest first.
+std::vector<std::string> list_checkpoints(const std::string& out_dir);
+// The step in a checkpoint directory's name, or -1 when it is not ckpt_<digits>.
+int64_t checkpoint_dir_step(const std::string& dir);
+// A checkpoint's state.json, verified against manifest.json and checked for its format
+// and version (its fields are checked by src/training/run_state.h).
+nlohmann::json read_checkpoint_state(const std::string& dir);
+// Loads and verifies a checkpoint (sizes, checksums, architecture against `cfg`), with the
+// Adam moments of parameters [begin, begin + count) (count = SIZE_MAX: to the end).
+CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin = 0,
+                               size_t count = SIZE_MAX);
+
+uint64_t fnv1a64(const void* data, size_t n);
+
+}  // namespace tg

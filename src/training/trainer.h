@@ -1,0 +1,143 @@
+// trainer.h: one training run, in the order the README describes a step.
+//
+//   Trainer t(cfg);        communicator, backend, data, model, precision (set-up)
+//   t.start();             claim or resume the run directory (newest checkpoint that
+//                          verifies), open the logs, evaluate once
+//   while (!t.done()) {
+//     t.step();            micro-batches forward + backward, gradients reduced over the
+//                          ranks, one fused unscale / finiteness / norm pass, the loss-scale
+//                          decision, AdamW (or a skipped step)
+//     ...                  evaluate(), sample(), save() when they are due
+//   }
+//   t.finish();            final evaluation, checkpoint, sample, summary.json
+//
+// What a checkpoint holds besides the tensors is a RunState (src/training/run_state.h); the Trainer
+// fills one to save and applies one after verifying it to resume.
+#pragma once
+#include <cmath>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "precision_runtime.h"
+#include "run_state.h"
+#include "src/backends/backend.h"
+#include "src/base/fileio.h"
+#include "src/config/config.h"
+#include "src/data/data.h"
+#include "src/data/tokenizer.h"
+#include "src/model/model.h"
+#include "src/numerics/loss_scaler.h"
+#include "thread_tuner.h"
+
+namespace tg {
+
+class Comm;
+
+// What one step did.
+struct StepResult {
+  int64_t step = 0;  // 1-based number of the step just done
+  double loss = 0, lr = 0, norm = 0, scale = 1, seconds = 0;
+  bool skipped = false;
+  int threads = 0;  // CPU threads that ran it (GPU runs: the host's)
+};
+
+// The update after the gradients are summed: fused unscale / finiteness / norm, the loss
+// scaler's decision, clipping and AdamW. Returns whether the step was skipped and sets
+// *norm (NaN when not finite); opt_step counts applied updates. Shared with the benchmark.
+bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, double scale,
+                  int64_t& opt_step, double* norm);
+
+class Trainer {
+ public:
+  explicit Trainer(const Config& cfg);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void start();
+  bool done() const { return step_ >= cfg_.train.steps; }
+  StepResult step();
+  double evaluate();  // mean val loss over every rank's rows of the val batches
+  void sample();      // one sample to stdout and samples.txt (rank 0)
+  void save();        // a checkpoint of the current step
+  nlohmann::json finish();
+  // train.stop_at_step reached before the last step: a checkpoint and a partial summary.
+  nlohmann::json stop_early();
+
+  int64_t current_step() const { return step_; }
+  bool has_val() const { return val_loader_ != nullptr; }
+  void log_step(const StepResult& r);
+  void log_val(int64_t step, double val_loss);
+
+ private:
+  // Set-up, in this order: communicator, backend and model shape; data; model and precision.
+  void setup_comm_and_backend();
+  void setup_data();
+  void setup_model();
+  void print_start() const;
+  void resume_or_claim();
+  void load_checkpoint_state(const std::string& dir);
+  ResumeRequirements resume_requirements() const;
+  RunState run_state() const;
+  void record_numerics(int64_t step, double scale);
+  // A step's parts: the micro-batches (returns this rank's mean loss); the gradients summed
+  // over the ranks (returns the mean loss over them); the loss scaler's decision and AdamW;
+  // timing and bookkeeping.
+  double forward_backward(const StepResult& r);
+  double sum_gradients(double loss, int64_t step);
+  void update(StepResult& r);
+  void end_step(StepResult& r, double loss, double t0);
+  // finish(): the run's final numbers, summary.json and the summary lines.
+  struct FinalNumbers {
+    double val_loss = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN, gap = NAN;
+  };
+  FinalNumbers final_numbers(double final_val_loss) const;
+  nlohmann::json summary_json(const FinalNumbers& f) const;
+  void print_summary(const FinalNumbers& f) const;
+
+  Config cfg_;
+  double t_start_;
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Comm> nccl_;
+  Comm* cm_ = nullptr;
+  int world_ = 1, rank_ = 0;
+  GPTConfig mc_;
+  ModelFile init_;
+  nlohmann::json meta_;
+  int B_ = 0, T_ = 0, grad_accum_ = 1;
+  int64_t step_tokens_ = 0;
+  double loss_floor_ = NAN, ln_vocab_ = NAN;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<GPT> model_;
+  // Quantization state, auto precision, smoothing, quantization telemetry.
+  std::unique_ptr<PrecisionRuntime> precision_;
+  bool device_decision_ = false;
+  std::unique_ptr<ThreadTuner> tuner_;  // CPU backend with train.adapt_threads
+  double peak_flops_ = 0;
+
+  // The run's state (what a checkpoint holds besides the tensors).
+  std::string run_id_;
+  int64_t step_ = 0, start_step_ = 0, opt_step_ = 0;
+  Rng sample_rng_;
+  LossScaler scaler_;
+  RunCounters counters_;
+  double initial_val_loss_ = NAN;
+  std::string resumed_from_;
+  nlohmann::json cfg_json_;
+
+  // Logs and per-process bookkeeping.
+  LineWriter metrics_, samples_;
+  Tokenizer tokenizer_;
+  int32_t first_token_ = 0;
+  std::map<std::string, TensorStats> numerics_totals_;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<double> recent_losses_;
+  double last_loss_ = NAN, run_train_seconds_ = 0;
+  int64_t run_tokens_ = 0;
+};
+
+}  // namespace tg

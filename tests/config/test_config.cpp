@@ -1,0 +1,209 @@
+// Config: JSON files, command-line overrides, and errors that name the key.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "src/base/common.h"
+#include "src/config/config.h"
+#include "tests/test_util.h"
+
+using namespace tg;
+using json = nlohmann::json;
+
+namespace {
+std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("config: JSON sections set keys and the command line wins") {
+  tgt::TempDir d;
+  {
+    std::ofstream f(d / "c.json");
+    f << R"({"model": {"n_layer": 3, "n_embd": 96}, "optim": {"lr": 0.5, "schedule": "linear"},
+            "data": {"shuffle": false, "total_batch_tokens": 4096}, "train": {"seed": 7}})";
+  }
+  Config c;
+  config_load_file(c, d / "c.json");
+  CHECK(c.model.n_layer == 3);
+  CHECK(c.model.n_embd == 96);
+  CHECK(c.model.n_head == Config().model.n_head);
+  CHECK(c.optim.lr == 0.5);
+  CHECK(c.optim.schedule == "linear");
+  CHECK(c.data.shuffle == false);
+  CHECK(c.data.total_batch_tokens == 4096);
+  config_set(c, "model.n_layer", "5");
+  config_set(c, "optim.lr", "1e-4");
+  config_set(c, "data.shuffle", "true");
+  config_set(c, "train.out_dir", "somewhere");
+  CHECK(c.model.n_layer == 5);
+  CHECK(c.optim.lr == 1e-4);
+  CHECK(c.data.shuffle);
+  CHECK(c.train.out_dir == "somewhere");
+  // Round trip through the effective-config JSON.
+  Config c2;
+  config_apply_json(c2, config_to_json(c), "round trip");
+  CHECK(config_to_json(c2) == config_to_json(c));
+}
+
+TEST_CASE("config: errors name the key") {
+  Config c;
+  CHECK(usage_error([&] { config_set(c, "model.n_layers", "3"); }).find("'model.n_layers'") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "model.n_layer", "three"); }).find("'model.n_layer'") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "model.n_layer", "0"); }).find("out of range") !=
+        std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "optim.lr", "-1"); }).find("'optim.lr'") !=
+        std::string::npos);
+  CHECK(usage_error([&] {
+          config_set(c, "optim.schedule", "cosin");
+        }).find("cosine|linear|constant") != std::string::npos);
+  CHECK(usage_error([&] { config_set(c, "data.shuffle", "maybe"); }).find("'data.shuffle'") !=
+        std::string::npos);
+  std::string e = usage_error(
+      [&] { config_apply_json(c, json::parse(R"({"model": {"n_layer": "2"}})"), "x.json"); });
+  CHECK(e.find("'model.n_layer'") != std::string::npos);
+  CHECK(e.find("x.json") != std::string::npos);
+  CHECK(e.find("wrong type") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"model": {"n_layer": 2.5}})"), "x.json");
+        }).find("'model.n_layer'") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"modell": {"n_layer": 2}})"), "x.json");
+        }).find("'modell'") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"optim": {"lr": 1, "foo": 2}})"), "x.json");
+        }).find("'optim.foo'") != std::string::npos);
+}
+
+TEST_CASE("config: an integer list entry past int64 is out of range, not wrapped") {
+  Config c;
+  const std::string e = usage_error([&] {
+    config_apply_json(
+        c, json::parse(R"({"precision": {"fp8": {"keep_bf16": [18446744073709551615]}}})"),
+        "x.json");
+  });
+  CHECK(e.find("'precision.fp8.keep_bf16'") != std::string::npos);
+  CHECK(e.find("out of range") != std::string::npos);
+}
+
+TEST_CASE("config: consistency checks between keys") {
+  Config c;
+  c.model.n_embd = 30;
+  c.model.n_head = 4;
+  CHECK(usage_error([&] { config_validate(c); }).find("'model.n_embd'") != std::string::npos);
+  c = Config();
+  c.data.seq_len = c.model.max_seq_len + 1;
+  CHECK(usage_error([&] { config_validate(c); }).find("'data.seq_len'") != std::string::npos);
+  c = Config();
+  c.data.total_batch_tokens = int64_t(c.data.batch_size) * c.data.seq_len * 3 + 1;
+  CHECK(usage_error([&] { config_validate(c); }).find("'data.total_batch_tokens'") !=
+        std::string::npos);
+  c = Config();
+  CHECK_NOTHROW(config_validate(c));
+}
+
+TEST_CASE("config: bad files") {
+  tgt::TempDir d;
+  {
+    std::ofstream f(d / "bad.json");
+    f << "{ not json";
+  }
+  Config c;
+  std::string e = usage_error([&] { config_load_file(c, d / "bad.json"); });
+  CHECK(e.find("bad.json") != std::string::npos);
+  CHECK(e.find("not valid JSON") != std::string::npos);
+  e = usage_error([&] { config_load_file(c, d / "missing.json"); });
+  CHECK(e.find("missing.json") != std::string::npos);
+}
+
+TEST_CASE("config: every key has a help line and a default") {
+  auto keys = config_keys();
+  CHECK(keys.size() > 30);
+  for (const auto& k : keys) {
+    CHECK(!k.help.empty());
+    CHECK(k.name.find('.') != std::string::npos);
+  }
+}
+
+TEST_CASE("config: integer lists from JSON and the command line") {
+  Config c;
+  config_set(c, "precision.fp8.keep_bf16", "0,-1");
+  CHECK(c.precision.fp8.keep_bf16 == std::vector<int>{0, -1});
+  config_apply_json(c, json::parse(R"({"precision": {"fp8": {"keep_bf16": [2, 3]}}})"), "x");
+  CHECK(c.precision.fp8.keep_bf16 == std::vector<int>{2, 3});
+  CHECK(config_to_json(c)["precision"]["fp8"]["keep_bf16"] == json::array({2, 3}));
+  CHECK(usage_error([&] {
+          config_set(c, "precision.fp8.keep_bf16", "1,x");
+        }).find("'precision.fp8.keep_bf16'") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_apply_json(c, json::parse(R"({"precision": {"fp8": {"keep_bf16": 3}}})"), "x");
+        }).find("wrong type") != std::string::npos);
+  config_set(c, "precision.loss_scale.kind", "static");
+  CHECK(c.precision.loss_scale.kind == "static");
+  c.precision.loss_scale.min = 10;
+  c.precision.loss_scale.max = 5;
+  CHECK(usage_error([&] { config_validate(c); }).find("'precision.loss_scale.min'") !=
+        std::string::npos);
+}
+
+TEST_CASE("config: precision modes are typed values, read and written by their registry names") {
+  // Every row of src/numerics/precision_mode.cpp's registry: its name sets the key, and config.json
+  // (which checkpoints carry) holds the name again.
+  for (const ModeInfo& m : precision_modes()) {
+    INFO(m.name);
+    Config c;
+    config_set(c, "precision.mode", m.name);
+    CHECK(c.precision.mode == m.mode);
+    CHECK(mode_info(m.mode).name == std::string(m.name));
+    CHECK(config_to_json(c)["precision"]["mode"] == m.name);
+    Config back;
+    config_apply_json(back, config_to_json(c), "round trip");
+    CHECK(back.precision.mode == m.mode);
+  }
+  // What --help shows and errors list: the same names in the same order as before the
+  // registry (precision.mode's choices; the auto candidates narrowest first).
+  std::string mode_type, candidates_type, candidates_default;
+  for (const ConfigKeyInfo& k : config_keys()) {
+    if (k.name == "precision.mode") mode_type = k.type + " = " + k.default_value;
+    if (k.name == "precision.auto.candidates") {
+      candidates_type = k.type;
+      candidates_default = k.default_value;
+    }
+  }
+  CHECK(mode_type == "fp32|bf16|fp16|fp8|fp8-rowwise|fp8-block|mxfp8|mxfp4|nvfp4|auto = fp32");
+  CHECK(candidates_type == "list of nvfp4|mxfp4|mxfp8|fp8-block|fp8-rowwise|fp8|bf16");
+  CHECK(candidates_default == "nvfp4,mxfp8,fp8,bf16");
+  Config c;
+  config_set(c, "precision.auto.candidates", "mxfp4,bf16");
+  CHECK(c.precision.auto_.candidates == std::vector<Mode>{Mode::MXFP4, Mode::BF16});
+  CHECK(config_to_json(c)["precision"]["auto"]["candidates"] == json::array({"mxfp4", "bf16"}));
+  // A name outside the registry, or a mode that is no candidate, is refused naming the key.
+  std::string e = usage_error([&] { config_set(c, "precision.mode", "fp7"); });
+  CHECK(e.find("'precision.mode'") != std::string::npos);
+  CHECK(e.find("'fp7' is not allowed") != std::string::npos);
+  e = usage_error([&] { config_set(c, "precision.auto.candidates", "nvfp4,auto"); });
+  CHECK(e.find("'precision.auto.candidates'") != std::string::npos);
+  CHECK(e.find("'auto' is not allowed") != std::string::npos);
+  CHECK_THROWS_AS(parse_mode("fp7", "x"), UsageError);
+  // The columns other code reads instead of comparing names.
+  CHECK(mode_dtype(Mode::FP32) == DType::F32);
+  CHECK(mode_dtype(Mode::FP16) == DType::F16);
+  CHECK(mode_dtype(Mode::NVFP4) == DType::BF16);
+  CHECK(std::string(mode_info(Mode::FP16).loss_scale) == "dynamic");
+  CHECK(std::string(mode_info(Mode::BF16).loss_scale) == "none");
+  CHECK(is_block_scaled(Mode::MXFP8));
+  CHECK(!is_block_scaled(Mode::FP8));
+  CHECK(!is_block_scaled(Mode::Auto));
+  CHECK(parse_mode_list("fp32,,nvfp4", "x") == std::vector<Mode>{Mode::FP32, Mode::NVFP4});
+  CHECK(mode_list_text({Mode::FP8, Mode::FP8Block}) == "fp8,fp8-block");
+}

@@ -1,0 +1,229 @@
+// test_layout.cpp: the shape of src/ that docs/architecture.md describes, checked on the
+// source files themselves so that it cannot drift.
+//
+// - src/ has at most 12 top-level entries, one folder per subsystem.
+// - Includes point down or sideways: each folder names the folders it may include (kAllowed
+//   below, in the order of the layers); an include of src/<folder>/... from a folder not
+//   allowed to see it fails, naming the file, the line and the include.
+// - The Trainer (trainer.h/.cpp) does not include the loop's header (train.h), which once
+//   made the two include each other.
+// - No function in src/ is over 80 lines, the config key table excepted (a table of rows,
+//   one per key, read as data).
+//
+// The function scan relies on the code's format (clang-format, Google style, `make format`):
+// a function defined at namespace scope starts at column 0 and its body closes with a "}" at
+// column 0; functions defined inside a class body are indented and not scanned (a class's
+// inline members are its short accessors).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path repo_root() {
+  fs::path p = fs::path(__FILE__).parent_path().parent_path();
+  return p.empty() ? fs::path(".") : p;
+}
+
+// Which src/ folders each folder may include, lowest layer first. A folder may always include
+// its own files.
+const std::map<std::string, std::set<std::string>>& allowed_includes() {
+  static const std::map<std::string, std::set<std::string>> kAllowed = {
+      {"base", {}},
+      {"comm", {"base"}},
+      {"numerics", {"base"}},
+      {"data", {"base"}},
+      {"backends", {"base", "comm", "numerics"}},
+      {"config", {"base", "numerics"}},
+      {"model", {"base", "comm", "numerics", "backends", "config"}},
+      {"precision", {"base", "comm", "numerics", "backends", "model", "config", "data"}},
+      {"training",
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision"}},
+      {"report",
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision",
+        "training"}},
+      {"cli",
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision",
+        "training", "report"}},
+  };
+  return kAllowed;
+}
+
+std::vector<std::string> read_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool is_source(const fs::path& p) {
+  const std::string e = p.extension().string();
+  return e == ".h" || e == ".cpp" || e == ".cu" || e == ".cuh";
+}
+
+// Every source file under src/, as paths relative to the repository root.
+std::vector<fs::path> src_files() {
+  std::vector<fs::path> files;
+  const fs::path root = repo_root();
+  for (const auto& e : fs::recursive_directory_iterator(root / "src"))
+    if (e.is_regular_file() && is_source(e.path())) files.push_back(fs::relative(e.path(), root));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The folder of src/ a repository path lies in ("" for none).
+std::string src_folder(const fs::path& p) {
+  auto it = p.begin();
+  if (it == p.end() || *it != "src") return "";
+  ++it;
+  return it == p.end() ? "" : it->string();
+}
+
+// The target of `#include "..."` on `line`, as a repository path (the includes are written
+// from the repository root, or relative to the including file's folder).
+std::string include_target(const std::string& line, const fs::path& file) {
+  const size_t h = line.find_first_not_of(" \t");
+  if (h == std::string::npos || line.compare(h, 8, "#include") != 0) return "";
+  const size_t a = line.find('"'), b = line.rfind('"');
+  if (a == std::string::npos || b <= a) return "";
+  const std::string inc = line.substr(a + 1, b - a - 1);
+  const fs::path beside = (file.parent_path() / inc).lexically_normal();
+  if (fs::exists(repo_root() / beside)) return beside.string();
+  return fs::path(inc).lexically_normal().string();
+}
+
+// A line that opens a function body at column 0: the end of a signature (its first line at
+// column 0, the rest indented) that ends in "{" and is not a type, namespace or initializer.
+bool opens_type_or_data(const std::string& first) {
+  for (const char* k : {"namespace", "struct ", "class ", "enum ", "union ", "extern \"C\""})
+    if (first.rfind(k, 0) == 0) return true;
+  return first.find(" = ") != std::string::npos || first.find("= {") != std::string::npos;
+}
+
+struct LongFunction {
+  std::string where;
+  int lines;
+};
+
+// The functions of `file` longer than `limit` lines (signature to closing brace).
+std::vector<LongFunction> long_functions(const fs::path& file, int limit) {
+  const std::vector<std::string> lines = read_lines(repo_root() / file);
+  std::vector<LongFunction> found;
+  int start = -1;           // first line of the current signature, -1 when none
+  bool in_body = false;
+  for (int i = 0; i < int(lines.size()); i++) {
+    const std::string& l = lines[i];
+    const bool col0 = !l.empty() && l[0] != ' ' && l[0] != '#' && l[0] != '/';
+    if (in_body) {
+      if (!l.empty() && l[0] == '}') {
+        const int n = i - start + 1;
+        if (n > limit) found.push_back({file.string() + ":" + std::to_string(start + 1) + " " +
+                                            lines[start], n});
+        in_body = false;
+        start = -1;
+      }
+      continue;
+    }
+    if (start < 0 && col0 && l[0] != '}' && l.rfind("template", 0) != 0) start = i;
+    if (start < 0) continue;
+    const size_t last = l.find_last_not_of(" \t");
+    if (last == std::string::npos) { start = -1; continue; }
+    if (l[last] == ';' || l[last] == '}') { start = -1; continue; }
+    if (l[last] == '{') {
+      if (opens_type_or_data(lines[start])) start = -1;
+      else in_body = true;
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("layout: src/ has at most 12 top-level entries") {
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(repo_root() / "src"))
+    entries.push_back(e.path().filename().string());
+  INFO("src/ holds: " << [&] {
+    std::string s;
+    for (const auto& e : entries) s += e + " ";
+    return s;
+  }());
+  CHECK(entries.size() <= 12);
+  for (const auto& [folder, deps] : allowed_includes())
+    CHECK_MESSAGE(fs::is_directory(repo_root() / "src" / folder), "src/" << folder);
+}
+
+TEST_CASE("layout: includes in src/ point down or sideways") {
+  const auto& allowed = allowed_includes();
+  int files = 0, includes = 0;
+  for (const fs::path& f : src_files()) {
+    const std::string from = src_folder(f);
+    REQUIRE_MESSAGE(allowed.count(from), f << " lies in a folder the layering does not name");
+    files++;
+    const std::vector<std::string> lines = read_lines(repo_root() / f);
+    for (size_t i = 0; i < lines.size(); i++) {
+      const std::string target = include_target(lines[i], f);
+      const std::string to = src_folder(target);
+      if (to.empty() || to == from) continue;
+      includes++;
+      CHECK_MESSAGE(allowed.at(from).count(to),
+                    f.string() << ":" << i + 1 << " includes " << target << " (src/" << from
+                               << " may not include src/" << to << ")");
+    }
+  }
+  CHECK(files > 100);
+  CHECK(includes > 100);
+}
+
+TEST_CASE("layout: the training loop and the Trainer do not include each other") {
+  // run_training (train.cpp) drives a Trainer, so it includes trainer.h; nothing of the
+  // Trainer reaches back into the loop.
+  auto includes = [](const fs::path& f, const std::string& header) {
+    for (const std::string& l : read_lines(repo_root() / f))
+      if (include_target(l, f) == header) return true;
+    return false;
+  };
+  for (const char* f : {"src/training/trainer.cpp", "src/training/trainer.h"})
+    CHECK_MESSAGE(!includes(f, "src/training/train.h"), f << " includes train.h");
+  CHECK_FALSE(includes("src/training/train.h", "src/training/trainer.h"));
+}
+
+TEST_CASE("layout: no function in src/ is over 80 lines (the config key table excepted)") {
+  const std::string table = "src/config/config.cpp";
+  int scanned = 0;
+  for (const fs::path& f : src_files()) {
+    scanned++;
+    for (const LongFunction& lf : long_functions(f, 80)) {
+      if (f == table && lf.where.find("table()") != std::string::npos) continue;
+      const std::string what = lf.where + ": " + std::to_string(lf.lines) + " lines";
+      FAIL_CHECK(what);
+    }
+  }
+  CHECK(scanned > 100);
+}
+
+TEST_CASE("layout: the function scan finds a long function and ignores types and tables") {
+  const fs::path tmp = fs::path("build") / "layout_probe.cpp";
+  fs::create_directories(repo_root() / "build");
+  std::ofstream out(repo_root() / tmp);
+  out << "namespace tg {\nstruct S {\n  int a;\n};\nconst int kT[] = {\n";
+  for (int i = 0; i < 100; i++) out << "    " << i << ",\n";
+  out << "};\nint long_one(int x,\n             int y) {\n";
+  for (int i = 0; i < 85; i++) out << "  x += y;\n";
+  out << "  return x;\n}\nint short_one() {\n  return 1;\n}\n}  // namespace tg\n";
+  out.close();
+  const std::vector<LongFunction> found = long_functions(tmp, 80);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].where.find("long_one") != std::string::npos);
+  CHECK(found[0].lines == 89);
+  fs::remove(repo_root() / tmp);
+}
