@@ -270,7 +270,7 @@ FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wex
 FUZZ_TARGETS := shard model_file checkpoint config hf_model
 FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/data/data.cpp src/data/safetensors.cpp \
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/config/config.cpp \
-                src/model/model.cpp src/model/fp8.cpp src/model/quantized_linear.cpp \
+                src/model/model.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
                 src/training/checkpoint.cpp src/training/run_state.cpp src/training/hf.cpp \
                 tests/fuzz/fuzz_entries.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)

@@ -9,6 +9,11 @@
 //   made the two include each other.
 // - No function in src/ is over 80 lines, the config key table excepted (a table of rows,
 //   one per key, read as data).
+// - A precision mode's name is spelled in the registry only (src/numerics/precision_mode.cpp):
+//   no other file has a string literal equal to a mode name, except the storage types' own
+//   names (dtype_name in src/base/common.cpp: fp32, bf16, fp16) and "auto", which is also a
+//   value of other keys (train.device, loss scaling, cpu.gemm...); and no file compares a
+//   mode read as a string.
 //
 // The function scan relies on the code's format (clang-format, Google style, `make format`):
 // a function defined at namespace scope starts at column 0 and its body closes with a "}" at
@@ -24,6 +29,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "src/numerics/precision_mode.h"
 
 namespace fs = std::filesystem;
 
@@ -146,6 +153,40 @@ std::vector<LongFunction> long_functions(const fs::path& file, int limit) {
   return found;
 }
 
+// The string literals of a C++ source, outside comments, in order (escapes kept as written;
+// no raw strings in src/).
+std::vector<std::string> string_literals(const std::string& code) {
+  std::vector<std::string> found;
+  for (size_t i = 0; i < code.size(); i++) {
+    const char c = code[i];
+    if (c == '/' && i + 1 < code.size() && code[i + 1] == '/') {
+      i = code.find('\n', i);
+      if (i == std::string::npos) break;
+    } else if (c == '/' && i + 1 < code.size() && code[i + 1] == '*') {
+      i = code.find("*/", i + 2);
+      if (i == std::string::npos) break;
+      i++;
+    } else if (c == '"' || c == '\'') {
+      std::string lit;
+      size_t j = i + 1;
+      for (; j < code.size() && code[j] != c; j++) {
+        if (code[j] == '\\') lit += code[j++];
+        lit += code[j];
+      }
+      if (c == '"') found.push_back(lit);
+      i = j;
+    }
+  }
+  return found;
+}
+
+std::string slurp_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 TEST_CASE("layout: src/ has at most 12 top-level entries") {
@@ -226,4 +267,39 @@ TEST_CASE("layout: the function scan finds a long function and ignores types and
   CHECK(found[0].where.find("long_one") != std::string::npos);
   CHECK(found[0].lines == 89);
   fs::remove(repo_root() / tmp);
+}
+
+TEST_CASE("layout: a precision mode's name is spelled in the registry only") {
+  const std::string registry = "src/numerics/precision_mode.cpp", types = "src/base/common.cpp";
+  std::set<std::string> modes;
+  for (const tg::ModeInfo& m : tg::precision_modes()) modes.insert(m.name);
+  REQUIRE(modes.size() >= 10);
+  int spelled_in_registry = 0;
+  for (const fs::path& f : src_files()) {
+    const std::string code = slurp_file(repo_root() / f);
+    for (const std::string& lit : string_literals(code)) {
+      if (!modes.count(lit)) continue;
+      if (f == registry) {
+        spelled_in_registry++;
+        continue;
+      }
+      const bool storage_type = lit == "fp32" || lit == "bf16" || lit == "fp16";
+      if (lit == "auto" || (storage_type && f == types)) continue;
+      FAIL_CHECK(f.string() << " spells the mode name \"" << lit << "\" (use Mode and mode_name)");
+    }
+    // A mode read back as a string and compared: precision.mode == "..." and the like.
+    for (const char* p : {"mode == \"", "mode != \"", "mode) == \"", "mode) != \""})
+      CHECK_MESSAGE(code.find(p) == std::string::npos, f << " compares a mode string: " << p);
+  }
+  CHECK(spelled_in_registry == int(modes.size()));
+}
+
+TEST_CASE("layout: the literal scan skips comments and finds every string") {
+  const std::vector<std::string> lits = string_literals(
+      "// \"fp8\" in a comment\nconst char* a = \"nvfp4\"; /* \"mxfp4\" */ char q = '\"';\n"
+      "f(\"esc \\\" quote\", \"tcp://x\");  // \"bf16\"\n");
+  REQUIRE(lits.size() == 3);
+  CHECK(lits[0] == "nvfp4");
+  CHECK(lits[1] == "esc \\\" quote");
+  CHECK(lits[2] == "tcp://x");
 }

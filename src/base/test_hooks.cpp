@@ -16,6 +16,13 @@ int fail_rank() {
   return e ? atoi(e) : -1;
 }
 
+bool rejects_checkpoint(int rank, long long step) {
+  const char* e = getenv("TG_TEST_REJECT_CKPT");
+  int r = -1;
+  long long s = -1;
+  return e && sscanf(e, "%d:%lld", &r, &s) == 2 && r == rank && s == step;
+}
+
 size_t reduce_chunk() {
   const char* e = getenv("TG_TEST_REDUCE_CHUNK");
   return e ? size_t(atol(e)) : 0;

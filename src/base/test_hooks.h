@@ -2,10 +2,11 @@
 // environment variables (behaviour a user chooses is always a config key).
 //   TG_TEST_AUTO_DEVICE=cpu   train.device=auto stays on the CPU (CPU-only tests on a GPU machine)
 //   TG_TEST_FAIL_RANK=R       rank R throws at step 2 (a failing rank ends the whole job)
+//   TG_TEST_REJECT_CKPT=R:S   rank R rejects the checkpoint of step S at the end of its checks
+//                             (a rank-local failure found late in resume's verification)
 //   TG_TEST_REDUCE_CHUNK=N    the gradient reduction's staging chunk, in elements
-//   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error a
-//   machine
-//                             without libnccl.so.2 gives)
+//   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error
+//                             a machine without libnccl.so.2 gives)
 #pragma once
 #include <cstddef>
 
@@ -13,6 +14,7 @@ namespace tg::test_hooks {
 
 bool auto_device_cpu();
 int fail_rank();        // -1: none
+bool rejects_checkpoint(int rank, long long step);
 size_t reduce_chunk();  // 0: the default
 bool nccl_missing();
 

@@ -15,11 +15,12 @@
 #include "src/base/common.h"
 #include "src/base/rng.h"
 #include "src/config/config.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/model/model.h"
 #include "src/precision/precision.h"
 #include "src/training/backend_factory.h"
 #include "src/training/gpu_peak.h"
+#include "src/training/precision_runtime.h"
 #include "src/training/trainer.h"
 
 namespace tg {
@@ -46,25 +47,24 @@ struct RowTimes {
   double peak_bytes = 0;
 };
 
+// What `train_gpt bench` was asked to time.
+struct BenchArgs {
+  Config cfg;  // cuda.* and cpu.gemm choose the paths that are timed
+  int iters = 10, repeats = 5, gpt2_B = 8, gpt2_T = 1024;
+  std::string device = "cpu", model = "small";
+  std::vector<Mode> modes;
+  Fp8Config fp8cfg;
+  QuantOptions fp8opt;
+};
+
 // Median milliseconds of one full training step (forward, backward, the fused gradient
-// check, AdamW: the trainer's apply_update) in a precision mode, with the default optimizer
-// keys at lr 1e-4.
-double time_step(Backend& be, const BenchCase& bc, Mode mode, const Fp8Config& fc, int warmup,
-                 int iters) {
-  const Config cfg;
+// check, AdamW: the trainer's apply_update) in cfg's precision mode, run by the precision
+// runtime as the Trainer runs it, at lr 1e-4.
+double time_step(Backend& be, const BenchCase& bc, const Config& cfg, int warmup, int iters) {
   LossScaler scaler;  // none: the bench measures the step, not the scaler
   int64_t opt_step = 0;
-  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(mode));
-  // Block-scaled modes with their preset options, every layer quantized.
-  RecipeOptions ro;
-  ro.bf16_last = 0;
-  const ModeRecipe recipe = mode_info(mode).recipe;
-  QuantState fp8 = recipe == ModeRecipe::BlockScaled
-                       ? QuantState(block_scaled_recipe(mode, ro), bc.L)
-                       : QuantState(fc, bc.L);
-  // auto has no fixed recipe to time: its linears run as they start, in bf16.
-  if (recipe == ModeRecipe::Fp8Tensor || recipe == ModeRecipe::BlockScaled)
-    model.set_quant_state(&fp8);
+  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(cfg.precision.mode));
+  PrecisionRuntime precision(cfg, be, model, bc.B * bc.T);
   model.init_random(1);
   Rng r(2);
   std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
@@ -75,9 +75,12 @@ double time_step(Backend& be, const BenchCase& bc, Mode mode, const Fp8Config& f
   std::vector<double> ms;
   for (int i = 0; i < warmup + iters; i++) {
     auto t0 = Clock::now();
+    precision.begin_step(i + 1);
     model.zero_grad();
+    precision.before_forward(0);
     model.forward(in.data(), tg.data(), bc.B, bc.T, 1.0f);
     model.backward();
+    precision.after_backward();
     double norm;
     apply_update(model, scaler, cfg, 1e-4, 1.0, opt_step, &norm);
     be.synchronize();  // devices queue work: the step ends when the device is done
@@ -85,6 +88,19 @@ double time_step(Backend& be, const BenchCase& bc, Mode mode, const Fp8Config& f
     if (i >= warmup) ms.push_back(t);
   }
   return median(ms);
+}
+
+// The run configuration the bench times a mode in: the command line's device and fp8 keys,
+// every layer quantized (recipe.bf16_last = 0), no telemetry. auto's linears start in bf16
+// and are measured at step 1, as in training.
+Config bench_config(const BenchArgs& a, Mode mode) {
+  Config cfg = a.cfg;
+  cfg.precision.mode = mode;
+  cfg.precision.fp8.recipe = a.fp8cfg.recipe;
+  cfg.precision.fp8.fast_accum = a.fp8opt.fast_accum;
+  cfg.precision.recipe.bf16_last = 0;
+  cfg.precision.telemetry_every = 0;
+  return cfg;
 }
 
 double sgemm_gflops(int M, int N, int K, int iters) {
@@ -119,15 +135,6 @@ double print_sgemm_table() {
   return ceiling;
 }
 
-// What `train_gpt bench` was asked to time.
-struct BenchArgs {
-  Config cfg;  // cuda.* and cpu.gemm choose the paths that are timed
-  int iters = 10, repeats = 5, gpt2_B = 8, gpt2_T = 1024;
-  std::string device = "cpu", model = "small";
-  std::vector<Mode> modes;
-  Fp8Config fp8cfg;
-  QuantOptions fp8opt;
-};
 
 // The command line into *a; false when --help was printed.
 bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
@@ -238,10 +245,8 @@ void bench_model(const BenchCase& bc, const BenchArgs& a, const std::function<do
     for (size_t m = 0; m < modes.size(); m++) {
       // A fresh backend per mode and repeat, so its peak is this model's alone.
       auto mbe = make_backend(a.cfg);
-      QuantOptions mo = a.fp8opt;
-      mo.block_scaled = is_block_scaled(modes[m]);
-      mbe->set_quant_options(mo);
-      rows[m].ms.push_back(time_step(*mbe, bc, modes[m], a.fp8cfg, r == 0 ? 3 : 1, a.iters));
+      rows[m].ms.push_back(
+          time_step(*mbe, bc, bench_config(a, modes[m]), r == 0 ? 3 : 1, a.iters));
       if (r == 0) rows[m].peak_bytes = double(mbe->peak_bytes());
     }
   const double ms0 = median(rows[0].ms), mem0 = rows[0].peak_bytes;

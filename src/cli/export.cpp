@@ -16,7 +16,8 @@ int cmd_export(int argc, char** argv) {
       {"checkpoint", "checkpoint directory (or a run directory: its latest checkpoint)", ""},
       {"model", "an llm.c model file (or a Hugging Face GPT-2 directory) instead", ""},
       {"out", "output directory: model.safetensors and config.json", ""},
-      {"dtype", "tensor type in the file: fp32, bf16 or fp16 (rounded to nearest even)", "fp32"}};
+      {"dtype", "tensor type in the file: fp32, bf16 or fp16 (rounded to nearest even)",
+       dtype_name(DType::F32)}};
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt export", opts, &ex)) return 0;
   auto get = [&](const char* name) {
@@ -29,8 +30,7 @@ int cmd_export(int argc, char** argv) {
   if (ckpt.empty() == model_path.empty())
     throw UsageError("export: give exactly one of --checkpoint DIR or --model FILE");
   if (out.empty()) throw UsageError("export: --out DIR is required");
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
-    throw UsageError(strf("export: --dtype '%s' is not one of fp32, bf16, fp16", dtype.c_str()));
+  check_export_dtype(dtype);
   if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
   ModelFile mf = read_model(model_path);
   export_hf(mf, out, dtype);

@@ -130,16 +130,22 @@ std::vector<uint64_t> DataLoader::shard_order(uint64_t epoch) const {
   return random_permutation(files_.size(), r);
 }
 
-void DataLoader::set_position(const LoaderPosition& p) {
+void DataLoader::check_position(const LoaderPosition& p) const {
   if (p.shard >= files_.size())
     throw Error(strf("data position: shard index %llu out of range (%zu shards)",
                      (unsigned long long)p.shard, files_.size()));
+  const uint64_t file = shard_order(p.epoch)[p.shard];
+  const uint64_t rows = uint64_t(rows_per_shard_[file]);
+  // Written so that a huge row from a damaged checkpoint cannot wrap around.
+  if (p.row > rows || rows - p.row < uint64_t(B_) * world_)
+    throw Error(strf("data position: row %llu out of range for shard %s", (unsigned long long)p.row,
+                     files_[file].c_str()));
+}
+
+void DataLoader::set_position(const LoaderPosition& p) {
+  check_position(p);
   pos_ = p;
   load_current();
-  // Written so that a huge row from a damaged checkpoint cannot wrap around.
-  if (pos_.row > row_order_.size() || row_order_.size() - pos_.row < uint64_t(B_) * world_)
-    throw Error(strf("data position: row %llu out of range for shard %s", (unsigned long long)p.row,
-                     files_[loaded_file_].c_str()));
 }
 
 void DataLoader::load_current() {

@@ -45,7 +45,9 @@ class DataLoader {
   void next_batch(int32_t* inputs, int32_t* targets);
   void reset() { set_position(LoaderPosition{}); }
   LoaderPosition position() const { return pos_; }
-  void set_position(const LoaderPosition& p);
+  // Throws naming the problem when p is not a position of these shards; changes nothing.
+  void check_position(const LoaderPosition& p) const;
+  void set_position(const LoaderPosition& p);  // checks p first: a bad p changes nothing
   const std::vector<std::string>& files() const { return files_; }
   int64_t total_tokens() const { return total_tokens_; }
 

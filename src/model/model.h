@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "fp8.h"
+#include "quant_state.h"
 #include "src/backends/backend.h"
 #include "src/backends/cpu/host_operand_view.h"
 #include "src/numerics/operand_view.h"

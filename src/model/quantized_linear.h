@@ -10,7 +10,7 @@
 #pragma once
 #include <optional>
 
-#include "fp8.h"
+#include "quant_state.h"
 #include "src/backends/backend.h"
 
 namespace tg {

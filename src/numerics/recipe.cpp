@@ -161,7 +161,7 @@ float elem_format_max(ElemFormat f) {
 
 const char* elem_format_name(ElemFormat f) {
   switch (f) {
-    case ElemFormat::BF16: return "bf16";
+    case ElemFormat::BF16: return dtype_name(DType::BF16);
     case ElemFormat::E4M3: return "E4M3";
     case ElemFormat::E5M2: return "E5M2";
     case ElemFormat::E2M1: return "E2M1";

@@ -434,7 +434,7 @@ json AutoPrecision::record() const {
     outliers["max_ratio"].push_back(outlier_ratio_[i]);
     outliers["split"].push_back(split_[i]);
   }
-  return {{"kind", "auto"},
+  return {{"kind", mode_name(Mode::Auto)},
           {"step", step_},
           {"candidates", names},
           {"threshold_db", opt_.threshold_db},

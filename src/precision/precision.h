@@ -8,7 +8,7 @@
 
 #include "src/backends/backend.h"
 #include "src/config/config.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 
 namespace tg {
 

@@ -2,7 +2,7 @@
 // quant_memory.h).
 #include "quant_memory.h"
 
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 
 namespace tg {
 

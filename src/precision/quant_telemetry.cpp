@@ -8,7 +8,7 @@
 #include "auto_precision.h"
 #include "src/base/rng.h"
 #include "src/comm/comm.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 
 namespace tg {
 using json = nlohmann::json;

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 
 namespace tg {
 

@@ -93,8 +93,8 @@ std::vector<ModeSpec> plain_studies() {
        "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad", {}},
       {named(Mode::NVFP4, ""), Mode::NVFP4,
        "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
-       "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) in "
-       "bf16",
+       "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) "
+       "in bf16",
        {}},
   };
 }

@@ -363,8 +363,8 @@ std::string auto_md(const std::vector<RunGroup>& groups) {
   std::string md;
   for (const auto& g : groups) {
     const json* fs = first_summary(g.runs);
-    if (!fs || !fs->contains("auto")) continue;
-    const json& a = (*fs)["auto"];
+    if (!fs || !fs->contains(mode_name(Mode::Auto))) continue;
+    const json& a = (*fs)[mode_name(Mode::Auto)];
     md += strf(
         "\n%s: final formats (first seed; %.0f%% of block-linear FLOPs in <= 8 bits), "
         "counted over each linear's six GEMM operands.\n\n"

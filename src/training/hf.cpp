@@ -61,12 +61,23 @@ std::vector<Slot> slots(const GPTConfig& c) {
   return s;
 }
 
-const char* st_dtype(const std::string& d) {
-  if (d == "fp32") return "F32";
-  if (d == "bf16") return "BF16";
-  if (d == "fp16") return "F16";
+// The export's tensor types: ours (dtype_name), safetensors' and torch's names for it.
+struct ExportType {
+  DType type;
+  const char* safetensors;
+  const char* torch;
+};
+constexpr ExportType kExportTypes[] = {{DType::F32, "F32", "float32"},
+                                       {DType::BF16, "BF16", "bfloat16"},
+                                       {DType::F16, "F16", "float16"}};
+
+const ExportType& export_type(const std::string& d) {
+  for (const ExportType& e : kExportTypes)
+    if (d == dtype_name(e.type)) return e;
   throw UsageError(strf("export: --dtype '%s' is not one of fp32, bf16, fp16", d.c_str()));
 }
+
+const char* st_dtype(const std::string& d) { return export_type(d).safetensors; }
 
 // The slot's values in GPT-2's layout, encoded as `dtype` bytes.
 std::vector<char> encode_slot(const Slot& s, const std::vector<float>& p,
@@ -124,9 +135,7 @@ nlohmann::ordered_json hf_config(const GPTConfig& c, const std::string& dtype) {
           {"tie_word_embeddings", true},
           {"bos_token_id", eos},
           {"eos_token_id", eos},
-          {"torch_dtype", dtype == "fp32"   ? "float32"
-                          : dtype == "bf16" ? "bfloat16"
-                                            : "float16"},
+          {"torch_dtype", export_type(dtype).torch},
           {"use_cache", true}};
 }
 
@@ -233,6 +242,8 @@ bool ignorable(const std::string& name) {
 }
 
 }  // namespace
+
+void check_export_dtype(const std::string& dtype) { export_type(dtype); }
 
 void export_hf(const ModelFile& mf, const std::string& out_dir, const std::string& dtype) {
   const std::string st = st_dtype(dtype);

@@ -25,6 +25,8 @@ namespace tg {
 // dtype: "fp32", "bf16" or "fp16" (rounded to nearest even; fp16 refuses values beyond
 // its range). Writes out_dir/model.safetensors and out_dir/config.json.
 void export_hf(const ModelFile& mf, const std::string& out_dir, const std::string& dtype);
+// Throws a UsageError unless `dtype` is one export_hf writes.
+void check_export_dtype(const std::string& dtype);
 
 // The model of a config.json text and a safetensors file's bytes; `where` names them in
 // messages (the directory). The parsing half of read_hf_model, for tests and fuzzing.

@@ -257,7 +257,7 @@ void PrecisionRuntime::print_start() const {
 void PrecisionRuntime::add_summary(json& summary) const {
   if (telemetry_) summary["quant"] = telemetry_->summary();
   if (auto_)
-    summary["auto"] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
+    summary[mode_name(Mode::Auto)] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
 }
 
 void PrecisionRuntime::print_summary() const {

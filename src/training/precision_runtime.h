@@ -2,7 +2,7 @@
 // training step where it acts.
 //
 // What it owns (none of it in an unquantized mode: fp32, bf16, fp16):
-//   QuantState        the block linears' scales, per-linear recipes, random seed (src/model/fp8.h)
+//   QuantState        the block linears' scales, per-linear recipes, random seed (src/model/quant_state.h)
 //   AutoPrecision     precision.mode=auto: each linear's format (src/precision/auto_precision.h)
 //   ChannelSmoothing  precision.recipe.smooth, auto.outliers=smooth (src/precision/smoothing.h)
 //   QuantTelemetry    the block-scaled modes' per-operand statistics
@@ -29,7 +29,7 @@
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/model/model.h"
 #include "src/precision/auto_precision.h"
 #include "src/precision/quant_telemetry.h"

@@ -163,15 +163,18 @@ void read_precision(const Fields& f, RunState& s) {
   ls.scale = f.number("precision.loss_scale.scale", 1e-30, 1e30);
   ls.good_steps = int(f.integer("precision.loss_scale.good_steps", 0, INT32_MAX));
   ls.hysteresis_left = int(f.integer("precision.loss_scale.hysteresis_left", 0, INT32_MAX));
-  if (f.has("fp8") && !f.at("fp8").is_null()) {
-    if (!f.at("fp8").is_object() || !f.has("fp8.amax_history") ||
-        !f.at("fp8.amax_history").is_array())
-      f.bad("fp8", "has no amax_history array");
-    s.fp8 = f.at("fp8");
+  // The sections of the fp8 mode's delayed scaling and of auto precision are named after
+  // their modes.
+  const std::string fp8 = mode_name(Mode::FP8), autop = mode_name(Mode::Auto);
+  if (f.has(fp8) && !f.at(fp8).is_null()) {
+    if (!f.at(fp8).is_object() || !f.has(fp8 + ".amax_history") ||
+        !f.at(fp8 + ".amax_history").is_array())
+      f.bad(fp8, "has no amax_history array");
+    s.fp8 = f.at(fp8);
   }
-  if (f.has("auto") && !f.at("auto").is_null()) {
-    if (!f.at("auto").is_object()) f.bad("auto", "is not an object");
-    s.auto_precision = f.at("auto");  // checked field by field by AutoPrecision::from_json
+  if (f.has(autop) && !f.at(autop).is_null()) {
+    if (!f.at(autop).is_object()) f.bad(autop, "is not an object");
+    s.auto_precision = f.at(autop);  // checked field by field by AutoPrecision::from_json
   }
   if (f.has("smoothing") && !f.at("smoothing").is_null()) {
     if (!f.at("smoothing").is_object()) f.bad("smoothing", "is not an object");
@@ -216,8 +219,8 @@ json run_state_to_json(const RunState& s) {
                 {"good_steps", s.loss_scale.good_steps},
                 {"hysteresis_left", s.loss_scale.hysteresis_left}}}}},
             {"initial_val_loss", nan_to_null(s.initial_val_loss)}};
-  if (!s.fp8.is_null()) j["fp8"] = s.fp8;
-  if (!s.auto_precision.is_null()) j["auto"] = s.auto_precision;
+  if (!s.fp8.is_null()) j[mode_name(Mode::FP8)] = s.fp8;
+  if (!s.auto_precision.is_null()) j[mode_name(Mode::Auto)] = s.auto_precision;
   if (!s.smoothing.is_null()) j["smoothing"] = s.smoothing;
   return j;
 }

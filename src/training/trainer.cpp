@@ -248,19 +248,22 @@ void Trainer::resume_or_claim() {
     cm_->broadcast(run_id_.data(), run_id_.size(), 0);
     return;
   }
-  // The newest checkpoint that verifies on every rank; the rejected ones stay as they are.
+  // The newest checkpoint that every rank verifies; the rejected ones stay as they are.
   std::string reasons;
   for (size_t i = ckpts.size(); i-- > 0;) {
     std::string why;
+    VerifiedCheckpoint v;
     try {
-      load_checkpoint_state(ckpts[i]);
+      v = verify_checkpoint(ckpts[i]);  // reads and checks; no collective, no change
     } catch (const std::exception& e) {
       why = e.what();
     }
-    double failed = why.empty() ? 0.0 : 1.0;
-    cm_->all_reduce_sum(&failed, 1);
-    if (failed == 0) {
-      resumed_from_ = ckpts[i];
+    // Only rank 0 writes to stdout: another rank says why on stderr.
+    if (!why.empty() && rank_ != 0)
+      fprintf(stderr, "checkpoint %s rejected on rank %d: %s\n", ckpts[i].c_str(), rank_,
+              why.c_str());
+    if (all_ranks_accept(why.empty())) {
+      apply_checkpoint(std::move(v));
       printf("resumed from %s at step %lld\n", resumed_from_.c_str(), (long long)step_);
       return;
     }
@@ -272,6 +275,12 @@ void Trainer::resume_or_claim() {
   }
   throw Error(strf("checkpoint.resume: no checkpoint in %s verifies (nothing was deleted):%s",
                    out.c_str(), reasons.c_str()));
+}
+
+bool Trainer::all_ranks_accept(bool mine) {
+  double rejections = mine ? 0.0 : 1.0;
+  cm_->all_reduce_sum(&rejections, 1);
+  return rejections == 0;
 }
 
 ResumeRequirements Trainer::resume_requirements() const {
@@ -288,14 +297,17 @@ ResumeRequirements Trainer::resume_requirements() const {
   return r;
 }
 
-// Verifies everything first (files, fields, loader position, FP8 histories), then applies
-// it: a checkpoint that fails leaves the trainer as it was.
-void Trainer::load_checkpoint_state(const std::string& dir) {
+// Everything this rank will need from `dir`, checked: files and checksums, architecture,
+// fields against this run, the loader position, the precision state. Changes nothing.
+Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) const {
+  VerifiedCheckpoint v;
+  v.dir = dir;
   // Under ZeRO-1 each rank reads the Adam moments of its own shard, whichever way the
   // checkpoint was sharded.
-  CheckpointData cd = load_checkpoint(dir, mc_, model_->shard_begin(), model_->shard_count());
+  v.data = load_checkpoint(dir, mc_, model_->shard_begin(), model_->shard_count());
   const std::string state_path = join_path(dir, "state.json");
-  RunState s = run_state_from_json(cd.state, state_path, resume_requirements());
+  v.state = run_state_from_json(v.data.state, state_path, resume_requirements());
+  const RunState& s = v.state;
   const int64_t dir_step = checkpoint_dir_step(dir);
   if (dir_step != s.step)
     throw Error(
@@ -303,18 +315,28 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
              "for step %lld",
              state_path.c_str(), (long long)s.step, (long long)dir_step));
   try {
-    train_loader_->set_position(s.data);
+    train_loader_->check_position(s.data);
   } catch (const Error& e) {
     throw Error(strf("checkpoint state %s: field 'data': %s", state_path.c_str(), e.what()));
   }
-  const bool same_precision = s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind;
   precision_->verify(s, state_path);
+  if (test_hooks::rejects_checkpoint(rank_, s.step))
+    throw Error(strf("checkpoint %s: rejected on rank %d by TG_TEST_REJECT_CKPT", dir.c_str(),
+                     rank_));
+  return v;
+}
 
-  model_->set_params(cd.params);
-  cd.m.resize(model_->shard_size(), 0.0f);
-  cd.v.resize(model_->shard_size(), 0.0f);
-  be_->upload(model_->adam_m(), cd.m.data());
-  be_->upload(model_->adam_v(), cd.v.data());
+// Every rank accepted `v`'s checkpoint: the same state applied everywhere (the run id
+// broadcast and the ZeRO-1 weight gather are collectives every rank reaches here).
+void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
+  const RunState& s = v.state;
+  const std::string state_path = join_path(v.dir, "state.json");
+  train_loader_->set_position(s.data);
+  model_->set_params(v.data.params);
+  v.data.m.resize(model_->shard_size(), 0.0f);
+  v.data.v.resize(model_->shard_size(), 0.0f);
+  be_->upload(model_->adam_m(), v.data.m.data());
+  be_->upload(model_->adam_v(), v.data.v.data());
   run_id_ = s.run_id.empty() ? new_run_id() : s.run_id;  // older checkpoints have none
   cm_->broadcast(run_id_.data(), run_id_.size(), 0);
   step_ = start_step_ = s.step;
@@ -322,7 +344,7 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
   sample_rng_ = s.sample_rng;
   counters_ = s.counters;
   initial_val_loss_ = s.initial_val_loss;
-  if (same_precision) {
+  if (s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind) {
     scaler_.scale = s.loss_scale.scale;
     scaler_.good_steps = s.loss_scale.good_steps;
     scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
@@ -334,6 +356,7 @@ void Trainer::load_checkpoint_state(const std::string& dir) {
   precision_->load(s, state_path);
   // The compute copy of the weights is what the last update rounded, stochastic or not.
   model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
+  resumed_from_ = v.dir;
 }
 
 RunState Trainer::run_state() const {

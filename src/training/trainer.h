@@ -12,7 +12,9 @@
 //   t.finish();            final evaluation, checkpoint, sample, summary.json
 //
 // What a checkpoint holds besides the tensors is a RunState (src/training/run_state.h); the Trainer
-// fills one to save and applies one after verifying it to resume.
+// fills one to save. Resume is verify, vote, apply: each rank reads and checks its part of a
+// checkpoint without changing anything or calling a collective, the ranks vote, and only a
+// checkpoint every rank accepted is applied (on all of them, together).
 #pragma once
 #include <cmath>
 #include <map>
@@ -80,7 +82,15 @@ class Trainer {
   void setup_model();
   void print_start() const;
   void resume_or_claim();
-  void load_checkpoint_state(const std::string& dir);
+  // A checkpoint's part for this rank, read and checked; nothing applied yet.
+  struct VerifiedCheckpoint {
+    std::string dir;
+    CheckpointData data;
+    RunState state;
+  };
+  VerifiedCheckpoint verify_checkpoint(const std::string& dir) const;
+  bool all_ranks_accept(bool mine);  // the vote: a collective every rank calls
+  void apply_checkpoint(VerifiedCheckpoint&& v);
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);

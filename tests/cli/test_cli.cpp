@@ -638,6 +638,44 @@ TEST_CASE("mpi: a missing or corrupt ZeRO-1 optimizer file is named") {
                     doctest::Contains("optim_rank00001.bin"));
 }
 
+TEST_CASE("mpi: a checkpoint rank 1 rejects late resumes both ranks from the older one") {
+  // Resume is verify, vote, apply: rank 0 accepts the newest checkpoint, rank 1 rejects its
+  // part of it after reading everything; both ranks go back to the older checkpoint together
+  // (before, rank 0 had applied the newer one and entered a collective rank 1 never reached).
+  tgt::TempDir full;
+  std::string out;
+  const std::string args =
+      " --train.steps=8 --data.batch_size=4 --train.zero_stage=1 --checkpoint.every=2";
+  REQUIRE(run_mpi(2, tiny_args(full.path) + args, &out) == 0);
+  struct Case {
+    const char* what;
+    const char* hook;  // TG_TEST_REJECT_CKPT, or none
+  };
+  for (const Case& c : {Case{"rank 1's optimizer file corrupt", nullptr},
+                        Case{"rank 1 rejects at the end of its checks", "1:6"}}) {
+    tgt::TempDir part;
+    REQUIRE(run_mpi(2, tiny_args(part.path) + args + " --train.stop_at_step=6", &out) == 0);
+    const std::string c6 = part / "ckpt_00000006";
+    if (!c.hook) {  // rank 0 reads only its own optimizer file and accepts
+      std::string f1 = slurp(c6 + "/optim_rank00001.bin");
+      f1[2000] ^= 1;
+      tg::write_file_atomic(c6 + "/optim_rank00001.bin", f1.data(), f1.size());
+    } else {
+      setenv("TG_TEST_REJECT_CKPT", c.hook, 1);
+    }
+    int rc = run_mpi(2, tiny_args(part.path) + args + " --checkpoint.resume=true", &out);
+    unsetenv("TG_TEST_REJECT_CKPT");
+    INFO(c.what << "\n" << out);
+    REQUIRE(rc == 0);
+    CHECK(out.find(c6 + " rejected: another rank could not verify its part of it") !=
+          std::string::npos);
+    CHECK(out.find("resumed from " + part / "ckpt_00000004" + " at step 4") != std::string::npos);
+    CHECK(out.find(c6 + " rejected on rank 1: ") != std::string::npos);  // rank 1 says why
+    if (!c.hook) CHECK(out.find("optim_rank00001.bin is corrupt") != std::string::npos);
+    check_same_losses(full.path, part.path, 8);
+  }
+}
+
 TEST_CASE("dist: CPU processes launched without MPI are refused with a pointer to mpirun") {
   tgt::TempDir run;
   // By the config keys, and by the environment (as a job script or srun would start them).

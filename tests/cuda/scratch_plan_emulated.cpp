@@ -16,7 +16,7 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/cuda_backend.h"
 #include "src/backends/cuda/scaled.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/model/model.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/quant_telemetry.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/model/model.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/auto_precision.h"

@@ -21,7 +21,7 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/comm/comm.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/model/model.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/smoothing.h"

@@ -10,7 +10,7 @@
 
 #include "cuda_test_util.h"
 #include "src/backends/cuda/launch.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/model/model.h"
 #include "src/training/checkpoint.h"
 #include "tests/test_util.h"

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "src/base/common.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/numerics/formats.h"
 #include "src/numerics/recipe.h"
 #include "tests/test_util.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "src/backends/cpu/ops.h"
-#include "src/model/fp8.h"
+#include "src/model/quant_state.h"
 #include "src/precision/auto_precision.h"
 #include "tests/test_util.h"
 

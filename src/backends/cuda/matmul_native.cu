@@ -287,7 +287,7 @@ std::string gemm_label(const GemmRecipe& g, const Plan& p, const ShapeClass& s) 
 }  // namespace
 
 std::string describe_operand_scales(const OperandRecipe& o) {
-  const char* scale = o.scale == ScaleFormat::FP32   ? "fp32"
+  const char* scale = o.scale == ScaleFormat::FP32   ? dtype_name(DType::F32)
                       : o.scale == ScaleFormat::Pow2 ? "power-of-two"
                       : o.scale == ScaleFormat::E8M0 ? "E8M0"
                                                      : "UE4M3";

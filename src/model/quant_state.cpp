@@ -1,4 +1,4 @@
-#include "fp8.h"
+#include "quant_state.h"
 
 #include <algorithm>
 #include <cmath>

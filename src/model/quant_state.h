@@ -1,4 +1,4 @@
-// fp8.h: quantization state of the block linears (every quantized precision.mode: fp8,
+// quant_state.h: quantization state of the block linears (every quantized precision.mode: fp8,
 // the block-scaled MXFP4 / NVFP4 / ... recipes, auto).
 //
 // The four linears of each block (qkv, attention projection, fc, fc projection) run as
@@ -11,8 +11,8 @@
 // Block-scaled recipes take current scales per block; QuantState then holds each linear's
 // recipe (auto's choice, smoothing factors) and the micro-batch's random seed.
 // Layers listed in keep_bf16 (negative indices count from the last) stay in bf16. Only
-// training passes record amaxes, so evaluation does not move the scales. (The file keeps its
-// name; checkpoints keep the field "fp8" for this state.)
+// training passes record amaxes, so evaluation does not move the scales. (Checkpoints keep the
+// fp8 mode's delayed-scaling state in a section named after the mode, "fp8".)
 #pragma once
 #include <deque>
 #include <nlohmann/json.hpp>
