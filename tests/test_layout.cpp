@@ -59,8 +59,8 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
        {"base", "comm", "numerics", "backends", "model", "config", "data", "precision",
         "training"}},
       {"cli",
-       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision",
-        "training", "report"}},
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision", "training",
+        "report"}},
   };
   return kAllowed;
 }
@@ -125,7 +125,7 @@ struct LongFunction {
 std::vector<LongFunction> long_functions(const fs::path& file, int limit) {
   const std::vector<std::string> lines = read_lines(repo_root() / file);
   std::vector<LongFunction> found;
-  int start = -1;           // first line of the current signature, -1 when none
+  int start = -1;  // first line of the current signature, -1 when none
   bool in_body = false;
   for (int i = 0; i < int(lines.size()); i++) {
     const std::string& l = lines[i];
@@ -133,8 +133,9 @@ std::vector<LongFunction> long_functions(const fs::path& file, int limit) {
     if (in_body) {
       if (!l.empty() && l[0] == '}') {
         const int n = i - start + 1;
-        if (n > limit) found.push_back({file.string() + ":" + std::to_string(start + 1) + " " +
-                                            lines[start], n});
+        if (n > limit)
+          found.push_back(
+              {file.string() + ":" + std::to_string(start + 1) + " " + lines[start], n});
         in_body = false;
         start = -1;
       }
@@ -143,11 +144,19 @@ std::vector<LongFunction> long_functions(const fs::path& file, int limit) {
     if (start < 0 && col0 && l[0] != '}' && l.rfind("template", 0) != 0) start = i;
     if (start < 0) continue;
     const size_t last = l.find_last_not_of(" \t");
-    if (last == std::string::npos) { start = -1; continue; }
-    if (l[last] == ';' || l[last] == '}') { start = -1; continue; }
+    if (last == std::string::npos) {
+      start = -1;
+      continue;
+    }
+    if (l[last] == ';' || l[last] == '}') {
+      start = -1;
+      continue;
+    }
     if (l[last] == '{') {
-      if (opens_type_or_data(lines[start])) start = -1;
-      else in_body = true;
+      if (opens_type_or_data(lines[start]))
+        start = -1;
+      else
+        in_body = true;
     }
   }
   return found;
@@ -216,9 +225,9 @@ TEST_CASE("layout: includes in src/ point down or sideways") {
       const std::string to = src_folder(target);
       if (to.empty() || to == from) continue;
       includes++;
-      CHECK_MESSAGE(allowed.at(from).count(to),
-                    f.string() << ":" << i + 1 << " includes " << target << " (src/" << from
-                               << " may not include src/" << to << ")");
+      CHECK_MESSAGE(allowed.at(from).count(to), f.string() << ":" << i + 1 << " includes " << target
+                                                           << " (src/" << from
+                                                           << " may not include src/" << to << ")");
     }
   }
   CHECK(files > 100);

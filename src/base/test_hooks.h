@@ -13,7 +13,7 @@
 namespace tg::test_hooks {
 
 bool auto_device_cpu();
-int fail_rank();        // -1: none
+int fail_rank();  // -1: none
 bool rejects_checkpoint(int rank, long long step);
 size_t reduce_chunk();  // 0: the default
 bool nccl_missing();

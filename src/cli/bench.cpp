@@ -15,8 +15,8 @@
 #include "src/base/common.h"
 #include "src/base/rng.h"
 #include "src/config/config.h"
-#include "src/model/quant_state.h"
 #include "src/model/model.h"
+#include "src/model/quant_state.h"
 #include "src/precision/precision.h"
 #include "src/training/backend_factory.h"
 #include "src/training/gpu_peak.h"
@@ -135,7 +135,6 @@ double print_sgemm_table() {
   return ceiling;
 }
 
-
 // The command line into *a; false when --help was printed.
 bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
   const std::string default_modes = mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16, Mode::FP8});
@@ -245,8 +244,7 @@ void bench_model(const BenchCase& bc, const BenchArgs& a, const std::function<do
     for (size_t m = 0; m < modes.size(); m++) {
       // A fresh backend per mode and repeat, so its peak is this model's alone.
       auto mbe = make_backend(a.cfg);
-      rows[m].ms.push_back(
-          time_step(*mbe, bc, bench_config(a, modes[m]), r == 0 ? 3 : 1, a.iters));
+      rows[m].ms.push_back(time_step(*mbe, bc, bench_config(a, modes[m]), r == 0 ? 3 : 1, a.iters));
       if (r == 0) rows[m].peak_bytes = double(mbe->peak_bytes());
     }
   const double ms0 = median(rows[0].ms), mem0 = rows[0].peak_bytes;

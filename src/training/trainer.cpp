@@ -321,8 +321,8 @@ Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) c
   }
   precision_->verify(s, state_path);
   if (test_hooks::rejects_checkpoint(rank_, s.step))
-    throw Error(strf("checkpoint %s: rejected on rank %d by TG_TEST_REJECT_CKPT", dir.c_str(),
-                     rank_));
+    throw Error(
+        strf("checkpoint %s: rejected on rank %d by TG_TEST_REJECT_CKPT", dir.c_str(), rank_));
   return v;
 }
 
