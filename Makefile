@@ -84,10 +84,10 @@ WERR       := $(if $(filter 1,$(WERROR)),-Werror)
 NVWERR     := $(if $(filter 1,$(WERROR)),-Werror all-warnings -Xcompiler -Werror)
 CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
 CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra $(WERR) -MMD -MP -I. $(MPI_FLAGS) $(MPI_WARN) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
-# PCRE2 (the GPT-2 tokenizer's pattern): Debian's libpcre2-dev, or the copy scripts/gpu_deps.sh
-# puts in .deps/lib for a machine without it.
-PCRE2_LIBS := $(if $(wildcard .deps/lib/libpcre2-8.so),-L$(CURDIR)/.deps/lib -Xlinker -rpath=$(CURDIR)/.deps/lib) -lpcre2-8
-LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) $(PCRE2_LIBS) -lgomp -lpthread -lm -ldl
+# PCRE2 (the GPT-2 tokenizer's pattern, libpcre2-dev) and libcrypto (SHA-256, libssl-dev):
+# Debian's, or the copies scripts/gpu_deps.sh puts in .deps/lib for a machine without them.
+TOK_LIBS := $(if $(wildcard .deps/lib/libpcre2-8.so),-L$(CURDIR)/.deps/lib -Xlinker -rpath=$(CURDIR)/.deps/lib) -lpcre2-8 -lcrypto
+LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) $(TOK_LIBS) -lgomp -lpthread -lm -ldl
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100
 NVCCFLAGS  := -std=c++17 -O3 $(CUDA_ARCHS) $(NVWERR) -Xcompiler -fopenmp,-Wall,-Wextra -I. $(MPI_FLAGS) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Copies the header-only dependencies (cxxopts, nlohmann/json, doctest, and the Boost.Math
-# headers src/report/stats.cpp includes) into .deps/include, and PCRE2 (pcre2.h, the 8-bit
-# library as .deps/lib/libpcre2-8.so, found at run time through the binary's rpath) for the
-# GPT-2 tokenizer, for a machine without a package registry (the lent GPU machine). Run it here, then carry .deps along: the build there uses
+# headers src/report/stats.cpp includes) into .deps/include, and the two compiled libraries
+# the GPT-2 tokenizer links (PCRE2's 8-bit library and OpenSSL's libcrypto, with their
+# headers; the libraries in .deps/lib, found at run time through the binary's rpath), for a
+# machine without a package registry (the lent GPU machine). Run it here, then carry .deps along: the build there uses
 # EXTRA_CFLAGS=-I.deps/include (scripts/gpu_check.sh does).
 #
 # Boost: only the headers that src/report/stats.cpp's compile reads (its dependency list from the
@@ -35,11 +36,17 @@ if [ ${#boost[@]} -eq 0 ]; then
 fi
 ( cd /usr/include && cp --parents "${boost[@]#/usr/include/}" "$OLDPWD/.deps/include/" )
 
-# PCRE2: the header and the shared library itself (the machine may have only an older one).
-pcre2=$(g++ -print-file-name=libpcre2-8.so)
+# PCRE2 and libcrypto: the headers and the shared libraries themselves (the machine may have
+# other versions, or none).
+copy_lib() {  # copy_lib NAME SONAME: .deps/lib/SONAME, and NAME.so pointing to it
+  cp -L "$(g++ -print-file-name=$1.so)" .deps/lib/$2
+  ln -s $2 .deps/lib/$1.so
+}
 rm -rf .deps/lib
-mkdir -p .deps/lib
+mkdir -p .deps/lib .deps/include/openssl
 cp /usr/include/pcre2.h .deps/include/
-cp -L "$pcre2" .deps/lib/libpcre2-8.so.0
-ln -s libpcre2-8.so.0 .deps/lib/libpcre2-8.so
-echo "gpu_deps: $(du -sh .deps | cut -f1) in .deps (cxxopts.hpp, nlohmann/, doctest/, ${#boost[@]} Boost headers, pcre2.h, lib/libpcre2-8.so)"
+cp /usr/include/openssl/*.h .deps/include/openssl/
+cp /usr/include/"$(gcc -dumpmachine)"/openssl/*.h .deps/include/openssl/
+copy_lib libpcre2-8 libpcre2-8.so.0
+copy_lib libcrypto libcrypto.so.3
+echo "gpu_deps: $(du -sh .deps | cut -f1) in .deps (cxxopts.hpp, nlohmann/, doctest/, ${#boost[@]} Boost headers, pcre2.h, openssl/, lib/: libpcre2-8, libcrypto)"

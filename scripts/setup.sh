@@ -41,6 +41,7 @@ need=(
   doctest-dev
   libboost-dev
   libpcre2-dev
+  libssl-dev
   libopenblas-dev
   libopenblas0-pthread
   libopenmpi-dev

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "bench.h"
@@ -12,7 +13,9 @@
 #include "src/base/rng.h"
 #include "src/comm/comm.h"
 #include "src/config/config.h"
+#include "src/data/bpe.h"
 #include "src/data/prepare.h"
+#include "src/data/prepare_gpt2.h"
 #include "src/data/tokenizer.h"
 #include "src/model/model.h"
 #include "src/model/sample.h"
@@ -60,7 +63,8 @@ void usage() {
       "usage:\n"
       "  train_gpt [train] --config FILE [--section.key=value ...]   train (the default)\n"
       "  train_gpt prepare toy [--out DIR] [--seed N]                  make the synthetic task\n"
-      "  train_gpt prepare text --input FILE [--out DIR] [--name N]    bytes of any text file\n"
+      "  train_gpt prepare text --input FILE [--tokenizer byte|gpt2]   bytes or GPT-2 tokens of "
+      "text\n"
       "  train_gpt sample --checkpoint DIR [--prompt TEXT] ...         generate text\n"
       "  train_gpt export --checkpoint DIR --out DIR [--dtype fp32]    Hugging Face GPT-2 "
       "directory\n"
@@ -81,6 +85,77 @@ int cmd_train(int argc, char** argv) {
   run_training(cfg);
   return 0;
 }
+
+namespace {
+
+// The shard name: --name, else the input's file name without its extension.
+std::string dataset_name(const Extras& ex, const std::string& input) {
+  std::string name = extra(ex, "name");
+  if (name.empty()) {
+    std::string base = input;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    name = base.substr(base.find_last_of('/') + 1);
+    name = name.substr(0, name.find('.'));
+    if (name.empty()) name = "text";
+  }
+  return name;
+}
+
+// `prepare text`: bytes (vocabulary 256) or GPT-2's BPE; ends with the train command for it.
+int prepare_text_command(int argc, char** argv) {
+  std::vector<ExtraOption> opts = {
+      {"input", "text file; with --tokenizer gpt2 also a folder or a .jsonl file", ""},
+      {"out", "output directory (default data/<name>)", ""},
+      {"name", "shard name prefix (default: the input's name)", ""},
+      {"tokenizer", "byte (vocabulary 256) or gpt2 (GPT-2's BPE, vocabulary 50257)", "byte"},
+      {"vocab_dir", "gpt2: the folder of vocab.json and merges.txt", "data/gpt2"},
+      {"errors", "gpt2: invalid UTF-8 is an error (strict) or U+FFFD (replace)", "strict"},
+      number_option("val_fraction", "fraction of the text kept for validation", "0.1", 0, 0.99),
+      int_option("shard_tokens", "tokens per shard", "100000000", 1, 2e9),
+      int_option("threads", "gpt2: tokenizer threads (0: all)", "0", 0, 4096)};
+  Extras ex;
+  if (!config_parse_args(nullptr, argc, argv, "train_gpt prepare text", opts, &ex)) return 0;
+  const std::string input = extra(ex, "input"), tokenizer = extra(ex, "tokenizer");
+  if (input.empty()) throw UsageError("prepare text: --input FILE is required");
+  if (tokenizer != "byte" && tokenizer != "gpt2")
+    throw UsageError(
+        strf("prepare text: --tokenizer is byte or gpt2, not '%s'", tokenizer.c_str()));
+  const std::string name = dataset_name(ex, input);
+  std::string out = extra(ex, "out", "");
+  if (out.empty()) out = "data/" + name;
+  const double val_fraction = to_double("val_fraction", extra(ex, "val_fraction"));
+  const int64_t shard_tokens = to_int("shard_tokens", extra(ex, "shard_tokens"));
+  std::string vocab = "256";
+  if (tokenizer == "byte") {
+    prepare_text(input, out, name, val_fraction, shard_tokens);
+    printf("wrote %s/%s_{train,val}_*.bin and meta.json\n", out.c_str(), name.c_str());
+  } else {
+    Gpt2PrepareOptions o;
+    o.input = input;
+    o.out_dir = out;
+    o.name = name;
+    o.vocab_dir = extra(ex, "vocab_dir");
+    o.errors = extra(ex, "errors");
+    o.val_fraction = val_fraction;
+    o.shard_tokens = shard_tokens;
+    o.threads = int(to_int("threads", extra(ex, "threads")));
+    const Gpt2PrepareResult r = prepare_text_gpt2(o);
+    printf(
+        "wrote %s/%s_train_*.bin (%d shard(s), %lld documents, %lld tokens), %s_val_*.bin (%d, "
+        "%lld, %lld), gpt2_tokenizer.bin and meta.json; %.3f tokens per byte\n",
+        out.c_str(), name.c_str(), r.train_shards, (long long)r.train_docs,
+        (long long)r.train_tokens, name.c_str(), r.val_shards, (long long)r.val_docs,
+        (long long)r.val_tokens, double(r.train_tokens + r.val_tokens) / double(r.bytes));
+    vocab = std::to_string(kGpt2VocabSize);
+  }
+  printf(
+      "train on it: ./train_gpt train --data.train '%s/%s_train_*.bin' --data.val "
+      "'%s/%s_val_*.bin' --model.vocab_size %s\n",
+      out.c_str(), name.c_str(), out.c_str(), name.c_str(), vocab.c_str());
+  return 0;
+}
+
+}  // namespace
 
 int cmd_prepare(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
@@ -111,30 +186,7 @@ int cmd_prepare(int argc, char** argv) {
            out.c_str(), toy_loss_floor(int(to_int("record_len", extra(ex, "record_len")))));
     return 0;
   }
-  if (what == "text") {
-    std::vector<ExtraOption> opts = {
-        {"input", "text file", ""},
-        {"out", "output directory (default data/<name>)", ""},
-        {"name", "shard name prefix (default: the input's name)", ""},
-        number_option("val_fraction", "fraction of the text kept for validation", "0.1", 0, 0.99),
-        int_option("shard_tokens", "tokens per shard", "100000000", 1, 2e9)};
-    if (!config_parse_args(nullptr, argc - 1, argv + 1, "train_gpt prepare text", opts, &ex))
-      return 0;
-    std::string input = extra(ex, "input");
-    if (input.empty()) throw UsageError("prepare text: --input FILE is required");
-    std::string name = extra(ex, "name");
-    if (name.empty()) {
-      name = input.substr(input.find_last_of('/') + 1);
-      name = name.substr(0, name.find('.'));
-      if (name.empty()) name = "text";
-    }
-    std::string out = extra(ex, "out", "");
-    if (out.empty()) out = "data/" + name;
-    prepare_text(input, out, name, to_double("val_fraction", extra(ex, "val_fraction")),
-                 to_int("shard_tokens", extra(ex, "shard_tokens")));
-    printf("wrote %s/%s_{train,val}_*.bin and meta.json\n", out.c_str(), name.c_str());
-    return 0;
-  }
+  if (what == "text") return prepare_text_command(argc - 1, argv + 1);
   throw UsageError(strf("prepare: unknown dataset kind '%s' (toy or text)", what.c_str()));
 }
 
@@ -143,8 +195,11 @@ int cmd_sample(int argc, char** argv) {
       {"checkpoint", "checkpoint directory (or a run directory: its latest checkpoint)", ""},
       {"model", "an llm.c model file or a Hugging Face GPT-2 directory instead of a checkpoint",
        ""},
-      {"tokenizer", "llm.c gpt2_tokenizer.bin for GPT-2 ids (default: bytes)", ""},
-      {"prompt", "prompt text (byte tokenizer)", ""},
+      {"tokenizer",
+       "a dataset folder (its meta.json's tokenizer: GPT-2's encodes the prompt too) or llm.c's "
+       "gpt2_tokenizer.bin (decoding only); default: bytes",
+       ""},
+      {"prompt", "prompt text", ""},
       int_option("tokens", "tokens to generate", "256", 1, 1 << 20),
       number_option("temperature", "softmax temperature (0: greedy)", "1.0", 0, 100),
       int_option("top_k", "sample from the k most likely tokens (0: all)", "0", 0, 1 << 24),
@@ -168,7 +223,11 @@ int cmd_sample(int argc, char** argv) {
   GPT model(mf.cfg, *be);
   model.set_params(mf.params);
   Tokenizer tok;
-  if (!extra(ex, "tokenizer").empty()) tok = Tokenizer(extra(ex, "tokenizer"));
+  const std::string tok_path = extra(ex, "tokenizer");
+  if (std::filesystem::is_directory(tok_path))  // a dataset folder: its meta.json says which
+    tok = dataset_tokenizer(read_dataset_meta(join_path(tok_path, "*.bin")), tok_path);
+  else if (!tok_path.empty())
+    tok = Tokenizer(tok_path);
   std::vector<int32_t> prompt;
   std::string prompt_text = extra(ex, "prompt");
   if (!prompt_text.empty())

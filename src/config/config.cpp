@@ -175,7 +175,7 @@ const std::vector<KeyDef>& table() {
       key("sample.tokens", TG_FIELD(sample.tokens), 0, 1 << 20, {}, "tokens per sample (0: no sampling)"),
       key("sample.temperature", TG_FIELD(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"),
       key("sample.top_k", TG_FIELD(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"),
-      key("sample.prompt", TG_FIELD(sample.prompt), 0, 0, {}, "prompt text (byte tokenizer)"),
+      key("sample.prompt", TG_FIELD(sample.prompt), 0, 0, {}, "prompt text (encoded by the dataset's tokenizer)"),
       key("cpu.gemm", TG_FIELD(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"),
       key("cpu.narrow_gemm", TG_FIELD(cpu.narrow_gemm), 0, 0, {"auto", "exact"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation on the CPU's AVX512-BF16 instructions when present (auto; not with cpu.gemm=loops), or the operands widened to fp32 through cpu.gemm, the exact reference (exact)"),
       key("cuda.attention", TG_FIELD(cuda.attention), 0, 0, {"cublas", "fused", "flash"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), or tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash; the CPU then runs its flash twin)"),

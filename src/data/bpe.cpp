@@ -12,6 +12,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/base/sha256.h"
 #include "tokenizer.h"
 
 namespace tg {
@@ -25,6 +26,11 @@ const char* const kGpt2Pattern =
     R"(|\p{White_Space}++$|\p{White_Space}+(?!\P{White_Space})|\p{White_Space})";
 
 constexpr uint32_t kNoRank = UINT32_MAX;
+// The content digest of GPT-2's vocabulary (BpeTokenizer::content_sha256): OpenAI's
+// encoder.json and vocab.bpe, or Hugging Face's vocab.json and merges.txt, whatever their
+// JSON formatting.
+const char* const kGpt2ContentSha256 =
+    "20110f1734707c7518e97afb3d1be66564aa191403e715bf87ea8dcb586ddec0";
 constexpr size_t kCacheLimit = 1 << 16;  // pieces; the cache starts over when full
 
 // A code point from s at *i (valid UTF-8), advancing *i.
@@ -136,39 +142,72 @@ struct RankTable {
   }
 };
 
+namespace {
+// The UTF-8 sequence at p[0..n): its length when well formed, else 0 with *prefix the
+// length of its longest well-formed prefix (at least 1: the byte that cannot start one).
+size_t utf8_sequence(const unsigned char* p, size_t n, size_t* prefix) {
+  const unsigned char c = p[0];
+  *prefix = 1;
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2;
+  else if (c == 0xE0)
+    len = 3, lo = 0xA0;  // no overlong 3-byte forms
+  else if (c == 0xED)
+    len = 3, hi = 0x9F;  // no surrogates
+  else if (c >= 0xE1 && c <= 0xEF)
+    len = 3;
+  else if (c == 0xF0)
+    len = 4, lo = 0x90;  // no overlong 4-byte forms
+  else if (c >= 0xF1 && c <= 0xF3)
+    len = 4;
+  else if (c == 0xF4)
+    len = 4, hi = 0x8F;  // nothing above U+10FFFF
+  else
+    return 0;
+  if (n < 2 || p[1] < lo || p[1] > hi) return 0;
+  *prefix = 2;
+  for (size_t k = 2; k < len; k++) {
+    if (k >= n || (p[k] & 0xC0) != 0x80) return 0;
+    *prefix = k + 1;
+  }
+  return len;
+}
+}  // namespace
+
 size_t first_invalid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
+  size_t prefix;
+  for (size_t i = 0; i < s.size();) {
+    if (p[i] < 0x80) {  // the common case, inline
       i++;
       continue;
     }
-    int len;
-    uint32_t lo = 0x80, hi = 0xBF;  // the range of the second byte
-    if (c >= 0xC2 && c <= 0xDF)
-      len = 2;
-    else if (c == 0xE0)
-      len = 3, lo = 0xA0;  // no overlong 3-byte forms
-    else if (c == 0xED)
-      len = 3, hi = 0x9F;  // no surrogates
-    else if (c >= 0xE1 && c <= 0xEF)
-      len = 3;
-    else if (c == 0xF0)
-      len = 4, lo = 0x90;  // no overlong 4-byte forms
-    else if (c >= 0xF1 && c <= 0xF3)
-      len = 4;
-    else if (c == 0xF4)
-      len = 4, hi = 0x8F;  // nothing above U+10FFFF
-    else
-      return i;
-    if (i + 1 >= n || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (int k = 2; k < len; k++)
-      if (i + size_t(k) >= n || (p[i + size_t(k)] & 0xC0) != 0x80) return i;
-    i += size_t(len);
+    const size_t len = utf8_sequence(p + i, s.size() - i, &prefix);
+    if (len == 0) return i;
+    i += len;
   }
   return std::string_view::npos;
+}
+
+std::string utf8_replace_invalid(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::string out;
+  out.reserve(s.size());
+  size_t prefix;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence(p + i, s.size() - i, &prefix);
+    if (len > 0) {
+      out.append(s.data() + i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD for the maximal invalid subpart
+      i += prefix;
+    }
+  }
+  return out;
 }
 
 const std::vector<uint32_t>& gpt2_byte_to_unicode() {
@@ -189,10 +228,13 @@ struct BpeTokenizer::Impl {
   std::vector<std::string> tokens;  // id -> bytes
   RankTable rank;                   // bytes -> id
   pcre2_code* pattern = nullptr;
+  std::string vocab_path, merges_path, vocab_sha, merges_sha;
+  std::vector<uint8_t> merge_split;  // merge n: the length of its left part
   ~Impl() { pcre2_code_free(pattern); }
 
   void read_vocab(const std::string& path);
-  void check_merges(const std::string& path) const;
+  void check_merges(const std::string& path);
+  std::string content_sha256() const;
   void compile_pattern();
 };
 
@@ -200,6 +242,7 @@ void BpeTokenizer::Impl::read_vocab(const std::string& path) {
   nlohmann::json j;
   try {
     const std::vector<char> text = read_file(path, "GPT-2 vocabulary");
+    vocab_sha = sha256_hex(std::string_view(text.data(), text.size()));
     j = nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     throw Error(strf("%s: not JSON (%s)", path.c_str(), e.what()));
@@ -235,13 +278,14 @@ void BpeTokenizer::Impl::read_vocab(const std::string& path) {
 
 // merges.txt: "#version" line, then line n ("A B") makes token 256 + n = A + B; the first
 // 256 tokens are the single bytes. This is the check tiktoken makes of OpenAI's two files.
-void BpeTokenizer::Impl::check_merges(const std::string& path) const {
+void BpeTokenizer::Impl::check_merges(const std::string& path) {
   for (uint32_t i = 0; i < 256; i++)
     if (tokens[i].size() != 1)
       throw Error(strf("GPT-2 vocabulary: token %u is not a single byte", i));
   const std::vector<int> byte_of = unicode_to_byte();
   const std::vector<char> bytes = read_file(path, "GPT-2 merges");
   const std::string text(bytes.begin(), bytes.end());
+  merges_sha = sha256_hex(text);
   uint32_t next = 256;
   size_t line_no = 0;
   for (size_t at = 0; at < text.size();) {
@@ -252,20 +296,34 @@ void BpeTokenizer::Impl::check_merges(const std::string& path) const {
     line_no++;
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t sp = line.find(' ');
+    const std::string left =
+        sp == std::string_view::npos ? "" : token_from_text(line.substr(0, sp), byte_of, path);
     if (sp == std::string_view::npos || next >= kGpt2EndOfText ||
-        token_from_text(line.substr(0, sp), byte_of, path) +
-                token_from_text(line.substr(sp + 1), byte_of, path) !=
-            tokens[next])
+        left + token_from_text(line.substr(sp + 1), byte_of, path) != tokens[next])
       throw Error(
           strf("%s:%zu: '%s' does not make token %u of the vocabulary ('%s'): the two "
                "files are not a GPT-2 pair",
                path.c_str(), line_no, std::string(line).c_str(), next,
                next < kGpt2EndOfText ? printable(tokens[next]).c_str() : "none"));
+    merge_split.push_back(uint8_t(left.size()));
     next++;
   }
   if (next != kGpt2EndOfText)
     throw Error(
         strf("%s: %u merges, GPT-2 has %u", path.c_str(), next - 256, kGpt2EndOfText - 256));
+}
+
+// SHA-256 over each token (a length byte, then its bytes, ids in order) and each merge's
+// split (the length of its left part): the vocabulary itself, not its files' formatting.
+std::string BpeTokenizer::Impl::content_sha256() const {
+  Sha256 h;
+  for (const std::string& t : tokens) {
+    const uint8_t n = uint8_t(t.size());
+    h.update(&n, 1);
+    h.update(t);
+  }
+  h.update(merge_split.data(), merge_split.size());
+  return h.hex();
 }
 
 void BpeTokenizer::Impl::compile_pattern() {
@@ -284,12 +342,33 @@ void BpeTokenizer::Impl::compile_pattern() {
 }
 
 BpeTokenizer::BpeTokenizer(const std::string& dir) : impl_(std::make_unique<Impl>()) {
-  impl_->read_vocab(pick_file(dir, "vocab.json", "encoder.json"));
-  impl_->check_merges(pick_file(dir, "merges.txt", "vocab.bpe"));
-  impl_->compile_pattern();
+  Impl& m = *impl_;
+  m.vocab_path = pick_file(dir, "vocab.json", "encoder.json");
+  m.merges_path = pick_file(dir, "merges.txt", "vocab.bpe");
+  m.read_vocab(m.vocab_path);
+  m.check_merges(m.merges_path);
+  const std::string digest = m.content_sha256();
+  if (digest != kGpt2ContentSha256)
+    throw Error(
+        strf("%s and %s: a consistent BPE vocabulary, but not GPT-2's (content digest "
+             "%s; GPT-2's is %s): altered files? scripts/setup.sh --gpt2 fetches the "
+             "originals into data/gpt2/",
+             m.vocab_path.c_str(), m.merges_path.c_str(), digest.c_str(), kGpt2ContentSha256));
+  m.compile_pattern();
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
+
+nlohmann::json BpeTokenizer::describe() const {
+  return {{"name", "gpt2"},
+          {"vocab_size", kGpt2VocabSize},
+          {"end_of_text", kGpt2EndOfText},
+          {"vocab_file", impl_->vocab_path},
+          {"vocab_sha256", impl_->vocab_sha},
+          {"merges_file", impl_->merges_path},
+          {"merges_sha256", impl_->merges_sha},
+          {"content_sha256", kGpt2ContentSha256}};
+}
 
 const std::string& BpeTokenizer::token_bytes(uint32_t id) const {
   if (id >= uint32_t(kGpt2VocabSize))

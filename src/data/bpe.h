@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,9 @@ constexpr int kGpt2VocabSize = 50257;
 // The byte offset of the first byte that does not begin or continue a valid UTF-8 sequence
 // (overlong forms, surrogates and code points above U+10FFFF are invalid); npos if none.
 size_t first_invalid_utf8(std::string_view s);
+// Each invalid sequence replaced by U+FFFD, one per maximal invalid subpart (the longest
+// prefix of a well-formed sequence, or one byte), as Python's decode(errors="replace") does.
+std::string utf8_replace_invalid(std::string_view s);
 
 // GPT-2's reversible byte <-> printable-character map of its vocabulary files: byte b is the
 // character of code point byte_to_unicode()[b].
@@ -37,9 +41,10 @@ const std::vector<uint32_t>& gpt2_byte_to_unicode();
 class BpeTokenizer {
  public:
   // Reads `dir`/vocab.json and `dir`/merges.txt (or OpenAI's names encoder.json and
-  // vocab.bpe) and checks them against each other: every id 0..50255 once, the 256 byte
-  // tokens, and each merge line n making token 256 + n from the two tokens it names. Error
-  // naming the file, the line or the token otherwise.
+  // vocab.bpe) and checks them against each other (every id 0..50255 once, the 256 byte
+  // tokens, each merge line n making token 256 + n from the two tokens it names) and against
+  // GPT-2's content digest (a SHA-256 of the tokens and merges, whatever the files' JSON
+  // formatting). Error naming the file, the line or the token otherwise, and the way out.
   explicit BpeTokenizer(const std::string& dir);
   ~BpeTokenizer();
   BpeTokenizer(const BpeTokenizer&) = delete;
@@ -67,6 +72,8 @@ class BpeTokenizer {
   // Ids to bytes; the end-of-text token decodes as "<|endoftext|>". Error on an id >= 50257.
   std::string decode(const std::vector<uint32_t>& ids) const;
   const std::string& token_bytes(uint32_t id) const;
+  // For meta.json: the name, vocabulary size, files and their sha256, the content digest.
+  nlohmann::json describe() const;
 
   // Each pre-tokenisation piece of `text` (valid UTF-8), for tests.
   std::vector<std::string> pieces(std::string_view text) const;

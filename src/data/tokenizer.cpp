@@ -1,7 +1,9 @@
 #include "tokenizer.h"
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
+#include "bpe.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 
@@ -32,10 +34,36 @@ std::string Tokenizer::decode(int32_t id) const {
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
-  if (!byte_level()) throw UsageError("prompts can only be encoded with the byte-level tokenizer");
   std::vector<int32_t> ids;
-  for (unsigned char c : text) ids.push_back(c);
+  if (byte_level()) {
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  if (!bpe_)
+    throw UsageError(strf("the prompt needs GPT-2's encoder: %s",
+                          why_not_.empty() ? "no vocabulary folder given" : why_not_.c_str()));
+  for (uint32_t id : bpe_->encode(text, "the prompt")) ids.push_back(int32_t(id));
   return ids;
+}
+
+void Tokenizer::set_encoder(const std::string& vocab_dir) {
+  try {
+    bpe_ = std::make_shared<const BpeTokenizer>(vocab_dir);
+  } catch (const std::exception& e) {
+    why_not_ = e.what();
+  }
+}
+
+Tokenizer dataset_tokenizer(const nlohmann::json& meta, const std::string& data_dir) {
+  if (meta.value("tokenizer", std::string("byte")) != "gpt2") return Tokenizer();
+  const std::string file = meta.value("tokenizer_file", std::string("gpt2_tokenizer.bin"));
+  Tokenizer t(join_path(data_dir, file));
+  std::string vocab_dir = "data/gpt2";
+  if (meta.contains("gpt2") && meta["gpt2"].is_object() && meta["gpt2"].contains("vocab_file") &&
+      meta["gpt2"]["vocab_file"].is_string())
+    vocab_dir = dirname_of(meta["gpt2"]["vocab_file"].get<std::string>());
+  t.set_encoder(vocab_dir);
+  return t;
 }
 
 std::string printable(const std::string& s) {

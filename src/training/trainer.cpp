@@ -180,6 +180,7 @@ void Trainer::setup_data() {
   if (!c.data.val.empty())
     val_loader_ = std::make_unique<DataLoader>(c.data.val, "validation", B_, T_, rank_, world_,
                                                false, uint64_t(c.train.seed), mc_.vocab_size);
+  tokenizer_ = dataset_tokenizer(meta_, dirname_of(train_loader_->files()[0]));
 }
 
 void Trainer::setup_model() {

@@ -27,6 +27,8 @@ using tgt::toy_dir;
 
 namespace {
 
+bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
 // Largest |loss_a / loss_b - 1| over the steps of two train-metric lists of equal length.
 double max_relative_loss_gap(const std::vector<json>& a, const std::vector<json>& b) {
   double worst = 0;
@@ -774,4 +776,43 @@ TEST_CASE("cli: block-scaled recipes train 20 steps near bf16, and resume bit-ex
   REQUIRE(kept.size() == 20);
   CHECK(max_relative_loss_gap(kept, bf16) == 0);
   CHECK(run_binary(tiny_args(k.path) + " --precision.recipe.hadamard_size=12", &out) == 2);
+}
+
+TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then sample with a prompt") {
+  const std::string vocab =
+      tg::join_path(tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__))), "data/gpt2");
+  if (!tg::file_exists(vocab + "/vocab.json")) {
+    MESSAGE("SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)");
+    return;
+  }
+  tgt::TempDir d;
+  std::string text;
+  for (int i = 0; i < 120; i++)
+    text += "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nAy me!\n\n";
+  tg::write_file_atomic(d / "play.txt", text.data(), text.size());
+  std::string out;
+  REQUIRE(run_binary("prepare text --input " + (d / "play.txt") + " --tokenizer gpt2 --out " +
+                         (d / "data") + " --vocab_dir " + vocab,
+                     &out) == 0);
+  // The command it prints, run as printed (plus a short run's keys).
+  const size_t at = out.find("train on it: ./train_gpt ");
+  REQUIRE(at != std::string::npos);
+  const std::string printed = out.substr(at + 24, out.find('\n', at) - at - 24);
+  CHECK(has(printed, "--model.vocab_size 50257"));
+  const std::string run = d / "run";
+  REQUIRE(run_binary(printed + " --train.out_dir " + run +
+                         " --train.steps 2 --data.batch_size 4 --data.seq_len 32 "
+                         "--eval.every 0 --sample.tokens 4 --sample.prompt 'ROMEO: But'",
+                     &out) == 0);
+  CHECK(has(out, "vocab 50257"));
+  CHECK(has(out, "sample at step 2:\nROMEO: But"));
+  // sample with the dataset folder as its tokenizer: the prompt is GPT-2's tokens.
+  REQUIRE(run_binary("sample --checkpoint " + run + " --tokenizer " + (d / "data") +
+                         " --prompt 'JULIET: Ay' --tokens 3",
+                     &out) == 0);
+  CHECK(has(out, "JULIET: Ay"));
+  // Its shards do not fit a byte-level model: named.
+  CHECK(run_binary(printed + " --model.vocab_size 256 --train.out_dir " + (d / "small"), &out) ==
+        2);
+  CHECK(has(out, "'model.vocab_size': 256 is smaller than the dataset's vocabulary (50257"));
 }

@@ -9,12 +9,14 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/base/rng.h"
+#include "src/base/sha256.h"
 #include "src/data/bpe.h"
 #include "src/data/tokenizer.h"
 #include "tests/test_util.h"
@@ -113,6 +115,41 @@ std::string random_text(tg::Rng& r, size_t pieces) {
   std::string s;
   for (size_t i = 0; i < pieces; i++) s += pool[r.below(n)];
   return s;
+}
+
+// Bytes written in GPT-2's printable characters, as its vocabulary files write tokens.
+std::string byte_level_text(const std::string& bytes) {
+  std::string s;
+  for (unsigned char b : bytes) {
+    const uint32_t c = tg::gpt2_byte_to_unicode()[b];
+    if (c < 0x80)
+      s += char(c);
+    else
+      s += {char(0xC0 | (c >> 6)), char(0x80 | (c & 0x3F))};
+  }
+  return s;
+}
+
+// merges.txt with one merge split elsewhere (both halves still tokens): consistent with
+// vocab.json, but not GPT-2's vocabulary.
+std::string resplit_one_merge(const tg::BpeTokenizer& tok, const std::string& merges) {
+  std::set<std::string> tokens;
+  for (uint32_t i = 0; i < tg::kGpt2EndOfText; i++) tokens.insert(tok.token_bytes(i));
+  for (uint32_t n = 1000; n < 50000; n++) {
+    const std::string& t = tok.token_bytes(256 + n);
+    for (size_t cut = 1; cut < t.size(); cut++) {
+      const std::string a = t.substr(0, cut), b = t.substr(cut);
+      const std::string line = byte_level_text(a) + " " + byte_level_text(b) + "\n";
+      if (!tokens.count(a) || !tokens.count(b) || merges.find("\n" + line) != std::string::npos)
+        continue;
+      // Merge n is line n + 2 of the file (after "#version").
+      size_t at = 0;
+      for (uint32_t k = 0; k < n + 1; k++) at = merges.find('\n', at) + 1;
+      const size_t end = merges.find('\n', at) + 1;
+      return merges.substr(0, at) + line + merges.substr(end);
+    }
+  }
+  return "";
 }
 
 std::vector<std::string> corpus_lines() {
@@ -220,9 +257,23 @@ TEST_CASE("bpe: damaged files and bad text are clear errors") {
   write("merges.txt", merges);
   write("vocab.json", "{\"a\": 1}");
   CHECK(has(error_of(), "expected an object of 50257 tokens"));
+  // The same vocabulary written another way (Hugging Face's vocab.json is): accepted.
+  const json reformatted = json::parse(vocab);
+  write("vocab.json", reformatted.dump(1));
+  CHECK(error_of() == "no error");
+  // Consistent files whose content is not GPT-2's: refused by the content digest.
+  const tg::BpeTokenizer tok(d.path);
+  CHECK(tok.describe()["vocab_sha256"] != tg::sha256_hex(vocab));
+  const std::string resplit = resplit_one_merge(tok, merges);
+  REQUIRE(!resplit.empty());
+  write("merges.txt", resplit);
+  CHECK(has(error_of(), "a consistent BPE vocabulary, but not GPT-2's"));
+  CHECK(has(error_of(), "scripts/setup.sh --gpt2"));
+  write("merges.txt", merges);
   write("vocab.json", vocab);
   CHECK(error_of() == "no error");
-  const tg::BpeTokenizer tok(d.path);
+  CHECK(tok.describe()["content_sha256"] ==
+        "20110f1734707c7518e97afb3d1be66564aa191403e715bf87ea8dcb586ddec0");
   CHECK(has(tgt::error_of([&] { tok.encode("good \xe2\x82 bad", "notes.txt"); }),
             "notes.txt: invalid UTF-8 at byte offset 5 (byte 0xE2)"));
   CHECK(has(tgt::error_of([&] { tok.decode({50257}); }), "token id 50257"));
