@@ -28,6 +28,16 @@ size_t reduce_chunk() {
   return e ? size_t(atol(e)) : 0;
 }
 
+bool host_memory(unsigned long long* available, unsigned long long* total) {
+  const char* e = getenv("TG_TEST_HOST_MEMORY");
+  return e && sscanf(e, "%llu:%llu", available, total) == 2;
+}
+
+size_t host_alloc_limit() {
+  const char* e = getenv("TG_TEST_HOST_ALLOC_LIMIT");
+  return e ? size_t(strtoull(e, nullptr, 10)) : 0;
+}
+
 bool nccl_missing() {
   const char* e = getenv("TG_TEST_NO_NCCL");
   return e && strcmp(e, "1") == 0;

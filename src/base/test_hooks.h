@@ -5,6 +5,8 @@
 //   TG_TEST_REJECT_CKPT=R:S   rank R rejects the checkpoint of step S at the end of its checks
 //                             (a rank-local failure found late in resume's verification)
 //   TG_TEST_REDUCE_CHUNK=N    the gradient reduction's staging chunk, in elements
+//   TG_TEST_HOST_MEMORY=A:T   this machine has A bytes of memory available of T (host_memory())
+//   TG_TEST_HOST_ALLOC_LIMIT=N the CPU backend's allocations fail past N bytes in use
 //   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error
 //                             a machine without libnccl.so.2 gives)
 #pragma once
@@ -17,5 +19,8 @@ int fail_rank();  // -1: none
 bool rejects_checkpoint(int rank, long long step);
 size_t reduce_chunk();  // 0: the default
 bool nccl_missing();
+// TG_TEST_HOST_MEMORY: false when unset; else *available and *total from it.
+bool host_memory(unsigned long long* available, unsigned long long* total);
+size_t host_alloc_limit();  // 0: none
 
 }  // namespace tg::test_hooks

@@ -4,13 +4,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bench.h"
 #include "export.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/base/host_memory.h"
 #include "src/base/rng.h"
+#include "src/base/suggest.h"
 #include "src/comm/comm.h"
 #include "src/config/config.h"
 #include "src/data/bpe.h"
@@ -335,6 +340,83 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
         "first table).\n");
   print_scaled_scratch(cfg, mc, modes, B, T);
 }
+// --preset: the model.* keys of a GPT-2 size.
+void apply_preset(Config& cfg, const std::string& preset) {
+  if (preset.empty()) return;
+  struct P {
+    const char* name;
+    int L, NH, C;
+  };
+  const P presets[] = {{"gpt2", 12, 12, 768},
+                       {"gpt2-medium", 24, 16, 1024},
+                       {"gpt2-large", 36, 20, 1280},
+                       {"gpt2-xl", 48, 25, 1600}};
+  std::vector<std::string> names;
+  for (const P& p : presets) {
+    names.push_back(p.name);
+    if (preset != p.name) continue;
+    cfg.model.n_layer = p.L;
+    cfg.model.n_head = p.NH;
+    cfg.model.n_embd = p.C;
+    cfg.model.vocab_size = 50257;
+    cfg.model.max_seq_len = 1024;
+    return;
+  }
+  throw UsageError(
+      strf("memory: unknown --preset '%s'%s", preset.c_str(), did_you_mean(preset, names).c_str()));
+}
+
+// What makes plan p (of mode `name`) smaller, its largest part first: the activations (the
+// micro-batch) or the model's tensors (its size, or ZeRO-1 over several ranks).
+std::string shrink_advice(const Config& cfg, const std::string& name, const MemoryPlan& p) {
+  const std::string acts = strf(
+      "data.batch_size (now %d) or data.seq_len (now %d): activations take %s of %s's %s "
+      "(data.total_batch_tokens keeps the tokens per step by accumulating micro-batches)",
+      cfg.data.batch_size, cfg.data.seq_len, fmt_bytes(double(p.activations)).c_str(), name.c_str(),
+      fmt_bytes(double(p.total())).c_str());
+  const std::string model = strf(
+      "the model (model.n_layer, model.n_embd): weights, gradients and optimizer take %s; or "
+      "shard the optimizer over ranks (train.zero_stage=1; --zero_ranks N plans it)",
+      fmt_bytes(double(p.weights + p.master + p.grads + p.optimizer)).c_str());
+  return p.activations * 2 >= p.total() ? "shrink " + acts + "; or " + model
+                                        : "shrink " + model + "; or " + acts;
+}
+
+// Each mode's total against this machine's memory (a CPU run), or a word on the GPU's.
+void print_memory_fit(const Config& cfg,
+                      const std::vector<std::pair<std::string, MemoryPlan>>& plans,
+                      int zero_ranks) {
+  if (plans.empty()) return;
+  if (cfg.train.device == "cuda") {
+    printf(
+        "\ntrain.device=cuda: the GPU's memory is not queried here; compare each total with it "
+        "(nvidia-smi), leaving room for the CUDA context and the block-scaled scratch below.\n");
+    return;
+  }
+  const HostMemory host = host_memory();
+  if (host.available == 0) {
+    printf("\nthis machine's memory is unknown (no /proc/meminfo): compare each total with it.\n");
+    return;
+  }
+  printf("\nthis machine, a CPU run: %s available of %s (/proc/meminfo)%s\n",
+         fmt_bytes(double(host.available)).c_str(), fmt_bytes(double(host.total)).c_str(),
+         zero_ranks > 1 ? strf("; the totals are per process: %d processes on one machine need "
+                               "%d times as much",
+                               zero_ranks, zero_ranks)
+                              .c_str()
+                        : "");
+  const std::pair<std::string, MemoryPlan>* smallest_over = nullptr;
+  for (const auto& plan : plans) {
+    const size_t total = plan.second.total();
+    const bool fits = total <= host.available;
+    printf("  %s: %s: %s of %s available\n", plan.first.c_str(), fits ? "fits" : "does NOT fit",
+           fmt_bytes(double(total)).c_str(), fmt_bytes(double(host.available)).c_str());
+    if (!fits && (!smallest_over || total < smallest_over->second.total())) smallest_over = &plan;
+  }
+  if (smallest_over)
+    printf("To fit, %s.\n",
+           shrink_advice(cfg, smallest_over->first, smallest_over->second).c_str());
+}
 }  // namespace
 
 int cmd_memory(int argc, char** argv) {
@@ -347,28 +429,7 @@ int cmd_memory(int argc, char** argv) {
   Config cfg;
   Extras ex;
   if (!config_parse_args(&cfg, argc, argv, "train_gpt memory", opts, &ex)) return 0;
-  const std::string preset = extra(ex, "preset");
-  if (!preset.empty()) {
-    struct P {
-      const char* name;
-      int L, NH, C;
-    };
-    const P presets[] = {{"gpt2", 12, 12, 768},
-                         {"gpt2-medium", 24, 16, 1024},
-                         {"gpt2-large", 36, 20, 1280},
-                         {"gpt2-xl", 48, 25, 1600}};
-    bool found = false;
-    for (const P& p : presets)
-      if (preset == p.name) {
-        cfg.model.n_layer = p.L;
-        cfg.model.n_head = p.NH;
-        cfg.model.n_embd = p.C;
-        cfg.model.vocab_size = 50257;
-        cfg.model.max_seq_len = 1024;
-        found = true;
-      }
-    if (!found) throw UsageError(strf("memory: unknown --preset '%s'", preset.c_str()));
-  }
+  apply_preset(cfg, extra(ex, "preset"));
   config_validate(cfg);
   GPTConfig mc =
       cfg.model.init_from.empty() ? model_config(cfg) : read_model(cfg.model.init_from).cfg;
@@ -385,12 +446,14 @@ int cmd_memory(int argc, char** argv) {
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
   const std::string names = extra(ex, "modes") + ",";
   std::vector<Mode> modes;
+  std::vector<std::pair<std::string, MemoryPlan>> plans;
   for (size_t pos = 0, next; (next = names.find(',', pos)) != std::string::npos; pos = next + 1) {
     const std::string name = names.substr(pos, next - pos);
     if (name.empty()) continue;
     const Mode mode = parse_mode(name, "precision.mode");
     modes.push_back(mode);
     MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    plans.push_back({name, p});
     printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
            mib(p.activations).c_str(), mib(p.comm).c_str(), mib(p.total()).c_str());
@@ -398,6 +461,7 @@ int cmd_memory(int argc, char** argv) {
   printf(
       "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
       "\"reduction\" is the staging of the gradient reduction over ranks.\n");
+  print_memory_fit(cfg, plans, zero_ranks);
   print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);
   return 0;
 }
@@ -413,6 +477,21 @@ int fail(int code, const char* what) {
   }
   fprintf(stderr, "train_gpt: error: %s\n", what);
   return code;
+}
+}  // namespace
+
+namespace {
+// After "out of host memory allocating N bytes for X": what to run and which keys shrink it.
+std::string out_of_memory_advice(const std::string& purpose) {
+  const std::string keys =
+      purpose.find("activations") != std::string::npos
+          ? "data.batch_size or data.seq_len (data.total_batch_tokens keeps the tokens per step), "
+            "or the model (model.n_layer, model.n_embd)"
+          : "the model (model.n_layer, model.n_embd), data.batch_size or data.seq_len, or shard "
+            "the optimizer over ranks (train.zero_stage=1)";
+  return "; `train_gpt memory` with this run's --config and --section.key options shows what "
+         "the run needs and whether it fits this machine; to need less, shrink " +
+         keys;
 }
 }  // namespace
 
@@ -432,12 +511,18 @@ int run_main(int argc, char** argv) {
     if (sub == "report") return cmd_report(argc - 1, argv + 1);
     if (sub == "export") return cmd_export(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
+    const std::vector<std::string> commands = {"train",   "prepare", "sample", "export",
+                                               "compare", "report",  "memory", "bench"};
     throw UsageError(
-        strf("unknown command '%s' (train, prepare, sample, export, compare, report, memory, "
-             "bench; --help)",
-             sub.c_str()));
+        strf("unknown command '%s'%s; the commands are train, prepare, sample, export, compare, "
+             "report, memory and bench (--help)",
+             sub.c_str(), did_you_mean(sub, commands).c_str()));
   } catch (const UsageError& e) {
     return fail(2, e.what());
+  } catch (const OutOfMemory& e) {
+    return fail(1, (e.what() + out_of_memory_advice(e.purpose)).c_str());
+  } catch (const std::bad_alloc&) {
+    return fail(1, ("out of host memory (std::bad_alloc)" + out_of_memory_advice("")).c_str());
   } catch (const std::exception& e) {
     return fail(1, e.what());
   }

@@ -21,6 +21,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/base/suggest.h"
 #include "src/numerics/recipe.h"
 
 namespace tg {
@@ -122,6 +123,7 @@ const std::vector<KeyDef>& table() {
       key("train.threads", TG_FIELD(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"),
       key("train.out_dir", TG_FIELD(train.out_dir), 0, 0, {}, "run directory"),
       key("train.log_every", TG_FIELD(train.log_every), 1, 1e9, {}, "progress line every N steps"),
+      key("train.print_config", TG_FIELD(train.print_config), 0, 0, {}, "print the whole config as JSON at the start (else one line; the whole config is always in out_dir/config.json)"),
       key("train.stop_at_step", TG_FIELD(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"),
       key("train.zero_stage", TG_FIELD(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"),
       key("train.overwrite", TG_FIELD(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"),
@@ -344,6 +346,31 @@ bool is_section(const std::string& name) {
   return false;
 }
 
+std::vector<std::string> key_names() {
+  std::vector<std::string> out;
+  for (const auto& k : table()) out.push_back(k.name);
+  return out;
+}
+
+// Every section and subsection ("precision", "precision.fp8", ...), once each.
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const auto& k : table()) {
+    const std::string name = k.name;
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1))
+      if (std::find(out.begin(), out.end(), name.substr(0, dot)) == out.end())
+        out.push_back(name.substr(0, dot));
+  }
+  return out;
+}
+
+// "unknown config key 'NAME' ORIGIN (did you mean 'KEY'?)": the key's closest names.
+[[noreturn]] void unknown_key(const std::string& name, const std::string& origin,
+                              const std::string& prefix) {
+  throw UsageError(strf("unknown config key '%s' %s%s", name.c_str(), origin.c_str(),
+                        did_you_mean(name, key_names(), prefix).c_str()));
+}
+
 // Whether s is valid UTF-8, as every value must be to be written to config.json and
 // checkpoints (JSON input always is; the command line need not be).
 bool valid_utf8(const std::string& s) {
@@ -367,9 +394,11 @@ void apply_object(Config& c, const json& j, const std::string& prefix, const std
                               name.c_str(), origin.c_str(), it.value().type_name(),
                               it.value().dump().c_str()));
       apply_object(c, it.value(), name, origin);
+    } else if (it.value().is_object()) {
+      throw UsageError(strf("unknown config section '%s' %s%s", name.c_str(), origin.c_str(),
+                            did_you_mean(name, section_names()).c_str()));
     } else {
-      throw UsageError(strf("unknown config %s '%s' %s", it.value().is_object() ? "section" : "key",
-                            name.c_str(), origin.c_str()));
+      unknown_key(name, origin, "");
     }
   }
 }
@@ -435,9 +464,9 @@ void config_load_file(Config& cfg, const std::string& path) {
 }
 
 void config_set(Config& cfg, const std::string& key, const std::string& text) {
-  const KeyDef* k = find_key(key);
-  if (!k) throw UsageError(strf("unknown config key '%s'", key.c_str()));
   const std::string origin = "on the command line";
+  const KeyDef* k = find_key(key);
+  if (!k) unknown_key(key, origin, "--");
   json v;
   switch (k->kind) {
     case Kind::Int:
@@ -694,6 +723,41 @@ void check_arg_lengths(int argc, char** argv) {
                i, n, kMaxArgLength));
   }
 }
+// The first option on the command line that is neither a config key (with_keys) nor one of
+// the subcommand's: an error naming it, with the closest names. Returns when every option is
+// known.
+void unknown_option(bool with_keys, int argc, char** argv, const std::string& program,
+                    const std::vector<ExtraOption>& extra) {
+  std::vector<std::string> options = {"help"}, takes_value;
+  if (with_keys) options.push_back("config"), takes_value.push_back("config");
+  for (const auto& e : extra) {
+    options.push_back(e.name);
+    if (!e.is_flag) takes_value.push_back(e.name);
+  }
+  const std::vector<std::string> keys = with_keys ? key_names() : std::vector<std::string>{};
+  for (int i = 1; i < argc; i++) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;  // the rest is positional
+    if (arg.size() < 2 || arg[0] != '-' || arg == "-h") continue;
+    const std::string name =
+        arg.substr(arg[1] == '-' ? 2 : 1, arg.find('=') - (arg[1] == '-' ? 2 : 1));
+    const bool is_key = std::find(keys.begin(), keys.end(), name) != keys.end();
+    if (is_key || std::find(options.begin(), options.end(), name) != options.end()) {
+      // "--config FILE": FILE is the option's value, not an option.
+      const bool value_next =
+          arg.find('=') == std::string::npos &&
+          (is_key || std::find(takes_value.begin(), takes_value.end(), name) != takes_value.end());
+      if (value_next) i++;
+      continue;
+    }
+    if (with_keys && name.find('.') != std::string::npos)
+      unknown_key(name, "on the command line", "--");
+    std::vector<std::string> known = options;
+    known.insert(known.end(), keys.begin(), keys.end());
+    throw UsageError(strf("unknown option '%s' of %s%s", arg.substr(0, arg.find('=')).c_str(),
+                          program.c_str(), did_you_mean(name, known, "--").c_str()));
+  }
+}
 }  // namespace
 
 bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
@@ -724,6 +788,9 @@ bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& pr
   cxxopts::ParseResult r;
   try {
     r = opts.parse(argc, argv);
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    unknown_option(cfg != nullptr, argc, argv, program, extra);
+    throw UsageError(e.what());  // not found again: cxxopts' own words
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(e.what());
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "quantized_linear.h"
+#include "src/base/host_memory.h"
 #include "src/base/rng.h"
 #include "src/comm/comm.h"
 #include "src/config/config.h"
@@ -116,6 +117,7 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
   shard_size_ = sharded_ ? zero_shard_size(num_params_, world) : num_params_;
   shard_begin_ = sharded_ ? size_t(dp_.comm->rank()) * shard_size_ : 0;
   padded_params_ = sharded_ ? shard_size_ * size_t(world) : num_params_;
+  AllocPurpose purpose("the weights, gradients, master weights and Adam moments");
   params_ = be_.alloc(dtype_, padded_params_);
   grads_ = be_.alloc(dtype_, padded_params_);
   // In fp32 the master weights are the compute weights (under ZeRO-1: this rank's shard).
@@ -273,6 +275,7 @@ std::vector<float> GPT::params_f32() {
 
 void GPT::ensure_acts(int B, int T) {
   auto need = layout_acts(B, T, nullptr);
+  AllocPurpose purpose("the activations");
   if (need.first > act_capacity_ || need.second > stat_capacity_) {
     if (act_buf_) be_.free(act_buf_);
     if (stat_buf_) be_.free(stat_buf_);
@@ -649,6 +652,7 @@ void GPT::sync_grads() {
   // 16-bit gradients are summed in fp32 and rounded once, a chunk at a time through a
   // staging buffer of a few MiB (not a whole fp32 copy of the gradients).
   const size_t kChunk = std::max<size_t>(1, dp_.chunk);
+  AllocPurpose purpose("the gradient reduction's staging");
   if (!sharded_) {
     const size_t chunk = std::min(num_params_, kChunk);
     Tensor stage = be_.alloc(DType::F32, chunk);

@@ -383,7 +383,8 @@ RunState Trainer::run_state() const {
 
 void Trainer::print_start() const {
   const GPT& m = *model_;
-  printf("config:\n%s\n", cfg_json_.dump(2).c_str());
+  printf("%s\n", config_line(cfg_, mc_, world_).c_str());
+  if (cfg_.train.print_config) printf("%s\n", cfg_json_.dump(2).c_str());
   printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters\n",
          mc_.n_layer, mc_.n_head, mc_.n_embd, mc_.vocab_size, mc_.padded_vocab_size,
          m.num_params());
@@ -507,6 +508,7 @@ void Trainer::end_step(StepResult& r, double loss, double t0) {
   counters_.train_seconds += r.seconds;
   run_train_seconds_ += r.seconds;
   run_tokens_ += step_tokens_;
+  eta_.add(r.seconds);
 }
 
 void Trainer::log_step(const StepResult& r) {
@@ -524,7 +526,6 @@ void Trainer::log_step(const StepResult& r) {
                      .dump());
   const int64_t steps = cfg_.train.steps;
   if (r.step % cfg_.train.log_every != 0 && r.step != steps && r.step != start_step_ + 1) return;
-  const double avg = run_train_seconds_ / double(r.step - start_step_);
   const std::string scale_txt = scaler_.kind == "none" ? "" : strf(" | scale %g", r.scale);
   const std::string skip_txt = counters_.skipped_steps > 0
                                    ? strf(" | skipped %lld", (long long)counters_.skipped_steps)
@@ -532,10 +533,14 @@ void Trainer::log_step(const StepResult& r) {
   std::string mfu_txt;
   if (peak_flops_ > 0)
     mfu_txt = strf(" | MFU %.1f%%", 100.0 * tok_s * flops_per_token(mc_, T_) / peak_flops_);
-  printf("step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s%s | %.1f ms | %s tok/s%s | eta %s\n",
+  // No estimate before a few steps after the first are timed (EtaClock), nor at the end.
+  const std::string eta_txt = eta_.ready() && r.step < steps
+                                  ? " | eta " + fmt_duration(eta_.seconds_left(steps - r.step))
+                                  : "";
+  printf("step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f%s%s | %.1f ms | %s tok/s%s%s\n",
          int(std::to_string(steps).size()), (long long)r.step, (long long)steps, r.loss, r.lr,
          r.norm, scale_txt.c_str(), skip_txt.c_str(), r.seconds * 1e3, fmt_rate(tok_s).c_str(),
-         mfu_txt.c_str(), fmt_duration(avg * double(steps - r.step)).c_str());
+         mfu_txt.c_str(), eta_txt.c_str());
   fflush(stdout);
 }
 

@@ -25,6 +25,7 @@
 
 #include "checkpoint.h"
 #include "precision_runtime.h"
+#include "progress.h"
 #include "run_state.h"
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
@@ -148,6 +149,7 @@ class Trainer {
   std::vector<double> recent_losses_;
   double last_loss_ = NAN, run_train_seconds_ = 0;
   int64_t run_tokens_ = 0;
+  EtaClock eta_;  // the progress line's time left
 };
 
 }  // namespace tg

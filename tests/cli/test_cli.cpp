@@ -816,3 +816,93 @@ TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then samp
         2);
   CHECK(has(out, "'model.vocab_size': 256 is smaller than the dataset's vocabulary (50257"));
 }
+
+TEST_CASE("cli: quiet by default: one config line, the whole config in config.json or on request") {
+  tgt::TempDir run;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(run.path) + " --train.steps=12 --train.log_every=1", &out) == 0);
+  INFO(out);
+  CHECK(out.find("config: fp32 | 12 steps") != std::string::npos);
+  CHECK(out.find("full config: " + run.path + "/config.json") != std::string::npos);
+  CHECK(out.find("\"optim\"") == std::string::npos);  // no JSON on the console
+  CHECK(json::parse(slurp(run / "config.json"))["optim"]["lr"] == 0.003);
+  // No ETA until five steps after the first are timed (steps 2..6), none on the last line.
+  std::istringstream lines(out);
+  int with_eta = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("step ", 0) != 0 || line.find(" | loss ") == std::string::npos) continue;
+    const int step = std::stoi(line.substr(5));
+    INFO(line);
+    CHECK((line.find("| eta ") != std::string::npos) == (step >= 6 && step < 12));
+    with_eta += line.find("| eta ") != std::string::npos;
+  }
+  CHECK(with_eta == 6);
+  tgt::TempDir run2;
+  REQUIRE(run_binary(tiny_args(run2.path) + " --train.steps=2 --train.print_config=true", &out) ==
+          0);
+  CHECK(out.find("full config: ") != std::string::npos);
+  CHECK(out.find("\"optim\": {") != std::string::npos);
+}
+
+TEST_CASE("cli: a misspelt key, option or command gets 'did you mean', exit code 2") {
+  std::string out;
+  CHECK(run_binary("train --train.stpes=5", &out) == 2);
+  CHECK(out.find("unknown config key 'train.stpes' on the command line (did you mean "
+                 "'--train.steps'?)") != std::string::npos);
+  CHECK(run_binary("train --precison.mode=bf16", &out) == 2);
+  CHECK(out.find("did you mean '--precision.mode'?") != std::string::npos);
+  CHECK(run_binary("sample --checkpont x", &out) == 2);
+  CHECK(out.find("unknown option '--checkpont' of train_gpt sample (did you mean "
+                 "'--checkpoint'?)") != std::string::npos);
+  CHECK(run_binary("memory --prest gpt2", &out) == 2);
+  CHECK(out.find("did you mean '--preset'?") != std::string::npos);
+  CHECK(run_binary("memory --preset gpt-2", &out) == 2);
+  CHECK(out.find("did you mean 'gpt2'") != std::string::npos);
+  CHECK(run_binary("trian", &out) == 2);
+  CHECK(out.find("unknown command 'trian' (did you mean 'train'?)") != std::string::npos);
+  tgt::TempDir d;
+  std::ofstream(d / "c.json") << R"({"train": {"stpes": 5}})";
+  CHECK(run_binary("train --config " + d / "c.json", &out) == 2);
+  CHECK(out.find("unknown config key 'train.stpes' in config file " + d / "c.json" +
+                 " (did you mean 'train.steps'?)") != std::string::npos);
+}
+
+TEST_CASE("cli: memory says whether the plan fits this machine, and what shrinks it") {
+  const std::string args =
+      " memory --preset gpt2 --data.batch_size=4 --data.seq_len=1024 "
+      "--model.max_seq_len=1024";
+  std::string out;
+  // bf16 needs 5230.2 MiB, fp32 7774.2 MiB (the plan of "memory prints the plan per mode").
+  REQUIRE(tgt::run_shell("TG_TEST_HOST_MEMORY=6000000000:8000000000 " + tgt::binary() + args,
+                         &out) == 0);
+  INFO(out);
+  CHECK(out.find("this machine, a CPU run: 5.6 GiB available of 7.5 GiB") != std::string::npos);
+  CHECK(out.find("fp32: does NOT fit: 7.6 GiB of 5.6 GiB available") != std::string::npos);
+  CHECK(out.find("bf16: fits: 5.1 GiB of 5.6 GiB available") != std::string::npos);
+  // The activations are most of it: the micro-batch's keys come first.
+  CHECK(out.find("To fit, shrink data.batch_size (now 4) or data.seq_len (now 1024)") !=
+        std::string::npos);
+  REQUIRE(run_binary(args, &out) == 0);  // this machine's own memory
+  CHECK(out.find("this machine, a CPU run: ") != std::string::npos);
+  CHECK((out.find("fp32: fits: ") != std::string::npos ||
+         out.find("fp32: does NOT fit: ") != std::string::npos));
+}
+
+TEST_CASE("cli: running out of host memory names the allocation and points at train_gpt memory") {
+  tgt::TempDir run;
+  std::string out;
+  // The tiny model's tensors take some 30 KiB, its activations more: the limit stops those.
+  CHECK(tgt::run_shell("TG_TEST_HOST_ALLOC_LIMIT=200000 " + tgt::binary() + " " +
+                           tiny_args(run.path) + " --train.steps=2",
+                       &out) == 1);
+  INFO(out);
+  CHECK(out.find("out of host memory allocating") != std::string::npos);
+  CHECK(out.find("for the activations") != std::string::npos);
+  CHECK(out.find("`train_gpt memory`") != std::string::npos);
+  CHECK(out.find("data.batch_size or data.seq_len") != std::string::npos);
+  CHECK(tgt::run_shell("TG_TEST_HOST_ALLOC_LIMIT=20000 " + tgt::binary() + " " +
+                           tiny_args(run.path + "/b") + " --train.steps=2",
+                       &out) == 1);
+  CHECK(out.find("for the weights, gradients, master weights and Adam moments") !=
+        std::string::npos);
+}

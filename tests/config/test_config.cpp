@@ -1,8 +1,12 @@
 // Config: JSON files, command-line overrides, and errors that name the key.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "src/base/common.h"
 #include "src/config/config.h"
@@ -206,4 +210,75 @@ TEST_CASE("config: precision modes are typed values, read and written by their r
   CHECK(!is_block_scaled(Mode::Auto));
   CHECK(parse_mode_list("fp32,,nvfp4", "x") == std::vector<Mode>{Mode::FP32, Mode::NVFP4});
   CHECK(mode_list_text({Mode::FP8, Mode::FP8Block}) == "fp8,fp8-block");
+}
+
+TEST_CASE("config: an unknown key names the closest keys, from a file or the command line") {
+  Config c;
+  std::string e = usage_error([&] { config_set(c, "train.stpes", "5"); });
+  CHECK(e.find("'train.stpes'") != std::string::npos);
+  CHECK(e.find("did you mean '--train.steps'?") != std::string::npos);
+  e = usage_error([&] { config_apply_json(c, json::parse(R"({"train": {"stpes": 5}})"), "in f"); });
+  CHECK(e.find("unknown config key 'train.stpes' in f (did you mean 'train.steps'?)") !=
+        std::string::npos);
+  e = usage_error(
+      [&] { config_apply_json(c, json::parse(R"({"precison": {"mode": "bf16"}})"), "in f"); });
+  CHECK(e.find("unknown config section 'precison' in f (did you mean 'precision'?)") !=
+        std::string::npos);
+  e = usage_error([&] { config_set(c, "zzz.qqq", "1"); });
+  CHECK(e.find("'zzz.qqq'") != std::string::npos);
+  CHECK(e.find("did you mean") == std::string::npos);  // nothing close: no guess
+}
+
+TEST_CASE("config: an unknown option of a command names the closest options") {
+  auto parse = [](Config* cfg, std::vector<std::string> args, std::vector<ExtraOption> extra) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    std::vector<std::pair<std::string, std::string>> values;
+    return usage_error([&] {
+      config_parse_args(cfg, int(argv.size()), argv.data(), "train_gpt x", extra, &values);
+    });
+  };
+  Config c;
+  std::string e = parse(&c, {"train", "--precison.mode=bf16"}, {});
+  CHECK(e.find("unknown config key 'precison.mode'") != std::string::npos);
+  CHECK(e.find("did you mean '--precision.mode'?") != std::string::npos);
+  // A value after a known option is not an option; the unknown one after it is found.
+  e = parse(&c, {"train", "--config", "f.json", "--train.steps", "3", "--stpes=2"}, {});
+  CHECK(e.find("unknown option '--stpes' of train_gpt x (did you mean '--train.steps'?)") !=
+        std::string::npos);
+  const std::vector<ExtraOption> opts = {{"checkpoint", "a directory", ""},
+                                         int_option("tokens", "n", "5", 1, 10)};
+  e = parse(nullptr, {"sample", "--checkpont=d"}, opts);
+  CHECK(e.find("unknown option '--checkpont' of train_gpt x (did you mean '--checkpoint'?)") !=
+        std::string::npos);
+  e = parse(nullptr, {"sample", "--train.steps=3"}, opts);  // no config keys here
+  CHECK(e.find("unknown option '--train.steps'") != std::string::npos);
+}
+
+TEST_CASE("config: train.print_config is off by default, and every key is in docs/training.md") {
+  CHECK(!Config().train.print_config);
+  Config c;
+  config_set(c, "train.print_config", "true");
+  CHECK(c.train.print_config);
+  // The table's first column: "section.key", or "section.a / b / c" for several keys.
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  std::ifstream in((root.empty() ? fs::path(".") : root) / "docs" / "training.md");
+  REQUIRE(in.good());
+  std::set<std::string> documented;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| ", 0) != 0) continue;
+    const std::string cell = line.substr(2, line.find(" |", 2) - 2);
+    const std::string section = cell.substr(0, cell.find_last_of('.', cell.find(' ')) + 1);
+    for (size_t pos = 0, next; pos <= cell.size(); pos = next + 3) {
+      next = cell.find(" / ", pos);
+      if (next == std::string::npos) next = cell.size();
+      const std::string part = cell.substr(pos, next - pos);
+      documented.insert(part.find('.') != std::string::npos ? part : section + part);
+    }
+  }
+  for (const auto& k : config_keys()) {
+    INFO(k.name);
+    CHECK(documented.count(k.name) == 1);
+  }
 }

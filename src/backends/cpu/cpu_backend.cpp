@@ -10,6 +10,8 @@
 #include "gemm_bf16.h"
 #include "host_operand_view.h"
 #include "ops.h"
+#include "src/base/host_memory.h"
+#include "src/base/test_hooks.h"
 
 namespace tg {
 
@@ -61,8 +63,10 @@ class CpuBackend final : public Backend {
   Tensor alloc(DType dtype, size_t numel) override {
     size_t bytes = numel * dtype_size(dtype);
     size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) throw Error(strf("out of host memory allocating %zu bytes", bytes));
+    const size_t limit = test_hooks::host_alloc_limit();
+    void* p = limit && in_use_ + rounded > limit ? nullptr
+                                                 : std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) throw OutOfMemory(bytes, AllocPurpose::current());
     sizes_[p] = rounded;
     in_use_ += rounded;
     if (in_use_ > peak_) peak_ = in_use_;
