@@ -270,8 +270,9 @@ FUZZ_DIR     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wextra \
                 -Wno-unknown-pragmas -MMD -MP -I. -DTG_NO_MPI -DTG_NO_BLAS $(EXTRA_CFLAGS)
-FUZZ_TARGETS := shard model_file checkpoint config hf_model
-FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/data/data.cpp src/data/safetensors.cpp \
+FUZZ_TARGETS := shard model_file checkpoint config hf_model bpe
+FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/data/data.cpp \
+                src/data/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp \
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/config/config.cpp \
                 src/model/model.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
                 src/training/checkpoint.cpp src/training/run_state.cpp src/training/hf.cpp \
@@ -284,9 +285,9 @@ $(FUZZ_DIR)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
-	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(TOK_LIBS)
 $(FUZZ_DIR)/make_seeds: $(FUZZ_DIR)/tests/fuzz/make_seeds.o $(FUZZ_LIB_OBJ)
-	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -o $@ $^
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -o $@ $^ $(TOK_LIBS)
 
 # The targets' own objects are kept (they are intermediates of a pattern chain).
 .SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/tests/fuzz/fuzz_%.o) $(FUZZ_DIR)/tests/fuzz/make_seeds.o

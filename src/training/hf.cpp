@@ -6,6 +6,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/data/bpe.h"
 #include "src/data/safetensors.h"
 #include "src/numerics/formats.h"
 
@@ -258,6 +259,27 @@ void export_hf(const ModelFile& mf, const std::string& out_dir, const std::strin
   make_dirs(out_dir);
   write_file_atomic(join_path(out_dir, "model.safetensors"), bytes.data(), bytes.size());
   write_text_atomic(join_path(out_dir, "config.json"), hf_config(mf.cfg, dtype).dump(2) + "\n");
+}
+
+void export_hf_tokenizer(const std::string& out_dir, const std::string& vocab_dir,
+                         int max_seq_len) {
+  const BpeTokenizer tok(vocab_dir);  // the files are GPT-2's, whatever their names
+  const nlohmann::json d = tok.describe();
+  for (const auto& [from, to] : {std::pair<std::string, const char*>{d["vocab_file"], "vocab.json"},
+                                 {d["merges_file"], "merges.txt"}}) {
+    const std::vector<char> bytes = read_file(from, "GPT-2 vocabulary");
+    write_file_atomic(join_path(out_dir, to), bytes.data(), bytes.size());
+  }
+  const char* eot = "<|endoftext|>";
+  const nlohmann::ordered_json special = {
+      {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}};
+  nlohmann::ordered_json config = {{"tokenizer_class", "GPT2Tokenizer"},
+                                   {"model_max_length", max_seq_len},
+                                   {"add_prefix_space", false},
+                                   {"add_bos_token", false}};
+  config.update(special);
+  write_text_atomic(join_path(out_dir, "tokenizer_config.json"), config.dump(2) + "\n");
+  write_text_atomic(join_path(out_dir, "special_tokens_map.json"), special.dump(2) + "\n");
 }
 
 ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>& st_bytes,

@@ -25,6 +25,10 @@ namespace tg {
 // dtype: "fp32", "bf16" or "fp16" (rounded to nearest even; fp16 refuses values beyond
 // its range). Writes out_dir/model.safetensors and out_dir/config.json.
 void export_hf(const ModelFile& mf, const std::string& out_dir, const std::string& dtype);
+// GPT-2's tokenizer beside an export, for AutoTokenizer.from_pretrained: vocab.json and
+// merges.txt (the files of the vocabulary folder vocab_dir, checked by BpeTokenizer),
+// tokenizer_config.json and special_tokens_map.json (<|endoftext|> as bos, eos and unk).
+void export_hf_tokenizer(const std::string& out_dir, const std::string& vocab_dir, int max_seq_len);
 // Throws a UsageError unless `dtype` is one export_hf writes.
 void check_export_dtype(const std::string& dtype);
 

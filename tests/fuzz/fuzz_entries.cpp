@@ -12,6 +12,7 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/data/bpe.h"
 #include "src/data/data.h"
 #include "src/training/checkpoint.h"
 #include "src/training/hf.h"
@@ -326,6 +327,40 @@ Outcome fuzz_hf_model(const uint8_t* data, size_t size) {
                mf.cfg.n_embd % mf.cfg.n_head == 0,
            "hf model: inconsistent shape accepted");
   });
+}
+
+// ---- GPT-2's encoder ----
+
+namespace {
+std::string bpe_vocab_dir() {
+  const char* e = getenv("TG_GPT2_VOCAB");
+  return e && *e ? e : "data/gpt2";
+}
+}  // namespace
+
+bool bpe_vocab_present() { return tg::file_exists(tg::join_path(bpe_vocab_dir(), "vocab.json")); }
+
+Outcome fuzz_bpe(const uint8_t* data, size_t size) {
+  static const tg::BpeTokenizer tok(bpe_vocab_dir());
+  static tg::BpeTokenizer::Encoder cached(tok);  // its cache spans inputs
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const size_t bad = tg::first_invalid_utf8(text);
+  Outcome o = guarded([&] {
+    std::vector<uint32_t> ids;
+    cached.encode(text, &ids);
+    expect(bad == std::string::npos, "bpe: invalid UTF-8 accepted");
+    expect(tok.decode(ids) == text, "bpe: decode(encode(x)) != x");
+    expect(tok.encode(text) == ids, "bpe: a cached encoder disagrees with a fresh one");
+    for (uint32_t id : ids)
+      expect(id < tg::kGpt2EndOfText, "bpe: id out of range or <|endoftext|>");
+  });
+  if (!o.accepted)
+    expect(bad != std::string::npos &&
+               o.error.find(tg::strf("byte offset %zu", bad)) != std::string::npos,
+           "bpe: rejected without naming the first invalid byte: " + o.error);
+  const std::string fixed = tg::utf8_replace_invalid(text);
+  expect(tg::first_invalid_utf8(fixed) == std::string::npos, "bpe: replacement left bad UTF-8");
+  return o;
 }
 
 std::vector<uint8_t> pack_hf_input(const std::string& config, const std::vector<char>& st) {

@@ -25,6 +25,11 @@
 //               added in front of those without a leading '-').
 //   hf_model:   [0..3] the length of config.json (uint32; a length past the end takes the
 //               rest), config.json's text, then model.safetensors (src/training/hf.h).
+//   bpe:        the whole input is text for GPT-2's encoder (src/data/bpe.h), whose
+//               vocabulary is read once from $TG_GPT2_VOCAB or data/gpt2/: invalid UTF-8 is
+//               rejected at its first bad byte; valid text must decode back to itself,
+//               encode the same with a long-lived (cached) encoder as with a fresh one, and
+//               never produce <|endoftext|>.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +57,9 @@ Outcome fuzz_model_file(const uint8_t* data, size_t size);
 Outcome fuzz_checkpoint(const uint8_t* data, size_t size);
 Outcome fuzz_config(const uint8_t* data, size_t size);
 Outcome fuzz_hf_model(const uint8_t* data, size_t size);
+Outcome fuzz_bpe(const uint8_t* data, size_t size);
+// Whether the bpe target can run here (GPT-2's vocabulary files found).
+bool bpe_vocab_present();
 // Packs an hf_model input from a directory's config.json text and model.safetensors bytes.
 std::vector<uint8_t> pack_hf_input(const std::string& config, const std::vector<char>& st);
 

@@ -420,3 +420,45 @@ TEST_CASE("hf: transformers loads the export: same logits (fp32) and the same gr
   CHECK(rc == 0);
   CHECK(has(out, "max_abs_diff"));
 }
+
+TEST_CASE("hf: a GPT-2-tokenized run exports its tokenizer; transformers generates our text") {
+  const std::string root = tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__)));
+  const std::string vocab = tg::join_path(root, "data/gpt2");
+  const std::string py = hf_python();
+  if (py.empty() || !tg::file_exists(vocab + "/vocab.json")) {
+    MESSAGE("SKIPPED: needs data/gpt2/ and python3 with transformers (scripts/setup.sh --hf)");
+    return;
+  }
+  tgt::TempDir d;
+  std::string text;
+  for (int i = 0; i < 100; i++)
+    text += "The king said: \"Hello, world!\" and the queen smiled.\n\n";
+  tg::write_file_atomic(d / "t.txt", text.data(), text.size());
+  std::string out;
+  REQUIRE(run_binary("prepare text --input " + (d / "t.txt") + " --tokenizer gpt2 --out " +
+                         (d / "data") + " --vocab_dir " + vocab,
+                     &out) == 0);
+  const std::string run = d / "run", hf = d / "hf";
+  REQUIRE(run_binary(tgt::tiny_args(run) + " --data.train '" + (d / "data") +
+                         "/t_train_*.bin' --data.val '' --model.vocab_size 50257 "
+                         "--data.batch_size 4 --data.seq_len 32 --train.steps 6",
+                     &out) == 0);
+  // The tokenizer comes from the checkpoint's dataset, without being asked for.
+  REQUIRE(run_binary("export --checkpoint " + run + " --out " + hf, &out) == 0);
+  CHECK(has(out, "wrote GPT-2's tokenizer"));
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"})
+    CHECK(tg::file_exists(tg::join_path(hf, f)));
+  const std::string prompt = "The queen said:";
+  const int new_tokens = 10;
+  REQUIRE(run_binary("sample --model " + hf + " --tokenizer " + (d / "data") + " --prompt '" +
+                         prompt + "' --tokens " + std::to_string(new_tokens) +
+                         " --temperature 0 > " + (d / "greedy.txt"),
+                     &out) == 0);
+  const std::string script = tg::join_path(root, "tests/hf_tokenizer_check.py");
+  const int rc =
+      tgt::run_shell("OMP_NUM_THREADS=2 '" + py + "' '" + script + "' '" + hf + "' '" + prompt +
+                         "' '" + (d / "greedy.txt") + "' " + std::to_string(new_tokens),
+                     &out);
+  MESSAGE("hf_tokenizer_check.py: " << out);
+  CHECK(rc == 0);
+}
