@@ -271,7 +271,8 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wextra \
                 -Wno-unknown-pragmas -MMD -MP -I. -DTG_NO_MPI -DTG_NO_BLAS $(EXTRA_CFLAGS)
 FUZZ_TARGETS := shard model_file checkpoint config hf_model bpe
-FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/data/data.cpp \
+FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/base/suggest.cpp \
+                src/base/host_memory.cpp src/base/test_hooks.cpp src/data/data.cpp \
                 src/data/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp \
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/config/config.cpp \
                 src/model/model.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
