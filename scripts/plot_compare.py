@@ -6,7 +6,8 @@ usage: plot_compare.py OUT_DIR [MODE ...]   (default: every mode in compare.json
 Writes OUT_DIR/loss.png: left, each mode's val loss minus the reference's (compare.json's
 "reference", fp32 by default), seed by seed (runs with the same seed start from the same
 weights; a report over several thread counts pairs runs by seed and train.threads), the mean over seeds as a line and the min-max over seeds as a band; right, the
-val loss itself (mean over seeds) on a log axis. OUT_DIR/loss_scale.png for modes whose
+val loss itself (mean over seeds) on a log axis, with bits per byte on the right axis where
+compare.json gives "bpb_tokens_per_byte". OUT_DIR/loss_scale.png for modes whose
 loss scale moved (first seed; red x: skipped). And per mode with numerics telemetry
 OUT_DIR/numerics_<mode>.png (first seed): rows are tensors (per layer where the run
 recorded layers), columns the sampled steps; left the share of values that underflowed
@@ -21,6 +22,7 @@ recipe, middle the share of elements that quantize to zero, right the share of s
 groups with a clipped element.
 """
 import json
+import math
 import os
 import sys
 
@@ -138,6 +140,12 @@ def main():
     ax2.set_yscale("log")
     ax2.set_title("val loss (mean over runs)")
     ax2.set_ylabel("loss (nats/token, log)")
+    # Bits per byte beside nats per token, where the runs know their tokens per byte.
+    tpb = cmp.get("bpb_tokens_per_byte")
+    if tpb:
+        k = tpb / math.log(2)
+        bpb = ax2.secondary_yaxis("right", functions=(lambda x: x * k, lambda b: b / k))
+        bpb.set_ylabel("bits per byte (log)")
     for ax in (ax1, ax2):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

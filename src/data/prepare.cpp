@@ -133,4 +133,23 @@ double dataset_plateau_loss(const json& meta, int seq_len) {
   return meta_loss(meta, "plateau_loss", seq_len);
 }
 
+TokensPerByte dataset_tokens_per_byte(const json& meta) {
+  const json tok = meta.is_object() ? meta.value("tokenizer", json(nullptr)) : json(nullptr);
+  if (!tok.is_string())
+    return {NAN, meta.empty() ? "unknown (no meta.json beside the val shards)"
+                              : "unknown (meta.json names no tokenizer)"};
+  if (tok == "byte") return {1.0, "byte-level tokenizer (1 token per byte)"};
+  for (const char* key : {"val_tokens_per_byte", "tokens_per_byte"}) {
+    const json r = meta.value(key, json(nullptr));
+    if (r.is_number() && std::isfinite(r.get<double>()) && r.get<double>() > 0)
+      return {r.get<double>(), std::string("meta.json ") + key};
+  }
+  return {NAN, "unknown (meta.json of tokenizer " + tok.get<std::string>() +
+                   " gives no tokens_per_byte)"};
+}
+
+double bits_per_byte(double nats_per_token, double tokens_per_byte) {
+  return nats_per_token * tokens_per_byte / std::log(2.0);
+}
+
 }  // namespace tg

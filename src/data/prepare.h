@@ -13,6 +13,7 @@
 //
 // text: any file as bytes (vocab 256), the last val_fraction of it as validation.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -30,11 +31,24 @@ void prepare_text(const std::string& input, const std::string& out_dir, const st
                   double val_fraction, int64_t shard_tokens);
 
 // Dataset facts from meta.json beside the first shard matching `pattern` (an empty
-// object when there is none): vocab_size, tokenizer, loss_floor, record_len.
+// object when there is none): vocab_size, tokenizer, loss_floor, record_len, tokens_per_byte.
 nlohmann::json read_dataset_meta(const std::string& pattern);
 // The loss floor that applies to rows of seq_len tokens, or NaN when unknown; likewise the
 // toy task's copy plateau.
 double dataset_loss_floor(const nlohmann::json& meta, int seq_len);
 double dataset_plateau_loss(const nlohmann::json& meta, int seq_len);
+
+// Tokens per byte of a dataset's text, to put a loss in nats per token into bits per byte
+// (comparable across tokenizers): meta.json's val_tokens_per_byte (the val split's tokens
+// over its bytes), else its tokens_per_byte (the whole text's); exactly 1 for a byte-level
+// dataset ("tokenizer": "byte"); NaN (unknown) where meta.json names no tokenizer or gives
+// no usable ratio. `source` says which, in words.
+struct TokensPerByte {
+  double ratio = NAN;
+  std::string source;
+};
+TokensPerByte dataset_tokens_per_byte(const nlohmann::json& meta);
+// nats_per_token * tokens_per_byte / ln 2; NaN where either is unknown.
+double bits_per_byte(double nats_per_token, double tokens_per_byte);
 
 }  // namespace tg

@@ -339,6 +339,16 @@ struct Progress {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
 };
 
+// A finished run in its progress line: its final val loss (and bits per byte), or failed.
+std::string run_result(const json& run) {
+  const json sm = run.value("summary", json::object());
+  if (!sm.value("final_val_loss", json(nullptr)).is_number()) return "failed";
+  std::string r = strf("val %.4f", sm["final_val_loss"].get<double>());
+  if (sm.value("final_val_bpb", json(nullptr)).is_number())
+    r += strf(" (%.3f bpb)", sm["final_val_bpb"].get<double>());
+  return r;
+}
+
 // Every seed of one mode, one progress line per finished run; the mode's entry of the results.
 json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
   const ModeSpec& spec = find_compare_mode(name);
@@ -359,11 +369,8 @@ json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
         trained > 0 ? fmt_duration(el / trained * (p->total - p->done)) : std::string("?");
     last.erase("reused");
     printf("compare: run %d/%d done (%s seed %lld: %s) | elapsed %s | eta %s\n", p->done, p->total,
-           name.c_str(), (long long)seed,
-           last.contains("summary") && last["summary"]["final_val_loss"].is_number()
-               ? strf("val %.4f", last["summary"]["final_val_loss"].get<double>()).c_str()
-               : "failed",
-           fmt_duration(el).c_str(), eta.c_str());
+           name.c_str(), (long long)seed, run_result(last).c_str(), fmt_duration(el).c_str(),
+           eta.c_str());
     fflush(stdout);
   }
   return {{"name", name}, {"what", spec.what}, {"runs", runs}};

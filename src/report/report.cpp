@@ -82,6 +82,17 @@ const json* first_summary(const json& runs) {
   return nullptr;
 }
 
+// The first summary that puts its val loss in bits per byte (bpb_tokens_per_byte known);
+// null when no run does (a dataset without a known ratio, or runs from before bpb).
+const json* bpb_summary(const std::vector<RunGroup>& groups) {
+  for (const auto& g : groups)
+    for (const auto& r : g.runs)
+      if (r.contains("summary") &&
+          r["summary"].value("bpb_tokens_per_byte", json(nullptr)).is_number())
+        return &r["summary"];
+  return nullptr;
+}
+
 double quality_target(const ReportSpec& s) {
   if (std::isfinite(s.floor)) return s.floor * (1 + s.quality);
   return s.quality_loss > 0 ? s.quality_loss : NAN;
@@ -100,11 +111,13 @@ void annotate_runs(json& runs, double target, double plateau_mid) {
 }
 
 // One line per run: where each mode's spread comes from.
-std::string runs_md(const json& groups, bool plateau_col) {
+std::string runs_md(const json& groups, bool plateau_col, bool bpb_col) {
   std::string md = "\nEvery run (threads: train.threads, the CPU part count that fixes fp32's ";
   md += "summation order):\n\n| mode | seed | threads | final val loss |";
+  md += bpb_col ? " final val bpb |" : "";
   md += plateau_col ? " left the plateau at step |" : "";
   md += " steps to quality | directory |\n|---|---:|---:|---:|";
+  md += bpb_col ? "---:|" : "";
   md += plateau_col ? "---:|" : "";
   md += "---:|---|\n";
   auto step = [](const json& r, const char* k) {
@@ -117,6 +130,7 @@ std::string runs_md(const json& groups, bool plateau_col) {
       md += strf("| %s | %lld | %d | %s |", g["name"].get<std::string>().c_str(),
                  (long long)r.value("seed", 0LL), r.value("threads", 0),
                  num(sm.value("final_val_loss", json(nullptr)), "%.4f").c_str());
+      if (bpb_col) md += " " + num(sm.value("final_val_bpb", json(nullptr)), "%.4f") + " |";
       if (plateau_col) md += " " + step(r, "plateau_left_step") + " |";
       md += " " + step(r, "steps_to_quality") + " | `" + r.value("dir", std::string()) + "` |\n";
     }
@@ -132,6 +146,11 @@ json group_stats(const json& runs, const std::vector<double>* ref, const std::st
   if (!vals.empty())
     st.update(
         {{"val_mean", s.mean}, {"val_std", s.stddev}, {"val_min", s.min}, {"val_max", s.max}});
+  const std::vector<double> bpb = finals(runs, "final_val_bpb");
+  if (!bpb.empty()) {
+    const Sample b = describe_sample(bpb);
+    st.update({{"bpb_mean", b.mean}, {"bpb_std", b.stddev}});
+  }
   const std::vector<double> tps = finals(runs, "tokens_per_second");
   if (!tps.empty()) st["tokens_per_second"] = describe_sample(tps).mean;
   if (ref) {
@@ -177,6 +196,13 @@ std::string header_md(const ReportSpec& s, int max_seeds) {
       (long long)t.value("seed", 0LL), d.value("train", std::string("?")).c_str());
   if (std::isfinite(s.floor))
     md += strf("Loss floor of the dataset: %.4f nats/token.\n\n", s.floor);
+  if (const json* b = bpb_summary(s.groups))
+    md += strf(
+        "Bits per byte (bpb, comparable across tokenizers) = val loss in nats/token x %.6g "
+        "tokens per byte / ln 2; tokens per byte from %s.\n\n",
+        (*b)["bpb_tokens_per_byte"].get<double>(),
+        b->value("bpb_source", json("")).is_string() ? (*b)["bpb_source"].get<std::string>().c_str()
+                                                     : "");
   return md;
 }
 
@@ -195,12 +221,19 @@ std::string quality_cell(const json& st) {
   return q + strf(", %d/%d runs", reached, all);
 }
 
+// A table row's mean ± std of a statistic (key_mean, key_std), or n/a.
+std::string mean_std(const json& st, const std::string& key) {
+  return st.contains(key + "_mean")
+             ? strf("%.4f ± %.4f", st[key + "_mean"].get<double>(), st[key + "_std"].get<double>())
+             : "n/a";
+}
+
 std::string table_row(const RunGroup& g, const json& st, const json* ref, double ref_tps,
-                      bool is_ref, bool plateau_col) {
+                      bool is_ref, bool plateau_col, bool bpb_col) {
   const json* s = first_summary(g.runs);
   if (!s)
-    return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) +
-           (plateau_col ? " |||||||||||\n" : " ||||||||||\n");
+    return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) + " " +
+           std::string(10 + plateau_col + bpb_col, '|') + "\n";
   std::string dval, dtps, dmem;
   if (st.contains("diff")) dval = strf("%+.4f", st["diff"].get<double>());
   if (ref_tps > 0 && st.contains("tokens_per_second"))
@@ -212,10 +245,9 @@ std::string table_row(const RunGroup& g, const json& st, const json* ref, double
   for (const auto& run : g.runs)
     if (run.contains("summary")) skipped += run["summary"].value("skipped_steps", 0);
   const int finished = st["seeds_finished"].get<int>(), all = st["seeds"].get<int>();
-  std::string val = st.contains("val_mean") ? strf("%.4f ± %.4f", st["val_mean"].get<double>(),
-                                                   st["val_std"].get<double>())
-                                            : "n/a";
+  std::string val = mean_std(st, "val");
   if (finished < all) val += strf(" (%d of %d runs)", finished, all);
+  if (bpb_col) val += " | " + mean_std(st, "bpb");
   const std::string minmax =
       st.contains("val_min")
           ? strf("%.4f / %.4f", st["val_min"].get<double>(), st["val_max"].get<double>())
@@ -455,15 +487,18 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
   const double ref_tps =
       ref_group ? stats[ref_group - spec.groups.data()].value("tokens_per_second", 0.0) : 0.0;
   const bool plateau_col = std::isfinite(plateau_mid);
-  std::string md = "| mode | final val loss (mean ± std) | min / max | vs " + spec.reference +
-                   " | verdict |" + (plateau_col ? " left the plateau at step |" : "") + " " +
-                   quality_column(spec) + " | tokens/s | vs " + spec.reference +
-                   " | peak memory | vs " + spec.reference + " | skipped steps |\n";
-  md += std::string("|---|---:|---:|---:|---|") + (plateau_col ? "---:|" : "") +
-        "---:|---:|---:|---:|---:|---:|\n";
+  const bool bpb_col = bpb_summary(spec.groups) != nullptr;
+  std::string md = "| mode | final val loss (mean ± std) |" +
+                   std::string(bpb_col ? " final val bpb (mean ± std) |" : "") +
+                   " min / max | vs " + spec.reference + " | verdict |" +
+                   (plateau_col ? " left the plateau at step |" : "") + " " + quality_column(spec) +
+                   " | tokens/s | vs " + spec.reference + " | peak memory | vs " + spec.reference +
+                   " | skipped steps |\n";
+  md += std::string("|---|---:|") + (bpb_col ? "---:|" : "") + "---:|---:|---|" +
+        (plateau_col ? "---:|" : "") + "---:|---:|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < spec.groups.size(); i++)
     md += table_row(spec.groups[i], stats[i], ref, ref_tps, spec.groups[i].name == spec.reference,
-                    plateau_col);
+                    plateau_col, bpb_col);
   md += strf(
       "\nThe verdict compares each mode's final val losses over its runs (its seeds, and "
       "thread counts where a report holds several) with %s's by "
@@ -512,7 +547,7 @@ std::string write_report(const ReportSpec& spec) {
     if (g.name == spec.reference) ref_group = &g;
   const double plateau_mid = (spec.plateau + spec.floor) / 2;
   const GroupsJson gj = groups_json(spec, ref_group, target, plateau_mid);
-  const json compare = {
+  json compare = {
       {"modes", gj.groups},
       {"seeds", gj.max_seeds},
       {"reference", spec.reference},
@@ -520,6 +555,10 @@ std::string write_report(const ReportSpec& spec) {
       {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)},
       {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)},
       {"config", spec.config}};
+  if (const json* b = bpb_summary(spec.groups)) {
+    compare["bpb_tokens_per_byte"] = (*b)["bpb_tokens_per_byte"];
+    compare["bpb_source"] = b->value("bpb_source", json(nullptr));
+  }
   make_dirs(spec.out);
   write_text_atomic(join_path(spec.out, "compare.json"), compare.dump(2) + "\n");
   const auto pics = draw_plots(spec);
@@ -527,7 +566,7 @@ std::string write_report(const ReportSpec& spec) {
   const bool plateau_col = std::isfinite(plateau_mid);
   std::string md = header_md(spec, gj.max_seeds);
   md += modes_table_md(spec, gj.stats, ref_group, plateau_mid);
-  md += runs_md(gj.groups, plateau_col);
+  md += runs_md(gj.groups, plateau_col, bpb_summary(spec.groups) != nullptr);
   md += numerics_md(spec.groups);
   md += underflow_md(spec.groups, spec.reference);
   md += quant_md(spec.groups);

@@ -181,6 +181,15 @@ void Trainer::setup_data() {
     val_loader_ = std::make_unique<DataLoader>(c.data.val, "validation", B_, T_, rank_, world_,
                                                false, uint64_t(c.train.seed), mc_.vocab_size);
   tokenizer_ = dataset_tokenizer(meta_, dirname_of(train_loader_->files()[0]));
+  // Bits per byte from the val shards' own meta.json (the train shards' when they share a
+  // folder).
+  if (val_loader_) {
+    const std::string& first_val = val_loader_->files()[0];
+    val_tpb_ =
+        dataset_tokens_per_byte(dirname_of(first_val) == dirname_of(train_loader_->files()[0])
+                                    ? meta_
+                                    : read_dataset_meta(first_val));
+  }
 }
 
 void Trainer::setup_model() {
@@ -622,9 +631,14 @@ void Trainer::log_val(int64_t step, double v) {
   if (std::isfinite(loss_floor_))
     floor_txt = strf(" | floor %.4f | gap closed %.1f%%", loss_floor_,
                      100.0 * (ln_vocab_ - v) / (ln_vocab_ - loss_floor_));
-  printf("val   step %lld | val loss %.4f%s\n", (long long)step, v, floor_txt.c_str());
+  const double bpb = bits_per_byte(v, val_tpb_.ratio);
+  const std::string bpb_txt = std::isfinite(bpb) ? strf(" | %.3f bpb", bpb) : "";
+  printf("val   step %lld | val loss %.4f%s%s\n", (long long)step, v, bpb_txt.c_str(),
+         floor_txt.c_str());
   fflush(stdout);
-  metrics_.write(json({{"kind", "val"}, {"step", step}, {"val_loss", v}}).dump());
+  json record = {{"kind", "val"}, {"step", step}, {"val_loss", v}};
+  if (std::isfinite(bpb)) record["val_bpb"] = bpb;
+  metrics_.write(record.dump());
 }
 
 void Trainer::sample() {
@@ -712,6 +726,7 @@ json Trainer::finish() {
 Trainer::FinalNumbers Trainer::final_numbers(double final_val_loss) const {
   FinalNumbers f;
   f.val_loss = final_val_loss;
+  f.val_bpb = bits_per_byte(final_val_loss, val_tpb_.ratio);
   if (!recent_losses_.empty()) {
     f.train_loss = 0;
     for (double x : recent_losses_) f.train_loss += x;
@@ -737,6 +752,10 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"final_train_loss", nan_to_null(f.train_loss)},
       {"last_train_loss", nan_to_null(last_loss_)},
       {"final_val_loss", nan_to_null(f.val_loss)},
+      {"initial_val_bpb", nan_to_null(bits_per_byte(initial_val_loss_, val_tpb_.ratio))},
+      {"final_val_bpb", nan_to_null(f.val_bpb)},
+      {"bpb_tokens_per_byte", nan_to_null(val_tpb_.ratio)},
+      {"bpb_source", val_loader_ ? json(val_tpb_.source) : json(nullptr)},
       {"loss_floor", nan_to_null(loss_floor_)},
       {"ln_vocab", ln_vocab_},
       {"gap_closed", nan_to_null(f.gap)},
@@ -768,9 +787,10 @@ json Trainer::summary_json(const FinalNumbers& f) const {
 
 void Trainer::print_summary(const FinalNumbers& f) const {
   printf(
-      "summary: final train loss %.4f | final val loss %s | %s tok/s | peak memory %.1f MiB "
+      "summary: final train loss %.4f | final val loss %s%s | %s tok/s | peak memory %.1f MiB "
       "| %s\n",
       f.train_loss, std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
+      std::isfinite(f.val_bpb) ? strf(" (%.3f bpb)", f.val_bpb).c_str() : "",
       fmt_rate(f.tokens_per_second).c_str(), be_->peak_bytes() / 1048576.0,
       fmt_duration(f.wall).c_str());
   if (std::isfinite(f.gap))

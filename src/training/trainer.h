@@ -31,6 +31,7 @@
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/data.h"
+#include "src/data/prepare.h"
 #include "src/data/tokenizer.h"
 #include "src/model/model.h"
 #include "src/numerics/loss_scaler.h"
@@ -104,7 +105,8 @@ class Trainer {
   void end_step(StepResult& r, double loss, double t0);
   // finish(): the run's final numbers, summary.json and the summary lines.
   struct FinalNumbers {
-    double val_loss = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN, gap = NAN;
+    double val_loss = NAN, val_bpb = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN,
+           gap = NAN;
   };
   FinalNumbers final_numbers(double final_val_loss) const;
   nlohmann::json summary_json(const FinalNumbers& f) const;
@@ -122,6 +124,7 @@ class Trainer {
   int B_ = 0, T_ = 0, grad_accum_ = 1;
   int64_t step_tokens_ = 0;
   double loss_floor_ = NAN, ln_vocab_ = NAN;
+  TokensPerByte val_tpb_;  // the val split's tokens per byte, for bits per byte
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;
   // Quantization state, auto precision, smoothing, quantization telemetry.

@@ -817,6 +817,110 @@ TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then samp
   CHECK(has(out, "'model.vocab_size': 256 is smaller than the dataset's vocabulary (50257"));
 }
 
+namespace {
+
+// A finished run's val loss in bits per byte at `tokens_per_byte` (loss x ratio / ln 2): in
+// every val line of the console `out`, every val record of metrics.jsonl, summary.json and
+// the summary line, and in the report of the run (both tables, compare.json).
+void check_bpb(const std::string& run, const std::string& out, double tokens_per_byte,
+               const std::string& source) {
+  auto bpb = [&](double v) { return v * tokens_per_byte / std::log(2.0); };
+  const auto val = read_metrics(run + "/metrics.jsonl", "val");
+  REQUIRE(val.size() >= 2);
+  for (const json& r : val) {
+    INFO(r.dump());
+    REQUIRE(r.contains("val_bpb"));
+    const double v = r["val_loss"].get<double>();
+    CHECK(r["val_bpb"].get<double>() == doctest::Approx(bpb(v)).epsilon(1e-12));
+    CHECK(has(out, tg::strf("val   step %lld | val loss %.4f | %.3f bpb",
+                            r["step"].get<long long>(), v, bpb(v))));
+  }
+  const json s = json::parse(slurp(run + "/summary.json"));
+  const double final_val = s["final_val_loss"].get<double>();
+  CHECK(s["bpb_tokens_per_byte"].get<double>() == tokens_per_byte);
+  CHECK(s["bpb_source"] == source);
+  CHECK(s["final_val_bpb"].get<double>() == doctest::Approx(bpb(final_val)).epsilon(1e-12));
+  CHECK(s["initial_val_bpb"].get<double>() ==
+        doctest::Approx(bpb(s["initial_val_loss"].get<double>())).epsilon(1e-12));
+  CHECK(has(out, tg::strf("final val loss %.4f (%.3f bpb)", final_val, bpb(final_val))));
+  tgt::TempDir rep;
+  std::string log;
+  REQUIRE(run_binary("report '" + run + "' --out '" + rep.path + "'", &log) == 0);
+  const json cmp = json::parse(slurp(rep / "compare.json"));
+  CHECK(cmp["bpb_tokens_per_byte"].get<double>() == tokens_per_byte);
+  CHECK(cmp["modes"][0]["stats"]["bpb_mean"].get<double>() ==
+        doctest::Approx(bpb(final_val)).epsilon(1e-12));
+  const std::string md = slurp(rep / "report.md");
+  CHECK(has(md, tg::strf("| %.4f ± 0.0000 | %.4f ± 0.0000 |", final_val, bpb(final_val))));
+  CHECK(has(md, tg::strf("| %.4f | %.4f |", final_val, bpb(final_val))));
+  CHECK(has(md, "tokens per byte from " + source + "."));
+}
+
+}  // namespace
+
+TEST_CASE("cli: val loss in bits per byte on byte-level data; none where the ratio is unknown") {
+  tgt::TempDir run;
+  std::string out;
+  REQUIRE(run_binary(tiny_args(run.path) + " --train.steps=6", &out) == 0);
+  INFO(out);
+  // The toy task is byte-level: 1 token per byte, bpb = loss / ln 2.
+  check_bpb(run.path, out, 1.0, "byte-level tokenizer (1 token per byte)");
+  // The same shards without meta.json: the ratio is unknown, bpb is left out.
+  tgt::TempDir bare, run2;
+  for (const char* f : {"toy_train_000000.bin", "toy_val_000000.bin"}) {
+    const std::string b = slurp(tg::join_path(toy_dir(), f));
+    tg::write_file_atomic(bare / f, b.data(), b.size());
+  }
+  std::string args = tiny_args(run2.path);
+  for (size_t at; (at = args.find(toy_dir())) != std::string::npos;)
+    args.replace(at, toy_dir().size(), bare.path);
+  REQUIRE(run_binary(args + " --train.steps=2", &out) == 0);
+  CHECK(!has(out, "bpb"));
+  for (const json& r : read_metrics(run2 / "metrics.jsonl", "val")) CHECK(!r.contains("val_bpb"));
+  const json s = json::parse(slurp(run2 / "summary.json"));
+  CHECK(s["final_val_bpb"].is_null());
+  CHECK(s["bpb_tokens_per_byte"].is_null());
+  CHECK(s["bpb_source"] == "unknown (no meta.json beside the val shards)");
+}
+
+TEST_CASE("cli: val loss in bits per byte on GPT-2 tokens, at the val split's tokens per byte") {
+  const std::string vocab =
+      tg::join_path(tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__))), "data/gpt2");
+  if (!tg::file_exists(vocab + "/vocab.json")) {
+    MESSAGE("SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)");
+    return;
+  }
+  tgt::TempDir d;
+  std::string text;
+  for (int i = 0; i < 60; i++)
+    text += tg::strf(
+        "Document %d: the quick brown fox jumps over the lazy dog, %d times.\n\n"
+        "Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich.\n\n",
+        i, i * 7);
+  tg::write_file_atomic(d / "docs.txt", text.data(), text.size());
+  std::string out;
+  REQUIRE(run_binary("prepare text --input " + (d / "docs.txt") + " --tokenizer gpt2 --out " +
+                         (d / "data") + " --vocab_dir " + vocab,
+                     &out) == 0);
+  const json meta = json::parse(slurp(d / "data/meta.json"));
+  const double ratio = meta["val_tokens_per_byte"].get<double>();
+  // GPT-2 tokens hold several bytes each; the val split has a ratio of its own.
+  CHECK(ratio < 0.5);
+  CHECK(ratio != meta["tokens_per_byte"].get<double>());
+  const size_t at = out.find("train on it: ./train_gpt ");
+  REQUIRE(at != std::string::npos);
+  const std::string printed = out.substr(at + 24, out.find('\n', at) - at - 24);
+  const std::string run = d / "run";
+  REQUIRE(run_binary(printed + " --train.out_dir " + run +
+                         " --train.steps 3 --data.batch_size 2 --data.seq_len 32 "
+                         "--model.n_layer 1 --model.n_head 2 --model.n_embd 16 "
+                         "--model.max_seq_len 32 --eval.every 2 --eval.batches 2 "
+                         "--sample.tokens 0 --train.threads 2",
+                     &out) == 0);
+  INFO(out);
+  check_bpb(run, out, ratio, "meta.json val_tokens_per_byte");
+}
+
 TEST_CASE("cli: quiet by default: one config line, the whole config in config.json or on request") {
   tgt::TempDir run;
   std::string out;

@@ -270,3 +270,40 @@ TEST_CASE("data: prepare text makes byte shards and a validation split") {
   std::string e = error_of([&] { prepare_text(d / "missing.txt", d / "o2", "m", 0.1, 100); });
   CHECK(e.find("missing.txt") != std::string::npos);
 }
+
+TEST_CASE("data: tokens per byte for bits per byte: val split's, whole text's, 1 for bytes") {
+  using nlohmann::json;
+  // Byte-level datasets (prepare text, prepare toy): exactly 1.
+  tgt::TempDir d;
+  std::ofstream(d / "in.txt") << std::string(1000, 'x');
+  prepare_text(d / "in.txt", d / "out", "in", 0.1, 400);
+  TokensPerByte b = dataset_tokens_per_byte(read_dataset_meta(d / "out/in_val_*.bin"));
+  CHECK(b.ratio == 1.0);
+  CHECK(b.source == "byte-level tokenizer (1 token per byte)");
+  prepare_toy(d / "toy", 1, 256, 64);
+  CHECK(dataset_tokens_per_byte(read_dataset_meta(d / "toy/toy_val_*.bin")).ratio == 1.0);
+  // GPT-2: the val split's ratio, else the whole text's.
+  json g = {{"tokenizer", "gpt2"}, {"val_tokens_per_byte", 0.25}, {"tokens_per_byte", 0.3}};
+  TokensPerByte t = dataset_tokens_per_byte(g);
+  CHECK(t.ratio == 0.25);
+  CHECK(t.source == "meta.json val_tokens_per_byte");
+  g.erase("val_tokens_per_byte");
+  t = dataset_tokens_per_byte(g);
+  CHECK(t.ratio == 0.3);
+  CHECK(t.source == "meta.json tokens_per_byte");
+  // Unknown: no meta.json, no tokenizer named, no usable ratio.
+  CHECK(std::isnan(dataset_tokens_per_byte(json::object()).ratio));
+  CHECK(dataset_tokens_per_byte(json::object()).source.find("no meta.json") != std::string::npos);
+  t = dataset_tokens_per_byte({{"vocab_size", 256}, {"tokens_per_byte", 1.0}});
+  CHECK(std::isnan(t.ratio));
+  CHECK(t.source == "unknown (meta.json names no tokenizer)");
+  for (const json& bad : {json(0.0), json(-1.0), json("0.3"), json(nullptr)}) {
+    INFO(bad.dump());
+    CHECK(std::isnan(
+        dataset_tokens_per_byte({{"tokenizer", "gpt2"}, {"val_tokens_per_byte", bad}}).ratio));
+  }
+  // bits per byte = nats per token x tokens per byte / ln 2.
+  CHECK(bits_per_byte(std::log(2.0), 1.0) == doctest::Approx(1.0));
+  CHECK(bits_per_byte(2.0, 0.25) == doctest::Approx(0.5 / std::log(2.0)));
+  CHECK(std::isnan(bits_per_byte(2.0, NAN)));
+}

@@ -2,6 +2,7 @@
 // spread and verdicts from known final losses, every picture written, clear errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "src/base/common.h"
@@ -15,9 +16,10 @@ using json = nlohmann::json;
 namespace {
 
 // A finished run directory: config.json of `mode` (fp16 loss scaling `scale`), a val curve
-// that ends at `final_val`, two numerics records with one slice per layer, summary.json.
+// that ends at `final_val`, two numerics records with one slice per layer, summary.json
+// (with the val loss in bits per byte at `tokens_per_byte` where that is given).
 void make_run(const std::string& dir, const std::string& mode, const std::string& scale,
-              int64_t seed, double final_val) {
+              int64_t seed, double final_val, double tokens_per_byte = NAN) {
   tg::Config c;
   c.precision.mode = tg::parse_mode(mode, "test");
   c.precision.loss_scale.kind = scale;
@@ -57,6 +59,11 @@ void make_run(const std::string& dir, const std::string& mode, const std::string
                   {"wall_seconds", 10.0},
                   {"skipped_steps", 0},
                   {"loss_floor", 1.0}};
+  if (std::isfinite(tokens_per_byte)) {
+    summary["final_val_bpb"] = final_val * tokens_per_byte / std::log(2.0);
+    summary["bpb_tokens_per_byte"] = tokens_per_byte;
+    summary["bpb_source"] = "meta.json val_tokens_per_byte";
+  }
   // The summary's numerics: fp16 without scaling flushes a sixth of its activation gradients.
   const bool noscale = mode == "fp16" && scale == "none";
   summary["numerics"] = {
@@ -84,9 +91,10 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   const double fp32[] = {1.10, 1.12, 1.11}, bf16[] = {1.11, 1.10, 1.12},
                noscale[] = {1.60, 1.62, 1.61};
   for (int k = 0; k < 3; k++) {
-    make_run(runs / ("a/fp32-" + std::to_string(k)), "fp32", "dynamic", 7 + k, fp32[k]);
-    make_run(runs / ("a/bf16-" + std::to_string(k)), "bf16", "dynamic", 7 + k, bf16[k]);
-    make_run(runs / ("b/noscale-" + std::to_string(k)), "fp16", "none", 7 + k, noscale[k]);
+    // As if on GPT-2 tokens: 0.25 tokens per byte of the val split.
+    make_run(runs / ("a/fp32-" + std::to_string(k)), "fp32", "dynamic", 7 + k, fp32[k], 0.25);
+    make_run(runs / ("a/bf16-" + std::to_string(k)), "bf16", "dynamic", 7 + k, bf16[k], 0.25);
+    make_run(runs / ("b/noscale-" + std::to_string(k)), "fp16", "none", 7 + k, noscale[k], 0.25);
   }
   std::string log;
   // Directories above run directories and single runs alike.
@@ -107,12 +115,28 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   CHECK((*n)["stats"]["val_mean"].get<double>() == doctest::Approx(1.61));
   CHECK((*n)["stats"]["val_std"].get<double>() == doctest::Approx(0.01));
   CHECK((*n)["stats"]["val_min"].get<double>() == doctest::Approx(1.60));
+  // Bits per byte beside the val loss: in the statistics, compare.json and both tables.
+  const double k = 0.25 / std::log(2.0);
+  CHECK((*n)["stats"]["bpb_mean"].get<double>() == doctest::Approx(1.61 * k));
+  CHECK((*n)["stats"]["bpb_std"].get<double>() == doctest::Approx(0.01 * k));
+  CHECK(cmp["bpb_tokens_per_byte"] == 0.25);
+  CHECK(cmp["bpb_source"] == "meta.json val_tokens_per_byte");
+  CHECK((*n)["runs"][0]["summary"]["final_val_bpb"].get<double>() == doctest::Approx(1.60 * k));
   // Within 2% of the floor 1.0 (val <= 1.02): never; the quality column says so.
   CHECK((*b)["stats"]["quality_reached"] == 0);
   const std::string md = tgt::slurp(out / "report.md");
   for (const char* row : {"| fp32 |", "| bf16 |", "| fp16-noscale |"})
     CHECK(md.find(row) != std::string::npos);
   CHECK(md.find("worse than fp32") != std::string::npos);
+  CHECK(
+      md.find("| mode | final val loss (mean ± std) | final val bpb (mean ± std) | min / max |") !=
+      std::string::npos);
+  CHECK(md.find(tg::strf("| fp16-noscale | 1.6100 ± 0.0100 | %.4f ± %.4f | 1.6000 / 1.6200 |",
+                         1.61 * k, 0.01 * k)) != std::string::npos);
+  CHECK(md.find("| final val loss | final val bpb |") != std::string::npos);
+  CHECK(md.find(tg::strf("| 1.6000 | %.4f |", 1.60 * k)) != std::string::npos);
+  CHECK(md.find("x 0.25 tokens per byte / ln 2; tokens per byte from meta.json "
+                "val_tokens_per_byte.") != std::string::npos);
   // Only fp16-noscale is flagged for underflow, both gradient kinds, with the reference's zeros.
   CHECK((*b)["stats"].value("underflow", json::array()).empty());
   REQUIRE((*n)["stats"]["underflow"].size() == 2);
@@ -165,7 +189,11 @@ TEST_CASE("report: runs of one mode trained differently are told apart; unfinish
   REQUIRE(cmp["modes"].size() == 3);
   CHECK(cmp["modes"][1]["name"] == "fp32 (optim.lr=0.01)");
   CHECK(cmp["modes"][2]["runs"][0]["error"] == "unfinished (no summary.json)");
-  CHECK(tgt::slurp(out / "report.md").find("| bf16 | failed: unfinished") != std::string::npos);
+  const std::string md = tgt::slurp(out / "report.md");
+  CHECK(md.find("| bf16 | failed: unfinished") != std::string::npos);
+  // Runs that do not know their tokens per byte: no bits per byte anywhere.
+  CHECK(md.find("bpb") == std::string::npos);
+  CHECK(!cmp.contains("bpb_tokens_per_byte"));
 }
 
 TEST_CASE("report: bad arguments are usage errors naming the problem") {
