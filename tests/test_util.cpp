@@ -92,6 +92,12 @@ const std::string& toy_dir() {
   return dir.path;
 }
 
+std::string gpt2_vocab_dir() {
+  // The repository root: the tests run from it, and this file's path is relative to it.
+  const std::string dir = tg::join_path(tg::dirname_of(tg::dirname_of(__FILE__)), "data/gpt2");
+  return tg::file_exists(tg::join_path(dir, "vocab.json")) ? dir : "";
+}
+
 std::string tiny_args(const std::string& out_dir) {
   const std::string& d = toy_dir();
   return "train --model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.max_seq_len=32 "

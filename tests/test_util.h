@@ -92,4 +92,10 @@ const std::string& toy_dir();
 // `train` arguments for a tiny model on toy_dir() writing to out_dir.
 std::string tiny_args(const std::string& out_dir);
 
+// This checkout's data/gpt2/ (GPT-2's vocabulary, scripts/setup.sh --gpt2), "" when it has
+// no vocab.json; the tests that need it say so with kNoGpt2Vocab and skip.
+std::string gpt2_vocab_dir();
+constexpr const char* kNoGpt2Vocab =
+    "SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)";
+
 }  // namespace tgt

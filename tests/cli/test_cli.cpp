@@ -779,10 +779,9 @@ TEST_CASE("cli: block-scaled recipes train 20 steps near bf16, and resume bit-ex
 }
 
 TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then sample with a prompt") {
-  const std::string vocab =
-      tg::join_path(tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__))), "data/gpt2");
-  if (!tg::file_exists(vocab + "/vocab.json")) {
-    MESSAGE("SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)");
+  const std::string vocab = tgt::gpt2_vocab_dir();
+  if (vocab.empty()) {
+    MESSAGE(tgt::kNoGpt2Vocab);
     return;
   }
   tgt::TempDir d;
@@ -884,10 +883,9 @@ TEST_CASE("cli: val loss in bits per byte on byte-level data; none where the rat
 }
 
 TEST_CASE("cli: val loss in bits per byte on GPT-2 tokens, at the val split's tokens per byte") {
-  const std::string vocab =
-      tg::join_path(tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__))), "data/gpt2");
-  if (!tg::file_exists(vocab + "/vocab.json")) {
-    MESSAGE("SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)");
+  const std::string vocab = tgt::gpt2_vocab_dir();
+  if (vocab.empty()) {
+    MESSAGE(tgt::kNoGpt2Vocab);
     return;
   }
   tgt::TempDir d;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/base/common.h"
+#include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "tests/test_util.h"
 
@@ -281,4 +282,20 @@ TEST_CASE("config: train.print_config is off by default, and every key is in doc
     INFO(k.name);
     CHECK(documented.count(k.name) == 1);
   }
+}
+
+TEST_CASE("config: every file in configs/ loads, and names data a README command prepares") {
+  const std::string root = tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__)));
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tg::join_path(root, "configs"))) {
+    if (e.path().extension() != ".json") continue;
+    INFO(e.path().string());
+    Config c;
+    CHECK_NOTHROW(config_load_file(c, e.path().string()));
+    n++;
+    // GPT-2's tokens need GPT-2's vocabulary in the model; bytes need 256.
+    const bool gpt2 = c.data.train.find("gpt2") != std::string::npos;
+    if (!c.data.train.empty()) CHECK(c.model.vocab_size == (gpt2 ? 50257 : 256));
+  }
+  CHECK(n >= 4);
 }

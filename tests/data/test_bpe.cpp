@@ -31,8 +31,8 @@ std::string repo_file(const std::string& rel) {
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
-std::string vocab_dir() { return repo_file("data/gpt2"); }
-bool have_vocab() { return tg::file_exists(vocab_dir() + "/vocab.json"); }
+std::string vocab_dir() { return tgt::gpt2_vocab_dir(); }
+bool have_vocab() { return !vocab_dir().empty(); }
 
 // A python3 with tiktoken: $TG_PYTHON, the hf venv, Debian's, PATH's. "" when none.
 std::string tiktoken_python() {
@@ -193,7 +193,7 @@ TEST_CASE("bpe: GPT-2's byte map is a bijection onto printable characters") {
 
 TEST_CASE("bpe: ids equal tiktoken's on the hard-case corpus and on random text") {
   if (!have_vocab()) {
-    MESSAGE("SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)");
+    MESSAGE(tgt::kNoGpt2Vocab);
     return;
   }
   const tg::BpeTokenizer tok(vocab_dir());

@@ -21,10 +21,8 @@ using namespace std::string_literals;
 
 namespace {
 
-std::string vocab_dir() {
-  return tg::join_path(tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__))), "data/gpt2");
-}
-bool have_vocab() { return tg::file_exists(vocab_dir() + "/vocab.json"); }
+std::string vocab_dir() { return tgt::gpt2_vocab_dir(); }
+bool have_vocab() { return !vocab_dir().empty(); }
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 void write(const std::string& path, const std::string& s) {
@@ -93,7 +91,7 @@ TEST_CASE("prepare gpt2: invalid UTF-8 is replaced as Python's errors='replace' 
 
 TEST_CASE("prepare gpt2: shards decode to the text, whole documents, llm.c's files, meta.json") {
   if (!have_vocab()) {
-    MESSAGE("SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)");
+    MESSAGE(tgt::kNoGpt2Vocab);
     return;
   }
   tgt::TempDir d;
@@ -192,15 +190,15 @@ TEST_CASE("prepare gpt2: bad input is an error naming the file and place; nothin
   CHECK(documents(tok, split_tokens(d / "r", "t", "val"))[0] == "then \xef\xbf\xbd bad\n");
 }
 
-TEST_CASE("prepare gpt2: a 4 MB line of one letter is one piece, merged in n log n") {
+TEST_CASE("prepare gpt2: a 2 MB line of one letter is one piece, merged in n log n") {
   if (!have_vocab()) return;
   const tg::BpeTokenizer tok(vocab_dir());
-  const std::string line(4 << 20, 'a');
+  const std::string line(2 << 20, 'a');  // quadratic merging would take hours
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<uint32_t> ids = tok.encode(line);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(tok.decode(ids) == line);
   CHECK(ids.size() == line.size() / 4);  // "aaaa" is GPT-2's longest run of a
-  MESSAGE("4 MB of 'a': " << ids.size() << " tokens in " << s << " s");
-  CHECK(s < 30);
+  MESSAGE("2 MB of 'a': " << ids.size() << " tokens in " << s << " s");
+  CHECK(s < 60);  // about 1 s here; the sanitizers' build is slower
 }
