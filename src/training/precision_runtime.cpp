@@ -227,7 +227,7 @@ void PrecisionRuntime::print_start() const {
     for (int l = 0; l < mc_.n_layer; l++)
       if (!state_->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
     const auto& f = cfg_.precision.fp8;
-    printf("fp8: block linears: %s; layers kept in bf16: %s; path: %s%s\n",
+    printf("quantized linears: %s; layers kept in bf16: %s; path: %s%s\n",
            describe(state_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
            be_.fp8_path_name().c_str(),
            be_.name() == "cpu" || state_->block_scaled() ? ""

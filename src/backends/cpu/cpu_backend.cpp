@@ -201,6 +201,17 @@ class CpuBackend final : public Backend {
   // of a GPU; its fast-accumulation forward is approximated by this within the tests'
   // tolerances. Reports are never deferred (the Backend defaults).
   void set_quant_options(const QuantOptions&) override {}
+  // The start-up line's path: the formats are emulated bit for bit; the GEMMs take the bf16
+  // kernel where the CPU has AVX512-BF16 and the dequantized operands are exact in bf16.
+  std::string fp8_path_name() const override {
+    return std::string(
+               "CPU emulation, bit-faithful (operands rounded to the recipe's formats and "
+               "scales); GEMMs: ") +
+           (cpu::narrow_gemm_hardware()
+                ? "bf16 products with fp32 sums (AVX512-BF16) where the dequantized operands "
+                  "are exact in bf16, else fp32"
+                : "fp32 GEMMs of the dequantized operands");
+  }
   Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                                const Fp8Quant quant[2]) override {
     Fp8Report rep;
