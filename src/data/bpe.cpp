@@ -31,7 +31,8 @@ constexpr uint32_t kNoRank = UINT32_MAX;
 // JSON formatting.
 const char* const kGpt2ContentSha256 =
     "20110f1734707c7518e97afb3d1be66564aa191403e715bf87ea8dcb586ddec0";
-constexpr size_t kCacheLimit = 1 << 16;  // pieces; the cache starts over when full
+constexpr size_t kCacheLimit = 1 << 16;    // pieces; the cache starts over when full
+constexpr size_t kCachedPieceBytes = 256;  // longer pieces are rare: merged, not cached
 
 // A code point from s at *i (valid UTF-8), advancing *i.
 uint32_t next_code_point(std::string_view s, size_t* i) {
@@ -384,6 +385,26 @@ std::string BpeTokenizer::decode(const std::vector<uint32_t>& ids) const {
 
 // ---- encoding ----
 
+namespace {
+// Calls f with each piece the pattern cuts from text (valid UTF-8), left to right.
+template <typename F>
+void for_each_piece(const pcre2_code* pattern, pcre2_match_data* match, std::string_view text,
+                    const std::string& where, F&& f) {
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match);
+  for (size_t at = 0; at < text.size();) {
+    const int rc =
+        pcre2_match(pattern, subject, text.size(), at, PCRE2_NO_UTF_CHECK, match, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0)
+      throw Error(
+          strf("%s: the GPT-2 pattern failed at byte %zu (PCRE2 error %d)", where.c_str(), at, rc));
+    f(text.substr(ov[0], ov[1] - ov[0]));
+    at = ov[1];
+  }
+}
+}  // namespace
+
 struct BpeTokenizer::Encoder::State {
   const BpeTokenizer::Impl& tok;
   pcre2_match_data* match;
@@ -395,6 +416,7 @@ struct BpeTokenizer::Encoder::State {
   };
   std::vector<uint32_t> start;
   std::vector<int32_t> next, prev;
+  std::vector<uint8_t> alive;
   std::vector<Pair> heap;
 
   explicit State(const BpeTokenizer::Impl& t)
@@ -434,7 +456,7 @@ void BpeTokenizer::Encoder::State::merge(std::string_view piece, std::vector<uin
     next[size_t(i)] = i + 1 < n ? i + 1 : -1;
     prev[size_t(i)] = i - 1;
   }
-  std::vector<bool> alive(size_t(n), true);
+  alive.assign(size_t(n), 1);
   for (int32_t i = 0; i + 1 < n; i++) push_pair(piece, i);
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<Pair>());
@@ -442,7 +464,7 @@ void BpeTokenizer::Encoder::State::merge(std::string_view piece, std::vector<uin
     heap.pop_back();
     const int32_t l = int32_t(p.left), r = alive[size_t(l)] ? next[size_t(l)] : -1;
     if (r < 0 || part_end(piece, r) != p.end) continue;  // stale
-    alive[size_t(r)] = false;
+    alive[size_t(r)] = 0;
     next[size_t(l)] = next[size_t(r)];
     if (next[size_t(l)] >= 0) prev[size_t(next[size_t(l)])] = l;
     push_pair(piece, prev[size_t(l)]);
@@ -459,6 +481,10 @@ void BpeTokenizer::Encoder::State::encode_piece(std::string_view piece,
   const uint32_t whole = rank_of(piece);
   if (whole != kNoRank) {
     out->push_back(whole);
+    return;
+  }
+  if (piece.size() > kCachedPieceBytes) {
+    merge(piece, out);
     return;
   }
   const std::string key(piece);
@@ -483,18 +509,8 @@ void BpeTokenizer::Encoder::encode(std::string_view text, std::vector<uint32_t>*
   if (bad != std::string_view::npos)
     throw Error(strf("%s: invalid UTF-8 at byte offset %zu (byte 0x%02X)", where.c_str(), bad,
                      unsigned(static_cast<unsigned char>(text[bad]))));
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st_->match);
-  for (size_t at = 0; at < text.size();) {
-    const int rc = pcre2_match(st_->tok.pattern, subject, text.size(), at, PCRE2_NO_UTF_CHECK,
-                               st_->match, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0)
-      throw Error(
-          strf("%s: the GPT-2 pattern failed at byte %zu (PCRE2 error %d)", where.c_str(), at, rc));
-    st_->encode_piece(text.substr(ov[0], ov[1] - ov[0]), out);
-    at = ov[1];
-  }
+  for_each_piece(st_->tok.pattern, st_->match, text, where,
+                 [&](std::string_view piece) { st_->encode_piece(piece, out); });
 }
 
 std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, const std::string& where) const {
@@ -505,16 +521,11 @@ std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, const std::str
 }
 
 std::vector<std::string> BpeTokenizer::pieces(std::string_view text) const {
+  if (first_invalid_utf8(text) != std::string_view::npos) throw Error("pieces: invalid UTF-8");
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->pattern, nullptr);
-  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
   std::vector<std::string> out;
-  for (size_t at = 0; at < text.size();) {
-    if (pcre2_match(impl_->pattern, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0,
-                    md, nullptr) < 0)
-      break;
-    out.emplace_back(text.substr(ov[0], ov[1] - ov[0]));
-    at = ov[1];
-  }
+  for_each_piece(impl_->pattern, md, text, "text",
+                 [&](std::string_view piece) { out.emplace_back(piece); });
   pcre2_match_data_free(md);
   return out;
 }
