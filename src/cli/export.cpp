@@ -8,6 +8,7 @@
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
+#include "src/data/tokenizer.h"
 #include "src/training/checkpoint.h"
 #include "src/training/hf.h"
 
@@ -17,16 +18,12 @@ namespace {
 
 // The GPT-2 vocabulary folder of the dataset whose shards match `pattern` ("" when it is not
 // GPT-2's, or its meta.json is not at hand).
-std::string dataset_vocab_dir(const std::string& pattern) {
-  nlohmann::json meta;
+std::string shards_vocab_dir(const std::string& pattern) {
   try {
-    meta = read_dataset_meta(pattern);
+    return dataset_vocab_dir(read_dataset_meta(pattern));
   } catch (const std::exception&) {
     return "";  // the shards are elsewhere now
   }
-  if (meta.value("tokenizer", std::string()) != "gpt2") return "";
-  const nlohmann::json g = meta.value("gpt2", nlohmann::json::object());
-  return dirname_of(g.value("vocab_file", std::string("data/gpt2/vocab.json")));
 }
 
 // --tokenizer (a dataset folder or a vocabulary folder), else the checkpoint's run's dataset.
@@ -34,7 +31,7 @@ std::string export_vocab_dir(const std::string& option, const std::string& model
                              bool from_checkpoint) {
   if (!option.empty()) {
     if (file_exists(join_path(option, "meta.json"))) {
-      const std::string v = dataset_vocab_dir(join_path(option, "*.bin"));
+      const std::string v = shards_vocab_dir(join_path(option, "*.bin"));
       if (v.empty())
         throw UsageError(
             strf("export: --tokenizer %s: its meta.json names no GPT-2 tokenizer", option.c_str()));
@@ -48,7 +45,7 @@ std::string export_vocab_dir(const std::string& option, const std::string& model
                                    .value("data", nlohmann::json::object())
                                    .value("train", nlohmann::json(""));
   return train.is_string() && !train.get<std::string>().empty()
-             ? dataset_vocab_dir(train.get<std::string>())
+             ? shards_vocab_dir(train.get<std::string>())
              : "";
 }
 

@@ -54,14 +54,18 @@ void Tokenizer::set_encoder(const std::string& vocab_dir) {
   }
 }
 
+std::string dataset_vocab_dir(const nlohmann::json& meta) {
+  if (!meta.is_object() || meta.value("tokenizer", std::string("byte")) != "gpt2") return "";
+  const nlohmann::json g = meta.value("gpt2", nlohmann::json::object());
+  const nlohmann::json f = g.is_object() ? g.value("vocab_file", nlohmann::json()) : nullptr;
+  return f.is_string() ? dirname_of(f.get<std::string>()) : "data/gpt2";
+}
+
 Tokenizer dataset_tokenizer(const nlohmann::json& meta, const std::string& data_dir) {
-  if (meta.value("tokenizer", std::string("byte")) != "gpt2") return Tokenizer();
+  const std::string vocab_dir = dataset_vocab_dir(meta);
+  if (vocab_dir.empty()) return Tokenizer();
   const std::string file = meta.value("tokenizer_file", std::string("gpt2_tokenizer.bin"));
   Tokenizer t(join_path(data_dir, file));
-  std::string vocab_dir = "data/gpt2";
-  if (meta.contains("gpt2") && meta["gpt2"].is_object() && meta["gpt2"].contains("vocab_file") &&
-      meta["gpt2"]["vocab_file"].is_string())
-    vocab_dir = dirname_of(meta["gpt2"]["vocab_file"].get<std::string>());
   t.set_encoder(vocab_dir);
   return t;
 }

@@ -38,6 +38,9 @@ class Tokenizer {
 // GPT-2's (meta "tokenizer": "gpt2": its tokenizer_file beside the shards decodes, the
 // vocabulary folder meta names encodes).
 Tokenizer dataset_tokenizer(const nlohmann::json& meta, const std::string& data_dir);
+// The GPT-2 vocabulary folder a dataset's meta.json names ("" when its tokenizer is not
+// GPT-2's; data/gpt2 when it names no folder).
+std::string dataset_vocab_dir(const nlohmann::json& meta);
 
 // Makes text printable on a terminal: control and non-UTF-8 bytes become \xNN escapes
 // (newlines and tabs are kept).
