@@ -325,8 +325,7 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
           "|---|---:|---:|---:|---:|---:|---:|---:|\n");
       header = true;
     }
-    const size_t total =
-        p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
+    const size_t total = native_path_bytes(p, q);
     printf("| %s | %d/%d | %.3f | %.3f | %.3f | %s | %s -> %s | %s |\n", mode_name(mode),
            q.quantized_layers, mc.n_layer, q.input_bits, q.weight_bits, q.wgrad_input_bits,
            mib(q.weight_copies).c_str(), mib(q.saved_inputs_bf16).c_str(),

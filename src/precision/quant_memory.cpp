@@ -2,6 +2,10 @@
 // quant_memory.h).
 #include "quant_memory.h"
 
+#include <algorithm>
+
+#include "precision.h"
+#include "scaled_scratch.h"
 #include "src/model/quant_state.h"
 
 namespace tg {
@@ -83,6 +87,23 @@ QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r,
     }
   }
   return p;
+}
+
+size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q) {
+  return p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
+}
+
+size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
+  constexpr int kSms = 132;
+  const Mode mode = cfg.precision.mode;
+  const int B = cfg.data.batch_size, T = cfg.data.seq_len;
+  const int ranks = std::max(1, cfg.dist.world_size);
+  const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, cfg.train.zero_stage == 1 ? ranks : 1,
+                                   cfg.cuda.attention == "flash", ranks);
+  if (!is_block_scaled(mode)) return p.total();
+  const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
+  return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +
+         plan_scaled_scratch(mc, r, B, T, kSms).native.total();
 }
 
 }  // namespace tg

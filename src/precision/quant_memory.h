@@ -35,4 +35,15 @@ struct QuantMemoryPlan {
 };
 QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r, int B, int T);
 
+// A block-scaled mode's tensors on a native path: the bf16 plan p with the quantized weight
+// copies beside it and the quantized saved inputs in place of their bf16 copies.
+size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q);
+
+// What a GPU run of cfg (its model mc, its precision.mode, its micro-batch) plans to hold per
+// process: plan_memory's tensors in the mode's storage type (ZeRO-1 over dist.world_size ranks
+// where train.zero_stage is 1), and for a block-scaled mode the native path's tensors and GEMM
+// scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
+// for the statistics). Not in it: the CUDA context, cuBLASLt's workspace, allocator slack.
+size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc);
+
 }  // namespace tg

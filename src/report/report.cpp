@@ -15,6 +15,7 @@
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
+#include "run_costs.h"
 #include "stats.h"
 
 namespace tg {
@@ -47,23 +48,32 @@ std::string num(const json& j, const char* fmt) {
   return j.is_number() ? strf(fmt, j.get<double>()) : std::string("n/a");
 }
 
-// Steps until the val loss first came down to `target`; -1 when it never did.
-int64_t first_val_step_below(const std::string& dir, double target) {
+// The step at which the val loss first came down to `target`, interpolated linearly between
+// the evaluation before (above the target) and the first one at or below it, so that a
+// coarse eval.every does not round every run to the same evaluation; -1 when it never did.
+double val_crossing_step(const std::string& dir, double target) {
   const std::string path = join_path(dir, "metrics.jsonl");
   if (!std::isfinite(target) || !file_exists(path)) return -1;
   const std::vector<char> b = read_file(path, "metrics file");
-  size_t pos = 0;
   const std::string text(b.begin(), b.end());
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
+  double prev_step = -1, prev_loss = NAN;
+  for (size_t pos = 0, end; pos < text.size(); pos = end + 1) {
+    end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
+    json j;
     try {
-      const json j = json::parse(text.substr(pos, end - pos));
-      if (j.value("kind", "") == "val" && j["val_loss"].get<double>() <= target)
-        return j["step"].get<int64_t>();
+      j = json::parse(text.substr(pos, end - pos));
+      if (j.value("kind", "") != "val") continue;
     } catch (const std::exception&) {
+      continue;
     }
-    pos = end + 1;
+    const double step = j["step"].get<double>(), loss = j["val_loss"].get<double>();
+    if (loss <= target)
+      return prev_step < 0 || !(prev_loss > loss)
+                 ? step
+                 : prev_step + (step - prev_step) * (prev_loss - target) / (prev_loss - loss);
+    prev_step = step;
+    prev_loss = loss;
   }
   return -1;
 }
@@ -98,31 +108,45 @@ double quality_target(const ReportSpec& s) {
   return s.quality_loss > 0 ? s.quality_loss : NAN;
 }
 
-// Per run: the steps to quality and, on the toy task, the step at which the val loss left
-// the copy plateau (came below the middle of plateau and floor); -1: never.
+// The tables' optional columns: bits per byte (runs that know their tokens per byte), the
+// toy task's plateau, and the steps to quality only where a target is set (a floor, or
+// --quality_loss).
+struct Columns {
+  bool bpb = false, plateau = false, quality = false;
+};
+
+// Per run: the steps to quality (where a target is set) and, on the toy task, the step at
+// which the val loss left the copy plateau (came below the middle of plateau and floor),
+// -1: never; the threads it ran with and whether it had its cores to itself.
 void annotate_runs(json& runs, double target, double plateau_mid) {
   for (auto& r : runs) {
     const std::string dir = r.value("dir", "");
-    r["steps_to_quality"] = first_val_step_below(dir, target);
-    if (std::isfinite(plateau_mid)) r["plateau_left_step"] = first_val_step_below(dir, plateau_mid);
+    if (std::isfinite(target)) r["steps_to_quality"] = val_crossing_step(dir, target);
+    if (std::isfinite(plateau_mid)) r["plateau_left_step"] = val_crossing_step(dir, plateau_mid);
     const json cfg = read_json_or_null(join_path(dir, "config.json"));
     if (cfg.is_object() && cfg.contains("train")) r["threads"] = cfg["train"].value("threads", 0);
+    if (r.contains("summary")) {
+      r["load"] = run_load(r["summary"]);
+      const json m = r["summary"].value("machine", json::object());
+      r["others_cpu_share"] = m.value("others_cpu_share", json(nullptr));
+    }
   }
 }
 
 // One line per run: where each mode's spread comes from.
-std::string runs_md(const json& groups, bool plateau_col, bool bpb_col) {
+std::string runs_md(const json& groups, const Columns& cols) {
   std::string md = "\nEvery run (threads: train.threads, the CPU part count that fixes fp32's ";
-  md += "summation order):\n\n| mode | seed | threads | final val loss |";
-  md += bpb_col ? " final val bpb |" : "";
-  md += plateau_col ? " left the plateau at step |" : "";
-  md += " steps to quality | directory |\n|---|---:|---:|---:|";
-  md += bpb_col ? "---:|" : "";
-  md += plateau_col ? "---:|" : "";
-  md += "---:|---|\n";
+  md += "summation order; others: the share of the run's cores other processes took):\n\n";
+  md += "| mode | seed | threads | final val loss |";
+  md += cols.bpb ? " final val bpb |" : "";
+  md += cols.plateau ? " left the plateau at step |" : "";
+  md += cols.quality ? " steps to quality |" : "";
+  md += " tokens/s | others | directory |\n|---|---:|---:|---:|";
+  md += std::string(cols.bpb ? "---:|" : "") + (cols.plateau ? "---:|" : "") +
+        (cols.quality ? "---:|" : "") + "---:|---:|---|\n";
   auto step = [](const json& r, const char* k) {
-    const int64_t s = r.value(k, int64_t(-1));
-    return s < 0 ? std::string("never") : std::to_string(s);
+    const double s = r.value(k, -1.0);
+    return s < 0 ? std::string("never") : strf("%.0f", s);
   };
   for (const auto& g : groups)
     for (const auto& r : g["runs"]) {
@@ -130,15 +154,53 @@ std::string runs_md(const json& groups, bool plateau_col, bool bpb_col) {
       md += strf("| %s | %lld | %d | %s |", g["name"].get<std::string>().c_str(),
                  (long long)r.value("seed", 0LL), r.value("threads", 0),
                  num(sm.value("final_val_loss", json(nullptr)), "%.4f").c_str());
-      if (bpb_col) md += " " + num(sm.value("final_val_bpb", json(nullptr)), "%.4f") + " |";
-      if (plateau_col) md += " " + step(r, "plateau_left_step") + " |";
-      md += " " + step(r, "steps_to_quality") + " | `" + r.value("dir", std::string()) + "` |\n";
+      if (cols.bpb) md += " " + num(sm.value("final_val_bpb", json(nullptr)), "%.4f") + " |";
+      if (cols.plateau) md += " " + step(r, "plateau_left_step") + " |";
+      if (cols.quality) md += " " + step(r, "steps_to_quality") + " |";
+      const json share = r.value("others_cpu_share", json(nullptr));
+      md += " " + num(sm.value("tokens_per_second", json(nullptr)), "%.0f") + " | " +
+            (share.is_number() ? strf("%.0f%%", 100 * share.get<double>()) : "n/a") + " | `" +
+            r.value("dir", std::string()) + "` |\n";
     }
   return md;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A group's steps to quality (the median over the runs that reached it) and the seconds to
+// it (those steps at each run's mean step time), from the runs that had their cores to
+// themselves where any did; the plateau's step likewise.
+void add_quality_stats(json& st, const json& runs) {
+  std::vector<double> steps, own_seconds, all_seconds, plateau;
+  for (const auto& r : runs) {
+    if (r.value("plateau_left_step", -1.0) >= 0)
+      plateau.push_back(r["plateau_left_step"].get<double>());
+    const double k = r.value("steps_to_quality", -1.0);
+    if (k < 0) continue;
+    steps.push_back(k);
+    const json& sm = r.value("summary", json::object());
+    if (sm.value("steps", 0) > 0 && sm.value("wall_seconds", json(nullptr)).is_number()) {
+      const double sec = k * sm["wall_seconds"].get<double>() / sm["steps"].get<double>();
+      all_seconds.push_back(sec);
+      if (r.value("load", std::string()) != "shared") own_seconds.push_back(sec);
+    }
+  }
+  st["quality_reached"] = steps.size();
+  if (!steps.empty()) st["steps_to_quality_median"] = median(steps);
+  if (!all_seconds.empty()) {
+    st["seconds_to_quality_median"] = median(own_seconds.empty() ? all_seconds : own_seconds);
+    st["seconds_from_shared"] = own_seconds.empty();
+  }
+  st["plateau_left"] = plateau.size();
+  if (!plateau.empty()) st["plateau_left_median"] = median(plateau);
+}
+
 // Per group: the spread of the final val loss over seeds, the verdict against the
-// reference and the steps (and seconds) to quality, from annotated runs.
+// reference, the speed (runs on a shared machine apart), the planned GPU memory and the
+// steps (and seconds) to quality, from annotated runs.
 json group_stats(const json& runs, const std::vector<double>* ref, const std::string& ref_name) {
   const std::vector<double> vals = finals(runs, "final_val_loss");
   const Sample s = describe_sample(vals);
@@ -151,35 +213,21 @@ json group_stats(const json& runs, const std::vector<double>* ref, const std::st
     const Sample b = describe_sample(bpb);
     st.update({{"bpb_mean", b.mean}, {"bpb_std", b.stddev}});
   }
-  const std::vector<double> tps = finals(runs, "tokens_per_second");
-  if (!tps.empty()) st["tokens_per_second"] = describe_sample(tps).mean;
+  const GroupSpeed sp = group_speed(runs);
+  if (std::isfinite(sp.tokens_per_second)) st["tokens_per_second"] = sp.tokens_per_second;
+  st.update({{"speed_runs_shared", sp.shared},
+             {"speed_runs_load_unknown", sp.unknown},
+             {"speed_from_shared", sp.from_shared}});
+  if (const size_t gpu = planned_gpu_bytes_of_runs(runs)) st["planned_gpu_bytes"] = gpu;
   if (ref) {
     const Verdict v = loss_verdict(vals, *ref, ref_name);
     st["verdict"] = v.kind;
     st["verdict_text"] = v.text;
-    if (v.test.valid) st.update({{"diff", v.test.diff}, {"t", v.test.t}, {"p", v.test.p}});
+    st["few_seeds"] = v.few_seeds;
+    if (v.test.valid)
+      st.update({{"diff", v.test.diff}, {"t", v.test.t}, {"df", v.test.df}, {"p", v.test.p}});
   }
-  std::vector<double> steps, seconds, plateau;
-  for (const auto& r : runs) {
-    if (r.value("plateau_left_step", -1) >= 0)
-      plateau.push_back(r["plateau_left_step"].get<double>());
-    const int64_t k = r.value("steps_to_quality", int64_t(-1));
-    if (k < 0) continue;
-    steps.push_back(double(k));
-    // Seconds at that step: the run's mean step time (its wall time over its steps).
-    const json& sm = r.value("summary", json::object());
-    if (sm.value("steps", 0) > 0 && sm.value("wall_seconds", json(nullptr)).is_number())
-      seconds.push_back(double(k) * sm["wall_seconds"].get<double>() / sm["steps"].get<double>());
-  }
-  st["quality_reached"] = steps.size();
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  if (!steps.empty()) st["steps_to_quality_median"] = median(steps);
-  if (!seconds.empty()) st["seconds_to_quality_median"] = median(seconds);
-  st["plateau_left"] = plateau.size();
-  if (!plateau.empty()) st["plateau_left_median"] = median(plateau);
+  add_quality_stats(st, runs);
   return st;
 }
 
@@ -194,6 +242,7 @@ std::string header_md(const ReportSpec& s, int max_seeds) {
       m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0), m.value("vocab_size", 0),
       d.value("batch_size", 0), d.value("seq_len", 0), t.value("steps", 0), max_seeds,
       (long long)t.value("seed", 0LL), d.value("train", std::string("?")).c_str());
+  md += device_md(s.groups);
   if (std::isfinite(s.floor))
     md += strf("Loss floor of the dataset: %.4f nats/token.\n\n", s.floor);
   if (const json* b = bpb_summary(s.groups))
@@ -217,8 +266,42 @@ std::string quality_cell(const json& st) {
   if (reached == 0) return strf("not reached (0/%d)", all);
   std::string q = strf("%.0f", st["steps_to_quality_median"].get<double>());
   if (st.contains("seconds_to_quality_median"))
-    q += strf(" (%.0f s)", st["seconds_to_quality_median"].get<double>());
+    q += strf(" (%.0f s%s)", st["seconds_to_quality_median"].get<double>(),
+              st.value("seconds_from_shared", false) ? ", shared" : "");
   return q + strf(", %d/%d runs", reached, all);
+}
+
+// The speed cells: tokens/s, flagged where it comes from runs on a shared machine or of
+// unknown load, and its ratio to the reference's, only where neither is from a shared machine.
+std::string speed_cells(const json& st, const json& ref_st) {
+  if (!st.contains("tokens_per_second")) return "n/a | |";
+  std::string tps = strf("%.0f", st["tokens_per_second"].get<double>());
+  const bool shared = st.value("speed_from_shared", false);
+  if (shared)
+    tps += strf(" (shared, %d/%d runs)", st.value("speed_runs_shared", 0), st.value("seeds", 0));
+  else if (st.value("speed_runs_load_unknown", 0) > 0)
+    tps += " (load not recorded)";
+  std::string ratio;
+  if (shared || ref_st.value("speed_from_shared", false))
+    ratio = "n/a (shared)";
+  else if (ref_st.value("tokens_per_second", 0.0) > 0)
+    ratio = strf("%.2fx", st["tokens_per_second"].get<double>() /
+                              ref_st["tokens_per_second"].get<double>());
+  return tps + " | " + ratio + " |";
+}
+
+// The memory cells: this CPU's measured peak, and the planned GPU memory with its ratio to
+// the reference's plan.
+std::string memory_cells(const json& summary, const json& st, const json& ref_st) {
+  std::string md = strf("%.1f MiB |", summary["peak_memory_bytes"].get<double>() / 1048576.0);
+  if (!st.contains("planned_gpu_bytes")) return md + " n/a | |";
+  const double gpu = st["planned_gpu_bytes"].get<double>();
+  md += strf(" %.1f MiB |", gpu / 1048576.0);
+  if (ref_st.contains("planned_gpu_bytes"))
+    md += strf(" %.2fx |", gpu / ref_st["planned_gpu_bytes"].get<double>());
+  else
+    md += " |";
+  return md;
 }
 
 // A table row's mean ± std of a statistic (key_mean, key_std), or n/a.
@@ -228,43 +311,34 @@ std::string mean_std(const json& st, const std::string& key) {
              : "n/a";
 }
 
-std::string table_row(const RunGroup& g, const json& st, const json* ref, double ref_tps,
-                      bool is_ref, bool plateau_col, bool bpb_col) {
+std::string table_row(const RunGroup& g, const json& st, const json& ref_st, bool is_ref,
+                      const Columns& cols) {
   const json* s = first_summary(g.runs);
+  const int n_cols = 10 + cols.plateau + cols.bpb + cols.quality;
   if (!s)
     return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) + " " +
-           std::string(10 + plateau_col + bpb_col, '|') + "\n";
-  std::string dval, dtps, dmem;
-  if (st.contains("diff")) dval = strf("%+.4f", st["diff"].get<double>());
-  if (ref_tps > 0 && st.contains("tokens_per_second"))
-    dtps = strf("%.2fx", st["tokens_per_second"].get<double>() / ref_tps);
-  if (ref)
-    dmem = strf("%.2fx", (*s)["peak_memory_bytes"].get<double>() /
-                             (*ref)["peak_memory_bytes"].get<double>());
+           std::string(n_cols, '|') + "\n";
   int skipped = 0;
   for (const auto& run : g.runs)
     if (run.contains("summary")) skipped += run["summary"].value("skipped_steps", 0);
   const int finished = st["seeds_finished"].get<int>(), all = st["seeds"].get<int>();
-  std::string val = mean_std(st, "val");
-  if (finished < all) val += strf(" (%d of %d runs)", finished, all);
-  if (bpb_col) val += " | " + mean_std(st, "bpb");
-  const std::string minmax =
-      st.contains("val_min")
-          ? strf("%.4f / %.4f", st["val_min"].get<double>(), st["val_max"].get<double>())
-          : "";
-  const std::string verdict = is_ref ? "reference" : st.value("verdict_text", std::string("n/a"));
-  std::string plateau;
-  if (plateau_col) {
+  std::string row = "| " + g.name + " | " + mean_std(st, "val");
+  if (finished < all) row += strf(" (%d of %d runs)", finished, all);
+  if (cols.bpb) row += " | " + mean_std(st, "bpb");
+  row += " | " + (st.contains("val_min") ? strf("%.4f / %.4f", st["val_min"].get<double>(),
+                                                st["val_max"].get<double>())
+                                          : std::string());
+  row += " | " + (st.contains("diff") ? strf("%+.4f", st["diff"].get<double>()) : std::string());
+  row += " | " + (is_ref ? std::string("reference") : st.value("verdict_text", std::string("n/a")));
+  if (cols.plateau) {
     const int left = st["plateau_left"].get<int>();
-    plateau = left == 0
-                  ? strf(" never (0/%d) |", all)
-                  : strf(" %.0f, %d/%d runs |", st["plateau_left_median"].get<double>(), left, all);
+    row += left == 0 ? strf(" | never (0/%d)", all)
+                     : strf(" | %.0f, %d/%d runs", st["plateau_left_median"].get<double>(), left,
+                            all);
   }
-  return strf("| %s | %s | %s | %s | %s |%s %s | %s | %s | %.1f MiB | %s | %d |\n", g.name.c_str(),
-              val.c_str(), minmax.c_str(), dval.c_str(), verdict.c_str(), plateau.c_str(),
-              quality_cell(st).c_str(),
-              num(st.value("tokens_per_second", json(nullptr)), "%.0f").c_str(), dtps.c_str(),
-              (*s)["peak_memory_bytes"].get<double>() / 1048576.0, dmem.c_str(), skipped);
+  if (cols.quality) row += " | " + quality_cell(st);
+  row += " | " + speed_cells(st, ref_st) + " " + memory_cells(*s, st, ref_st);
+  return row + strf(" %d |\n", skipped);
 }
 
 std::string numerics_md(const std::vector<RunGroup>& groups) {
@@ -482,38 +556,48 @@ GroupsJson groups_json(const ReportSpec& spec, const RunGroup* ref_group, double
 
 // The table of modes (one row a group) and what its verdict and columns mean.
 std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stats,
-                           const RunGroup* ref_group, double plateau_mid) {
-  const json* ref = ref_group ? first_summary(ref_group->runs) : nullptr;
-  const double ref_tps =
-      ref_group ? stats[ref_group - spec.groups.data()].value("tokens_per_second", 0.0) : 0.0;
-  const bool plateau_col = std::isfinite(plateau_mid);
-  const bool bpb_col = bpb_summary(spec.groups) != nullptr;
+                           const RunGroup* ref_group, const Columns& cols, double plateau_mid) {
+  static const json kNone = json::object();
+  const json& ref_st = ref_group ? stats[ref_group - spec.groups.data()] : kNone;
+  const std::string& ref = spec.reference;
   std::string md = "| mode | final val loss (mean ± std) |" +
-                   std::string(bpb_col ? " final val bpb (mean ± std) |" : "") +
-                   " min / max | vs " + spec.reference + " | verdict |" +
-                   (plateau_col ? " left the plateau at step |" : "") + " " + quality_column(spec) +
-                   " | tokens/s | vs " + spec.reference + " | peak memory | vs " + spec.reference +
+                   std::string(cols.bpb ? " final val bpb (mean ± std) |" : "") +
+                   " min / max | vs " + ref + " | verdict |" +
+                   (cols.plateau ? " left the plateau at step |" : "") +
+                   (cols.quality ? " " + quality_column(spec) + " |" : "") + " tokens/s | vs " +
+                   ref + " | peak memory, this CPU | planned GPU memory | vs " + ref +
                    " | skipped steps |\n";
-  md += std::string("|---|---:|") + (bpb_col ? "---:|" : "") + "---:|---:|---|" +
-        (plateau_col ? "---:|" : "") + "---:|---:|---:|---:|---:|---:|\n";
-  for (size_t i = 0; i < spec.groups.size(); i++)
-    md += table_row(spec.groups[i], stats[i], ref, ref_tps, spec.groups[i].name == spec.reference,
-                    plateau_col, bpb_col);
+  md += std::string("|---|---:|") + (cols.bpb ? "---:|" : "") + "---:|---:|---|" +
+        (cols.plateau ? "---:|" : "") + (cols.quality ? "---:|" : "") +
+        "---:|---:|---:|---:|---:|---:|\n";
+  int shared = 0, unknown = 0, runs = 0;
+  for (size_t i = 0; i < spec.groups.size(); i++) {
+    md += table_row(spec.groups[i], stats[i], ref_st, spec.groups[i].name == ref, cols);
+    shared += stats[i].value("speed_runs_shared", 0);
+    unknown += stats[i].value("speed_runs_load_unknown", 0);
+    runs += stats[i].value("seeds_finished", 0);
+  }
   md += strf(
       "\nThe verdict compares each mode's final val losses over its runs (its seeds, and "
-      "thread counts where a report holds several) with %s's by "
-      "Welch's t-test (unequal variances, two-sided, alpha = 0.05); sigma is the difference in "
-      "units of its standard error. Seeds change the initialisation and the data order; mode "
-      "k's seed s and %s's seed s start from the same weights. The steps to quality are the "
-      "median over the runs that reached it, at the val evaluations (eval.every); the seconds "
-      "are those steps at the run's mean step time (tokens/s and seconds are only comparable "
-      "between runs that had the machine to themselves).\n",
-      spec.reference.c_str(), spec.reference.c_str());
-  if (plateau_col)
+      "thread counts where a report holds several) with %s's by Welch's t-test (unequal "
+      "variances, two-sided, alpha = 0.05); sigma is the difference in units of its standard "
+      "error. With fewer than %zu runs a side the test has one or two degrees of freedom, and "
+      "the verdict says so. Seeds change the initialisation and the data order; mode k's seed "
+      "s and %s's seed s start from the same weights.",
+      ref.c_str(), kFewSeeds, ref.c_str());
+  if (cols.quality)
+    md +=
+        " The steps to quality are the median over the runs that reached it, each run's step "
+        "interpolated linearly between the val evaluation before the target and the first at "
+        "or below it (eval.every apart); the seconds are those steps at the run's mean step "
+        "time.";
+  md += "\n" + costs_note_md(shared, unknown, runs);
+  if (cols.plateau)
     md += strf(
         "\nA run has left the copy plateau (val loss %.4f: what a model that ignores the "
-        "context reaches) at its first val evaluation below %.4f, halfway from the plateau to "
-        "the floor; the column gives the median step over the runs that left it.\n",
+        "context reaches) where its val loss crossed %.4f, halfway from the plateau to the "
+        "floor (interpolated between evaluations); the column gives the median step over the "
+        "runs that left it.\n",
         spec.plateau, plateau_mid);
   return md;
 }
@@ -563,10 +647,13 @@ std::string write_report(const ReportSpec& spec) {
   write_text_atomic(join_path(spec.out, "compare.json"), compare.dump(2) + "\n");
   const auto pics = draw_plots(spec);
 
-  const bool plateau_col = std::isfinite(plateau_mid);
+  Columns cols;
+  cols.bpb = bpb_summary(spec.groups) != nullptr;
+  cols.plateau = std::isfinite(plateau_mid);
+  cols.quality = std::isfinite(target);
   std::string md = header_md(spec, gj.max_seeds);
-  md += modes_table_md(spec, gj.stats, ref_group, plateau_mid);
-  md += runs_md(gj.groups, plateau_col, bpb_summary(spec.groups) != nullptr);
+  md += modes_table_md(spec, gj.stats, ref_group, cols, plateau_mid);
+  md += runs_md(gj.groups, cols);
   md += numerics_md(spec.groups);
   md += underflow_md(spec.groups, spec.reference);
   md += quant_md(spec.groups);

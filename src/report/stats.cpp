@@ -78,13 +78,26 @@ Verdict loss_verdict(const std::vector<double>& mode, const std::vector<double>&
     return v;
   }
   const WelchResult& w = v.test;
+  v.few_seeds = std::min(mode.size(), reference.size()) < kFewSeeds;
+  v.kind = !(w.p < alpha) ? "same" : w.diff > 0 ? "worse" : "better";
+  if (v.few_seeds) {
+    // Two runs a side leave the test one to two degrees of freedom: a large t is common by
+    // chance and a p under alpha says little, so the words say so before the numbers.
+    const std::string what =
+        v.kind == "same" ? "no difference from " + reference_name + " seen"
+                         : strf("%s than %s by %.4f", v.kind.c_str(), reference_name.c_str(),
+                                std::fabs(w.diff));
+    v.text = strf(
+        "%s, but %zu seeds are too few for a t-test to mean much (Welch, df %.1f, p = %.3g); "
+        "run at least %zu",
+        what.c_str(), std::min(mode.size(), reference.size()), w.df, w.p, kFewSeeds + 2);
+    return v;
+  }
   const std::string stat = strf("Welch t-test, p = %.3g", w.p);
-  if (!(w.p < alpha)) {
-    v.kind = "same";
+  if (v.kind == "same") {
     v.text = strf("same as %s within seed noise (%s)", reference_name.c_str(), stat.c_str());
     return v;
   }
-  v.kind = w.diff > 0 ? "worse" : "better";
   v.text = std::isinf(w.t) ? strf("%s than %s (no spread over seeds; %s)", v.kind.c_str(),
                                   reference_name.c_str(), stat.c_str())
                            : strf("%s than %s by %.1f sigma (%s)", v.kind.c_str(),

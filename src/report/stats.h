@@ -31,10 +31,15 @@ WelchResult welch_t_test(const std::vector<double>& a, const std::vector<double>
 // distribution; NaN for a NaN t or df <= 0, 0 for an infinite t).
 double student_t_two_sided_p(double t, double df);
 
+// Fewer runs than this on either side and a verdict says the seeds are too few for its
+// t-test to mean much (with 2 a side Welch's test has 1 to 2 degrees of freedom).
+constexpr size_t kFewSeeds = 3;
+
 struct Verdict {
   std::string kind;  // "same", "worse", "better" or "n/a"
   std::string text;  // e.g. "worse than fp32 by 4.1 sigma (Welch t-test, p = 0.003)"
   WelchResult test;
+  bool few_seeds = false;  // fewer than kFewSeeds runs on a side: the text says so
 };
 // The verdict on a mode's final losses against the reference's (lower is better).
 Verdict loss_verdict(const std::vector<double>& mode, const std::vector<double>& reference,

@@ -13,6 +13,7 @@
 #include "hf.h"
 #include "run_dir.h"
 #include "schedule.h"
+#include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cuda_library.h"
 #include "src/base/common.h"
@@ -44,6 +45,15 @@ size_t peak_rss_bytes() {
 }
 
 json nan_to_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+// The summary's "machine": the CPU, and whether other processes shared its cores during the
+// run (src/base/cpu_load.h), which decides whether the run's speed figures are its own.
+json machine_json(int cpus, double share) {
+  return {{"cpu", cpu::cpu_model_name()},
+          {"cpus", cpus},
+          {"others_cpu_share", nan_to_null(share)},
+          {"shared", std::isfinite(share) ? json(share > kSharedMachineShare) : json(nullptr)}};
+}
 
 AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
   return {float(lr),
@@ -733,6 +743,7 @@ Trainer::FinalNumbers Trainer::final_numbers(double final_val_loss) const {
     f.train_loss /= recent_losses_.size();
   }
   f.wall = now_seconds() - t_start_;
+  f.others_cpu_share = others_cpu_share(cpu_start_, cpu_times_now());
   f.tokens_per_second = run_train_seconds_ > 0 ? run_tokens_ / run_train_seconds_ : NAN;
   if (std::isfinite(loss_floor_) && std::isfinite(final_val_loss))
     f.gap = (ln_vocab_ - final_val_loss) / (ln_vocab_ - loss_floor_);
@@ -774,6 +785,7 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"loss_scale_kind", scaler_.kind},
       {"optimizer_steps", opt_step_},
       {"wall_seconds", f.wall},
+      {"machine", machine_json(cpu_start_.cpus, f.others_cpu_share)},
       {"run_id", run_id_},
       {"resumed_from", resumed_from_.empty() ? json(nullptr) : json(resumed_from_)}};
   if (!numerics_totals_.empty()) {
@@ -796,6 +808,11 @@ void Trainer::print_summary(const FinalNumbers& f) const {
   if (std::isfinite(f.gap))
     printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
            f.val_loss, loss_floor_, 100 * f.gap, ln_vocab_);
+  if (f.others_cpu_share > kSharedMachineShare)
+    printf(
+        "summary: the cores were shared: other processes took %.0f%% of this run's %d CPUs' "
+        "time, so its speed is not this machine's own (summary.json: machine.shared)\n",
+        100 * f.others_cpu_share, cpu_start_.cpus);
   precision_->print_summary();
   printf("run directory: %s\n", cfg_.train.out_dir.c_str());
   fflush(stdout);

@@ -35,6 +35,7 @@
 #include "src/data/tokenizer.h"
 #include "src/model/model.h"
 #include "src/numerics/loss_scaler.h"
+#include "src/base/cpu_load.h"
 #include "thread_tuner.h"
 
 namespace tg {
@@ -107,6 +108,7 @@ class Trainer {
   struct FinalNumbers {
     double val_loss = NAN, val_bpb = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN,
            gap = NAN;
+    double others_cpu_share = NAN;  // of the cores' time, by other processes (cpu_load.h)
   };
   FinalNumbers final_numbers(double final_val_loss) const;
   nlohmann::json summary_json(const FinalNumbers& f) const;
@@ -114,6 +116,7 @@ class Trainer {
 
   Config cfg_;
   double t_start_;
+  CpuTimes cpu_start_ = cpu_times_now();  // for the summary's share of the cores others took
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Comm> nccl_;
   Comm* cm_ = nullptr;

@@ -8,6 +8,8 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/model/model.h"
+#include "src/precision/quant_memory.h"
 #include "src/report/compare.h"
 #include "tests/test_util.h"
 
@@ -162,10 +164,13 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   const json cmp2 = json::parse(tgt::slurp(out2 / "compare.json"));
   CHECK(cmp2["reference"] == "bf16");
   CHECK((*find_mode(cmp2, "fp32"))["stats"]["quality_reached"] == 3);
-  // val(step) = 2 - (2 - final) * step / 100 first reaches 1.7 at step 50 for every run
-  // (1.775 at step 25), 5 s into a 10 s run of 100 steps.
-  CHECK((*find_mode(cmp2, "fp32"))["stats"]["steps_to_quality_median"] == 50);
-  CHECK((*find_mode(cmp2, "fp32"))["stats"]["seconds_to_quality_median"] == doctest::Approx(5.0));
+  // val(step) = 2 - (2 - final) * step / 100 crosses 1.7 between the evaluations at steps 25
+  // and 50, at step 30 / (2 - final): 33.7 for the middle run (final 1.11), 3.37 s into a
+  // 10 s run of 100 steps. Interpolated, not the evaluation's step 50.
+  CHECK((*find_mode(cmp2, "fp32"))["stats"]["steps_to_quality_median"].get<double>() ==
+        doctest::Approx(30 / 0.89));
+  CHECK((*find_mode(cmp2, "fp32"))["stats"]["seconds_to_quality_median"].get<double>() ==
+        doctest::Approx(3 / 0.89));
 
   // The report of a report: compare.json's runs are found again.
   tgt::TempDir out3;
@@ -194,6 +199,99 @@ TEST_CASE("report: runs of one mode trained differently are told apart; unfinish
   // Runs that do not know their tokens per byte: no bits per byte anywhere.
   CHECK(md.find("bpb") == std::string::npos);
   CHECK(!cmp.contains("bpb_tokens_per_byte"));
+}
+
+namespace {
+// Edits a run's summary.json: the machine's load as summary.json records it (others' share of
+// the cores), no loss floor.
+void set_run_facts(const std::string& dir, double others_share, double tokens_per_second) {
+  json s = json::parse(tgt::slurp(dir + "/summary.json"));
+  s.erase("loss_floor");
+  s["device"] = "cpu";
+  s["tokens_per_second"] = tokens_per_second;
+  s["machine"] = {{"cpu", "Test CPU"},
+                  {"cpus", 2},
+                  {"others_cpu_share", others_share},
+                  {"shared", others_share > 0.10}};
+  tg::write_text_atomic(dir + "/summary.json", s.dump(2));
+}
+}  // namespace
+
+TEST_CASE("report: the device, shared speed figures, planned GPU memory, set targets only") {
+  tgt::TempDir runs, out;
+  // fp32's runs had their cores; nvfp4's seed 2 shared them (half of the cores' time), and
+  // bf16's runs all did.
+  for (int k = 0; k < 3; k++) {
+    const std::string f = runs / ("fp32-" + std::to_string(k));
+    const std::string n = runs / ("nvfp4-" + std::to_string(k));
+    const std::string b = runs / ("bf16-" + std::to_string(k));
+    make_run(f, "fp32", "dynamic", 1 + k, 1.10 + 0.01 * k);
+    make_run(n, "nvfp4", "dynamic", 1 + k, 1.13 + 0.01 * k);
+    make_run(b, "bf16", "dynamic", 1 + k, 1.10 + 0.01 * k);
+    set_run_facts(f, 0.02, 1000);
+    set_run_facts(n, k == 1 ? 0.5 : 0.01, k == 1 ? 300 : 900);
+    set_run_facts(b, 0.4, 700);
+  }
+  std::string log;
+  REQUIRE(tgt::run_binary("report '" + runs.path + "' --out '" + out.path + "'", &log) == 0);
+  const json cmp = json::parse(tgt::slurp(out / "compare.json"));
+  const std::string md = tgt::slurp(out / "report.md");
+  INFO(md);
+  CHECK(md.find("Device: the CPU (Test CPU, 2 cores): the formats are emulated "
+                "bit-faithfully") != std::string::npos);
+  // nvfp4's speed is its unshared runs' mean, with a ratio; bf16's is flagged, without one.
+  const json& nst = (*find_mode(cmp, "nvfp4"))["stats"];
+  const json& bst = (*find_mode(cmp, "bf16"))["stats"];
+  CHECK(nst["tokens_per_second"].get<double>() == doctest::Approx(900));
+  CHECK(nst["speed_runs_shared"] == 1);
+  CHECK(nst["speed_from_shared"] == false);
+  CHECK(bst["speed_from_shared"] == true);
+  CHECK(md.find("| 900 | 0.90x |") != std::string::npos);
+  CHECK(md.find("| 700 (shared, 3/3 runs) | n/a (shared) |") != std::string::npos);
+  CHECK(md.find("Speed: 4 of 9 runs shared their cores") != std::string::npos);
+  CHECK(md.find("| 50% |") != std::string::npos);  // the run table's share of the cores
+  // The planned GPU memory: nvfp4's native path holds less than fp32's tensors, bf16's plan
+  // is the memory planner's bf16 plan.
+  const double gpu32 = (*find_mode(cmp, "fp32"))["stats"]["planned_gpu_bytes"].get<double>();
+  const double gpu4 = nst["planned_gpu_bytes"].get<double>();
+  const double gpu16 = bst["planned_gpu_bytes"].get<double>();
+  CHECK(gpu32 > 0);
+  CHECK(gpu16 < gpu32);
+  CHECK(gpu4 < gpu32);
+  tg::Config c16 = tg::Config();
+  c16.precision.mode = tg::Mode::BF16;
+  CHECK(gpu16 == double(tg::planned_gpu_bytes(c16, tg::model_config(c16))));
+  CHECK(md.find("| peak memory, this CPU | planned GPU memory | vs fp32 |") != std::string::npos);
+  // No floor and no --quality_loss: no quality column, no "not reached".
+  CHECK(md.find("steps to quality") == std::string::npos);
+  CHECK(md.find("not reached") == std::string::npos);
+  CHECK(!(*find_mode(cmp, "fp32"))["runs"][0].contains("steps_to_quality"));
+  // With a target it is back, interpolated: val 2 - 0.9 s / 100 crosses 1.5 at step 55.6.
+  tgt::TempDir out2;
+  REQUIRE(tgt::run_binary(
+              "report '" + runs.path + "' --quality_loss 1.5 --out '" + out2.path + "'", &log) ==
+          0);
+  const json cmp2 = json::parse(tgt::slurp(out2 / "compare.json"));
+  CHECK((*find_mode(cmp2, "fp32"))["runs"][0]["steps_to_quality"].get<double>() ==
+        doctest::Approx(50 / 0.9));
+  CHECK(tgt::slurp(out2 / "report.md").find("steps (s) to val 1.5000") != std::string::npos);
+}
+
+TEST_CASE("report: with two seeds a mode the verdict says they are too few") {
+  tgt::TempDir runs, out;
+  make_run(runs / "a1", "fp32", "dynamic", 1, 1.100);
+  make_run(runs / "a2", "fp32", "dynamic", 2, 1.101);
+  make_run(runs / "b1", "bf16", "dynamic", 1, 1.130);
+  make_run(runs / "b2", "bf16", "dynamic", 2, 1.133);
+  std::string log;
+  REQUIRE(tgt::run_binary("report '" + runs.path + "' --out '" + out.path + "'", &log) == 0);
+  const std::string md = tgt::slurp(out / "report.md");
+  INFO(md);
+  CHECK(md.find("worse than fp32 by 0.0310, but 2 seeds are too few for a t-test to mean much "
+                "(Welch, df ") != std::string::npos);
+  CHECK(md.find("sigma (Welch t-test") == std::string::npos);
+  const json cmp = json::parse(tgt::slurp(out / "compare.json"));
+  CHECK((*find_mode(cmp, "bf16"))["stats"]["few_seeds"] == true);
 }
 
 TEST_CASE("report: bad arguments are usage errors naming the problem") {

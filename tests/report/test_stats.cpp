@@ -80,6 +80,18 @@ TEST_CASE("stats: Welch's test and the verdicts on synthetic seeds") {
   // No spread: equal means are the same, a difference is certain.
   CHECK(loss_verdict({2, 2}, {2, 2}, "fp32").kind == "same");
   CHECK(loss_verdict({2.5, 2.5}, {2, 2}, "fp32").kind == "worse");
+  // Two seeds a side: the verdict keeps its kind but says the seeds are too few, before the
+  // numbers (a large t with one or two degrees of freedom is common by chance).
+  const Verdict two = loss_verdict({1.130, 1.133}, {1.100, 1.101}, "fp32");
+  CHECK(two.kind == "worse");
+  CHECK(two.few_seeds);
+  CHECK(two.text.find("worse than fp32 by 0.0310, but 2 seeds are too few for a t-test to mean "
+                      "much (Welch, df 1.") == 0);
+  CHECK(two.text.find("run at least 5") != std::string::npos);
+  const Verdict two_same = loss_verdict({1.100, 1.102}, {1.101, 1.100}, "fp32");
+  CHECK(two_same.kind == "same");
+  CHECK(two_same.text.find("no difference from fp32 seen, but 2 seeds are too few") == 0);
+  CHECK(!loss_verdict({1, 2, 3}, {1, 2, 3}, "fp32").few_seeds);
   // One seed cannot be tested.
   CHECK(loss_verdict({2.0}, ref, "fp32").kind == "n/a");
   const Sample s = describe_sample({1, 2, 3, 4});
