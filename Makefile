@@ -120,7 +120,7 @@ else
   CUDA_LIB    :=
 endif
 
-.PHONY: all deps run test bench clean format gpu-check fuzz fuzz-run fuzz-seeds
+.PHONY: all deps run test bench docs clean format gpu-check fuzz fuzz-run fuzz-seeds
 all: $(BIN)
 
 deps:
@@ -254,6 +254,10 @@ run: train_gpt
 
 bench: $(BIN)
 	./$(BIN) bench --threads=$(THREADS)
+
+# The manual's tables generated from the code (config keys, config files; src/cli/docs.h).
+docs: $(BIN)
+	./$(BIN) docs
 
 # The one command for a machine with a GPU (build, CUDA tests, parity, benchmark).
 gpu-check:

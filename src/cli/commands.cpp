@@ -11,6 +11,7 @@
 
 #include "bench.h"
 #include "export.h"
+#include "docs.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/base/host_memory.h"
@@ -77,7 +78,9 @@ void usage() {
       "report\n"
       "  train_gpt report RUN_DIR... [--out DIR]                      the report for any runs\n"
       "  train_gpt memory --config FILE [--preset gpt2] [--modes ...]  memory plan per mode\n"
-      "  train_gpt bench [--threads N]                                 step-time table\n\n"
+      "  train_gpt bench [--threads N]                                 step-time table\n"
+      "  train_gpt docs [--check]                                      the manual's generated "
+      "tables\n\n"
       "`train_gpt <command> --help` lists that command's options; `train_gpt train --help`\n"
       "lists every config key with its default.\n");
 }
@@ -509,12 +512,13 @@ int run_main(int argc, char** argv) {
     if (sub == "compare") return cmd_compare(argc - 1, argv + 1);
     if (sub == "report") return cmd_report(argc - 1, argv + 1);
     if (sub == "export") return cmd_export(argc - 1, argv + 1);
+    if (sub == "docs") return cmd_docs(argc - 1, argv + 1);
     if (sub.empty() || sub[0] == '-') return cmd_train(argc, argv);
-    const std::vector<std::string> commands = {"train",   "prepare", "sample", "export",
-                                               "compare", "report",  "memory", "bench"};
+    const std::vector<std::string> commands = {"train",  "prepare", "sample", "export", "compare",
+                                               "report", "memory",  "bench",  "docs"};
     throw UsageError(
         strf("unknown command '%s'%s; the commands are train, prepare, sample, export, compare, "
-             "report, memory and bench (--help)",
+             "report, memory, bench and docs (--help)",
              sub.c_str(), did_you_mean(sub, commands).c_str()));
   } catch (const UsageError& e) {
     return fail(2, e.what());
