@@ -109,6 +109,26 @@ std::string dataset_name(const Extras& ex, const std::string& input) {
   return name;
 }
 
+// The commands that train on what `prepare text` wrote and sample from the run: the config of
+// a model for that tokenizer (configs/shakespeare.json for bytes, shakespeare_gpt2.json for
+// GPT-2's tokens) with the data's shards and a run directory of its own, runs/<out's name>;
+// where that config is not at hand (run from another directory), the program's defaults with
+// the vocabulary size.
+void print_train_command(const std::string& out, const std::string& name, bool gpt2) {
+  const std::string config = gpt2 ? "configs/shakespeare_gpt2.json" : "configs/shakespeare.json";
+  std::string run = out;
+  while (run.size() > 1 && run.back() == '/') run.pop_back();
+  run = "runs/" + run.substr(run.find_last_of('/') + 1);
+  const std::string model = file_exists(config)
+                                ? "--config " + config
+                                : strf("--model.vocab_size %d", gpt2 ? kGpt2VocabSize : 256);
+  printf(
+      "train on it: ./train_gpt train %s --data.train '%s/%s_train_*.bin' --data.val "
+      "'%s/%s_val_*.bin' --train.out_dir %s\n"
+      "then sample: ./train_gpt sample --checkpoint %s --tokens 200 --prompt 'Your prompt'\n",
+      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(), run.c_str());
+}
+
 // `prepare text`: bytes (vocabulary 256) or GPT-2's BPE; ends with the train command for it.
 int prepare_text_command(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
@@ -133,7 +153,6 @@ int prepare_text_command(int argc, char** argv) {
   if (out.empty()) out = "data/" + name;
   const double val_fraction = to_double("val_fraction", extra(ex, "val_fraction"));
   const int64_t shard_tokens = to_int("shard_tokens", extra(ex, "shard_tokens"));
-  std::string vocab = "256";
   if (tokenizer == "byte") {
     prepare_text(input, out, name, val_fraction, shard_tokens);
     printf("wrote %s/%s_{train,val}_*.bin and meta.json\n", out.c_str(), name.c_str());
@@ -154,12 +173,8 @@ int prepare_text_command(int argc, char** argv) {
         out.c_str(), name.c_str(), r.train_shards, (long long)r.train_docs,
         (long long)r.train_tokens, name.c_str(), r.val_shards, (long long)r.val_docs,
         (long long)r.val_tokens, double(r.train_tokens + r.val_tokens) / double(r.bytes));
-    vocab = std::to_string(kGpt2VocabSize);
   }
-  printf(
-      "train on it: ./train_gpt train --data.train '%s/%s_train_*.bin' --data.val "
-      "'%s/%s_val_*.bin' --model.vocab_size %s\n",
-      out.c_str(), name.c_str(), out.c_str(), name.c_str(), vocab.c_str());
+  print_train_command(out, name, tokenizer == "gpt2");
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -799,7 +800,11 @@ TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then samp
   const size_t at = out.find("train on it: ./train_gpt ");
   REQUIRE(at != std::string::npos);
   const std::string printed = out.substr(at + 24, out.find('\n', at) - at - 24);
-  CHECK(has(printed, "--model.vocab_size 50257"));
+  // The GPT-2-shaped config with this data, in a run directory named after it.
+  CHECK(has(printed, "--config configs/shakespeare_gpt2.json --data.train '" + (d / "data") +
+                         "/play_train_*.bin'"));
+  CHECK(has(printed, "--train.out_dir runs/data"));
+  CHECK(has(out, "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200"));
   const std::string run = d / "run";
   REQUIRE(run_binary(printed + " --train.out_dir " + run +
                          " --train.steps 2 --data.batch_size 4 --data.seq_len 32 "
@@ -858,6 +863,41 @@ void check_bpb(const std::string& run, const std::string& out, double tokens_per
 }
 
 }  // namespace
+
+TEST_CASE("cli: prepare text prints the train and sample commands for its output; they run") {
+  tgt::TempDir d;
+  std::string text;
+  for (int i = 0; i < 200; i++) text += tg::strf("Line %d of a text nobody wrote before.\n", i);
+  tg::write_file_atomic(d / "mine.txt", text.data(), text.size());
+  std::string out;
+  REQUIRE(run_binary("prepare text --input " + (d / "mine.txt") + " --out " + (d / "data/mine"),
+                     &out) == 0);
+  const size_t at = out.find("train on it: ./train_gpt ");
+  REQUIRE(at != std::string::npos);
+  const std::string printed = out.substr(at + 25, out.find('\n', at) - at - 25);
+  CHECK(printed == "train --config configs/shakespeare.json --data.train '" + (d / "data/mine") +
+                       "/mine_train_*.bin' --data.val '" + (d / "data/mine") +
+                       "/mine_val_*.bin' --train.out_dir runs/mine");
+  // As printed, with a short run's keys and a run directory in the temporary folder: it trains
+  // and ends with a sample (the config names no prompt: it starts from the data's first byte).
+  const std::string run = d / "run";
+  REQUIRE(run_binary(printed + " --train.out_dir " + run +
+                         " --train.steps 2 --data.batch_size 2 --data.seq_len 32 --eval.every 0 "
+                         "--sample.tokens 8 --train.threads 2",
+                     &out) == 0);
+  CHECK(has(out, "sample at step 2:\nL"));
+  REQUIRE(run_binary("sample --checkpoint " + run + " --tokens 8 --prompt 'Your prompt'", &out) ==
+          0);
+  CHECK(has(out, "Your prompt"));
+  // From a directory without configs/: the program's defaults with the vocabulary size.
+  const std::string bin = std::filesystem::absolute(tgt::binary()).string();
+  REQUIRE(tgt::run_shell("cd '" + d.path + "' && '" + bin + "'" +
+                             " prepare text --input mine.txt --out data/again",
+                         &out) == 0);
+  CHECK(has(out, "train on it: ./train_gpt train --model.vocab_size 256 --data.train "
+                 "'data/again/mine_train_*.bin' --data.val 'data/again/mine_val_*.bin' "
+                 "--train.out_dir runs/again"));
+}
 
 TEST_CASE("cli: val loss in bits per byte on byte-level data; none where the ratio is unknown") {
   tgt::TempDir run;
