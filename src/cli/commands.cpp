@@ -280,7 +280,7 @@ namespace {
 // the block-scaled modes among `modes`, on the portable and the native path.
 void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes,
                           int B, int T) {
-  constexpr int kSms = 132;  // H100 / H200: the operand statistics' per-block sums
+  constexpr int kSms = kPlannedGpuSms;
   auto mib = [](size_t b) { return strf("%.2f MiB", b / 1048576.0); };
   bool header = false;
   for (const Mode mode : modes) {
