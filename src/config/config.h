@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/numerics/precision_mode.h"
+#include "src/numerics/state_format.h"
 
 namespace tg {
 
@@ -117,6 +118,13 @@ struct Config {
       double outlier_k = 8;            // input channels above k x the median channel are outliers
       std::string outliers = "split";  // split: outlier channels unquantized | smooth | none
     } auto_;
+    // How the optimizer state is stored (src/numerics/state_format.h; docs/precision.md, "State
+    // precision: Adam moments").
+    struct State {
+      StateFormat adam_m = StateFormat::FP32;
+      StateFormat adam_v = StateFormat::FP32;
+      bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
+    } state;
   } precision;
   struct Eval {
     int every = 500;  // 0: only at start and end

@@ -56,8 +56,13 @@ std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, boo
   return {compute, stats};
 }
 
+DType moment_dtype(DType dtype, const MomentFormat& f) {
+  if (!moment_is_plain(f)) return f.dtype;
+  return dtype == DType::F64 ? DType::F64 : DType::F32;
+}
+
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
-                       bool attention_lse, int ranks) {
+                       bool attention_lse, int ranks, const MomentFormats& moments) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world) : n;
@@ -66,7 +71,8 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
   p.weights = padded * x;
   p.master = dtype == DType::F32 || dtype == DType::F64 ? 0 : shard * m;
   p.grads = padded * x;
-  p.optimizer = 2 * shard * m;
+  p.optimizer = shard * (dtype_size(moment_dtype(dtype, moments.m)) +
+                         dtype_size(moment_dtype(dtype, moments.v)));
   auto a = activation_elems(c, B, T, attention_lse);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
   // Must mirror GPT::sync_grads.
@@ -98,15 +104,19 @@ size_t zero_shard_size(size_t n, int world) {
   return (s + 15) / 16 * 16;
 }
 
-GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
+GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
+         const MomentFormats& moments)
     : cfg_(cfg),
       be_(be),
       dtype_(dtype),
       master_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32),
       dp_(dp),
+      moments_(moments),
       lse_(be.attention_saves_lse(cfg.n_embd / cfg.n_head)) {
   if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F64)
     throw Error(strf("a model cannot compute in %s", dtype_name(dtype_)));
+  if (dtype_ == DType::F64 && !(moment_is_plain(moments.m) && moment_is_plain(moments.v)))
+    throw Error("an fp64 model keeps its Adam moments in fp64");
   auto sizes = param_sizes(cfg_);
   num_params_ = num_parameters(cfg_);
   const int world = dp_.comm ? dp_.comm->world() : 1;
@@ -123,8 +133,8 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
   // In fp32 the master weights are the compute weights (under ZeRO-1: this rank's shard).
   master_ = dtype_ == master_dtype_ ? params_.slice(shard_begin_, shard_size_)
                                     : be_.alloc(master_dtype_, shard_size_);
-  m_ = be_.alloc(master_dtype_, shard_size_);
-  v_ = be_.alloc(master_dtype_, shard_size_);
+  m_ = be_.alloc(moment_dtype(dtype_, moments_.m), shard_size_);
+  v_ = be_.alloc(moment_dtype(dtype_, moments_.v), shard_size_);
   for (Tensor t : {params_, grads_, master_, m_, v_}) be_.zero(t);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -715,6 +725,8 @@ void GPT::adamw_step(const AdamWArgs& args, bool decided) {
     off += sizes[i];
     if (lo >= hi) continue;
     AdamWArgs a = args;
+    a.m_format = moments_.m;
+    a.v_format = moments_.v;
     if (!param_decays(i)) a.weight_decay = 0;
     a.rounding.offset = args.rounding.offset + lo;
     const size_t n = hi - lo, k = lo - lo_shard;

@@ -9,7 +9,8 @@
 //
 // Precision: the model computes in `dtype` (fp32, bf16 or fp16; fp64 for gradient checks):
 // weights, activations and all gradients are stored in it. The optimizer owns fp32 master
-// weights and Adam moments (the same buffer as the weights in fp32). Layernorm statistics,
+// weights (the same buffer as the weights in fp32) and Adam moments stored in their own
+// formats (MomentFormats: fp32 by default, or bf16 / fp16 codes; src/numerics/moment_format.h). Layernorm statistics,
 // logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is in `dtype`, written
 // over the logits' rows (backend.h's dlogits_view), so the lm_head's backward runs in `dtype`
 // like every other linear.
@@ -63,7 +64,8 @@ double flops_per_token(const GPTConfig& c, int T);
 // by category. The model allocates exactly these (plus 64-byte rounding per buffer), so the
 // plan can be checked against a run's measured peak.
 struct MemoryPlan {
-  size_t weights = 0, master = 0, grads = 0, optimizer = 0, activations = 0;
+  size_t weights = 0, master = 0, grads = 0, activations = 0;
+  size_t optimizer = 0;  // Adam m and v, each in its storage format
   size_t comm = 0;  // staging of the gradient reduction (several ranks)
   size_t total() const { return weights + master + grads + optimizer + activations + comm; }
 };
@@ -75,8 +77,13 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // (Backend::attention_saves_lse, flash attention).
 // ranks > 1: data parallelism over that many ranks (plain, or ZeRO-1 when zero_world > 1):
 // adds the gradient reduction's staging buffers, which live only during the reduction.
+// moments: how Adam's m and v are stored (their element sizes; fp32 by default).
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
-                       bool attention_lse = false, int ranks = 1);
+                       bool attention_lse = false, int ranks = 1,
+                       const MomentFormats& moments = {});
+// The element type a moment of format f is stored in, for a model computing in `dtype`: the
+// master weights' type (fp32; fp64 in fp64 models) for plain formats, else the format's own.
+DType moment_dtype(DType dtype, const MomentFormat& f);
 // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
 std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, bool lse = false);
 
@@ -132,7 +139,9 @@ struct ProbeFanout : LinearProbe {
 class GPT {
  public:
   // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
-  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32, DataParallel dp = {});
+  // moments: the storage of Adam's m and v (16-bit formats need an fp32 master).
+  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32, DataParallel dp = {},
+      const MomentFormats& moments = {});
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -210,6 +219,7 @@ class GPT {
   Tensor grads() const { return grads_.slice(0, num_params_); }
   Tensor adam_m() const { return m_; }
   Tensor adam_v() const { return v_; }
+  const MomentFormats& moment_formats() const { return moments_; }
   Tensor param(int i) const { return param_views_[i]; }
   // Tensors that numerics telemetry reports, named "act/<name>" (all layers of one kind),
   // "dact/<name>" (activation-gradient scratch, as the last backward left it: layer 0) and
@@ -260,6 +270,7 @@ class GPT {
   DType dtype_, master_dtype_;
   size_t num_params_ = 0;
   DataParallel dp_;
+  MomentFormats moments_;
   // Flash attention: acts_.att holds lse(B,NH,T) per layer in the statistics buffer.
   bool lse_ = false;
   size_t att_elems(int B, int T) const {

@@ -21,6 +21,12 @@ Rounding weight_rounding(const Config& cfg, int opt_step) {
   return r;
 }
 
+std::pair<uint64_t, uint64_t> moment_seeds(const Config& cfg, int opt_step) {
+  uint64_t x = uint64_t(cfg.train.seed) ^ 0x414D5352ull /*"AMSR"*/;
+  const uint64_t s = splitmix64(x) + uint64_t(opt_step) * 0x9E3779B97F4A7C15ull;
+  return {detail::splitmix64_mix(s ^ 0x6Dull /*'m'*/), detail::splitmix64_mix(s ^ 0x76ull /*'v'*/)};
+}
+
 uint64_t quant_seed(const Config& cfg, int64_t step, int micro) {
   uint64_t x = uint64_t(cfg.train.seed) ^ 0x5152ull /*"QR"*/;
   const uint64_t s = splitmix64(x);
@@ -43,6 +49,7 @@ PrecisionSpec precision_spec(const Config& cfg) {
   s.compute = m.storage;
   s.quantized_linears = m.quantized;
   s.loss_scale = loss_scale_kind(cfg);
+  s.moments = moment_formats(p.state.adam_m, p.state.adam_v);
   switch (m.recipe) {
     case ModeRecipe::BlockScaled:
       s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));

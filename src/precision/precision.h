@@ -5,6 +5,7 @@
 // resolves to. Code reads this description, never the mode string.
 #pragma once
 #include <string>
+#include <utility>
 
 #include "src/backends/backend.h"
 #include "src/config/config.h"
@@ -18,6 +19,7 @@ struct PrecisionSpec {
   bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
   std::string loss_scale;          // dynamic | static | none (auto resolved)
   QuantRecipe recipe;              // of the quantized linears
+  MomentFormats moments;           // Adam's m and v (precision.state.*)
 };
 
 PrecisionSpec precision_spec(const Config& cfg);
@@ -30,6 +32,10 @@ std::string loss_scale_kind(const Config& cfg);
 // How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
 // into the compute copy: nearest, or stochastic from a stream derived from the seed.
 Rounding weight_rounding(const Config& cfg, int opt_step);
+// The seeds of the Adam moments' stochastic rounding (precision.state.* = bf16-sr) in the
+// update numbered opt_step, {m's, v's}: a stream per moment and update derived from the run's
+// seed as weight_rounding's is, so that a resumed run draws the same bits.
+std::pair<uint64_t, uint64_t> moment_seeds(const Config& cfg, int opt_step);
 // The seed of the random bits (stochastic rounding, Hadamard signs) of the block-scaled
 // linears in micro-batch `micro` of step `step` (0-based): a function of the run's seed and
 // the position only, so a resumed run draws the same bits (nothing to checkpoint).

@@ -11,6 +11,7 @@
 #include "backend_factory.h"
 #include "gpu_peak.h"
 #include "hf.h"
+#include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
 #include "src/backends/cpu/cpu_features.h"
@@ -56,14 +57,19 @@ json machine_json(int cpus, double share) {
 }
 
 AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
-  return {float(lr),
-          float(cfg.optim.beta1),
-          float(cfg.optim.beta2),
-          float(cfg.optim.eps),
-          float(cfg.optim.weight_decay),
-          grad_scale,
-          int(opt_step),
-          weight_rounding(cfg, int(opt_step))};
+  AdamWArgs a{float(lr),
+              float(cfg.optim.beta1),
+              float(cfg.optim.beta2),
+              float(cfg.optim.eps),
+              float(cfg.optim.weight_decay),
+              grad_scale,
+              int(opt_step),
+              weight_rounding(cfg, int(opt_step))};
+  // The moments' formats are the model's own (GPT::adamw_step); their rounding's seeds:
+  const auto seeds = moment_seeds(cfg, int(opt_step));
+  a.m_seed = seeds.first;
+  a.v_seed = seeds.second;
+  return a;
 }
 
 // precision.inject_outlier: channels of layers' fc inputs made outliers through their ln2
@@ -208,7 +214,7 @@ void Trainer::setup_model() {
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   const PrecisionSpec spec = precision_spec(cfg_);
-  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp);
+  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments);
   const auto& lsc = c.precision.loss_scale;
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
@@ -351,12 +357,15 @@ Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) c
 void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
   const RunState& s = v.state;
   const std::string state_path = join_path(v.dir, "state.json");
+  // Every rank decides alike (the formats come from state.json), before anything changes.
+  const std::string moments_note = moment_conversion_note(v.data, cfg_, v.dir);
+  if (!moments_note.empty()) printf("%s\n", moments_note.c_str());
   train_loader_->set_position(s.data);
   model_->set_params(v.data.params);
   v.data.m.resize(model_->shard_size(), 0.0f);
   v.data.v.resize(model_->shard_size(), 0.0f);
-  be_->upload(model_->adam_m(), v.data.m.data());
-  be_->upload(model_->adam_v(), v.data.v.data());
+  be_->upload(model_->adam_m(), encode_moments(v.data.m, model_->moment_formats().m).data());
+  be_->upload(model_->adam_v(), encode_moments(v.data.v, model_->moment_formats().v).data());
   run_id_ = s.run_id.empty() ? new_run_id() : s.run_id;  // older checkpoints have none
   cm_->broadcast(run_id_.data(), run_id_.size(), 0);
   step_ = start_step_ = s.step;
@@ -426,6 +435,11 @@ void Trainer::print_start() const {
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
       omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
       scaler_.kind.c_str(), cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
+  const auto& st = cfg_.precision.state;
+  if (st.adam_m != StateFormat::FP32 || st.adam_v != StateFormat::FP32)
+    printf("optimizer state: Adam m in %s, v in %s: %zu bytes per parameter instead of 8\n",
+           state_format_name(st.adam_m), state_format_name(st.adam_v),
+           state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v));
   precision_->print_start();
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
@@ -670,12 +684,15 @@ void Trainer::save() {
     cm_->barrier();
     return;
   }
-  std::vector<float> m(model.shard_size()), v(model.shard_size());
+  // The moments as the optimizer stores them (fp32, or bf16 / fp16 codes), written as they are.
+  std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
+  const MomentBytes mb{cfg_.precision.state.adam_m, cfg_.precision.state.adam_v, m.data(),
+                       v.data()};
   std::string dir;
   if (!model.sharded()) {
     be_->download(m.data(), model.adam_m());
     be_->download(v.data(), model.adam_v());
-    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), m, v,
+    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), mb,
                           cfg_.checkpoint.keep);
   } else {
     // ZeRO-1: the master weights are gathered for the model file; every rank writes the
@@ -687,7 +704,7 @@ void Trainer::save() {
     be_->download(v.data(), model.adam_v());
     OptimFileRecord mine = write_optim_shard(
         checkpoint_tmp_dir(out, step_), int64_t(model.num_params()), int64_t(model.shard_begin()),
-        m.data(), v.data(), int64_t(model.shard_count()), rank_, world_);
+        mb, int64_t(model.shard_count()), rank_, world_);
     std::vector<OptimFileRecord> all(world_);
     cm_->all_gather_bytes(&mine, all.data(), sizeof(mine));
     if (rank_ == 0)
@@ -777,7 +794,8 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
       {"peak_memory_bytes", be_->peak_bytes()},
       {"planned_memory_bytes",
-       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_)
+       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_,
+                   m.moment_formats())
            .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"skipped_steps", counters_.skipped_steps},

@@ -45,6 +45,13 @@ void dispatch_wide(const char* op, DType t, F&& f) {
   }
 }
 
+// A moment tensor stored as its format says: the master's own type for plain formats, the
+// format's 16-bit type (fp32 masters only) otherwise.
+bool moment_matches(const Tensor& t, const Tensor& master, const MomentFormat& f) {
+  if (moment_is_plain(f)) return t.dtype == master.dtype;
+  return t.dtype == f.dtype && master.dtype == DType::F32;
+}
+
 template <typename T>
 T* P(const Tensor& t) {
   return static_cast<T*>(t.data);
@@ -385,14 +392,25 @@ class CpuBackend final : public Backend {
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
              const AdamWArgs& a) override {
-    if (grads.dtype != params.dtype || m.dtype != master.dtype || v.dtype != master.dtype)
+    if (grads.dtype != params.dtype || !moment_matches(m, master, a.m_format) ||
+        !moment_matches(v, master, a.v_format))
       throw Error("cpu backend: adamw tensor types do not match");
     dispatch("adamw", params.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       using M = cpu::acc_t<E>;
       if (master.dtype != (std::is_same_v<M, double> ? DType::F64 : DType::F32))
         unsupported("adamw master", master.dtype);
-      cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), P<M>(m), P<M>(v), master.numel, a);
+      // Each moment as the master's own type or as 16-bit codes (fp32 masters only).
+      auto as = [&](Tensor t, auto&& f) {
+        if constexpr (std::is_same_v<M, float>)
+          if (t.dtype != master.dtype) return f(P<uint16_t>(t));
+        f(P<M>(t));
+      };
+      as(m, [&](auto* pm) {
+        as(v, [&](auto* pv) {
+          cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), pm, pv, master.numel, a);
+        });
+      });
     });
   }
   TensorStats stats(Tensor t) override {

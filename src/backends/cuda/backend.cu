@@ -63,6 +63,13 @@ void need_f32(const char* op, Tensor t) {
   if (t && t.dtype != DType::F32)
     throw Error(strf("cuda backend: %s needs fp32 %s", op, dtype_name(t.dtype)));
 }
+// A moment tensor in its format's storage: fp32, or the format's 16-bit type.
+void need_moment(const char* op, Tensor t, const MomentFormat& f) {
+  const DType want = moment_is_plain(f) ? DType::F32 : f.dtype;
+  if (t.dtype != want)
+    throw Error(strf("cuda backend: %s is %s, its format stores %s", op, dtype_name(t.dtype),
+                     dtype_name(want)));
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -426,8 +433,10 @@ class CudaBackend final : public Backend {
     if (!ls_dev_) throw Error("cuda backend: adamw_decided before device_decide_step");
     need_same("adamw", {params, grads});
     need_f32("adamw master", master);
-    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
-               v.as<float>(), master.numel, a, ls_dev_);
+    need_moment("adamw m", m, a.m_format);
+    need_moment("adamw v", v, a.v_format);
+    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.data, v.data,
+               master.numel, a, ls_dev_);
   }
   DeviceStepReport device_step_report() override {
     if (!ls_dev_) throw Error("cuda backend: device_step_report before device_decide_step");
@@ -439,10 +448,10 @@ class CudaBackend final : public Backend {
              const AdamWArgs& a) override {
     need_same("adamw", {params, grads});
     need_f32("adamw master", master);
-    need_f32("adamw m", m);
-    need_f32("adamw v", v);
-    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
-               v.as<float>(), master.numel, a);
+    need_moment("adamw m", m, a.m_format);
+    need_moment("adamw v", v, a.v_format);
+    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.data, v.data,
+               master.numel, a);
   }
   TensorStats stats(Tensor t) override {
     // Telemetry, off the hot path: count on the host with the CPU reference.
