@@ -423,7 +423,7 @@ void Trainer::print_start() const {
       (long long)step_tokens_);
   if (world_ > 1)
     printf("data parallel: %s, %d rows per rank%s\n", cm_->name().c_str(), B_,
-           m.sharded() ? strf(", ZeRO-1: fp32 master weights and Adam moments sharded, %zu "
+           m.sharded() ? strf(", ZeRO-1: master weights and Adam moments sharded, %zu "
                               "parameters per rank",
                               m.shard_size())
                              .c_str()
