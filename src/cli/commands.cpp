@@ -473,8 +473,7 @@ int cmd_memory(int argc, char** argv) {
     if (name.empty()) continue;
     const Mode mode = parse_mode(name, "precision.mode");
     modes.push_back(mode);
-    MemoryPlan p =
-        plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks, moments);
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks, moments);
     plans.push_back({name, p});
     printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),

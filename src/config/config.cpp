@@ -34,10 +34,9 @@ enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList }
 // A key's field inside Config, typed: one alternative per type a key may have.
 template <typename T>
 using Getter = T& (*)(Config&);
-using FieldRef =
-    std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
-                 Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>,
-                 Getter<StateFormat>>;
+using FieldRef = std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>,
+                              Getter<std::string>, Getter<std::vector<int>>, Getter<Mode>,
+                              Getter<std::vector<Mode>>, Getter<StateFormat>>;
 
 struct KeyDef {
   const char* name;

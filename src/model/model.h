@@ -10,10 +10,10 @@
 // Precision: the model computes in `dtype` (fp32, bf16 or fp16; fp64 for gradient checks):
 // weights, activations and all gradients are stored in it. The optimizer owns fp32 master
 // weights (the same buffer as the weights in fp32) and Adam moments stored in their own
-// formats (MomentFormats: fp32 by default, or bf16 / fp16 codes; src/numerics/moment_format.h). Layernorm statistics,
-// logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is in `dtype`, written
-// over the logits' rows (backend.h's dlogits_view), so the lm_head's backward runs in `dtype`
-// like every other linear.
+// formats (MomentFormats: fp32 by default, or bf16 / fp16 codes; src/numerics/moment_format.h).
+// Layernorm statistics, logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is
+// in `dtype`, written over the logits' rows (backend.h's dlogits_view), so the lm_head's backward
+// runs in `dtype` like every other linear.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -569,9 +569,10 @@ void entry_formats(const std::string& dir, const json& files, size_t n, Checkpoi
     if (name.rfind("optim", 0) != 0) continue;
     const OptimFile o = optim_file_entry(state_path, name, f, n);
     if (!first && (o.m_format != cd->m_format || o.v_format != cd->v_format))
-      throw Error(strf("checkpoint state %s: the optimizer files store their moments in "
-                       "different formats",
-                       state_path.c_str()));
+      throw Error(
+          strf("checkpoint state %s: the optimizer files store their moments in "
+               "different formats",
+               state_path.c_str()));
     cd->m_format = o.m_format;
     cd->v_format = o.v_format;
     first = false;

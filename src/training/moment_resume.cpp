@@ -34,8 +34,7 @@ std::string moment_conversion_note(const CheckpointData& cd, const Config& cfg,
         "Resume in the checkpoint's formats (precision.state.adam_m=%s "
         "precision.state.adam_v=%s), or set precision.state.allow_narrowing=true to round them "
         "once",
-        dir.c_str(), what.c_str(), state_format_name(cd.m_format),
-        state_format_name(cd.v_format)));
+        dir.c_str(), what.c_str(), state_format_name(cd.m_format), state_format_name(cd.v_format)));
   return strf(
       "note: the checkpoint's Adam moments are rounded once, to nearest, into narrower formats "
       "(precision.state.allow_narrowing): %s",

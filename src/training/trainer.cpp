@@ -793,10 +793,9 @@ json Trainer::summary_json(const FinalNumbers& f) const {
        peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_) : json(nullptr)},
       {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
       {"peak_memory_bytes", be_->peak_bytes()},
-      {"planned_memory_bytes",
-       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_,
-                   m.moment_formats())
-           .total()},
+      {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
+                                           m.attention_lse(), world_, m.moment_formats())
+                                   .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"skipped_steps", counters_.skipped_steps},
       {"final_loss_scale", scaler_.scale},

@@ -112,10 +112,10 @@ double store_tolerance(const MomentFormat& f, double x) {
 
 TEST_CASE("adamw moments: one step in each format against fp64, within the format's rounding") {
   const size_t n = 20011;
-  for (StateFormat fm : {StateFormat::FP32, StateFormat::BF16, StateFormat::BF16SR,
-                         StateFormat::FP16})
-    for (StateFormat fv : {StateFormat::FP32, StateFormat::BF16, StateFormat::BF16SR,
-                           StateFormat::FP16})
+  for (StateFormat fm :
+       {StateFormat::FP32, StateFormat::BF16, StateFormat::BF16SR, StateFormat::FP16})
+    for (StateFormat fv :
+         {StateFormat::FP32, StateFormat::BF16, StateFormat::BF16SR, StateFormat::FP16})
       for (int t : {1, 7}) {
         CAPTURE(tg::state_format_name(fm));
         CAPTURE(tg::state_format_name(fv));
@@ -141,7 +141,8 @@ TEST_CASE("adamw moments: one step in each format against fp64, within the forma
           const double q = (md / c1) / (std::sqrt(vd / c2) + eps);
           const double wref = p.w[i] - lr * (q + wd * p.w[i]);
           // fp32's own rounding of the fused updates (a few units of 2^-24 of their terms).
-          const double am = 4 * std::ldexp(1.0, -24) * (b1 * std::fabs(m0[i]) + (1 - b1) * std::fabs(g));
+          const double am =
+              4 * std::ldexp(1.0, -24) * (b1 * std::fabs(m0[i]) + (1 - b1) * std::fabs(g));
           const double av = 4 * std::ldexp(1.0, -24) * vd;
           if (v.f.sqrt) {
             const double s = std::sqrt(double(v.at(i))), sd = std::sqrt(vd);

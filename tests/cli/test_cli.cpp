@@ -1060,17 +1060,18 @@ std::string moment_args(const std::string& f) {
 }
 }  // namespace
 
-TEST_CASE("cli: 16-bit Adam moments: half the optimizer bytes, training converges, resume is "
-          "bit-exact") {
+TEST_CASE(
+    "cli: 16-bit Adam moments: half the optimizer bytes, training converges, resume is "
+    "bit-exact") {
   const size_t n = 7920;  // the tiny model's parameters
   for (const char* f : kMomentFormats) {
     for (const char* mode : {"fp32", "bf16"}) {
       tgt::TempDir full, part;
       std::string out;
-      const std::string args = std::string(" --train.steps=12 --sample.tokens=0 --precision.mode=") + mode +
-                               moment_args(f) +
-                               (std::string(mode) == "bf16" ? " --precision.stochastic_rounding=true"
-                                                            : "");
+      const std::string args =
+          std::string(" --train.steps=12 --sample.tokens=0 --precision.mode=") + mode +
+          moment_args(f) +
+          (std::string(mode) == "bf16" ? " --precision.stochastic_rounding=true" : "");
       REQUIRE(run_binary(tiny_args(full.path) + args, &out) == 0);
       INFO(f << " " << mode << "\n" << out);
       CHECK(has(out, "optimizer state: Adam m in " + std::string(f)));
@@ -1094,14 +1095,15 @@ TEST_CASE("cli: 16-bit Adam moments: half the optimizer bytes, training converge
   }
 }
 
-TEST_CASE("cli: resuming in other moment formats: widening converts and says so, narrowing is "
-          "refused (exit 2) unless allowed") {
+TEST_CASE(
+    "cli: resuming in other moment formats: widening converts and says so, narrowing is "
+    "refused (exit 2) unless allowed") {
   std::string out;
   tgt::TempDir narrow, wide;
   const std::string steps = " --train.steps=8";
-  REQUIRE(run_binary(tiny_args(narrow.path) + steps + moment_args("bf16") +
-                         " --train.stop_at_step=4",
-                     &out) == 0);
+  REQUIRE(
+      run_binary(tiny_args(narrow.path) + steps + moment_args("bf16") + " --train.stop_at_step=4",
+                 &out) == 0);
   // bf16 -> fp32 holds every value: converted once, and said.
   REQUIRE(run_binary(tiny_args(narrow.path) + steps + " --checkpoint.resume=true", &out) == 0);
   CHECK(has(out, "convert once, losing nothing"));
@@ -1110,9 +1112,9 @@ TEST_CASE("cli: resuming in other moment formats: widening converts and says so,
   // fp32 -> bf16 would round them: refused naming the keys and the way out; nothing changes.
   REQUIRE(run_binary(tiny_args(wide.path) + steps + " --train.stop_at_step=4", &out) == 0);
   const std::string before = slurp(wide / "metrics.jsonl");
-  CHECK(run_binary(tiny_args(wide.path) + steps + moment_args("bf16-sr") +
-                       " --checkpoint.resume=true",
-                   &out) == 2);
+  CHECK(run_binary(
+            tiny_args(wide.path) + steps + moment_args("bf16-sr") + " --checkpoint.resume=true",
+            &out) == 2);
   INFO(out);
   CHECK(has(out, "precision.state.adam_m"));
   CHECK(has(out, "precision.state.allow_narrowing=true"));
@@ -1135,15 +1137,16 @@ TEST_CASE("cli: resuming in other moment formats: widening converts and says so,
 
 TEST_CASE("cli: memory plans the optimizer in the moments' formats") {
   std::string out;
-  const std::string args = "memory --preset gpt2 --data.batch_size=4 --data.seq_len=1024 "
-                           "--model.max_seq_len=1024 --modes=fp32";
+  const std::string args =
+      "memory --preset gpt2 --data.batch_size=4 --data.seq_len=1024 "
+      "--model.max_seq_len=1024 --modes=fp32";
   // Weights, master, gradients, optimizer: 124475904 parameters x 8 bytes of moments, then x 4
   // (bf16 m, fp16 v), then x 4 over 2 ZeRO-1 ranks.
   REQUIRE(run_binary(args, &out) == 0);
   CHECK(has(out, "| fp32 | 474.8 MiB | 0.0 MiB | 474.8 MiB | 949.7 MiB |"));
   CHECK(has(out, "Adam's m (fp32) and v (fp32), 8 bytes per parameter"));
-  REQUIRE(run_binary(args + " --precision.state.adam_m=bf16 --precision.state.adam_v=fp16",
-                     &out) == 0);
+  REQUIRE(run_binary(args + " --precision.state.adam_m=bf16 --precision.state.adam_v=fp16", &out) ==
+          0);
   INFO(out);
   CHECK(has(out, "| fp32 | 474.8 MiB | 0.0 MiB | 474.8 MiB | 474.8 MiB |"));
   CHECK(has(out, "Adam's m (bf16) and v (fp16), 4 bytes per parameter"));
@@ -1176,10 +1179,9 @@ TEST_CASE("mpi: ZeRO-1 with 2-byte Adam moments trains like unsharded and resume
     tg::remove_tree(part.path);
     REQUIRE(run_mpi(2, tiny_args(part.path) + args + " --train.zero_stage=1 --train.stop_at_step=4",
                     &out) == 0);
-    rc = run_mpi(2,
-                 tiny_args(part.path) + args + " --checkpoint.resume=true --train.zero_stage=" +
-                     second,
-                 &out);
+    rc = run_mpi(
+        2, tiny_args(part.path) + args + " --checkpoint.resume=true --train.zero_stage=" + second,
+        &out);
     INFO("resumed with zero_stage " << second << "\n" << out);
     REQUIRE(rc == 0);
     check_same_losses(plain.path, part.path, 10);

@@ -232,9 +232,9 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     StateFormat fm, fv;
   };
   int step = 1;
-  for (const Case& k : {Case{StateFormat::BF16, StateFormat::FP16},
-                        Case{StateFormat::FP16, StateFormat::BF16SR},
-                        Case{StateFormat::FP32, StateFormat::BF16}}) {
+  for (const Case& k :
+       {Case{StateFormat::BF16, StateFormat::FP16}, Case{StateFormat::FP16, StateFormat::BF16SR},
+        Case{StateFormat::FP32, StateFormat::BF16}}) {
     CAPTURE(state_format_name(k.fm));
     CAPTURE(state_format_name(k.fv));
     // What the optimizer holds: the moments' codes, and the values they stand for.
@@ -284,7 +284,8 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     int32_t code = state_format_info(StateFormat::FP16).file_code + 1;
     std::memcpy(&f0[40], &code, 4);  // header word 10: m's format
     nlohmann::json st = nlohmann::json::parse(tgt::slurp(dir + "/state.json"));
-    st["files"]["optim.bin"]["fnv1a64"] = strf("%016llx", (unsigned long long)fnv1a64(f0.data(), f0.size()));
+    st["files"]["optim.bin"]["fnv1a64"] =
+        strf("%016llx", (unsigned long long)fnv1a64(f0.data(), f0.size()));
     write_file_atomic(dir + "/optim.bin", f0.data(), f0.size());
     remove_tree(dir + "/manifest.json");
     st["version"] = 1;

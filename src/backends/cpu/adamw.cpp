@@ -107,12 +107,13 @@ double sum_squares(const T* x, size_t n) {
 
 // Parameters P and gradients in fp32, bf16 or fp16 with fp32 master weights, moments fp32 or
 // 16-bit codes (uint16_t); the fp64 gradient checks' all-double model.
-#define TG_ADAMW(P, SM, SV) \
-  template void adamw<P, P, float, SM, SV>(P*, float*, const P*, SM*, SV*, size_t, const AdamWArgs&);
-#define TG_ADAMW_MOMENTS(P)         \
-  TG_ADAMW(P, float, float)         \
-  TG_ADAMW(P, float, uint16_t)      \
-  TG_ADAMW(P, uint16_t, float)      \
+#define TG_ADAMW(P, SM, SV)                                                        \
+  template void adamw<P, P, float, SM, SV>(P*, float*, const P*, SM*, SV*, size_t, \
+                                           const AdamWArgs&);
+#define TG_ADAMW_MOMENTS(P)    \
+  TG_ADAMW(P, float, float)    \
+  TG_ADAMW(P, float, uint16_t) \
+  TG_ADAMW(P, uint16_t, float) \
   TG_ADAMW(P, uint16_t, uint16_t)
 TG_ADAMW_MOMENTS(float)
 TG_ADAMW_MOMENTS(bf16)
