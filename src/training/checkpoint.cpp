@@ -467,11 +467,12 @@ struct OptimFile {
 StateFormat entry_format(const std::string& state_path, const std::string& name, const json& f,
                          const char* key) {
   if (!f.is_object() || !f.contains(key)) return StateFormat::FP32;
-  const std::string text = string_field(f, key);
-  for (const StateFormatInfo& r : state_formats())
-    if (text == r.name) return r.format;
-  throw Error(strf("checkpoint state %s: entry %s has an unknown %s format %s", state_path.c_str(),
-                   name.c_str(), key, f[key].dump().c_str()));
+  try {
+    return parse_state_format(string_field(f, key), key);  // the registry reads the name
+  } catch (const UsageError&) {
+    throw Error(strf("checkpoint state %s: entry %s has an unknown %s format %s",
+                     state_path.c_str(), name.c_str(), key, f[key].dump().c_str()));
+  }
 }
 
 // The optimizer file `name` as state.json lists it (entry f); an error for names the

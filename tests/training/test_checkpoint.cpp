@@ -291,5 +291,10 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     st["version"] = 1;
     write_text_atomic(dir + "/state.json", st.dump(1));
     CHECK(error_of([&] { load_checkpoint(dir, c); }).find("bad header") != std::string::npos);
+    // A format name no registry row has is named.
+    st["files"]["optim.bin"]["adam_v"] = "fp12";
+    write_text_atomic(dir + "/state.json", st.dump(1));
+    CHECK(error_of([&] { load_checkpoint(dir, c); }).find("unknown adam_v format \"fp12\"") !=
+          std::string::npos);
   }
 }
