@@ -531,7 +531,7 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
                     2.0);
     const bool skip = host.update(bad);
     applied += skip ? 0 : 1;
-    tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0};
+    tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0, {}, {}, 0, 0};
     const double norm = std::sqrt(double(c[0]));
     a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
     if (!skip)
