@@ -36,6 +36,11 @@ int run_shell(const std::string& script, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+bool oracles_required() {
+  const char* v = getenv("TG_REQUIRE_ORACLES");
+  return v && std::string(v) == "1";
+}
+
 std::string binary() {
   const char* bin = getenv("TG_BIN");
   return bin ? bin : "./train_gpt";

@@ -98,4 +98,8 @@ std::string gpt2_vocab_dir();
 constexpr const char* kNoGpt2Vocab =
     "SKIPPED: no data/gpt2/vocab.json (scripts/setup.sh --gpt2 fetches it; .ci/run does)";
 
+// True when the tests that compare with a Python reference (tiktoken, transformers) must run
+// rather than skip without it: TG_REQUIRE_ORACLES=1, which .ci/run sets after installing them.
+bool oracles_required();
+
 }  // namespace tgt

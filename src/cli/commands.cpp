@@ -113,7 +113,7 @@ std::string dataset_name(const Extras& ex, const std::string& input) {
 // a model for that tokenizer (configs/shakespeare.json for bytes, shakespeare_gpt2.json for
 // GPT-2's tokens) with the data's shards and a run directory of its own, runs/<out's name>;
 // where that config is not at hand (run from another directory), the program's defaults with
-// the vocabulary size.
+// the vocabulary size. `sample` reads GPT-2 prompts through the dataset's tokenizer (--tokenizer).
 void print_train_command(const std::string& out, const std::string& name, bool gpt2) {
   const std::string config = gpt2 ? "configs/shakespeare_gpt2.json" : "configs/shakespeare.json";
   std::string run = out;
@@ -125,8 +125,9 @@ void print_train_command(const std::string& out, const std::string& name, bool g
   printf(
       "train on it: ./train_gpt train %s --data.train '%s/%s_train_*.bin' --data.val "
       "'%s/%s_val_*.bin' --train.out_dir %s\n"
-      "then sample: ./train_gpt sample --checkpoint %s --tokens 200 --prompt 'Your prompt'\n",
-      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(), run.c_str());
+      "then sample: ./train_gpt sample --checkpoint %s --tokens 200 --prompt 'Your prompt'%s\n",
+      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(), run.c_str(),
+      gpt2 ? (" --tokenizer " + out).c_str() : "");
 }
 
 // `prepare text`: bytes (vocabulary 256) or GPT-2's BPE; ends with the train command for it.
@@ -279,7 +280,7 @@ namespace {
 // the block-scaled modes among `modes`, on the portable and the native path.
 void print_scaled_scratch(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes,
                           int B, int T) {
-  constexpr int kSms = 132;  // H100 / H200: the operand statistics' per-block sums
+  constexpr int kSms = kPlannedGpuSms;
   auto mib = [](size_t b) { return strf("%.2f MiB", b / 1048576.0); };
   bool header = false;
   for (const Mode mode : modes) {

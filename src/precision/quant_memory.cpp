@@ -94,7 +94,6 @@ size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q) {
 }
 
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
-  constexpr int kSms = 132;
   const Mode mode = cfg.precision.mode;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int ranks = std::max(1, cfg.dist.world_size);
@@ -105,7 +104,7 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
   if (!is_block_scaled(mode)) return p.total();
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
   return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +
-         plan_scaled_scratch(mc, r, B, T, kSms).native.total();
+         plan_scaled_scratch(mc, r, B, T, kPlannedGpuSms).native.total();
 }
 
 }  // namespace tg

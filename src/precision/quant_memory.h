@@ -45,5 +45,7 @@ size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q);
 // scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
 // for the statistics). Not in it: the CUDA context, cuBLASLt's workspace, allocator slack.
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc);
+// The multiprocessors a plan assumes for the operand statistics' per-block sums (H100, H200).
+constexpr int kPlannedGpuSms = 132;
 
 }  // namespace tg

@@ -60,14 +60,15 @@ double val_crossing_step(const std::string& dir, double target) {
   for (size_t pos = 0, end; pos < text.size(); pos = end + 1) {
     end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
-    json j;
-    try {
-      j = json::parse(text.substr(pos, end - pos));
+    double step = 0, loss = 0;
+    try {  // a line that is not a val record with a step and a loss is skipped
+      const json j = json::parse(text.substr(pos, end - pos));
       if (j.value("kind", "") != "val") continue;
+      step = j.at("step").get<double>();
+      loss = j.at("val_loss").get<double>();
     } catch (const std::exception&) {
       continue;
     }
-    const double step = j["step"].get<double>(), loss = j["val_loss"].get<double>();
     if (loss <= target)
       return prev_step < 0 || !(prev_loss > loss)
                  ? step

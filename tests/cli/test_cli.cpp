@@ -781,6 +781,17 @@ TEST_CASE("cli: block-scaled recipes train 20 steps near bf16, and resume bit-ex
   CHECK(run_binary(tiny_args(k.path) + " --precision.recipe.hadamard_size=12", &out) == 2);
 }
 
+namespace {
+// The train command `prepare text` printed ("train on it: ./train_gpt <this>"), "" if none.
+std::string printed_train_command(const std::string& out) {
+  const std::string mark = "train on it: ./train_gpt ";
+  const size_t at = out.find(mark);
+  if (at == std::string::npos) return "";
+  const size_t from = at + mark.size();
+  return out.substr(from, out.find('\n', from) - from);
+}
+}  // namespace
+
 TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then sample with a prompt") {
   const std::string vocab = tgt::gpt2_vocab_dir();
   if (vocab.empty()) {
@@ -797,14 +808,15 @@ TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then samp
                          (d / "data") + " --vocab_dir " + vocab,
                      &out) == 0);
   // The command it prints, run as printed (plus a short run's keys).
-  const size_t at = out.find("train on it: ./train_gpt ");
-  REQUIRE(at != std::string::npos);
-  const std::string printed = out.substr(at + 24, out.find('\n', at) - at - 24);
+  const std::string printed = printed_train_command(out);
+  REQUIRE(!printed.empty());
   // The GPT-2-shaped config with this data, in a run directory named after it.
   CHECK(has(printed, "--config configs/shakespeare_gpt2.json --data.train '" + (d / "data") +
                          "/play_train_*.bin'"));
   CHECK(has(printed, "--train.out_dir runs/data"));
-  CHECK(has(out, "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200"));
+  CHECK(has(out, "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 --prompt "
+                 "'Your prompt' --tokenizer " +
+                     (d / "data") + "\n"));
   const std::string run = d / "run";
   REQUIRE(run_binary(printed + " --train.out_dir " + run +
                          " --train.steps 2 --data.batch_size 4 --data.seq_len 32 "
@@ -872,9 +884,8 @@ TEST_CASE("cli: prepare text prints the train and sample commands for its output
   std::string out;
   REQUIRE(run_binary("prepare text --input " + (d / "mine.txt") + " --out " + (d / "data/mine"),
                      &out) == 0);
-  const size_t at = out.find("train on it: ./train_gpt ");
-  REQUIRE(at != std::string::npos);
-  const std::string printed = out.substr(at + 25, out.find('\n', at) - at - 25);
+  const std::string printed = printed_train_command(out);
+  REQUIRE(!printed.empty());
   CHECK(printed == "train --config configs/shakespeare.json --data.train '" + (d / "data/mine") +
                        "/mine_train_*.bin' --data.val '" + (d / "data/mine") +
                        "/mine_val_*.bin' --train.out_dir runs/mine");
@@ -947,9 +958,8 @@ TEST_CASE("cli: val loss in bits per byte on GPT-2 tokens, at the val split's to
   // GPT-2 tokens hold several bytes each; the val split has a ratio of its own.
   CHECK(ratio < 0.5);
   CHECK(ratio != meta["tokens_per_byte"].get<double>());
-  const size_t at = out.find("train on it: ./train_gpt ");
-  REQUIRE(at != std::string::npos);
-  const std::string printed = out.substr(at + 24, out.find('\n', at) - at - 24);
+  const std::string printed = printed_train_command(out);
+  REQUIRE(!printed.empty());
   const std::string run = d / "run";
   REQUIRE(run_binary(printed + " --train.out_dir " + run +
                          " --train.steps 3 --data.batch_size 2 --data.seq_len 32 "

@@ -392,6 +392,8 @@ std::string hf_python() {
 
 TEST_CASE("hf: transformers loads the export: same logits (fp32) and the same greedy text") {
   const std::string py = hf_python();
+  REQUIRE_MESSAGE(!(py.empty() && tgt::oracles_required()),
+                  "TG_REQUIRE_ORACLES=1 but no python3 with torch, transformers and safetensors");
   if (py.empty()) {
     MESSAGE(
         "SKIPPED: no python3 with torch, transformers and safetensors (scripts/setup.sh --hf "
@@ -425,6 +427,8 @@ TEST_CASE("hf: a GPT-2-tokenized run exports its tokenizer; transformers generat
   const std::string root = tg::dirname_of(tg::dirname_of(tg::dirname_of(__FILE__)));
   const std::string vocab = tgt::gpt2_vocab_dir();
   const std::string py = hf_python();
+  REQUIRE_MESSAGE(!(py.empty() && tgt::oracles_required()),
+                  "TG_REQUIRE_ORACLES=1 but no python3 with torch, transformers and safetensors");
   if (py.empty() || vocab.empty()) {
     MESSAGE("SKIPPED: needs data/gpt2/ and python3 with transformers (scripts/setup.sh --hf)");
     return;
