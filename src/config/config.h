@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/numerics/precision_mode.h"
+#include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
 
 namespace tg {
@@ -123,6 +124,7 @@ struct Config {
     struct State {
       StateFormat adam_m = StateFormat::FP32;
       StateFormat adam_v = StateFormat::FP32;
+      MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h
       bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
     } state;
   } precision;

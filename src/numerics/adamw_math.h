@@ -15,6 +15,9 @@
 // FMA instructions.
 #pragma once
 #include <cmath>
+#include <cstdint>
+
+#include "formats.h"
 
 #ifndef TG_HD
 #ifdef __CUDACC__
@@ -44,6 +47,17 @@ TG_HD inline void adamw_math(M g, M& m, M& v, M& w, const AdamWConsts<M>& k) {
   v = adamw_fma(k.b2, v, ((M(1) - k.b2) * g) * g);
   const M q = (m / k.c1) / (adamw_sqrt(v / k.c2) + k.eps);
   w = adamw_fma(-k.lr, adamw_fma(k.wd, w, q), w);
+}
+
+// Master weights kept as bf16 compute weights p plus a bf16 compensation c
+// (precision.state.master=bf16-kahan, src/numerics/master_format.h). The value is p + c, added
+// in fp32 (exact unless c lies more than 16 binades below p, where it no longer matters);
+// the store keeps p = bf16(w) to nearest even and c = bf16(w - p), where w - p is exact in
+// fp32 (it is the rounding error of w into bf16), so the pair holds w to about 16 bits.
+TG_HD inline float kahan_load(uint16_t p, uint16_t c) { return bf16_to_f32(p) + bf16_to_f32(c); }
+TG_HD inline void kahan_store(float w, uint16_t& p, uint16_t& c) {
+  p = f32_to_bf16(w);
+  c = f32_to_bf16(w - bf16_to_f32(p));
 }
 
 }  // namespace tg

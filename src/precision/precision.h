@@ -20,11 +20,17 @@ struct PrecisionSpec {
   std::string loss_scale;          // dynamic | static | none (auto resolved)
   QuantRecipe recipe;              // of the quantized linears
   MomentFormats moments;           // Adam's m and v (precision.state.*)
+  MasterFormat master = MasterFormat::FP32;  // precision.state.master
 };
 
 PrecisionSpec precision_spec(const Config& cfg);
 // The precision.recipe.* options of the block-scaled presets (with precision.fp8.keep_bf16).
 RecipeOptions recipe_options(const Config& cfg);
+
+// The master weights' format a run in `mode` keeps: precision.state.master for modes with bf16
+// weights, fp32 for the others (whose runs config_validate refuses a bf16 master; `memory`
+// and `compare` plan several modes under one config).
+MasterFormat mode_master(const Config& cfg, Mode mode);
 
 // precision.loss_scale.kind with `auto` resolved (the mode's default: dynamic for fp16, none
 // otherwise).

@@ -97,6 +97,26 @@ size_t planned_gpu_bytes_of_runs(const json& runs) {
   return 0;
 }
 
+size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
+  for (const auto& r : runs) {
+    const std::string dir = r.value("dir", std::string());
+    if (dir.empty()) continue;
+    const json j = read_json_or_null(join_path(dir, "config.json"));
+    if (!j.is_object()) continue;
+    try {
+      Config c;
+      config_apply_json(c, j, dir + "/config.json");
+      const Mode mode = c.precision.mode;
+      const MemoryPlan p = plan_memory(
+          gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
+          moment_formats(c.precision.state.adam_m, c.precision.state.adam_v), mode_master(c, mode));
+      return p.weights + p.master + p.grads + p.optimizer;
+    } catch (const std::exception&) {
+    }
+  }
+  return 0;
+}
+
 std::string costs_note_md(int shared_runs, int unknown_runs, int all_runs) {
   std::string md =
       unknown_runs == all_runs

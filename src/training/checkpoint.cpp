@@ -200,10 +200,15 @@ std::string optim_file_name(int rank) {
   return rank < 0 ? "optim.bin" : strf("optim_rank%05d.bin", rank);
 }
 
+// Bytes per parameter of the master weights' state kept in the optimizer files: bf16-kahan's
+// compensation (the fp32 master and the bf16 weights live in model.bin).
+size_t comp_bytes(MasterFormat f) { return f == MasterFormat::BF16Kahan ? 2 : 0; }
+
 std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const MomentBytes& mb,
                                    int64_t count, int rank, int world) {
   const size_t sm = state_format_bytes(mb.m_format), sv = state_format_bytes(mb.v_format);
-  std::vector<char> out(1024 + (sm + sv) * size_t(count));
+  const size_t sc = comp_bytes(mb.master);
+  std::vector<char> out(1024 + (sm + sv + sc) * size_t(count));
   int32_t h[256] = {};
   h[0] = kStateMagic;
   h[1] = rank < 0 ? 1 : 2;
@@ -216,10 +221,12 @@ std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const MomentByt
   }
   h[10] = state_format_info(mb.m_format).file_code;
   h[11] = state_format_info(mb.v_format).file_code;
+  h[12] = master_format_info(mb.master).file_code;
   memcpy(out.data(), h, sizeof(h));
   if (count > 0) {
     memcpy(out.data() + 1024, mb.m, sm * size_t(count));
     memcpy(out.data() + 1024 + sm * size_t(count), mb.v, sv * size_t(count));
+    if (sc) memcpy(out.data() + 1024 + (sm + sv) * size_t(count), mb.comp, sc * size_t(count));
   }
   return out;
 }
@@ -243,6 +250,7 @@ OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int
   r.world = world;
   r.m_format = moments.m_format;
   r.v_format = moments.v_format;
+  r.master = moments.master;
   return r;
 }
 
@@ -324,7 +332,8 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
                                                  {"begin", r.begin},
                                                  {"count", r.count},
                                                  {"adam_m", state_format_name(r.m_format)},
-                                                 {"adam_v", state_format_name(r.v_format)}};
+                                                 {"adam_v", state_format_name(r.v_format)},
+                                                 {"master", master_format_name(r.master)}};
       covered += r.count;
     }
     if (covered != int64_t(params.size()))
@@ -460,7 +469,19 @@ struct OptimFile {
   bool sharded = false;
   int64_t begin = 0, count = 0;
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  MasterFormat master = MasterFormat::FP32;
 };
+
+// An optimizer file entry's master-weight format: fp32 when absent (files from before it).
+MasterFormat entry_master(const std::string& state_path, const std::string& name, const json& f) {
+  if (!f.is_object() || !f.contains("master")) return MasterFormat::FP32;
+  try {
+    return parse_master_format(string_field(f, "master"), "master");
+  } catch (const UsageError&) {
+    throw Error(strf("checkpoint state %s: entry %s has an unknown master format %s",
+                     state_path.c_str(), name.c_str(), f["master"].dump().c_str()));
+  }
+}
 
 // An optimizer file entry's format field `key` ("adam_m", "adam_v"): fp32 when absent (files
 // from before the formats), else a registered name.
@@ -490,6 +511,7 @@ OptimFile optim_file_entry(const std::string& state_path, const std::string& nam
   OptimFile o{name, name != "optim.bin", 0, int64_t(n)};
   o.m_format = entry_format(state_path, name, f, "adam_m");
   o.v_format = entry_format(state_path, name, f, "adam_v");
+  o.master = entry_master(state_path, name, f);
   if (o.sharded) {
     if (!f.is_object() || !f.contains("begin") || !f.contains("count") ||
         !f["begin"].is_number_integer() || !f["count"].is_number_integer())
@@ -521,10 +543,12 @@ void check_optim_header(const std::string& path, const std::vector<char>& bytes,
     memcpy(&hb, &h[4], 8);
     memcpy(&hc, &h[6], 8);
   }
-  const size_t width = state_format_bytes(o.m_format) + state_format_bytes(o.v_format);
+  const size_t width =
+      state_format_bytes(o.m_format) + state_format_bytes(o.v_format) + comp_bytes(o.master);
   if (h[0] != kStateMagic || h[1] != (o.sharded ? 2 : 1) || total != int64_t(n) || hb != o.begin ||
       hc != o.count || h[10] != state_format_info(o.m_format).file_code ||
       h[11] != state_format_info(o.v_format).file_code ||
+      h[12] != master_format_info(o.master).file_code ||
       bytes.size() != 1024 + width * size_t(o.count))
     throw Error(strf("checkpoint file %s has a bad header or size", path.c_str()));
 }
@@ -569,13 +593,15 @@ void entry_formats(const std::string& dir, const json& files, size_t n, Checkpoi
   for (const auto& [name, f] : files.items()) {
     if (name.rfind("optim", 0) != 0) continue;
     const OptimFile o = optim_file_entry(state_path, name, f, n);
-    if (!first && (o.m_format != cd->m_format || o.v_format != cd->v_format))
+    if (!first &&
+        (o.m_format != cd->m_format || o.v_format != cd->v_format || o.master != cd->master))
       throw Error(
-          strf("checkpoint state %s: the optimizer files store their moments in "
+          strf("checkpoint state %s: the optimizer files store their state in "
                "different formats",
                state_path.c_str()));
     cd->m_format = o.m_format;
     cd->v_format = o.v_format;
+    cd->master = o.master;
     first = false;
   }
 }
@@ -588,6 +614,7 @@ void load_moments(const std::string& dir, const json& files, size_t n, size_t be
   entry_formats(dir, files, n, cd);
   cd->m.assign(end - begin, 0.0f);
   cd->v.assign(end - begin, 0.0f);
+  cd->comp.assign(comp_bytes(cd->master) ? end - begin : 0, 0);
   std::vector<std::pair<size_t, size_t>> pieces;  // the [lo, hi) read from each file
   for (const auto& [name, f] : files.items()) {
     if (name.rfind("optim", 0) != 0) continue;
@@ -601,6 +628,10 @@ void load_moments(const std::string& dir, const json& files, size_t n, size_t be
     const char* vp = mp + state_format_bytes(o.m_format) * size_t(o.count);
     decode_moments(mp, o.m_format, false, lo - o.begin, hi - lo, cd->m.data() + (lo - begin));
     decode_moments(vp, o.v_format, true, lo - o.begin, hi - lo, cd->v.data() + (lo - begin));
+    if (!cd->comp.empty()) {
+      const char* cp = vp + state_format_bytes(o.v_format) * size_t(o.count);
+      memcpy(cd->comp.data() + (lo - begin), cp + 2 * (lo - o.begin), 2 * (hi - lo));
+    }
     pieces.push_back({lo, hi});
   }
   check_tiled(dir, std::move(pieces), begin, end);

@@ -7,19 +7,23 @@
 //   model.bin   the fp32 master weights as an llm.c version-3 model file
 //   optim.bin   256 int32 header ([0]=20261129, [1]=1, [2..3]=parameter count as int64,
 //               [10]=m's format, [11]=v's format: precision.state.*'s file codes,
-//               src/numerics/state_format.h, 0 = fp32 as in files from before the formats)
+//               src/numerics/state_format.h, 0 = fp32 as in files from before the formats;
+//               [12]=the master weights' format, src/numerics/master_format.h, 0 = fp32)
 //               then Adam m and v, each in its format's storage (fp32, or the bf16 / fp16
-//               codes the optimizer keeps, src/numerics/moment_format.h)
+//               codes the optimizer keeps, src/numerics/moment_format.h), then for
+//               bf16-kahan master weights their bf16 compensation (model.bin then holds the
+//               bf16 weights, which are the master's other half)
 //   optim_rank<R>.bin  instead of optim.bin under ZeRO-1, one per rank, written by that
 //               rank: header [0]=20261129, [1]=2, [2..3]=parameter count, [4..5]=first
 //               parameter, [6..7]=count, [8]=rank, [9]=world size (int64s little-endian),
-//               [10..11] the formats, then m and v of that range. A checkpoint of either
+//               [10..12] the formats, then m and v (and the compensation) of that range. A checkpoint of either
 //               kind resumes with or without sharding: each rank reads the range it owns
 //               from the files.
 //   state.json  step, run id, config, data-loader position, RNG states, counters, and
 //               the size and FNV-1a checksum of each binary file (src/training/run_state.h);
-//               an optimizer file's entry also names its range and its moments' formats
-//               ("adam_m", "adam_v"), so that every rank learns them from state.json alone
+//               an optimizer file's entry also names its range and its state's formats
+//               ("adam_m", "adam_v", "master"), so that every rank learns them from
+//               state.json alone
 //   manifest.json  written last: size and FNV-1a checksum of state.json (version 2)
 // It is written under a temporary name, every file fsync'ed, then renamed: a directory
 // named ckpt_* is always complete. This run's older ones beyond `keep` are removed
@@ -59,14 +63,21 @@ struct CheckpointData {
   // fp32 value), and the formats the checkpoint stores them in.
   std::vector<float> m, v;
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  // The master weights' format; for bf16-kahan the compensation's bf16 codes of the range
+  // (params then holds the bf16 weights).
+  MasterFormat master = MasterFormat::FP32;
+  std::vector<uint16_t> comp;
 };
 
 // Adam moments as the optimizer keeps them: `count` elements of m, then of v, each in its
 // format's storage (the backend's bytes, written as they are).
+// With bf16-kahan master weights, `count` bf16 codes of their compensation follow.
 struct MomentBytes {
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
   const void* m = nullptr;
   const void* v = nullptr;
+  MasterFormat master = MasterFormat::FP32;
+  const void* comp = nullptr;
 };
 
 // Writes a checkpoint for `step`; returns its directory. The vector form holds fp32 moments.
@@ -84,6 +95,7 @@ struct OptimFileRecord {
   int64_t begin = 0, count = 0;
   int32_t rank = 0, world = 1;
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  MasterFormat master = MasterFormat::FP32;
 };
 std::string checkpoint_tmp_dir(const std::string& out_dir, int64_t step);
 void prepare_checkpoint_dir(const std::string& out_dir, int64_t step);

@@ -11,6 +11,10 @@ namespace {
 std::string change_text(const char* key, StateFormat from, StateFormat to) {
   return strf("%s=%s (the checkpoint's %s)", key, state_format_name(to), state_format_name(from));
 }
+std::string change_text_master(MasterFormat from, MasterFormat to) {
+  return strf("precision.state.master=%s (the checkpoint's %s)", master_format_name(to),
+              master_format_name(from));
+}
 }  // namespace
 
 std::string moment_conversion_note(const CheckpointData& cd, const Config& cfg,
@@ -39,6 +43,42 @@ std::string moment_conversion_note(const CheckpointData& cd, const Config& cfg,
       "note: the checkpoint's Adam moments are rounded once, to nearest, into narrower formats "
       "(precision.state.allow_narrowing): %s",
       what.c_str());
+}
+
+namespace {
+// bf16-sr's master is the bf16 weights: fp32 holds them, bf16-kahan with a zero compensation.
+bool master_lossless(MasterFormat from, MasterFormat to) {
+  return from == to || from == MasterFormat::BF16SR;
+}
+}  // namespace
+
+std::string master_conversion_note(const CheckpointData& cd, const Config& cfg,
+                                   const std::string& dir) {
+  const MasterFormat to = cfg.precision.state.master;
+  if (cd.master == to) return "";
+  const std::string what = change_text_master(cd.master, to);
+  if (master_lossless(cd.master, to))
+    return strf("note: the checkpoint's master weights convert once, losing nothing: %s",
+                what.c_str());
+  if (!cfg.precision.state.allow_narrowing)
+    throw UsageError(strf(
+        "config key 'precision.state.master': resuming checkpoint %s with %s would round its "
+        "master weights (%s). Resume with precision.state.master=%s, or set "
+        "precision.state.allow_narrowing=true to round them once",
+        dir.c_str(), what.c_str(),
+        cd.master == MasterFormat::BF16Kahan ? "the compensation is dropped or rounded away"
+                                             : "fp32 values rounded to bf16",
+        master_format_name(cd.master)));
+  return strf(
+      "note: the checkpoint's master weights are rounded once, to nearest "
+      "(precision.state.allow_narrowing): %s",
+      what.c_str());
+}
+
+void merge_compensation(CheckpointData& cd, MasterFormat to, size_t begin) {
+  if (cd.master != MasterFormat::BF16Kahan || to == MasterFormat::BF16Kahan) return;
+  for (size_t i = 0; i < cd.comp.size() && begin + i < cd.params.size(); i++)
+    cd.params[begin + i] += bf16_to_f32(cd.comp[i]);
 }
 
 std::vector<char> encode_moments(const std::vector<float>& x, const MomentFormat& f) {

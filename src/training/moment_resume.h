@@ -26,6 +26,18 @@ namespace tg {
 std::string moment_conversion_note(const CheckpointData& cd, const Config& cfg,
                                    const std::string& dir);
 
+// The same for the master weights (precision.state.master): lossless are the same format,
+// bf16-sr into fp32 (model.bin holds the bf16 weights, which fp32 holds exactly) and bf16-sr
+// into bf16-kahan (a zero compensation); fp32 into a bf16 format rounds the weights, and
+// bf16-kahan into fp32 or bf16-sr rounds or drops its compensation: refused unless
+// precision.state.allow_narrowing=true.
+std::string master_conversion_note(const CheckpointData& cd, const Config& cfg,
+                                   const std::string& dir);
+// The fp32 master weights a checkpoint's data stands for, for a run keeping them in `to`:
+// bf16-kahan's compensation added to the bf16 weights of [begin, begin + cd.comp.size())
+// when `to` keeps none of its own (rounded once in fp32); the weights as they are otherwise.
+void merge_compensation(CheckpointData& cd, MasterFormat to, size_t begin);
+
 // x (fp32 moment values) encoded into format f's storage, rounded to nearest even (the
 // bytes an upload into the optimizer's tensor takes).
 std::vector<char> encode_moments(const std::vector<float>& x, const MomentFormat& f);

@@ -14,6 +14,7 @@
 #include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
+#include "state_telemetry.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cuda_library.h"
@@ -54,6 +55,20 @@ json machine_json(int cpus, double share) {
           {"cpus", cpus},
           {"others_cpu_share", nan_to_null(share)},
           {"shared", std::isfinite(share) ? json(share > kSharedMachineShare) : json(nullptr)}};
+}
+
+// The summary's "state": the optimizer state's formats (precision.state.*) and what they keep
+// per parameter beyond the compute weights (master weights, Adam's m and v).
+json state_json(const GPT& m, const Config& cfg) {
+  const auto& st = cfg.precision.state;
+  const size_t master = m.dtype() == DType::BF16 || m.dtype() == DType::F16
+                            ? master_format_info(m.master_format()).bytes
+                            : 0;
+  return {{"master", master_format_name(m.master_format())},
+          {"adam_m", state_format_name(st.adam_m)},
+          {"adam_v", state_format_name(st.adam_v)},
+          {"bytes_per_parameter",
+           master + state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v)}};
 }
 
 AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
@@ -214,7 +229,7 @@ void Trainer::setup_model() {
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   const PrecisionSpec spec = precision_spec(cfg_);
-  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments);
+  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
   const auto& lsc = c.precision.loss_scale;
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
@@ -359,9 +374,16 @@ void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
   const std::string state_path = join_path(v.dir, "state.json");
   // Every rank decides alike (the formats come from state.json), before anything changes.
   const std::string moments_note = moment_conversion_note(v.data, cfg_, v.dir);
-  if (!moments_note.empty()) printf("%s\n", moments_note.c_str());
+  const std::string master_note = master_conversion_note(v.data, cfg_, v.dir);
+  for (const std::string& note : {moments_note, master_note})
+    if (!note.empty()) printf("%s\n", note.c_str());
   train_loader_->set_position(s.data);
+  merge_compensation(v.data, model_->master_format(), model_->shard_begin());
   model_->set_params(v.data.params);
+  if (v.data.master == MasterFormat::BF16Kahan && model_->compensation()) {
+    v.data.comp.resize(model_->shard_size(), 0);
+    model_->set_compensation(v.data.comp);
+  }
   v.data.m.resize(model_->shard_size(), 0.0f);
   v.data.v.resize(model_->shard_size(), 0.0f);
   be_->upload(model_->adam_m(), encode_moments(v.data.m, model_->moment_formats().m).data());
@@ -379,7 +401,7 @@ void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
     scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
   } else {
     printf(
-        "note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
+        "note: the checkpoint was trained in %s; continuing in %s from its master weights\n",
         mode_name(s.mode), mode_name(cfg_.precision.mode));
   }
   precision_->load(s, state_path);
@@ -429,12 +451,13 @@ void Trainer::print_start() const {
                              .c_str()
                        : "");
   printf(
-      "device: %s%s, %d thread(s); precision %s (%s weights and activations, fp32 master "
-      "weights), loss scaling %s%s\n",
+      "device: %s%s, %d thread(s); precision %s (%s weights and activations, %s), loss "
+      "scaling %s%s\n",
       be_->name().c_str(),
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
       omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
-      scaler_.kind.c_str(), cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
+      master_format_info(m.master_format()).summary, scaler_.kind.c_str(),
+      cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
   const auto& st = cfg_.precision.state;
   if (st.adam_m != StateFormat::FP32 || st.adam_v != StateFormat::FP32)
     printf("optimizer state: Adam m in %s, v in %s: %zu bytes per parameter instead of 8\n",
@@ -462,12 +485,24 @@ StepResult Trainer::step() {
   r.scale = scaler_.scale;
   const double loss = sum_gradients(forward_backward(r), r.step);
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
-  if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
-    record_numerics(r.step, r.scale);
+  const bool telemetry =
+      cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
+  if (telemetry) record_numerics(r.step, r.scale);
   if (!std::isfinite(loss))
     throw Error(strf("training diverged at step %lld: the loss is %g (try a lower optim.lr)",
                      (long long)r.step, loss));
+  // What the state's formats do to this update (src/training/state_telemetry.h).
+  StateProbe probe;
+  if (telemetry) probe = state_probe_before(*model_);
   update(r);
+  if (telemetry && !r.skipped)
+    metrics_.write(json({{"kind", "state"},
+                         {"step", r.step},
+                         {"master", master_format_name(model_->master_format())},
+                         {"adam_m", state_format_name(cfg_.precision.state.adam_m)},
+                         {"adam_v", state_format_name(cfg_.precision.state.adam_v)},
+                         {"layers", state_probe_after(*model_, probe, cm_)}})
+                       .dump());
   end_step(r, loss, t0);
   return r;
 }
@@ -686,8 +721,10 @@ void Trainer::save() {
   }
   // The moments as the optimizer stores them (fp32, or bf16 / fp16 codes), written as they are.
   std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
+  std::vector<char> comp(model.compensation() ? model.compensation().bytes() : 0);
   const MomentBytes mb{cfg_.precision.state.adam_m, cfg_.precision.state.adam_v, m.data(),
-                       v.data()};
+                       v.data(), model.master_format(), comp.data()};
+  if (model.compensation()) be_->download(comp.data(), model.compensation());
   std::string dir;
   if (!model.sharded()) {
     be_->download(m.data(), model.adam_m());
@@ -794,9 +831,11 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
       {"peak_memory_bytes", be_->peak_bytes()},
       {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
-                                           m.attention_lse(), world_, m.moment_formats())
+                                           m.attention_lse(), world_, m.moment_formats(),
+                                           m.master_format())
                                    .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
+      {"state", state_json(m, cfg_)},
       {"skipped_steps", counters_.skipped_steps},
       {"final_loss_scale", scaler_.scale},
       {"loss_scale_kind", scaler_.kind},

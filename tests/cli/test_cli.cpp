@@ -17,10 +17,14 @@
 #include "src/base/fileio.h"
 #include "src/data/data.h"
 #include "src/training/checkpoint.h"
+#include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 
 using json = nlohmann::json;
+using tgt::check_same_losses;
+using tgt::has;
 using tgt::read_metrics;
+using tgt::run_mpi;
 using tgt::run_binary;
 using tgt::slurp;
 using tgt::tiny_args;
@@ -28,26 +32,12 @@ using tgt::toy_dir;
 
 namespace {
 
-bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-
 // Largest |loss_a / loss_b - 1| over the steps of two train-metric lists of equal length.
 double max_relative_loss_gap(const std::vector<json>& a, const std::vector<json>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); i++)
     worst = std::max(worst, std::fabs(a[i]["loss"].get<double>() / b[i]["loss"].get<double>() - 1));
   return worst;
-}
-
-// The train losses of two run directories are bit-identical, step by step (n steps each).
-void check_same_losses(const std::string& dir_a, const std::string& dir_b, size_t n) {
-  auto a = read_metrics(dir_a + "/metrics.jsonl", "train");
-  auto b = read_metrics(dir_b + "/metrics.jsonl", "train");
-  REQUIRE(a.size() == n);
-  REQUIRE(b.size() == n);
-  for (size_t i = 0; i < n; i++) {
-    INFO("step " << i + 1);
-    CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
-  }
 }
 
 }  // namespace
@@ -465,17 +455,6 @@ TEST_CASE("cli: numerics telemetry shows fp16 underflow that fp32 does not have"
   CHECK(sb["dact"]["zero_frac"].get<double>() > sa["dact"]["zero_frac"].get<double>());
 }
 
-namespace {
-// Runs train_gpt under mpirun with np processes (one thread each). Under the sanitizers,
-// leak checking is off for these processes only: OpenMPI's own libraries and plugins keep
-// allocations past MPI_Finalize, which LeakSanitizer would report as ours.
-int run_mpi(int np, const std::string& args, std::string* out) {
-  return tgt::run_shell(
-      "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np " +
-          std::to_string(np) + " " + tgt::binary() + " " + args + " --train.threads=1",
-      out);
-}
-}  // namespace
 
 TEST_CASE("mpi: 2 ranks x B train like 1 rank x 2B (fp32 and bf16)") {
   for (const char* mode : {"fp32", "bf16"}) {

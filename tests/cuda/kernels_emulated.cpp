@@ -26,6 +26,7 @@
 #include "kernels/encoder.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
+#include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
 
 using namespace emu_test;
@@ -963,6 +964,71 @@ TEST_CASE("AdamW: master, moments (every state format) and the 16-bit copy bit-e
         adamw_case<float>(c, rng, n, sr, fm, fv);
         adamw_case<bf16>(c, rng, n, sr, fm, fv);
         adamw_case<f16>(c, rng, n, sr, fm, fv);
+      }
+}
+
+// bf16 master weights (precision.state.master=bf16-sr / bf16-kahan): the bf16 weights are the
+// master, stored back stochastically or with their compensation, on both sides.
+void adamw_bf16_master_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, MasterFormat mf,
+                            StateFormat fm, StateFormat fv) {
+  CAPTURE(master_format_name(mf));
+  CAPTURE(state_format_name(fm));
+  CAPTURE(state_format_name(fv));
+  AdamWArgs a{};
+  a.lr = 3e-3f;
+  a.beta1 = 0.9f;
+  a.beta2 = 0.95f;
+  a.eps = 1e-8f;
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f;
+  a.step = 7;
+  a.rounding.stochastic = mf == MasterFormat::BF16SR;  // as weight_rounding makes it
+  a.rounding.seed = 4321;
+  a.rounding.offset = 55;
+  a.m_format = moment_format(fm, false);
+  a.v_format = moment_format(fv, true);
+  a.m_seed = 5678;
+  a.v_seed = 91011;
+  a.master = mf;
+  const bool kahan = mf == MasterFormat::BF16Kahan;
+  Buf<bf16> p(n + 1), g(n), rp(n), comp(n + 1), rcomp(n);
+  fill(g.p, n, rng);
+  fill(p.p, n, rng);
+  // A compensation as a store leaves it: the bf16 rounding of a residual below half a step.
+  for (size_t i = 0; i < n; i++) comp[i] = bf16{f32_to_bf16(f(p[i]) * 0x1p-10f * f(g[i]))};
+  copy(rp.p, p.p, n);
+  copy(rcomp.p, comp.p, n);
+  std::vector<float> m0(n), v0(n);
+  fill(m0.data(), n, rng, 0.1f);
+  for (size_t i = 0; i < n; i++) v0[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
+  MomentBufs m(a.m_format, m0), v(a.v_format, v0);
+  gpu::adamw(emu_ctx(), DType::BF16, p.p, kahan ? comp.p : nullptr, g.p, m.dev.p, v.dev.p, n, a);
+  wait_device();
+  m.typed_ref([&](auto* rm) {
+    v.typed_ref([&](auto* rv) {
+      cpu::adamw_bf16_master(C(rp.p), kahan ? C(rcomp.p) : nullptr, C(g.p), rm, rv, n, a);
+    });
+  });
+  CHECK(bit_diffs(p.p, rp.p, n) == 0);
+  CHECK(bit_diffs(comp.p, rcomp.p, n) == 0);
+  CHECK(std::memcmp(m.dev.p, m.ref.p, n * m.width) == 0);
+  CHECK(std::memcmp(v.dev.p, v.ref.p, n * v.width) == 0);
+  CHECK(all_poison(p.p + n, 1));
+  CHECK(all_poison(comp.p + n, 1));
+  CHECK(all_poison(m.dev.p + n * m.width, m.width));
+  CHECK(all_poison(v.dev.p + n * v.width, v.width));
+  check_emu();
+}
+
+TEST_CASE("AdamW: bf16 master weights (bf16-sr, bf16-kahan) bit-exact vs the CPU") {
+  std::mt19937 rng(12);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
+    for (MasterFormat mf : {MasterFormat::BF16SR, MasterFormat::BF16Kahan})
+      for (const auto& [fm, fv] : {std::pair{StateFormat::FP32, StateFormat::FP32},
+                                   std::pair{StateFormat::BF16SR, StateFormat::FP16}}) {
+        CAPTURE(n);
+        adamw_bf16_master_case(c, rng, n, mf, fm, fv);
       }
 }
 

@@ -535,11 +535,11 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
     const double norm = std::sqrt(double(c[0]));
     a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
     if (!skip)
-      tg::gpu::launch(tg::gpu::adamw_kernel<float, float, float>, 4, 256, 0, nullptr, dw1, dw1, dg,
-                      dm1, dv1, n, a);
+      tg::gpu::launch(tg::gpu::adamw_kernel<float, float, float>, 4, 256, 0, nullptr, dw1,
+                      tg::gpu::MasterPtrs{dw1, nullptr}, dg, dm1, dv1, n, a);
     a.grad_scale = 0.f;  // must not be used
-    tg::gpu::launch(tg::gpu::adamw_device_kernel<float, float, float>, 4, 256, 0, nullptr, dw2, dw2,
-                    dg, dm2, dv2, n, a, d);
+    tg::gpu::launch(tg::gpu::adamw_device_kernel<float, float, float>, 4, 256, 0, nullptr, dw2,
+                    tg::gpu::MasterPtrs{dw2, nullptr}, dg, dm2, dv2, n, a, d);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     tg::LossScaleDevice got;
     cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);

@@ -6,7 +6,9 @@
 // (src/numerics/moment_format.h: fp32 as they are, bf16 to nearest even or stochastically,
 // fp16 scaled and v as its square root); the update itself uses the fp32 values of this step.
 // Then params (the copy the model computes with) receives master rounded to its type, to
-// nearest even or stochastically. weight_decay is 0 for the tensors that take none (biases,
+// nearest even or stochastically. adamw_bf16_master keeps no fp32 master
+// (precision.state.master, src/numerics/master_format.h): the bf16 weights are the master,
+// stored back stochastically (bf16-sr) or with their compensation (bf16-kahan, adamw_math.h). weight_decay is 0 for the tensors that take none (biases,
 // layernorm), chosen by the caller per tensor.
 //
 // global norm: sum of squares accumulated in fp64 per thread block and added in thread
@@ -58,8 +60,11 @@ inline S store_moment(M x, const MomentFormat& f, uint64_t seed, uint64_t index)
 }
 }  // namespace
 
-template <typename P, typename G, typename M, typename SM, typename SV>
-void adamw(P* params, M* master, const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a) {
+// The loop every master format shares: element i's weight read by load_w(i) and the updated
+// one handed to store_w(i, w); the moments read and stored in their formats.
+template <typename M, typename G, typename SM, typename SV, typename LoadW, typename StoreW>
+void adamw_loop(const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a, LoadW load_w,
+                StoreW store_w) {
   const M b1 = a.beta1, b2 = a.beta2;
   const AdamWConsts<M> k{b1,
                          b2,
@@ -72,13 +77,37 @@ void adamw(P* params, M* master, const G* grads, SM* m, SV* v, size_t n, const A
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
     const M g = M(ld(grads[i])) * M(a.grad_scale);
-    M mi = load_moment<M>(m[i], fm), vi = load_moment<M>(v[i], fv), w = master[i];
+    M mi = load_moment<M>(m[i], fm), vi = load_moment<M>(v[i], fv), w = load_w(i);
     adamw_math(g, mi, vi, w, k);
     m[i] = store_moment<SM>(mi, fm, a.m_seed, a.rounding.offset + i);
     v[i] = store_moment<SV>(vi, fv, a.v_seed, a.rounding.offset + i);
-    master[i] = w;
-    params[i] = round_to<P>(acc_t<P>(w), a.rounding, i);
+    store_w(i, w);
   }
+}
+
+template <typename P, typename G, typename M, typename SM, typename SV>
+void adamw(P* params, M* master, const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a) {
+  adamw_loop<M>(
+      grads, m, v, n, a, [&](size_t i) { return master[i]; },
+      [&](size_t i, M w) {
+        master[i] = w;
+        params[i] = round_to<P>(acc_t<P>(w), a.rounding, i);
+      });
+}
+
+template <typename SM, typename SV>
+void adamw_bf16_master(bf16* params, bf16* comp, const bf16* grads, SM* m, SV* v, size_t n,
+                       const AdamWArgs& a) {
+  if (comp) {  // bf16-kahan
+    adamw_loop<float>(
+        grads, m, v, n, a, [&](size_t i) { return kahan_load(params[i].bits, comp[i].bits); },
+        [&](size_t i, float w) { kahan_store(w, params[i].bits, comp[i].bits); });
+    return;
+  }
+  // bf16-sr: the caller's rounding is stochastic (weight_rounding)
+  adamw_loop<float>(
+      grads, m, v, n, a, [&](size_t i) { return bf16_to_f32(params[i].bits); },
+      [&](size_t i, float w) { params[i] = round_to<bf16>(w, a.rounding, i); });
 }
 
 template <typename D, typename S>
@@ -119,6 +148,14 @@ TG_ADAMW_MOMENTS(float)
 TG_ADAMW_MOMENTS(bf16)
 TG_ADAMW_MOMENTS(f16)
 #undef TG_ADAMW_MOMENTS
+#define TG_ADAMW_BF16_MASTER(SM, SV)                                                      \
+  template void adamw_bf16_master<SM, SV>(bf16*, bf16*, const bf16*, SM*, SV*, size_t, \
+                                          const AdamWArgs&);
+TG_ADAMW_BF16_MASTER(float, float)
+TG_ADAMW_BF16_MASTER(float, uint16_t)
+TG_ADAMW_BF16_MASTER(uint16_t, float)
+TG_ADAMW_BF16_MASTER(uint16_t, uint16_t)
+#undef TG_ADAMW_BF16_MASTER
 #undef TG_ADAMW
 template void adamw<double, double, double, double, double>(double*, double*, const double*,
                                                             double*, double*, size_t,

@@ -46,9 +46,12 @@ AdamWParams adamw_params(const AdamWArgs& a) {
 }
 }  // namespace
 
-void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, void* m, void* v,
+void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void* m, void* v,
            size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
   const AdamWParams p = adamw_params(a);
+  const MasterPtrs w{a.master == MasterFormat::FP32 ? static_cast<float*>(master) : nullptr,
+                     a.master == MasterFormat::BF16Kahan ? static_cast<uint16_t*>(master)
+                                                         : nullptr};
   dispatch("adamw", pt, [&](auto tag) {
     using E = decltype(tag);
     moment_storage(a.m_format, [&](auto* mtag) {
@@ -59,10 +62,10 @@ void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, voi
         SV* pv = static_cast<SV*>(v);
         if (d)
           launch(adamw_device_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream,
-                 static_cast<E*>(params), master, static_cast<const E*>(grads), pm, pv, n, p, d);
+                 static_cast<E*>(params), w, static_cast<const E*>(grads), pm, pv, n, p, d);
         else
           launch(adamw_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream,
-                 static_cast<E*>(params), master, static_cast<const E*>(grads), pm, pv, n, p);
+                 static_cast<E*>(params), w, static_cast<const E*>(grads), pm, pv, n, p);
         TG_LAUNCH_CHECK();
       });
     });
