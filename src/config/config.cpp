@@ -623,6 +623,13 @@ void validate_state(const Config& c, Err err) {
         "rounding loses): set one of them");
 }
 
+void config_validate_run(const Config& c, int world) {
+  config_validate(c, world);
+  validate_state(c, [](const char* key, const std::string& msg) {
+    throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
+  });
+}
+
 void config_validate(const Config& c, int world) {
   for (const auto& k : table()) {
     with_field(c, k, [&](const auto& v) {
@@ -656,7 +663,6 @@ void config_validate(const Config& c, int world) {
       !is_block_scaled(c.precision.mode))
     err("precision.recipe.smooth",
         strf("needs a block-scaled precision.mode or auto, not %s", mode_name(c.precision.mode)));
-  validate_state(c, err);
   std::vector<InjectedOutlier> io;
   std::string why;
   if (!parse_inject_outlier(c.precision.inject_outlier, &io, &why))

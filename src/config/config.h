@@ -165,6 +165,10 @@ void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& 
 void config_set(Config& cfg, const std::string& key, const std::string& value);
 // Range checks of single keys and consistency between keys; `world` is the rank count.
 void config_validate(const Config& cfg, int world = 1);
+// config_validate, and what only one run's mode decides: bf16 master weights
+// (precision.state.master) need a mode with bf16 weights. `memory` and `compare`, which plan
+// several modes under one config, apply the master to the modes that have them.
+void config_validate_run(const Config& cfg, int world = 1);
 // precision.inject_outlier parsed: comma-separated entries LAYER:CHANNEL:FACTOR, where LAYER
 // may be '*' (every layer) and CHANNEL may be C%P (every channel c with c mod P = C, one per
 // block of P channels). "" is no entry. False, with *why saying what is wrong, when the text

@@ -233,26 +233,30 @@ struct StateSpec {
   const char* what;
   Overlay overlay;
 };
-Overlay state_overlay(const char* master, const char* m, const char* v) {
-  return {{"precision.state.master", master},
-          {"precision.state.adam_m", m},
-          {"precision.state.adam_v", v}};
+Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v) {
+  return {{"precision.state.master", master_format_name(master)},
+          {"precision.state.adam_m", state_format_name(m)},
+          {"precision.state.adam_v", state_format_name(v)}};
 }
 // clang-format off
 const std::vector<StateSpec>& state_studies() {
+  using MF = MasterFormat;
+  using SF = StateFormat;
   static const std::vector<StateSpec> all = {
-      {"fp32", "fp32 master weights and Adam moments", state_overlay("fp32", "fp32", "fp32")},
-      {"moments-bf16", "Adam moments in bf16 (nearest)", state_overlay("fp32", "bf16", "bf16")},
+      // fp32 state: the plain mode's run (run_name).
+      {state_format_name(SF::FP32), "fp32 master weights and Adam moments",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32)},
+      {"moments-bf16", "Adam moments in bf16 (nearest)", state_overlay(MF::FP32, SF::BF16, SF::BF16)},
       {"moments-bf16sr", "Adam moments in bf16 with stochastic rounding",
-       state_overlay("fp32", "bf16-sr", "bf16-sr")},
+       state_overlay(MF::FP32, SF::BF16SR, SF::BF16SR)},
       {"moments-fp16", "Adam moments in fp16 (m and sqrt(v) scaled by 2^12)",
-       state_overlay("fp32", "fp16", "fp16")},
+       state_overlay(MF::FP32, SF::FP16, SF::FP16)},
       {"master-bf16sr", "the bf16 weights as master weights, stochastic rounding (no fp32 copy)",
-       state_overlay("bf16-sr", "fp32", "fp32")},
+       state_overlay(MF::BF16SR, SF::FP32, SF::FP32)},
       {"master-kahan", "the bf16 weights plus a bf16 compensation as master weights",
-       state_overlay("bf16-kahan", "fp32", "fp32")},
+       state_overlay(MF::BF16Kahan, SF::FP32, SF::FP32)},
       {"bf16sr-all", "bf16-sr master weights and bf16-sr Adam moments",
-       state_overlay("bf16-sr", "bf16-sr", "bf16-sr")},
+       state_overlay(MF::BF16SR, SF::BF16SR, SF::BF16SR)},
   };
   return all;
 }
@@ -290,11 +294,12 @@ std::string state_study_of(const Config& c) {
   return "";
 }
 
-// Whether mode `mode` can keep state `st` (bf16 master weights need bf16 weights).
-bool state_fits_mode(const StateSpec& st, const Config& base, Mode mode) {
+// Whether mode `mode` can keep state `st` (null: the config's own): bf16 master weights need
+// bf16 weights.
+bool state_fits_mode(const Config& base, Mode mode, const StateSpec* st) {
   Config c = base;
-  apply_state(c, st);
-  return c.precision.state.master == MasterFormat::FP32 || mode_dtype(mode) == DType::BF16;
+  if (st) apply_state(c, *st);
+  return !master_in_weights(c.precision.state.master) || mode_dtype(mode) == DType::BF16;
 }
 
 // A run's name: the mode's, and "+<state>" for a state choice other than fp32 state (which is
@@ -501,18 +506,19 @@ int cmd_compare(int argc, char** argv) {
 
   // Every mode x state x seed (the states a mode cannot keep skipped, said).
   std::vector<std::pair<std::string, const StateSpec*>> plan;
-  for (const std::string& mode : a.modes) {
-    if (a.states.empty()) plan.push_back({mode, nullptr});
-    for (const std::string& name : a.states) {
-      const StateSpec& st = find_state_study(name);
-      if (state_fits_mode(st, a.base, find_compare_mode(mode).mode))
-        plan.push_back({mode, &st});
-      else
-        printf("compare: %s skipped: %s keeps bf16 master weights, and %s's weights are not "
-               "bf16\n",
-               run_name(mode, name).c_str(), name.c_str(), mode.c_str());
+  std::vector<const StateSpec*> states;
+  for (const std::string& name : a.states) states.push_back(&find_state_study(name));
+  if (states.empty()) states.push_back(nullptr);
+  for (const std::string& mode : a.modes)
+    for (const StateSpec* st : states) {
+      if (state_fits_mode(a.base, find_compare_mode(mode).mode, st)) {
+        plan.push_back({mode, st});
+        continue;
+      }
+      printf("compare: %s skipped: its master weights are bf16 (precision.state.master), and "
+             "%s's weights are not\n",
+             run_name(mode, st ? st->name : "").c_str(), mode.c_str());
     }
-  }
   if (plan.empty()) throw UsageError("compare: no mode can keep any of --states");
   Progress progress;
   progress.total = int(plan.size()) * a.nseeds;

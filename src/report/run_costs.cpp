@@ -6,6 +6,8 @@
 #include "src/base/cpu_load.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/model/model.h"
+#include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 
 namespace tg {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "src/model/model.h"
+#include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
 
 namespace tg {

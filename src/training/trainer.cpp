@@ -184,7 +184,7 @@ void Trainer::setup_comm_and_backend() {
   // Only rank 0 talks and writes; the others train in silence.
   if (rank_ != 0 && !freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a non-zero rank");
-  config_validate(cfg_, world_);
+  config_validate_run(cfg_, world_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
 }
 

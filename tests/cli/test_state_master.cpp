@@ -116,7 +116,7 @@ TEST_CASE("cli: a bf16 master needs bf16 weights; bf16-kahan and stochastic roun
                    &out) == 2);
   CHECK(has(out, "config key 'precision.stochastic_rounding'"));
   CHECK(run_binary(tiny_args(d.path) + kBf16 + master_arg("bf16"), &out) == 2);
-  CHECK(has(out, "unknown master format 'bf16'"));
+  CHECK(has(out, "'precision.state.master' on the command line: 'bf16' is not allowed"));
 }
 
 TEST_CASE("cli: memory plans the master weights in their format") {
