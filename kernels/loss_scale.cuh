@@ -30,8 +30,8 @@ static __global__ void loss_scale_step_kernel(LossScaleDevice* d, const float* c
 
 // adamw_kernel with a.grad_scale taken from d->step.grad_scale; nothing changes when the step
 // is skipped. (lr and the bias corrections still come from the host.)
-template <typename P>
-__global__ void adamw_device_kernel(P* params, float* master, const P* grads, float* m, float* v,
+template <typename P, typename SM, typename SV>
+__global__ void adamw_device_kernel(P* params, MasterPtrs master, const P* grads, SM* m, SV* v,
                                     size_t n, AdamWParams a, const LossScaleDevice* d) {
   if (d->step.skip) return;
   const float gs = d->step.grad_scale;

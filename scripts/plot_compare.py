@@ -19,7 +19,11 @@ right the outlier input channels of each linear. And per block-scaled mode with 
 telemetry OUT_DIR/quant_<mode>.png (first seed): rows are the quantized GEMM operands of
 every layer's block linears, columns the sampled steps; left the SQNR of the run's own
 recipe, middle the share of elements that quantize to zero, right the share of scale
-groups with a clipped element.
+groups with a clipped element. And per mode with numerics telemetry OUT_DIR/state_<mode>.png
+(first seed): rows are the parameter tensors per layer, columns the sampled steps; left the
+share of updates the stored master weights lost to rounding (stagnation), middle log10 of
+the update-to-weight ratio, right the share of Adam's stored moments that underflowed to
+zero or saturated.
 """
 import json
 import math
@@ -52,7 +56,7 @@ def save(fig, path, dpi):
 
 
 def read_metrics(path):
-    train, val, numerics, auto, quant = [], [], [], [], []
+    train, val, numerics, auto, quant, state = [], [], [], [], [], []
     with open(path) as f:
         for line in f:
             try:
@@ -69,7 +73,9 @@ def read_metrics(path):
                 auto.append(r)
             elif r.get("kind") == "quant":
                 quant.append(r)
-    return train, val, numerics, auto, quant
+            elif r.get("kind") == "state":
+                state.append(r)
+    return train, val, numerics, auto, quant, state
 
 
 def load(out_dir, wanted):
@@ -186,6 +192,9 @@ def main():
         quant = runs[min(runs)][4]
         if quant:
             plot_quant(name, quant, os.path.join(out_dir, f"quant_{name}.png"))
+        state = runs[min(runs)][5]
+        if state:
+            plot_state(name, state, os.path.join(out_dir, f"state_{name}.png"))
 
 
 def numerics_rows(rec):
@@ -232,6 +241,57 @@ def plot_numerics(name, numerics, path):
     ax2.set_title(f"{name}: log10 |max| (white: all zero)")
     fig.colorbar(im1, ax=ax1, fraction=0.04)
     fig.colorbar(im2, ax=ax2, fraction=0.04)
+    fig.tight_layout()
+    save(fig, path, 100)
+
+
+def state_rows(rec):
+    """(row label, {statistic: value}) per parameter tensor and layer of one state record."""
+    rows = []
+    for pname, per in rec["layers"].items():
+        n = len(per["stagnation"])
+        for i in range(n):
+            rows.append((f"L{i} {pname}" if n > 1 else pname, {k: per[k][i] for k in per}))
+    return rows
+
+
+def plot_state(name, records, path):
+    """What the optimizer state's formats do to an update, per parameter and layer over the
+    sampled steps: the share of updates lost to the master format's rounding, the
+    update-to-weight ratio, and the moments' underflow or saturation."""
+    labels = [lab for lab, _ in state_rows(records[0])]
+    steps = [r["step"] for r in records]
+    stag = [[float("nan")] * len(steps) for _ in labels]
+    ratio = [[float("nan")] * len(steps) for _ in labels]
+    lost = [[float("nan")] * len(steps) for _ in labels]
+    for j, rec in enumerate(records):
+        for i, (lab, st) in enumerate(state_rows(rec)):
+            if i >= len(labels) or lab != labels[i]:
+                continue
+            stag[i][j] = st["stagnation"]
+            r = st["update_ratio"]
+            ratio[i][j] = math.log10(r) if r > 0 else float("nan")
+            lost[i][j] = max(st["m_underflow"], st["v_underflow"], st["m_saturation"],
+                             st["v_saturation"])
+    rec = records[0]
+    height = max(4.0, 0.16 * len(labels) + 1.5)
+    fig, axes = plt.subplots(1, 3, figsize=(17, height), sharey=True)
+    panels = [
+        (stag, "magma", 0, 1, f"{name}: share of updates lost (master {rec['master']})"),
+        (ratio, "viridis", -6, -1, f"{name}: log10 rms(update) / rms(weight)"),
+        (lost, "magma", 0, 1,
+         f"{name}: moments zero or saturated (m {rec['adam_m']}, v {rec['adam_v']})"),
+    ]
+    for ax, (data, cmap, lo, hi, title) in zip(axes, panels):
+        im = ax.imshow(data, aspect="auto", cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
+        ticks = list(range(0, len(steps), max(1, len(steps) // 8)))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
+        ax.set_xlabel("step")
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.04)
+    axes[0].set_yticks(range(len(labels)))
+    axes[0].set_yticklabels(labels, fontsize=6)
     fig.tight_layout()
     save(fig, path, 100)
 

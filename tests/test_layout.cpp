@@ -11,9 +11,10 @@
 //   one per key, read as data).
 // - A precision mode's name is spelled in the registry only (src/numerics/precision_mode.cpp):
 //   no other file has a string literal equal to a mode name, except the storage types' own
-//   names (dtype_name in src/base/common.cpp: fp32, bf16, fp16) and "auto", which is also a
-//   value of other keys (train.device, loss scaling, cpu.gemm...); and no file compares a
-//   mode read as a string.
+//   names (fp32, bf16, fp16) where they name storage types: dtype_name in src/base/common.cpp
+//   and the registry of optimizer-state formats (src/numerics/state_format.cpp), and "auto",
+//   which is also a value of other keys (train.device, loss scaling, cpu.gemm...); and no file
+//   compares a mode read as a string.
 //
 // The function scan relies on the code's format (clang-format, Google style, `make format`):
 // a function defined at namespace scope starts at column 0 and its body closes with a "}" at
@@ -279,7 +280,9 @@ TEST_CASE("layout: the function scan finds a long function and ignores types and
 }
 
 TEST_CASE("layout: a precision mode's name is spelled in the registry only") {
-  const std::string registry = "src/numerics/precision_mode.cpp", types = "src/base/common.cpp";
+  const std::string registry = "src/numerics/precision_mode.cpp", types = "src/base/common.cpp",
+                    state_formats = "src/numerics/state_format.cpp",
+                    master_formats = "src/numerics/master_format.cpp";
   std::set<std::string> modes;
   for (const tg::ModeInfo& m : tg::precision_modes()) modes.insert(m.name);
   REQUIRE(modes.size() >= 10);
@@ -293,7 +296,9 @@ TEST_CASE("layout: a precision mode's name is spelled in the registry only") {
         continue;
       }
       const bool storage_type = lit == "fp32" || lit == "bf16" || lit == "fp16";
-      if (lit == "auto" || (storage_type && f == types)) continue;
+      if (lit == "auto" ||
+          (storage_type && (f == types || f == state_formats || f == master_formats)))
+        continue;
       FAIL_CHECK(f.string() << " spells the mode name \"" << lit << "\" (use Mode and mode_name)");
     }
     // A mode read back as a string and compared: precision.mode == "..." and the like.

@@ -22,6 +22,8 @@
 
 #include "src/base/common.h"
 #include "src/numerics/loss_scaler.h"
+#include "src/numerics/master_format.h"
+#include "src/numerics/moment_format.h"
 #include "src/numerics/operand_view.h"
 #include "src/numerics/recipe.h"
 
@@ -82,6 +84,16 @@ struct AdamWArgs {
   float grad_scale;   // multiplies every gradient first (clipping, 1/loss-scale)
   int step;           // 1-based, for bias correction
   Rounding rounding;  // of the updated master weight into the compute copy
+  // How m and v are stored (src/numerics/moment_format.h; the tensors' dtypes agree), and the
+  // seeds of their stochastic rounding: element i of m draws sr_hash(m_seed, rounding.offset +
+  // i), the index the weight's own rounding uses, so that every backend and every ZeRO-1
+  // sharding draws the same bits. GPT::adamw_step sets the formats from the model's own.
+  MomentFormat m_format{}, v_format{};
+  uint64_t m_seed = 0, v_seed = 0;
+  // Where the master weights live (src/numerics/master_format.h): an fp32 copy (the `master`
+  // tensor of adamw), or the bf16 weights themselves (bf16-sr: `master` is unused and
+  // `rounding` is stochastic; bf16-kahan: `master` is the bf16 compensation buffer).
+  MasterFormat master = MasterFormat::FP32;
 };
 
 // Per-tensor FP8 quantization of one matmul operand: q = sat(x * scale) in E4M3 (forward
@@ -320,7 +332,10 @@ class Backend {
     throw Error(name() + " has no device loss scaler");
   }
   // AdamW on master weights (fp32); params receives the updated weights rounded to its type
-  // (params may be master itself).
+  // (params may be master itself). With a.master = bf16-sr / bf16-kahan the bf16 params are
+  // the master weights and `master` is unused / their compensation buffer. m and v are stored per a.m_format / a.v_format (their
+  // tensors' dtype: fp32, bf16 or fp16): read widened to fp32, updated in fp32, stored back
+  // rounded (src/numerics/moment_format.h).
   virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                      const AdamWArgs& a) = 0;
   virtual TensorStats stats(Tensor t) = 0;

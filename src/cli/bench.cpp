@@ -63,7 +63,8 @@ struct BenchArgs {
 double time_step(Backend& be, const BenchCase& bc, const Config& cfg, int warmup, int iters) {
   LossScaler scaler;  // none: the bench measures the step, not the scaler
   int64_t opt_step = 0;
-  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(cfg.precision.mode));
+  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(cfg.precision.mode), {},
+            precision_spec(cfg).moments);
   PrecisionRuntime precision(cfg, be, model, bc.B * bc.T);
   model.init_random(1);
   Rng r(2);

@@ -334,7 +334,8 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
     if (!is_block_scaled(mode)) continue;
     const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
     const QuantMemoryPlan q = plan_quantized_linears(mc, r, B, T);
-    const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks,
+                                     precision_spec(cfg).moments, mode_master(cfg, mode));
     if (!header) {
       printf(
           "\nBlock-scaled modes on a native path (quantized copies of the block linears' "
@@ -459,6 +460,9 @@ int cmd_memory(int argc, char** argv) {
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
          zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
          lse ? ", flash attention" : "");
+  // Adam's moments as precision.state.* store them (the optimizer column).
+  const MomentFormats moments = precision_spec(cfg).moments;
+  const auto& st = cfg.precision.state;
   printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };
@@ -470,7 +474,8 @@ int cmd_memory(int argc, char** argv) {
     if (name.empty()) continue;
     const Mode mode = parse_mode(name, "precision.mode");
     modes.push_back(mode);
-    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks);
+    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks, moments,
+                               mode_master(cfg, mode));
     plans.push_back({name, p});
     printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
@@ -478,7 +483,13 @@ int cmd_memory(int argc, char** argv) {
   }
   printf(
       "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
-      "\"reduction\" is the staging of the gradient reduction over ranks.\n");
+      "\"optimizer\" is Adam's m (%s) and v (%s), %zu bytes per parameter%s; \"reduction\" is "
+      "the staging of the gradient reduction over ranks; \"master\" is the master weights "
+      "(precision.state.master=%s in the modes with bf16 weights: %s).\n",
+      state_format_name(st.adam_m), state_format_name(st.adam_v),
+      state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v),
+      zero_ranks > 1 ? " of this rank's shard" : "", master_format_name(st.master),
+      master_format_info(st.master).summary);
   print_memory_fit(cfg, plans, zero_ranks);
   print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);
   return 0;

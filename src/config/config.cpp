@@ -34,9 +34,10 @@ enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList }
 // A key's field inside Config, typed: one alternative per type a key may have.
 template <typename T>
 using Getter = T& (*)(Config&);
-using FieldRef =
-    std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
-                 Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>>;
+using FieldRef = std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>,
+                              Getter<std::string>, Getter<std::vector<int>>, Getter<Mode>,
+                              Getter<std::vector<Mode>>, Getter<StateFormat>,
+                              Getter<MasterFormat>>;
 
 struct KeyDef {
   const char* name;
@@ -72,6 +73,10 @@ template <>
 struct KindOf<Mode> : KindIs<Kind::Choice> {};
 template <>
 struct KindOf<std::vector<Mode>> : KindIs<Kind::ChoiceList> {};
+template <>
+struct KindOf<StateFormat> : KindIs<Kind::Choice> {};
+template <>
+struct KindOf<MasterFormat> : KindIs<Kind::Choice> {};
 static_assert(KindOf<int64_t>::kind == Kind::Int64 && KindOf<Mode>::kind == Kind::Choice,
               "a key's kind follows from its field's type");
 
@@ -168,6 +173,10 @@ const std::vector<KeyDef>& table() {
       key("precision.auto.window", TG_FIELD(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"),
       key("precision.auto.outlier_k", TG_FIELD(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"),
       key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
+      key("precision.state.adam_m", TG_FIELD(precision.state.adam_m), 0, 0, state_format_names(), "storage of Adam's first moment: fp32, bf16 (nearest even), bf16-sr (stochastic rounding, seeded per step and element) or fp16 (scaled by 2^12; docs/precision.md)"),
+      key("precision.state.adam_v", TG_FIELD(precision.state.adam_v), 0, 0, state_format_names(), "storage of Adam's second moment: as adam_m; fp16 stores sqrt(v) scaled by 2^12"),
+      key("precision.state.master", TG_FIELD(precision.state.master), 0, 0, master_format_names(), "where the master weights live: fp32 (a copy beside the compute weights), bf16-sr (the bf16 weights themselves, updates stored with stochastic rounding; no copy) or bf16-kahan (the bf16 weights plus a bf16 compensation buffer); the bf16 ones need bf16 weights (docs/precision.md)"),
+      key("precision.state.allow_narrowing", TG_FIELD(precision.state.allow_narrowing), 0, 0, {}, "resume may convert a checkpoint's Adam moments or master weights into formats that cannot hold them exactly (rounded once, to nearest); without it such a resume is refused (widening is always allowed)"),
       key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
       key("precision.inject_nonfinite_step", TG_FIELD(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"),
       key("precision.inject_outlier", TG_FIELD(precision.inject_outlier), 0, 0, {}, "LAYER:CHANNEL:FACTOR[,...]: a fresh run multiplies that layer's ln2 gain of that channel by FACTOR, making the channel an outlier of the fc input; LAYER * is every layer, CHANNEL C%P every channel c with c mod P = C (e.g. *:5%16:20) (\"\": off)"),
@@ -241,6 +250,8 @@ std::string text_of(double v) {
 std::string text_of(bool v) { return v ? "true" : "false"; }
 std::string text_of(const std::string& v) { return v; }
 std::string text_of(Mode v) { return mode_name(v); }
+std::string text_of(StateFormat v) { return state_format_name(v); }
+std::string text_of(MasterFormat v) { return master_format_name(v); }
 template <typename T>
 std::string text_of(const std::vector<T>& v) {
   std::string s;
@@ -330,6 +341,10 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
       f = out;
     } else if constexpr (std::is_same_v<T, Mode>) {
       f = parse_mode(json_choice(k, v, origin), k.name);
+    } else if constexpr (std::is_same_v<T, StateFormat>) {
+      f = parse_state_format(json_choice(k, v, origin), k.name);
+    } else if constexpr (std::is_same_v<T, MasterFormat>) {
+      f = parse_master_format(json_choice(k, v, origin), k.name);
     } else {
       static_assert(std::is_same_v<T, std::vector<Mode>>, "a key type set_json does not read");
       std::vector<Mode> out;
@@ -588,6 +603,33 @@ bool parse_inject_outlier(const std::string& s, std::vector<InjectedOutlier>* ou
   return true;
 }
 
+// precision.state.*: bf16 master weights are the bf16 compute weights, so the mode must compute
+// with bf16 weights; bf16-kahan stores to nearest with its compensation, which leaves nothing for
+// precision.stochastic_rounding to round.
+template <typename Err>
+void validate_state(const Config& c, Err err) {
+  const MasterFormat master = c.precision.state.master;
+  if (!master_in_weights(master)) return;
+  const DType w = mode_info(c.precision.mode).storage;
+  if (w != DType::BF16)
+    err("precision.state.master",
+        strf("%s keeps the master weights in the bf16 weights, but precision.mode=%s computes "
+             "with %s weights (use a mode with bf16 weights: bf16, fp8, mxfp8, nvfp4, ...)",
+             master_format_name(master), mode_name(c.precision.mode), dtype_name(w)));
+  if (master == MasterFormat::BF16Kahan && c.precision.stochastic_rounding)
+    err("precision.stochastic_rounding",
+        "true rounds an fp32 master into the weights stochastically; with "
+        "precision.state.master=bf16-kahan there is no fp32 master (the compensation keeps what "
+        "rounding loses): set one of them");
+}
+
+void config_validate_run(const Config& c, int world) {
+  config_validate(c, world);
+  validate_state(c, [](const char* key, const std::string& msg) {
+    throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
+  });
+}
+
 void config_validate(const Config& c, int world) {
   for (const auto& k : table()) {
     with_field(c, k, [&](const auto& v) {
@@ -646,6 +688,10 @@ json config_to_json(const Config& c) {
       using T = std::decay_t<decltype(v)>;
       if constexpr (std::is_same_v<T, Mode>) {
         return mode_name(v);
+      } else if constexpr (std::is_same_v<T, StateFormat>) {
+        return state_format_name(v);
+      } else if constexpr (std::is_same_v<T, MasterFormat>) {
+        return master_format_name(v);
       } else if constexpr (std::is_same_v<T, std::vector<Mode>>) {
         json names = json::array();
         for (Mode m : v) names.push_back(mode_name(m));

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "src/numerics/precision_mode.h"
+#include "src/numerics/master_format.h"
+#include "src/numerics/state_format.h"
 
 namespace tg {
 
@@ -117,6 +119,14 @@ struct Config {
       double outlier_k = 8;            // input channels above k x the median channel are outliers
       std::string outliers = "split";  // split: outlier channels unquantized | smooth | none
     } auto_;
+    // How the optimizer state is stored (src/numerics/state_format.h; docs/precision.md, "State
+    // precision: Adam moments").
+    struct State {
+      StateFormat adam_m = StateFormat::FP32;
+      StateFormat adam_v = StateFormat::FP32;
+      MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h
+      bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
+    } state;
   } precision;
   struct Eval {
     int every = 500;  // 0: only at start and end
@@ -155,6 +165,10 @@ void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& 
 void config_set(Config& cfg, const std::string& key, const std::string& value);
 // Range checks of single keys and consistency between keys; `world` is the rank count.
 void config_validate(const Config& cfg, int world = 1);
+// config_validate, and what only one run's mode decides: bf16 master weights
+// (precision.state.master) need a mode with bf16 weights. `memory` and `compare`, which plan
+// several modes under one config, apply the master to the modes that have them.
+void config_validate_run(const Config& cfg, int world = 1);
 // precision.inject_outlier parsed: comma-separated entries LAYER:CHANNEL:FACTOR, where LAYER
 // may be '*' (every layer) and CHANNEL may be C%P (every channel c with c mod P = C, one per
 // block of P channels). "" is no entry. False, with *why saying what is wrong, when the text

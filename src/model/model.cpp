@@ -56,17 +56,26 @@ std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, boo
   return {compute, stats};
 }
 
+DType moment_dtype(DType dtype, const MomentFormat& f) {
+  if (!moment_is_plain(f)) return f.dtype;
+  return dtype == DType::F64 ? DType::F64 : DType::F32;
+}
+
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
-                       bool attention_lse, int ranks) {
+                       bool attention_lse, int ranks, const MomentFormats& moments,
+                       MasterFormat master) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world) : n;
   const size_t padded = zero_world > 1 ? shard * size_t(zero_world) : n;
   MemoryPlan p;
   p.weights = padded * x;
-  p.master = dtype == DType::F32 || dtype == DType::F64 ? 0 : shard * m;
+  p.master = dtype == DType::F32 || dtype == DType::F64 ? 0
+             : master_in_weights(master)                 ? shard * master_format_info(master).bytes
+                                                         : shard * m;
   p.grads = padded * x;
-  p.optimizer = 2 * shard * m;
+  p.optimizer = shard * (dtype_size(moment_dtype(dtype, moments.m)) +
+                         dtype_size(moment_dtype(dtype, moments.v)));
   auto a = activation_elems(c, B, T, attention_lse);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
   // Must mirror GPT::sync_grads.
@@ -98,15 +107,23 @@ size_t zero_shard_size(size_t n, int world) {
   return (s + 15) / 16 * 16;
 }
 
-GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
+GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
+         const MomentFormats& moments, MasterFormat master)
     : cfg_(cfg),
       be_(be),
       dtype_(dtype),
       master_dtype_(dtype == DType::F64 ? DType::F64 : DType::F32),
       dp_(dp),
+      moments_(moments),
+      master_format_(master),
       lse_(be.attention_saves_lse(cfg.n_embd / cfg.n_head)) {
   if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F64)
     throw Error(strf("a model cannot compute in %s", dtype_name(dtype_)));
+  if (dtype_ == DType::F64 && !(moment_is_plain(moments.m) && moment_is_plain(moments.v)))
+    throw Error("an fp64 model keeps its Adam moments in fp64");
+  if (master_in_weights(master) && dtype_ != DType::BF16)
+    throw Error(strf("%s master weights are the bf16 weights: a model computing in %s has none",
+                     master_format_name(master), dtype_name(dtype_)));
   auto sizes = param_sizes(cfg_);
   num_params_ = num_parameters(cfg_);
   const int world = dp_.comm ? dp_.comm->world() : 1;
@@ -120,12 +137,16 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp)
   AllocPurpose purpose("the weights, gradients, master weights and Adam moments");
   params_ = be_.alloc(dtype_, padded_params_);
   grads_ = be_.alloc(dtype_, padded_params_);
-  // In fp32 the master weights are the compute weights (under ZeRO-1: this rank's shard).
-  master_ = dtype_ == master_dtype_ ? params_.slice(shard_begin_, shard_size_)
-                                    : be_.alloc(master_dtype_, shard_size_);
-  m_ = be_.alloc(master_dtype_, shard_size_);
-  v_ = be_.alloc(master_dtype_, shard_size_);
-  for (Tensor t : {params_, grads_, master_, m_, v_}) be_.zero(t);
+  // In fp32 the master weights are the compute weights (under ZeRO-1: this rank's shard);
+  // bf16 master weights are the bf16 weights, with a compensation for bf16-kahan.
+  if (master_format_ == MasterFormat::FP32)
+    master_ = dtype_ == master_dtype_ ? params_.slice(shard_begin_, shard_size_)
+                                      : be_.alloc(master_dtype_, shard_size_);
+  if (master_format_ == MasterFormat::BF16Kahan) comp_ = be_.alloc(DType::BF16, shard_size_);
+  m_ = be_.alloc(moment_dtype(dtype_, moments_.m), shard_size_);
+  v_ = be_.alloc(moment_dtype(dtype_, moments_.v), shard_size_);
+  for (Tensor t : {params_, grads_, master_, m_, v_, comp_})
+    if (t) be_.zero(t);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
     param_views_[i] = params_.slice(off, sizes[i]);
@@ -142,8 +163,8 @@ GPT::~GPT() {
     } catch (...) {
     }
   }
-  if (dtype_ != master_dtype_) be_.free(master_);
-  for (Tensor t : {params_, grads_, m_, v_, act_buf_, stat_buf_, tokens_, targets_})
+  if (master_ && dtype_ != master_dtype_) be_.free(master_);
+  for (Tensor t : {params_, grads_, m_, v_, comp_, act_buf_, stat_buf_, tokens_, targets_})
     if (t) be_.free(t);
 }
 
@@ -189,6 +210,7 @@ void GPT::set_params(const std::vector<float>& p) {
     be_.upload(master_, convert<double>(p).data());
     return;
   }
+  if (master_in_weights(master_format_)) return set_bf16_master(p);
   if (!sharded_) {
     be_.upload(master_, p.data());
     refresh_params(Rounding{});
@@ -209,8 +231,30 @@ void GPT::set_params(const std::vector<float>& p) {
   }
 }
 
+// bf16 master weights: every rank has all of p and rounds it to nearest into the weights; a
+// bf16-kahan model keeps the rounding error of its shard as the compensation.
+void GPT::set_bf16_master(const std::vector<float>& p) {
+  std::vector<uint16_t> w(padded_params_, 0), c(shard_size_, 0);
+  for (size_t i = 0; i < num_params_; i++) w[i] = f32_to_bf16(p[i]);
+  be_.upload(params_, w.data());
+  if (!comp_) return;
+  for (size_t i = 0; i < shard_count(); i++) {
+    const size_t k = shard_begin_ + i;
+    c[i] = f32_to_bf16(p[k] - bf16_to_f32(w[k]));
+  }
+  be_.upload(comp_, c.data());
+}
+
+void GPT::set_compensation(const std::vector<uint16_t>& codes) {
+  if (!comp_) throw Error("set_compensation: the model keeps no compensation");
+  if (codes.size() != shard_size_)
+    throw Error(strf("set_compensation: %zu codes for a shard of %zu", codes.size(), shard_size_));
+  be_.upload(comp_, codes.data());
+}
+
 void GPT::refresh_params(const Rounding& r) {
-  if (dtype_ == master_dtype_) return;
+  // The weights are the master itself (fp32 models, bf16 master weights): nothing to round.
+  if (dtype_ == master_dtype_ || !master_) return;
   Rounding rs = r;
   rs.offset += shard_begin_;  // random bits follow the parameter's global position
   be_.convert(params_.slice(shard_begin_, shard_size_), master_, rs);
@@ -252,15 +296,25 @@ std::vector<double> download_f64(Backend& be, Tensor t) {
   }
   return convert<double>(tmp);
 }
+// A bf16 tensor widened on the host (no device scratch: the plan counts none for it).
+std::vector<float> download_bf16(Backend& be, Tensor t) {
+  std::vector<uint16_t> codes(t.numel);
+  be.download(codes.data(), t);
+  std::vector<float> out(t.numel);
+  for (size_t i = 0; i < t.numel; i++) out[i] = bf16_to_f32(codes[i]);
+  return out;
+}
 }  // namespace
 
 std::vector<double> GPT::params_f64() {
-  if (sharded_) return convert<double>(params_f32());
+  if (sharded_ || !master_) return convert<double>(params_f32());
   return download_f64(be_, master_);
 }
 std::vector<double> GPT::grads_f64() { return download_f64(be_, grads_.slice(0, num_params_)); }
 std::vector<float> GPT::params_f32() {
   if (master_dtype_ == DType::F64) return convert<float>(params_f64());
+  // bf16 master weights: the weights, whole on every rank.
+  if (!master_) return download_bf16(be_, params_.slice(0, num_params_));
   if (!sharded_) {
     std::vector<float> out(num_params_);
     be_.download(out.data(), master_);
@@ -271,6 +325,27 @@ std::vector<float> GPT::params_f32() {
   dp_.comm->all_gather(mine.data(), all.data(), shard_size_);
   all.resize(num_params_);
   return all;
+}
+
+std::vector<float> GPT::master_shard_f32() {
+  if (master_) return convert<float>(download_f64(be_, master_));
+  std::vector<float> w = download_bf16(be_, params_.slice(shard_begin_, shard_size_));
+  if (comp_) {
+    const std::vector<float> c = download_bf16(be_, comp_);
+    for (size_t i = 0; i < w.size(); i++) w[i] += c[i];  // kahan_load's sum
+  }
+  return w;
+}
+
+std::vector<float> GPT::moment_shard_f32(bool second) {
+  const Tensor t = second ? v_ : m_;
+  const MomentFormat& f = second ? moments_.v : moments_.m;
+  if (moment_is_plain(f)) return convert<float>(download_f64(be_, t));
+  std::vector<uint16_t> codes(t.numel);
+  be_.download(codes.data(), t);
+  std::vector<float> out(t.numel);
+  for (size_t i = 0; i < codes.size(); i++) out[i] = moment_decode16(codes[i], f);
+  return out;
 }
 
 void GPT::ensure_acts(int B, int T) {
@@ -715,15 +790,19 @@ void GPT::adamw_step(const AdamWArgs& args, bool decided) {
     off += sizes[i];
     if (lo >= hi) continue;
     AdamWArgs a = args;
+    a.m_format = moments_.m;
+    a.v_format = moments_.v;
+    a.master = master_format_;
     if (!param_decays(i)) a.weight_decay = 0;
     a.rounding.offset = args.rounding.offset + lo;
     const size_t n = hi - lo, k = lo - lo_shard;
+    // The fp32 master, or bf16-kahan's compensation, or nothing (bf16-sr).
+    const Tensor w = master_ ? master_.slice(k, n) : comp_ ? comp_.slice(k, n) : Tensor{};
     if (decided)
-      be_.adamw_decided(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n),
-                        m_.slice(k, n), v_.slice(k, n), a);
+      be_.adamw_decided(params_.slice(lo, n), w, grads_.slice(lo, n), m_.slice(k, n),
+                        v_.slice(k, n), a);
     else
-      be_.adamw(params_.slice(lo, n), master_.slice(k, n), grads_.slice(lo, n), m_.slice(k, n),
-                v_.slice(k, n), a);
+      be_.adamw(params_.slice(lo, n), w, grads_.slice(lo, n), m_.slice(k, n), v_.slice(k, n), a);
   }
   if (sharded_) gather_params();
 }

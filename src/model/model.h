@@ -9,10 +9,11 @@
 //
 // Precision: the model computes in `dtype` (fp32, bf16 or fp16; fp64 for gradient checks):
 // weights, activations and all gradients are stored in it. The optimizer owns fp32 master
-// weights and Adam moments (the same buffer as the weights in fp32). Layernorm statistics,
-// logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is in `dtype`, written
-// over the logits' rows (backend.h's dlogits_view), so the lm_head's backward runs in `dtype`
-// like every other linear.
+// weights (the same buffer as the weights in fp32; none, or a bf16 compensation, with bf16
+// master weights: MasterFormat) and Adam moments stored in their own formats (MomentFormats: fp32 by default, or bf16 / fp16 codes; src/numerics/moment_format.h).
+// Layernorm statistics, logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is
+// in `dtype`, written over the logits' rows (backend.h's dlogits_view), so the lm_head's backward
+// runs in `dtype` like every other linear.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -63,7 +64,8 @@ double flops_per_token(const GPTConfig& c, int T);
 // by category. The model allocates exactly these (plus 64-byte rounding per buffer), so the
 // plan can be checked against a run's measured peak.
 struct MemoryPlan {
-  size_t weights = 0, master = 0, grads = 0, optimizer = 0, activations = 0;
+  size_t weights = 0, master = 0, grads = 0, activations = 0;
+  size_t optimizer = 0;  // Adam m and v, each in its storage format
   size_t comm = 0;  // staging of the gradient reduction (several ranks)
   size_t total() const { return weights + master + grads + optimizer + activations + comm; }
 };
@@ -75,8 +77,16 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // (Backend::attention_saves_lse, flash attention).
 // ranks > 1: data parallelism over that many ranks (plain, or ZeRO-1 when zero_world > 1):
 // adds the gradient reduction's staging buffers, which live only during the reduction.
+// moments: how Adam's m and v are stored (their element sizes; fp32 by default).
+// master: where the master weights live (src/numerics/master_format.h: an fp32 copy, none, or
+// a bf16 compensation buffer).
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
-                       bool attention_lse = false, int ranks = 1);
+                       bool attention_lse = false, int ranks = 1,
+                       const MomentFormats& moments = {},
+                       MasterFormat master = MasterFormat::FP32);
+// The element type a moment of format f is stored in, for a model computing in `dtype`: the
+// master weights' type (fp32; fp64 in fp64 models) for plain formats, else the format's own.
+DType moment_dtype(DType dtype, const MomentFormat& f);
 // Elements of the activation buffers for (B, T): {compute dtype, fp32 statistics}.
 std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, bool lse = false);
 
@@ -132,7 +142,10 @@ struct ProbeFanout : LinearProbe {
 class GPT {
  public:
   // dtype: F32, BF16 or F16 for training, F64 for gradient checks (CPU backend only).
-  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32, DataParallel dp = {});
+  // moments: the storage of Adam's m and v (16-bit formats need an fp32 master).
+  // master: where the master weights live (bf16-sr and bf16-kahan need a bf16 model).
+  GPT(const GPTConfig& cfg, Backend& be, DType dtype = DType::F32, DataParallel dp = {},
+      const MomentFormats& moments = {}, MasterFormat master = MasterFormat::FP32);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -157,12 +170,18 @@ class GPT {
   void set_probe(LinearProbe* p) { probe_ = p; }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
   // copy (rounded to nearest). Under ZeRO-1 params_f32 gathers the shards: every rank must
-  // call it.
+  // call it. With bf16 master weights (bf16-sr, bf16-kahan) these are the bf16 weights: a
+  // bf16-kahan model's compensation is set_params's rounding error, or set_compensation's.
   void set_params(const std::vector<double>& p);
   void set_params(const std::vector<float>& p);
   std::vector<double> params_f64();
   std::vector<float> params_f32();
   std::vector<double> grads_f64();
+  // This rank's shard of the master weights as their value (shard_size): the fp32 copy, the
+  // bf16 weights (bf16-sr) or p + c (bf16-kahan). No collective.
+  std::vector<float> master_shard_f32();
+  // This rank's shard of Adam's m or v (second = true) as their stored values, decoded.
+  std::vector<float> moment_shard_f32(bool second);
   // Compute weights = master weights rounded per r (after loading master weights); under
   // ZeRO-1 every rank rounds its shard and the result is all-gathered.
   void refresh_params(const Rounding& r);
@@ -206,10 +225,16 @@ class GPT {
   // The compute weights and gradients, num_params elements (their buffers carry the ZeRO-1
   // padding beyond). Master weights and Adam moments: this rank's shard (shard_size).
   Tensor params() const { return params_.slice(0, num_params_); }
-  Tensor master() const { return master_; }
+  Tensor master() const { return master_; }  // empty with bf16 master weights
+  MasterFormat master_format() const { return master_format_; }
+  // bf16-kahan: the bf16 compensation of this rank's shard (shard_size); empty otherwise.
+  Tensor compensation() const { return comp_; }
+  // bf16-kahan: this rank's shard of the compensation from its bf16 codes (a checkpoint's).
+  void set_compensation(const std::vector<uint16_t>& codes);
   Tensor grads() const { return grads_.slice(0, num_params_); }
   Tensor adam_m() const { return m_; }
   Tensor adam_v() const { return v_; }
+  const MomentFormats& moment_formats() const { return moments_; }
   Tensor param(int i) const { return param_views_[i]; }
   // Tensors that numerics telemetry reports, named "act/<name>" (all layers of one kind),
   // "dact/<name>" (activation-gradient scratch, as the last backward left it: layer 0) and
@@ -254,12 +279,15 @@ class GPT {
  private:
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
+  void set_bf16_master(const std::vector<float>& p);
 
   GPTConfig cfg_;
   Backend& be_;
   DType dtype_, master_dtype_;
   size_t num_params_ = 0;
   DataParallel dp_;
+  MomentFormats moments_;
+  MasterFormat master_format_ = MasterFormat::FP32;
   // Flash attention: acts_.att holds lse(B,NH,T) per layer in the statistics buffer.
   bool lse_ = false;
   size_t att_elems(int B, int T) const {
@@ -267,7 +295,7 @@ class GPT {
   }
   bool sharded_ = false;
   size_t shard_begin_ = 0, shard_size_ = 0, padded_params_ = 0;
-  Tensor params_, grads_, master_, m_, v_;
+  Tensor params_, grads_, master_, m_, v_, comp_;
   std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
   Tensor act_buf_, stat_buf_, tokens_, targets_;
   size_t act_capacity_ = 0, stat_capacity_ = 0, tok_capacity_ = 0;

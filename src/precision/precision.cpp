@@ -14,11 +14,20 @@ std::string loss_scale_kind(const Config& cfg) {
 
 Rounding weight_rounding(const Config& cfg, int opt_step) {
   Rounding r;
-  r.stochastic = cfg.precision.stochastic_rounding && opt_step > 0;
+  // bf16-sr master weights are stored back stochastically by every update.
+  r.stochastic = (cfg.precision.stochastic_rounding ||
+                  cfg.precision.state.master == MasterFormat::BF16SR) &&
+                 opt_step > 0;
   // A fresh stream of random bits for every update, the same on every backend.
   uint64_t x = uint64_t(cfg.train.seed) ^ 0x5352ull /*"SR"*/;
   r.seed = splitmix64(x) + uint64_t(opt_step) * 0x9E3779B97F4A7C15ull;
   return r;
+}
+
+std::pair<uint64_t, uint64_t> moment_seeds(const Config& cfg, int opt_step) {
+  uint64_t x = uint64_t(cfg.train.seed) ^ 0x414D5352ull /*"AMSR"*/;
+  const uint64_t s = splitmix64(x) + uint64_t(opt_step) * 0x9E3779B97F4A7C15ull;
+  return {detail::splitmix64_mix(s ^ 0x6Dull /*'m'*/), detail::splitmix64_mix(s ^ 0x76ull /*'v'*/)};
 }
 
 uint64_t quant_seed(const Config& cfg, int64_t step, int micro) {
@@ -35,6 +44,10 @@ RecipeOptions recipe_options(const Config& cfg) {
                        r.hadamard_size, r.weight_2d,  r.bf16_last,   p.fp8.keep_bf16};
 }
 
+MasterFormat mode_master(const Config& cfg, Mode mode) {
+  return mode_dtype(mode) == DType::BF16 ? cfg.precision.state.master : MasterFormat::FP32;
+}
+
 PrecisionSpec precision_spec(const Config& cfg) {
   const auto& p = cfg.precision;
   const ModeInfo& m = mode_info(p.mode);
@@ -43,6 +56,8 @@ PrecisionSpec precision_spec(const Config& cfg) {
   s.compute = m.storage;
   s.quantized_linears = m.quantized;
   s.loss_scale = loss_scale_kind(cfg);
+  s.moments = moment_formats(p.state.adam_m, p.state.adam_v);
+  s.master = p.state.master;
   switch (m.recipe) {
     case ModeRecipe::BlockScaled:
       s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));

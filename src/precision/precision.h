@@ -5,6 +5,7 @@
 // resolves to. Code reads this description, never the mode string.
 #pragma once
 #include <string>
+#include <utility>
 
 #include "src/backends/backend.h"
 #include "src/config/config.h"
@@ -18,11 +19,18 @@ struct PrecisionSpec {
   bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
   std::string loss_scale;          // dynamic | static | none (auto resolved)
   QuantRecipe recipe;              // of the quantized linears
+  MomentFormats moments;           // Adam's m and v (precision.state.*)
+  MasterFormat master = MasterFormat::FP32;  // precision.state.master
 };
 
 PrecisionSpec precision_spec(const Config& cfg);
 // The precision.recipe.* options of the block-scaled presets (with precision.fp8.keep_bf16).
 RecipeOptions recipe_options(const Config& cfg);
+
+// The master weights' format a run in `mode` keeps: precision.state.master for modes with bf16
+// weights, fp32 for the others (whose runs config_validate refuses a bf16 master; `memory`
+// and `compare` plan several modes under one config).
+MasterFormat mode_master(const Config& cfg, Mode mode);
 
 // precision.loss_scale.kind with `auto` resolved (the mode's default: dynamic for fp16, none
 // otherwise).
@@ -30,6 +38,10 @@ std::string loss_scale_kind(const Config& cfg);
 // How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
 // into the compute copy: nearest, or stochastic from a stream derived from the seed.
 Rounding weight_rounding(const Config& cfg, int opt_step);
+// The seeds of the Adam moments' stochastic rounding (precision.state.* = bf16-sr) in the
+// update numbered opt_step, {m's, v's}: a stream per moment and update derived from the run's
+// seed as weight_rounding's is, so that a resumed run draws the same bits.
+std::pair<uint64_t, uint64_t> moment_seeds(const Config& cfg, int opt_step);
 // The seed of the random bits (stochastic rounding, Hadamard signs) of the block-scaled
 // linears in micro-batch `micro` of step `step` (0-based): a function of the run's seed and
 // the position only, so a resumed run draws the same bits (nothing to checkpoint).

@@ -97,8 +97,11 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
   const Mode mode = cfg.precision.mode;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int ranks = std::max(1, cfg.dist.world_size);
-  const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, cfg.train.zero_stage == 1 ? ranks : 1,
-                                   cfg.cuda.attention == "flash", ranks);
+  const MemoryPlan p =
+      plan_memory(mc, mode_dtype(mode), B, T, cfg.train.zero_stage == 1 ? ranks : 1,
+                  cfg.cuda.attention == "flash", ranks,
+                  moment_formats(cfg.precision.state.adam_m, cfg.precision.state.adam_v),
+                  mode_master(cfg, mode));
   if (!is_block_scaled(mode)) return p.total();
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
   return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +

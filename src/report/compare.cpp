@@ -223,32 +223,119 @@ void apply_mode(Config& c, const ModeSpec& spec) {
   for (const auto& kv : spec.overlay) config_set(c, kv.first, kv.second);
 }
 
+// ---- state choices (--states): the optimizer's state, combined with every mode ----
+
+// What each name on --states means: values of every precision.state.* key but
+// allow_narrowing (so that a run's state is the choice's whole). The bf16 master weights need
+// a mode with bf16 weights; the combinations without them are skipped, said.
+struct StateSpec {
+  std::string name;
+  const char* what;
+  Overlay overlay;
+};
+Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v) {
+  return {{"precision.state.master", master_format_name(master)},
+          {"precision.state.adam_m", state_format_name(m)},
+          {"precision.state.adam_v", state_format_name(v)}};
+}
+// clang-format off
+const std::vector<StateSpec>& state_studies() {
+  using MF = MasterFormat;
+  using SF = StateFormat;
+  static const std::vector<StateSpec> all = {
+      // fp32 state: the plain mode's run (run_name).
+      {state_format_name(SF::FP32), "fp32 master weights and Adam moments",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32)},
+      {"moments-bf16", "Adam moments in bf16 (nearest)", state_overlay(MF::FP32, SF::BF16, SF::BF16)},
+      {"moments-bf16sr", "Adam moments in bf16 with stochastic rounding",
+       state_overlay(MF::FP32, SF::BF16SR, SF::BF16SR)},
+      {"moments-fp16", "Adam moments in fp16 (m and sqrt(v) scaled by 2^12)",
+       state_overlay(MF::FP32, SF::FP16, SF::FP16)},
+      {"master-bf16sr", "the bf16 weights as master weights, stochastic rounding (no fp32 copy)",
+       state_overlay(MF::BF16SR, SF::FP32, SF::FP32)},
+      {"master-kahan", "the bf16 weights plus a bf16 compensation as master weights",
+       state_overlay(MF::BF16Kahan, SF::FP32, SF::FP32)},
+      {"bf16sr-all", "bf16-sr master weights and bf16-sr Adam moments",
+       state_overlay(MF::BF16SR, SF::BF16SR, SF::BF16SR)},
+  };
+  return all;
+}
+// clang-format on
+
+std::string state_names_text() {
+  std::string all;
+  for (const StateSpec& st : state_studies()) all += (all.empty() ? "" : ", ") + st.name;
+  return all;
+}
+
+const StateSpec& find_state_study(const std::string& name) {
+  for (const StateSpec& st : state_studies())
+    if (name == st.name) return st;
+  throw UsageError(strf("compare: unknown state choice '%s' (one of %s)", name.c_str(),
+                        state_names_text().c_str()));
+}
+
+void apply_state(Config& c, const StateSpec& st) {
+  for (const auto& kv : st.overlay) config_set(c, kv.first, kv.second);
+}
+
+// The state choice whose keys c has; "" for fp32 state (nothing to name: a plain mode's run)
+// or a combination no choice names.
+std::string state_study_of(const Config& c) {
+  const json have = config_to_json(c)["precision"]["state"];
+  Config fp32 = c;
+  apply_state(fp32, state_studies()[0]);
+  if (config_to_json(fp32)["precision"]["state"] == have) return "";
+  for (const StateSpec& st : state_studies()) {
+    Config x = c;
+    apply_state(x, st);
+    if (config_to_json(x)["precision"]["state"] == have) return st.name;
+  }
+  return "";
+}
+
+// Whether mode `mode` can keep state `st` (null: the config's own): bf16 master weights need
+// bf16 weights.
+bool state_fits_mode(const Config& base, Mode mode, const StateSpec* st) {
+  Config c = base;
+  if (st) apply_state(c, *st);
+  return !master_in_weights(c.precision.state.master) || mode_dtype(mode) == DType::BF16;
+}
+
+// A run's name: the mode's, and "+<state>" for a state choice other than fp32 state (which is
+// the plain mode's run, sharing its directory).
+std::string run_name(const std::string& mode, const std::string& state) {
+  return state.empty() || state == state_studies()[0].name ? mode : mode + "+" + state;
+}
+
 // How much of the config a mode sets beyond precision.mode: a run is named after the most
 // specific mode that reproduces its precision keys (plain nvfp4 keeps whatever the config
 // says, so it would also match every ablation; an ablation with smoothing added matches the
 // ablation too).
 size_t mode_specificity(const ModeSpec& m) { return m.overlay.size(); }
 
-// One mode x seed run: reuses a finished run, resumes an interrupted one, else trains.
-json run_one(const Config& base, const std::string& out, const ModeSpec& spec, int64_t seed,
-             int nseeds) {
+// One mode x state x seed run (state null: the config's own state): reuses a finished run,
+// resumes an interrupted one, else trains.
+json run_one(const Config& base, const std::string& out, const ModeSpec& spec,
+             const StateSpec* state, int64_t seed, int nseeds) {
   Config c = base;
   apply_mode(c, spec);
+  if (state) apply_state(c, *state);
+  const std::string name = run_name(spec.name, state ? state->name : "");
   c.train.seed = seed;
-  c.train.out_dir = nseeds > 1
-                        ? join_path(join_path(out, spec.name), strf("seed%lld", (long long)seed))
-                        : join_path(out, spec.name);
+  c.train.out_dir = nseeds > 1 ? join_path(join_path(out, name), strf("seed%lld", (long long)seed))
+                               : join_path(out, name);
   c.checkpoint.resume = false;
   c.train.overwrite = false;
   json r = {{"seed", seed}, {"dir", c.train.out_dir}};
   try {
-    const json earlier = prepare_mode_run(c, spec.name);
+    const json earlier = prepare_mode_run(c, name);
     r["summary"] = earlier.is_null() ? run_training(c) : earlier;
     if (!earlier.is_null()) r["reused"] = true;
   } catch (const Error& e) {
     // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash.
     r["error"] = e.what();
-    printf("compare: %s seed %lld failed: %s\n", spec.name.c_str(), (long long)seed, e.what());
+    printf("compare: %s seed %lld failed: %s\n", name.c_str(), (long long)seed, e.what());
   }
   return r;
 }
@@ -263,15 +350,22 @@ std::string compare_mode_of(const Config& c) {
                    [](const ModeSpec* a, const ModeSpec* b) {
                      return mode_specificity(*a) > mode_specificity(*b);
                    });
+  // The state keys are the state choice's, matched apart.
+  const std::string state = state_study_of(c);
   for (const ModeSpec* m : by_specificity) {
     Config x = c;
     apply_mode(x, *m);
-    if (config_to_json(x)["precision"] == have) return m->name;
+    if (config_to_json(x)["precision"] == have) return run_name(m->name, state);
   }
   return "";
 }
 
-std::string compare_mode_what(const std::string& name) { return find_compare_mode(name).what; }
+std::string compare_mode_what(const std::string& name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string::npos) return find_compare_mode(name).what;
+  return std::string(find_compare_mode(name.substr(0, plus)).what) + "; " +
+         find_state_study(name.substr(plus + 1)).what;
+}
 
 std::vector<std::string> compare_mode_names() {
   std::vector<std::string> names;
@@ -280,7 +374,9 @@ std::vector<std::string> compare_mode_names() {
 }
 
 void apply_compare_mode(Config& c, const std::string& name) {
-  apply_mode(c, find_compare_mode(name));
+  const size_t plus = name.find('+');
+  apply_mode(c, find_compare_mode(name.substr(0, plus)));
+  if (plus != std::string::npos) apply_state(c, find_state_study(name.substr(plus + 1)));
 }
 
 namespace {
@@ -288,11 +384,23 @@ namespace {
 // What `train_gpt compare` was asked for.
 struct CompareArgs {
   Config base;
-  std::vector<std::string> modes;  // compare_modes() names
+  std::vector<std::string> modes;   // compare_modes() names
+  std::vector<std::string> states;  // state_studies() names; empty: the config's state
   std::string out;
   int nseeds = 3;
   double quality = 0.02, quality_loss = 0;
 };
+
+// The non-empty entries of a comma-separated list.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t pos = 0, next; pos <= text.size(); pos = next + 1) {
+    next = text.find(',', pos);
+    if (next == std::string::npos) next = text.size();
+    if (next > pos) out.push_back(text.substr(pos, next - pos));
+  }
+  return out;
+}
 
 // The command line into *a; false when --help was printed.
 bool parse_compare_args(int argc, char** argv, CompareArgs* a) {
@@ -300,6 +408,11 @@ bool parse_compare_args(int argc, char** argv, CompareArgs* a) {
                                     named(Mode::FP16, kNoScale) + "," + mode_name(Mode::FP8);
   std::vector<ExtraOption> opts = {
       {"modes", "comma-separated: " + mode_names_text(), default_modes},
+      {"states",
+       "comma-separated state choices, each run with every mode (empty: the config's "
+       "precision.state.*): " +
+           state_names_text(),
+       ""},
       {"out", "output directory", "runs/compare"},
       int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),
       number_option("quality",
@@ -312,24 +425,24 @@ bool parse_compare_args(int argc, char** argv, CompareArgs* a) {
                     "0", 0, 1e6)};
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(&a->base, argc, argv, "train_gpt compare", opts, &ex)) return false;
-  std::string modes_arg;
+  std::string modes_arg, states_arg;
   for (auto& kv : ex) {
     if (kv.first == "modes") modes_arg = kv.second;
+    if (kv.first == "states") states_arg = kv.second;
     if (kv.first == "out") a->out = kv.second;
     if (kv.first == "seeds") a->nseeds = atoi(kv.second.c_str());
     if (kv.first == "quality") a->quality = atof(kv.second.c_str());
     if (kv.first == "quality_loss") a->quality_loss = atof(kv.second.c_str());
   }
-  for (size_t pos = 0, next; pos <= modes_arg.size(); pos = next + 1) {
-    next = modes_arg.find(',', pos);
-    if (next == std::string::npos) next = modes_arg.size();
-    std::string m = modes_arg.substr(pos, next - pos);
-    if (!m.empty()) {
-      find_compare_mode(m);
-      a->modes.push_back(m);
-    }
+  for (const std::string& m : split_list(modes_arg)) {
+    find_compare_mode(m);
+    a->modes.push_back(m);
   }
   if (a->modes.empty()) throw UsageError("compare: --modes is empty");
+  for (const std::string& st : split_list(states_arg)) {
+    find_state_study(st);
+    a->states.push_back(st);
+  }
   return true;
 }
 
@@ -349,15 +462,20 @@ std::string run_result(const json& run) {
   return r;
 }
 
-// Every seed of one mode, one progress line per finished run; the mode's entry of the results.
-json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
-  const ModeSpec& spec = find_compare_mode(name);
+// Every seed of one mode and state, one progress line per finished run; their entry of the
+// results.
+json run_mode(const CompareArgs& a, const std::string& mode, const StateSpec* state,
+              Progress* p) {
+  const ModeSpec& spec = find_compare_mode(mode);
+  const std::string name = run_name(mode, state ? state->name : "");
+  const std::string what = compare_mode_what(name);
   json runs = json::array();
   for (int k = 0; k < a.nseeds; k++) {
     const int64_t seed = a.base.train.seed + k;
-    printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), spec.what, (long long)seed);
+    printf("\n===== compare: %s (%s), seed %lld =====\n", name.c_str(), what.c_str(),
+           (long long)seed);
     fflush(stdout);
-    runs.push_back(run_one(a.base, a.out, spec, seed, a.nseeds));
+    runs.push_back(run_one(a.base, a.out, spec, state, seed, a.nseeds));
     p->done++;
     const double el =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - p->t0).count();
@@ -373,7 +491,7 @@ json run_mode(const CompareArgs& a, const std::string& name, Progress* p) {
            eta.c_str());
     fflush(stdout);
   }
-  return {{"name", name}, {"what", spec.what}, {"runs", runs}};
+  return {{"name", name}, {"what", what}, {"runs", runs}};
 }
 
 }  // namespace
@@ -386,11 +504,26 @@ int cmd_compare(int argc, char** argv) {
   const json meta = read_dataset_meta(a.base.data.train);
   const double floor = dataset_loss_floor(meta, a.base.data.seq_len);
 
-  // Every mode x seed.
+  // Every mode x state x seed (the states a mode cannot keep skipped, said).
+  std::vector<std::pair<std::string, const StateSpec*>> plan;
+  std::vector<const StateSpec*> states;
+  for (const std::string& name : a.states) states.push_back(&find_state_study(name));
+  if (states.empty()) states.push_back(nullptr);
+  for (const std::string& mode : a.modes)
+    for (const StateSpec* st : states) {
+      if (state_fits_mode(a.base, find_compare_mode(mode).mode, st)) {
+        plan.push_back({mode, st});
+        continue;
+      }
+      printf("compare: %s skipped: its master weights are bf16 (precision.state.master), and "
+             "%s's weights are not\n",
+             run_name(mode, st ? st->name : "").c_str(), mode.c_str());
+    }
+  if (plan.empty()) throw UsageError("compare: no mode can keep any of --states");
   Progress progress;
-  progress.total = int(a.modes.size()) * a.nseeds;
+  progress.total = int(plan.size()) * a.nseeds;
   json results = json::array();
-  for (const std::string& name : a.modes) results.push_back(run_mode(a, name, &progress));
+  for (const auto& [mode, st] : plan) results.push_back(run_mode(a, mode, st, &progress));
   ReportSpec spec;
   spec.out = a.out;
   for (const auto& r : results) spec.groups.push_back({r["name"], r["what"], r["runs"]});
@@ -399,8 +532,19 @@ int cmd_compare(int argc, char** argv) {
   spec.plateau = dataset_plateau_loss(meta, a.base.data.seq_len);
   spec.quality = a.quality;
   spec.quality_loss = a.quality_loss;
-  if (std::find(a.modes.begin(), a.modes.end(), mode_name(Mode::FP32)) == a.modes.end())
-    spec.reference = a.modes[0];
+  // The reference: fp32 (or the first mode) in the first state it keeps.
+  const bool has_fp32 =
+      std::find(a.modes.begin(), a.modes.end(), mode_name(Mode::FP32)) != a.modes.end();
+  const std::string ref_mode = has_fp32 ? mode_name(Mode::FP32) : a.modes[0];
+  auto plan_name = [](const auto& entry) {
+    return run_name(entry.first, entry.second ? entry.second->name : "");
+  };
+  spec.reference = plan_name(plan[0]);
+  for (const auto& entry : plan)
+    if (entry.first == ref_mode) {
+      spec.reference = plan_name(entry);
+      break;
+    }
   const std::string md = write_report(spec);
   printf("\n%s\nwrote %s/report.md\n", md.c_str(), a.out.c_str());
   return 0;

@@ -114,6 +114,7 @@ double quality_target(const ReportSpec& s) {
 // --quality_loss).
 struct Columns {
   bool bpb = false, plateau = false, quality = false;
+  bool state = false;  // a group keeps a state choice of compare's --states ("mode+state")
 };
 
 // Per run: the steps to quality (where a target is set) and, on the toy task, the step at
@@ -220,6 +221,7 @@ json group_stats(const json& runs, const std::vector<double>* ref, const std::st
              {"speed_runs_load_unknown", sp.unknown},
              {"speed_from_shared", sp.from_shared}});
   if (const size_t gpu = planned_gpu_bytes_of_runs(runs)) st["planned_gpu_bytes"] = gpu;
+  if (const size_t b = state_bytes_gpt2_xl_of_runs(runs)) st["state_bytes_gpt2_xl"] = b;
   if (ref) {
     const Verdict v = loss_verdict(vals, *ref, ref_name);
     st["verdict"] = v.kind;
@@ -305,6 +307,17 @@ std::string memory_cells(const json& summary, const json& st, const json& ref_st
   return md;
 }
 
+// The state cells: GPT-2 1.5B's weights, master weights, gradients and moments in the group's
+// formats, and their ratio to the reference's.
+std::string state_cells(const json& st, const json& ref_st) {
+  if (!st.contains("state_bytes_gpt2_xl")) return "n/a | |";
+  const double b = st["state_bytes_gpt2_xl"].get<double>();
+  std::string md = strf("%.1f GiB |", b / 1073741824.0);
+  if (ref_st.contains("state_bytes_gpt2_xl"))
+    return md + strf(" %.2fx |", b / ref_st["state_bytes_gpt2_xl"].get<double>());
+  return md + " |";
+}
+
 // A table row's mean ± std of a statistic (key_mean, key_std), or n/a.
 std::string mean_std(const json& st, const std::string& key) {
   return st.contains(key + "_mean")
@@ -315,7 +328,7 @@ std::string mean_std(const json& st, const std::string& key) {
 std::string table_row(const RunGroup& g, const json& st, const json& ref_st, bool is_ref,
                       const Columns& cols) {
   const json* s = first_summary(g.runs);
-  const int n_cols = 10 + cols.plateau + cols.bpb + cols.quality;
+  const int n_cols = 10 + cols.plateau + cols.bpb + cols.quality + 2 * cols.state;
   if (!s)
     return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) + " " +
            std::string(n_cols, '|') + "\n";
@@ -339,6 +352,7 @@ std::string table_row(const RunGroup& g, const json& st, const json& ref_st, boo
   }
   if (cols.quality) row += " | " + quality_cell(st);
   row += " | " + speed_cells(st, ref_st) + " " + memory_cells(*s, st, ref_st);
+  if (cols.state) row += " " + state_cells(st, ref_st);
   return row + strf(" %d |\n", skipped);
 }
 
@@ -512,6 +526,10 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
   add("loss_scale.png", "loss scale");
   for (const auto& g : s.groups) {
     add("numerics_" + g.name + ".png", g.name + ": numerics per layer and tensor over steps");
+    add("state_" + g.name + ".png",
+        g.name +
+            ": the optimizer state per layer and parameter over steps (updates lost to the "
+            "master format, update/weight ratio, moments underflowed or saturated)");
     add("auto_" + g.name + ".png",
         g.name + ": formats chosen per layer and GEMM operand over steps, beside SQNR");
     add("quant_" + g.name + ".png",
@@ -566,11 +584,12 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
                    " min / max | vs " + ref + " | verdict |" +
                    (cols.plateau ? " left the plateau at step |" : "") +
                    (cols.quality ? " " + quality_column(spec) + " |" : "") + " tokens/s | vs " +
-                   ref + " | peak memory, this CPU | planned GPU memory | vs " + ref +
-                   " | skipped steps |\n";
+                   ref + " | peak memory, this CPU | planned GPU memory | vs " + ref + " |" +
+                   (cols.state ? " weights + state at GPT-2 1.5B | vs " + ref + " |" : "") +
+                   " skipped steps |\n";
   md += std::string("|---|---:|") + (cols.bpb ? "---:|" : "") + "---:|---:|---|" +
-        (cols.plateau ? "---:|" : "") + (cols.quality ? "---:|" : "") +
-        "---:|---:|---:|---:|---:|---:|\n";
+        (cols.plateau ? "---:|" : "") + (cols.quality ? "---:|" : "") + "---:|---:|---:|---:|---:|" +
+        (cols.state ? "---:|---:|" : "") + "---:|\n";
   int shared = 0, unknown = 0, runs = 0;
   for (size_t i = 0; i < spec.groups.size(); i++) {
     md += table_row(spec.groups[i], stats[i], ref_st, spec.groups[i].name == ref, cols);
@@ -593,6 +612,12 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
         "or below it (eval.every apart); the seconds are those steps at the run's mean step "
         "time.";
   md += "\n" + costs_note_md(shared, unknown, runs);
+  if (cols.state)
+    md +=
+        "\nThe weights + state column is what GPT-2 1.5B (gpt2-xl) keeps in weights, master "
+        "weights, gradients and Adam moments in the group's mode and state formats, one process "
+        "(the first four columns of `train_gpt memory --preset gpt2-xl`): the part the state "
+        "formats change; activations come on top.\n";
   if (cols.plateau)
     md += strf(
         "\nA run has left the copy plateau (val loss %.4f: what a model that ignores the "
@@ -652,6 +677,7 @@ std::string write_report(const ReportSpec& spec) {
   cols.bpb = bpb_summary(spec.groups) != nullptr;
   cols.plateau = std::isfinite(plateau_mid);
   cols.quality = std::isfinite(target);
+  for (const auto& g : spec.groups) cols.state |= g.name.find('+') != std::string::npos;
   std::string md = header_md(spec, gj.max_seeds);
   md += modes_table_md(spec, gj.stats, ref_group, cols, plateau_mid);
   md += runs_md(gj.groups, cols);

@@ -6,6 +6,8 @@
 #include "src/base/cpu_load.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/model/model.h"
+#include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 
 namespace tg {
@@ -91,6 +93,26 @@ size_t planned_gpu_bytes_of_runs(const json& runs) {
       Config c;
       config_apply_json(c, j, dir + "/config.json");
       return planned_gpu_bytes(c, model_config(c));
+    } catch (const std::exception&) {
+    }
+  }
+  return 0;
+}
+
+size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
+  for (const auto& r : runs) {
+    const std::string dir = r.value("dir", std::string());
+    if (dir.empty()) continue;
+    const json j = read_json_or_null(join_path(dir, "config.json"));
+    if (!j.is_object()) continue;
+    try {
+      Config c;
+      config_apply_json(c, j, dir + "/config.json");
+      const Mode mode = c.precision.mode;
+      const MemoryPlan p = plan_memory(
+          gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
+          moment_formats(c.precision.state.adam_m, c.precision.state.adam_v), mode_master(c, mode));
+      return p.weights + p.master + p.grads + p.optimizer;
     } catch (const std::exception&) {
     }
   }

@@ -200,9 +200,15 @@ std::string optim_file_name(int rank) {
   return rank < 0 ? "optim.bin" : strf("optim_rank%05d.bin", rank);
 }
 
-std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const float* m, const float* v,
+// Bytes per parameter of the master weights' state kept in the optimizer files: bf16-kahan's
+// compensation (the fp32 master and the bf16 weights live in model.bin).
+size_t comp_bytes(MasterFormat f) { return f == MasterFormat::BF16Kahan ? 2 : 0; }
+
+std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const MomentBytes& mb,
                                    int64_t count, int rank, int world) {
-  std::vector<char> out(1024 + 8 * size_t(count));
+  const size_t sm = state_format_bytes(mb.m_format), sv = state_format_bytes(mb.v_format);
+  const size_t sc = comp_bytes(mb.master);
+  std::vector<char> out(1024 + (sm + sv + sc) * size_t(count));
   int32_t h[256] = {};
   h[0] = kStateMagic;
   h[1] = rank < 0 ? 1 : 2;
@@ -213,9 +219,15 @@ std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const float* m,
     h[8] = rank;
     h[9] = world;
   }
+  h[10] = state_format_info(mb.m_format).file_code;
+  h[11] = state_format_info(mb.v_format).file_code;
+  h[12] = master_format_info(mb.master).file_code;
   memcpy(out.data(), h, sizeof(h));
-  memcpy(out.data() + 1024, m, 4 * size_t(count));
-  memcpy(out.data() + 1024 + 4 * size_t(count), v, 4 * size_t(count));
+  if (count > 0) {
+    memcpy(out.data() + 1024, mb.m, sm * size_t(count));
+    memcpy(out.data() + 1024 + sm * size_t(count), mb.v, sv * size_t(count));
+    if (sc) memcpy(out.data() + 1024 + (sm + sv) * size_t(count), mb.comp, sc * size_t(count));
+  }
   return out;
 }
 
@@ -226,9 +238,8 @@ json file_entry(const std::vector<char>& bytes) {
 }  // namespace
 
 OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int64_t begin,
-                                  const float* m, const float* v, int64_t count, int rank,
-                                  int world) {
-  std::vector<char> bytes = optim_file_bytes(total, begin, m, v, count, rank, world);
+                                  const MomentBytes& moments, int64_t count, int rank, int world) {
+  std::vector<char> bytes = optim_file_bytes(total, begin, moments, count, rank, world);
   write_file_atomic(join_path(tmp_dir, optim_file_name(rank)), bytes.data(), bytes.size());
   OptimFileRecord r;
   r.bytes = bytes.size();
@@ -237,7 +248,19 @@ OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int
   r.count = count;
   r.rank = rank;
   r.world = world;
+  r.m_format = moments.m_format;
+  r.v_format = moments.v_format;
+  r.master = moments.master;
   return r;
+}
+
+OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int64_t begin,
+                                  const float* m, const float* v, int64_t count, int rank,
+                                  int world) {
+  MomentBytes mb;
+  mb.m = m;
+  mb.v = v;
+  return write_optim_shard(tmp_dir, total, begin, mb, count, rank, world);
 }
 
 namespace {
@@ -307,7 +330,10 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
       state["files"][optim_file_name(r.rank)] = {{"bytes", r.bytes},
                                                  {"fnv1a64", hex64(r.fnv1a64)},
                                                  {"begin", r.begin},
-                                                 {"count", r.count}};
+                                                 {"count", r.count},
+                                                 {"adam_m", state_format_name(r.m_format)},
+                                                 {"adam_v", state_format_name(r.v_format)},
+                                                 {"master", master_format_name(r.master)}};
       covered += r.count;
     }
     if (covered != int64_t(params.size()))
@@ -346,19 +372,29 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
 
 std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
                             const json& state, const std::vector<float>& params,
-                            const std::vector<float>& m, const std::vector<float>& v, int keep) {
+                            const MomentBytes& moments, int keep) {
   const size_t n = params.size();
-  if (m.size() != n || v.size() != n) throw Error("checkpoint: optimizer state size mismatch");
   prepare_checkpoint_dir(out_dir, step);
   const std::string tmp_dir = checkpoint_tmp_dir(out_dir, step);
   OptimFileRecord rec;
   try {
-    rec = write_optim_shard(tmp_dir, int64_t(n), 0, m.data(), v.data(), int64_t(n), -1, 1);
+    rec = write_optim_shard(tmp_dir, int64_t(n), 0, moments, int64_t(n), -1, 1);
   } catch (...) {
     remove_tree(tmp_dir);
     throw;
   }
   return publish_checkpoint(out_dir, step, cfg, state, params, {rec}, keep);
+}
+
+std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
+                            const json& state, const std::vector<float>& params,
+                            const std::vector<float>& m, const std::vector<float>& v, int keep) {
+  const size_t n = params.size();
+  if (m.size() != n || v.size() != n) throw Error("checkpoint: optimizer state size mismatch");
+  MomentBytes mb;
+  mb.m = m.data();
+  mb.v = v.data();
+  return save_checkpoint(out_dir, step, cfg, state, params, mb, keep);
 }
 
 json read_checkpoint_state(const std::string& dir) {
@@ -432,7 +468,33 @@ struct OptimFile {
   std::string name;
   bool sharded = false;
   int64_t begin = 0, count = 0;
+  StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  MasterFormat master = MasterFormat::FP32;
 };
+
+// An optimizer file entry's master-weight format: fp32 when absent (files from before it).
+MasterFormat entry_master(const std::string& state_path, const std::string& name, const json& f) {
+  if (!f.is_object() || !f.contains("master")) return MasterFormat::FP32;
+  try {
+    return parse_master_format(string_field(f, "master"), "master");
+  } catch (const UsageError&) {
+    throw Error(strf("checkpoint state %s: entry %s has an unknown master format %s",
+                     state_path.c_str(), name.c_str(), f["master"].dump().c_str()));
+  }
+}
+
+// An optimizer file entry's format field `key` ("adam_m", "adam_v"): fp32 when absent (files
+// from before the formats), else a registered name.
+StateFormat entry_format(const std::string& state_path, const std::string& name, const json& f,
+                         const char* key) {
+  if (!f.is_object() || !f.contains(key)) return StateFormat::FP32;
+  try {
+    return parse_state_format(string_field(f, key), key);  // the registry reads the name
+  } catch (const UsageError&) {
+    throw Error(strf("checkpoint state %s: entry %s has an unknown %s format %s",
+                     state_path.c_str(), name.c_str(), key, f[key].dump().c_str()));
+  }
+}
 
 // The optimizer file `name` as state.json lists it (entry f); an error for names the
 // writers never use (nothing outside the checkpoint directory is read) and for ranges
@@ -447,6 +509,9 @@ OptimFile optim_file_entry(const std::string& state_path, const std::string& nam
     throw Error(strf("checkpoint state %s lists an unknown optimizer file '%s'", state_path.c_str(),
                      name.c_str()));
   OptimFile o{name, name != "optim.bin", 0, int64_t(n)};
+  o.m_format = entry_format(state_path, name, f, "adam_m");
+  o.v_format = entry_format(state_path, name, f, "adam_v");
+  o.master = entry_master(state_path, name, f);
   if (o.sharded) {
     if (!f.is_object() || !f.contains("begin") || !f.contains("count") ||
         !f["begin"].is_number_integer() || !f["count"].is_number_integer())
@@ -478,8 +543,13 @@ void check_optim_header(const std::string& path, const std::vector<char>& bytes,
     memcpy(&hb, &h[4], 8);
     memcpy(&hc, &h[6], 8);
   }
+  const size_t width =
+      state_format_bytes(o.m_format) + state_format_bytes(o.v_format) + comp_bytes(o.master);
   if (h[0] != kStateMagic || h[1] != (o.sharded ? 2 : 1) || total != int64_t(n) || hb != o.begin ||
-      hc != o.count || bytes.size() != 1024 + 8 * size_t(o.count))
+      hc != o.count || h[10] != state_format_info(o.m_format).file_code ||
+      h[11] != state_format_info(o.v_format).file_code ||
+      h[12] != master_format_info(o.master).file_code ||
+      bytes.size() != 1024 + width * size_t(o.count))
     throw Error(strf("checkpoint file %s has a bad header or size", path.c_str()));
 }
 
@@ -500,13 +570,51 @@ void check_tiled(const std::string& dir, std::vector<std::pair<size_t, size_t>> 
              dir.c_str(), begin, end));
 }
 
-// The Adam moments of [begin, end) into cd.m and cd.v, gathered from the optimizer files
-// that overlap it (the others are not even read).
+// Elements [lo, lo + count) of a moment stored in format f at p, widened to fp32 (exact).
+void decode_moments(const char* p, StateFormat f, bool second, size_t lo, size_t count,
+                    float* out) {
+  const MomentFormat mf = moment_format(f, second);
+  if (moment_is_plain(mf)) {
+    memcpy(out, p + 4 * lo, 4 * count);
+    return;
+  }
+  for (size_t i = 0; i < count; i++) {
+    uint16_t code;
+    memcpy(&code, p + 2 * (lo + i), 2);
+    out[i] = moment_decode16(code, mf);
+  }
+}
+
+// The formats of the moments, from state.json's optimizer entries: one pair for all of them
+// (every rank reads the same entries, so every rank learns the same formats).
+void entry_formats(const std::string& dir, const json& files, size_t n, CheckpointData* cd) {
+  const std::string state_path = join_path(dir, "state.json");
+  bool first = true;
+  for (const auto& [name, f] : files.items()) {
+    if (name.rfind("optim", 0) != 0) continue;
+    const OptimFile o = optim_file_entry(state_path, name, f, n);
+    if (!first &&
+        (o.m_format != cd->m_format || o.v_format != cd->v_format || o.master != cd->master))
+      throw Error(
+          strf("checkpoint state %s: the optimizer files store their state in "
+               "different formats",
+               state_path.c_str()));
+    cd->m_format = o.m_format;
+    cd->v_format = o.v_format;
+    cd->master = o.master;
+    first = false;
+  }
+}
+
+// The Adam moments of [begin, end) into cd.m and cd.v (widened to fp32), gathered from the
+// optimizer files that overlap it (the others are not even read).
 void load_moments(const std::string& dir, const json& files, size_t n, size_t begin, size_t end,
                   CheckpointData* cd) {
   const std::string state_path = join_path(dir, "state.json");
+  entry_formats(dir, files, n, cd);
   cd->m.assign(end - begin, 0.0f);
   cd->v.assign(end - begin, 0.0f);
+  cd->comp.assign(comp_bytes(cd->master) ? end - begin : 0, 0);
   std::vector<std::pair<size_t, size_t>> pieces;  // the [lo, hi) read from each file
   for (const auto& [name, f] : files.items()) {
     if (name.rfind("optim", 0) != 0) continue;
@@ -517,9 +625,13 @@ void load_moments(const std::string& dir, const json& files, size_t n, size_t be
     const std::vector<char> bytes = verified_file(dir, files, name);
     check_optim_header(join_path(dir, name), bytes, o, n);
     const char* mp = bytes.data() + 1024;
-    const char* vp = mp + 4 * size_t(o.count);
-    memcpy(cd->m.data() + (lo - begin), mp + 4 * (lo - o.begin), 4 * (hi - lo));
-    memcpy(cd->v.data() + (lo - begin), vp + 4 * (lo - o.begin), 4 * (hi - lo));
+    const char* vp = mp + state_format_bytes(o.m_format) * size_t(o.count);
+    decode_moments(mp, o.m_format, false, lo - o.begin, hi - lo, cd->m.data() + (lo - begin));
+    decode_moments(vp, o.v_format, true, lo - o.begin, hi - lo, cd->v.data() + (lo - begin));
+    if (!cd->comp.empty()) {
+      const char* cp = vp + state_format_bytes(o.v_format) * size_t(o.count);
+      memcpy(cd->comp.data() + (lo - begin), cp + 2 * (lo - o.begin), 2 * (hi - lo));
+    }
     pieces.push_back({lo, hi});
   }
   check_tiled(dir, std::move(pieces), begin, end);

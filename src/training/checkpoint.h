@@ -5,15 +5,25 @@
 //
 // Checkpoint: a directory <out_dir>/ckpt_<step, 8 digits> holding
 //   model.bin   the fp32 master weights as an llm.c version-3 model file
-//   optim.bin   256 int32 header ([0]=20261129, [1]=1, [2..3]=parameter count as int64)
-//               then Adam m and v, fp32
+//   optim.bin   256 int32 header ([0]=20261129, [1]=1, [2..3]=parameter count as int64,
+//               [10]=m's format, [11]=v's format: precision.state.*'s file codes,
+//               src/numerics/state_format.h, 0 = fp32 as in files from before the formats;
+//               [12]=the master weights' format, src/numerics/master_format.h, 0 = fp32)
+//               then Adam m and v, each in its format's storage (fp32, or the bf16 / fp16
+//               codes the optimizer keeps, src/numerics/moment_format.h), then for
+//               bf16-kahan master weights their bf16 compensation (model.bin then holds the
+//               bf16 weights, which are the master's other half)
 //   optim_rank<R>.bin  instead of optim.bin under ZeRO-1, one per rank, written by that
 //               rank: header [0]=20261129, [1]=2, [2..3]=parameter count, [4..5]=first
 //               parameter, [6..7]=count, [8]=rank, [9]=world size (int64s little-endian),
-//               then m and v of that range. A checkpoint of either kind resumes with or
-//               without sharding: each rank reads the range it owns from the files.
+//               [10..12] the formats, then m and v (and the compensation) of that range. A checkpoint of either
+//               kind resumes with or without sharding: each rank reads the range it owns
+//               from the files.
 //   state.json  step, run id, config, data-loader position, RNG states, counters, and
-//               the size and FNV-1a checksum of each binary file (src/training/run_state.h)
+//               the size and FNV-1a checksum of each binary file (src/training/run_state.h);
+//               an optimizer file's entry also names its range and its state's formats
+//               ("adam_m", "adam_v", "master"), so that every rank learns them from
+//               state.json alone
 //   manifest.json  written last: size and FNV-1a checksum of state.json (version 2)
 // It is written under a temporary name, every file fsync'ed, then renamed: a directory
 // named ckpt_* is always complete. This run's older ones beyond `keep` are removed
@@ -26,6 +36,8 @@
 #include <vector>
 
 #include "src/model/model.h"
+#include "src/numerics/master_format.h"
+#include "src/numerics/state_format.h"
 
 namespace tg {
 
@@ -48,10 +60,31 @@ bool model_config_valid(const GPTConfig& c);
 struct CheckpointData {
   nlohmann::json state;
   std::vector<float> params;  // all master weights
-  std::vector<float> m, v;    // Adam moments of the requested range
+  // Adam moments of the requested range, widened to fp32 (exactly: every stored code is an
+  // fp32 value), and the formats the checkpoint stores them in.
+  std::vector<float> m, v;
+  StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  // The master weights' format; for bf16-kahan the compensation's bf16 codes of the range
+  // (params then holds the bf16 weights).
+  MasterFormat master = MasterFormat::FP32;
+  std::vector<uint16_t> comp;
 };
 
-// Writes a checkpoint for `step`; returns its directory.
+// Adam moments as the optimizer keeps them: `count` elements of m, then of v, each in its
+// format's storage (the backend's bytes, written as they are).
+// With bf16-kahan master weights, `count` bf16 codes of their compensation follow.
+struct MomentBytes {
+  StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  const void* m = nullptr;
+  const void* v = nullptr;
+  MasterFormat master = MasterFormat::FP32;
+  const void* comp = nullptr;
+};
+
+// Writes a checkpoint for `step`; returns its directory. The vector form holds fp32 moments.
+std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
+                            const nlohmann::json& state, const std::vector<float>& params,
+                            const MomentBytes& moments, int keep);
 std::string save_checkpoint(const std::string& out_dir, int64_t step, const GPTConfig& cfg,
                             const nlohmann::json& state, const std::vector<float>& params,
                             const std::vector<float>& m, const std::vector<float>& v, int keep);
@@ -62,9 +95,13 @@ struct OptimFileRecord {
   uint64_t bytes = 0, fnv1a64 = 0;
   int64_t begin = 0, count = 0;
   int32_t rank = 0, world = 1;
+  StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  MasterFormat master = MasterFormat::FP32;
 };
 std::string checkpoint_tmp_dir(const std::string& out_dir, int64_t step);
 void prepare_checkpoint_dir(const std::string& out_dir, int64_t step);
+OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int64_t begin,
+                                  const MomentBytes& moments, int64_t count, int rank, int world);
 OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int64_t begin,
                                   const float* m, const float* v, int64_t count, int rank,
                                   int world);

@@ -11,8 +11,10 @@
 #include "backend_factory.h"
 #include "gpu_peak.h"
 #include "hf.h"
+#include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
+#include "state_telemetry.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cuda_library.h"
@@ -55,15 +57,34 @@ json machine_json(int cpus, double share) {
           {"shared", std::isfinite(share) ? json(share > kSharedMachineShare) : json(nullptr)}};
 }
 
+// The summary's "state": the optimizer state's formats (precision.state.*) and what they keep
+// per parameter beyond the compute weights (master weights, Adam's m and v).
+json state_json(const GPT& m, const Config& cfg) {
+  const auto& st = cfg.precision.state;
+  const size_t master = m.dtype() == DType::BF16 || m.dtype() == DType::F16
+                            ? master_format_info(m.master_format()).bytes
+                            : 0;
+  return {{"master", master_format_name(m.master_format())},
+          {"adam_m", state_format_name(st.adam_m)},
+          {"adam_v", state_format_name(st.adam_v)},
+          {"bytes_per_parameter",
+           master + state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v)}};
+}
+
 AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
-  return {float(lr),
-          float(cfg.optim.beta1),
-          float(cfg.optim.beta2),
-          float(cfg.optim.eps),
-          float(cfg.optim.weight_decay),
-          grad_scale,
-          int(opt_step),
-          weight_rounding(cfg, int(opt_step))};
+  AdamWArgs a{float(lr),
+              float(cfg.optim.beta1),
+              float(cfg.optim.beta2),
+              float(cfg.optim.eps),
+              float(cfg.optim.weight_decay),
+              grad_scale,
+              int(opt_step),
+              weight_rounding(cfg, int(opt_step))};
+  // The moments' formats are the model's own (GPT::adamw_step); their rounding's seeds:
+  const auto seeds = moment_seeds(cfg, int(opt_step));
+  a.m_seed = seeds.first;
+  a.v_seed = seeds.second;
+  return a;
 }
 
 // precision.inject_outlier: channels of layers' fc inputs made outliers through their ln2
@@ -163,7 +184,7 @@ void Trainer::setup_comm_and_backend() {
   // Only rank 0 talks and writes; the others train in silence.
   if (rank_ != 0 && !freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a non-zero rank");
-  config_validate(cfg_, world_);
+  config_validate_run(cfg_, world_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
 }
 
@@ -208,7 +229,7 @@ void Trainer::setup_model() {
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   const PrecisionSpec spec = precision_spec(cfg_);
-  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp);
+  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
   const auto& lsc = c.precision.loss_scale;
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
@@ -351,12 +372,22 @@ Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) c
 void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
   const RunState& s = v.state;
   const std::string state_path = join_path(v.dir, "state.json");
+  // Every rank decides alike (the formats come from state.json), before anything changes.
+  const std::string moments_note = moment_conversion_note(v.data, cfg_, v.dir);
+  const std::string master_note = master_conversion_note(v.data, cfg_, v.dir);
+  for (const std::string& note : {moments_note, master_note})
+    if (!note.empty()) printf("%s\n", note.c_str());
   train_loader_->set_position(s.data);
+  merge_compensation(v.data, model_->master_format(), model_->shard_begin());
   model_->set_params(v.data.params);
+  if (v.data.master == MasterFormat::BF16Kahan && model_->compensation()) {
+    v.data.comp.resize(model_->shard_size(), 0);
+    model_->set_compensation(v.data.comp);
+  }
   v.data.m.resize(model_->shard_size(), 0.0f);
   v.data.v.resize(model_->shard_size(), 0.0f);
-  be_->upload(model_->adam_m(), v.data.m.data());
-  be_->upload(model_->adam_v(), v.data.v.data());
+  be_->upload(model_->adam_m(), encode_moments(v.data.m, model_->moment_formats().m).data());
+  be_->upload(model_->adam_v(), encode_moments(v.data.v, model_->moment_formats().v).data());
   run_id_ = s.run_id.empty() ? new_run_id() : s.run_id;  // older checkpoints have none
   cm_->broadcast(run_id_.data(), run_id_.size(), 0);
   step_ = start_step_ = s.step;
@@ -370,7 +401,7 @@ void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
     scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
   } else {
     printf(
-        "note: the checkpoint was trained in %s; continuing in %s from its fp32 master weights\n",
+        "note: the checkpoint was trained in %s; continuing in %s from its master weights\n",
         mode_name(s.mode), mode_name(cfg_.precision.mode));
   }
   precision_->load(s, state_path);
@@ -414,18 +445,24 @@ void Trainer::print_start() const {
       (long long)step_tokens_);
   if (world_ > 1)
     printf("data parallel: %s, %d rows per rank%s\n", cm_->name().c_str(), B_,
-           m.sharded() ? strf(", ZeRO-1: fp32 master weights and Adam moments sharded, %zu "
+           m.sharded() ? strf(", ZeRO-1: master weights and Adam moments sharded, %zu "
                               "parameters per rank",
                               m.shard_size())
                              .c_str()
                        : "");
   printf(
-      "device: %s%s, %d thread(s); precision %s (%s weights and activations, fp32 master "
-      "weights), loss scaling %s%s\n",
+      "device: %s%s, %d thread(s); precision %s (%s weights and activations, %s), loss "
+      "scaling %s%s\n",
       be_->name().c_str(),
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
       omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
-      scaler_.kind.c_str(), cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
+      master_format_info(m.master_format()).summary, scaler_.kind.c_str(),
+      cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
+  const auto& st = cfg_.precision.state;
+  if (st.adam_m != StateFormat::FP32 || st.adam_v != StateFormat::FP32)
+    printf("optimizer state: Adam m in %s, v in %s: %zu bytes per parameter instead of 8\n",
+           state_format_name(st.adam_m), state_format_name(st.adam_v),
+           state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v));
   precision_->print_start();
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
@@ -448,12 +485,24 @@ StepResult Trainer::step() {
   r.scale = scaler_.scale;
   const double loss = sum_gradients(forward_backward(r), r.step);
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
-  if (cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0)
-    record_numerics(r.step, r.scale);
+  const bool telemetry =
+      cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
+  if (telemetry) record_numerics(r.step, r.scale);
   if (!std::isfinite(loss))
     throw Error(strf("training diverged at step %lld: the loss is %g (try a lower optim.lr)",
                      (long long)r.step, loss));
+  // What the state's formats do to this update (src/training/state_telemetry.h).
+  StateProbe probe;
+  if (telemetry) probe = state_probe_before(*model_);
   update(r);
+  if (telemetry && !r.skipped)
+    metrics_.write(json({{"kind", "state"},
+                         {"step", r.step},
+                         {"master", master_format_name(model_->master_format())},
+                         {"adam_m", state_format_name(cfg_.precision.state.adam_m)},
+                         {"adam_v", state_format_name(cfg_.precision.state.adam_v)},
+                         {"layers", state_probe_after(*model_, probe, cm_)}})
+                       .dump());
   end_step(r, loss, t0);
   return r;
 }
@@ -670,12 +719,17 @@ void Trainer::save() {
     cm_->barrier();
     return;
   }
-  std::vector<float> m(model.shard_size()), v(model.shard_size());
+  // The moments as the optimizer stores them (fp32, or bf16 / fp16 codes), written as they are.
+  std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
+  std::vector<char> comp(model.compensation() ? model.compensation().bytes() : 0);
+  const MomentBytes mb{cfg_.precision.state.adam_m, cfg_.precision.state.adam_v, m.data(),
+                       v.data(), model.master_format(), comp.data()};
+  if (model.compensation()) be_->download(comp.data(), model.compensation());
   std::string dir;
   if (!model.sharded()) {
     be_->download(m.data(), model.adam_m());
     be_->download(v.data(), model.adam_v());
-    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), m, v,
+    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), mb,
                           cfg_.checkpoint.keep);
   } else {
     // ZeRO-1: the master weights are gathered for the model file; every rank writes the
@@ -687,7 +741,7 @@ void Trainer::save() {
     be_->download(v.data(), model.adam_v());
     OptimFileRecord mine = write_optim_shard(
         checkpoint_tmp_dir(out, step_), int64_t(model.num_params()), int64_t(model.shard_begin()),
-        m.data(), v.data(), int64_t(model.shard_count()), rank_, world_);
+        mb, int64_t(model.shard_count()), rank_, world_);
     std::vector<OptimFileRecord> all(world_);
     cm_->all_gather_bytes(&mine, all.data(), sizeof(mine));
     if (rank_ == 0)
@@ -776,10 +830,12 @@ json Trainer::summary_json(const FinalNumbers& f) const {
        peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_) : json(nullptr)},
       {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
       {"peak_memory_bytes", be_->peak_bytes()},
-      {"planned_memory_bytes",
-       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_)
-           .total()},
+      {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
+                                           m.attention_lse(), world_, m.moment_formats(),
+                                           m.master_format())
+                                   .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
+      {"state", state_json(m, cfg_)},
       {"skipped_steps", counters_.skipped_steps},
       {"final_loss_scale", scaler_.scale},
       {"loss_scale_kind", scaler_.kind},

@@ -17,10 +17,14 @@
 #include "src/base/fileio.h"
 #include "src/data/data.h"
 #include "src/training/checkpoint.h"
+#include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 
 using json = nlohmann::json;
+using tgt::check_same_losses;
+using tgt::has;
 using tgt::read_metrics;
+using tgt::run_mpi;
 using tgt::run_binary;
 using tgt::slurp;
 using tgt::tiny_args;
@@ -28,26 +32,12 @@ using tgt::toy_dir;
 
 namespace {
 
-bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-
 // Largest |loss_a / loss_b - 1| over the steps of two train-metric lists of equal length.
 double max_relative_loss_gap(const std::vector<json>& a, const std::vector<json>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); i++)
     worst = std::max(worst, std::fabs(a[i]["loss"].get<double>() / b[i]["loss"].get<double>() - 1));
   return worst;
-}
-
-// The train losses of two run directories are bit-identical, step by step (n steps each).
-void check_same_losses(const std::string& dir_a, const std::string& dir_b, size_t n) {
-  auto a = read_metrics(dir_a + "/metrics.jsonl", "train");
-  auto b = read_metrics(dir_b + "/metrics.jsonl", "train");
-  REQUIRE(a.size() == n);
-  REQUIRE(b.size() == n);
-  for (size_t i = 0; i < n; i++) {
-    INFO("step " << i + 1);
-    CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
-  }
 }
 
 }  // namespace
@@ -465,17 +455,6 @@ TEST_CASE("cli: numerics telemetry shows fp16 underflow that fp32 does not have"
   CHECK(sb["dact"]["zero_frac"].get<double>() > sa["dact"]["zero_frac"].get<double>());
 }
 
-namespace {
-// Runs train_gpt under mpirun with np processes (one thread each). Under the sanitizers,
-// leak checking is off for these processes only: OpenMPI's own libraries and plugins keep
-// allocations past MPI_Finalize, which LeakSanitizer would report as ours.
-int run_mpi(int np, const std::string& args, std::string* out) {
-  return tgt::run_shell(
-      "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np " +
-          std::to_string(np) + " " + tgt::binary() + " " + args + " --train.threads=1",
-      out);
-}
-}  // namespace
 
 TEST_CASE("mpi: 2 ranks x B train like 1 rank x 2B (fp32 and bf16)") {
   for (const char* mode : {"fp32", "bf16"}) {
@@ -1059,4 +1038,141 @@ TEST_CASE("cli: running out of host memory names the allocation and points at tr
                        &out) == 1);
   CHECK(out.find("for the weights, gradients, master weights and Adam moments") !=
         std::string::npos);
+}
+
+// ---- Adam moments stored in bf16, bf16-sr, fp16 (precision.state.adam_m / adam_v) ----
+
+namespace {
+const char* const kMomentFormats[] = {"bf16", "bf16-sr", "fp16"};
+std::string moment_args(const std::string& f) {
+  return " --precision.state.adam_m=" + f + " --precision.state.adam_v=" + f;
+}
+}  // namespace
+
+TEST_CASE(
+    "cli: 16-bit Adam moments: half the optimizer bytes, training converges, resume is "
+    "bit-exact") {
+  const size_t n = 7920;  // the tiny model's parameters
+  for (const char* f : kMomentFormats) {
+    for (const char* mode : {"fp32", "bf16"}) {
+      tgt::TempDir full, part;
+      std::string out;
+      const std::string args =
+          std::string(" --train.steps=12 --sample.tokens=0 --precision.mode=") + mode +
+          moment_args(f) +
+          (std::string(mode) == "bf16" ? " --precision.stochastic_rounding=true" : "");
+      REQUIRE(run_binary(tiny_args(full.path) + args, &out) == 0);
+      INFO(f << " " << mode << "\n" << out);
+      CHECK(has(out, "optimizer state: Adam m in " + std::string(f)));
+      REQUIRE(run_binary(tiny_args(part.path) + args + " --train.stop_at_step=5", &out) == 0);
+      REQUIRE(run_binary(tiny_args(part.path) + args + " --checkpoint.resume=true", &out) == 0);
+      CHECK_FALSE(has(out, "convert"));  // same formats: the codes come back as they were
+      check_same_losses(full.path, part.path, 12);
+      const std::string a = full / "ckpt_00000012", b = part / "ckpt_00000012";
+      CHECK(slurp(a + "/model.bin") == slurp(b + "/model.bin"));
+      // The moments too, bit for bit, 2 bytes each.
+      CHECK(slurp(a + "/optim.bin") == slurp(b + "/optim.bin"));
+      CHECK(slurp(a + "/optim.bin").size() == 1024 + 4 * n);
+      // The CPU backend allocates what the plan says, the 2-byte moments included.
+      json s = json::parse(slurp(full / "summary.json"));
+      const double peak = s["peak_memory_bytes"].get<double>(),
+                   plan = s["planned_memory_bytes"].get<double>();
+      CHECK(peak >= plan);
+      CHECK(peak <= plan + 32 * 64);
+      CHECK(s["final_val_loss"].get<double>() < s["initial_val_loss"].get<double>());
+    }
+  }
+}
+
+TEST_CASE(
+    "cli: resuming in other moment formats: widening converts and says so, narrowing is "
+    "refused (exit 2) unless allowed") {
+  std::string out;
+  tgt::TempDir narrow, wide;
+  const std::string steps = " --train.steps=8";
+  REQUIRE(
+      run_binary(tiny_args(narrow.path) + steps + moment_args("bf16") + " --train.stop_at_step=4",
+                 &out) == 0);
+  // bf16 -> fp32 holds every value: converted once, and said.
+  REQUIRE(run_binary(tiny_args(narrow.path) + steps + " --checkpoint.resume=true", &out) == 0);
+  CHECK(has(out, "convert once, losing nothing"));
+  CHECK(has(out, "precision.state.adam_m=fp32 (the checkpoint's bf16)"));
+  CHECK(has(out, "precision.state.adam_v=fp32 (the checkpoint's bf16)"));
+  // fp32 -> bf16 would round them: refused naming the keys and the way out; nothing changes.
+  REQUIRE(run_binary(tiny_args(wide.path) + steps + " --train.stop_at_step=4", &out) == 0);
+  const std::string before = slurp(wide / "metrics.jsonl");
+  CHECK(run_binary(
+            tiny_args(wide.path) + steps + moment_args("bf16-sr") + " --checkpoint.resume=true",
+            &out) == 2);
+  INFO(out);
+  CHECK(has(out, "precision.state.adam_m"));
+  CHECK(has(out, "precision.state.allow_narrowing=true"));
+  CHECK(has(out, "precision.state.adam_m=fp32 precision.state.adam_v=fp32"));
+  CHECK(slurp(wide / "metrics.jsonl") == before);
+  // ... unless asked for: rounded once, and said.
+  REQUIRE(run_binary(tiny_args(wide.path) + steps + moment_args("bf16-sr") +
+                         " --checkpoint.resume=true --precision.state.allow_narrowing=true",
+                     &out) == 0);
+  CHECK(has(out, "rounded once, to nearest"));
+  // bf16-sr -> bf16: the same codes; only future stores round otherwise.
+  REQUIRE(run_binary(tiny_args(wide.path) + " --train.steps=10" + moment_args("bf16") +
+                         " --checkpoint.resume=true",
+                     &out) == 0);
+  CHECK(has(out, "losing nothing: precision.state.adam_m=bf16 (the checkpoint's bf16-sr)"));
+  // A bad value is a usage error naming the key.
+  CHECK(run_binary(tiny_args(wide.path) + " --precision.state.adam_v=fp8", &out) == 2);
+  CHECK(has(out, "precision.state.adam_v"));
+}
+
+TEST_CASE("cli: memory plans the optimizer in the moments' formats") {
+  std::string out;
+  const std::string args =
+      "memory --preset gpt2 --data.batch_size=4 --data.seq_len=1024 "
+      "--model.max_seq_len=1024 --modes=fp32";
+  // Weights, master, gradients, optimizer: 124475904 parameters x 8 bytes of moments, then x 4
+  // (bf16 m, fp16 v), then x 4 over 2 ZeRO-1 ranks.
+  REQUIRE(run_binary(args, &out) == 0);
+  CHECK(has(out, "| fp32 | 474.8 MiB | 0.0 MiB | 474.8 MiB | 949.7 MiB |"));
+  CHECK(has(out, "Adam's m (fp32) and v (fp32), 8 bytes per parameter"));
+  REQUIRE(run_binary(args + " --precision.state.adam_m=bf16 --precision.state.adam_v=fp16", &out) ==
+          0);
+  INFO(out);
+  CHECK(has(out, "| fp32 | 474.8 MiB | 0.0 MiB | 474.8 MiB | 474.8 MiB |"));
+  CHECK(has(out, "Adam's m (bf16) and v (fp16), 4 bytes per parameter"));
+  REQUIRE(run_binary(args + moment_args("bf16-sr") + " --zero_ranks=2", &out) == 0);
+  CHECK(has(out, "| fp32 | 474.8 MiB | 0.0 MiB | 474.8 MiB | 237.4 MiB |"));
+  CHECK(has(out, "4 bytes per parameter of this rank's shard"));
+}
+
+TEST_CASE("mpi: ZeRO-1 with 2-byte Adam moments trains like unsharded and resumes bit-exactly") {
+  tgt::TempDir plain, zero, part;
+  std::string out;
+  const std::string args = " --train.steps=10 --data.batch_size=4 --precision.mode=bf16" +
+                           std::string(" --precision.state.adam_m=bf16-sr") +
+                           " --precision.state.adam_v=fp16";
+  REQUIRE(run_mpi(2, tiny_args(plain.path) + args, &out) == 0);
+  int rc = run_mpi(2, tiny_args(zero.path) + args + " --train.zero_stage=1", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  check_same_losses(plain.path, zero.path, 10);
+  // Every moment's stochastic rounding drew the bits of its global index: the same codes.
+  const std::string ca = plain / "ckpt_00000010", cb = zero / "ckpt_00000010";
+  tg::GPTConfig mc = tg::gpt_config(1, 2, 16, 256, 32);
+  tg::CheckpointData da = tg::load_checkpoint(ca, mc), db = tg::load_checkpoint(cb, mc);
+  CHECK(db.m_format == tg::StateFormat::BF16SR);
+  CHECK(db.v_format == tg::StateFormat::FP16);
+  CHECK(da.m == db.m);
+  CHECK(da.v == db.v);
+  // Sharded, stopped and resumed (and resumed unsharded from the sharded files): bit-exact.
+  for (const char* second : {"1", "0"}) {
+    tg::remove_tree(part.path);
+    REQUIRE(run_mpi(2, tiny_args(part.path) + args + " --train.zero_stage=1 --train.stop_at_step=4",
+                    &out) == 0);
+    rc = run_mpi(
+        2, tiny_args(part.path) + args + " --checkpoint.resume=true --train.zero_stage=" + second,
+        &out);
+    INFO("resumed with zero_stage " << second << "\n" << out);
+    REQUIRE(rc == 0);
+    check_same_losses(plain.path, part.path, 10);
+  }
 }

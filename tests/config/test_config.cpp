@@ -213,6 +213,44 @@ TEST_CASE("config: precision modes are typed values, read and written by their r
   CHECK(mode_list_text({Mode::FP8, Mode::FP8Block}) == "fp8,fp8-block");
 }
 
+TEST_CASE(
+    "config: Adam moment formats are typed values, read and written by their registry names") {
+  // Every row of src/numerics/state_format.cpp: the name sets either key, from the command line
+  // and from JSON, and config.json (which checkpoints carry) holds the name again.
+  for (const StateFormatInfo& f : state_formats()) {
+    INFO(f.name);
+    Config c;
+    config_set(c, "precision.state.adam_m", f.name);
+    config_apply_json(
+        c,
+        json::parse(std::string("{\"precision\": {\"state\": {\"adam_v\": \"") + f.name + "\"}}}"),
+        "a test");
+    CHECK(c.precision.state.adam_m == f.format);
+    CHECK(c.precision.state.adam_v == f.format);
+    const json j = config_to_json(c)["precision"]["state"];
+    CHECK(j["adam_m"] == f.name);
+    CHECK(j["adam_v"] == f.name);
+    Config back;
+    config_apply_json(back, config_to_json(c), "round trip");
+    CHECK(back.precision.state.adam_v == f.format);
+  }
+  Config c;
+  CHECK(c.precision.state.adam_m == StateFormat::FP32);  // today's optimizer by default
+  CHECK(c.precision.state.adam_v == StateFormat::FP32);
+  CHECK_FALSE(c.precision.state.allow_narrowing);
+  for (const ConfigKeyInfo& k : config_keys())
+    if (k.name == "precision.state.adam_v")
+      CHECK(k.type + " = " + k.default_value == "fp32|bf16|bf16-sr|fp16 = fp32");
+  // A name outside the registry is refused naming the key.
+  std::string e = usage_error([&] { config_set(c, "precision.state.adam_v", "fp8"); });
+  CHECK(e.find("'precision.state.adam_v'") != std::string::npos);
+  CHECK(e.find("'fp8' is not allowed") != std::string::npos);
+  e = usage_error([&] {
+    config_apply_json(c, json::parse("{\"precision\": {\"state\": {\"adam_m\": 16}}}"), "f");
+  });
+  CHECK(e.find("'precision.state.adam_m'") != std::string::npos);
+}
+
 TEST_CASE("config: an unknown key names the closest keys, from a file or the command line") {
   Config c;
   std::string e = usage_error([&] { config_set(c, "train.stpes", "5"); });

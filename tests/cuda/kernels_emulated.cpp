@@ -12,7 +12,8 @@
 //
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
-// conversions, AdamW's rounding of the compute copy, permutes).
+// conversions, permutes), and AdamW (its arithmetic is one shared function with every FMA
+// spelled out: master weights, the moments in every state format, the compute copy).
 #define DOCTEST_CONFIG_IMPLEMENT  // this file holds the binary's main
 #include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
@@ -25,6 +26,8 @@
 #include "kernels/encoder.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
+#include "src/numerics/master_format.h"
+#include "src/numerics/state_format.h"
 
 using namespace emu_test;
 
@@ -88,7 +91,7 @@ void gelu_backward(const gpu::Ctx&, E* di, const E* x, const E* d, size_t n) {
   wait_device();
 }
 template <typename E>
-void adamw(const gpu::Ctx&, E* params, float* master, const E* grads, float* m, float* v, size_t n,
+void adamw(const gpu::Ctx&, E* params, float* master, const E* grads, void* m, void* v, size_t n,
            const AdamWArgs& a) {
   gpu::adamw(emu_ctx(), dtype_of<E>(), params, master, grads, m, v, n, a);
   wait_device();
@@ -842,9 +845,46 @@ TEST_CASE("classifier: losses and the gradient (fp32 in place, 16-bit over the r
   }
 }
 
+// One Adam moment in format f as the kernel (dev) and the CPU (ref) hold it: fp32 values or
+// 16-bit codes, the same initial state in both, one poisoned element past the end.
+struct MomentBufs {
+  MomentFormat f;
+  size_t n, width;
+  Buf<unsigned char> dev, ref;
+  MomentBufs(const MomentFormat& fmt, const std::vector<float>& x)
+      : f(fmt),
+        n(x.size()),
+        width(moment_is_plain(fmt) ? 4 : 2),
+        dev((n + 1) * width),
+        ref(n * width) {
+    MomentFormat nearest = f;
+    nearest.stochastic = false;
+    for (size_t i = 0; i < n; i++) {
+      if (width == 4) {
+        std::memcpy(dev.p + 4 * i, &x[i], 4);
+      } else {
+        const uint16_t code = moment_encode16(x[i], nearest, 0);
+        std::memcpy(dev.p + 2 * i, &code, 2);
+      }
+    }
+    std::memcpy(ref.p, dev.p, n * width);
+  }
+  // Calls fn with ref's typed pointer (float, or uint16_t codes).
+  template <typename F>
+  void typed_ref(F&& fn) {
+    if (width == 4)
+      fn(reinterpret_cast<float*>(ref.p));
+    else
+      fn(reinterpret_cast<uint16_t*>(ref.p));
+  }
+};
+
 template <typename E>
-void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr) {
+void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr, StateFormat fm,
+                StateFormat fv) {
   CAPTURE(tname<E>());
+  CAPTURE(state_format_name(fm));
+  CAPTURE(state_format_name(fv));
   AdamWArgs a{};
   a.lr = 3e-3f;
   a.beta1 = 0.9f;
@@ -856,28 +896,35 @@ void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr) {
   a.rounding.stochastic = sr;
   a.rounding.seed = 1234;
   a.rounding.offset = 77;
+  a.m_format = moment_format(fm, false);
+  a.v_format = moment_format(fv, true);
+  a.m_seed = 5678;
+  a.v_seed = 91011;
   Buf<E> p(n + 1), g(n), rp(n);
-  Buf<float> master(n + 1), m(n + 1), v(n + 1), rmaster(n), rm(n), rv(n);
+  Buf<float> master(n + 1), rmaster(n);
   fill(g.p, n, rng);
   fill(master.p, n, rng);
-  fill(m.p, n, rng, 0.1f);
-  for (size_t i = 0; i < n; i++) v[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
+  std::vector<float> m0(n), v0(n);
+  fill(m0.data(), n, rng, 0.1f);
+  for (size_t i = 0; i < n; i++) v0[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
+  MomentBufs m(a.m_format, m0), v(a.v_format, v0);
   copy(rmaster.p, master.p, n);
-  copy(rm.p, m.p, n);
-  copy(rv.p, v.p, n);
   E* params = p.p;
-  if constexpr (std::is_same_v<E, float>) {
-    // fp32: params alias the master weights, as the backend allows
-    params = master.p;
-    adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
-    cpu::adamw(rp.p, rmaster.p, C(g.p), rm.p, rv.p, n, a);
-  } else {
-    adamw<E>(c, params, master.p, g.p, m.p, v.p, n, a);
-    cpu::adamw(C(rp.p), rmaster.p, C(g.p), rm.p, rv.p, n, a);
-  }
-  CHECK(rel_err(master.p, rmaster.p, n) <= 1e-6);
-  CHECK(rel_err(m.p, rm.p, n) <= 1e-6);
-  CHECK(rel_err(v.p, rv.p, n) <= 1e-6);
+  if constexpr (std::is_same_v<E, float>) params = master.p;  // fp32: params alias the master
+  adamw<E>(c, params, master.p, g.p, m.dev.p, v.dev.p, n, a);
+  m.typed_ref([&](auto* rm) {
+    v.typed_ref([&](auto* rv) {
+      if constexpr (std::is_same_v<E, float>)
+        cpu::adamw(rp.p, rmaster.p, C(g.p), rm, rv, n, a);
+      else
+        cpu::adamw(C(rp.p), rmaster.p, C(g.p), rm, rv, n, a);
+    });
+  });
+  // The arithmetic is src/numerics/adamw_math.h on both sides, every FMA spelled out, and
+  // the moments go through the same encoder: master weights and moments bit for bit.
+  CHECK(bit_diffs(master.p, rmaster.p, n) == 0);
+  CHECK(std::memcmp(m.dev.p, m.ref.p, n * m.width) == 0);
+  CHECK(std::memcmp(v.dev.p, v.ref.p, n * v.width) == 0);
   // the compute copy: exactly the rounding of the kernel's own master weight
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) {
@@ -893,32 +940,96 @@ void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr) {
   }
   CHECK(bad == 0);
   if constexpr (!std::is_same_v<E, float>) {
-    // and where the masters agree bit for bit, the copies do too
-    size_t same = 0, agree = 0;
-    for (size_t i = 0; i < n; i++)
-      if (bits(master[i]) == bits(rmaster[i])) {
-        same++;
-        agree += bits(p[i]) == bits(rp[i]);
-      }
-    CHECK(agree == same);
+    CHECK(bit_diffs(p.p, rp.p, n) == 0);
     CHECK(all_poison(p.p + n, 1));
   }
   CHECK(all_poison(master.p + n, 1));
-  CHECK(all_poison(m.p + n, 1));
+  CHECK(all_poison(m.dev.p + n * m.width, m.width));
+  CHECK(all_poison(v.dev.p + n * v.width, v.width));
   check_emu();
 }
 
-TEST_CASE("AdamW: master, moments vs the CPU; the 16-bit copy bit-exact (nearest, stochastic)") {
+TEST_CASE("AdamW: master, moments (every state format) and the 16-bit copy bit-exact vs the CPU") {
   std::mt19937 rng(10);
   const gpu::Ctx c = make_ctx();
+  const std::pair<StateFormat, StateFormat> formats[] = {
+      {StateFormat::FP32, StateFormat::FP32},     {StateFormat::BF16, StateFormat::BF16},
+      {StateFormat::BF16SR, StateFormat::BF16SR}, {StateFormat::FP16, StateFormat::FP16},
+      {StateFormat::BF16, StateFormat::FP16},     {StateFormat::FP32, StateFormat::BF16SR}};
   for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
-    for (bool sr : {false, true}) {
-      CAPTURE(n);
-      CAPTURE(sr);
-      adamw_case<float>(c, rng, n, sr);
-      adamw_case<bf16>(c, rng, n, sr);
-      adamw_case<f16>(c, rng, n, sr);
-    }
+    for (bool sr : {false, true})
+      for (const auto& [fm, fv] : formats) {
+        CAPTURE(n);
+        CAPTURE(sr);
+        adamw_case<float>(c, rng, n, sr, fm, fv);
+        adamw_case<bf16>(c, rng, n, sr, fm, fv);
+        adamw_case<f16>(c, rng, n, sr, fm, fv);
+      }
+}
+
+// bf16 master weights (precision.state.master=bf16-sr / bf16-kahan): the bf16 weights are the
+// master, stored back stochastically or with their compensation, on both sides.
+void adamw_bf16_master_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, MasterFormat mf,
+                            StateFormat fm, StateFormat fv) {
+  CAPTURE(master_format_name(mf));
+  CAPTURE(state_format_name(fm));
+  CAPTURE(state_format_name(fv));
+  AdamWArgs a{};
+  a.lr = 3e-3f;
+  a.beta1 = 0.9f;
+  a.beta2 = 0.95f;
+  a.eps = 1e-8f;
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f;
+  a.step = 7;
+  a.rounding.stochastic = mf == MasterFormat::BF16SR;  // as weight_rounding makes it
+  a.rounding.seed = 4321;
+  a.rounding.offset = 55;
+  a.m_format = moment_format(fm, false);
+  a.v_format = moment_format(fv, true);
+  a.m_seed = 5678;
+  a.v_seed = 91011;
+  a.master = mf;
+  const bool kahan = mf == MasterFormat::BF16Kahan;
+  Buf<bf16> p(n + 1), g(n), rp(n), comp(n + 1), rcomp(n);
+  fill(g.p, n, rng);
+  fill(p.p, n, rng);
+  // A compensation as a store leaves it: the bf16 rounding of a residual below half a step.
+  for (size_t i = 0; i < n; i++) comp[i] = bf16{f32_to_bf16(f(p[i]) * 0x1p-10f * f(g[i]))};
+  copy(rp.p, p.p, n);
+  copy(rcomp.p, comp.p, n);
+  std::vector<float> m0(n), v0(n);
+  fill(m0.data(), n, rng, 0.1f);
+  for (size_t i = 0; i < n; i++) v0[i] = std::fabs(f(g[i])) * 0.01f + 1e-4f;
+  MomentBufs m(a.m_format, m0), v(a.v_format, v0);
+  gpu::adamw(emu_ctx(), DType::BF16, p.p, kahan ? comp.p : nullptr, g.p, m.dev.p, v.dev.p, n, a);
+  wait_device();
+  m.typed_ref([&](auto* rm) {
+    v.typed_ref([&](auto* rv) {
+      cpu::adamw_bf16_master(C(rp.p), kahan ? C(rcomp.p) : nullptr, C(g.p), rm, rv, n, a);
+    });
+  });
+  CHECK(bit_diffs(p.p, rp.p, n) == 0);
+  CHECK(bit_diffs(comp.p, rcomp.p, n) == 0);
+  CHECK(std::memcmp(m.dev.p, m.ref.p, n * m.width) == 0);
+  CHECK(std::memcmp(v.dev.p, v.ref.p, n * v.width) == 0);
+  CHECK(all_poison(p.p + n, 1));
+  CHECK(all_poison(comp.p + n, 1));
+  CHECK(all_poison(m.dev.p + n * m.width, m.width));
+  CHECK(all_poison(v.dev.p + n * v.width, v.width));
+  check_emu();
+}
+
+TEST_CASE("AdamW: bf16 master weights (bf16-sr, bf16-kahan) bit-exact vs the CPU") {
+  std::mt19937 rng(12);
+  const gpu::Ctx c = make_ctx();
+  for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
+    for (MasterFormat mf : {MasterFormat::BF16SR, MasterFormat::BF16Kahan})
+      for (const auto& [fm, fv] : {std::pair{StateFormat::FP32, StateFormat::FP32},
+                                   std::pair{StateFormat::BF16SR, StateFormat::FP16}}) {
+        CAPTURE(n);
+        adamw_bf16_master_case(c, rng, n, mf, fm, fv);
+      }
 }
 
 template <typename D, typename S>

@@ -24,6 +24,7 @@
 #include "src/backends/cuda/operand_stats.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/numerics/recipe.h"
+#include "src/numerics/state_format.h"
 
 namespace emu_test {
 extern bool lt_refuse_fp8_epilogue;  // cublaslt_emulation.cpp: no FP8 GEMM with a bias epilogue
@@ -90,6 +91,12 @@ void adamw_case(gpu::Ctx& c, size_t n, bool stochastic) {
   auto master = rnd<float>(n), m = rnd<float>(n, 0.1f), v = zeros<float>(n);
   AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3, Rounding{stochastic, 7, 11}};
   gpu::adamw(c, dtype_of<E>(), params->p, master->p, grads->p, m->p, v->p, n, a);
+  // Moments as 16-bit codes (bf16-sr m, fp16 v): every code read and written once.
+  auto m16 = zeros<uint16_t>(n), v16 = zeros<uint16_t>(n);
+  AdamWArgs a16 = a;
+  a16.m_format = moment_format(StateFormat::BF16SR, false);
+  a16.v_format = moment_format(StateFormat::FP16, true);
+  gpu::adamw(c, dtype_of<E>(), params->p, master->p, grads->p, m16->p, v16->p, n, a16);
   // The device loss scaler's decision from the fused norm pass, then AdamW reading it.
   Dev<float> check(2);
   gpu::norm(c, dtype_of<E>(), grads->p, n, 0.25f, check.p);

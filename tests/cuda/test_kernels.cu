@@ -531,15 +531,15 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
                     2.0);
     const bool skip = host.update(bad);
     applied += skip ? 0 : 1;
-    tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0};
+    tg::gpu::AdamWParams a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.f, 0.5f, 0.25f, false, 0, 0, {}, {}, 0, 0};
     const double norm = std::sqrt(double(c[0]));
     a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
     if (!skip)
-      tg::gpu::launch(tg::gpu::adamw_kernel<float>, 4, 256, 0, nullptr, dw1, dw1, dg, dm1, dv1, n,
-                      a);
+      tg::gpu::launch(tg::gpu::adamw_kernel<float, float, float>, 4, 256, 0, nullptr, dw1,
+                      tg::gpu::MasterPtrs{dw1, nullptr}, dg, dm1, dv1, n, a);
     a.grad_scale = 0.f;  // must not be used
-    tg::gpu::launch(tg::gpu::adamw_device_kernel<float>, 4, 256, 0, nullptr, dw2, dw2, dg, dm2, dv2,
-                    n, a, d);
+    tg::gpu::launch(tg::gpu::adamw_device_kernel<float, float, float>, 4, 256, 0, nullptr, dw2,
+                    tg::gpu::MasterPtrs{dw2, nullptr}, dg, dm2, dv2, n, a, d);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     tg::LossScaleDevice got;
     cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);

@@ -12,6 +12,7 @@
 #include "src/backends/cuda/launch.h"
 #include "src/model/quant_state.h"
 #include "src/model/model.h"
+#include "src/numerics/state_format.h"
 #include "src/training/checkpoint.h"
 #include "tests/test_util.h"
 
@@ -197,6 +198,51 @@ TEST_CASE("cuda: ten training steps follow the CPU") {
     auto pc = mc.params_f64(), pg = mg.params_f64();
     CHECK(rel(pc, pg, 0, pc.size()) < model_tol(t));
   }
+}
+
+TEST_CASE("cuda: the backend's AdamW keeps the CPU's master weights and moment codes, every "
+          "state format") {
+  TG_REQUIRE_GPU();
+  const tg::GPTConfig cfg = small_gpt();
+  const int B = 4, T = 32;
+  using SF = tg::StateFormat;
+  const std::pair<SF, SF> formats[] = {{SF::BF16, SF::FP16}, {SF::BF16SR, SF::BF16SR},
+                                       {SF::FP16, SF::FP32}};
+  auto bytes_of = [](tg::Backend& be, tg::Tensor t) {
+    std::vector<char> h(t.bytes());
+    be.download(h.data(), t);
+    return h;
+  };
+  for (DType t : {DType::F32, DType::BF16})
+    for (const auto& [fm, fv] : formats) {
+      INFO(name(t) << " m " << tg::state_format_name(fm) << " v " << tg::state_format_name(fv));
+      auto cpu = tg::make_cpu_backend();
+      auto gpu = tg::make_cuda_backend();
+      const tg::MomentFormats mf = tg::moment_formats(fm, fv);
+      tg::GPT mc(cfg, *cpu, t, {}, mf), mg(cfg, *gpu, t, {}, mf);
+      mc.init_random(3);
+      mg.init_random(3);
+      // The CPU's gradients on both, so that the update alone is compared.
+      Batch bt = batch(B, T, cfg.vocab_size, 7);
+      mc.zero_grad();
+      mc.forward(bt.in.data(), bt.tgt.data(), B, T, 1.f);
+      mc.backward();
+      const std::vector<char> g = bytes_of(*cpu, mc.grads());
+      gpu->upload(mg.grads(), g.data());
+      for (int step = 1; step <= 3; step++) {
+        tg::AdamWArgs a{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step,
+                        tg::Rounding{t != DType::F32, 555, 0}};
+        a.m_seed = 100 + step;
+        a.v_seed = 200 + step;
+        mc.adamw_step(a);
+        mg.adamw_step(a);
+      }
+      CHECK(mg.adam_m().dtype == tg::moment_dtype(t, mf.m));
+      CHECK(bytes_of(*cpu, mc.adam_m()) == bytes_of(*gpu, mg.adam_m()));
+      CHECK(bytes_of(*cpu, mc.adam_v()) == bytes_of(*gpu, mg.adam_v()));
+      CHECK(bytes_of(*cpu, mc.master()) == bytes_of(*gpu, mg.master()));
+      CHECK(bytes_of(*cpu, mc.params()) == bytes_of(*gpu, mg.params()));
+    }
 }
 
 TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resume") {

@@ -220,3 +220,81 @@ TEST_CASE(
   e = error_of([&] { load_checkpoint(ck, c); });
   CHECK(e.find("unknown optimizer file") != std::string::npos);
 }
+
+TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, read back exactly") {
+  tgt::TempDir d;
+  GPTConfig c = small_cfg();
+  const size_t n = num_parameters(c);
+  auto p = random_params(n, 3), m = random_params(n, 4), v = random_params(n, 5);
+  for (float& x : m) x *= 1e-3f;
+  for (float& x : v) x = x * x * 1e-6f;
+  struct Case {
+    StateFormat fm, fv;
+  };
+  int step = 1;
+  for (const Case& k :
+       {Case{StateFormat::BF16, StateFormat::FP16}, Case{StateFormat::FP16, StateFormat::BF16SR},
+        Case{StateFormat::FP32, StateFormat::BF16}}) {
+    CAPTURE(state_format_name(k.fm));
+    CAPTURE(state_format_name(k.fv));
+    // What the optimizer holds: the moments' codes, and the values they stand for.
+    const MomentFormats f = moment_formats(k.fm, k.fv);
+    std::vector<char> mb(n * state_format_bytes(k.fm)), vb(n * state_format_bytes(k.fv));
+    std::vector<float> mx(n), vx(n);
+    for (size_t i = 0; i < n; i++) {
+      auto put = [&](const MomentFormat& mf, float x, std::vector<char>& bytes, float* held) {
+        if (moment_is_plain(mf)) {
+          std::memcpy(bytes.data() + 4 * i, &x, 4);
+          *held = x;
+          return;
+        }
+        const uint16_t code = moment_encode16(x, mf, 0);
+        std::memcpy(bytes.data() + 2 * i, &code, 2);
+        *held = moment_decode16(code, mf);
+      };
+      put(f.m, m[i], mb, &mx[i]);
+      put(f.v, v[i], vb, &vx[i]);
+    }
+    const MomentBytes moments{k.fm, k.fv, mb.data(), vb.data()};
+    // Unsharded: optim.bin holds 2-byte moments as 2 bytes; they load widened, exactly.
+    const std::string dir = save_checkpoint(d.path, step++, c, {{"run_id", "r"}}, p, moments, 9);
+    const size_t bytes = 1024 + n * (state_format_bytes(k.fm) + state_format_bytes(k.fv));
+    CHECK(file_size(dir + "/optim.bin", "optimizer file") == bytes);
+    CheckpointData cd = load_checkpoint(dir, c);
+    CHECK(cd.m_format == k.fm);
+    CHECK(cd.v_format == k.fv);
+    CHECK(cd.m == mx);
+    CHECK(cd.v == vx);
+    // Sharded (ZeRO-1, one file per rank): each file its range's codes; a range across both.
+    prepare_checkpoint_dir(d.path, step);
+    const std::string tmp = checkpoint_tmp_dir(d.path, step);
+    const size_t half = zero_shard_size(n, 2);
+    const MomentBytes second{k.fm, k.fv, mb.data() + half * state_format_bytes(k.fm),
+                             vb.data() + half * state_format_bytes(k.fv)};
+    std::vector<OptimFileRecord> recs = {
+        write_optim_shard(tmp, int64_t(n), 0, moments, int64_t(half), 0, 2),
+        write_optim_shard(tmp, int64_t(n), int64_t(half), second, int64_t(n - half), 1, 2)};
+    const std::string sdir = publish_checkpoint(d.path, step++, c, {{"run_id", "r"}}, p, recs, 9);
+    CheckpointData sd = load_checkpoint(sdir, c, half - 7, 100);
+    CHECK(sd.m_format == k.fm);
+    CHECK(std::vector<float>(mx.begin() + long(half) - 7, mx.begin() + long(half) + 93) == sd.m);
+    CHECK(std::vector<float>(vx.begin() + long(half) - 7, vx.begin() + long(half) + 93) == sd.v);
+    // A header whose format disagrees with state.json is a damaged file.
+    std::string f0 = tgt::slurp(dir + "/optim.bin");
+    int32_t code = state_format_info(StateFormat::FP16).file_code + 1;
+    std::memcpy(&f0[40], &code, 4);  // header word 10: m's format
+    nlohmann::json st = nlohmann::json::parse(tgt::slurp(dir + "/state.json"));
+    st["files"]["optim.bin"]["fnv1a64"] =
+        strf("%016llx", (unsigned long long)fnv1a64(f0.data(), f0.size()));
+    write_file_atomic(dir + "/optim.bin", f0.data(), f0.size());
+    remove_tree(dir + "/manifest.json");
+    st["version"] = 1;
+    write_text_atomic(dir + "/state.json", st.dump(1));
+    CHECK(error_of([&] { load_checkpoint(dir, c); }).find("bad header") != std::string::npos);
+    // A format name no registry row has is named.
+    st["files"]["optim.bin"]["adam_v"] = "fp12";
+    write_text_atomic(dir + "/state.json", st.dump(1));
+    CHECK(error_of([&] { load_checkpoint(dir, c); }).find("unknown adam_v format \"fp12\"") !=
+          std::string::npos);
+  }
+}

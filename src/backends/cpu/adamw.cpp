@@ -1,8 +1,14 @@
 // adamw: decoupled weight decay Adam (Loshchilov & Hutter), as torch.optim.AdamW:
 //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   master -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * master)
-// then params (the copy the model computes with) receives master rounded to its type, to
-// nearest even or stochastically. weight_decay is 0 for the tensors that take none (biases,
+// the arithmetic of src/numerics/adamw_math.h, which the CUDA kernel shares. m and v are read
+// widened to fp32 (fp64 in fp64 models), updated, and stored back in their own format
+// (src/numerics/moment_format.h: fp32 as they are, bf16 to nearest even or stochastically,
+// fp16 scaled and v as its square root); the update itself uses the fp32 values of this step.
+// Then params (the copy the model computes with) receives master rounded to its type, to
+// nearest even or stochastically. adamw_bf16_master keeps no fp32 master
+// (precision.state.master, src/numerics/master_format.h): the bf16 weights are the master,
+// stored back stochastically (bf16-sr) or with their compensation (bf16-kahan, adamw_math.h). weight_decay is 0 for the tensors that take none (biases,
 // layernorm), chosen by the caller per tensor.
 //
 // global norm: sum of squares accumulated in fp64 per thread block and added in thread
@@ -17,6 +23,7 @@
 
 #include "ops.h"
 #include "parallel.h"
+#include "src/numerics/adamw_math.h"
 
 namespace tg::cpu {
 
@@ -31,24 +38,76 @@ inline T round_to(acc_t<T> v, const Rounding& r, size_t i) {
   }
   return st<T>(v);
 }
+
+// A moment as the update reads it: plain storage (the type M itself) as it is, a 16-bit code
+// decoded (exact).
+template <typename M>
+inline M load_moment(M x, const MomentFormat&) {
+  return x;
+}
+template <typename M>
+inline M load_moment(uint16_t code, const MomentFormat& f) {
+  return M(moment_decode16(code, f));
+}
+// The moment stored back: as it is, or rounded into its 16-bit code (stochastic formats draw
+// sr_hash(seed, index)).
+template <typename S, typename M>
+inline S store_moment(M x, const MomentFormat& f, uint64_t seed, uint64_t index) {
+  if constexpr (std::is_same_v<S, uint16_t>)
+    return moment_encode16(float(x), f, f.stochastic ? sr_hash(seed, index) : 0u);
+  else
+    return x;
+}
 }  // namespace
 
-template <typename P, typename G, typename M>
-void adamw(P* params, M* master, const G* grads, M* m, M* v, size_t n, const AdamWArgs& a) {
+// The loop every master format shares: element i's weight read by load_w(i) and the updated
+// one handed to store_w(i, w); the moments read and stored in their formats.
+template <typename M, typename G, typename SM, typename SV, typename LoadW, typename StoreW>
+void adamw_loop(const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a, LoadW load_w,
+                StoreW store_w) {
   const M b1 = a.beta1, b2 = a.beta2;
-  const M c1 = M(1) - std::pow(b1, M(a.step)), c2 = M(1) - std::pow(b2, M(a.step));
+  const AdamWConsts<M> k{b1,
+                         b2,
+                         M(1) - std::pow(b1, M(a.step)),
+                         M(1) - std::pow(b2, M(a.step)),
+                         M(a.lr),
+                         M(a.eps),
+                         M(a.weight_decay)};
+  const MomentFormat fm = a.m_format, fv = a.v_format;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
-    M g = M(ld(grads[i])) * M(a.grad_scale);
-    M mi = b1 * m[i] + (M(1) - b1) * g;
-    M vi = b2 * v[i] + (M(1) - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    M w = master[i];
-    w -= M(a.lr) * ((mi / c1) / (std::sqrt(vi / c2) + M(a.eps)) + M(a.weight_decay) * w);
-    master[i] = w;
-    params[i] = round_to<P>(acc_t<P>(w), a.rounding, i);
+    const M g = M(ld(grads[i])) * M(a.grad_scale);
+    M mi = load_moment<M>(m[i], fm), vi = load_moment<M>(v[i], fv), w = load_w(i);
+    adamw_math(g, mi, vi, w, k);
+    m[i] = store_moment<SM>(mi, fm, a.m_seed, a.rounding.offset + i);
+    v[i] = store_moment<SV>(vi, fv, a.v_seed, a.rounding.offset + i);
+    store_w(i, w);
   }
+}
+
+template <typename P, typename G, typename M, typename SM, typename SV>
+void adamw(P* params, M* master, const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a) {
+  adamw_loop<M>(
+      grads, m, v, n, a, [&](size_t i) { return master[i]; },
+      [&](size_t i, M w) {
+        master[i] = w;
+        params[i] = round_to<P>(acc_t<P>(w), a.rounding, i);
+      });
+}
+
+template <typename SM, typename SV>
+void adamw_bf16_master(bf16* params, bf16* comp, const bf16* grads, SM* m, SV* v, size_t n,
+                       const AdamWArgs& a) {
+  if (comp) {  // bf16-kahan
+    adamw_loop<float>(
+        grads, m, v, n, a, [&](size_t i) { return kahan_load(params[i].bits, comp[i].bits); },
+        [&](size_t i, float w) { kahan_store(w, params[i].bits, comp[i].bits); });
+    return;
+  }
+  // bf16-sr: the caller's rounding is stochastic (weight_rounding)
+  adamw_loop<float>(
+      grads, m, v, n, a, [&](size_t i) { return bf16_to_f32(params[i].bits); },
+      [&](size_t i, float w) { params[i] = round_to<bf16>(w, a.rounding, i); });
 }
 
 template <typename D, typename S>
@@ -75,14 +134,32 @@ double sum_squares(const T* x, size_t n) {
   return s;
 }
 
-template void adamw<float, float, float>(float*, float*, const float*, float*, float*, size_t,
-                                         const AdamWArgs&);
-template void adamw<double, double, double>(double*, double*, const double*, double*, double*,
-                                            size_t, const AdamWArgs&);
-template void adamw<bf16, bf16, float>(bf16*, float*, const bf16*, float*, float*, size_t,
-                                       const AdamWArgs&);
-template void adamw<f16, f16, float>(f16*, float*, const f16*, float*, float*, size_t,
-                                     const AdamWArgs&);
+// Parameters P and gradients in fp32, bf16 or fp16 with fp32 master weights, moments fp32 or
+// 16-bit codes (uint16_t); the fp64 gradient checks' all-double model.
+#define TG_ADAMW(P, SM, SV)                                                        \
+  template void adamw<P, P, float, SM, SV>(P*, float*, const P*, SM*, SV*, size_t, \
+                                           const AdamWArgs&);
+#define TG_ADAMW_MOMENTS(P)    \
+  TG_ADAMW(P, float, float)    \
+  TG_ADAMW(P, float, uint16_t) \
+  TG_ADAMW(P, uint16_t, float) \
+  TG_ADAMW(P, uint16_t, uint16_t)
+TG_ADAMW_MOMENTS(float)
+TG_ADAMW_MOMENTS(bf16)
+TG_ADAMW_MOMENTS(f16)
+#undef TG_ADAMW_MOMENTS
+#define TG_ADAMW_BF16_MASTER(SM, SV)                                                      \
+  template void adamw_bf16_master<SM, SV>(bf16*, bf16*, const bf16*, SM*, SV*, size_t, \
+                                          const AdamWArgs&);
+TG_ADAMW_BF16_MASTER(float, float)
+TG_ADAMW_BF16_MASTER(float, uint16_t)
+TG_ADAMW_BF16_MASTER(uint16_t, float)
+TG_ADAMW_BF16_MASTER(uint16_t, uint16_t)
+#undef TG_ADAMW_BF16_MASTER
+#undef TG_ADAMW
+template void adamw<double, double, double, double, double>(double*, double*, const double*,
+                                                            double*, double*, size_t,
+                                                            const AdamWArgs&);
 #define TG_CONVERT(D, S) template void convert<D, S>(D*, const S*, size_t, const Rounding&);
 TG_CONVERT(float, float)
 TG_CONVERT(bf16, float)

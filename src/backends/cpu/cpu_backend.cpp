@@ -45,11 +45,32 @@ void dispatch_wide(const char* op, DType t, F&& f) {
   }
 }
 
+// A moment tensor stored as its format says: the master's own type for plain formats, the
+// format's 16-bit type (fp32 masters only) otherwise.
+// A moment tensor fits its format and the update's type (fp32, or fp64 in fp64 models):
+// plain moments are of that type, 16-bit codes need an fp32 update.
+bool moment_matches(const Tensor& t, DType update, const MomentFormat& f) {
+  if (moment_is_plain(f)) return t.dtype == update;
+  return t.dtype == f.dtype && update == DType::F32;
+}
+
 template <typename T>
 T* P(const Tensor& t) {
   return static_cast<T*>(t.data);
 }
 #define TG_ELEM(tag) std::remove_pointer_t<decltype(tag)>
+
+// Calls f with m and v as typed pointers: the update's type M itself, or 16-bit codes (fp32
+// updates only).
+template <typename M, typename F>
+void with_moments(Tensor m, Tensor v, F&& f) {
+  auto as = [](Tensor t, auto&& g) {
+    if constexpr (std::is_same_v<M, float>)
+      if (t.dtype != DType::F32) return g(P<uint16_t>(t));
+    g(P<M>(t));
+  };
+  as(m, [&](auto* pm) { as(v, [&](auto* pv) { f(pm, pv); }); });
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -385,14 +406,33 @@ class CpuBackend final : public Backend {
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
              const AdamWArgs& a) override {
-    if (grads.dtype != params.dtype || m.dtype != master.dtype || v.dtype != master.dtype)
+    if (master_in_weights(a.master)) return adamw_bf16_master(params, master, grads, m, v, a);
+    if (grads.dtype != params.dtype || !moment_matches(m, master.dtype, a.m_format) ||
+        !moment_matches(v, master.dtype, a.v_format))
       throw Error("cpu backend: adamw tensor types do not match");
     dispatch("adamw", params.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       using M = cpu::acc_t<E>;
       if (master.dtype != (std::is_same_v<M, double> ? DType::F64 : DType::F32))
         unsupported("adamw master", master.dtype);
-      cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), P<M>(m), P<M>(v), master.numel, a);
+      with_moments<M>(m, v, [&](auto* pm, auto* pv) {
+        cpu::adamw(P<E>(params), P<M>(master), P<E>(grads), pm, pv, master.numel, a);
+      });
+    });
+  }
+  // precision.state.master=bf16-sr (master unused: the weights are it) or bf16-kahan (master
+  // is the bf16 compensation buffer).
+  void adamw_bf16_master(Tensor params, Tensor comp, Tensor grads, Tensor m, Tensor v,
+                         const AdamWArgs& a) {
+    const bool kahan = a.master == MasterFormat::BF16Kahan;
+    if (params.dtype != DType::BF16 || grads.dtype != DType::BF16 ||
+        (kahan && (comp.dtype != DType::BF16 || comp.numel != params.numel)) ||
+        !moment_matches(m, DType::F32, a.m_format) || !moment_matches(v, DType::F32, a.v_format))
+      throw Error(strf("cpu backend: adamw with %s master weights: tensor types do not match",
+                       master_format_name(a.master)));
+    with_moments<float>(m, v, [&](auto* pm, auto* pv) {
+      cpu::adamw_bf16_master(P<bf16>(params), kahan ? P<bf16>(comp) : nullptr, P<bf16>(grads), pm,
+                             pv, params.numel, a);
     });
   }
   TensorStats stats(Tensor t) override {

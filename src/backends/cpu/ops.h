@@ -118,9 +118,16 @@ double sum_squares(const T* x, size_t n);
 template <typename T>
 TensorStats tensor_stats(const T* x, size_t n);
 
-// AdamW on master weights M (float or double); grads G and params P in any storage type.
-template <typename P, typename G, typename M>
-void adamw(P* params, M* master, const G* grads, M* m, M* v, size_t n, const AdamWArgs& a);
+// AdamW on master weights M (float or double); grads G and params P in any storage type; the
+// moments stored as M itself (SM, SV = M) or as 16-bit codes (uint16_t) per a.m_format /
+// a.v_format.
+template <typename P, typename G, typename M, typename SM = M, typename SV = M>
+void adamw(P* params, M* master, const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a);
+// AdamW with the bf16 weights as the master: comp == nullptr for bf16-sr (a.rounding is
+// stochastic), the compensation buffer for bf16-kahan.
+template <typename SM, typename SV>
+void adamw_bf16_master(bf16* params, bf16* comp, const bf16* grads, SM* m, SV* v, size_t n,
+                       const AdamWArgs& a);
 
 // dst = src rounded to D: to nearest even, or stochastically (bf16/fp16 destinations) with
 // random bits sr_hash(seed, offset + i).

@@ -1,6 +1,8 @@
 // adamw.cu: launchers of kernels/adamw.cuh (AdamW, with its factor and skip from the device
-// loss scaler of kernels/loss_scale.cuh when given) and of the type conversion beside it.
+// loss scaler of kernels/loss_scale.cuh when given; one kernel per parameter type and moment
+// storage, fp32 or 16-bit codes) and of the type conversion beside it.
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/adamw.cuh"
 #include "kernels/loss_scale.cuh"
@@ -12,8 +14,17 @@ namespace {
 constexpr int kThreads = 256;
 }
 
-void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, float* m, float* v,
-           size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
+namespace {
+// Calls f with a typed null pointer for a moment's storage: float, or the 16-bit codes.
+template <typename F>
+void moment_storage(const MomentFormat& fmt, F&& f) {
+  if (moment_is_plain(fmt))
+    f(static_cast<float*>(nullptr));
+  else
+    f(static_cast<uint16_t*>(nullptr));
+}
+
+AdamWParams adamw_params(const AdamWArgs& a) {
   AdamWParams p;
   p.lr = a.lr;
   p.beta1 = a.beta1;
@@ -27,15 +38,37 @@ void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, flo
   p.stochastic = a.rounding.stochastic;
   p.seed = a.rounding.seed;
   p.offset = a.rounding.offset;
+  p.m_format = a.m_format;
+  p.v_format = a.v_format;
+  p.m_seed = a.m_seed;
+  p.v_seed = a.v_seed;
+  return p;
+}
+}  // namespace
+
+void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void* m, void* v,
+           size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
+  const AdamWParams p = adamw_params(a);
+  const MasterPtrs w{a.master == MasterFormat::FP32 ? static_cast<float*>(master) : nullptr,
+                     a.master == MasterFormat::BF16Kahan ? static_cast<uint16_t*>(master)
+                                                         : nullptr};
   dispatch("adamw", pt, [&](auto tag) {
     using E = decltype(tag);
-    if (d)
-      launch(adamw_device_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream,
-             static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, n, p, d);
-    else
-      launch(adamw_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream, static_cast<E*>(params),
-             master, static_cast<const E*>(grads), m, v, n, p);
-    TG_LAUNCH_CHECK();
+    moment_storage(a.m_format, [&](auto* mtag) {
+      moment_storage(a.v_format, [&](auto* vtag) {
+        using SM = std::remove_pointer_t<decltype(mtag)>;
+        using SV = std::remove_pointer_t<decltype(vtag)>;
+        SM* pm = static_cast<SM*>(m);
+        SV* pv = static_cast<SV*>(v);
+        if (d)
+          launch(adamw_device_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream,
+                 static_cast<E*>(params), w, static_cast<const E*>(grads), pm, pv, n, p, d);
+        else
+          launch(adamw_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream,
+                 static_cast<E*>(params), w, static_cast<const E*>(grads), pm, pv, n, p);
+        TG_LAUNCH_CHECK();
+      });
+    });
   });
 }
 

@@ -63,6 +63,33 @@ void need_f32(const char* op, Tensor t) {
   if (t && t.dtype != DType::F32)
     throw Error(strf("cuda backend: %s needs fp32 %s", op, dtype_name(t.dtype)));
 }
+// A moment tensor in its format's storage: fp32, or the format's 16-bit type.
+void need_moment(const char* op, Tensor t, const MomentFormat& f) {
+  const DType want = moment_is_plain(f) ? DType::F32 : f.dtype;
+  if (t.dtype != want)
+    throw Error(strf("cuda backend: %s is %s, its format stores %s", op, dtype_name(t.dtype),
+                     dtype_name(want)));
+}
+
+// AdamW's tensors agree with each other and with a.master (AdamWArgs): fp32 master weights
+// of the weights' length, or bf16 weights that are their own master (bf16-kahan: with a bf16
+// compensation of their length).
+void need_adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                const AdamWArgs& a) {
+  need_same("adamw", {params, grads});
+  if (a.master == MasterFormat::FP32) {
+    need_f32("adamw master", master);
+    if (master.numel != params.numel) throw Error("cuda backend: adamw master length differs");
+  } else if (params.dtype != DType::BF16 ||
+             (a.master == MasterFormat::BF16Kahan &&
+              (master.dtype != DType::BF16 || master.numel != params.numel))) {
+    throw Error(strf("cuda backend: adamw with %s master weights needs bf16 weights%s",
+                     master_format_name(a.master),
+                     a.master == MasterFormat::BF16Kahan ? " and a bf16 compensation" : ""));
+  }
+  need_moment("adamw m", m, a.m_format);
+  need_moment("adamw v", v, a.v_format);
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -424,10 +451,9 @@ class CudaBackend final : public Backend {
   void adamw_decided(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                      const AdamWArgs& a) override {
     if (!ls_dev_) throw Error("cuda backend: adamw_decided before device_decide_step");
-    need_same("adamw", {params, grads});
-    need_f32("adamw master", master);
-    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
-               v.as<float>(), master.numel, a, ls_dev_);
+    need_adamw(params, master, grads, m, v, a);
+    gpu::adamw(ctx_, params.dtype, params.data, master.data, grads.data, m.data, v.data,
+               params.numel, a, ls_dev_);
   }
   DeviceStepReport device_step_report() override {
     if (!ls_dev_) throw Error("cuda backend: device_step_report before device_decide_step");
@@ -437,12 +463,9 @@ class CudaBackend final : public Backend {
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
              const AdamWArgs& a) override {
-    need_same("adamw", {params, grads});
-    need_f32("adamw master", master);
-    need_f32("adamw m", m);
-    need_f32("adamw v", v);
-    gpu::adamw(ctx_, params.dtype, params.data, master.as<float>(), grads.data, m.as<float>(),
-               v.as<float>(), master.numel, a);
+    need_adamw(params, master, grads, m, v, a);
+    gpu::adamw(ctx_, params.dtype, params.data, master.data, grads.data, m.data, v.data,
+               params.numel, a);
   }
   TensorStats stats(Tensor t) override {
     // Telemetry, off the hot path: count on the host with the CPU reference.

@@ -166,8 +166,11 @@ void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dou
 // Queues loss_scale_step_kernel: d's state updated from check = {sum of squares, non-finite}.
 void loss_scale_decide(Ctx& c, LossScaleDevice* d, const float* check, const LossScaleParams& p,
                        double clip);
-// With d: the gradient factor and skip flag come from d (a.grad_scale unused).
-void adamw(Ctx& c, DType pt, void* params, float* master, const void* grads, float* m, float* v,
+// With d: the gradient factor and skip flag come from d (a.grad_scale unused). m and v hold
+// a.m_format's and a.v_format's storage (fp32, or bf16 / fp16 codes). master is per a.master
+// (src/backends/backend.h's AdamWArgs): the fp32 master weights, unused (bf16-sr), or the bf16
+// compensation (bf16-kahan).
+void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void* m, void* v,
            size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr);
 void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
              const Rounding& r);
