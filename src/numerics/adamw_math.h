@@ -17,15 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "formats.h"
-
-#ifndef TG_HD
-#ifdef __CUDACC__
-#define TG_HD __host__ __device__
-#else
-#define TG_HD
-#endif
-#endif
+#include "formats.h"  // bf16 conversions, TG_HD
 
 namespace tg {
 

@@ -26,6 +26,18 @@ inline void check_same_losses(const std::string& dir_a, const std::string& dir_b
   }
 }
 
+// `compare` arguments for the tiny model on toy_dir() (2 val batches every 4 steps, no
+// samples, 2 threads): add the steps, modes, seeds and --out.
+inline std::string tiny_compare_args() {
+  const std::string& d = toy_dir();
+  return "compare --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
+         "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
+         "--data.train='" +
+         d + "/toy_train_*.bin' --data.val='" + d +
+         "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
+         "--train.threads=2 ";
+}
+
 // Runs train_gpt under mpirun with np processes (one thread each). Under the sanitizers,
 // leak checking is off for these processes only: OpenMPI's own libraries and plugins keep
 // allocations past MPI_Finalize, which LeakSanitizer would report as ours.

@@ -364,17 +364,11 @@ TEST_CASE("cli: fp8 20-step loss curve within 5% of fp32, and bit-exact resume")
 
 TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and resumes") {
   tgt::TempDir out_dir;
-  const std::string& d = toy_dir();
   std::string out;
-  const std::string cmd =
-      "compare --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
-      "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
-      "--data.train='" +
-      d + "/toy_train_*.bin' --data.val='" + d +
-      "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
-      "--train.steps=8 --train.threads=2 --checkpoint.every=4 --precision.telemetry_every=4 "
-      "--modes fp32,bf16,fp16-noscale,fp8 --seeds 2 --out " +
-      out_dir.path;
+  const std::string cmd = tgt::tiny_compare_args() +
+                          "--train.steps=8 --checkpoint.every=4 --precision.telemetry_every=4 "
+                          "--modes fp32,bf16,fp16-noscale,fp8 --seeds 2 --out " +
+                          out_dir.path;
   int rc = run_binary(cmd, &out);
   INFO(out);
   REQUIRE(rc == 0);

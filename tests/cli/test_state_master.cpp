@@ -171,17 +171,11 @@ TEST_CASE("mpi: ZeRO-1 with bf16 master weights trains like unsharded and resume
 
 TEST_CASE("cli: compare runs state choices with every mode that can keep them") {
   tgt::TempDir out_dir;
-  const std::string& d = tgt::toy_dir();
   std::string out;
-  const std::string cmd =
-      "compare --model.n_layer=1 --model.n_head=2 --model.n_embd=16 "
-      "--model.max_seq_len=32 --data.seq_len=32 --data.batch_size=4 "
-      "--data.train='" +
-      d + "/toy_train_*.bin' --data.val='" + d +
-      "/toy_val_*.bin' --eval.batches=2 --eval.every=4 --sample.tokens=0 "
-      "--train.steps=6 --train.threads=2 --checkpoint.every=6 "
-      "--modes fp32,bf16 --states fp32,master-kahan,bf16sr-all --seeds 2 --out " +
-      out_dir.path;
+  const std::string cmd = tgt::tiny_compare_args() +
+                          "--train.steps=6 --checkpoint.every=6 --modes fp32,bf16 "
+                          "--states fp32,master-kahan,bf16sr-all --seeds 2 --out " +
+                          out_dir.path;
   int rc = run_binary(cmd, &out);
   INFO(out);
   REQUIRE(rc == 0);

@@ -879,12 +879,9 @@ struct MomentBufs {
   }
 };
 
-template <typename E>
-void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr, StateFormat fm,
-                StateFormat fv) {
-  CAPTURE(tname<E>());
-  CAPTURE(state_format_name(fm));
-  CAPTURE(state_format_name(fv));
+// One AdamW step's arguments: the weights' rounding (stochastic or not, its seed and element
+// offset) and the moments' formats; the rest fixed.
+AdamWArgs emu_adamw_args(bool sr, uint64_t seed, uint64_t offset, StateFormat fm, StateFormat fv) {
   AdamWArgs a{};
   a.lr = 3e-3f;
   a.beta1 = 0.9f;
@@ -894,12 +891,22 @@ void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr, StateFo
   a.grad_scale = 0.5f;
   a.step = 7;
   a.rounding.stochastic = sr;
-  a.rounding.seed = 1234;
-  a.rounding.offset = 77;
+  a.rounding.seed = seed;
+  a.rounding.offset = offset;
   a.m_format = moment_format(fm, false);
   a.v_format = moment_format(fv, true);
   a.m_seed = 5678;
   a.v_seed = 91011;
+  return a;
+}
+
+template <typename E>
+void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr, StateFormat fm,
+                StateFormat fv) {
+  CAPTURE(tname<E>());
+  CAPTURE(state_format_name(fm));
+  CAPTURE(state_format_name(fv));
+  const AdamWArgs a = emu_adamw_args(sr, 1234, 77, fm, fv);
   Buf<E> p(n + 1), g(n), rp(n);
   Buf<float> master(n + 1), rmaster(n);
   fill(g.p, n, rng);
@@ -974,21 +981,8 @@ void adamw_bf16_master_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, Mast
   CAPTURE(master_format_name(mf));
   CAPTURE(state_format_name(fm));
   CAPTURE(state_format_name(fv));
-  AdamWArgs a{};
-  a.lr = 3e-3f;
-  a.beta1 = 0.9f;
-  a.beta2 = 0.95f;
-  a.eps = 1e-8f;
-  a.weight_decay = 0.1f;
-  a.grad_scale = 0.5f;
-  a.step = 7;
-  a.rounding.stochastic = mf == MasterFormat::BF16SR;  // as weight_rounding makes it
-  a.rounding.seed = 4321;
-  a.rounding.offset = 55;
-  a.m_format = moment_format(fm, false);
-  a.v_format = moment_format(fv, true);
-  a.m_seed = 5678;
-  a.v_seed = 91011;
+  // bf16-sr's stores are stochastic, as weight_rounding makes them.
+  AdamWArgs a = emu_adamw_args(mf == MasterFormat::BF16SR, 4321, 55, fm, fv);
   a.master = mf;
   const bool kahan = mf == MasterFormat::BF16Kahan;
   Buf<bf16> p(n + 1), g(n), rp(n), comp(n + 1), rcomp(n);
