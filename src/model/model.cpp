@@ -296,12 +296,19 @@ std::vector<double> download_f64(Backend& be, Tensor t) {
   }
   return convert<double>(tmp);
 }
-// A bf16 tensor widened on the host (no device scratch: the plan counts none for it).
-std::vector<float> download_bf16(Backend& be, Tensor t) {
+// A bf16, fp16 or fp32 tensor widened on the host (no device scratch: the plan counts none).
+std::vector<float> download_host_f32(Backend& be, Tensor t) {
+  std::vector<float> out(t.numel);
+  if (t.dtype == DType::F32) {
+    be.download(out.data(), t);
+    return out;
+  }
+  if (t.dtype != DType::BF16 && t.dtype != DType::F16)
+    throw Error(strf("download_host_f32: a %s tensor", dtype_name(t.dtype)));
   std::vector<uint16_t> codes(t.numel);
   be.download(codes.data(), t);
-  std::vector<float> out(t.numel);
-  for (size_t i = 0; i < t.numel; i++) out[i] = bf16_to_f32(codes[i]);
+  for (size_t i = 0; i < t.numel; i++)
+    out[i] = t.dtype == DType::BF16 ? bf16_to_f32(codes[i]) : f16_to_f32(codes[i]);
   return out;
 }
 }  // namespace
@@ -314,7 +321,7 @@ std::vector<double> GPT::grads_f64() { return download_f64(be_, grads_.slice(0, 
 std::vector<float> GPT::params_f32() {
   if (master_dtype_ == DType::F64) return convert<float>(params_f64());
   // bf16 master weights: the weights, whole on every rank.
-  if (!master_) return download_bf16(be_, params_.slice(0, num_params_));
+  if (!master_) return download_host_f32(be_, params_.slice(0, num_params_));
   if (!sharded_) {
     std::vector<float> out(num_params_);
     be_.download(out.data(), master_);
@@ -329,12 +336,16 @@ std::vector<float> GPT::params_f32() {
 
 std::vector<float> GPT::master_shard_f32() {
   if (master_) return convert<float>(download_f64(be_, master_));
-  std::vector<float> w = download_bf16(be_, params_.slice(shard_begin_, shard_size_));
+  std::vector<float> w = download_host_f32(be_, params_.slice(shard_begin_, shard_size_));
   if (comp_) {
-    const std::vector<float> c = download_bf16(be_, comp_);
+    const std::vector<float> c = download_host_f32(be_, comp_);
     for (size_t i = 0; i < w.size(); i++) w[i] += c[i];  // kahan_load's sum
   }
   return w;
+}
+
+std::vector<float> GPT::grads_shard_f32() {
+  return download_host_f32(be_, grads_.slice(shard_begin_, shard_size_));
 }
 
 std::vector<float> GPT::moment_shard_f32(bool second) {

@@ -180,6 +180,9 @@ class GPT {
   // This rank's shard of the master weights as their value (shard_size): the fp32 copy, the
   // bf16 weights (bf16-sr) or p + c (bf16-kahan). No collective.
   std::vector<float> master_shard_f32();
+  // This rank's shard of the gradients (shard_size; all of them without ZeRO-1), widened on
+  // the host.
+  std::vector<float> grads_shard_f32();
   // This rank's shard of Adam's m or v (second = true) as their stored values, decoded.
   std::vector<float> moment_shard_f32(bool second);
   // Compute weights = master weights rounded per r (after loading master weights); under

@@ -84,38 +84,39 @@ GroupSpeed group_speed(const json& runs) {
 }
 
 namespace {
-// The config of the first run in `runs` whose config.json reads, into *c; false if none does.
-bool first_run_config(const json& runs, Config* c) {
+// f(config) for the first run in `runs` whose config.json reads and f accepts; 0 if none.
+template <typename F>
+size_t with_first_run_config(const json& runs, F f) {
   for (const auto& r : runs) {
     const std::string dir = r.value("dir", std::string());
     if (dir.empty()) continue;
     const json j = read_json_or_null(join_path(dir, "config.json"));
     if (!j.is_object()) continue;
     try {
-      *c = Config{};
-      config_apply_json(*c, j, dir + "/config.json");
-      return true;
+      Config c;
+      config_apply_json(c, j, dir + "/config.json");
+      return f(c);
     } catch (const std::exception&) {
     }
   }
-  return false;
+  return 0;
 }
 }  // namespace
 
 size_t planned_gpu_bytes_of_runs(const json& runs) {
-  Config c;
-  return first_run_config(runs, &c) ? planned_gpu_bytes(c, model_config(c)) : 0;
+  return with_first_run_config(
+      runs, [](const Config& c) { return planned_gpu_bytes(c, model_config(c)); });
 }
 
 size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
-  Config c;
-  if (!first_run_config(runs, &c)) return 0;
-  const Mode mode = c.precision.mode;
-  const MemoryPlan p =
-      plan_memory(gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
-                  moment_formats(c.precision.state.adam_m, c.precision.state.adam_v),
-                  mode_master(c, mode));
-  return p.weights + p.master + p.grads + p.optimizer;
+  return with_first_run_config(runs, [](const Config& c) {
+    const Mode mode = c.precision.mode;
+    const MemoryPlan p =
+        plan_memory(gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
+                    moment_formats(c.precision.state.adam_m, c.precision.state.adam_v),
+                    mode_master(c, mode));
+    return p.weights + p.master + p.grads + p.optimizer;
+  });
 }
 
 std::string costs_note_md(int shared_runs, int unknown_runs, int all_runs) {

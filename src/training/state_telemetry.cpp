@@ -46,7 +46,7 @@ StateProbe state_probe_before(GPT& model) { return {model.master_shard_f32()}; }
 nlohmann::json state_probe_after(GPT& model, const StateProbe& probe, Comm* comm) {
   const std::vector<float> after = model.master_shard_f32();
   const std::vector<float> m = model.moment_shard_f32(false), v = model.moment_shard_f32(true);
-  const std::vector<double> g = model.grads_f64();
+  const std::vector<float> g = model.grads_shard_f32();
   const float m_max = moment_max(model.moment_formats().m);
   const float v_max = moment_max(model.moment_formats().v);
   const std::vector<Slot> slots = param_slots(model.config());
@@ -59,7 +59,7 @@ nlohmann::json state_probe_after(GPT& model, const StateProbe& probe, Comm* comm
       const double dw = double(after[i]) - double(probe.before[i]);
       acc[kDw2] += dw * dw;
       acc[kW2] += double(probe.before[i]) * probe.before[i];
-      if (g[k] == 0) continue;
+      if (g[i] == 0) continue;
       acc[kNonzeroGrad] += 1;
       acc[kUnchanged] += dw == 0;
       acc[kMZero] += m[i] == 0;

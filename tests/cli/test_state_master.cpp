@@ -216,6 +216,8 @@ TEST_CASE("cli: state telemetry shows the updates a bf16 master loses, per param
     const json s = json::parse(slurp(d / "summary.json"));
     CHECK(s["state"]["master"] == f);
     CHECK(s["state"]["bytes_per_parameter"] == (std::string(f) == "fp32" ? 12 : 8));
+    // The telemetry reads the state on the host: no scratch beyond the plan.
+    CHECK(s["peak_memory_bytes"].get<double>() <= s["planned_memory_bytes"].get<double>() + 32 * 64);
   }
   // The layernorm gains sit near 1, where bf16's step (2^-7) is several times an update at
   // this learning rate: a bf16-sr master keeps most of them where they were (they move with the
