@@ -214,7 +214,8 @@ TEST_CASE("cuda: the backend's AdamW keeps the CPU's master weights and moment c
     return h;
   };
   for (DType t : {DType::F32, DType::BF16})
-    for (const auto& [fm, fv] : formats) {
+    for (const auto& f : formats) {
+      const SF fm = f.first, fv = f.second;  // not a structured binding: INFO captures them
       INFO(name(t) << " m " << tg::state_format_name(fm) << " v " << tg::state_format_name(fv));
       auto cpu = tg::make_cpu_backend();
       auto gpu = tg::make_cuda_backend();
