@@ -976,8 +976,8 @@ TEST_CASE("AdamW: master, moments (every state format) and the 16-bit copy bit-e
 
 // bf16 master weights (precision.state.master=bf16-sr / bf16-kahan): the bf16 weights are the
 // master, stored back stochastically or with their compensation, on both sides.
-void adamw_bf16_master_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, MasterFormat mf,
-                            StateFormat fm, StateFormat fv) {
+void adamw_bf16_master_case(std::mt19937& rng, size_t n, MasterFormat mf, StateFormat fm,
+                            StateFormat fv) {
   CAPTURE(master_format_name(mf));
   CAPTURE(state_format_name(fm));
   CAPTURE(state_format_name(fv));
@@ -1016,13 +1016,12 @@ void adamw_bf16_master_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, Mast
 
 TEST_CASE("AdamW: bf16 master weights (bf16-sr, bf16-kahan) bit-exact vs the CPU") {
   std::mt19937 rng(12);
-  const gpu::Ctx c = make_ctx();
   for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
     for (MasterFormat mf : {MasterFormat::BF16SR, MasterFormat::BF16Kahan})
       for (const auto& [fm, fv] : {std::pair{StateFormat::FP32, StateFormat::FP32},
                                    std::pair{StateFormat::BF16SR, StateFormat::FP16}}) {
         CAPTURE(n);
-        adamw_bf16_master_case(c, rng, n, mf, fm, fv);
+        adamw_bf16_master_case(rng, n, mf, fm, fv);
       }
 }
 
