@@ -5,7 +5,10 @@
 //   dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
 //   dw += sum_rows dout * norm,  db += sum_rows dout
 // dw and db are reduced per thread over a fixed block of rows and then added in thread
-// order, so the result does not depend on timing.
+// order, so the result does not depend on timing. The two sums of products over a row are
+// written as the fused multiply-adds they are: left to g++, an AVX-512 build vectorises them
+// as in-order sums of rounded products and an AVX2 build fuses them, so the same source
+// rounded differently on the two (the fp16 regression fixture, tests/test_regression.cpp).
 #include <omp.h>
 
 #include <cmath>
@@ -58,7 +61,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
         A norm = (ld(x[c]) - m) * s;
         A dnorm = ld(w[c]) * ld(d[c]);
         dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
+        dnorm_norm_mean = std::fma(dnorm, norm, dnorm_norm_mean);
       }
       dnorm_mean /= C;
       dnorm_norm_mean /= C;
