@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "src/base/common.h"
+#include "src/numerics/adamw_math.h"
 #include "src/numerics/loss_scaler.h"
 #include "src/numerics/master_format.h"
 #include "src/numerics/moment_format.h"
@@ -94,6 +95,10 @@ struct AdamWArgs {
   // tensor of adamw), or the bf16 weights themselves (bf16-sr: `master` is unused and
   // `rounding` is stochastic; bf16-kahan: `master` is the bf16 compensation buffer).
   MasterFormat master = MasterFormat::FP32;
+  // FP8 moments (src/numerics/moment_block.h): each block's meta, moment_meta_words floats per
+  // block of the call (the call starts on a block boundary); empty for other formats.
+  Tensor m_meta{}, v_meta{};
+  DecayRanges decay{};  // which elements take weight_decay (all when decay.n = 0)
 };
 
 // Per-tensor FP8 quantization of one matmul operand: q = sat(x * scale) in E4M3 (forward

@@ -483,11 +483,13 @@ int cmd_memory(int argc, char** argv) {
   }
   printf(
       "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
-      "\"optimizer\" is Adam's m (%s) and v (%s), %zu bytes per parameter%s; \"reduction\" is "
+      "\"optimizer\" is Adam's m (%s) and v (%s), %.4g bytes per parameter%s; \"reduction\" is "
       "the staging of the gradient reduction over ranks; \"master\" is the master weights "
       "(precision.state.master=%s in the modes with bf16 weights: %s).\n",
-      state_format_name(st.adam_m), state_format_name(st.adam_v),
-      state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v),
+      moment_blocking_name(st.adam_m, moment_blocking(cfg)).c_str(),
+      moment_blocking_name(st.adam_v, moment_blocking(cfg)).c_str(),
+      state_format_bytes(st.adam_m, moment_blocking(cfg)) +
+          state_format_bytes(st.adam_v, moment_blocking(cfg)),
       zero_ranks > 1 ? " of this rank's shard" : "", master_format_name(st.master),
       master_format_info(st.master).summary);
   print_memory_fit(cfg, plans, zero_ranks);

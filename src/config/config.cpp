@@ -1,6 +1,8 @@
 // config.cpp: the key table and everything driven by it.
 #include "config.h"
 
+#include "src/numerics/moment_block.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -173,8 +175,11 @@ const std::vector<KeyDef>& table() {
       key("precision.auto.window", TG_FIELD(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"),
       key("precision.auto.outlier_k", TG_FIELD(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"),
       key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
-      key("precision.state.adam_m", TG_FIELD(precision.state.adam_m), 0, 0, state_format_names(), "storage of Adam's first moment: fp32, bf16 (nearest even), bf16-sr (stochastic rounding, seeded per step and element) or fp16 (scaled by 2^12; docs/precision.md)"),
-      key("precision.state.adam_v", TG_FIELD(precision.state.adam_v), 0, 0, state_format_names(), "storage of Adam's second moment: as adam_m; fp16 stores sqrt(v) scaled by 2^12"),
+      key("precision.state.adam_m", TG_FIELD(precision.state.adam_m), 0, 0, state_format_names(), "storage of Adam's first moment: fp32, bf16 (nearest even), bf16-sr (stochastic rounding, seeded per step and element), fp16 (scaled by 2^12) or fp8-e4m3 / fp8-e5m2 (a scale per block of moment_block elements; docs/precision.md)"),
+      key("precision.state.adam_v", TG_FIELD(precision.state.adam_v), 0, 0, state_format_names(), "storage of Adam's second moment: as adam_m; fp16 and fp8 store sqrt(v)"),
+      key("precision.state.moment_block", TG_FIELD(precision.state.moment_block), kMomentBlockMin, kMomentBlockMax, {}, "fp8 moments: elements per scale block, a power of two (blocks of the flat parameter vector)"),
+      key("precision.state.moment_scale", TG_FIELD(precision.state.moment_scale), 0, 0, moment_scale_names(), "fp8 moments: a block's scale is its amax in fp32, or the power of two at or above it (e8m0)"),
+      key("precision.state.moment_expand", TG_FIELD(precision.state.moment_expand), 0, 0, moment_expand_names(), "fp8 moments: COAT's dynamic range expansion, codes holding (|x|/scale)^k with k in 4, 2, 1 per block (coat), or none"),
       key("precision.state.master", TG_FIELD(precision.state.master), 0, 0, master_format_names(), "where the master weights live: fp32 (a copy beside the compute weights), bf16-sr (the bf16 weights themselves, updates stored with stochastic rounding; no copy) or bf16-kahan (the bf16 weights plus a bf16 compensation buffer); the bf16 ones need bf16 weights (docs/precision.md)"),
       key("precision.state.allow_narrowing", TG_FIELD(precision.state.allow_narrowing), 0, 0, {}, "resume may convert a checkpoint's Adam moments or master weights into formats that cannot hold them exactly (rounded once, to nearest); without it such a resume is refused (widening is always allowed)"),
       key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
@@ -608,6 +613,10 @@ bool parse_inject_outlier(const std::string& s, std::vector<InjectedOutlier>* ou
 // precision.stochastic_rounding to round.
 template <typename Err>
 void validate_state(const Config& c, Err err) {
+  const int block = c.precision.state.moment_block;
+  if (block & (block - 1))
+    err("precision.state.moment_block",
+        strf("%d is not a power of two (fp8 moment blocks: 16, 32, ..., 1024)", block));
   const MasterFormat master = c.precision.state.master;
   if (!master_in_weights(master)) return;
   const DType w = mode_info(c.precision.mode).storage;

@@ -126,6 +126,11 @@ struct Config {
       StateFormat adam_v = StateFormat::FP32;
       MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h
       bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
+      // FP8 moments (src/numerics/moment_block.h): elements per scale block, the scale's
+      // format (fp32: the block's amax; e8m0: a power of two), COAT's range expansion.
+      int moment_block = 128;
+      std::string moment_scale = moment_scale_name(false);
+      std::string moment_expand = moment_expand_name(false);
     } state;
   } precision;
   struct Eval {

@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include "src/numerics/moment_block.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -66,7 +68,7 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
                        MasterFormat master) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
-  const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world) : n;
+  const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world, moments) : n;
   const size_t padded = zero_world > 1 ? shard * size_t(zero_world) : n;
   MemoryPlan p;
   p.weights = padded * x;
@@ -74,8 +76,9 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
              : master_in_weights(master)                 ? shard * master_format_info(master).bytes
                                                          : shard * m;
   p.grads = padded * x;
-  p.optimizer = shard * (dtype_size(moment_dtype(dtype, moments.m)) +
-                         dtype_size(moment_dtype(dtype, moments.v)));
+  for (const MomentFormat& f : {moments.m, moments.v})
+    p.optimizer += moment_is_blocked(f) ? moment_blocked_bytes(shard, f)
+                                        : shard * dtype_size(moment_dtype(dtype, f));
   auto a = activation_elems(c, B, T, attention_lse);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
   // Must mirror GPT::sync_grads.
@@ -102,9 +105,15 @@ double flops_per_token(const GPTConfig& c, int T) {
   return 6.0 * matmul_params + 3.0 * attn;
 }
 
-size_t zero_shard_size(size_t n, int world) {
-  size_t s = (n + size_t(world) - 1) / size_t(world);
-  return (s + 15) / 16 * 16;
+int moment_block_of(const MomentFormats& moments) {
+  if (moment_is_blocked(moments.m)) return moments.m.block;
+  return moment_is_blocked(moments.v) ? moments.v.block : 0;
+}
+
+size_t zero_shard_size(size_t n, int world, const MomentFormats& moments) {
+  const size_t s = (n + size_t(world) - 1) / size_t(world);
+  const size_t align = std::max<size_t>(16, size_t(moment_block_of(moments)));  // powers of two
+  return (s + align - 1) / align * align;
 }
 
 GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
@@ -131,7 +140,7 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
   // training loop passes none to a single process.
   sharded_ = dp_.zero && dp_.comm;
   if (sharded_ && dtype_ == DType::F64) throw Error("ZeRO-1 sharding needs an fp32 master");
-  shard_size_ = sharded_ ? zero_shard_size(num_params_, world) : num_params_;
+  shard_size_ = sharded_ ? zero_shard_size(num_params_, world, moments_) : num_params_;
   shard_begin_ = sharded_ ? size_t(dp_.comm->rank()) * shard_size_ : 0;
   padded_params_ = sharded_ ? shard_size_ * size_t(world) : num_params_;
   AllocPurpose purpose("the weights, gradients, master weights and Adam moments");
@@ -145,7 +154,11 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
   if (master_format_ == MasterFormat::BF16Kahan) comp_ = be_.alloc(DType::BF16, shard_size_);
   m_ = be_.alloc(moment_dtype(dtype_, moments_.m), shard_size_);
   v_ = be_.alloc(moment_dtype(dtype_, moments_.v), shard_size_);
-  for (Tensor t : {params_, grads_, master_, m_, v_, comp_})
+  // FP8 moments: a block's meta, zero = an all-zero block's (codes 0, any normalizer).
+  for (auto [meta, f] : {std::pair{&m_meta_, moments_.m}, std::pair{&v_meta_, moments_.v}})
+    if (moment_is_blocked(f))
+      *meta = be_.alloc(DType::F32, moment_blocks(shard_size_, f.block) * moment_meta_words(f));
+  for (Tensor t : {params_, grads_, master_, m_, v_, comp_, m_meta_, v_meta_})
     if (t) be_.zero(t);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -164,7 +177,8 @@ GPT::~GPT() {
     }
   }
   if (master_ && dtype_ != master_dtype_) be_.free(master_);
-  for (Tensor t : {params_, grads_, m_, v_, comp_, act_buf_, stat_buf_, tokens_, targets_})
+  for (Tensor t : {params_, grads_, m_, v_, comp_, m_meta_, v_meta_, act_buf_, stat_buf_, tokens_,
+                   targets_})
     if (t) be_.free(t);
 }
 
@@ -352,9 +366,20 @@ std::vector<float> GPT::moment_shard_f32(bool second) {
   const Tensor t = second ? v_ : m_;
   const MomentFormat& f = second ? moments_.v : moments_.m;
   if (moment_is_plain(f)) return convert<float>(download_f64(be_, t));
+  std::vector<float> out(t.numel);
+  if (moment_is_blocked(f)) {
+    std::vector<uint8_t> codes(t.numel);
+    const Tensor meta_t = second ? v_meta_ : m_meta_;
+    std::vector<float> meta(meta_t.numel);
+    be_.download(codes.data(), t);
+    be_.download(meta.data(), meta_t);
+    for (size_t i0 = 0; i0 < out.size(); i0 += size_t(f.block))
+      moment_decode_block(codes.data() + i0, meta.data() + i0 / f.block * moment_meta_words(f),
+                          int(std::min(size_t(f.block), out.size() - i0)), f, out.data() + i0);
+    return out;
+  }
   std::vector<uint16_t> codes(t.numel);
   be_.download(codes.data(), t);
-  std::vector<float> out(t.numel);
   for (size_t i = 0; i < codes.size(); i++) out[i] = moment_decode16(codes[i], f);
   return out;
 }
@@ -792,6 +817,7 @@ void GPT::device_decided_step(const LossScaleState& st, const LossScaleParams& p
 }
 
 void GPT::adamw_step(const AdamWArgs& args, bool decided) {
+  if (moment_block_of(moments_)) return adamw_step_blocked(args, decided);
   // Each parameter tensor's part of this rank's shard (all of it without sharding).
   auto sizes = param_sizes(cfg_);
   const size_t lo_shard = shard_begin_, hi_shard = shard_begin_ + shard_count();
@@ -815,6 +841,37 @@ void GPT::adamw_step(const AdamWArgs& args, bool decided) {
     else
       be_.adamw(params_.slice(lo, n), w, grads_.slice(lo, n), m_.slice(k, n), v_.slice(k, n), a);
   }
+  if (sharded_) gather_params();
+}
+
+// FP8 moments: the whole shard in one call (a block may span two parameter tensors), the
+// tensors that take weight decay named by their ranges. The padding beyond the parameters
+// (last shard) is updated too: zero gradients, weights and moments, which stay zero.
+void GPT::adamw_step_blocked(const AdamWArgs& args, bool decided) {
+  AdamWArgs a = args;
+  a.m_format = moments_.m;
+  a.v_format = moments_.v;
+  a.master = master_format_;
+  a.m_meta = m_meta_;
+  a.v_meta = v_meta_;
+  a.rounding.offset = args.rounding.offset + shard_begin_;
+  auto sizes = param_sizes(cfg_);
+  size_t off = 0;
+  for (int i = 0; i < kNumParamTensors; i++) {
+    const size_t lo = std::max(off, shard_begin_), hi = std::min(off + sizes[i], shard_begin_ + shard_size_);
+    off += sizes[i];
+    if (lo >= hi || !param_decays(i)) continue;
+    if (a.decay.n == DecayRanges::kMax) throw Error("adamw: too many weight-decay ranges");
+    a.decay.lo[a.decay.n] = lo - shard_begin_;
+    a.decay.hi[a.decay.n++] = hi - shard_begin_;
+  }
+  if (a.decay.n == 0) a.weight_decay = 0;  // no decaying tensor in this shard
+  const Tensor w = master_ ? master_ : comp_ ? comp_ : Tensor{};
+  const Tensor p = params_.slice(shard_begin_, shard_size_), g = grads_.slice(shard_begin_, shard_size_);
+  if (decided)
+    be_.adamw_decided(p, w, g, m_, v_, a);
+  else
+    be_.adamw(p, w, g, m_, v_, a);
   if (sharded_) gather_params();
 }
 

@@ -102,8 +102,12 @@ struct DataParallel {
   size_t chunk = kGradSyncChunk;  // elements per fp32 staging chunk when reducing 16-bit grads
 };
 // Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
-// shard starts 64-byte aligned (vector loads, NCCL). The last shard is padded.
-size_t zero_shard_size(size_t n, int world);
+// shard starts 64-byte aligned (vector loads, NCCL), and to whole FP8 moment blocks when the
+// moments have them (src/numerics/moment_block.h), so that no rank cuts a block. The last
+// shard is padded.
+size_t zero_shard_size(size_t n, int world, const MomentFormats& moments = {});
+// Elements per FP8 moment block of these moments (0: neither is blocked).
+int moment_block_of(const MomentFormats& moments);
 
 // One tensor numerics telemetry reports; `layers` > 0 when it holds one equal slice per
 // transformer block, in block order (so the report can draw layer x tensor maps).
@@ -237,6 +241,9 @@ class GPT {
   Tensor grads() const { return grads_.slice(0, num_params_); }
   Tensor adam_m() const { return m_; }
   Tensor adam_v() const { return v_; }
+  // FP8 moments: each block's meta (moment_block.h), fp32 words; empty for other formats.
+  Tensor adam_m_meta() const { return m_meta_; }
+  Tensor adam_v_meta() const { return v_meta_; }
   const MomentFormats& moment_formats() const { return moments_; }
   Tensor param(int i) const { return param_views_[i]; }
   // Tensors that numerics telemetry reports, named "act/<name>" (all layers of one kind),
@@ -283,6 +290,8 @@ class GPT {
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
   void set_bf16_master(const std::vector<float>& p);
+  // adamw_step with FP8 moments: one call over the shard (src/numerics/moment_block.h).
+  void adamw_step_blocked(const AdamWArgs& args, bool decided);
 
   GPTConfig cfg_;
   Backend& be_;
@@ -298,7 +307,7 @@ class GPT {
   }
   bool sharded_ = false;
   size_t shard_begin_ = 0, shard_size_ = 0, padded_params_ = 0;
-  Tensor params_, grads_, master_, m_, v_, comp_;
+  Tensor params_, grads_, master_, m_, v_, comp_, m_meta_, v_meta_;
   std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
   Tensor act_buf_, stat_buf_, tokens_, targets_;
   size_t act_capacity_ = 0, stat_capacity_ = 0, tok_capacity_ = 0;

@@ -41,6 +41,22 @@ TG_HD inline void adamw_math(M g, M& m, M& v, M& w, const AdamWConsts<M>& k) {
   w = adamw_fma(-k.lr, adamw_fma(k.wd, w, q), w);
 }
 
+// Which elements of one AdamW call take weight decay, when the call spans several parameter
+// tensors (FP8 moments: GPT::adamw_step updates a whole shard at once so that no scale block
+// is cut): [lo[r], hi[r]) relative to the call's first element, r < n. With n = 0 every
+// element takes it.
+struct DecayRanges {
+  static constexpr int kMax = 16;
+  int n = 0;
+  uint64_t lo[kMax] = {}, hi[kMax] = {};
+};
+TG_HD inline bool decays_at(const DecayRanges& d, uint64_t i) {
+  if (d.n == 0) return true;
+  for (int r = 0; r < d.n; r++)
+    if (i >= d.lo[r] && i < d.hi[r]) return true;
+  return false;
+}
+
 // Master weights kept as bf16 compute weights p plus a bf16 compensation c
 // (precision.state.master=bf16-kahan, src/numerics/master_format.h). The value is p + c, added
 // in fp32 (exact unless c lies more than 16 binades below p, where it no longer matters);

@@ -55,6 +55,11 @@ struct MomentFormat {
   bool stochastic = false;
   bool sqrt = false;
   float scale = 1.f;
+  // FP8 moments (dtype E4M3 or E5M2) only: elements per scale block, the block's normalizer
+  // as a power of two (e8m0) instead of its amax, and COAT's range expansion (below).
+  int block = 0;
+  bool pow2 = false;
+  bool expand = false;
 };
 
 // Adam's two moments.
@@ -64,7 +69,11 @@ struct MomentFormats {
 
 // Whether the moment is stored as the value itself (fp32, fp64): no encoding at all.
 TG_HD inline bool moment_is_plain(const MomentFormat& f) {
-  return f.dtype != DType::BF16 && f.dtype != DType::F16;
+  return f.dtype == DType::F32 || f.dtype == DType::F64;
+}
+// Whether the moment is stored as FP8 codes with a scale per block (moment_block.h).
+TG_HD inline bool moment_is_blocked(const MomentFormat& f) {
+  return f.dtype == DType::E4M3 || f.dtype == DType::E5M2;
 }
 
 // The fp32 value a 16-bit code is rounded from: sqrt'ed and scaled, and in fp16 clamped to

@@ -2,6 +2,8 @@
 // (src/numerics/state_format.h), the one place a state format's name is spelled.
 #include "state_format.h"
 
+#include "moment_block.h"
+
 namespace tg {
 
 namespace {
@@ -12,6 +14,8 @@ constexpr StateFormatInfo kRows[] = {
     {StateFormat::BF16,   "bf16",    DType::BF16, false,     1},
     {StateFormat::BF16SR, "bf16-sr", DType::BF16, true,      2},
     {StateFormat::FP16,   "fp16",    DType::F16,  false,     3},
+    {StateFormat::FP8E4M3, "fp8-e4m3", DType::E4M3, false,   4},
+    {StateFormat::FP8E5M2, "fp8-e5m2", DType::E5M2, false,   5},
 };
 // clang-format on
 constexpr size_t kFormats = sizeof(kRows) / sizeof(kRows[0]);
@@ -19,7 +23,7 @@ constexpr size_t kFormats = sizeof(kRows) / sizeof(kRows[0]);
 constexpr bool rows_in_enum_order() {
   for (size_t i = 0; i < kFormats; i++)
     if (size_t(kRows[i].format) != i) return false;
-  return kFormats == size_t(StateFormat::FP16) + 1;
+  return kFormats == size_t(StateFormat::FP8E5M2) + 1;
 }
 static_assert(rows_in_enum_order(), "kRows: one row per StateFormat, in the enum's order");
 }  // namespace
@@ -51,7 +55,28 @@ std::vector<std::string> state_format_names() {
   return out;
 }
 
-MomentFormat moment_format(StateFormat f, bool second) {
+const char* moment_scale_name(bool pow2) { return pow2 ? "e8m0" : "fp32"; }
+const char* moment_expand_name(bool expand) { return expand ? "coat" : "none"; }
+std::vector<std::string> moment_scale_names() { return {"fp32", "e8m0"}; }
+std::vector<std::string> moment_expand_names() { return {"none", "coat"}; }
+bool parse_moment_scale(const std::string& name, bool* pow2) {
+  for (bool p : {false, true})
+    if (name == moment_scale_name(p)) return *pow2 = p, true;
+  return false;
+}
+bool parse_moment_expand(const std::string& name, bool* expand) {
+  for (bool e : {false, true})
+    if (name == moment_expand_name(e)) return *expand = e, true;
+  return false;
+}
+
+std::string moment_blocking_name(StateFormat f, const MomentBlocking& b) {
+  if (!state_format_blocked(f)) return state_format_name(f);
+  return strf("%s/%d/%s%s", state_format_name(f), b.block, moment_scale_name(b.pow2),
+              b.expand ? "+coat" : "");
+}
+
+MomentFormat moment_format(StateFormat f, bool second, const MomentBlocking& b) {
   const StateFormatInfo& r = state_format_info(f);
   MomentFormat mf;
   mf.dtype = r.storage;
@@ -61,16 +86,36 @@ MomentFormat moment_format(StateFormat f, bool second) {
     mf.scale = kF16MomentScale;
     mf.sqrt = second;
   }
+  // FP8: v as its square root too, scaled per block (moment_block.h).
+  if (state_format_blocked(f)) {
+    mf.sqrt = second;
+    mf.block = b.block;
+    mf.pow2 = b.pow2;
+    mf.expand = b.expand;
+  }
   return mf;
 }
 
-MomentFormats moment_formats(StateFormat m, StateFormat v) {
-  return {moment_format(m, false), moment_format(v, true)};
+MomentFormats moment_formats(StateFormat m, StateFormat v, const MomentBlocking& b) {
+  return {moment_format(m, false, b), moment_format(v, true, b)};
+}
+
+double state_format_bytes(StateFormat f, const MomentBlocking& b) {
+  const double elem = double(dtype_size(state_format_info(f).storage));
+  if (!state_format_blocked(f)) return elem;
+  return elem + double(moment_meta_words(moment_format(f, false, b))) * 4.0 / b.block;
+}
+
+size_t moment_storage_bytes(size_t count, const MomentFormat& f) {
+  if (moment_is_blocked(f)) return moment_blocked_bytes(count, f);
+  return count * dtype_size(f.dtype);
 }
 
 bool state_format_lossless(StateFormat from, StateFormat to, bool second) {
   const MomentFormat a = moment_format(from, second), b = moment_format(to, second);
   if (b.dtype == DType::F32) return true;
+  // FP8 blocks are re-scaled from decoded values: not code for code (moment_block.h).
+  if (moment_is_blocked(a) || moment_is_blocked(b)) return false;
   // The same codes with the same meaning: only the rounding of future stores differs.
   return a.dtype == b.dtype && a.sqrt == b.sqrt && a.scale == b.scale;
 }

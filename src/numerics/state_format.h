@@ -19,12 +19,12 @@
 
 namespace tg {
 
-enum class StateFormat { FP32, BF16, BF16SR, FP16 };
+enum class StateFormat { FP32, BF16, BF16SR, FP16, FP8E4M3, FP8E5M2 };
 
 struct StateFormatInfo {
   StateFormat format;
   const char* name;   // the config value
-  DType storage;      // element type of the stored moments
+  DType storage;      // element type of the stored moments (FP8: with a scale per block)
   bool stochastic;    // the store rounds stochastically (seeded per step, moment, element)
   int32_t file_code;  // in the optimizer files' header (src/training/checkpoint.h)
 };
@@ -39,10 +39,34 @@ StateFormat parse_state_format(const std::string& name, const char* key);
 const StateFormatInfo* find_state_format_code(int32_t code);
 std::vector<std::string> state_format_names();
 
+// How FP8 moments are cut into blocks and scaled (precision.state.moment_block,
+// moment_scale, moment_expand; src/numerics/moment_block.h); other formats ignore it.
+struct MomentBlocking {
+  int block = 128;      // elements per scale block, a power of two in 16 .. 1024
+  bool pow2 = false;    // normalizer a power of two (e8m0) instead of the block's amax (fp32)
+  bool expand = false;  // COAT's dynamic range expansion
+};
+// The values of precision.state.moment_scale (fp32, e8m0) and moment_expand (none, coat),
+// spelled here only; a name parses back with parse_moment_scale / parse_moment_expand
+// (false for an unknown one).
+const char* moment_scale_name(bool pow2);
+const char* moment_expand_name(bool expand);
+std::vector<std::string> moment_scale_names();
+std::vector<std::string> moment_expand_names();
+bool parse_moment_scale(const std::string& name, bool* pow2);
+bool parse_moment_expand(const std::string& name, bool* expand);
+// "fp8-e4m3/128/fp32", "+coat" when expanding: the blocking a report names.
+std::string moment_blocking_name(StateFormat f, const MomentBlocking& b);
+
 // The first (second = false) or second (second = true) Adam moment stored in format f.
-MomentFormat moment_format(StateFormat f, bool second);
-MomentFormats moment_formats(StateFormat m, StateFormat v);
-inline size_t state_format_bytes(StateFormat f) { return dtype_size(state_format_info(f).storage); }
+MomentFormat moment_format(StateFormat f, bool second, const MomentBlocking& b = {});
+MomentFormats moment_formats(StateFormat m, StateFormat v, const MomentBlocking& b = {});
+inline bool state_format_blocked(StateFormat f) { return dtype_size(state_format_info(f).storage) == 1; }
+// Bytes per element of a moment in format f: its element type's, plus an FP8 block's meta
+// shared by its elements.
+double state_format_bytes(StateFormat f, const MomentBlocking& b = {});
+// Bytes of `count` elements as the optimizer stores them (moment_block.h for FP8).
+size_t moment_storage_bytes(size_t count, const MomentFormat& f);
 
 // Whether moments stored in `from` convert into `to` without losing anything: every value
 // `from` holds is one `to` holds exactly (fp32 holds them all; bf16 and bf16-sr store the

@@ -48,6 +48,15 @@ MasterFormat mode_master(const Config& cfg, Mode mode) {
   return mode_dtype(mode) == DType::BF16 ? cfg.precision.state.master : MasterFormat::FP32;
 }
 
+MomentBlocking moment_blocking(const Config& cfg) {
+  const auto& st = cfg.precision.state;
+  MomentBlocking b;
+  b.block = st.moment_block;
+  parse_moment_scale(st.moment_scale, &b.pow2);  // the config checked the names
+  parse_moment_expand(st.moment_expand, &b.expand);
+  return b;
+}
+
 PrecisionSpec precision_spec(const Config& cfg) {
   const auto& p = cfg.precision;
   const ModeInfo& m = mode_info(p.mode);
@@ -56,7 +65,7 @@ PrecisionSpec precision_spec(const Config& cfg) {
   s.compute = m.storage;
   s.quantized_linears = m.quantized;
   s.loss_scale = loss_scale_kind(cfg);
-  s.moments = moment_formats(p.state.adam_m, p.state.adam_v);
+  s.moments = moment_formats(p.state.adam_m, p.state.adam_v, moment_blocking(cfg));
   s.master = p.state.master;
   switch (m.recipe) {
     case ModeRecipe::BlockScaled:

@@ -31,6 +31,8 @@ RecipeOptions recipe_options(const Config& cfg);
 // weights, fp32 for the others (whose runs config_validate refuses a bf16 master; `memory`
 // and `compare` plan several modes under one config).
 MasterFormat mode_master(const Config& cfg, Mode mode);
+// How fp8 moments are blocked and scaled (precision.state.moment_*).
+MomentBlocking moment_blocking(const Config& cfg);
 
 // precision.loss_scale.kind with `auto` resolved (the mode's default: dynamic for fp16, none
 // otherwise).

@@ -233,10 +233,14 @@ struct StateSpec {
   const char* what;
   Overlay overlay;
 };
-Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v) {
+Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v,
+                      const MomentBlocking& b = {}) {
   return {{"precision.state.master", master_format_name(master)},
           {"precision.state.adam_m", state_format_name(m)},
-          {"precision.state.adam_v", state_format_name(v)}};
+          {"precision.state.adam_v", state_format_name(v)},
+          {"precision.state.moment_block", std::to_string(b.block)},
+          {"precision.state.moment_scale", moment_scale_name(b.pow2)},
+          {"precision.state.moment_expand", moment_expand_name(b.expand)}};
 }
 // clang-format off
 const std::vector<StateSpec>& state_studies() {
@@ -257,6 +261,14 @@ const std::vector<StateSpec>& state_studies() {
        state_overlay(MF::BF16Kahan, SF::FP32, SF::FP32)},
       {"bf16sr-all", "bf16-sr master weights and bf16-sr Adam moments",
        state_overlay(MF::BF16SR, SF::BF16SR, SF::BF16SR)},
+      {"moments-fp8", "Adam moments in fp8 e4m3, a scale per 128 (m and sqrt(v))",
+       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP8E4M3)},
+      {"moments-fp8-coat", "Adam moments in fp8 e4m3, a scale per 128, COAT's range expansion",
+       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP8E4M3, {128, false, true})},
+      {"moments-fp8m-fp16v", "m in fp8 e4m3 (a scale per 128), v in fp16 (FP8-LM's split)",
+       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP16)},
+      {"bf16sr-fp8", "bf16-sr master weights, fp8 e4m3 Adam moments with COAT's expansion",
+       state_overlay(MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {128, false, true})},
   };
   return all;
 }

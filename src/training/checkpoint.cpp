@@ -10,6 +10,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/numerics/moment_block.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -204,11 +205,30 @@ std::string optim_file_name(int rank) {
 // compensation (the fp32 master and the bf16 weights live in model.bin).
 size_t comp_bytes(MasterFormat f) { return f == MasterFormat::BF16Kahan ? 2 : 0; }
 
+// Bytes of `count` elements of a moment in the optimizer files.
+size_t moment_file_bytes(StateFormat f, bool second, const MomentBlocking& b, size_t count) {
+  return moment_storage_bytes(count, moment_format(f, second, b));
+}
+bool any_blocked(StateFormat m, StateFormat v) {
+  return state_format_blocked(m) || state_format_blocked(v);
+}
+
+// One moment's storage into the file at `out`: its bytes, or fp8's codes and blocks' meta.
+void put_moment(char* out, const void* data, const float* meta, StateFormat f, bool second,
+                const MomentBlocking& b, size_t count) {
+  const MomentFormat mf = moment_format(f, second, b);
+  if (!moment_is_blocked(mf)) return (void)memcpy(out, data, moment_storage_bytes(count, mf));
+  memcpy(out, data, count);
+  memcpy(out + moment_meta_offset(count), meta,
+         moment_blocks(count, mf.block) * size_t(moment_meta_words(mf)) * sizeof(float));
+}
+
 std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const MomentBytes& mb,
                                    int64_t count, int rank, int world) {
-  const size_t sm = state_format_bytes(mb.m_format), sv = state_format_bytes(mb.v_format);
-  const size_t sc = comp_bytes(mb.master);
-  std::vector<char> out(1024 + (sm + sv + sc) * size_t(count));
+  const size_t sm = moment_file_bytes(mb.m_format, false, mb.blocking, size_t(count)),
+               sv = moment_file_bytes(mb.v_format, true, mb.blocking, size_t(count));
+  const size_t sc = comp_bytes(mb.master) * size_t(count);
+  std::vector<char> out(1024 + sm + sv + sc);
   int32_t h[256] = {};
   h[0] = kStateMagic;
   h[1] = rank < 0 ? 1 : 2;
@@ -222,11 +242,16 @@ std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const MomentByt
   h[10] = state_format_info(mb.m_format).file_code;
   h[11] = state_format_info(mb.v_format).file_code;
   h[12] = master_format_info(mb.master).file_code;
+  if (any_blocked(mb.m_format, mb.v_format)) {
+    h[13] = mb.blocking.block;
+    h[14] = (mb.blocking.pow2 ? 1 : 0) + (mb.blocking.expand ? 2 : 0);
+  }
   memcpy(out.data(), h, sizeof(h));
   if (count > 0) {
-    memcpy(out.data() + 1024, mb.m, sm * size_t(count));
-    memcpy(out.data() + 1024 + sm * size_t(count), mb.v, sv * size_t(count));
-    if (sc) memcpy(out.data() + 1024 + (sm + sv) * size_t(count), mb.comp, sc * size_t(count));
+    put_moment(out.data() + 1024, mb.m, mb.m_meta, mb.m_format, false, mb.blocking, size_t(count));
+    put_moment(out.data() + 1024 + sm, mb.v, mb.v_meta, mb.v_format, true, mb.blocking,
+               size_t(count));
+    if (sc) memcpy(out.data() + 1024 + sm + sv, mb.comp, sc);
   }
   return out;
 }
@@ -251,6 +276,7 @@ OptimFileRecord write_optim_shard(const std::string& tmp_dir, int64_t total, int
   r.m_format = moments.m_format;
   r.v_format = moments.v_format;
   r.master = moments.master;
+  r.blocking = moments.blocking;
   return r;
 }
 
@@ -334,6 +360,12 @@ std::string publish_checkpoint(const std::string& out_dir, int64_t step, const G
                                                  {"adam_m", state_format_name(r.m_format)},
                                                  {"adam_v", state_format_name(r.v_format)},
                                                  {"master", master_format_name(r.master)}};
+      if (any_blocked(r.m_format, r.v_format)) {
+        json& e = state["files"][optim_file_name(r.rank)];
+        e["moment_block"] = r.blocking.block;
+        e["moment_scale"] = moment_scale_name(r.blocking.pow2);
+        e["moment_expand"] = moment_expand_name(r.blocking.expand);
+      }
       covered += r.count;
     }
     if (covered != int64_t(params.size()))
@@ -470,7 +502,28 @@ struct OptimFile {
   int64_t begin = 0, count = 0;
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
   MasterFormat master = MasterFormat::FP32;
+  MomentBlocking blocking;
 };
+
+// An optimizer file entry's fp8 moment blocking (moment_block, moment_scale, moment_expand).
+MomentBlocking entry_blocking(const std::string& state_path, const std::string& name,
+                              const json& f) {
+  MomentBlocking b;
+  if (!f.is_object() || !f.contains("moment_block")) return b;
+  const json& k = f["moment_block"];
+  const bool ok_block = k.is_number_integer() && k.get<int64_t>() >= kMomentBlockMin &&
+                        k.get<int64_t>() <= kMomentBlockMax &&
+                        (k.get<int64_t>() & (k.get<int64_t>() - 1)) == 0;
+  const std::string scale = f.contains("moment_scale") ? string_field(f, "moment_scale") : "",
+                    expand = f.contains("moment_expand") ? string_field(f, "moment_expand") : "";
+  if (!ok_block || !parse_moment_scale(scale, &b.pow2) || !parse_moment_expand(expand, &b.expand))
+    throw Error(strf("checkpoint state %s: entry %s has a bad fp8 moment blocking "
+                     "(moment_block %s, moment_scale '%s', moment_expand '%s')",
+                     state_path.c_str(), name.c_str(), k.dump().c_str(), scale.c_str(),
+                     expand.c_str()));
+  b.block = int(k.get<int64_t>());
+  return b;
+}
 
 // An optimizer file entry's master-weight format: fp32 when absent (files from before it).
 MasterFormat entry_master(const std::string& state_path, const std::string& name, const json& f) {
@@ -508,10 +561,14 @@ OptimFile optim_file_entry(const std::string& state_path, const std::string& nam
         tail == 'n' && r >= 0))
     throw Error(strf("checkpoint state %s lists an unknown optimizer file '%s'", state_path.c_str(),
                      name.c_str()));
-  OptimFile o{name, name != "optim.bin", 0, int64_t(n)};
+  OptimFile o;
+  o.name = name;
+  o.sharded = name != "optim.bin";
+  o.count = int64_t(n);
   o.m_format = entry_format(state_path, name, f, "adam_m");
   o.v_format = entry_format(state_path, name, f, "adam_v");
   o.master = entry_master(state_path, name, f);
+  o.blocking = entry_blocking(state_path, name, f);
   if (o.sharded) {
     if (!f.is_object() || !f.contains("begin") || !f.contains("count") ||
         !f["begin"].is_number_integer() || !f["count"].is_number_integer())
@@ -543,13 +600,17 @@ void check_optim_header(const std::string& path, const std::vector<char>& bytes,
     memcpy(&hb, &h[4], 8);
     memcpy(&hc, &h[6], 8);
   }
-  const size_t width =
-      state_format_bytes(o.m_format) + state_format_bytes(o.v_format) + comp_bytes(o.master);
+  const size_t c = size_t(o.count);
+  const size_t size = 1024 + moment_file_bytes(o.m_format, false, o.blocking, c) +
+                      moment_file_bytes(o.v_format, true, o.blocking, c) + comp_bytes(o.master) * c;
+  const bool blocked = any_blocked(o.m_format, o.v_format);
+  const int32_t block = blocked ? o.blocking.block : 0,
+                flags = blocked ? (o.blocking.pow2 ? 1 : 0) + (o.blocking.expand ? 2 : 0) : 0;
   if (h[0] != kStateMagic || h[1] != (o.sharded ? 2 : 1) || total != int64_t(n) || hb != o.begin ||
       hc != o.count || h[10] != state_format_info(o.m_format).file_code ||
       h[11] != state_format_info(o.v_format).file_code ||
-      h[12] != master_format_info(o.master).file_code ||
-      bytes.size() != 1024 + width * size_t(o.count))
+      h[12] != master_format_info(o.master).file_code || h[13] != block || h[14] != flags ||
+      bytes.size() != size)
     throw Error(strf("checkpoint file %s has a bad header or size", path.c_str()));
 }
 
@@ -570,10 +631,29 @@ void check_tiled(const std::string& dir, std::vector<std::pair<size_t, size_t>> 
              dir.c_str(), begin, end));
 }
 
-// Elements [lo, lo + count) of a moment stored in format f at p, widened to fp32 (exact).
-void decode_moments(const char* p, StateFormat f, bool second, size_t lo, size_t count,
+// Elements [lo, lo + count) of an fp8 moment of a file holding `total` of them at p, decoded
+// a block at a time.
+void decode_blocked(const char* p, const MomentFormat& mf, size_t total, size_t lo, size_t count,
                     float* out) {
-  const MomentFormat mf = moment_format(f, second);
+  const size_t words = size_t(moment_meta_words(mf)), block = size_t(mf.block);
+  const char* meta = p + moment_meta_offset(total);
+  float x[kMomentBlockMax], m[2];
+  for (size_t b = lo / block; b * block < lo + count; b++) {
+    const size_t i0 = b * block;
+    const int len = int(std::min(block, total - i0));
+    memcpy(m, meta + b * words * sizeof(float), words * sizeof(float));
+    moment_decode_block(reinterpret_cast<const uint8_t*>(p) + i0, m, len, mf, x);
+    for (size_t i = std::max(i0, lo); i < std::min(i0 + size_t(len), lo + count); i++)
+      out[i - lo] = x[i - i0];
+  }
+}
+
+// Elements [lo, lo + count) of a moment stored in format f at p (a file of `total` elements),
+// widened to fp32 (exact).
+void decode_moments(const char* p, StateFormat f, bool second, const MomentBlocking& b,
+                    size_t total, size_t lo, size_t count, float* out) {
+  const MomentFormat mf = moment_format(f, second, b);
+  if (moment_is_blocked(mf)) return decode_blocked(p, mf, total, lo, count, out);
   if (moment_is_plain(mf)) {
     memcpy(out, p + 4 * lo, 4 * count);
     return;
@@ -599,11 +679,38 @@ void entry_formats(const std::string& dir, const json& files, size_t n, Checkpoi
           strf("checkpoint state %s: the optimizer files store their state in "
                "different formats",
                state_path.c_str()));
+    if (!first && any_blocked(o.m_format, o.v_format) &&
+        (o.blocking.block != cd->blocking.block || o.blocking.pow2 != cd->blocking.pow2 ||
+         o.blocking.expand != cd->blocking.expand))
+      throw Error(strf("checkpoint state %s: the optimizer files block their fp8 moments "
+                       "differently",
+                       state_path.c_str()));
     cd->m_format = o.m_format;
     cd->v_format = o.v_format;
     cd->master = o.master;
+    cd->blocking = o.blocking;
     first = false;
   }
+}
+
+// An fp8 moment's piece [lo, hi) of file o (at p) kept as stored, codes and blocks' meta, at
+// [lo - begin, ...) of the range. False when the piece does not start on a block in both
+// (a checkpoint blocked otherwise): the range then resumes from the decoded values.
+bool keep_blocks(const char* p, StateFormat f, bool second, const OptimFile& o, size_t lo,
+                 size_t hi, size_t begin, std::vector<uint8_t>* codes, std::vector<float>* meta) {
+  const MomentFormat mf = moment_format(f, second, o.blocking);
+  if (!moment_is_blocked(mf)) return true;
+  const size_t block = size_t(mf.block), words = size_t(moment_meta_words(mf));
+  const size_t at = lo - size_t(o.begin), to = lo - begin, len = hi - lo;
+  if (at % block || to % block) return false;
+  if (codes->size() < to + len) codes->resize(to + len);
+  memcpy(codes->data() + to, p + at, len);
+  const size_t nb = moment_blocks(len, mf.block);
+  if (meta->size() < (to / block + nb) * words) meta->resize((to / block + nb) * words);
+  memcpy(meta->data() + to / block * words,
+         p + moment_meta_offset(size_t(o.count)) + at / block * words * sizeof(float),
+         nb * words * sizeof(float));
+  return true;
 }
 
 // The Adam moments of [begin, end) into cd.m and cd.v (widened to fp32), gathered from the
@@ -616,6 +723,7 @@ void load_moments(const std::string& dir, const json& files, size_t n, size_t be
   cd->v.assign(end - begin, 0.0f);
   cd->comp.assign(comp_bytes(cd->master) ? end - begin : 0, 0);
   std::vector<std::pair<size_t, size_t>> pieces;  // the [lo, hi) read from each file
+  bool whole = true;                               // fp8 pieces kept as stored
   for (const auto& [name, f] : files.items()) {
     if (name.rfind("optim", 0) != 0) continue;
     const OptimFile o = optim_file_entry(state_path, name, f, n);
@@ -624,17 +732,25 @@ void load_moments(const std::string& dir, const json& files, size_t n, size_t be
     if (lo >= hi) continue;
     const std::vector<char> bytes = verified_file(dir, files, name);
     check_optim_header(join_path(dir, name), bytes, o, n);
+    const size_t c = size_t(o.count);
     const char* mp = bytes.data() + 1024;
-    const char* vp = mp + state_format_bytes(o.m_format) * size_t(o.count);
-    decode_moments(mp, o.m_format, false, lo - o.begin, hi - lo, cd->m.data() + (lo - begin));
-    decode_moments(vp, o.v_format, true, lo - o.begin, hi - lo, cd->v.data() + (lo - begin));
+    const char* vp = mp + moment_file_bytes(o.m_format, false, o.blocking, c);
+    decode_moments(mp, o.m_format, false, o.blocking, c, lo - o.begin, hi - lo,
+                   cd->m.data() + (lo - begin));
+    decode_moments(vp, o.v_format, true, o.blocking, c, lo - o.begin, hi - lo,
+                   cd->v.data() + (lo - begin));
+    whole &= keep_blocks(mp, o.m_format, false, o, lo, hi, begin, &cd->m_codes, &cd->m_meta);
+    whole &= keep_blocks(vp, o.v_format, true, o, lo, hi, begin, &cd->v_codes, &cd->v_meta);
     if (!cd->comp.empty()) {
-      const char* cp = vp + state_format_bytes(o.v_format) * size_t(o.count);
+      const char* cp = vp + moment_file_bytes(o.v_format, true, o.blocking, c);
       memcpy(cd->comp.data() + (lo - begin), cp + 2 * (lo - o.begin), 2 * (hi - lo));
     }
     pieces.push_back({lo, hi});
   }
   check_tiled(dir, std::move(pieces), begin, end);
+  if (!whole) {
+    cd->m_codes.clear(), cd->v_codes.clear(), cd->m_meta.clear(), cd->v_meta.clear();
+  }
 }
 
 }  // namespace

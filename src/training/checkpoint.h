@@ -8,9 +8,12 @@
 //   optim.bin   256 int32 header ([0]=20261129, [1]=1, [2..3]=parameter count as int64,
 //               [10]=m's format, [11]=v's format: precision.state.*'s file codes,
 //               src/numerics/state_format.h, 0 = fp32 as in files from before the formats;
-//               [12]=the master weights' format, src/numerics/master_format.h, 0 = fp32)
+//               [12]=the master weights' format, src/numerics/master_format.h, 0 = fp32;
+//               with fp8 moments [13]=their block size, [14]=1 for e8m0 scales + 2 for
+//               COAT's expansion)
 //               then Adam m and v, each in its format's storage (fp32, or the bf16 / fp16
-//               codes the optimizer keeps, src/numerics/moment_format.h), then for
+//               codes the optimizer keeps, src/numerics/moment_format.h; fp8: the codes, then
+//               the blocks' meta, src/numerics/moment_block.h), then for
 //               bf16-kahan master weights their bf16 compensation (model.bin then holds the
 //               bf16 weights, which are the master's other half)
 //   optim_rank<R>.bin  instead of optim.bin under ZeRO-1, one per rank, written by that
@@ -22,7 +25,8 @@
 //   state.json  step, run id, config, data-loader position, RNG states, counters, and
 //               the size and FNV-1a checksum of each binary file (src/training/run_state.h);
 //               an optimizer file's entry also names its range and its state's formats
-//               ("adam_m", "adam_v", "master"), so that every rank learns them from
+//               ("adam_m", "adam_v", "master"; "moment_block", "moment_scale",
+//               "moment_expand" with fp8 moments), so that every rank learns them from
 //               state.json alone
 //   manifest.json  written last: size and FNV-1a checksum of state.json (version 2)
 // It is written under a temporary name, every file fsync'ed, then renamed: a directory
@@ -64,6 +68,12 @@ struct CheckpointData {
   // fp32 value), and the formats the checkpoint stores them in.
   std::vector<float> m, v;
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
+  MomentBlocking blocking;  // of fp8 moments
+  // fp8 moments as stored, for a resume in the same formats (re-encoding decoded blocks
+  // need not give back their scales): the codes of the range and the meta of its blocks;
+  // empty for other formats, or when the range does not start on a block of the files.
+  std::vector<uint8_t> m_codes, v_codes;
+  std::vector<float> m_meta, v_meta;
   // The master weights' format; for bf16-kahan the compensation's bf16 codes of the range
   // (params then holds the bf16 weights).
   MasterFormat master = MasterFormat::FP32;
@@ -73,12 +83,17 @@ struct CheckpointData {
 // Adam moments as the optimizer keeps them: `count` elements of m, then of v, each in its
 // format's storage (the backend's bytes, written as they are).
 // With bf16-kahan master weights, `count` bf16 codes of their compensation follow.
+// fp8 moments (src/numerics/moment_block.h): each is stored as its `count` codes, zeros up to
+// a multiple of 16 bytes, then the fp32 meta of its blocks (m_meta / v_meta).
 struct MomentBytes {
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
   const void* m = nullptr;
   const void* v = nullptr;
   MasterFormat master = MasterFormat::FP32;
   const void* comp = nullptr;
+  MomentBlocking blocking{};
+  const float* m_meta = nullptr;
+  const float* v_meta = nullptr;
 };
 
 // Writes a checkpoint for `step`; returns its directory. The vector form holds fp32 moments.
@@ -97,6 +112,7 @@ struct OptimFileRecord {
   int32_t rank = 0, world = 1;
   StateFormat m_format = StateFormat::FP32, v_format = StateFormat::FP32;
   MasterFormat master = MasterFormat::FP32;
+  MomentBlocking blocking{};
 };
 std::string checkpoint_tmp_dir(const std::string& out_dir, int64_t step);
 void prepare_checkpoint_dir(const std::string& out_dir, int64_t step);

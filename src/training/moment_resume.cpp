@@ -1,15 +1,27 @@
 #include "moment_resume.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "src/base/common.h"
+#include "src/numerics/moment_block.h"
+#include "src/precision/precision.h"
 
 namespace tg {
 
 namespace {
 // "precision.state.adam_m=bf16 (the checkpoint's fp32)" for a moment whose format changes.
-std::string change_text(const char* key, StateFormat from, StateFormat to) {
-  return strf("%s=%s (the checkpoint's %s)", key, state_format_name(to), state_format_name(from));
+std::string change_text(const char* key, StateFormat from, const MomentBlocking& bf,
+                        StateFormat to, const MomentBlocking& bt) {
+  return strf("%s=%s (the checkpoint's %s)", key, moment_blocking_name(to, bt).c_str(),
+              moment_blocking_name(from, bf).c_str());
+}
+// Whether a moment's storage changes: another format, or fp8 blocked otherwise.
+bool moment_changes(StateFormat from, const MomentBlocking& bf, StateFormat to,
+                    const MomentBlocking& bt) {
+  if (from != to) return true;
+  return state_format_blocked(to) &&
+         (bf.block != bt.block || bf.pow2 != bt.pow2 || bf.expand != bt.expand);
 }
 std::string change_text_master(MasterFormat from, MasterFormat to) {
   return strf("precision.state.master=%s (the checkpoint's %s)", master_format_name(to),
@@ -20,12 +32,16 @@ std::string change_text_master(MasterFormat from, MasterFormat to) {
 std::string moment_conversion_note(const CheckpointData& cd, const Config& cfg,
                                    const std::string& dir) {
   const StateFormat to_m = cfg.precision.state.adam_m, to_v = cfg.precision.state.adam_v;
-  const bool change_m = cd.m_format != to_m, change_v = cd.v_format != to_v;
+  const MomentBlocking& from_b = cd.blocking;
+  const MomentBlocking to_b = moment_blocking(cfg);
+  const bool change_m = moment_changes(cd.m_format, from_b, to_m, to_b),
+             change_v = moment_changes(cd.v_format, from_b, to_v, to_b);
   if (!change_m && !change_v) return "";
   std::string what;
-  if (change_m) what = change_text("precision.state.adam_m", cd.m_format, to_m);
+  if (change_m) what = change_text("precision.state.adam_m", cd.m_format, from_b, to_m, to_b);
   if (change_v)
-    what += (what.empty() ? "" : ", ") + change_text("precision.state.adam_v", cd.v_format, to_v);
+    what += (what.empty() ? "" : ", ") +
+            change_text("precision.state.adam_v", cd.v_format, from_b, to_v, to_b);
   const bool lossless = state_format_lossless(cd.m_format, to_m, false) &&
                         state_format_lossless(cd.v_format, to_v, true);
   if (lossless)
@@ -81,7 +97,26 @@ void merge_compensation(CheckpointData& cd, MasterFormat to, size_t begin) {
     cd.params[begin + i] += bf16_to_f32(cd.comp[i]);
 }
 
+bool moments_kept(const CheckpointData& cd, const Config& cfg, bool second) {
+  const StateFormat to = second ? cfg.precision.state.adam_v : cfg.precision.state.adam_m;
+  const StateFormat from = second ? cd.v_format : cd.m_format;
+  const bool kept = !(second ? cd.v_codes : cd.m_codes).empty();
+  return kept && !moment_changes(from, cd.blocking, to, moment_blocking(cfg));
+}
+
+std::vector<float> encode_moment_blocks(const std::vector<float>& x, const MomentFormat& f,
+                                        std::vector<char>* codes) {
+  codes->assign(x.size(), 0);
+  std::vector<float> meta(moment_blocks(x.size(), f.block) * size_t(moment_meta_words(f)));
+  for (size_t i0 = 0; i0 < x.size(); i0 += size_t(f.block))
+    moment_encode_block(x.data() + i0, int(std::min(size_t(f.block), x.size() - i0)), f,
+                        reinterpret_cast<uint8_t*>(codes->data()) + i0,
+                        meta.data() + i0 / f.block * moment_meta_words(f));
+  return meta;
+}
+
 std::vector<char> encode_moments(const std::vector<float>& x, const MomentFormat& f) {
+  if (moment_is_blocked(f)) throw Error("encode_moments: fp8 moments have blocks");
   if (moment_is_plain(f)) {
     std::vector<char> out(4 * x.size());
     if (!x.empty()) memcpy(out.data(), x.data(), out.size());

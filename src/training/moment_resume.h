@@ -39,7 +39,14 @@ std::string master_conversion_note(const CheckpointData& cd, const Config& cfg,
 void merge_compensation(CheckpointData& cd, MasterFormat to, size_t begin);
 
 // x (fp32 moment values) encoded into format f's storage, rounded to nearest even (the
-// bytes an upload into the optimizer's tensor takes).
+// bytes an upload into the optimizer's tensor takes); not for fp8 formats.
 std::vector<char> encode_moments(const std::vector<float>& x, const MomentFormat& f);
+// fp8 (src/numerics/moment_block.h): x encoded a block at a time into codes; returns the
+// blocks' meta.
+std::vector<float> encode_moment_blocks(const std::vector<float>& x, const MomentFormat& f,
+                                        std::vector<char>* codes);
+// Whether the run resumes m (second = false) or v from the checkpoint's fp8 blocks as stored
+// (cd.m_codes / m_meta): the same format and blocking, and the blocks were kept.
+bool moments_kept(const CheckpointData& cd, const Config& cfg, bool second);
 
 }  // namespace tg

@@ -64,11 +64,12 @@ json state_json(const GPT& m, const Config& cfg) {
   const size_t master = m.dtype() == DType::BF16 || m.dtype() == DType::F16
                             ? master_format_info(m.master_format()).bytes
                             : 0;
+  const MomentBlocking b = moment_blocking(cfg);
   return {{"master", master_format_name(m.master_format())},
-          {"adam_m", state_format_name(st.adam_m)},
-          {"adam_v", state_format_name(st.adam_v)},
+          {"adam_m", moment_blocking_name(st.adam_m, b)},
+          {"adam_v", moment_blocking_name(st.adam_v, b)},
           {"bytes_per_parameter",
-           master + state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v)}};
+           double(master) + state_format_bytes(st.adam_m, b) + state_format_bytes(st.adam_v, b)}};
 }
 
 AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
@@ -367,6 +368,31 @@ Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) c
   return v;
 }
 
+// One of a checkpoint's Adam moments into the optimizer (this rank's shard, padded): fp8
+// blocks as stored when this run blocks them alike, else the values encoded once.
+void Trainer::upload_moment(CheckpointData& cd, bool second) {
+  const GPT& model = *model_;
+  const MomentFormat& f = second ? model.moment_formats().v : model.moment_formats().m;
+  std::vector<float>& x = second ? cd.v : cd.m;
+  const Tensor t = second ? model.adam_v() : model.adam_m();
+  const Tensor meta_t = second ? model.adam_v_meta() : model.adam_m_meta();
+  x.resize(model.shard_size(), 0.0f);
+  if (!moment_is_blocked(f)) return be_->upload(t, encode_moments(x, f).data());
+  std::vector<char> codes;
+  std::vector<float> meta;
+  if (moments_kept(cd, cfg_, second)) {
+    const std::vector<uint8_t>& kept = second ? cd.v_codes : cd.m_codes;
+    codes.assign(kept.begin(), kept.end());
+    codes.resize(t.numel, 0);
+    meta = second ? cd.v_meta : cd.m_meta;
+  } else {
+    meta = encode_moment_blocks(x, f, &codes);
+  }
+  meta.resize(meta_t.numel, 0.0f);
+  be_->upload(t, codes.data());
+  be_->upload(meta_t, meta.data());
+}
+
 // Every rank accepted `v`'s checkpoint: the same state applied everywhere (the run id
 // broadcast and the ZeRO-1 weight gather are collectives every rank reaches here).
 void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
@@ -384,10 +410,8 @@ void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
     v.data.comp.resize(model_->shard_size(), 0);
     model_->set_compensation(v.data.comp);
   }
-  v.data.m.resize(model_->shard_size(), 0.0f);
-  v.data.v.resize(model_->shard_size(), 0.0f);
-  be_->upload(model_->adam_m(), encode_moments(v.data.m, model_->moment_formats().m).data());
-  be_->upload(model_->adam_v(), encode_moments(v.data.v, model_->moment_formats().v).data());
+  upload_moment(v.data, false);
+  upload_moment(v.data, true);
   run_id_ = s.run_id.empty() ? new_run_id() : s.run_id;  // older checkpoints have none
   cm_->broadcast(run_id_.data(), run_id_.size(), 0);
   step_ = start_step_ = s.step;
@@ -460,9 +484,11 @@ void Trainer::print_start() const {
       cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
   const auto& st = cfg_.precision.state;
   if (st.adam_m != StateFormat::FP32 || st.adam_v != StateFormat::FP32)
-    printf("optimizer state: Adam m in %s, v in %s: %zu bytes per parameter instead of 8\n",
-           state_format_name(st.adam_m), state_format_name(st.adam_v),
-           state_format_bytes(st.adam_m) + state_format_bytes(st.adam_v));
+    printf("optimizer state: Adam m in %s, v in %s: %.4g bytes per parameter instead of 8\n",
+           moment_blocking_name(st.adam_m, moment_blocking(cfg_)).c_str(),
+           moment_blocking_name(st.adam_v, moment_blocking(cfg_)).c_str(),
+           state_format_bytes(st.adam_m, moment_blocking(cfg_)) +
+               state_format_bytes(st.adam_v, moment_blocking(cfg_)));
   precision_->print_start();
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
@@ -722,9 +748,15 @@ void Trainer::save() {
   // The moments as the optimizer stores them (fp32, or bf16 / fp16 codes), written as they are.
   std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
   std::vector<char> comp(model.compensation() ? model.compensation().bytes() : 0);
-  const MomentBytes mb{cfg_.precision.state.adam_m, cfg_.precision.state.adam_v, m.data(),
-                       v.data(), model.master_format(), comp.data()};
+  std::vector<float> m_meta(model.adam_m_meta().numel), v_meta(model.adam_v_meta().numel);
+  MomentBytes mb{cfg_.precision.state.adam_m, cfg_.precision.state.adam_v, m.data(),
+                 v.data(), model.master_format(), comp.data()};
+  mb.blocking = moment_blocking(cfg_);
+  mb.m_meta = m_meta.data();
+  mb.v_meta = v_meta.data();
   if (model.compensation()) be_->download(comp.data(), model.compensation());
+  if (model.adam_m_meta()) be_->download(m_meta.data(), model.adam_m_meta());
+  if (model.adam_v_meta()) be_->download(v_meta.data(), model.adam_v_meta());
   std::string dir;
   if (!model.sharded()) {
     be_->download(m.data(), model.adam_m());

@@ -94,6 +94,7 @@ class Trainer {
   VerifiedCheckpoint verify_checkpoint(const std::string& dir) const;
   bool all_ranks_accept(bool mine);  // the vote: a collective every rank calls
   void apply_checkpoint(VerifiedCheckpoint&& v);
+  void upload_moment(CheckpointData& cd, bool second);
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);

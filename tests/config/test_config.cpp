@@ -240,7 +240,7 @@ TEST_CASE(
   CHECK_FALSE(c.precision.state.allow_narrowing);
   for (const ConfigKeyInfo& k : config_keys())
     if (k.name == "precision.state.adam_v")
-      CHECK(k.type + " = " + k.default_value == "fp32|bf16|bf16-sr|fp16 = fp32");
+      CHECK(k.type + " = " + k.default_value == "fp32|bf16|bf16-sr|fp16|fp8-e4m3|fp8-e5m2 = fp32");
   // A name outside the registry is refused naming the key.
   std::string e = usage_error([&] { config_set(c, "precision.state.adam_v", "fp8"); });
   CHECK(e.find("'precision.state.adam_v'") != std::string::npos);

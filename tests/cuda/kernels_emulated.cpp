@@ -27,6 +27,7 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "src/numerics/master_format.h"
+#include "src/numerics/moment_block.h"
 #include "src/numerics/state_format.h"
 
 using namespace emu_test;
@@ -1022,6 +1023,134 @@ TEST_CASE("AdamW: bf16 master weights (bf16-sr, bf16-kahan) bit-exact vs the CPU
                                    std::pair{StateFormat::BF16SR, StateFormat::FP16}}) {
         CAPTURE(n);
         adamw_bf16_master_case(rng, n, mf, fm, fv);
+      }
+}
+
+// One Adam moment for the FP8-block kernel: the kernel's (dev) and the CPU's (ref) copies of
+// its storage (fp32 values, 16-bit codes or FP8 codes) and FP8 blocks' meta, from the same
+// initial values, one poisoned element past each end.
+struct BlockedBufs {
+  MomentFormat f;
+  size_t n, width, meta_n;
+  Buf<unsigned char> dev, ref;
+  Buf<float> dev_meta, ref_meta;
+  BlockedBufs(const MomentFormat& fmt, const std::vector<float>& x)
+      : f(fmt),
+        n(x.size()),
+        width(moment_is_plain(fmt) ? 4 : moment_is_blocked(fmt) ? 1 : 2),
+        meta_n(moment_is_blocked(fmt) ? moment_blocks(n, f.block) * moment_meta_words(f) : 0),
+        dev((n + 1) * width),
+        ref(n * width),
+        dev_meta(meta_n + 1),
+        ref_meta(meta_n + 1) {
+    MomentFormat nearest = f;
+    nearest.stochastic = false;
+    if (moment_is_blocked(f)) {
+      for (size_t i0 = 0; i0 < n; i0 += size_t(f.block))
+        moment_encode_block(x.data() + i0, int(std::min(size_t(f.block), n - i0)), f, dev.p + i0,
+                            dev_meta.p + i0 / f.block * moment_meta_words(f));
+    } else {
+      for (size_t i = 0; i < n; i++) {
+        if (width == 4) {
+          std::memcpy(dev.p + 4 * i, &x[i], 4);
+        } else {
+          const uint16_t code = moment_encode16(x[i], nearest, 0);
+          std::memcpy(dev.p + 2 * i, &code, 2);
+        }
+      }
+    }
+    std::memcpy(ref.p, dev.p, n * width);
+    std::memcpy(ref_meta.p, dev_meta.p, meta_n * sizeof(float));
+  }
+  Tensor dev_meta_tensor() { return Tensor{dev_meta.p, DType::F32, meta_n}; }
+  cpu::MomentSpan ref_span(uint64_t seed) {
+    return cpu::MomentSpan{ref.p, meta_n ? ref_meta.p : nullptr, f, seed};
+  }
+  void check() {
+    CHECK(std::memcmp(dev.p, ref.p, n * width) == 0);
+    CHECK(std::memcmp(dev_meta.p, ref_meta.p, meta_n * sizeof(float)) == 0);
+    CHECK(all_poison(dev.p + n * width, width));
+    CHECK(all_poison(reinterpret_cast<unsigned char*>(dev_meta.p + meta_n), 4));
+  }
+};
+
+// FP8 moments (src/numerics/moment_block.h): a warp per scale block on the device, a block at
+// a time on the CPU, weight decay per element from two ranges; the weights (fp32 master and
+// compute copy, or bf16 master weights), the codes and the blocks' meta bit for bit.
+template <typename E>
+void adamw_blocked_case(std::mt19937& rng, size_t n, MasterFormat mf, StateFormat fm,
+                        StateFormat fv, const MomentBlocking& blocking) {
+  CAPTURE(tname<E>());
+  CAPTURE(moment_blocking_name(fm, blocking));
+  CAPTURE(moment_blocking_name(fv, blocking));
+  CAPTURE(master_format_name(mf));
+  AdamWArgs a = emu_adamw_args(mf == MasterFormat::BF16SR, 2468, 33, fm, fv);
+  a.m_format = moment_format(fm, false, blocking);
+  a.v_format = moment_format(fv, true, blocking);
+  a.master = mf;
+  a.decay.n = 2;
+  a.decay.lo[0] = 0, a.decay.hi[0] = n / 3;
+  a.decay.lo[1] = n / 2, a.decay.hi[1] = n;
+  Buf<E> p(n + 1), g(n), rp(n);
+  Buf<float> master(n + 1), rmaster(n);
+  Buf<bf16> comp(n + 1), rcomp(n);
+  fill(g.p, n, rng);
+  fill(master.p, n, rng);
+  for (size_t i = 0; i < n; i++) p[i] = e<E>(master[i]);
+  for (size_t i = 0; i < n; i++) comp[i] = bf16{f32_to_bf16(master[i] * 0x1p-10f * f(g[i]))};
+  copy(rp.p, p.p, n);
+  copy(rmaster.p, master.p, n);
+  copy(rcomp.p, comp.p, n);
+  std::vector<float> m0(n), v0(n);
+  fill(m0.data(), n, rng, 0.1f);
+  // moments over several binades, a few exact zeros: the blocks' scales and k vary
+  for (size_t i = 0; i < n; i++) {
+    m0[i] *= std::ldexp(1.f, -int(i % 23));
+    v0[i] = i % 97 == 5 ? 0.f : std::fabs(f(g[i])) * 0.01f * std::ldexp(1.f, -int(i % 13)) + 1e-9f;
+  }
+  BlockedBufs m(a.m_format, m0), v(a.v_format, v0);
+  a.m_meta = m.dev_meta_tensor();
+  a.v_meta = v.dev_meta_tensor();
+  const bool kahan = mf == MasterFormat::BF16Kahan;
+  void* w = mf == MasterFormat::FP32 ? static_cast<void*>(master.p) : kahan ? comp.p : nullptr;
+  gpu::adamw(emu_ctx(), dtype_of<E>(), p.p, w, g.p, m.dev.p, v.dev.p, n, a);
+  wait_device();
+  if constexpr (std::is_same_v<E, bf16>) {
+    if (mf != MasterFormat::FP32)
+      cpu::adamw_bf16_master_blocked(C(rp.p), kahan ? C(rcomp.p) : nullptr, C(g.p),
+                                     m.ref_span(a.m_seed), v.ref_span(a.v_seed), n, a);
+  }
+  if (mf == MasterFormat::FP32)
+    cpu::adamw_blocked(C(rp.p), rmaster.p, C(g.p), m.ref_span(a.m_seed), v.ref_span(a.v_seed), n,
+                       a);
+  CHECK(bit_diffs(p.p, rp.p, n) == 0);
+  CHECK(bit_diffs(master.p, rmaster.p, n) == 0);
+  CHECK(bit_diffs(comp.p, rcomp.p, n) == 0);
+  m.check();
+  v.check();
+  CHECK(all_poison(p.p + n, 1));
+  CHECK(all_poison(master.p + n, 1));
+  check_emu();
+}
+
+TEST_CASE("AdamW: fp8 moments in blocks (every blocking, mixed with other formats) bit-exact vs the CPU") {
+  std::mt19937 rng(13);
+  const MomentBlocking blockings[] = {{128, false, false}, {32, true, false}, {128, false, true},
+                                      {1024, true, true}, {16, false, true}};
+  const std::pair<StateFormat, StateFormat> formats[] = {
+      {StateFormat::FP8E4M3, StateFormat::FP8E4M3},
+      {StateFormat::FP8E4M3, StateFormat::FP16},
+      {StateFormat::BF16SR, StateFormat::FP8E5M2},
+      {StateFormat::FP32, StateFormat::FP8E4M3}};
+  for (size_t n : {size_t(5), size_t(1000), size_t(9001)})
+    for (const MomentBlocking& b : blockings)
+      for (const auto& [fm, fv] : formats) {
+        CAPTURE(n);
+        adamw_blocked_case<float>(rng, n, MasterFormat::FP32, fm, fv, b);
+        adamw_blocked_case<bf16>(rng, n, MasterFormat::FP32, fm, fv, b);
+        adamw_blocked_case<f16>(rng, n, MasterFormat::FP32, fm, fv, b);
+        adamw_blocked_case<bf16>(rng, n, MasterFormat::BF16SR, fm, fv, b);
+        adamw_blocked_case<bf16>(rng, n, MasterFormat::BF16Kahan, fm, fv, b);
       }
 }
 

@@ -206,8 +206,12 @@ TEST_CASE("cuda: the backend's AdamW keeps the CPU's master weights and moment c
   const tg::GPTConfig cfg = small_gpt();
   const int B = 4, T = 32;
   using SF = tg::StateFormat;
-  const std::pair<SF, SF> formats[] = {{SF::BF16, SF::FP16}, {SF::BF16SR, SF::BF16SR},
-                                       {SF::FP16, SF::FP32}};
+  // fp8 moments with a scale per block (the model updates its whole shard in one call, the
+  // weight decay per tensor by ranges): the codes and every block's meta too.
+  const std::pair<SF, SF> formats[] = {{SF::BF16, SF::FP16},       {SF::BF16SR, SF::BF16SR},
+                                       {SF::FP16, SF::FP32},       {SF::FP8E4M3, SF::FP8E4M3},
+                                       {SF::FP8E4M3, SF::FP16},    {SF::FP32, SF::FP8E5M2}};
+  const tg::MomentBlocking blocking{32, true, true};
   auto bytes_of = [](tg::Backend& be, tg::Tensor t) {
     std::vector<char> h(t.bytes());
     be.download(h.data(), t);
@@ -219,7 +223,7 @@ TEST_CASE("cuda: the backend's AdamW keeps the CPU's master weights and moment c
       INFO(name(t) << " m " << tg::state_format_name(fm) << " v " << tg::state_format_name(fv));
       auto cpu = tg::make_cpu_backend();
       auto gpu = tg::make_cuda_backend();
-      const tg::MomentFormats mf = tg::moment_formats(fm, fv);
+      const tg::MomentFormats mf = tg::moment_formats(fm, fv, blocking);
       tg::GPT mc(cfg, *cpu, t, {}, mf), mg(cfg, *gpu, t, {}, mf);
       mc.init_random(3);
       mg.init_random(3);
@@ -241,6 +245,12 @@ TEST_CASE("cuda: the backend's AdamW keeps the CPU's master weights and moment c
       CHECK(mg.adam_m().dtype == tg::moment_dtype(t, mf.m));
       CHECK(bytes_of(*cpu, mc.adam_m()) == bytes_of(*gpu, mg.adam_m()));
       CHECK(bytes_of(*cpu, mc.adam_v()) == bytes_of(*gpu, mg.adam_v()));
+      for (bool second : {false, true}) {
+        const tg::Tensor a = second ? mc.adam_v_meta() : mc.adam_m_meta(),
+                         b = second ? mg.adam_v_meta() : mg.adam_m_meta();
+        CHECK(bool(a) == tg::moment_is_blocked(second ? mf.v : mf.m));
+        if (a) CHECK(bytes_of(*cpu, a) == bytes_of(*gpu, b));
+      }
       CHECK(bytes_of(*cpu, mc.master()) == bytes_of(*gpu, mg.master()));
       CHECK(bytes_of(*cpu, mc.params()) == bytes_of(*gpu, mg.params()));
     }

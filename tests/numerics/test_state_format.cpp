@@ -48,13 +48,18 @@ TEST_CASE("state formats: the registry's names, codes and storage") {
     CHECK(tg::parse_state_format(r.name, "precision.state.adam_m") == r.format);
     CHECK(tg::find_state_format_code(r.file_code)->format == r.format);
   }
-  CHECK(names.size() == 4);
-  CHECK(codes.size() == 4);
+  CHECK(names.size() == 6);
+  CHECK(codes.size() == 6);
   // fp32 is code 0: the optimizer files of checkpoints from before the formats.
   CHECK(tg::state_format_info(StateFormat::FP32).file_code == 0);
   CHECK(tg::state_format_bytes(StateFormat::FP32) == 4);
   CHECK(tg::state_format_bytes(StateFormat::BF16SR) == 2);
   CHECK(tg::state_format_bytes(StateFormat::FP16) == 2);
+  // fp8: a byte per element and an fp32 word per block (two with COAT's expansion).
+  CHECK(tg::state_format_bytes(StateFormat::FP8E4M3) == 1.0 + 4.0 / 128);
+  CHECK(tg::state_format_bytes(StateFormat::FP8E5M2, {32, true, true}) == 1.0 + 8.0 / 32);
+  CHECK(tg::moment_blocking_name(StateFormat::FP8E4M3, {64, true, true}) == "fp8-e4m3/64/e8m0+coat");
+  CHECK(tg::moment_blocking_name(StateFormat::BF16, {64, true, true}) == "bf16");
   CHECK(tg::find_state_format_code(77) == nullptr);
   CHECK_THROWS_WITH_AS(tg::parse_state_format("fp8", "precision.state.adam_v"),
                        "config key 'precision.state.adam_v': unknown state format 'fp8'",
@@ -126,6 +131,10 @@ TEST_CASE("state formats: a conversion is lossless exactly when every stored val
   CHECK_FALSE(tg::state_format_lossless(StateFormat::FP32, StateFormat::BF16, false));
   CHECK_FALSE(tg::state_format_lossless(StateFormat::FP16, StateFormat::BF16, false));
   CHECK_FALSE(tg::state_format_lossless(StateFormat::BF16, StateFormat::FP16, true));
+  // fp8 blocks decode exactly into fp32; into anything else they are re-scaled.
+  CHECK(tg::state_format_lossless(StateFormat::FP8E4M3, StateFormat::FP32, true));
+  CHECK_FALSE(tg::state_format_lossless(StateFormat::FP8E4M3, StateFormat::BF16, false));
+  CHECK_FALSE(tg::state_format_lossless(StateFormat::FP32, StateFormat::FP8E5M2, false));
 }
 
 TEST_CASE("state formats: fp16 moments live in [2^-36, 16), saturate above, stay finite") {

@@ -10,6 +10,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/numerics/moment_block.h"
 #include "src/training/checkpoint.h"
 #include "tests/test_util.h"
 
@@ -239,7 +240,7 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     CAPTURE(state_format_name(k.fv));
     // What the optimizer holds: the moments' codes, and the values they stand for.
     const MomentFormats f = moment_formats(k.fm, k.fv);
-    std::vector<char> mb(n * state_format_bytes(k.fm)), vb(n * state_format_bytes(k.fv));
+    std::vector<char> mb(n * size_t(state_format_bytes(k.fm))), vb(n * size_t(state_format_bytes(k.fv)));
     std::vector<float> mx(n), vx(n);
     for (size_t i = 0; i < n; i++) {
       auto put = [&](const MomentFormat& mf, float x, std::vector<char>& bytes, float* held) {
@@ -258,7 +259,7 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     const MomentBytes moments{k.fm, k.fv, mb.data(), vb.data()};
     // Unsharded: optim.bin holds 2-byte moments as 2 bytes; they load widened, exactly.
     const std::string dir = save_checkpoint(d.path, step++, c, {{"run_id", "r"}}, p, moments, 9);
-    const size_t bytes = 1024 + n * (state_format_bytes(k.fm) + state_format_bytes(k.fv));
+    const size_t bytes = 1024 + n * size_t(state_format_bytes(k.fm) + state_format_bytes(k.fv));
     CHECK(file_size(dir + "/optim.bin", "optimizer file") == bytes);
     CheckpointData cd = load_checkpoint(dir, c);
     CHECK(cd.m_format == k.fm);
@@ -269,8 +270,8 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     prepare_checkpoint_dir(d.path, step);
     const std::string tmp = checkpoint_tmp_dir(d.path, step);
     const size_t half = zero_shard_size(n, 2);
-    const MomentBytes second{k.fm, k.fv, mb.data() + half * state_format_bytes(k.fm),
-                             vb.data() + half * state_format_bytes(k.fv)};
+    const MomentBytes second{k.fm, k.fv, mb.data() + half * size_t(state_format_bytes(k.fm)),
+                             vb.data() + half * size_t(state_format_bytes(k.fv))};
     std::vector<OptimFileRecord> recs = {
         write_optim_shard(tmp, int64_t(n), 0, moments, int64_t(half), 0, 2),
         write_optim_shard(tmp, int64_t(n), int64_t(half), second, int64_t(n - half), 1, 2)};
@@ -297,4 +298,77 @@ TEST_CASE("checkpoint: Adam moments in their own formats, whole and sharded, rea
     CHECK(error_of([&] { load_checkpoint(dir, c); }).find("unknown adam_v format \"fp12\"") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("checkpoint: fp8 moments keep their codes and blocks' meta, whole and across shards") {
+  tgt::TempDir d;
+  GPTConfig c = small_cfg();
+  const size_t n = num_parameters(c);
+  auto p = random_params(n, 3), m = random_params(n, 4), v = random_params(n, 5);
+  for (float& x : v) x = x * x * 1e-6f;
+  const MomentBlocking b{64, true, true};
+  const MomentFormats f = moment_formats(StateFormat::FP8E4M3, StateFormat::FP8E5M2, b);
+  // What the optimizer holds: codes, each block's meta, and the values they stand for.
+  auto encode = [&](const std::vector<float>& x, const MomentFormat& mf, std::vector<uint8_t>* q,
+                    std::vector<float>* meta, std::vector<float>* held) {
+    q->assign(n, 0);
+    meta->assign(moment_blocks(n, 64) * 2, 0.f);
+    held->assign(n, 0.f);
+    for (size_t i0 = 0; i0 < n; i0 += 64) {
+      const int len = int(std::min<size_t>(64, n - i0));
+      moment_encode_block(x.data() + i0, len, mf, q->data() + i0, meta->data() + i0 / 64 * 2);
+      moment_decode_block(q->data() + i0, meta->data() + i0 / 64 * 2, len, mf, held->data() + i0);
+    }
+  };
+  std::vector<uint8_t> mq, vq;
+  std::vector<float> mm, vm, mx, vx;
+  encode(m, f.m, &mq, &mm, &mx);
+  encode(v, f.v, &vq, &vm, &vx);
+  MomentBytes mb{StateFormat::FP8E4M3, StateFormat::FP8E5M2, mq.data(), vq.data()};
+  mb.blocking = b;
+  mb.m_meta = mm.data();
+  mb.v_meta = vm.data();
+  const std::string dir = save_checkpoint(d.path, 1, c, {{"run_id", "r"}}, p, mb, 9);
+  const size_t each = (n + 15) / 16 * 16 + moment_blocks(n, 64) * 8;
+  CHECK(file_size(dir + "/optim.bin", "optimizer file") == 1024 + 2 * each);
+  CheckpointData cd = load_checkpoint(dir, c);
+  CHECK(cd.m == mx);
+  CHECK(cd.v == vx);
+  CHECK(cd.m_codes == mq);
+  CHECK(cd.v_meta == vm);
+  CHECK(cd.blocking.block == 64);
+  CHECK((cd.blocking.pow2 && cd.blocking.expand));
+  const nlohmann::json st = nlohmann::json::parse(tgt::slurp(dir + "/state.json"));
+  CHECK(st["files"]["optim.bin"]["moment_scale"] == "e8m0");
+  // Sharded at a block boundary: a range across both files keeps its blocks when it starts on
+  // one, and is only decoded when it does not.
+  prepare_checkpoint_dir(d.path, 2);
+  const std::string tmp = checkpoint_tmp_dir(d.path, 2);
+  const size_t half = 64 * 5;
+  MomentBytes second = mb;
+  second.m = mq.data() + half, second.v = vq.data() + half;
+  second.m_meta = mm.data() + half / 64 * 2, second.v_meta = vm.data() + half / 64 * 2;
+  std::vector<OptimFileRecord> recs = {
+      write_optim_shard(tmp, int64_t(n), 0, mb, int64_t(half), 0, 2),
+      write_optim_shard(tmp, int64_t(n), int64_t(half), second, int64_t(n - half), 1, 2)};
+  const std::string sdir = publish_checkpoint(d.path, 2, c, {{"run_id", "r"}}, p, recs, 9);
+  CheckpointData sd = load_checkpoint(sdir, c, 128, 400);
+  CHECK(std::vector<float>(mx.begin() + 128, mx.begin() + 528) == sd.m);
+  CHECK(std::vector<uint8_t>(mq.begin() + 128, mq.begin() + 528) == sd.m_codes);
+  CHECK(std::vector<float>(vm.begin() + 4, vm.begin() + 4 + 7 * 2) == sd.v_meta);
+  CheckpointData od = load_checkpoint(sdir, c, 100, 400);
+  CHECK(std::vector<float>(vx.begin() + 100, vx.begin() + 500) == od.v);
+  CHECK(od.m_codes.empty());
+  // A blocking the files disagree on is a damaged checkpoint.
+  nlohmann::json bad = nlohmann::json::parse(tgt::slurp(sdir + "/state.json"));
+  bad["files"]["optim_rank00001.bin"]["moment_block"] = 32;
+  remove_tree(sdir + "/manifest.json");
+  bad["version"] = 1;
+  write_text_atomic(sdir + "/state.json", bad.dump(1));
+  CHECK(error_of([&] { load_checkpoint(sdir, c); }).find("block their fp8 moments differently") !=
+        std::string::npos);
+  bad["files"]["optim_rank00001.bin"]["moment_block"] = 48;
+  write_text_atomic(sdir + "/state.json", bad.dump(1));
+  CHECK(error_of([&] { load_checkpoint(sdir, c); }).find("bad fp8 moment blocking") !=
+        std::string::npos);
 }

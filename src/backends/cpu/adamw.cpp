@@ -17,6 +17,7 @@
 // convert: narrowing copies (master -> compute weights at init and resume).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "ops.h"
 #include "parallel.h"
 #include "src/numerics/adamw_math.h"
+#include "src/numerics/moment_block.h"
 
 namespace tg::cpu {
 
@@ -73,12 +75,14 @@ void adamw_loop(const G* grads, SM* m, SV* v, size_t n, const AdamWArgs& a, Load
                          M(a.lr),
                          M(a.eps),
                          M(a.weight_decay)};
+  AdamWConsts<M> k0 = k;  // the tensors that take no weight decay
+  k0.wd = M(0);
   const MomentFormat fm = a.m_format, fv = a.v_format;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {
     const M g = M(ld(grads[i])) * M(a.grad_scale);
     M mi = load_moment<M>(m[i], fm), vi = load_moment<M>(v[i], fv), w = load_w(i);
-    adamw_math(g, mi, vi, w, k);
+    adamw_math(g, mi, vi, w, decays_at(a.decay, i) ? k : k0);
     m[i] = store_moment<SM>(mi, fm, a.m_seed, a.rounding.offset + i);
     v[i] = store_moment<SV>(vi, fv, a.v_seed, a.rounding.offset + i);
     store_w(i, w);
@@ -109,6 +113,97 @@ void adamw_bf16_master(bf16* params, bf16* comp, const bf16* grads, SM* m, SV* v
       grads, m, v, n, a, [&](size_t i) { return bf16_to_f32(params[i].bits); },
       [&](size_t i, float w) { params[i] = round_to<bf16>(w, a.rounding, i); });
 }
+
+namespace {
+// A block of a moment, read into fp32 values and stored back in its format: FP8 codes with
+// the block's meta (moment_block.h), 16-bit codes, or fp32 as it is.
+void load_block(const MomentSpan& s, size_t i0, int len, float* x) {
+  const MomentFormat& f = s.format;
+  if (moment_is_blocked(f))
+    return moment_decode_block(static_cast<const uint8_t*>(s.data) + i0,
+                               s.meta + i0 / f.block * moment_meta_words(f), len, f, x);
+  if (moment_is_plain(f)) {
+    for (int j = 0; j < len; j++) x[j] = static_cast<const float*>(s.data)[i0 + j];
+    return;
+  }
+  for (int j = 0; j < len; j++) x[j] = moment_decode16(static_cast<const uint16_t*>(s.data)[i0 + j], f);
+}
+void store_block(const MomentSpan& s, size_t i0, int len, const float* x, uint64_t offset) {
+  const MomentFormat& f = s.format;
+  if (moment_is_blocked(f))
+    return moment_encode_block(x, len, f, static_cast<uint8_t*>(s.data) + i0,
+                               s.meta + i0 / f.block * moment_meta_words(f));
+  if (moment_is_plain(f)) {
+    for (int j = 0; j < len; j++) static_cast<float*>(s.data)[i0 + j] = x[j];
+    return;
+  }
+  for (int j = 0; j < len; j++)
+    static_cast<uint16_t*>(s.data)[i0 + j] =
+        moment_encode16(x[j], f, f.stochastic ? sr_hash(s.seed, offset + i0 + j) : 0u);
+}
+
+// The loop for FP8 moments: a block at a time (the block size of whichever moment is
+// blocked; both share precision.state.moment_block), decoded, updated element by element as
+// adamw_loop does, and encoded with the block's new scale.
+template <typename G, typename LoadW, typename StoreW>
+void adamw_block_loop(const G* grads, const MomentSpan& m, const MomentSpan& v, size_t n,
+                      const AdamWArgs& a, LoadW load_w, StoreW store_w) {
+  const int block = moment_is_blocked(m.format) ? m.format.block : v.format.block;
+  const float b1 = a.beta1, b2 = a.beta2;
+  const AdamWConsts<float> k{b1,   b2,    1.f - std::pow(b1, float(a.step)),
+                             1.f - std::pow(b2, float(a.step)), a.lr, a.eps, a.weight_decay};
+  AdamWConsts<float> k0 = k;
+  k0.wd = 0.f;
+  const size_t blocks = moment_blocks(n, block);
+#pragma omp parallel for schedule(static)
+  for (size_t b = 0; b < blocks; b++) {
+    float mb[kMomentBlockMax], vb[kMomentBlockMax];
+    const size_t i0 = b * size_t(block);
+    const int len = int(std::min(size_t(block), n - i0));
+    load_block(m, i0, len, mb);
+    load_block(v, i0, len, vb);
+    for (int j = 0; j < len; j++) {
+      const size_t i = i0 + size_t(j);
+      float w = load_w(i);
+      adamw_math(ld(grads[i]) * a.grad_scale, mb[j], vb[j], w, decays_at(a.decay, i) ? k : k0);
+      store_w(i, w);
+    }
+    store_block(m, i0, len, mb, a.rounding.offset);
+    store_block(v, i0, len, vb, a.rounding.offset);
+  }
+}
+}  // namespace
+
+template <typename P>
+void adamw_blocked(P* params, float* master, const P* grads, const MomentSpan& m,
+                   const MomentSpan& v, size_t n, const AdamWArgs& a) {
+  adamw_block_loop(
+      grads, m, v, n, a, [&](size_t i) { return master[i]; },
+      [&](size_t i, float w) {
+        master[i] = w;
+        params[i] = round_to<P>(acc_t<P>(w), a.rounding, i);
+      });
+}
+
+void adamw_bf16_master_blocked(bf16* params, bf16* comp, const bf16* grads, const MomentSpan& m,
+                               const MomentSpan& v, size_t n, const AdamWArgs& a) {
+  if (comp) {
+    adamw_block_loop(
+        grads, m, v, n, a, [&](size_t i) { return kahan_load(params[i].bits, comp[i].bits); },
+        [&](size_t i, float w) { kahan_store(w, params[i].bits, comp[i].bits); });
+    return;
+  }
+  adamw_block_loop(
+      grads, m, v, n, a, [&](size_t i) { return bf16_to_f32(params[i].bits); },
+      [&](size_t i, float w) { params[i] = round_to<bf16>(w, a.rounding, i); });
+}
+
+template void adamw_blocked<float>(float*, float*, const float*, const MomentSpan&,
+                                   const MomentSpan&, size_t, const AdamWArgs&);
+template void adamw_blocked<bf16>(bf16*, float*, const bf16*, const MomentSpan&,
+                                  const MomentSpan&, size_t, const AdamWArgs&);
+template void adamw_blocked<f16>(f16*, float*, const f16*, const MomentSpan&, const MomentSpan&,
+                                 size_t, const AdamWArgs&);
 
 template <typename D, typename S>
 void convert(D* dst, const S* src, size_t n, const Rounding& r) {

@@ -10,6 +10,7 @@
 #include "gemm_bf16.h"
 #include "host_operand_view.h"
 #include "ops.h"
+#include "src/numerics/moment_block.h"
 #include "src/base/host_memory.h"
 #include "src/base/test_hooks.h"
 
@@ -406,6 +407,8 @@ class CpuBackend final : public Backend {
   }
   void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
              const AdamWArgs& a) override {
+    if (moment_is_blocked(a.m_format) || moment_is_blocked(a.v_format))
+      return adamw_blocked(params, master, grads, m, v, a);
     if (master_in_weights(a.master)) return adamw_bf16_master(params, master, grads, m, v, a);
     if (grads.dtype != params.dtype || !moment_matches(m, master.dtype, a.m_format) ||
         !moment_matches(v, master.dtype, a.v_format))
@@ -420,13 +423,47 @@ class CpuBackend final : public Backend {
       });
     });
   }
+  // Either moment in FP8 blocks: their meta arrives in a.m_meta / a.v_meta.
+  void adamw_blocked(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                     const AdamWArgs& a) {
+    const size_t n = params.numel;
+    auto span = [&](Tensor t, Tensor meta, const MomentFormat& f, uint64_t seed, const char* what) {
+      const bool ok = moment_matches(t, DType::F32, f) && t.numel == n &&
+                      (!moment_is_blocked(f) ||
+                       meta.numel == moment_blocks(n, f.block) * size_t(moment_meta_words(f)));
+      if (!ok) throw Error(strf("cpu backend: adamw: %s does not match its format", what));
+      return cpu::MomentSpan{t.data, moment_is_blocked(f) ? P<float>(meta) : nullptr, f, seed};
+    };
+    const cpu::MomentSpan sm = span(m, a.m_meta, a.m_format, a.m_seed, "Adam's m"),
+                          sv = span(v, a.v_meta, a.v_format, a.v_seed, "Adam's v");
+    if (grads.dtype != params.dtype) throw Error("cpu backend: adamw tensor types do not match");
+    if (master_in_weights(a.master)) {
+      const bool kahan = a.master == MasterFormat::BF16Kahan;
+      if (params.dtype != DType::BF16 || (kahan && comp_mismatch(master, n)))
+        throw Error("cpu backend: adamw with bf16 master weights: tensor types do not match");
+      return cpu::adamw_bf16_master_blocked(P<bf16>(params), kahan ? P<bf16>(master) : nullptr,
+                                            P<bf16>(grads), sm, sv, n, a);
+    }
+    if (master.dtype != DType::F32 || master.numel != n)
+      throw Error("cpu backend: adamw with fp8 moments keeps an fp32 master");
+    dispatch("adamw", params.dtype, [&](auto* tag) {
+      using E = TG_ELEM(tag);
+      if constexpr (std::is_same_v<E, double>)
+        unsupported("adamw with fp8 moments", params.dtype);
+      else
+        cpu::adamw_blocked(P<E>(params), P<float>(master), P<E>(grads), sm, sv, n, a);
+    });
+  }
+  static bool comp_mismatch(Tensor comp, size_t n) {
+    return comp.dtype != DType::BF16 || comp.numel != n;
+  }
   // precision.state.master=bf16-sr (master unused: the weights are it) or bf16-kahan (master
   // is the bf16 compensation buffer).
   void adamw_bf16_master(Tensor params, Tensor comp, Tensor grads, Tensor m, Tensor v,
                          const AdamWArgs& a) {
     const bool kahan = a.master == MasterFormat::BF16Kahan;
     if (params.dtype != DType::BF16 || grads.dtype != DType::BF16 ||
-        (kahan && (comp.dtype != DType::BF16 || comp.numel != params.numel)) ||
+        (kahan && comp_mismatch(comp, params.numel)) ||
         !moment_matches(m, DType::F32, a.m_format) || !moment_matches(v, DType::F32, a.v_format))
       throw Error(strf("cpu backend: adamw with %s master weights: tensor types do not match",
                        master_format_name(a.master)));

@@ -129,6 +129,22 @@ template <typename SM, typename SV>
 void adamw_bf16_master(bf16* params, bf16* comp, const bf16* grads, SM* m, SV* v, size_t n,
                        const AdamWArgs& a);
 
+// A moment as the FP8-block AdamW reads it: its storage (fp32, 16-bit codes or FP8 codes), the
+// FP8 blocks' meta, its format and its stochastic rounding seed.
+struct MomentSpan {
+  void* data = nullptr;
+  float* meta = nullptr;
+  MomentFormat format;
+  uint64_t seed = 0;
+};
+// AdamW when either moment is stored in FP8 blocks (src/numerics/moment_block.h): fp32 master
+// weights, or (the second form) the bf16 weights as the master as adamw_bf16_master.
+template <typename P>
+void adamw_blocked(P* params, float* master, const P* grads, const MomentSpan& m,
+                   const MomentSpan& v, size_t n, const AdamWArgs& a);
+void adamw_bf16_master_blocked(bf16* params, bf16* comp, const bf16* grads, const MomentSpan& m,
+                               const MomentSpan& v, size_t n, const AdamWArgs& a);
+
 // dst = src rounded to D: to nearest even, or stochastically (bf16/fp16 destinations) with
 // random bits sr_hash(seed, offset + i).
 template <typename D, typename S>

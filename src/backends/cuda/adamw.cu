@@ -1,10 +1,12 @@
 // adamw.cu: launchers of kernels/adamw.cuh (AdamW, with its factor and skip from the device
 // loss scaler of kernels/loss_scale.cuh when given; one kernel per parameter type and moment
-// storage, fp32 or 16-bit codes) and of the type conversion beside it.
+// storage, fp32 or 16-bit codes; kernels/adamw_blocked.cuh when a moment is in FP8 blocks) and
+// of the type conversion beside it.
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/adamw.cuh"
+#include "kernels/adamw_blocked.cuh"
 #include "kernels/loss_scale.cuh"
 #include "launch.h"
 
@@ -46,12 +48,33 @@ AdamWParams adamw_params(const AdamWArgs& a) {
 }
 }  // namespace
 
+namespace {
+// Either moment in FP8 blocks: a warp per block (kernels/adamw_blocked.cuh).
+void adamw_blocked(Ctx& c, DType pt, void* params, MasterPtrs w, const void* grads, void* m,
+                   void* v, size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
+  const AdamWParams p = adamw_params(a);
+  const MomentRef rm{m, static_cast<float*>(a.m_meta.data), a.m_format, a.m_seed},
+                  rv{v, static_cast<float*>(a.v_meta.data), a.v_format, a.v_seed};
+  const int block = moment_is_blocked(a.m_format) ? a.m_format.block : a.v_format.block;
+  const size_t lanes = moment_blocks(n, block) * 32;
+  dispatch("adamw", pt, [&](auto tag) {
+    using E = decltype(tag);
+    launch(adamw_blocked_kernel<E>, c.grid(lanes, kThreads), kThreads, 0, c.stream,
+           static_cast<E*>(params), w, static_cast<const E*>(grads), rm, rv, n, p, a.decay, d);
+    TG_LAUNCH_CHECK();
+  });
+}
+}  // namespace
+
 void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void* m, void* v,
            size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
-  const AdamWParams p = adamw_params(a);
   const MasterPtrs w{a.master == MasterFormat::FP32 ? static_cast<float*>(master) : nullptr,
                      a.master == MasterFormat::BF16Kahan ? static_cast<uint16_t*>(master)
                                                          : nullptr};
+  if (moment_is_blocked(a.m_format) || moment_is_blocked(a.v_format))
+    return adamw_blocked(c, pt, params, w, grads, m, v, n, a, d);
+  if (a.decay.n != 0) throw Error("cuda backend: adamw: weight-decay ranges need fp8 moments");
+  const AdamWParams p = adamw_params(a);
   dispatch("adamw", pt, [&](auto tag) {
     using E = decltype(tag);
     moment_storage(a.m_format, [&](auto* mtag) {

@@ -22,10 +22,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "cuda_backend.h"
+#include "src/numerics/moment_block.h"
 #include "fp8.h"
 #include "launch.h"
 #include "operand_stats.h"
@@ -77,6 +79,13 @@ void need_moment(const char* op, Tensor t, const MomentFormat& f) {
 void need_adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                 const AdamWArgs& a) {
   need_same("adamw", {params, grads});
+  // FP8 moments (src/numerics/moment_block.h): the blocks' meta beside the codes.
+  for (auto [t, meta, f] : {std::tuple{m, a.m_meta, a.m_format}, std::tuple{v, a.v_meta, a.v_format}})
+    if (moment_is_blocked(f) &&
+        (f.block < kMomentBlockMin || f.block > kMomentBlockMax || t.numel != params.numel ||
+         meta.dtype != DType::F32 ||
+         meta.numel != moment_blocks(t.numel, f.block) * size_t(moment_meta_words(f))))
+      throw Error("cuda backend: adamw: an fp8 moment's codes or block meta do not match");
   if (a.master == MasterFormat::FP32) {
     need_f32("adamw master", master);
     if (master.numel != params.numel) throw Error("cuda backend: adamw master length differs");
