@@ -375,8 +375,18 @@ std::string compare_mode_of(const Config& c) {
 std::string compare_mode_what(const std::string& name) {
   const size_t plus = name.find('+');
   if (plus == std::string::npos) return find_compare_mode(name).what;
-  return std::string(find_compare_mode(name.substr(0, plus)).what) + "; " +
-         find_state_study(name.substr(plus + 1)).what;
+  std::string mode = find_compare_mode(name.substr(0, plus)).what;
+  const StateSpec& st = find_state_study(name.substr(plus + 1));
+  // A state choice with master weights of its own replaces what the mode says of them.
+  const std::string fp32_master = "; " + std::string(master_format_info(MasterFormat::FP32).summary);
+  const bool own_master = std::any_of(st.overlay.begin(), st.overlay.end(), [](const auto& kv) {
+    return kv.first == "precision.state.master" &&
+           kv.second != master_format_name(MasterFormat::FP32);
+  });
+  if (own_master && mode.size() > fp32_master.size() &&
+      mode.compare(mode.size() - fp32_master.size(), fp32_master.size(), fp32_master) == 0)
+    mode.resize(mode.size() - fp32_master.size());
+  return mode + "; " + st.what;
 }
 
 std::vector<std::string> compare_mode_names() {

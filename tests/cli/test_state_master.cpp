@@ -194,6 +194,9 @@ TEST_CASE("cli: compare runs state choices with every mode that can keep them") 
   const std::string report = slurp(out_dir / "report.md");
   CHECK(has(report, "| bf16+master-kahan |"));
   CHECK(has(report, "the bf16 weights plus a bf16 compensation as master weights"));
+  // The state's master weights replace the mode's fp32 ones in the description.
+  CHECK(has(report, "**bf16+master-kahan**: bf16 weights, activations and gradients; the bf16 "
+                    "weights plus"));
   // `report` over the same runs names the groups alike.
   tgt::TempDir again;
   REQUIRE(run_binary("report " + out_dir.path + " --out " + again.path, &out) == 0);
