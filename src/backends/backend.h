@@ -339,8 +339,9 @@ class Backend {
   // AdamW on master weights (fp32); params receives the updated weights rounded to its type
   // (params may be master itself). With a.master = bf16-sr / bf16-kahan the bf16 params are
   // the master weights and `master` is unused / their compensation buffer. m and v are stored per a.m_format / a.v_format (their
-  // tensors' dtype: fp32, bf16 or fp16): read widened to fp32, updated in fp32, stored back
-  // rounded (src/numerics/moment_format.h).
+  // tensors' dtype: fp32, bf16 or fp16; E4M3 / E5M2 codes with each block's scale in
+  // a.m_meta / a.v_meta): read widened to fp32, updated in fp32, stored back rounded
+  // (src/numerics/moment_format.h, moment_block.h).
   virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                      const AdamWArgs& a) = 0;
   virtual TensorStats stats(Tensor t) = 0;

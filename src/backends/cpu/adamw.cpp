@@ -8,8 +8,11 @@
 // Then params (the copy the model computes with) receives master rounded to its type, to
 // nearest even or stochastically. adamw_bf16_master keeps no fp32 master
 // (precision.state.master, src/numerics/master_format.h): the bf16 weights are the master,
-// stored back stochastically (bf16-sr) or with their compensation (bf16-kahan, adamw_math.h). weight_decay is 0 for the tensors that take none (biases,
-// layernorm), chosen by the caller per tensor.
+// stored back stochastically (bf16-sr) or with their compensation (bf16-kahan, adamw_math.h).
+// weight_decay is 0 for the tensors that take none (biases, layernorm), chosen by the caller
+// per tensor, or per element from a.decay's ranges when one call spans several tensors.
+// fp8 moments (src/numerics/moment_block.h) go through adamw_block_loop: a block of elements
+// at a time, decoded with its scale, updated as above, encoded with its new scale.
 //
 // global norm: sum of squares accumulated in fp64 per thread block and added in thread
 // order, so clipping and skip decisions are reproducible.
