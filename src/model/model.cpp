@@ -373,9 +373,7 @@ std::vector<float> GPT::moment_shard_f32(bool second) {
     std::vector<float> meta(meta_t.numel);
     be_.download(codes.data(), t);
     be_.download(meta.data(), meta_t);
-    for (size_t i0 = 0; i0 < out.size(); i0 += size_t(f.block))
-      moment_decode_block(codes.data() + i0, meta.data() + i0 / f.block * moment_meta_words(f),
-                          int(std::min(size_t(f.block), out.size() - i0)), f, out.data() + i0);
+    moment_decode_blocks(codes.data(), meta.data(), out.size(), f, out.data());
     return out;
   }
   std::vector<uint16_t> codes(t.numel);

@@ -129,4 +129,20 @@ TG_HD inline void moment_decode_block(const uint8_t* q, const float* meta, int l
   for (int i = 0; i < len; i++) x[i] = moment_decode8(q[i], s, f);
 }
 
+// `count` moments, block after block (host code: uploads, checkpoints, telemetry, tests).
+inline void moment_encode_blocks(const float* x, size_t count, const MomentFormat& f, uint8_t* q,
+                                 float* meta) {
+  const size_t block = size_t(f.block), words = size_t(moment_meta_words(f));
+  for (size_t i0 = 0; i0 < count; i0 += block)
+    moment_encode_block(x + i0, int(count - i0 < block ? count - i0 : block), f, q + i0,
+                        meta + i0 / block * words);
+}
+inline void moment_decode_blocks(const uint8_t* q, const float* meta, size_t count,
+                                 const MomentFormat& f, float* x) {
+  const size_t block = size_t(f.block), words = size_t(moment_meta_words(f));
+  for (size_t i0 = 0; i0 < count; i0 += block)
+    moment_decode_block(q + i0, meta + i0 / block * words,
+                        int(count - i0 < block ? count - i0 : block), f, x + i0);
+}
+
 }  // namespace tg

@@ -108,10 +108,8 @@ std::vector<float> encode_moment_blocks(const std::vector<float>& x, const Momen
                                         std::vector<char>* codes) {
   codes->assign(x.size(), 0);
   std::vector<float> meta(moment_blocks(x.size(), f.block) * size_t(moment_meta_words(f)));
-  for (size_t i0 = 0; i0 < x.size(); i0 += size_t(f.block))
-    moment_encode_block(x.data() + i0, int(std::min(size_t(f.block), x.size() - i0)), f,
-                        reinterpret_cast<uint8_t*>(codes->data()) + i0,
-                        meta.data() + i0 / f.block * moment_meta_words(f));
+  moment_encode_blocks(x.data(), x.size(), f, reinterpret_cast<uint8_t*>(codes->data()),
+                       meta.data());
   return meta;
 }
 

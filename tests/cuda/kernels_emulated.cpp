@@ -846,6 +846,20 @@ TEST_CASE("classifier: losses and the gradient (fp32 in place, 16-bit over the r
   }
 }
 
+// Moments x stored in format f at dst: fp32 values, or 16-bit codes rounded to nearest.
+void store_moments(const MomentFormat& f, const std::vector<float>& x, unsigned char* dst) {
+  MomentFormat nearest = f;
+  nearest.stochastic = false;
+  for (size_t i = 0; i < x.size(); i++) {
+    if (moment_is_plain(f)) {
+      std::memcpy(dst + 4 * i, &x[i], 4);
+    } else {
+      const uint16_t code = moment_encode16(x[i], nearest, 0);
+      std::memcpy(dst + 2 * i, &code, 2);
+    }
+  }
+}
+
 // One Adam moment in format f as the kernel (dev) and the CPU (ref) hold it: fp32 values or
 // 16-bit codes, the same initial state in both, one poisoned element past the end.
 struct MomentBufs {
@@ -858,16 +872,7 @@ struct MomentBufs {
         width(moment_is_plain(fmt) ? 4 : 2),
         dev((n + 1) * width),
         ref(n * width) {
-    MomentFormat nearest = f;
-    nearest.stochastic = false;
-    for (size_t i = 0; i < n; i++) {
-      if (width == 4) {
-        std::memcpy(dev.p + 4 * i, &x[i], 4);
-      } else {
-        const uint16_t code = moment_encode16(x[i], nearest, 0);
-        std::memcpy(dev.p + 2 * i, &code, 2);
-      }
-    }
+    store_moments(f, x, dev.p);
     std::memcpy(ref.p, dev.p, n * width);
   }
   // Calls fn with ref's typed pointer (float, or uint16_t codes).
@@ -1043,22 +1048,10 @@ struct BlockedBufs {
         ref(n * width),
         dev_meta(meta_n + 1),
         ref_meta(meta_n + 1) {
-    MomentFormat nearest = f;
-    nearest.stochastic = false;
-    if (moment_is_blocked(f)) {
-      for (size_t i0 = 0; i0 < n; i0 += size_t(f.block))
-        moment_encode_block(x.data() + i0, int(std::min(size_t(f.block), n - i0)), f, dev.p + i0,
-                            dev_meta.p + i0 / f.block * moment_meta_words(f));
-    } else {
-      for (size_t i = 0; i < n; i++) {
-        if (width == 4) {
-          std::memcpy(dev.p + 4 * i, &x[i], 4);
-        } else {
-          const uint16_t code = moment_encode16(x[i], nearest, 0);
-          std::memcpy(dev.p + 2 * i, &code, 2);
-        }
-      }
-    }
+    if (moment_is_blocked(f))
+      moment_encode_blocks(x.data(), n, f, dev.p, dev_meta.p);
+    else
+      store_moments(f, x, dev.p);
     std::memcpy(ref.p, dev.p, n * width);
     std::memcpy(ref_meta.p, dev_meta.p, meta_n * sizeof(float));
   }

@@ -314,11 +314,8 @@ TEST_CASE("checkpoint: fp8 moments keep their codes and blocks' meta, whole and 
     q->assign(n, 0);
     meta->assign(moment_blocks(n, 64) * 2, 0.f);
     held->assign(n, 0.f);
-    for (size_t i0 = 0; i0 < n; i0 += 64) {
-      const int len = int(std::min<size_t>(64, n - i0));
-      moment_encode_block(x.data() + i0, len, mf, q->data() + i0, meta->data() + i0 / 64 * 2);
-      moment_decode_block(q->data() + i0, meta->data() + i0 / 64 * 2, len, mf, held->data() + i0);
-    }
+    moment_encode_blocks(x.data(), n, mf, q->data(), meta->data());
+    moment_decode_blocks(q->data(), meta->data(), n, mf, held->data());
   };
   std::vector<uint8_t> mq, vq;
   std::vector<float> mm, vm, mx, vx;
