@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the sm_90 binaries here exactly as scripts/gpu_check.sh builds them on the GPU
+# machine (its env and build stages alone, into build/gpu-sm90), then keeps stripped, gzipped
+# copies in .prebuilt/ (git ignores it; about 10 MB) with a SOURCE line naming the commit and
+# the compilers. Carried to the lent machine beside .deps, they are gpu_check's fallback when
+# that machine's newer compiler cannot build a target: the GPU stages still run, and the
+# summary says which binaries came from here.
+#
+#   bash scripts/gpu_prebuild.sh        (after scripts/gpu_deps.sh; about 6 minutes on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+work=$(mktemp -d)
+trap 'rm -rf "$out" "$work"' EXIT
+bash scripts/gpu_check.sh --stages none --out "$out" --work "$work" >/dev/null
+grep -q 'build (sm_90, make -k)\*\*: ok' "$out/summary.md" || {
+  cat "$out/summary.md" >&2
+  echo "gpu_prebuild: the build failed here; nothing kept" >&2
+  exit 1
+}
+rm -rf .prebuilt
+mkdir -p .prebuilt
+for name in train_gpt libtrain_gpt_cuda.so run_tests; do
+  strip -o ".prebuilt/$name" "build/gpu-sm90/$name"
+  gzip -9 ".prebuilt/$name"
+done
+rev=$(git rev-parse --short HEAD)
+git diff --quiet HEAD || rev+=" with local changes"
+echo "built on $(hostname) $(date -u +%FT%TZ) from commit $rev with g++ $(g++ -dumpfullversion)," \
+  "$(nvcc --version | grep -o 'release [0-9.]*')" >.prebuilt/SOURCE
+echo "gpu_prebuild: $(du -sh .prebuilt | cut -f1) in .prebuilt: $(cat .prebuilt/SOURCE)"
