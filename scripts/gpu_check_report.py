@@ -131,9 +131,11 @@ def cmd_parity(a):
     if not g or len(g) != len(c):
         print(f"FAILED: {len(g)} gpu / {len(c)} cpu train steps logged")
         return
-    gap = max(abs(x / y - 1) for x, y in zip(g, c))
-    print(f"max rel loss gap {gap:.2e} over {len(g)} logged steps, final {g[-1]:.4f} (gpu) "
-          f"vs {c[-1]:.4f} (cpu)")
+    # The first ten steps show the arithmetic; later, rounding differences grow with the
+    # training's own sensitivity (a loss spike on one device and not the other).
+    gaps = [abs(x / y - 1) for x, y in zip(g, c)]
+    print(f"max rel loss gap {max(gaps[:10]):.2e} over the first {min(10, len(g))} steps, "
+          f"{max(gaps):.2e} over all {len(g)}; final {g[-1]:.4f} (gpu) vs {c[-1]:.4f} (cpu)")
 
 
 def cmd_doctest(a):

@@ -348,6 +348,18 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// The emulated algorithms have no split-K: their reduction scheme is NONE (zeroed algo).
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t*,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr,
+                                                    void* buf, size_t size, size_t* written) {
+  if (attr != CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME || size < sizeof(uint32_t))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+  std::memcpy(buf, &none, sizeof none);
+  if (written) *written = sizeof none;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc_t opd, const void* alpha_p,
                               const void* A, cublasLtMatrixLayout_t ad, const void* B,
                               cublasLtMatrixLayout_t bd, const void* beta_p, const void* C,

@@ -208,10 +208,13 @@ TEST_CASE("cuda: four block-scaled training steps follow the CPU, every preset")
 namespace {
 
 // One smoothed forward + backward on both backends in fp32 tensors, where the quantized
-// operands are the same bits (tests/cuda/native_emulated.cpp checks them) and only the GEMMs'
-// order of summation differs: 1e-5. The GPU's forward with the factors ignored or swapped
-// (X diag(s), W diag(1/s)) misses the CPU's smoothed output by far more.
-void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t seed) {
+// operands are the same bits (tests/cuda/native_emulated.cpp checks them) and only the GEMMs
+// differ: tol, 1e-5 for the portable path (the order of fp32 sums). The native path on
+// Hopper differed by 1.1e-4 to 2.0e-4 (H200, 2026-12-04: its FP8 tensor cores accumulate
+// with fewer bits than fp32 between promotions, and the x40 outlier channel makes the sums
+// cancel), so native shapes ask 5e-4. The GPU's forward with the factors ignored or swapped
+// (X diag(s), W diag(1/s)) misses the CPU's smoothed output by far more (> 1e-3).
+void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t seed, double tol) {
   const int N = s.N, C = s.C, OC = s.OC;
   const DType t = DType::F32;
   std::vector<float> x = randn(size_t(N) * C, seed), wv = randn(size_t(OC) * C, seed + 1, 0.05f);
@@ -229,7 +232,7 @@ void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t see
   Pair out = tw.poisoned(t, size_t(N) * OC);
   tw.cpu->matmul_forward_scaled(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC, q);
   tw.gpu->matmul_forward_scaled(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC, q);
-  CHECK(tw.err(out) < 1e-5);
+  CHECK(tw.err(out) < tol);
   const tg::QuantRecipe* wrongs[] = {&plain, &swapped};
   for (const tg::QuantRecipe* wrong : wrongs) {
     Pair o2{out.cpu, tw.alloc(t, size_t(N) * OC).gpu};
@@ -242,9 +245,9 @@ void check_smoothed_linear(const std::string& mode, const Shape& s, uint64_t see
        db = tw.rand(t, OC, seed + 5, 0.01f);
   tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC, q);
   tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC, q);
-  CHECK(tw.err(dinp) < 1e-5);
-  CHECK(tw.err(dw) < 1e-5);
-  CHECK(tw.err(db) < 1e-5);
+  CHECK(tw.err(dinp) < tol);
+  CHECK(tw.err(dw) < tol);
+  CHECK(tw.err(db) < tol);
   CHECK(tw.same_bits(inp));  // the forward smoothed copies, never the model's tensors
   CHECK(tw.same_bits(w));
 }
@@ -256,11 +259,13 @@ TEST_CASE("cuda: smoothed block-scaled linears (precision.recipe.smooth) match t
   // 256 x 256 x 128: shapes the native GEMMs take (fp8-rowwise and fp8-block on sm_90, every
   // preset on sm_100); 40 x 72 x 48: partial blocks and tiles, the portable path.
   const Shape shapes[] = {{256, 256, 128}, {40, 72, 48}};
+  const double tols[] = {5e-4, 1e-5};
   uint64_t seed = 1200;
   for (const std::string mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
-    for (const Shape& s : shapes) {
+    for (int i = 0; i < 2; i++) {
+      const Shape& s = shapes[i];
       INFO(mode << ": N=" << s.N << " C=" << s.C << " OC=" << s.OC);
-      check_smoothed_linear(mode, s, seed += 10);
+      check_smoothed_linear(mode, s, seed += 10, tols[i]);
     }
   CHECK(tg::gpu::native_checks_failed() == 0);
 }

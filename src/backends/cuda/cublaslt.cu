@@ -91,14 +91,28 @@ void make_descs(LtDescs& d, const LtGemm& g) {
   }
 }
 
-// The heuristic's first algorithm for g, or false when it has none.
+// Whether an algorithm sums split-K partials in fp32 or not at all: the in-place and
+// output-type schemes would round partial sums to a 16-bit D, a rounding the CPU reference
+// never does.
+bool sums_in_fp32(const cublasLtMatmulAlgo_t& algo) {
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                           sizeof scheme, &written) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  return scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
+         scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
+// The heuristic's first algorithm for g that sums in fp32, or false when it has none.
+// Asked twice at most: first with the reduction-scheme mask that says so; then, when that
+// finds nothing, without it, keeping the first answer whose scheme qualifies. (On the H200
+// with cuBLAS 13.0 the masked query found nothing for the per-tensor FP8 GEMMs, first GPU
+// run of scripts/gpu_check.sh; the second query does not depend on how the library reads a
+// mask that cannot name "no reduction".)
 bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatmulAlgo_t* algo) {
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(c.workspace_bytes));
-  // Split-K partial sums only in fp32 (the compute type): the in-place and output-type
-  // schemes would round partial sums to a 16-bit D, a rounding the CPU reference never does.
-  set_pref(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-           uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
   // The heuristic assumes 256-byte aligned pointers unless told otherwise (a weight or bias
   // slice of a small model may be aligned to 16 bytes only).
   const uint32_t al_d = pointer_alignment(g.D);
@@ -106,13 +120,23 @@ bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatm
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, pointer_alignment(g.B));
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_d);
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d);
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(c.lt, d.op, d.a, d.b, d.d, d.d, d.pref, 1, &res, &found);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-  *algo = res.algo;
-  return true;
+  constexpr int kAsk = 8;
+  cublasLtMatmulHeuristicResult_t res[kAsk] = {};
+  for (const bool masked : {true, false}) {
+    set_pref(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+             uint32_t(masked ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                             : CUBLASLT_REDUCTION_SCHEME_MASK));
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(c.lt, d.op, d.a, d.b, d.d, d.d, d.pref, kAsk, res,
+                                       &found) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    for (int i = 0; i < found; i++)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(res[i].algo)) {
+        *algo = res[i].algo;
+        return true;
+      }
+  }
+  return false;
 }
 
 using AlgoKey = std::array<int64_t, 27>;

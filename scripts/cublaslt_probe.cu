@@ -1,0 +1,137 @@
+// cublaslt_probe.cu: which cuBLASLt GEMM configurations the heuristic has an algorithm for on
+// this GPU, one line per (shape, operand and output types, reduction-scheme preference, fast
+// accumulation, epilogue, alignment hints), with the returned algorithm's reduction scheme and
+// split-K. A diagnostic for the lent GPU (no test): the descriptors are built as
+// src/backends/cuda/cublaslt.cu builds them, so a configuration the project's GEMMs use and
+// the heuristic refuses shows here with the setting that makes the difference.
+//
+//   nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu -lcublasLt -o probe && ./probe [one]
+//   (one: only the FP8 forward GEMM of GPT-2 124M as train_gpt asks it, for CUBLASLT_LOG_LEVEL)
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+
+#define CK(x)                                                                   \
+  do {                                                                          \
+    cublasStatus_t s_ = (x);                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                          \
+      printf("error %d at %s:%d: %s\n", int(s_), __FILE__, __LINE__, #x);        \
+      return -1;                                                                \
+    }                                                                           \
+  } while (0)
+
+struct Types {
+  const char* name;
+  cudaDataType_t a, b, d;
+};
+struct Variant {
+  int redmask;  // -1: not set
+  int fast;     // fp8 only
+  bool bias, align;
+};
+
+static void* g_buf;  // one large device buffer for every pointer (256-byte aligned)
+static float* g_scale;
+
+// Found algorithms for one configuration (-1: a descriptor call failed); the first one's
+// reduction scheme and split-K in *scheme, *splitk.
+static int query(cublasLtHandle_t lt, int m, int n, int k, const Types& t, const Variant& v,
+                 int* scheme, int* splitk) {
+  const bool fp8 = t.a == CUDA_R_8F_E4M3 || t.a == CUDA_R_8F_E5M2;
+  cublasLtMatmulDesc_t op;
+  CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+  CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof T));
+  CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N));
+  if (fp8) {
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g_scale, sizeof g_scale));
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g_scale, sizeof g_scale));
+    const int8_t f = int8_t(v.fast);
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &f, sizeof f));
+  }
+  if (v.bias) {
+    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g_buf, sizeof g_buf));
+    const int32_t bt = t.d == CUDA_R_32F && fp8 ? CUDA_R_16BF : t.d;
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  cublasLtMatrixLayout_t a, b, d;
+  CK(cublasLtMatrixLayoutCreate(&a, t.a, k, m, k));
+  CK(cublasLtMatrixLayoutCreate(&b, t.b, k, n, k));
+  CK(cublasLtMatrixLayoutCreate(&d, t.d, m, n, m));
+  cublasLtMatmulPreference_t p;
+  CK(cublasLtMatmulPreferenceCreate(&p));
+  const uint64_t ws = 32u << 20;
+  CK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  if (v.redmask >= 0) {
+    const uint32_t r = uint32_t(v.redmask);
+    CK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &r, sizeof r));
+  }
+  if (v.align) {
+    const uint32_t al = 256;
+    CK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+    CK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+    CK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+    CK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+  }
+  cublasLtMatmulHeuristicResult_t res[8];
+  memset(res, 0, sizeof res);
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, d, d, p, 8, res, &found);
+  if (st != CUBLAS_STATUS_SUCCESS) found = -int(st);
+  *scheme = *splitk = -1;
+  if (found > 0) {
+    size_t w = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&res[0].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme,
+                                         sizeof *scheme, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&res[0].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splitk,
+                                         sizeof *splitk, &w);
+  }
+  cublasLtMatmulPreferenceDestroy(p);
+  cublasLtMatrixLayoutDestroy(d);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+  return found;
+}
+
+int main(int argc, char** argv) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  printf("cublaslt_probe: %s (sm_%d%d), cuBLASLt %zu, CUDA runtime %d\n", prop.name, prop.major,
+         prop.minor, cublasLtGetVersion(), CUDART_VERSION);
+  cudaMalloc(&g_buf, 64 << 20);
+  cudaMalloc(&g_scale, 256);
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  const Types types[] = {{"e4m3 x e4m3 -> bf16", CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF},
+                         {"e4m3 x e5m2 -> bf16", CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_16BF},
+                         {"e4m3 x e4m3 -> f32 ", CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F},
+                         {"bf16 x bf16 -> bf16", CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF},
+                         {"bf16 x bf16 -> f32 ", CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F}};
+  const int shapes[][3] = {{2304, 8192, 768}, {48, 32, 64}};
+  const bool one = argc > 1 && strcmp(argv[1], "one") == 0;
+  printf("m n k | types | redmask fast bias align | found scheme splitk\n");
+  for (const auto& s : shapes)
+    for (const Types& t : types)
+      for (int redmask : {-1, 2, 7})
+        for (int fast : {0, 1})
+          for (int bias : {0, 1})
+            for (int align : {0, 1}) {
+              const bool fp8 = t.a != CUDA_R_16BF;
+              if (!fp8 && fast) continue;
+              if (one && !(s[0] == 2304 && fp8 && t.d == CUDA_R_16BF && t.b == CUDA_R_8F_E4M3 &&
+                           redmask == 2 && fast && bias && align))
+                continue;
+              int scheme, splitk;
+              const int f = query(lt, s[0], s[1], s[2], t, {redmask, fast, bias != 0, align != 0},
+                                  &scheme, &splitk);
+              printf("%d %d %d | %s | %2d %d %d %d | %d %d %d\n", s[0], s[1], s[2], t.name, redmask,
+                     fast, bias, align, f, scheme, splitk);
+            }
+  cublasLtDestroy(lt);
+  return 0;
+}
