@@ -20,11 +20,15 @@ enum class Fp8Format { E4M3, E5M2 };
 TG_HD constexpr float fp8_format_max(Fp8Format f) {
   return f == Fp8Format::E4M3 ? E4M3_MAX : E5M2_MAX;
 }
-// The device-side scaling state of one quantized tensor (16 bytes, 16-byte aligned).
+// The device-side scaling state of one quantized tensor (16 bytes, 16-byte aligned). The
+// descale comes first so that the pointer cuBLASLt is given (A/B_SCALE_POINTER) is 16-byte
+// aligned: on the H200 every per-tensor FP8 GEMM was refused while the same GEMMs with
+// aligned scale pointers were offered algorithms (docs/gpu-results.md); whether the
+// alignment was the cause is what scripts/cublaslt_probe.cu's launches will show.
 struct alignas(16) Fp8TensorScale {
-  float amax;     // max |x| of the tensor quantized last (+inf when non-finite)
-  float scale;    // s: q = sat(x * s)
   float descale;  // 1 / s, what cuBLASLt multiplies the product by
+  float scale;    // s: q = sat(x * s)
+  float amax;     // max |x| of the tensor quantized last (+inf when non-finite)
   float reserved;
 };
 

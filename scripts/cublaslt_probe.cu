@@ -6,6 +6,7 @@
 // the heuristic refuses shows here with the setting that makes the difference.
 //
 //   nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu -lcublasLt -o probe && ./probe [one]
+//   (scripts/gpu_check.sh's probe stage runs it)
 //   (one: only the FP8 forward GEMM of GPT-2 124M as train_gpt asks it, for CUBLASLT_LOG_LEVEL)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -98,12 +99,68 @@ static int query(cublasLtHandle_t lt, int m, int n, int k, const Types& t, const
   return found;
 }
 
+// Launches the FP8 forward GEMM (E4M3 x E4M3 -> bf16, bias epilogue, fast accumulation) with
+// each algorithm the heuristic offers, the scale pointers at byte offset `off` from a 256-byte
+// aligned address: the launch's status per algorithm ("ok" or the cuBLAS status). train_gpt's
+// per-linear descales sit at 4-byte offsets inside a 16-byte aligned struct.
+static void launch_fp8(cublasLtHandle_t lt, int m, int n, int k, int off, size_t ws_bytes) {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof T);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N);
+  const float* sc = reinterpret_cast<const float*>(reinterpret_cast<char*>(g_scale) + off);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sc, sizeof sc);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sc, sizeof sc);
+  const int8_t f = 1;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &f, sizeof f);
+  const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+  char* base = static_cast<char*>(g_buf);
+  void* bias = base + (48 << 20);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  const int32_t bt = CUDA_R_16BF;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, k, m, k);
+  cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, k, n, k);
+  cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, n, m);
+  cublasLtMatmulPreference_t p;
+  cublasLtMatmulPreferenceCreate(&p);
+  const uint64_t ws = ws_bytes;
+  cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulHeuristicResult_t res[8];
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, d, d, p, 8, res, &found);
+  void* A = base;
+  void* B = base + (8 << 20);
+  void* D = base + (16 << 20);
+  void* work = base + (64 << 20);
+  const float one = 1.f, zero = 0.f;
+  printf("launch %d %d %d, scale offset %d, workspace %zu: %d algorithms:", m, n, k, off, ws_bytes,
+         found);
+  for (int i = 0; i < found; i++) {
+    const cublasStatus_t st = cublasLtMatmul(lt, op, &one, A, a, B, b, &zero, D, d, D, d,
+                                             &res[i].algo, work, ws_bytes, nullptr);
+    const cudaError_t ce = cudaDeviceSynchronize();
+    printf(" %s", st == CUBLAS_STATUS_SUCCESS && ce == cudaSuccess ? "ok" : "REFUSED");
+    if (st != CUBLAS_STATUS_SUCCESS) printf("(status %d)", int(st));
+    if (ce != cudaSuccess) printf("(%s)", cudaGetErrorString(ce));
+  }
+  printf("\n");
+  cublasLtMatmulPreferenceDestroy(p);
+  cublasLtMatrixLayoutDestroy(d);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+}
+
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
   printf("cublaslt_probe: %s (sm_%d%d), cuBLASLt %zu, CUDA runtime %d\n", prop.name, prop.major,
          prop.minor, cublasLtGetVersion(), CUDART_VERSION);
-  cudaMalloc(&g_buf, 64 << 20);
+  cudaMalloc(&g_buf, 128 << 20);
   cudaMalloc(&g_scale, 256);
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
@@ -132,6 +189,10 @@ int main(int argc, char** argv) {
               printf("%d %d %d | %s | %2d %d %d %d | %d %d %d\n", s[0], s[1], s[2], t.name, redmask,
                      fast, bias, align, f, scheme, splitk);
             }
+  for (const auto& s : shapes)
+    for (int off : {0, 4, 16, 64})
+      for (size_t ws : {size_t(32) << 20, (size_t(32) << 20) - (64 << 10)})
+        launch_fp8(lt, s[0], s[1], s[2], off, ws);
   cublasLtDestroy(lt);
   return 0;
 }

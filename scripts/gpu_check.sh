@@ -12,7 +12,7 @@
 #   --work DIR      logs, data and run folders (default runs/gpu_check_work; not inside --out)
 #   --build DIR     the sm_90 build folder (default build/gpu-sm90; kept, so a second call on
 #                   a warm machine rebuilds only what changed)
-#   --stages LIST   which of bench,torch,tests,sanitizer,parity,extras run (default: all);
+#   --stages LIST   which of probe,bench,torch,tests,sanitizer,parity,extras run (default: all);
 #                   env and build always run (a current build takes seconds)
 #   --jobs N        make -j and the tests' OpenMP threads (default: nproc)
 #   --prebuilt      no build: the binaries of .prebuilt/ (scripts/gpu_prebuild.sh), for a
@@ -30,6 +30,8 @@
 #              which of train_gpt, libtrain_gpt_cuda.so, run_tests are built and current
 #              (a target it cannot make is taken from .prebuilt/, scripts/gpu_prebuild.sh, if
 #              that is there: said on the stage's line, and the build stays FAILED)
+#   probe      scripts/cublaslt_probe.cu: the heuristic's answers for the GEMM configurations
+#              the backend uses, and the FP8 forward GEMM launched with each algorithm
 #   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
 #              (a process each)
 #   torch      scripts/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
@@ -56,7 +58,7 @@ OUTDIR=${OUT:-runs/gpu_check}
 WORK=runs/gpu_check_work
 BUILD=build/gpu-sm90
 JOBS=$(nproc)
-STAGES=bench,torch,tests,sanitizer,parity,extras
+STAGES=probe,bench,torch,tests,sanitizer,parity,extras
 PREBUILT_ONLY=0
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -341,6 +343,24 @@ stage_build() {
   [ -z "${PREBUILT:-}" ] || result "$(cat "$STATE/result"); the GPU stages use .prebuilt's$PREBUILT"
 }
 
+# ---------------------------------------------------------------- the cuBLASLt probe
+
+# scripts/cublaslt_probe.cu: which GEMM configurations cuBLASLt's heuristic serves here and
+# whether the FP8 forward GEMM launches with each offered algorithm (the first H200 run found
+# train_gpt's per-tensor FP8 GEMMs refused while the heuristic alone served them).
+stage_probe() {
+  [ "${GPU:-0}" = 1 ] || { result "skipped: no GPU"; return; }
+  local log=$LOGS/cublaslt_probe.txt lib=$CUDA_HOME/targets/x86_64-linux/lib
+  run_limited "$(limit 60)" "$log" nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu \
+    -L"$lib" -L"$CUDA_HOME/lib64" -lcublasLt -Xlinker -rpath,"$lib:$CUDA_HOME/lib64" \
+    -o "$WORK/cublaslt_probe" || { result "FAILED (nvcc; logs/cublaslt_probe.txt)"; return; }
+  run_limited "$(limit 40)" "$log" "$WORK/cublaslt_probe" ||
+    { result "FAILED (the probe; logs/cublaslt_probe.txt)"; return; }
+  key "heuristic: $(grep -c ' | 0 -1 -1$' "$log") of $(grep -c '^[0-9].* | ' "$log") configurations without an algorithm"
+  grep '^launch' "$log" | cut -c1-200 >>"$STATE/keys"
+  result "ok (logs/cublaslt_probe.txt)"
+}
+
 # ---------------------------------------------------------------- 3. our bench
 
 # The GEMM path a run took, from its own lines: the start-up line's "path: ..." (train and
@@ -536,7 +556,9 @@ stage_sanitizer() {
     OMP_NUM_THREADS=$JOBS run_limited "$(limit $lim)" "$log" compute-sanitizer --tool $tool \
       --error-exitcode 99 --print-limit 1000 "$BUILD/run_tests" -tc="$SAN_CASES"
     rc=$?
-    errs=$(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1)
+    # memcheck, synccheck and initcheck end with an ERROR SUMMARY line, racecheck with a
+    # RACECHECK SUMMARY of hazards.
+    errs=$(grep -oE '(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: .*)' "$log" | tail -1)
     local line="${errs:-no ERROR SUMMARY line}; $($REPORT doctest "$log"); status $rc"
     [ $rc -eq 124 ] && line="TIMED OUT; $line"
     [ $rc -eq 0 ] || bad=$((bad + 1))
@@ -638,6 +660,7 @@ fact BUILD "$BUILD"
 #     id        title                              need  cap  function
 stage env       "(machine, tools)"                    5   60  stage_env
 stage build     "(sm_90, make -k)"                   30  420  stage_build
+stage probe     "(cuBLASLt heuristic and FP8 launches)" 20 90 stage_probe
 stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  300  stage_bench
 stage torch     "(PyTorch baseline, GPT-2 124M)"     30  180  stage_torch
 stage tests     "(tests/cuda, one process per file)" 20  180  stage_tests

@@ -58,7 +58,11 @@ std::vector<uint16_t> all_codes() {
 void poison(DevBuf<uint8_t>& b) { FP8_CUDA_OK(cudaMemset(b.p, 0xff, b.bytes())); }
 
 void set_state(DevBuf<Fp8TensorScale>& st, float amax, float scale, float descale) {
-  st.upload({Fp8TensorScale{amax, scale, descale, 0.f}});
+  Fp8TensorScale t{};
+  t.amax = amax;
+  t.scale = scale;
+  t.descale = descale;
+  st.upload({t});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "cublaslt.h"
 #include "launch.h"
@@ -104,13 +105,14 @@ bool sums_in_fp32(const cublasLtMatmulAlgo_t& algo) {
          scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
 }
 
-// The heuristic's first algorithm for g that sums in fp32, or false when it has none.
-// Asked twice at most: first with the reduction-scheme mask that says so; then, when that
-// finds nothing, without it, keeping the first answer whose scheme qualifies. (On the H200
-// with cuBLAS 13.0 the masked query found nothing for the per-tensor FP8 GEMMs, first GPU
-// run of scripts/gpu_check.sh; the second query does not depend on how the library reads a
-// mask that cannot name "no reduction".)
-bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatmulAlgo_t* algo) {
+constexpr int kAsk = 8;  // algorithms asked of the heuristic per query
+
+// The heuristic's algorithms for g that sum in fp32, best first (at most kAsk; none when
+// it has none). Asked twice at most: first with the reduction-scheme mask that says so;
+// then, when that finds nothing, without it, keeping the answers whose scheme qualifies (the
+// second query does not depend on how the library reads a mask that cannot name "no
+// reduction").
+int ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatmulAlgo_t* algos) {
   TG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(c.workspace_bytes));
   // The heuristic assumes 256-byte aligned pointers unless told otherwise (a weight or bias
@@ -120,29 +122,29 @@ bool ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatm
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, pointer_alignment(g.B));
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_d);
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d);
-  constexpr int kAsk = 8;
   cublasLtMatmulHeuristicResult_t res[kAsk] = {};
   for (const bool masked : {true, false}) {
     set_pref(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
              uint32_t(masked ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
                              : CUBLASLT_REDUCTION_SCHEME_MASK));
-    int found = 0;
+    int found = 0, kept = 0;
     if (cublasLtMatmulAlgoGetHeuristic(c.lt, d.op, d.a, d.b, d.d, d.d, d.pref, kAsk, res,
                                        &found) != CUBLAS_STATUS_SUCCESS)
       continue;
     for (int i = 0; i < found; i++)
-      if (res[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(res[i].algo)) {
-        *algo = res[i].algo;
-        return true;
-      }
+      if (res[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(res[i].algo))
+        algos[kept++] = res[i].algo;
+    if (kept > 0) return kept;
   }
-  return false;
+  return 0;
 }
 
 using AlgoKey = std::array<int64_t, 27>;
+// The heuristic's qualifying algorithms for one configuration, and the one that ran last
+// (cublasLtMatmul may refuse an algorithm the heuristic offered: the next one is tried).
 struct AlgoEntry {
-  bool usable = false;
-  cublasLtMatmulAlgo_t algo{};
+  int count = 0, working = 0;
+  cublasLtMatmulAlgo_t algos[kAsk] = {};
 };
 
 AlgoKey key_of(const LtContext& c, const LtGemm& g) {
@@ -175,34 +177,75 @@ AlgoKey key_of(const LtContext& c, const LtGemm& g) {
           g.b_scale_mode};
 }
 
+std::map<AlgoKey, AlgoEntry> g_cache;
+std::mutex g_cache_mu;
+
 // The cached heuristic answer for g, asked on first sight.
-AlgoEntry cached_algo(const LtContext& c, LtDescs& d, const LtGemm& g) {
-  static std::map<AlgoKey, AlgoEntry> cache;
-  static std::mutex mu;
-  const AlgoKey key = key_of(c, g);
+AlgoEntry cached_algo(const LtContext& c, LtDescs& d, const LtGemm& g, const AlgoKey& key) {
   {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    const auto it = g_cache.find(key);
+    if (it != g_cache.end()) return it->second;
   }
   AlgoEntry e;
-  e.usable = ask_heuristic(c, d, g, &e.algo);
-  std::lock_guard<std::mutex> lock(mu);
-  cache[key] = e;
+  e.count = ask_heuristic(c, d, g, e.algos);
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  g_cache[key] = e;
   return e;
 }
+
+void remember_working(const AlgoKey& key, int working) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  g_cache[key].working = working;
+}
+
+const char* status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "another cuBLAS status";
+  }
+}
+
+thread_local std::string t_refusal;  // why this thread's last lt_matmul returned false
 
 }  // namespace
 
 bool lt_matmul(const LtContext& c, const LtGemm& g) {
   // cuBLASLt takes no alignment hint for the bias vector: leave odd ones to the caller.
-  if (g.bias && pointer_alignment(g.bias) < 16) return false;
+  if (g.bias && pointer_alignment(g.bias) < 16) {
+    t_refusal = "the bias pointer is not 16-byte aligned";
+    return false;
+  }
   LtDescs d;
   make_descs(d, g);
-  const AlgoEntry e = cached_algo(c, d, g);
-  if (!e.usable) return false;
-  return cublasLtMatmul(c.lt, d.op, g.alpha, g.A, d.a, g.B, d.b, g.beta, g.D, d.d, g.D, d.d,
-                        &e.algo, c.workspace, c.workspace_bytes, c.stream) == CUBLAS_STATUS_SUCCESS;
+  const AlgoKey key = key_of(c, g);
+  const AlgoEntry e = cached_algo(c, d, g, key);
+  if (e.count == 0) {
+    t_refusal = "the heuristic offered no algorithm that sums in fp32";
+    return false;
+  }
+  // The algorithm that ran last time first, then the others in the heuristic's order.
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < e.count; i++) {
+    const int a = (e.working + i) % e.count;
+    st = cublasLtMatmul(c.lt, d.op, g.alpha, g.A, d.a, g.B, d.b, g.beta, g.D, d.d, g.D, d.d,
+                        &e.algos[a], c.workspace, c.workspace_bytes, c.stream);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      if (a != e.working) remember_working(key, a);
+      return true;
+    }
+  }
+  t_refusal = "cublasLtMatmul refused each of the heuristic's " + std::to_string(e.count) +
+              " algorithms (last: " + status_name(st) + ")";
+  return false;
 }
+
+const std::string& lt_last_refusal() { return t_refusal; }
 
 }  // namespace tg::gpu

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tg::gpu {
 
@@ -79,8 +80,12 @@ inline LtGemm lt_gemm_of(cudaDataType_t at, cudaDataType_t bt, cudaDataType_t dt
 }
 
 // Runs g; returns false, enqueuing nothing, when cuBLASLt has no algorithm for it or refuses
-// it at launch (the caller falls back). Descriptor errors throw.
+// each one the heuristic offered at launch (the caller falls back; lt_last_refusal says
+// which). Descriptor errors throw.
 bool lt_matmul(const LtContext& c, const LtGemm& g);
+
+// Why the calling thread's last lt_matmul returned false, for error messages.
+const std::string& lt_last_refusal();
 
 // Largest power of two (at most 256) dividing the address: what cuBLASLt may assume.
 inline uint32_t pointer_alignment(const void* p) {

@@ -75,7 +75,7 @@ void check_ptr(const char* gemm, const char* what, const void* p, int N, int C, 
 }
 [[noreturn]] void no_algorithm(const char* gemm, int N, int C, int OC) {
   throw Error(std::string("cuBLASLt has no algorithm for the fp8 ") + gemm + " GEMM (" +
-              shape_str(N, C, OC) + ")");
+              shape_str(N, C, OC) + "): " + lt_last_refusal());
 }
 
 // Column-major D(m,n) = op(A) op(B) with bf16 D; scaling, scalars and epilogue left to fill.
@@ -314,7 +314,10 @@ size_t fp8_plan_scratch_bytes(Fp8Path path, const Fp8LinearShape* shapes, int n)
 
 Fp8LinearDevice fp8_initial_state() {
   Fp8LinearDevice init{};
-  for (auto& t : init.t) t = Fp8TensorScale{0.f, 1.f, 1.f, 0.f};
+  for (auto& t : init.t) {
+    t = Fp8TensorScale{};
+    t.scale = t.descale = 1.f;
+  }
   for (float& a : init.alpha) a = 1.f;
   init.zero = 0.f;
   init.one = 1.f;
