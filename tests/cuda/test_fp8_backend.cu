@@ -222,7 +222,7 @@ TEST_CASE("cuda: ten fp8 training steps follow the CPU emulation") {
   TG_REQUIRE_GPU();
   for (const char* recipe : {"delayed", "current"})
     for (bool fallback : {false, true}) {
-      INFO(std::string(recipe) + (fallback ? ", fallback path" : ", device path"));
+      INFO(std::string(recipe) << (fallback ? ", fallback path" : ", device path"));
       fp8_training_parity(recipe, fallback, {});
     }
   INFO("keep_bf16 = [-1]");

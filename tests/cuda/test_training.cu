@@ -272,7 +272,7 @@ TEST_CASE("cuda: training runs of the binary: GPU vs CPU losses, bit-exact resum
     auto train_args = [&](const std::string& dir, const std::string& dev, const char* m) {
       return ::train_args(dir, dev, m) + cs.extra;
     };
-    INFO(std::string(mode) + cs.extra);
+    INFO(std::string(mode) << cs.extra);
     tgt::TempDir gpu_full, gpu_part, cpu_full, cross;
     std::string out;
     REQUIRE(tgt::run_binary(train_args(gpu_full.path, "cuda", mode) + " --train.steps=12", &out) ==

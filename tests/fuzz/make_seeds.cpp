@@ -13,6 +13,8 @@
 #include "src/base/fileio.h"
 #include "src/base/rng.h"
 #include "src/data/data.h"
+#include "src/numerics/moment_block.h"
+#include "src/numerics/state_format.h"
 #include "src/training/checkpoint.h"
 #include "src/training/hf.h"
 #include "src/training/run_state.h"
@@ -108,6 +110,52 @@ json train_state(int64_t step) {
   return tg::run_state_to_json(st);
 }
 
+// fp8 moments (E4M3 m, E5M2 v in blocks of 16 with e8m0 scales and COAT's expansion): codes,
+// padding and each block's meta, whole and over two ZeRO-1 files split inside a block, so
+// that the fuzzer starts from the blocking fields of the header and state.json.
+void fp8_checkpoint_seeds(const std::string& out, const tg::GPTConfig& c,
+                          const std::vector<float>& p, const std::vector<float>& m,
+                          const std::vector<float>& v) {
+  using tgfuzz::kFixChecksums;
+  using tgfuzz::kRangeShift;
+  const size_t n = p.size();
+  const tg::MomentBlocking b{16, true, true};
+  const tg::MomentFormats f =
+      tg::moment_formats(tg::StateFormat::FP8E4M3, tg::StateFormat::FP8E5M2, b);
+  std::vector<uint8_t> mq(n), vq(n);
+  std::vector<float> mm(tg::moment_blocks(n, 16) * 2), vm(mm.size());
+  tg::moment_encode_blocks(m.data(), n, f.m, mq.data(), mm.data());
+  tg::moment_encode_blocks(v.data(), n, f.v, vq.data(), vm.data());
+  tg::MomentBytes mb{tg::StateFormat::FP8E4M3, tg::StateFormat::FP8E5M2, mq.data(), vq.data()};
+  mb.blocking = b;
+  mb.m_meta = mm.data();
+  mb.v_meta = vm.data();
+  std::string d = tg::save_checkpoint(out, 12, c, train_state(12), p, mb, 9);
+  std::vector<std::vector<char>> parts = {file(d + "/state.json"), file(d + "/model.bin"),
+                                          file(d + "/optim.bin")};
+  put("checkpoint", "fp8_moments", tgfuzz::pack_checkpoint_input(0, 0, 0, parts));
+  put("checkpoint", "fp8_moments_fixed",
+      tgfuzz::pack_checkpoint_input(kFixChecksums, 0, 0, parts));
+  // Two files, the first holding 3 blocks: a range from the middle of a block is decoded.
+  const size_t half = 3 * 16;
+  tg::prepare_checkpoint_dir(out, 16);
+  const std::string tmp = tg::checkpoint_tmp_dir(out, 16);
+  tg::MomentBytes second = mb;
+  second.m = mq.data() + half;
+  second.v = vq.data() + half;
+  second.m_meta = mm.data() + 3 * 2;
+  second.v_meta = vm.data() + 3 * 2;
+  std::vector<tg::OptimFileRecord> recs = {tg::write_optim_shard(tmp, n, 0, mb, half, 0, 2),
+                                           tg::write_optim_shard(tmp, n, half, second,
+                                                                 n - half, 1, 2)};
+  d = tg::publish_checkpoint(out, 16, c, train_state(16), p, recs, 9);
+  parts = {file(d + "/state.json"), file(d + "/model.bin"), file(d + "/optim_rank00000.bin"),
+           file(d + "/optim_rank00001.bin")};
+  put("checkpoint", "fp8_zero1_mid_block",
+      tgfuzz::pack_checkpoint_input(kFixChecksums | 3 << kRangeShift, uint16_t(half - 5), 9,
+                                    parts));
+}
+
 void checkpoint_seeds() {
   using tgfuzz::kArchFromModel;
   using tgfuzz::kFixChecksums;
@@ -145,6 +193,7 @@ void checkpoint_seeds() {
                                     parts));
   put("checkpoint", "zero1_first_half",
       tgfuzz::pack_checkpoint_input(kFixChecksums | 1 << kRangeShift, 0, 0, parts));
+  fp8_checkpoint_seeds(out, c, p, m, v);
   tg::remove_tree(out);
 }
 
