@@ -12,6 +12,7 @@
 // fp32/fp64 on host memory (the CPU backend's).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,17 @@ class Comm {
   // Ends every process of the job (after a rank failed), with exit code `code`.
   [[noreturn]] virtual void abort(int code) = 0;
 };
+
+// Bytes one rank sends for a collective with the ring algorithms (NCCL's "bus bytes", what
+// MPI's large-message algorithms send too): an all-reduce of `payload` bytes sends
+// 2 (W-1)/W of it, a reduce-scatter of `payload` input bytes or an all-gather of `payload`
+// output bytes (W-1)/W. None with one rank. What a compressed format would shrink.
+inline uint64_t ring_all_reduce_bytes(uint64_t payload, int world) {
+  return world > 1 ? 2 * payload / uint64_t(world) * uint64_t(world - 1) : 0;
+}
+inline uint64_t ring_scatter_gather_bytes(uint64_t payload, int world) {
+  return world > 1 ? payload / uint64_t(world) * uint64_t(world - 1) : 0;
+}
 
 // What a GPU communicator needs from the way its processes were launched: who this process is,
 // rank 0's few bytes (NCCL's unique id) handed to every rank, a process that has gone noticed

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "quantized_linear.h"
 #include "src/base/host_memory.h"
@@ -279,8 +280,11 @@ size_t GPT::shard_count() const {
   return shard_begin_ >= num_params_ ? 0 : std::min(shard_size_, num_params_ - shard_begin_);
 }
 
+uint64_t GPT::take_comm_bytes() { return std::exchange(comm_bytes_, 0); }
+
 void GPT::gather_params() {
   const size_t bytes = shard_size_ * dtype_size(dtype_);
+  comm_bytes_ += ring_scatter_gather_bytes(uint64_t(bytes) * dp_.comm->world(), dp_.comm->world());
   // In place: host memory (CPU backend) or device memory (a GPU backend with NCCL); else
   // through a host copy.
   if (be_.name() == "cpu" || dp_.comm->device_memory())
@@ -734,6 +738,7 @@ void GPT::sync_grads() {
   // backend's memory (host memory, or NCCL on device memory), else through host copies.
   const bool direct = be_.name() == "cpu" || cm.device_memory();
   auto all_reduce = [&](Tensor t) {
+    comm_bytes_ += ring_all_reduce_bytes(t.numel * sizeof(float), int(W));
     if (direct) return cm.all_reduce_sum(t.as<float>(), t.numel);
     std::vector<float> host(t.numel);
     be_.download(host.data(), t);
@@ -741,6 +746,7 @@ void GPT::sync_grads() {
     be_.upload(t, host.data());
   };
   auto reduce_scatter = [&](Tensor in, Tensor out) {
+    comm_bytes_ += ring_scatter_gather_bytes(out.numel * W * sizeof(float), int(W));
     if (direct) return cm.reduce_scatter_sum(in.as<float>(), out.as<float>(), out.numel);
     std::vector<float> hin(in.numel), hout(out.numel);
     be_.download(hin.data(), in);

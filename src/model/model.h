@@ -213,6 +213,10 @@ class GPT {
   // Sums the gradients over the ranks (in fp32, rounded once to the compute type): all of
   // them, or under ZeRO-1 only this rank's shard (the rest stay this rank's own).
   void sync_grads();
+  // Bytes this rank sent for the gradient reduction and ZeRO-1's weight all-gather since the
+  // last call (ring_all_reduce_bytes / ring_scatter_gather_bytes of comm.h; the loss, norm
+  // and amax scalars are left out), and zero again.
+  uint64_t take_comm_bytes();
   // Global gradient norm (of the summed gradients; under ZeRO-1 reduced over the shards).
   double grad_norm();
   // The fused pass over the gradients: norm of grads / loss_scale and their finiteness.
@@ -307,6 +311,7 @@ class GPT {
   }
   bool sharded_ = false;
   size_t shard_begin_ = 0, shard_size_ = 0, padded_params_ = 0;
+  uint64_t comm_bytes_ = 0;  // sent since take_comm_bytes()
   Tensor params_, grads_, master_, m_, v_, comp_, m_meta_, v_meta_;
   std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
   Tensor act_buf_, stat_buf_, tokens_, targets_;

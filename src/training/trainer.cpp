@@ -503,6 +503,7 @@ void Trainer::print_start() const {
 StepResult Trainer::step() {
   if (tuner_) cpu::set_parallelism(cpu::num_parts(), tuner_->next_threads());
   const double t0 = now_seconds();
+  model_->take_comm_bytes();  // the set-up's weight all-gather is no step's
   StepResult r;
   r.step = step_ + 1;
   // The schedule follows applied updates, so a skipped step does not advance it.
@@ -587,6 +588,8 @@ void Trainer::update(StepResult& r) {
 void Trainer::end_step(StepResult& r, double loss, double t0) {
   be_->synchronize();  // the step's time includes the device's queued work
   r.seconds = now_seconds() - t0;
+  r.comm_bytes = model_->take_comm_bytes();
+  run_comm_bytes_ += r.comm_bytes;
   r.threads = cpu::active_threads();
   if (tuner_) {
     const std::string change = tuner_->report(r.seconds);
@@ -602,6 +605,7 @@ void Trainer::end_step(StepResult& r, double loss, double t0) {
   counters_.train_seconds += r.seconds;
   run_train_seconds_ += r.seconds;
   run_tokens_ += step_tokens_;
+  run_steps_++;
   eta_.add(r.seconds);
 }
 
@@ -616,6 +620,7 @@ void Trainer::log_step(const StepResult& r) {
                        {"skipped", r.skipped},
                        {"ms", r.seconds * 1e3},
                        {"tokens_per_second", tok_s},
+                       {"comm_bytes", r.comm_bytes},
                        {"threads", r.threads}})
                      .dump());
   const int64_t steps = cfg_.train.steps;
@@ -867,6 +872,9 @@ json Trainer::summary_json(const FinalNumbers& f) const {
                                            m.master_format())
                                    .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
+      // Bytes this rank sent per step for the gradients and weights, over this process's steps.
+      {"comm_bytes_per_step",
+       run_steps_ > 0 ? json(double(run_comm_bytes_) / double(run_steps_)) : json(nullptr)},
       {"state", state_json(m, cfg_)},
       {"skipped_steps", counters_.skipped_steps},
       {"final_loss_scale", scaler_.scale},

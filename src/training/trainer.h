@@ -48,6 +48,7 @@ struct StepResult {
   double loss = 0, lr = 0, norm = 0, scale = 1, seconds = 0;
   bool skipped = false;
   int threads = 0;  // CPU threads that ran it (GPU runs: the host's)
+  uint64_t comm_bytes = 0;  // sent by this rank for the gradients and weights (GPT::take_comm_bytes)
 };
 
 // The update after the gradients are summed: fused unscale / finiteness / norm, the loss
@@ -155,7 +156,8 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   std::vector<double> recent_losses_;
   double last_loss_ = NAN, run_train_seconds_ = 0;
-  int64_t run_tokens_ = 0;
+  int64_t run_tokens_ = 0, run_steps_ = 0;  // this process's steps (a resumed run's since resuming)
+  uint64_t run_comm_bytes_ = 0;
   EtaClock eta_;  // the progress line's time left
 };
 

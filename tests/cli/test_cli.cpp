@@ -16,6 +16,7 @@
 
 #include "src/base/fileio.h"
 #include "src/data/data.h"
+#include "src/model/model.h"
 #include "src/training/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
@@ -673,6 +674,9 @@ TEST_CASE("dist: CPU processes launched without MPI are refused with a pointer t
 }
 
 TEST_CASE("mpi: the memory plan of 2 ranks, plain and ZeRO-1, equals the measured peak") {
+  // Also what each rank sends per step (ring bytes, src/comm/comm.h): plain, the fp32
+  // all-reduce of every gradient, 2 (W-1)/W x 4 bytes x n = 4 n; ZeRO-1, the fp32
+  // reduce-scatter of W shards (4 S) and the all-gather of the updated weights (S x 4 or 2).
   for (const char* mode : {"fp32", "bf16"})
     for (int zero : {0, 1}) {
       tgt::TempDir run;
@@ -689,6 +693,13 @@ TEST_CASE("mpi: the memory plan of 2 ranks, plain and ZeRO-1, equals the measure
                    plan = s["planned_memory_bytes"].get<double>();
       CHECK(peak >= plan);
       CHECK(peak <= plan + 16 * 64);  // each buffer rounded up to 64 bytes
+      const double n = s["num_params"].get<double>();
+      const double S = double(tg::zero_shard_size(size_t(n), 2));
+      const double width = std::string(mode) == "fp32" ? 4 : 2;
+      const double want = zero ? 4 * S + width * S : 4 * n;
+      for (const json& r : read_metrics(run / "metrics.jsonl", "train"))
+        CHECK(r["comm_bytes"].get<double>() == want);
+      CHECK(s["comm_bytes_per_step"].get<double>() == want);
     }
 }
 

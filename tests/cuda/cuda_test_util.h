@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "src/backends/backend.h"
@@ -69,7 +70,7 @@ inline void clipped_adamw_step(tg::GPT& m, int step) {
 
 // Per-precision tolerance of one kernel's relative error.
 inline double tol(DType t) { return t == DType::F32 ? 1e-5 : 1e-2; }
-inline const char* name(DType t) { return tg::dtype_name(t); }
+inline std::string name(DType t) { return tg::dtype_name(t); }
 constexpr DType kAllTypes[] = {DType::F32, DType::BF16, DType::F16};
 
 // Host floats as the bytes of a tensor of type t (rounded to nearest even).

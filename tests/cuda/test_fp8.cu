@@ -76,7 +76,7 @@ TEST_CASE("fp8 cast: every bf16 code times several scales, E4M3 and E5M2, bit-ex
   DevBuf<uint8_t> q(65536), qT(65536);
   for (Fp8Format fmt : kFormats) {
     for (float s : kScales) {
-      CAPTURE(fp8_format_name(fmt));
+      INFO("format " << std::string(fp8_format_name(fmt)));
       CAPTURE(s);
       std::vector<uint8_t> ref(65536);
       for (size_t i = 0; i < ref.size(); i++) ref[i] = enc(fmt, bf16_to_f32(codes[i]) * s);
@@ -163,7 +163,7 @@ TEST_CASE("fp8 qdq: bf16 -> fp8 -> bf16 equals the CPU's quantize-dequantize on 
   DevBuf<float> bad_amax(std::vector<float>{INFINITY});
   for (Fp8Format fmt : kFormats) {
     for (float s : kScales) {
-      CAPTURE(fp8_format_name(fmt));
+      INFO("format " << std::string(fp8_format_name(fmt)));
       CAPTURE(s);
       fp8_set_scale(st.p, s, 0);
       // value mode: the fp8 value itself (descale left to the GEMM)
@@ -264,7 +264,7 @@ TEST_CASE("fp8 scales: current (from the device amax) and delayed (from the host
   for (Fp8Format fmt : kFormats)
     for (int margin : {0, 1, 3})
       for (float a : amaxes) {
-        CAPTURE(fp8_format_name(fmt));
+        INFO("format " << std::string(fp8_format_name(fmt)));
         CAPTURE(margin);
         CAPTURE(a);
         set_state(st, a, -1.f, -1.f);
@@ -291,7 +291,7 @@ TEST_CASE("fp8 recipes: current and delayed quantization end to end, and NaN poi
   const int rows = 48, cols = 80;
   const size_t n = size_t(rows) * cols;
   for (Fp8Format fmt : kFormats) {
-    CAPTURE(fp8_format_name(fmt));
+    INFO("format " << std::string(fp8_format_name(fmt)));
     std::vector<uint16_t> h = fp8t::random_bf16(n, 2.0f, 3);
     float amax_ref = 0;
     for (uint16_t v : h) amax_ref = std::max(amax_ref, std::fabs(bf16_to_f32(v)));
@@ -369,7 +369,7 @@ std::vector<Fp8Path> paths_to_test() {
   int dev = 0;
   REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
   const Fp8Path p = fp8_path_for_device(dev);
-  MESSAGE("fp8 GEMM path on this GPU: " << fp8_path_name(p));
+  MESSAGE("fp8 GEMM path on this GPU: " << std::string(fp8_path_name(p)));
   std::vector<Fp8Path> v = {Fp8Path::kBf16Fallback};
   if (p == Fp8Path::kFp8) v.push_back(Fp8Path::kFp8);
   return v;
@@ -521,7 +521,7 @@ TEST_CASE("fp8 GEMMs: exact on small integers with power-of-two scales (layouts 
   for (Fp8Path path : paths_to_test()) {
     for (int variant = 0; variant < 3; variant++) {
       const bool fast = variant != 1, misalign = variant == 2;
-      CAPTURE(fp8_path_name(path));
+      INFO("path: " << std::string(fp8_path_name(path)));
       CAPTURE(fast);
       CAPTURE(misalign);
       const LinearRun r = run_linear(path, fast, d, q, gq, misalign);
@@ -583,7 +583,7 @@ TEST_CASE("fp8 GEMMs: random data against fp64 on the CPU's dequantized operands
       const auto db_ref = ref_dbias(DB0, Graw, d.N, d.OC);  // unquantized dout
       for (Fp8Path path : paths_to_test()) {
         for (bool fast : {true, false}) {
-          CAPTURE(fp8_path_name(path));
+          INFO("path: " << std::string(fp8_path_name(path)));
           CAPTURE(fast);
           const LinearRun r = run_linear(path, fast, d, q, gq);
           // bf16 output rounding (2^-9 relative) plus fp32 accumulation in another order
@@ -619,7 +619,7 @@ TEST_CASE("fp8 GEMMs: a non-finite operand makes the outputs NaN, as on the CPU"
   d.db0 = fp8t::random_bf16(d.OC, 1e-2f, 45);
   for (Fp8Path path : paths_to_test()) {
     for (bool current : {true, false}) {
-      CAPTURE(fp8_path_name(path));
+      INFO("path: " << std::string(fp8_path_name(path)));
       CAPTURE(current);
       const Fp8Quant q[2] = {Fp8Quant{1.0f, current, 0}, Fp8Quant{64.0f, current, 0}};
       const Fp8Quant gq{1000.0f, current, 0, tg::ElemFormat::E5M2};
