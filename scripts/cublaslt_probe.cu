@@ -157,7 +157,10 @@ static void launch_fp8(cublasLtHandle_t lt, int m, int n, int k, int off, size_t
 
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    printf("cublaslt_probe: no CUDA device\n");
+    return 1;
+  }
   printf("cublaslt_probe: %s (sm_%d%d), cuBLASLt %zu, CUDA runtime %d\n", prop.name, prop.major,
          prop.minor, cublasLtGetVersion(), CUDART_VERSION);
   cudaMalloc(&g_buf, 128 << 20);
