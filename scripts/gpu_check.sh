@@ -292,13 +292,14 @@ use_prebuilt() {  # use_prebuilt "NAME NAME ...": the missing targets
     used+=" $name"
   done
   [ -n "$used" ] || return 0
-  fact LD_LIBRARY_PATH "$ROOT/.deps/lib:$CUDA_HOME/lib64:$CUDA_HOME/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+  local libs="$ROOT/.deps/lib:$CUDA_HOME/lib64:$CUDA_HOME/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+  fact LD_LIBRARY_PATH "$libs"
   PREBUILT=$used
   fact PREBUILT "$used"
   key "PREBUILT used for:$used ($(head -1 "$from/SOURCE"))"
   local missing_libs
-  missing_libs=$(cd "$BUILD" && LD_LIBRARY_PATH="$ROOT/.deps/lib:$CUDA_HOME/lib64:$CUDA_HOME/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}" \
-    ldd $used 2>&1 | grep 'not found' | sort -u | xargs echo)
+  missing_libs=$(cd "$BUILD" && LD_LIBRARY_PATH="$libs" ldd $used 2>&1 | grep 'not found' |
+    sort -u | xargs echo)
   [ -z "$missing_libs" ] || key "PREBUILT binaries miss libraries here: $missing_libs"
 }
 

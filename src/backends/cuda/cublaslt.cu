@@ -199,19 +199,6 @@ void remember_working(const AlgoKey& key, int working) {
   g_cache[key].working = working;
 }
 
-const char* status_name(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "another cuBLAS status";
-  }
-}
-
 thread_local std::string t_refusal;  // why this thread's last lt_matmul returned false
 
 }  // namespace
@@ -242,7 +229,7 @@ bool lt_matmul(const LtContext& c, const LtGemm& g) {
     }
   }
   t_refusal = "cublasLtMatmul refused each of the heuristic's " + std::to_string(e.count) +
-              " algorithms (last: " + status_name(st) + ")";
+              " algorithms (last: " + cublasGetStatusString(st) + ")";
   return false;
 }
 
