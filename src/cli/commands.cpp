@@ -335,7 +335,8 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
     const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
     const QuantMemoryPlan q = plan_quantized_linears(mc, r, B, T);
     const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks,
-                                     precision_spec(cfg).moments, mode_master(cfg, mode));
+                                     precision_spec(cfg).moments, mode_master(cfg, mode),
+                                     cfg.precision.state.grad_comm);
     if (!header) {
       printf(
           "\nBlock-scaled modes on a native path (quantized copies of the block linears' "
@@ -475,7 +476,7 @@ int cmd_memory(int argc, char** argv) {
     const Mode mode = parse_mode(name, "precision.mode");
     modes.push_back(mode);
     MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks, moments,
-                               mode_master(cfg, mode));
+                               mode_master(cfg, mode), st.grad_comm);
     plans.push_back({name, p});
     printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),
@@ -484,13 +485,15 @@ int cmd_memory(int argc, char** argv) {
   printf(
       "\nThe CPU backend allocates exactly this (a run's summary.json reports its peak); "
       "\"optimizer\" is Adam's m (%s) and v (%s), %.4g bytes per parameter%s; \"reduction\" is "
-      "the staging of the gradient reduction over ranks; \"master\" is the master weights "
+      "the staging of the gradient reduction over ranks (precision.state.grad_comm=%s: %.4g "
+      "bytes per gradient on the wire); \"master\" is the master weights "
       "(precision.state.master=%s in the modes with bf16 weights: %s).\n",
       moment_blocking_name(st.adam_m, moment_blocking(cfg)).c_str(),
       moment_blocking_name(st.adam_v, moment_blocking(cfg)).c_str(),
       state_format_bytes(st.adam_m, moment_blocking(cfg)) +
           state_format_bytes(st.adam_v, moment_blocking(cfg)),
-      zero_ranks > 1 ? " of this rank's shard" : "", master_format_name(st.master),
+      zero_ranks > 1 ? " of this rank's shard" : "", wire_format_name(st.grad_comm),
+      wire_bytes_per_element(st.grad_comm), master_format_name(st.master),
       master_format_info(st.master).summary);
   print_memory_fit(cfg, plans, zero_ranks);
   print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);

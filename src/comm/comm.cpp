@@ -34,6 +34,9 @@ class SingleComm final : public Comm {
   void reduce_scatter_sum(const float* in, float* out, size_t n) override {
     if (in != out) memmove(out, in, n * sizeof(float));
   }
+  void all_to_all_bytes(const void* in, void* out, size_t bytes) override {
+    if (in != out) memmove(out, in, bytes);
+  }
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
@@ -88,6 +91,11 @@ class MpiComm final : public Comm {
     if (n > kChunk) throw Error("reduce_scatter: shard too large for one MPI call");
     check(MPI_Reduce_scatter_block(in, out, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
           "reduce_scatter");
+  }
+  void all_to_all_bytes(const void* in, void* out, size_t bytes) override {
+    if (bytes > kChunk) throw Error("all_to_all: part too large for one MPI call");
+    check(MPI_Alltoall(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD),
+          "all_to_all");
   }
   void broadcast(void* data, size_t bytes, int root) override {
     for (size_t off = 0; off < bytes; off += kChunk)
@@ -209,6 +217,12 @@ Launch& launched() {
 }
 
 }  // namespace
+
+void Comm::all_to_all_bytes(const void*, void*, size_t) {
+  throw Error(strf("the %s communicator has no all-to-all (gradients in a compressed wire format "
+                   "need one)",
+                   name().c_str()));
+}
 
 void comm_init(const DistOptions& o) {
   Launch& l = launch();

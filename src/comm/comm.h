@@ -37,6 +37,10 @@ class Comm {
   }
   // out (n) = sum over ranks of in[rank * n .. rank * n + n)
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
+  // out[r * bytes .. + bytes) = rank r's in[rank * bytes .. + bytes): part r of every rank's
+  // `in` goes to rank r, in rank order (gradients in a compressed wire format, summed where
+  // they arrive: src/numerics/wire_format.h). Host memory; communicators without it throw.
+  virtual void all_to_all_bytes(const void* in, void* out, size_t bytes);
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // True when buffers may live in GPU memory (NCCL); host memory always works.

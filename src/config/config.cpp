@@ -39,7 +39,7 @@ using Getter = T& (*)(Config&);
 using FieldRef = std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>,
                               Getter<std::string>, Getter<std::vector<int>>, Getter<Mode>,
                               Getter<std::vector<Mode>>, Getter<StateFormat>,
-                              Getter<MasterFormat>>;
+                              Getter<MasterFormat>, Getter<WireFormat>>;
 
 struct KeyDef {
   const char* name;
@@ -79,6 +79,8 @@ template <>
 struct KindOf<StateFormat> : KindIs<Kind::Choice> {};
 template <>
 struct KindOf<MasterFormat> : KindIs<Kind::Choice> {};
+template <>
+struct KindOf<WireFormat> : KindIs<Kind::Choice> {};
 static_assert(KindOf<int64_t>::kind == Kind::Int64 && KindOf<Mode>::kind == Kind::Choice,
               "a key's kind follows from its field's type");
 
@@ -181,6 +183,7 @@ const std::vector<KeyDef>& table() {
       key("precision.state.moment_scale", TG_FIELD(precision.state.moment_scale), 0, 0, moment_scale_names(), "fp8 moments: a block's scale is its amax in fp32, or the power of two at or above it (e8m0)"),
       key("precision.state.moment_expand", TG_FIELD(precision.state.moment_expand), 0, 0, moment_expand_names(), "fp8 moments: COAT's dynamic range expansion, codes holding (|x|/scale)^k with k in 4, 2, 1 per block (coat), or none"),
       key("precision.state.master", TG_FIELD(precision.state.master), 0, 0, master_format_names(), "where the master weights live: fp32 (a copy beside the compute weights), bf16-sr (the bf16 weights themselves, updates stored with stochastic rounding; no copy) or bf16-kahan (the bf16 weights plus a bf16 compensation buffer); the bf16 ones need bf16 weights (docs/precision.md)"),
+      key("precision.state.grad_comm", TG_FIELD(precision.state.grad_comm), 0, 0, wire_format_names(), "with several ranks, the format gradients travel in: fp32 (MPI's all-reduce / reduce-scatter), bf16 (half the bytes; lossless for bf16 gradients) or fp8-e4m3 (a quarter, an fp32 scale per 128 elements); parts are summed in fp32 where they arrive (docs/distributed.md); not fp32 needs the CPU backend"),
       key("precision.state.allow_narrowing", TG_FIELD(precision.state.allow_narrowing), 0, 0, {}, "resume may convert a checkpoint's Adam moments or master weights into formats that cannot hold them exactly (rounded once, to nearest); without it such a resume is refused (widening is always allowed)"),
       key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
       key("precision.inject_nonfinite_step", TG_FIELD(precision.inject_nonfinite_step), 0, 1e9, {}, "make this step's gradient non-finite, to see a skipped step (0: off)"),
@@ -257,6 +260,7 @@ std::string text_of(const std::string& v) { return v; }
 std::string text_of(Mode v) { return mode_name(v); }
 std::string text_of(StateFormat v) { return state_format_name(v); }
 std::string text_of(MasterFormat v) { return master_format_name(v); }
+std::string text_of(WireFormat v) { return wire_format_name(v); }
 template <typename T>
 std::string text_of(const std::vector<T>& v) {
   std::string s;
@@ -350,6 +354,8 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
       f = parse_state_format(json_choice(k, v, origin), k.name);
     } else if constexpr (std::is_same_v<T, MasterFormat>) {
       f = parse_master_format(json_choice(k, v, origin), k.name);
+    } else if constexpr (std::is_same_v<T, WireFormat>) {
+      f = parse_wire_format(json_choice(k, v, origin), k.name);
     } else {
       static_assert(std::is_same_v<T, std::vector<Mode>>, "a key type set_json does not read");
       std::vector<Mode> out;
@@ -701,6 +707,8 @@ json config_to_json(const Config& c) {
         return state_format_name(v);
       } else if constexpr (std::is_same_v<T, MasterFormat>) {
         return master_format_name(v);
+      } else if constexpr (std::is_same_v<T, WireFormat>) {
+        return wire_format_name(v);
       } else if constexpr (std::is_same_v<T, std::vector<Mode>>) {
         json names = json::array();
         for (Mode m : v) names.push_back(mode_name(m));

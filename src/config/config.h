@@ -12,6 +12,7 @@
 #include "src/numerics/precision_mode.h"
 #include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
+#include "src/numerics/wire_format.h"
 
 namespace tg {
 
@@ -125,6 +126,7 @@ struct Config {
       StateFormat adam_m = StateFormat::FP32;
       StateFormat adam_v = StateFormat::FP32;
       MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h
+      WireFormat grad_comm = WireFormat::FP32;   // src/numerics/wire_format.h
       bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
       // FP8 moments (src/numerics/moment_block.h): elements per scale block, the scale's
       // format (fp32: the block's amax; e8m0: a power of two), COAT's range expansion.

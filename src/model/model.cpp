@@ -64,9 +64,13 @@ DType moment_dtype(DType dtype, const MomentFormat& f) {
   return dtype == DType::F64 ? DType::F64 : DType::F32;
 }
 
+size_t wire_part(size_t len, size_t world, bool sharded) {
+  return sharded ? len : (len + world - 1) / world;
+}
+
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
                        bool attention_lse, int ranks, const MomentFormats& moments,
-                       MasterFormat master) {
+                       MasterFormat master, WireFormat grad_wire) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world, moments) : n;
@@ -82,8 +86,12 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
                                         : shard * dtype_size(moment_dtype(dtype, f));
   auto a = activation_elems(c, B, T, attention_lse);
   p.activations = a.first * x + a.second * m + 2 * size_t(B) * T * 4;  // + token ids
-  // Must mirror GPT::sync_grads.
-  if (ranks > 1) {
+  // Must mirror GPT::sync_grads and GPT::sync_grads_wire.
+  if (ranks > 1 && grad_wire != WireFormat::FP32) {
+    const size_t W = size_t(ranks), chunk = std::min(zero_world > 1 ? shard : n, kGradSyncChunk);
+    const size_t part = wire_part(chunk, W, zero_world > 1);
+    p.comm = (W + 1) * part * 4 + 2 * W * wire_bytes(part, grad_wire);
+  } else if (ranks > 1) {
     const bool zero = zero_world > 1;
     if (dtype == DType::F32)
       p.comm = zero ? shard * 4 : 0;
@@ -732,6 +740,7 @@ void GPT::zero_grad() { be_.zero(grads_); }
 
 void GPT::sync_grads() {
   if (!dp_.comm) return;
+  if (dp_.grad_wire != WireFormat::FP32) return sync_grads_wire();
   Comm& cm = *dp_.comm;
   const size_t S = shard_size_, W = size_t(cm.world());
   // The collectives on fp32 backend buffers: in place when the communicator can read the
@@ -793,6 +802,56 @@ void GPT::sync_grads() {
   }
   be_.free(stage);
   be_.free(sum);
+}
+
+void GPT::sync_grads_wire() {
+  if (be_.name() != "cpu")
+    throw Error(strf("gradients in %s on the wire need the CPU backend's host memory",
+                     wire_format_name(dp_.grad_wire)));
+  Comm& cm = *dp_.comm;
+  const WireFormat f = dp_.grad_wire;
+  const size_t W = size_t(cm.world()), S = shard_size_;
+  const size_t total = sharded_ ? S : num_params_, step = std::min(total, std::max<size_t>(1, dp_.chunk));
+  const size_t rows = wire_part(step, W, sharded_), row_bytes = wire_bytes(rows, f);
+  AllocPurpose purpose("the gradient reduction's staging");
+  Tensor stage = be_.alloc(DType::F32, W * rows), sum = be_.alloc(DType::F32, rows);
+  Tensor send = be_.alloc(DType::E4M3, W * row_bytes), recv = be_.alloc(DType::E4M3, W * row_bytes);
+  char *out = send.as<char>(), *in = recv.as<char>();
+  for (size_t off = 0; off < total; off += step) {
+    const size_t len = std::min(step, total - off), part = wire_part(len, W, sharded_);
+    const size_t bytes = wire_bytes(part, f);
+    // Row r of the stage: the elements rank r sums (zero past the chunk's end).
+    auto row = [&](size_t r) -> std::pair<size_t, size_t> {  // {first gradient, count}
+      if (sharded_) return {r * S + off, len};
+      const size_t lo = std::min(len, r * part);
+      return {off + lo, std::min(len, lo + part) - lo};
+    };
+    be_.zero(stage);
+    for (size_t r = 0; r < W; r++) {
+      const auto [g, cnt] = row(r);
+      if (cnt) be_.convert(stage.slice(r * part, cnt), grads_.slice(g, cnt), Rounding{});
+      wire_encode(stage.as<float>() + r * part, part, f, out + r * bytes);
+    }
+    cm.all_to_all_bytes(out, in, bytes);
+    float* acc = sum.as<float>();
+    std::fill(acc, acc + part, -0.f);  // the identity of fp32 addition, sign of zero included
+    for (size_t r = 0; r < W; r++) wire_decode_add(in + r * bytes, part, f, acc);
+    comm_bytes_ += uint64_t(W - 1) * bytes;
+    if (sharded_) {
+      be_.convert(grads_.slice(shard_begin_ + off, len), sum.slice(0, len), Rounding{});
+      continue;
+    }
+    // Every rank's sums back to every rank, encoded again.
+    wire_encode(acc, part, f, out);
+    cm.all_gather_bytes(out, in, bytes);
+    comm_bytes_ += uint64_t(W - 1) * bytes;
+    for (size_t r = 0; r < W; r++) {
+      const auto [g, cnt] = row(r);
+      wire_decode(in + r * bytes, part, f, stage.as<float>() + r * part);
+      if (cnt) be_.convert(grads_.slice(g, cnt), stage.slice(r * part, cnt), Rounding{});
+    }
+  }
+  for (Tensor t : {stage, sum, send, recv}) be_.free(t);
 }
 
 double GPT::grad_norm() {

@@ -24,6 +24,7 @@
 #include "src/backends/backend.h"
 #include "src/backends/cpu/host_operand_view.h"
 #include "src/numerics/operand_view.h"
+#include "src/numerics/wire_format.h"
 
 namespace tg {
 
@@ -80,10 +81,13 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // moments: how Adam's m and v are stored (their element sizes; fp32 by default).
 // master: where the master weights live (src/numerics/master_format.h: an fp32 copy, none, or
 // a bf16 compensation buffer).
+// grad_wire: the format gradients travel in between ranks (its encode buffers replace fp32
+// all-reduce's staging; src/numerics/wire_format.h).
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
                        bool attention_lse = false, int ranks = 1,
                        const MomentFormats& moments = {},
-                       MasterFormat master = MasterFormat::FP32);
+                       MasterFormat master = MasterFormat::FP32,
+                       WireFormat grad_wire = WireFormat::FP32);
 // The element type a moment of format f is stored in, for a model computing in `dtype`: the
 // master weights' type (fp32; fp64 in fp64 models) for plain formats, else the format's own.
 DType moment_dtype(DType dtype, const MomentFormat& f);
@@ -100,12 +104,20 @@ struct DataParallel {
   Comm* comm = nullptr;
   bool zero = false;
   size_t chunk = kGradSyncChunk;  // elements per fp32 staging chunk when reducing 16-bit grads
+  // The format gradients travel in (precision.state.grad_comm; src/numerics/wire_format.h).
+  // Other than fp32 it needs host memory (the CPU backend) and a communicator with an
+  // all-to-all (MPI, or one process).
+  WireFormat grad_wire = WireFormat::FP32;
 };
 // Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
 // shard starts 64-byte aligned (vector loads, NCCL), and to whole FP8 moment blocks when the
 // moments have them (src/numerics/moment_block.h), so that no rank cuts a block. The last
 // shard is padded.
 size_t zero_shard_size(size_t n, int world, const MomentFormats& moments = {});
+// Elements per rank part of a staging chunk of `len` gradients in a wire format other than fp32
+// (GPT::sync_grads_wire): the chunk cut into `world` parts (the last padded with zeros), or
+// under ZeRO-1 (sharded) the chunk itself, taken from every rank's shard.
+size_t wire_part(size_t len, size_t world, bool sharded);
 // Elements per FP8 moment block of these moments (0: neither is blocked).
 int moment_block_of(const MomentFormats& moments);
 
@@ -197,6 +209,7 @@ class GPT {
   // parameter vector, of which shard_count elements are real parameters (the rest is
   // padding). Without sharding the shard is everything.
   bool sharded() const { return sharded_; }
+  WireFormat grad_wire() const { return dp_.grad_wire; }
   size_t shard_begin() const { return shard_begin_; }
   size_t shard_size() const { return shard_size_; }
   size_t shard_count() const;
@@ -211,7 +224,9 @@ class GPT {
   void backward();
   void zero_grad();
   // Sums the gradients over the ranks (in fp32, rounded once to the compute type): all of
-  // them, or under ZeRO-1 only this rank's shard (the rest stay this rank's own).
+  // them, or under ZeRO-1 only this rank's shard (the rest stay this rank's own). In a wire
+  // format other than fp32 each rank's parts travel encoded and are summed in fp32 where they
+  // arrive (src/numerics/wire_format.h).
   void sync_grads();
   // Bytes this rank sent for the gradient reduction and ZeRO-1's weight all-gather since the
   // last call (ring_all_reduce_bytes / ring_scatter_gather_bytes of comm.h; the loss, norm
@@ -293,6 +308,8 @@ class GPT {
  private:
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
+  // sync_grads in dp_.grad_wire other than fp32 (host memory).
+  void sync_grads_wire();
   void set_bf16_master(const std::vector<float>& p);
   // adamw_step with FP8 moments: one call over the shard (src/numerics/moment_block.h).
   void adamw_step_blocked(const AdamWArgs& args, bool decided);

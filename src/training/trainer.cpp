@@ -66,6 +66,7 @@ json state_json(const GPT& m, const Config& cfg) {
                             : 0;
   const MomentBlocking b = moment_blocking(cfg);
   return {{"master", master_format_name(m.master_format())},
+          {"grad_comm", wire_format_name(m.grad_wire())},
           {"adam_m", moment_blocking_name(st.adam_m, b)},
           {"adam_v", moment_blocking_name(st.adam_v, b)},
           {"bytes_per_parameter",
@@ -229,6 +230,13 @@ void Trainer::setup_model() {
   DataParallel dp{world_ > 1 ? cm_ : nullptr, c.train.zero_stage == 1};
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
+  dp.grad_wire = c.precision.state.grad_comm;
+  // The encoding runs on the host over the communicator's all-to-all: the CPU backend's
+  // memory and MPI (a GPU path over NCCL is not written yet).
+  if (dp.comm && dp.grad_wire != WireFormat::FP32 && be_->name() != "cpu")
+    throw UsageError(strf("config key 'precision.state.grad_comm': %s on the wire runs on the CPU "
+                          "backend only (this run is on %s); use fp32",
+                          wire_format_name(dp.grad_wire), be_->name().c_str()));
   const PrecisionSpec spec = precision_spec(cfg_);
   model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
   const auto& lsc = c.precision.loss_scale;
@@ -468,12 +476,13 @@ void Trainer::print_start() const {
       train_loader_->files().size(), (long long)train_loader_->total_tokens(), B_, T_, grad_accum_,
       (long long)step_tokens_);
   if (world_ > 1)
-    printf("data parallel: %s, %d rows per rank%s\n", cm_->name().c_str(), B_,
+    printf("data parallel: %s, %d rows per rank%s; %s\n", cm_->name().c_str(), B_,
            m.sharded() ? strf(", ZeRO-1: master weights and Adam moments sharded, %zu "
                               "parameters per rank",
                               m.shard_size())
                              .c_str()
-                       : "");
+                       : "",
+           wire_format_info(m.grad_wire()).summary);
   printf(
       "device: %s%s, %d thread(s); precision %s (%s weights and activations, %s), loss "
       "scaling %s%s\n",
@@ -869,7 +878,7 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"peak_memory_bytes", be_->peak_bytes()},
       {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
                                            m.attention_lse(), world_, m.moment_formats(),
-                                           m.master_format())
+                                           m.master_format(), m.grad_wire())
                                    .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       // Bytes this rank sent per step for the gradients and weights, over this process's steps.

@@ -3,8 +3,11 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -24,6 +27,15 @@ inline void check_same_losses(const std::string& dir_a, const std::string& dir_b
     INFO("step " << i + 1);
     CHECK(b[i]["loss"].get<double>() == a[i]["loss"].get<double>());
   }
+}
+
+// Largest |loss_a / loss_b - 1| over the steps of two train-metric lists of equal length.
+inline double max_relative_loss_gap(const std::vector<nlohmann::json>& a,
+                                    const std::vector<nlohmann::json>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); i++)
+    worst = std::max(worst, std::fabs(a[i]["loss"].get<double>() / b[i]["loss"].get<double>() - 1));
+  return worst;
 }
 
 // `compare` arguments for the tiny model on toy_dir() (2 val batches every 4 steps, no

@@ -31,17 +31,7 @@ using tgt::slurp;
 using tgt::tiny_args;
 using tgt::toy_dir;
 
-namespace {
-
-// Largest |loss_a / loss_b - 1| over the steps of two train-metric lists of equal length.
-double max_relative_loss_gap(const std::vector<json>& a, const std::vector<json>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); i++)
-    worst = std::max(worst, std::fabs(a[i]["loss"].get<double>() / b[i]["loss"].get<double>() - 1));
-  return worst;
-}
-
-}  // namespace
+using tgt::max_relative_loss_gap;
 
 TEST_CASE("cli: help and usage errors") {
   std::string out;

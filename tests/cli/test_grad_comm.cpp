@@ -1,0 +1,147 @@
+// End-to-end tests of precision.state.grad_comm (src/numerics/wire_format.h) over 2 and 3 MPI
+// ranks: bf16 on the wire follows fp32's wire bit for bit when the gradients are bf16, at the
+// bytes the format promises; lossy wires stay near fp32's; the encode buffers are planned
+// exactly; resume is bit-exact; an unknown format is refused by name.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "src/base/fileio.h"
+#include "src/model/model.h"
+#include "src/training/checkpoint.h"
+#include "tests/cli/cli_helpers.h"
+#include "tests/test_util.h"
+
+using json = nlohmann::json;
+using tgt::check_same_losses;
+using tgt::has;
+using tgt::read_metrics;
+using tgt::run_binary;
+using tgt::run_mpi;
+using tgt::slurp;
+using tgt::tiny_args;
+
+namespace {
+const size_t kTinyParams = 7920;  // the tiny model's parameters
+const std::string kSteps = " --train.steps=8 --data.batch_size=4 --sample.tokens=0";
+
+std::string wire(const char* f) { return std::string(" --precision.state.grad_comm=") + f; }
+std::string zero_arg(int zero) { return " --train.zero_stage=" + std::to_string(zero); }
+
+// The final weights of a run directory's last checkpoint (step 8).
+std::vector<float> final_params(const std::string& run) {
+  return tg::load_checkpoint(run + "/ckpt_00000008", tg::gpt_config(1, 2, 16, 256, 32)).params;
+}
+
+// Bytes one rank sends per step: the gradients (wire) and, under ZeRO-1, the all-gather of
+// the updated weights in the compute type (`width` bytes).
+double expected_bytes(tg::WireFormat f, int zero, int world, double width) {
+  if (zero) {
+    const size_t S = tg::zero_shard_size(kTinyParams, world);
+    return double(world - 1) * (double(tg::wire_bytes(S, f)) + width * double(S));
+  }
+  const size_t part = (kTinyParams + world - 1) / world;
+  return 2.0 * double(world - 1) * double(tg::wire_bytes(part, f));
+}
+
+void check_bytes_and_memory(const std::string& run, double want) {
+  const json s = json::parse(slurp(run + "/summary.json"));
+  for (const json& r : read_metrics(run + "/metrics.jsonl", "train"))
+    CHECK(r["comm_bytes"].get<double>() == want);
+  CHECK(s["comm_bytes_per_step"].get<double>() == want);
+  const double peak = s["peak_memory_bytes"].get<double>(),
+               plan = s["planned_memory_bytes"].get<double>();
+  CHECK(peak >= plan);
+  CHECK(peak <= plan + 16 * 64);  // each buffer rounded up to 64 bytes
+}
+}  // namespace
+
+TEST_CASE("mpi: bf16 gradients on the wire follow fp32's bit for bit in bf16, at half the bytes") {
+  for (int zero : {0, 1}) {
+    tgt::TempDir f32, b16;
+    std::string out;
+    const std::string args = kSteps + " --precision.mode=bf16" + zero_arg(zero);
+    REQUIRE(run_mpi(2, tiny_args(f32.path) + args, &out) == 0);
+    INFO("zero " << zero << "\n" << out);
+    REQUIRE(run_mpi(2, tiny_args(b16.path) + args + wire("bf16"), &out) == 0);
+    CHECK(has(out, "bf16 gradients on the wire (summed in fp32)"));
+    check_same_losses(f32.path, b16.path, 8);
+    CHECK(final_params(f32.path) == final_params(b16.path));
+    const double fp32_bytes = expected_bytes(tg::WireFormat::FP32, zero, 2, 2);
+    const double bf16_bytes = expected_bytes(tg::WireFormat::BF16, zero, 2, 2);
+    check_bytes_and_memory(f32.path, fp32_bytes);
+    check_bytes_and_memory(b16.path, bf16_bytes);
+    MESSAGE("zero " << zero << ": bytes per step fp32 " << fp32_bytes << ", bf16 " << bf16_bytes);
+    CHECK(bf16_bytes < (zero ? 0.7 : 0.51) * fp32_bytes);
+    const json s = json::parse(slurp(b16 / "summary.json"));
+    CHECK(s["state"]["grad_comm"].get<std::string>() == "bf16");
+  }
+}
+
+TEST_CASE("mpi: lossy wires train near fp32's wire, over 2 and 3 ranks, in many chunks") {
+  struct Case {
+    const char* mode;
+    const char* format;
+    tg::WireFormat f;
+    int world, zero;
+    double tol;  // largest relative loss gap to the fp32 wire over 8 steps
+  };
+  const Case cases[] = {
+      {"fp32", "bf16", tg::WireFormat::BF16, 2, 0, 5e-4},
+      {"bf16", "fp8-e4m3", tg::WireFormat::FP8E4M3, 2, 0, 2e-3},
+      {"bf16", "fp8-e4m3", tg::WireFormat::FP8E4M3, 3, 1, 2e-3},
+      {"fp16", "fp8-e4m3", tg::WireFormat::FP8E4M3, 3, 0, 2e-3},
+  };
+  // Chunks of 1000 gradients: parts padded with zeros, and FP8 blocks cut at part ends.
+  setenv("TG_TEST_REDUCE_CHUNK", "1000", 1);
+  for (const Case& c : cases) {
+    tgt::TempDir ref, run;
+    std::string out;
+    const std::string args =
+        kSteps + " --precision.mode=" + c.mode + zero_arg(c.zero) + " --eval.every=0";
+    REQUIRE(run_mpi(c.world, tiny_args(ref.path) + args, &out) == 0);
+    INFO(std::string(c.mode) << ", " << std::string(c.format) << ", " << c.world << " ranks, zero "
+                             << c.zero << "\n"
+                             << out);
+    REQUIRE(run_mpi(c.world, tiny_args(run.path) + args + wire(c.format), &out) == 0);
+    const auto a = read_metrics(ref / "metrics.jsonl", "train");
+    const auto b = read_metrics(run / "metrics.jsonl", "train");
+    REQUIRE(b.size() == 8);
+    const double gap = tgt::max_relative_loss_gap(b, a);
+    MESSAGE(std::string(c.mode) << " gradients, " << std::string(c.format) << " wire, " << c.world
+                                << " ranks: largest loss gap " << gap);
+    CHECK(gap < c.tol);
+    CHECK(final_params(ref.path) != final_params(run.path));  // the wire really rounded
+    for (const json& r : b) CHECK(r["skipped"].get<bool>() == false);
+  }
+  unsetenv("TG_TEST_REDUCE_CHUNK");
+}
+
+TEST_CASE("mpi: fp8 gradients on the wire: planned bytes sent and allocated, resume bit-exact") {
+  for (int zero : {0, 1}) {
+    tgt::TempDir full, part;
+    std::string out;
+    const std::string args = kSteps + " --precision.mode=bf16" + zero_arg(zero) + wire("fp8-e4m3");
+    REQUIRE(run_mpi(2, tiny_args(full.path) + args, &out) == 0);
+    INFO("zero " << zero << "\n" << out);
+    check_bytes_and_memory(full.path, expected_bytes(tg::WireFormat::FP8E4M3, zero, 2, 2));
+    REQUIRE(run_mpi(2, tiny_args(part.path) + args + " --train.stop_at_step=3", &out) == 0);
+    REQUIRE(run_mpi(2, tiny_args(part.path) + args + " --checkpoint.resume=true", &out) == 0);
+    check_same_losses(full.path, part.path, 8);
+    CHECK(final_params(full.path) == final_params(part.path));
+  }
+}
+
+TEST_CASE("cli: an unknown gradient wire format is refused by name") {
+  tgt::TempDir run;
+  std::string out;
+  CHECK(run_binary(tiny_args(run.path) + " --train.steps=2" + wire("fp8"), &out) == 2);
+  CHECK(has(out, "config key 'precision.state.grad_comm'"));
+  CHECK(has(out, "fp8-e4m3"));  // the choices are listed
+  CHECK(!tg::file_exists(run / "metrics.jsonl"));
+  // One process sends nothing: the key changes nothing there.
+  tgt::TempDir a, b;
+  REQUIRE(run_binary(tiny_args(a.path) + kSteps, &out) == 0);
+  REQUIRE(run_binary(tiny_args(b.path) + kSteps + wire("fp8-e4m3"), &out) == 0);
+  check_same_losses(a.path, b.path, 8);
+}
