@@ -1,7 +1,5 @@
 #include "model.h"
 
-#include "src/numerics/moment_block.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +10,7 @@
 #include "src/base/rng.h"
 #include "src/comm/comm.h"
 #include "src/config/config.h"
+#include "src/numerics/moment_block.h"
 
 namespace tg {
 
@@ -78,8 +77,8 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
   MemoryPlan p;
   p.weights = padded * x;
   p.master = dtype == DType::F32 || dtype == DType::F64 ? 0
-             : master_in_weights(master)                 ? shard * master_format_info(master).bytes
-                                                         : shard * m;
+             : master_in_weights(master)                ? shard * master_format_info(master).bytes
+                                                        : shard * m;
   p.grads = padded * x;
   for (const MomentFormat& f : {moments.m, moments.v})
     p.optimizer += moment_is_blocked(f) ? moment_blocked_bytes(shard, f)
@@ -101,6 +100,30 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
       p.comm = (size_t(ranks) + 1) * std::min(shard, kGradSyncChunk) * 4;
   }
   return p;
+}
+
+uint64_t plan_comm_bytes(const GPTConfig& c, DType dtype, int ranks, bool zero,
+                         const MomentFormats& moments, WireFormat grad_wire) {
+  if (ranks <= 1) return 0;
+  const size_t n = num_parameters(c), W = size_t(ranks);
+  const size_t S = zero ? zero_shard_size(n, ranks, moments) : n, total = zero ? S : n;
+  uint64_t bytes = zero ? ring_scatter_gather_bytes(uint64_t(S) * dtype_size(dtype) * W, ranks) : 0;
+  // Must mirror GPT::sync_grads and GPT::sync_grads_wire.
+  if (grad_wire != WireFormat::FP32) {
+    const size_t step = std::min(total, kGradSyncChunk);
+    for (size_t off = 0; off < total; off += step) {
+      const size_t len = std::min(step, total - off);
+      bytes += uint64_t(zero ? 1 : 2) * (W - 1) * wire_bytes(wire_part(len, W, zero), grad_wire);
+    }
+    return bytes;
+  }
+  const size_t step = dtype == DType::F32 ? total : std::min(total, kGradSyncChunk);
+  for (size_t off = 0; off < total; off += step) {
+    const uint64_t len = std::min(step, total - off);
+    bytes += zero ? ring_scatter_gather_bytes(len * W * 4, ranks)
+                  : ring_all_reduce_bytes(len * 4, ranks);
+  }
+  return bytes;
 }
 
 double flops_per_token(const GPTConfig& c, int T) {
@@ -186,8 +209,8 @@ GPT::~GPT() {
     }
   }
   if (master_ && dtype_ != master_dtype_) be_.free(master_);
-  for (Tensor t : {params_, grads_, m_, v_, comp_, m_meta_, v_meta_, act_buf_, stat_buf_, tokens_,
-                   targets_})
+  for (Tensor t :
+       {params_, grads_, m_, v_, comp_, m_meta_, v_meta_, act_buf_, stat_buf_, tokens_, targets_})
     if (t) be_.free(t);
 }
 
@@ -811,7 +834,8 @@ void GPT::sync_grads_wire() {
   Comm& cm = *dp_.comm;
   const WireFormat f = dp_.grad_wire;
   const size_t W = size_t(cm.world()), S = shard_size_;
-  const size_t total = sharded_ ? S : num_params_, step = std::min(total, std::max<size_t>(1, dp_.chunk));
+  const size_t total = sharded_ ? S : num_params_,
+               step = std::min(total, std::max<size_t>(1, dp_.chunk));
   const size_t rows = wire_part(step, W, sharded_), row_bytes = wire_bytes(rows, f);
   AllocPurpose purpose("the gradient reduction's staging");
   Tensor stage = be_.alloc(DType::F32, W * rows), sum = be_.alloc(DType::F32, rows);
@@ -921,7 +945,8 @@ void GPT::adamw_step_blocked(const AdamWArgs& args, bool decided) {
   auto sizes = param_sizes(cfg_);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
-    const size_t lo = std::max(off, shard_begin_), hi = std::min(off + sizes[i], shard_begin_ + shard_size_);
+    const size_t lo = std::max(off, shard_begin_),
+                 hi = std::min(off + sizes[i], shard_begin_ + shard_size_);
     off += sizes[i];
     if (lo >= hi || !param_decays(i)) continue;
     if (a.decay.n == DecayRanges::kMax) throw Error("adamw: too many weight-decay ranges");
@@ -930,7 +955,8 @@ void GPT::adamw_step_blocked(const AdamWArgs& args, bool decided) {
   }
   if (a.decay.n == 0) a.weight_decay = 0;  // no decaying tensor in this shard
   const Tensor w = master_ ? master_ : comp_ ? comp_ : Tensor{};
-  const Tensor p = params_.slice(shard_begin_, shard_size_), g = grads_.slice(shard_begin_, shard_size_);
+  const Tensor p = params_.slice(shard_begin_, shard_size_),
+               g = grads_.slice(shard_begin_, shard_size_);
   if (decided)
     be_.adamw_decided(p, w, g, m_, v_, a);
   else

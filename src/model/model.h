@@ -10,10 +10,11 @@
 // Precision: the model computes in `dtype` (fp32, bf16 or fp16; fp64 for gradient checks):
 // weights, activations and all gradients are stored in it. The optimizer owns fp32 master
 // weights (the same buffer as the weights in fp32; none, or a bf16 compensation, with bf16
-// master weights: MasterFormat) and Adam moments stored in their own formats (MomentFormats: fp32 by default, or bf16 / fp16 codes; src/numerics/moment_format.h).
-// Layernorm statistics, logits and losses are fp32 (fp64 in fp64 models); the logits' gradient is
-// in `dtype`, written over the logits' rows (backend.h's dlogits_view), so the lm_head's backward
-// runs in `dtype` like every other linear.
+// master weights: MasterFormat) and Adam moments stored in their own formats (MomentFormats: fp32
+// by default, or bf16 / fp16 codes; src/numerics/moment_format.h). Layernorm statistics, logits and
+// losses are fp32 (fp64 in fp64 models); the logits' gradient is in `dtype`, written over the
+// logits' rows (backend.h's dlogits_view), so the lm_head's backward runs in `dtype` like every
+// other linear.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -60,6 +61,12 @@ bool param_decays(int i);
 // Floating-point operations of one training step per token (forward + backward: 6N for the
 // weights plus attention), for tokens/s -> FLOP/s.
 double flops_per_token(const GPTConfig& c, int T);
+// Bytes one of `ranks` ranks sends per optimizer step for the gradient reduction in format
+// `grad_wire` and, with ZeRO-1 (zero), the all-gather of the updated weights: what
+// GPT::take_comm_bytes counts (ring bytes, comm.h), chunk for chunk. 0 for one rank.
+uint64_t plan_comm_bytes(const GPTConfig& c, DType dtype, int ranks, bool zero,
+                         const MomentFormats& moments = {},
+                         WireFormat grad_wire = WireFormat::FP32);
 
 // Bytes a GPT of this shape allocates to train on B x T in `dtype` (DType::F32, BF16, F16),
 // by category. The model allocates exactly these (plus 64-byte rounding per buffer), so the
@@ -67,7 +74,7 @@ double flops_per_token(const GPTConfig& c, int T);
 struct MemoryPlan {
   size_t weights = 0, master = 0, grads = 0, activations = 0;
   size_t optimizer = 0;  // Adam m and v, each in its storage format
-  size_t comm = 0;  // staging of the gradient reduction (several ranks)
+  size_t comm = 0;       // staging of the gradient reduction (several ranks)
   size_t total() const { return weights + master + grads + optimizer + activations + comm; }
 };
 // Elements per fp32 staging chunk when 16-bit gradients are reduced over ranks.
@@ -84,8 +91,7 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // grad_wire: the format gradients travel in between ranks (its encode buffers replace fp32
 // all-reduce's staging; src/numerics/wire_format.h).
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
-                       bool attention_lse = false, int ranks = 1,
-                       const MomentFormats& moments = {},
+                       bool attention_lse = false, int ranks = 1, const MomentFormats& moments = {},
                        MasterFormat master = MasterFormat::FP32,
                        WireFormat grad_wire = WireFormat::FP32);
 // The element type a moment of format f is stored in, for a model computing in `dtype`: the

@@ -14,6 +14,7 @@
 #include "report.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/comm/comm.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
 #include "src/training/run_dir.h"
@@ -234,8 +235,9 @@ struct StateSpec {
   Overlay overlay;
 };
 Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v,
-                      const MomentBlocking& b = {}) {
+                      const MomentBlocking& b = {}, WireFormat wire = WireFormat::FP32) {
   return {{"precision.state.master", master_format_name(master)},
+          {"precision.state.grad_comm", wire_format_name(wire)},
           {"precision.state.adam_m", state_format_name(m)},
           {"precision.state.adam_v", state_format_name(v)},
           {"precision.state.moment_block", std::to_string(b.block)},
@@ -269,6 +271,13 @@ const std::vector<StateSpec>& state_studies() {
        state_overlay(MF::FP32, SF::FP8E4M3, SF::FP16)},
       {"bf16sr-fp8", "bf16-sr master weights, fp8 e4m3 Adam moments with COAT's expansion",
        state_overlay(MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {128, false, true})},
+      // Gradients on the wire (several ranks: `mpirun -np N train_gpt compare ...`).
+      {"wire-bf16", "gradients sent between ranks in bf16, summed in fp32",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::BF16)},
+      {"wire-fp8", "gradients sent between ranks in fp8 e4m3 (a scale per 128), summed in fp32",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP8E4M3)},
+      {"lean", "bf16-sr master weights, fp8 e4m3 Adam moments, bf16 gradients on the wire",
+       state_overlay(MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {}, WireFormat::BF16)},
   };
   return all;
 }
@@ -342,6 +351,9 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec,
   json r = {{"seed", seed}, {"dir", c.train.out_dir}};
   try {
     const json earlier = prepare_mode_run(c, name);
+    // Several ranks (mpirun): every rank has looked at the run directory before any writes to
+    // it, so that all decide alike whether to reuse, resume or start the run.
+    if (comm_world() > 1) comm().barrier();
     r["summary"] = earlier.is_null() ? run_training(c) : earlier;
     if (!earlier.is_null()) r["reused"] = true;
   } catch (const Error& e) {
@@ -378,7 +390,8 @@ std::string compare_mode_what(const std::string& name) {
   std::string mode = find_compare_mode(name.substr(0, plus)).what;
   const StateSpec& st = find_state_study(name.substr(plus + 1));
   // A state choice with master weights of its own replaces what the mode says of them.
-  const std::string fp32_master = "; " + std::string(master_format_info(MasterFormat::FP32).summary);
+  const std::string fp32_master =
+      "; " + std::string(master_format_info(MasterFormat::FP32).summary);
   const bool own_master = std::any_of(st.overlay.begin(), st.overlay.end(), [](const auto& kv) {
     return kv.first == "precision.state.master" &&
            kv.second != master_format_name(MasterFormat::FP32);
@@ -486,8 +499,7 @@ std::string run_result(const json& run) {
 
 // Every seed of one mode and state, one progress line per finished run; their entry of the
 // results.
-json run_mode(const CompareArgs& a, const std::string& mode, const StateSpec* state,
-              Progress* p) {
+json run_mode(const CompareArgs& a, const std::string& mode, const StateSpec* state, Progress* p) {
   const ModeSpec& spec = find_compare_mode(mode);
   const std::string name = run_name(mode, state ? state->name : "");
   const std::string what = compare_mode_what(name);
@@ -520,6 +532,10 @@ json run_mode(const CompareArgs& a, const std::string& mode, const StateSpec* st
 
 int cmd_compare(int argc, char** argv) {
   CompareArgs a;
+  // Under mpirun every rank runs the same runs together (the trainer's data parallelism);
+  // rank 0 alone speaks and writes the report.
+  if (comm_rank() != 0 && !freopen("/dev/null", "w", stdout))
+    throw Error("compare: cannot silence rank " + std::to_string(comm_rank()) + "'s output");
   if (!parse_compare_args(argc, argv, &a)) return 0;
   config_validate(a.base);
   make_dirs(a.out);
@@ -537,15 +553,17 @@ int cmd_compare(int argc, char** argv) {
         plan.push_back({mode, st});
         continue;
       }
-      printf("compare: %s skipped: its master weights are bf16 (precision.state.master), and "
-             "%s's weights are not\n",
-             run_name(mode, st ? st->name : "").c_str(), mode.c_str());
+      printf(
+          "compare: %s skipped: its master weights are bf16 (precision.state.master), and "
+          "%s's weights are not\n",
+          run_name(mode, st ? st->name : "").c_str(), mode.c_str());
     }
   if (plan.empty()) throw UsageError("compare: no mode can keep any of --states");
   Progress progress;
   progress.total = int(plan.size()) * a.nseeds;
   json results = json::array();
   for (const auto& [mode, st] : plan) results.push_back(run_mode(a, mode, st, &progress));
+  if (comm_rank() != 0) return 0;
   ReportSpec spec;
   spec.out = a.out;
   for (const auto& r : results) spec.groups.push_back({r["name"], r["what"], r["runs"]});

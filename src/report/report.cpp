@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "compare.h"
+#include "run_costs.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
-#include "run_costs.h"
 #include "stats.h"
 
 namespace tg {
@@ -115,6 +115,7 @@ double quality_target(const ReportSpec& s) {
 struct Columns {
   bool bpb = false, plateau = false, quality = false;
   bool state = false;  // a group keeps a state choice of compare's --states ("mode+state")
+  bool comm = false;   // a group's runs sent gradients between ranks
 };
 
 // Per run: the steps to quality (where a target is set) and, on the toy task, the step at
@@ -222,6 +223,11 @@ json group_stats(const json& runs, const std::vector<double>* ref, const std::st
              {"speed_from_shared", sp.from_shared}});
   if (const size_t gpu = planned_gpu_bytes_of_runs(runs)) st["planned_gpu_bytes"] = gpu;
   if (const size_t b = state_bytes_gpt2_xl_of_runs(runs)) st["state_bytes_gpt2_xl"] = b;
+  const std::vector<double> sent = finals(runs, "comm_bytes_per_step");
+  if (!sent.empty() && describe_sample(sent).mean > 0) {
+    st["comm_bytes_per_step"] = describe_sample(sent).mean;
+    if (const uint64_t b = comm_bytes_gpt2_xl_of_runs(runs)) st["comm_bytes_gpt2_xl"] = b;
+  }
   if (ref) {
     const Verdict v = loss_verdict(vals, *ref, ref_name);
     st["verdict"] = v.kind;
@@ -239,12 +245,16 @@ std::string header_md(const ReportSpec& s, int max_seeds) {
   const json& d = s.config.value("data", json::object());
   const json& t = s.config.value("train", json::object());
   std::string md = "# " + s.title + "\n\n";
+  int ranks = 1;
+  for (const auto& g : s.groups)
+    if (const json* f = first_summary(g.runs)) ranks = std::max(ranks, f->value("ranks", 1));
   md += strf(
-      "Model: %d layers, %d heads, %d channels, vocabulary %d; batch %d x %d; %d steps; "
+      "Model: %d layers, %d heads, %d channels, vocabulary %d; batch %d x %d%s; %d steps; "
       "up to %d run(s) per mode, seeds from %lld; data `%s`.\n\n",
       m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0), m.value("vocab_size", 0),
-      d.value("batch_size", 0), d.value("seq_len", 0), t.value("steps", 0), max_seeds,
-      (long long)t.value("seed", 0LL), d.value("train", std::string("?")).c_str());
+      d.value("batch_size", 0), d.value("seq_len", 0),
+      ranks > 1 ? strf(" per rank x %d ranks (MPI)", ranks).c_str() : "", t.value("steps", 0),
+      max_seeds, (long long)t.value("seed", 0LL), d.value("train", std::string("?")).c_str());
   md += device_md(s.groups);
   if (std::isfinite(s.floor))
     md += strf("Loss floor of the dataset: %.4f nats/token.\n\n", s.floor);
@@ -288,8 +298,8 @@ std::string speed_cells(const json& st, const json& ref_st) {
   if (shared || ref_st.value("speed_from_shared", false))
     ratio = "n/a (shared)";
   else if (ref_st.value("tokens_per_second", 0.0) > 0)
-    ratio = strf("%.2fx", st["tokens_per_second"].get<double>() /
-                              ref_st["tokens_per_second"].get<double>());
+    ratio = strf("%.2fx",
+                 st["tokens_per_second"].get<double>() / ref_st["tokens_per_second"].get<double>());
   return tps + " | " + ratio + " |";
 }
 
@@ -318,6 +328,19 @@ std::string state_cells(const json& st, const json& ref_st) {
   return md + " |";
 }
 
+// The communication cells: bytes a rank sent per step in the group's runs, the same at GPT-2
+// 1.5B, and its ratio to the reference's.
+std::string comm_cells(const json& st, const json& ref_st) {
+  if (!st.contains("comm_bytes_per_step")) return "n/a | n/a | |";
+  std::string md = strf("%.1f KiB |", st["comm_bytes_per_step"].get<double>() / 1024.0);
+  if (!st.contains("comm_bytes_gpt2_xl")) return md + " n/a | |";
+  const double b = st["comm_bytes_gpt2_xl"].get<double>();
+  md += strf(" %.2f GiB |", b / 1073741824.0);
+  if (ref_st.contains("comm_bytes_gpt2_xl"))
+    return md + strf(" %.2fx |", b / ref_st["comm_bytes_gpt2_xl"].get<double>());
+  return md + " |";
+}
+
 // A table row's mean ± std of a statistic (key_mean, key_std), or n/a.
 std::string mean_std(const json& st, const std::string& key) {
   return st.contains(key + "_mean")
@@ -328,7 +351,7 @@ std::string mean_std(const json& st, const std::string& key) {
 std::string table_row(const RunGroup& g, const json& st, const json& ref_st, bool is_ref,
                       const Columns& cols) {
   const json* s = first_summary(g.runs);
-  const int n_cols = 10 + cols.plateau + cols.bpb + cols.quality + 2 * cols.state;
+  const int n_cols = 10 + cols.plateau + cols.bpb + cols.quality + 2 * cols.state + 3 * cols.comm;
   if (!s)
     return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) + " " +
            std::string(n_cols, '|') + "\n";
@@ -341,18 +364,19 @@ std::string table_row(const RunGroup& g, const json& st, const json& ref_st, boo
   if (cols.bpb) row += " | " + mean_std(st, "bpb");
   row += " | " + (st.contains("val_min") ? strf("%.4f / %.4f", st["val_min"].get<double>(),
                                                 st["val_max"].get<double>())
-                                          : std::string());
+                                         : std::string());
   row += " | " + (st.contains("diff") ? strf("%+.4f", st["diff"].get<double>()) : std::string());
   row += " | " + (is_ref ? std::string("reference") : st.value("verdict_text", std::string("n/a")));
   if (cols.plateau) {
     const int left = st["plateau_left"].get<int>();
-    row += left == 0 ? strf(" | never (0/%d)", all)
-                     : strf(" | %.0f, %d/%d runs", st["plateau_left_median"].get<double>(), left,
-                            all);
+    row += left == 0
+               ? strf(" | never (0/%d)", all)
+               : strf(" | %.0f, %d/%d runs", st["plateau_left_median"].get<double>(), left, all);
   }
   if (cols.quality) row += " | " + quality_cell(st);
   row += " | " + speed_cells(st, ref_st) + " " + memory_cells(*s, st, ref_st);
   if (cols.state) row += " " + state_cells(st, ref_st);
+  if (cols.comm) row += " " + comm_cells(st, ref_st);
   return row + strf(" %d |\n", skipped);
 }
 
@@ -586,10 +610,12 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
                    (cols.quality ? " " + quality_column(spec) + " |" : "") + " tokens/s | vs " +
                    ref + " | peak memory, this CPU | planned GPU memory | vs " + ref + " |" +
                    (cols.state ? " weights + state at GPT-2 1.5B | vs " + ref + " |" : "") +
+                   (cols.comm ? " sent per step per rank | at GPT-2 1.5B | vs " + ref + " |" : "") +
                    " skipped steps |\n";
   md += std::string("|---|---:|") + (cols.bpb ? "---:|" : "") + "---:|---:|---|" +
-        (cols.plateau ? "---:|" : "") + (cols.quality ? "---:|" : "") + "---:|---:|---:|---:|---:|" +
-        (cols.state ? "---:|---:|" : "") + "---:|\n";
+        (cols.plateau ? "---:|" : "") + (cols.quality ? "---:|" : "") +
+        "---:|---:|---:|---:|---:|" + (cols.state ? "---:|---:|" : "") +
+        (cols.comm ? "---:|---:|---:|" : "") + "---:|\n";
   int shared = 0, unknown = 0, runs = 0;
   for (size_t i = 0; i < spec.groups.size(); i++) {
     md += table_row(spec.groups[i], stats[i], ref_st, spec.groups[i].name == ref, cols);
@@ -618,6 +644,13 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
         "weights, gradients and Adam moments in the group's mode and state formats, one process "
         "(the first four columns of `train_gpt memory --preset gpt2-xl`): the part the state "
         "formats change; activations come on top.\n";
+  if (cols.comm)
+    md +=
+        "\nThe sent columns are the bytes one rank sent per step for the gradient reduction "
+        "and ZeRO-1's weight all-gather (summary.json's comm_bytes_per_step, counted as ring "
+        "algorithms send them), in these runs and planned for GPT-2 1.5B with the same mode, "
+        "state, wire format and number of ranks (precision.state.grad_comm, "
+        "docs/distributed.md).\n";
   if (cols.plateau)
     md += strf(
         "\nA run has left the copy plateau (val loss %.4f: what a model that ignores the "
@@ -678,6 +711,7 @@ std::string write_report(const ReportSpec& spec) {
   cols.plateau = std::isfinite(plateau_mid);
   cols.quality = std::isfinite(target);
   for (const auto& g : spec.groups) cols.state |= g.name.find('+') != std::string::npos;
+  for (const json& st : gj.stats) cols.comm |= st.contains("comm_bytes_per_step");
   std::string md = header_md(spec, gj.max_seeds);
   md += modes_table_md(spec, gj.stats, ref_group, cols, plateau_mid);
   md += runs_md(gj.groups, cols);

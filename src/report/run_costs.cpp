@@ -42,7 +42,8 @@ std::string device_md(const std::vector<RunGroup>& groups) {
     const std::string model = m.value("cpu", std::string());
     cpus.insert(m.contains("cpus") ? strf("%s, %d cores", model.empty() ? "a CPU" : model.c_str(),
                                           m["cpus"].get<int>())
-                                   : model.empty() ? "its model not recorded" : model);
+                : model.empty()    ? "its model not recorded"
+                                   : model);
   }
   std::string md;
   if (!cpus.empty())
@@ -111,11 +112,23 @@ size_t planned_gpu_bytes_of_runs(const json& runs) {
 size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
   return with_first_run_config(runs, [](const Config& c) {
     const Mode mode = c.precision.mode;
-    const MemoryPlan p =
-        plan_memory(gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
-                    moment_formats(c.precision.state.adam_m, c.precision.state.adam_v, moment_blocking(c)),
-                    mode_master(c, mode));
+    const MemoryPlan p = plan_memory(
+        gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
+        moment_formats(c.precision.state.adam_m, c.precision.state.adam_v, moment_blocking(c)),
+        mode_master(c, mode));
     return p.weights + p.master + p.grads + p.optimizer;
+  });
+}
+
+uint64_t comm_bytes_gpt2_xl_of_runs(const json& runs) {
+  int ranks = 0;
+  for (const auto& r : runs)
+    if (r.contains("summary") && r["summary"].contains("ranks")) ranks = r["summary"]["ranks"];
+  if (ranks <= 1) return 0;
+  return with_first_run_config(runs, [ranks](const Config& c) {
+    return size_t(plan_comm_bytes(gpt_config(48, 25, 1600, 50257, 1024),
+                                  mode_dtype(c.precision.mode), ranks, c.train.zero_stage == 1,
+                                  precision_spec(c).moments, c.precision.state.grad_comm));
   });
 }
 
@@ -125,12 +138,13 @@ std::string costs_note_md(int shared_runs, int unknown_runs, int all_runs) {
           ? "\nSpeed: these runs do not record their machine's load (they were made before "
             "summary.json had it), so whether other processes shared their cores is not known: "
             "their speed is marked \"load not recorded\"."
-          : strf("\nSpeed: %d of %d runs shared their cores with other processes (these took "
-                 "more than %.0f%% of the cores' time, summary.json's "
-                 "machine.others_cpu_share). A group's tokens/s is the mean of its runs that had "
-                 "the cores to themselves; where none had, it is marked \"shared\" and no "
-                 "ratio is taken from it.",
-                 shared_runs, all_runs, 100 * kSharedMachineShare);
+          : strf(
+                "\nSpeed: %d of %d runs shared their cores with other processes (these took "
+                "more than %.0f%% of the cores' time, summary.json's "
+                "machine.others_cpu_share). A group's tokens/s is the mean of its runs that had "
+                "the cores to themselves; where none had, it is marked \"shared\" and no "
+                "ratio is taken from it.",
+                shared_runs, all_runs, 100 * kSharedMachineShare);
   if (unknown_runs > 0 && unknown_runs < all_runs)
     md += strf(
         " %d runs do not record their machine's load (made before summary.json had it): their "

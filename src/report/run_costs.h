@@ -38,6 +38,10 @@ size_t planned_gpu_bytes_of_runs(const nlohmann::json& runs);
 // the part of the memory the state formats change, at the size where it fills a GPU.
 // Activations (which depend on the batch) are not in it; one process, no ZeRO-1.
 size_t state_bytes_gpt2_xl_of_runs(const nlohmann::json& runs);
+// Bytes one rank sends per step at GPT-2 1.5B with the first run's mode, ZeRO stage, state
+// formats and gradient wire format over its number of ranks (summary.json's ranks): what
+// GPT::take_comm_bytes would count (plan_comm_bytes); 0 when no run says, or for one rank.
+uint64_t comm_bytes_gpt2_xl_of_runs(const nlohmann::json& runs);
 
 // The paragraph under the table on the speed and memory columns: which runs were shared.
 std::string costs_note_md(int shared_runs, int unknown_runs, int all_runs);

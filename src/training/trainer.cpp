@@ -882,6 +882,7 @@ json Trainer::summary_json(const FinalNumbers& f) const {
                                    .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       // Bytes this rank sent per step for the gradients and weights, over this process's steps.
+      {"ranks", world_},
       {"comm_bytes_per_step",
        run_steps_ > 0 ? json(double(run_comm_bytes_) / double(run_steps_)) : json(nullptr)},
       {"state", state_json(m, cfg_)},

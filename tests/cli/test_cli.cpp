@@ -690,6 +690,9 @@ TEST_CASE("mpi: the memory plan of 2 ranks, plain and ZeRO-1, equals the measure
       for (const json& r : read_metrics(run / "metrics.jsonl", "train"))
         CHECK(r["comm_bytes"].get<double>() == want);
       CHECK(s["comm_bytes_per_step"].get<double>() == want);
+      CHECK(double(tg::plan_comm_bytes(tg::gpt_config(1, 2, 16, 256, 32),
+                                       tg::mode_dtype(tg::parse_mode(mode, "mode")), 2, zero)) ==
+            want);
     }
 }
 

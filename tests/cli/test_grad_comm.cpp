@@ -4,9 +4,11 @@
 // exactly; resume is bit-exact; an unknown format is refused by name.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "src/base/fileio.h"
+#include "src/config/config.h"
 #include "src/model/model.h"
 #include "src/training/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
@@ -46,6 +48,12 @@ double expected_bytes(tg::WireFormat f, int zero, int world, double width) {
 
 void check_bytes_and_memory(const std::string& run, double want) {
   const json s = json::parse(slurp(run + "/summary.json"));
+  // The planner counts what the run sent.
+  tg::Config c;
+  tg::config_apply_json(c, json::parse(slurp(run + "/config.json")), "config.json");
+  CHECK(double(tg::plan_comm_bytes(tg::model_config(c), tg::mode_dtype(c.precision.mode),
+                                   s["ranks"].get<int>(), c.train.zero_stage == 1, {},
+                                   c.precision.state.grad_comm)) == want);
   for (const json& r : read_metrics(run + "/metrics.jsonl", "train"))
     CHECK(r["comm_bytes"].get<double>() == want);
   CHECK(s["comm_bytes_per_step"].get<double>() == want);
@@ -144,4 +152,35 @@ TEST_CASE("cli: an unknown gradient wire format is refused by name") {
   REQUIRE(run_binary(tiny_args(a.path) + kSteps, &out) == 0);
   REQUIRE(run_binary(tiny_args(b.path) + kSteps + wire("fp8-e4m3"), &out) == 0);
   check_same_losses(a.path, b.path, 8);
+}
+
+TEST_CASE("mpi: compare runs wire formats over ranks and reports the bytes each sends") {
+  tgt::TempDir out;
+  std::string text;
+  const std::string args = tgt::tiny_compare_args() +
+                           "--modes bf16 --states fp32,wire-bf16,wire-fp8 --seeds 2 "
+                           "--train.steps=8 --out " +
+                           out.path;
+  REQUIRE(run_mpi(2, args, &text) == 0);
+  INFO(text);
+  const std::string md = slurp(out / "report.md");
+  CHECK(has(md, "batch 4 x 32 per rank x 2 ranks (MPI)"));
+  CHECK(has(md, "| sent per step per rank | at GPT-2 1.5B |"));
+  CHECK(has(text, "wrote " + out.path + "/report.md"));  // once: rank 0 speaks for the job
+  CHECK(text.find("wrote ") == text.rfind("wrote "));
+  const json c = json::parse(slurp(out / "compare.json"));
+  std::map<std::string, json> stats;
+  for (const json& g : c["modes"]) stats[g["name"].get<std::string>()] = g["stats"];
+  REQUIRE(stats.size() == 3);
+  const double fp32 = stats["bf16"]["comm_bytes_gpt2_xl"].get<double>();
+  CHECK(stats["bf16+wire-bf16"]["comm_bytes_gpt2_xl"].get<double>() / fp32 ==
+        doctest::Approx(0.5).epsilon(1e-3));
+  CHECK(stats["bf16+wire-fp8"]["comm_bytes_gpt2_xl"].get<double>() / fp32 ==
+        doctest::Approx(1.03125 / 4).epsilon(1e-3));
+  CHECK(stats["bf16"]["comm_bytes_per_step"].get<double>() == 4.0 * kTinyParams);
+  // bf16 gradients travel in bf16 without loss: the same final losses, seed for seed.
+  CHECK(stats["bf16+wire-bf16"]["val_mean"].get<double>() ==
+        stats["bf16"]["val_mean"].get<double>());
+  CHECK(stats["bf16+wire-fp8"]["val_mean"].get<double>() !=
+        stats["bf16"]["val_mean"].get<double>());
 }
