@@ -24,6 +24,7 @@
 #include "src/numerics/adamw_math.h"
 #include "src/numerics/loss_scaler.h"
 #include "src/numerics/master_format.h"
+#include "src/numerics/wire_format.h"
 #include "src/numerics/moment_format.h"
 #include "src/numerics/operand_view.h"
 #include "src/numerics/recipe.h"
@@ -347,6 +348,15 @@ class Backend {
   virtual TensorStats stats(Tensor t) = 0;
   // dst = src converted to dst's type (same length)
   virtual void convert(Tensor dst, Tensor src, const Rounding& r) = 0;
+  // Gradients on the wire (src/numerics/wire_format.h), in rows of `part` elements; byte
+  // buffers are tensors of one-byte elements. wire_encode: every fp32 row of x (rows x part)
+  // encoded into out (rows x wire_bytes(part)). wire_sum: sum (fp32, part) = -0 plus every row
+  // of `in` decoded, added in row order (in fp32; FP8 with one fmaf per element). wire_decode:
+  // out (fp32, rows x part) = every row of `in` decoded. The defaults go through host copies
+  // and the host functions; backends with memory of their own have kernels for them.
+  virtual void wire_encode(Tensor x, size_t part, WireFormat f, Tensor out);
+  virtual void wire_sum(Tensor in, size_t part, WireFormat f, Tensor sum);
+  virtual void wire_decode(Tensor in, size_t part, WireFormat f, Tensor out);
   // The probes' view of the operand t(rows, cols) (src/numerics/operand_view.h), its statistics
   // reduced on this backend (the CPU: on the tensor itself; devices: on the device); null
   // when the backend has none (the probes then cannot run on it).

@@ -828,19 +828,29 @@ void GPT::sync_grads() {
 }
 
 void GPT::sync_grads_wire() {
-  if (be_.name() != "cpu")
-    throw Error(strf("gradients in %s on the wire need the CPU backend's host memory",
-                     wire_format_name(dp_.grad_wire)));
   Comm& cm = *dp_.comm;
   const WireFormat f = dp_.grad_wire;
   const size_t W = size_t(cm.world()), S = shard_size_;
-  const size_t total = sharded_ ? S : num_params_,
-               step = std::min(total, std::max<size_t>(1, dp_.chunk));
+  const size_t total = sharded_ ? S : num_params_;
+  const size_t step = std::min(total, std::max<size_t>(1, dp_.chunk));
   const size_t rows = wire_part(step, W, sharded_), row_bytes = wire_bytes(rows, f);
+  // The encoded rows travel from the backend's memory when the communicator reads it (host
+  // memory, or NCCL on device memory), else through host copies.
+  const bool direct = be_.name() == "cpu" || cm.device_memory();
+  auto exchange = [&](Tensor send, Tensor recv, size_t bytes, bool gather) {
+    comm_bytes_ += uint64_t(W - 1) * bytes;
+    if (direct)
+      return gather ? cm.all_gather_bytes(send.data, recv.data, bytes)
+                    : cm.all_to_all_bytes(send.data, recv.data, bytes);
+    std::vector<uint8_t> hs(send.bytes()), hr(recv.bytes());
+    be_.download(hs.data(), send);
+    gather ? cm.all_gather_bytes(hs.data(), hr.data(), bytes)
+           : cm.all_to_all_bytes(hs.data(), hr.data(), bytes);
+    be_.upload(recv, hr.data());
+  };
   AllocPurpose purpose("the gradient reduction's staging");
   Tensor stage = be_.alloc(DType::F32, W * rows), sum = be_.alloc(DType::F32, rows);
   Tensor send = be_.alloc(DType::E4M3, W * row_bytes), recv = be_.alloc(DType::E4M3, W * row_bytes);
-  char *out = send.as<char>(), *in = recv.as<char>();
   for (size_t off = 0; off < total; off += step) {
     const size_t len = std::min(step, total - off), part = wire_part(len, W, sharded_);
     const size_t bytes = wire_bytes(part, f);
@@ -851,29 +861,23 @@ void GPT::sync_grads_wire() {
       return {off + lo, std::min(len, lo + part) - lo};
     };
     be_.zero(stage);
-    for (size_t r = 0; r < W; r++) {
-      const auto [g, cnt] = row(r);
-      if (cnt) be_.convert(stage.slice(r * part, cnt), grads_.slice(g, cnt), Rounding{});
-      wire_encode(stage.as<float>() + r * part, part, f, out + r * bytes);
-    }
-    cm.all_to_all_bytes(out, in, bytes);
-    float* acc = sum.as<float>();
-    std::fill(acc, acc + part, -0.f);  // the identity of fp32 addition, sign of zero included
-    for (size_t r = 0; r < W; r++) wire_decode_add(in + r * bytes, part, f, acc);
-    comm_bytes_ += uint64_t(W - 1) * bytes;
+    for (size_t r = 0; r < W; r++)
+      if (const auto [g, cnt] = row(r); cnt)
+        be_.convert(stage.slice(r * part, cnt), grads_.slice(g, cnt), Rounding{});
+    be_.wire_encode(stage.slice(0, W * part), part, f, send.slice(0, W * bytes));
+    exchange(send.slice(0, W * bytes), recv.slice(0, W * bytes), bytes, false);
+    be_.wire_sum(recv.slice(0, W * bytes), part, f, sum.slice(0, part));
     if (sharded_) {
       be_.convert(grads_.slice(shard_begin_ + off, len), sum.slice(0, len), Rounding{});
       continue;
     }
     // Every rank's sums back to every rank, encoded again.
-    wire_encode(acc, part, f, out);
-    cm.all_gather_bytes(out, in, bytes);
-    comm_bytes_ += uint64_t(W - 1) * bytes;
-    for (size_t r = 0; r < W; r++) {
-      const auto [g, cnt] = row(r);
-      wire_decode(in + r * bytes, part, f, stage.as<float>() + r * part);
-      if (cnt) be_.convert(grads_.slice(g, cnt), stage.slice(r * part, cnt), Rounding{});
-    }
+    be_.wire_encode(sum.slice(0, part), part, f, send.slice(0, bytes));
+    exchange(send.slice(0, bytes), recv.slice(0, W * bytes), bytes, true);
+    be_.wire_decode(recv.slice(0, W * bytes), part, f, stage.slice(0, W * part));
+    for (size_t r = 0; r < W; r++)
+      if (const auto [g, cnt] = row(r); cnt)
+        be_.convert(grads_.slice(g, cnt), stage.slice(r * part, cnt), Rounding{});
   }
   for (Tensor t : {stage, sum, send, recv}) be_.free(t);
 }

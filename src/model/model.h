@@ -110,9 +110,9 @@ struct DataParallel {
   Comm* comm = nullptr;
   bool zero = false;
   size_t chunk = kGradSyncChunk;  // elements per fp32 staging chunk when reducing 16-bit grads
-  // The format gradients travel in (precision.state.grad_comm; src/numerics/wire_format.h).
-  // Other than fp32 it needs host memory (the CPU backend) and a communicator with an
-  // all-to-all (MPI, or one process).
+  // The format gradients travel in (precision.state.grad_comm; src/numerics/wire_format.h):
+  // other than fp32, encoded by the backend (Backend::wire_encode) and exchanged by the
+  // communicator's all-to-all (MPI, NCCL's grouped sends and receives).
   WireFormat grad_wire = WireFormat::FP32;
 };
 // Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
@@ -314,7 +314,7 @@ class GPT {
  private:
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
-  // sync_grads in dp_.grad_wire other than fp32 (host memory).
+  // sync_grads in dp_.grad_wire other than fp32.
   void sync_grads_wire();
   void set_bf16_master(const std::vector<float>& p);
   // adamw_step with FP8 moments: one call over the shard (src/numerics/moment_block.h).

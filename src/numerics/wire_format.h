@@ -12,18 +12,26 @@
 //   bf16      2 bytes, rounded to nearest even. Lossless for gradients computed in bf16 (the
 //             bf16 and quantized modes), so those runs follow fp32's wire bit for bit at
 //             half the bytes.
-//   fp8-e4m3  1 byte plus a 4-byte fp32 descale per block of kWireBlock elements (the
-//             descales first, then the codes): each block's
-//             amax is mapped to E4M3's largest value (fp8_scale_from_amax), elements rounded
-//             to nearest and saturated. A block holding inf or NaN decodes as NaN throughout,
-//             so the loss scaler still sees the overflow.
+//   fp8-e4m3  1 byte plus a 4-byte fp32 descale per block of kWireBlock elements. A row of n
+//             elements: the descales, then the codes padded to whole 4-byte words (so that
+//             the next row's descales are aligned). Each block's amax is mapped to E4M3's
+//             largest value (fp8_scale_from_amax), elements rounded to nearest and saturated.
+//             A block holding inf or NaN decodes as NaN throughout, so the loss scaler still
+//             sees the overflow.
 // Encoding is deterministic (no random bits): a resumed run sends what the first would have.
+// The element arithmetic below is shared, __host__ __device__, by the CPU (wire_format.cpp)
+// and the CUDA kernels (kernels/wire.cuh); decoding adds with one fused multiply-add, spelled
+// out, so that both give the same bits.
 // The names are spelled in wire_format.cpp only; they are what config.json holds.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "formats.h"
 
 namespace tg {
 
@@ -36,7 +44,7 @@ struct WireFormatInfo {
   const char* summary;  // for `--help` and the start line
 };
 
-// Elements per FP8 scale block on the wire (counted from the start of each rank's part).
+// Elements per FP8 scale block on the wire (counted from the start of each row).
 inline constexpr size_t kWireBlock = 128;
 
 // Every row, in the order `--help` lists them.
@@ -47,16 +55,49 @@ const char* wire_format_name(WireFormat f);
 WireFormat parse_wire_format(const std::string& name, const char* key);
 std::vector<std::string> wire_format_names();
 
-// Bytes of n elements encoded in format f (FP8: the codes, then one fp32 descale per block).
-size_t wire_bytes(size_t n, WireFormat f);
-// Bytes per element on average for long parts (what `memory` and reports quote).
+TG_HD inline size_t wire_blocks(size_t n) { return (n + kWireBlock - 1) / kWireBlock; }
+// Bytes of a row of n elements encoded in format f.
+TG_HD inline size_t wire_bytes(size_t n, WireFormat f) {
+  if (f == WireFormat::FP32) return 4 * n;
+  if (f == WireFormat::BF16) return 2 * n;
+  return 4 * wire_blocks(n) + (n + 3) / 4 * 4;
+}
+// Bytes per element on average for long rows (what `memory` and reports quote).
 double wire_bytes_per_element(WireFormat f);
+
+// ---- FP8 blocks: the scale from the block's amax, the descale sent, the codes ----
+TG_HD inline float wire_fp8_scale(float amax) { return fp8_scale_from_amax(amax, E4M3_MAX, 0); }
+// `finite`: no element of the block is inf or NaN; else NaN (and so is every decoded element).
+TG_HD inline float wire_fp8_descale(float scale, bool finite) {
+  return finite ? 1.f / scale : bits_f32(0x7fc00000u);
+}
+TG_HD inline uint8_t wire_fp8_code(float x, float scale) { return f32_to_e4m3(x * scale, true); }
+
+// acc + element i of a row of n elements encoded in format f (FP8: fmaf(code, descale, acc),
+// rounded once). With acc = -0.f (the identity of fp32 addition), the element itself.
+TG_HD inline float wire_add(const uint8_t* row, size_t n, size_t i, WireFormat f, float acc) {
+  if (f == WireFormat::FP32) {
+    float v;
+    memcpy(&v, row + 4 * i, 4);
+    return acc + v;
+  }
+  if (f == WireFormat::BF16) {
+    uint16_t h;
+    memcpy(&h, row + 2 * i, 2);
+    return acc + bf16_to_f32(h);
+  }
+  float descale;
+  memcpy(&descale, row + 4 * (i / kWireBlock), 4);
+  return fmaf(e4m3_to_f32(row[4 * wire_blocks(n) + i]), descale, acc);
+}
+
+// Host rows (the CPU backend; the CUDA kernels are their twins):
 // Encodes x[0, n) into out (wire_bytes(n, f) bytes).
 void wire_encode(const float* x, size_t n, WireFormat f, void* out);
 // out[0, n) = the elements `in` encodes (n elements encoded by wire_encode).
 void wire_decode(const void* in, size_t n, WireFormat f, float* out);
-// acc[i] += decoded element i of `in`, for i in [0, n). A sum over ranks starts from -0.f, the
-// identity of fp32 addition, so that one rank's part comes back bit for bit (sign of zero too).
+// acc[i] = wire_add(in, n, i, f, acc[i]) for i in [0, n). A sum over ranks starts from -0.f,
+// so that one rank's part comes back bit for bit (sign of zero too).
 void wire_decode_add(const void* in, size_t n, WireFormat f, float* acc);
 
 }  // namespace tg

@@ -231,12 +231,6 @@ void Trainer::setup_model() {
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   dp.grad_wire = c.precision.state.grad_comm;
-  // The encoding runs on the host over the communicator's all-to-all: the CPU backend's
-  // memory and MPI (a GPU path over NCCL is not written yet).
-  if (dp.comm && dp.grad_wire != WireFormat::FP32 && be_->name() != "cpu")
-    throw UsageError(strf("config key 'precision.state.grad_comm': %s on the wire runs on the CPU "
-                          "backend only (this run is on %s); use fp32",
-                          wire_format_name(dp.grad_wire), be_->name().c_str()));
   const PrecisionSpec spec = precision_spec(cfg_);
   model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
   const auto& lsc = c.precision.loss_scale;

@@ -25,6 +25,7 @@
 #include "src/backends/cuda/scaled.h"
 #include "src/numerics/recipe.h"
 #include "src/numerics/state_format.h"
+#include "src/numerics/wire_format.h"
 
 namespace emu_test {
 extern bool lt_refuse_fp8_epilogue;  // cublaslt_emulation.cpp: no FP8 GEMM with a bias epilogue
@@ -139,6 +140,22 @@ TEST_CASE("checked: AdamW (host and device factors), conversions, norms, classif
         gpu::classifier(c, logits->p, losses.p, targets.p, g, logits->p, ld, 0.f, N, V, Vp);
         gpu::classifier(c, logits->p, losses.p, targets.p, g, logits->p, ld, 1.f / N, N, V, Vp);
       }
+  expect_clean();
+}
+
+TEST_CASE("checked: gradient wire: encode, sum, decode (every format, ragged rows)") {
+  gpu::Ctx& c = checked_ctx();
+  take_reports();
+  for (WireFormat f : {WireFormat::FP32, WireFormat::BF16, WireFormat::FP8E4M3})
+    for (size_t part : {size_t(1), size_t(130), size_t(1001)}) {
+      const size_t rows = 3;
+      auto x = rnd<float>(rows * part);
+      Dev<uint8_t> enc(rows * wire_bytes(part, f));  // written whole by the encoding (padding too)
+      Dev<float> sum(part), dec(rows * part);
+      gpu::wire_encode(c, x->p, part, rows, f, enc.p);
+      gpu::wire_sum(c, enc.p, part, rows, f, sum.p);
+      gpu::wire_decode(c, enc.p, part, rows, f, dec.p);
+    }
   expect_clean();
 }
 
@@ -475,7 +492,7 @@ TEST_CASE("checked: every kernel of kernels/*.cuh ran under the checks (runs las
   std::set<std::string> declared, ran;
   for (const char* f : {"adamw", "attention", "classifier", "encoder", "flash_attention",
                         "fp8_kernels", "gelu", "global_norm", "layernorm", "loss_scale", "matmul",
-                        "operand_stats", "quantize_blocks", "residual"}) {
+                        "operand_stats", "quantize_blocks", "residual", "wire"}) {
     std::ifstream in(std::string("kernels/") + f + ".cuh");
     REQUIRE_MESSAGE(in.good(), "kernels/" << f << ".cuh (run from the repository root)");
     std::stringstream ss;

@@ -9,9 +9,12 @@
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #ifdef TG_NCCL
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda_test_util.h"
+#include "src/backends/cpu/cpu_backend.h"
 #include "src/comm/comm.h"
 #include "src/model/model.h"
 
@@ -100,6 +103,80 @@ TEST_CASE("emulated: GPT::sync_grads over NCCL sums the finished gradients (2 ra
   emu_test::check_emu();
 }
 
+namespace {
+// The CPU's twin of the emulated NCCL world on host memory: rank `rank` of `world`, whose peers
+// hold this rank's data (the collectives the gradient wire uses).
+class MirrorComm final : public tg::Comm {
+ public:
+  MirrorComm(int rank, int world) : rank_(rank), world_(world) {}
+  std::string name() const override { return "mirror"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  void all_reduce_sum(float* x, size_t n) override {
+    for (size_t i = 0; i < n; i++) x[i] *= float(world_);
+  }
+  void all_reduce_sum(double* x, size_t n) override {
+    for (size_t i = 0; i < n; i++) x[i] *= world_;
+  }
+  void all_reduce_max(float*, size_t) override {}
+  void all_gather_bytes(const void* in, void* out, size_t bytes) override {
+    const char* mine = in ? static_cast<const char*>(in) : static_cast<char*>(out) + rank_ * bytes;
+    std::vector<char> copy(mine, mine + bytes);
+    for (int r = 0; r < world_; r++) memcpy(static_cast<char*>(out) + r * bytes, copy.data(), bytes);
+  }
+  void all_to_all_bytes(const void* in, void* out, size_t bytes) override {
+    all_gather_bytes(static_cast<const char*>(in) + rank_ * bytes, out, bytes);
+  }
+  void reduce_scatter_sum(const float*, float*, size_t) override { throw tg::Error("unused"); }
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { throw tg::Error(tg::strf("abort(%d)", code)); }
+
+ private:
+  int rank_, world_;
+};
+}  // namespace
+
+TEST_CASE("emulated: gradients in bf16 and fp8 on the wire over NCCL equal the CPU's (2 ranks)") {
+  auto gpu = tg::make_cuda_backend();
+  auto cpu = tg::make_cpu_backend();
+  for (tg::DType t : {tg::DType::F32, tg::DType::BF16})
+    for (tg::WireFormat f : {tg::WireFormat::BF16, tg::WireFormat::FP8E4M3})
+      for (bool zero : {false, true})
+        for (int rank = 0; rank < kWorld; rank++) {
+          const std::string type = tg::dtype_name(t), wire = tg::wire_format_name(f);
+          CAPTURE(type);
+          CAPTURE(wire);
+          CAPTURE(zero);
+          CAPTURE(rank);
+          EmulatedWorld world(rank, kWorld);
+          std::unique_ptr<tg::Comm> nccl = tg::make_nccl_comm(world, *gpu);
+          MirrorComm mirror(rank, kWorld);
+          std::vector<std::vector<double>> out;
+          for (tg::Backend* be : {gpu.get(), cpu.get()}) {
+            tg::DataParallel dp;
+            dp.comm = be == gpu.get() ? nccl.get() : static_cast<tg::Comm*>(&mirror);
+            dp.zero = zero;
+            dp.chunk = 1000;  // several chunks, parts padded, FP8 blocks cut at part ends
+            dp.grad_wire = f;
+            tg::GPT m(tiny_gpt(), *be, t, dp);
+            // The same gradients on both backends, an outlier and a tiny block among them.
+            std::vector<float> g = tgc::randn(m.grads().numel, 3);
+            for (size_t i = 0; i < g.size(); i++) g[i] *= i % 700 < 128 ? 1e-6f : 1e-2f;
+            g[4321 % g.size()] = 30.f;
+            be->upload(m.grads(), tgc::encode(g, t).data());
+            m.sync_grads();
+            out.push_back(read(*be, m.grads()));
+            CHECK(m.take_comm_bytes() > 0);
+          }
+          size_t wrong = 0;
+          for (size_t i = 0; i < out[0].size(); i++)
+            wrong += !(out[0][i] == out[1][i] || (std::isnan(out[0][i]) && std::isnan(out[1][i])));
+          CHECK(wrong == 0);
+        }
+  emu_test::check_emu();
+}
+
 TEST_CASE("emulated: GPT::gather_params over NCCL gathers the updated shards (2 ranks)") {
   auto be = tg::make_cuda_backend();
   for (tg::DType t : {tg::DType::F32, tg::DType::BF16})
@@ -159,6 +236,12 @@ TEST_CASE("emulated: NCCL collectives on host buffers, staged through pinned mem
     c->all_gather(part.data(), all.data(), part.size());
     for (int r = 0; r < kWorld; r++)
       CHECK(std::equal(part.begin(), part.end(), all.begin() + r * part.size()));
+    // all-to-all: the peer's part for this rank is this rank's own part (same data)
+    std::vector<float> swapped(x.size());
+    c->all_to_all_bytes(x.data(), swapped.data(), part.size() * sizeof(float));
+    for (int r = 0; r < kWorld; r++)
+      CHECK(std::equal(swapped.begin() + r * part.size(), swapped.begin() + (r + 1) * part.size(),
+                       x.begin() + rank * part.size()));
     h = x;
     c->broadcast(h.data(), h.size() * sizeof(float), 1 - rank);
     CHECK(h == x);

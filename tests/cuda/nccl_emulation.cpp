@@ -11,6 +11,10 @@
 //   ReduceScatter   recv = op over the ranks of send[rank * count, + count)
 //   AllGather       recv[r * count, + count) = send for every r
 //   Broadcast       recv = send (the root's, which is this rank's)
+//   Send / Recv     only inside ncclGroupStart / ncclGroupEnd (how nccl_comm.cu's all-to-all
+//                   uses them); at ncclGroupEnd each receive from peer p gets what p sends to
+//                   this rank, which (same data at the same addresses) is what this rank's
+//                   send to itself holds: a group without that send is ncclInvalidUsage.
 // Each collective checks its arguments at the call (ncclInvalidArgument, as NCCL does) and is
 // queued on its stream (tests/cuda/stream_emulation.cpp): it reads and writes the buffers when
 // the stream is waited for, not when it is called. Element types: the ones nccl_comm.cu uses
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -81,9 +86,81 @@ ncclResult_t queue(const char* what, cudaStream_t stream, const void* send, size
   return ncclSuccess;
 }
 
+// The sends and receives of the open group (ncclGroupStart .. ncclGroupEnd), on one stream.
+struct PeerOp {
+  const void* buf;
+  size_t bytes;
+  int peer;
+};
+struct Group {
+  int depth = 0;
+  bool bad = false;  // an op on another communicator or stream than the group's first
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<PeerOp> sends, recvs;
+};
+Group& group() {
+  static thread_local Group g;
+  return g;
+}
+ncclResult_t add_peer_op(bool send, const void* buf, size_t count, ncclDataType_t t, int peer,
+                         ncclComm_t comm, cudaStream_t stream) {
+  const size_t e = type_bytes(t);
+  Group& g = group();
+  if (!comm || !e || peer < 0 || peer >= emu_comm(comm)->nranks) return ncclInvalidArgument;
+  if (g.depth == 0) return ncclInvalidUsage;  // emulated inside a group only
+  if (g.sends.empty() && g.recvs.empty()) g.comm = comm, g.stream = stream;
+  g.bad |= comm != g.comm || stream != g.stream;
+  (send ? g.sends : g.recvs).push_back({buf, count * e, peer});
+  return ncclSuccess;
+}
+
 }  // namespace
 
 extern "C" {
+
+ncclResult_t ncclGroupStart() {
+  group().depth++;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  Group& g = group();
+  if (g.depth == 0) return ncclInvalidUsage;
+  if (--g.depth > 0) return ncclSuccess;
+  Group done = std::move(g);
+  g = Group{};
+  if (done.recvs.empty() && done.sends.empty()) return ncclSuccess;
+  if (done.bad) return ncclInvalidUsage;
+  const int me = emu_comm(done.comm)->rank;
+  const PeerOp* self = nullptr;
+  for (const PeerOp& op : done.sends)
+    if (op.peer == me) self = &op;
+  std::vector<emu::Use> uses;
+  for (const auto* ops : {&done.sends, &done.recvs})
+    for (const PeerOp& op : *ops) {
+      if (!self || op.bytes != self->bytes) return ncclInvalidUsage;
+      uses.push_back({op.buf, op.bytes});
+    }
+  const PeerOp from = *self;
+  std::vector<PeerOp> recvs = done.recvs;
+  emu::enqueue(done.stream, "a group of ncclSend / ncclRecv of an emulated NCCL communicator",
+               std::move(uses), [from, recvs] {
+                 for (const PeerOp& r : recvs)
+                   if (r.buf != from.buf) std::memmove(const_cast<void*>(r.buf), from.buf, r.bytes);
+               });
+  return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return add_peer_op(true, send, count, t, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return add_peer_op(false, recv, count, t, peer, comm, stream);
+}
 
 const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {

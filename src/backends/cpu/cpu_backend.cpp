@@ -494,6 +494,24 @@ class CpuBackend final : public Backend {
     });
     return std::make_unique<HostOperandView>(std::move(x), rows, cols);
   }
+  // Gradients on the wire: the host encoding itself, in place (the rows are host memory).
+  void wire_encode(Tensor x, size_t part, WireFormat f, Tensor out) override {
+    const size_t rows = x.numel / part, row_bytes = wire_bytes(part, f);
+    for (size_t r = 0; r < rows; r++)
+      tg::wire_encode(x.as<float>() + r * part, part, f, out.as<uint8_t>() + r * row_bytes);
+  }
+  void wire_sum(Tensor in, size_t part, WireFormat f, Tensor sum) override {
+    const size_t row_bytes = wire_bytes(part, f), rows = in.bytes() / row_bytes;
+    float* acc = sum.as<float>();
+    std::fill(acc, acc + part, -0.f);
+    for (size_t r = 0; r < rows; r++)
+      tg::wire_decode_add(in.as<uint8_t>() + r * row_bytes, part, f, acc);
+  }
+  void wire_decode(Tensor in, size_t part, WireFormat f, Tensor out) override {
+    const size_t rows = out.numel / part, row_bytes = wire_bytes(part, f);
+    for (size_t r = 0; r < rows; r++)
+      tg::wire_decode(in.as<uint8_t>() + r * row_bytes, part, f, out.as<float>() + r * part);
+  }
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
     if (dst.numel != src.numel) throw Error("cpu backend: convert length mismatch");
     dispatch("convert", dst.dtype, [&](auto* dtag) {

@@ -482,6 +482,23 @@ class CudaBackend final : public Backend {
     download(host.data(), t);
     return cpu_->stats(Tensor{host.data(), t.dtype, t.numel});
   }
+  void wire_encode(Tensor x, size_t part, WireFormat f, Tensor out) override {
+    const size_t rows = x.numel / part;
+    if (x.dtype != DType::F32 || rows * part != x.numel || out.bytes() < rows * wire_bytes(part, f))
+      throw Error("cuda backend: wire_encode: buffers do not match their rows");
+    gpu::wire_encode(ctx_, x.as<float>(), part, rows, f, out.as<uint8_t>());
+  }
+  void wire_sum(Tensor in, size_t part, WireFormat f, Tensor sum) override {
+    if (sum.dtype != DType::F32 || sum.numel != part)
+      throw Error("cuda backend: wire_sum: the sum is not fp32 of one row");
+    gpu::wire_sum(ctx_, in.as<uint8_t>(), part, in.bytes() / wire_bytes(part, f), f, sum.as<float>());
+  }
+  void wire_decode(Tensor in, size_t part, WireFormat f, Tensor out) override {
+    const size_t rows = out.numel / part;
+    if (out.dtype != DType::F32 || rows * part != out.numel || in.bytes() < rows * wire_bytes(part, f))
+      throw Error("cuda backend: wire_decode: buffers do not match their rows");
+    gpu::wire_decode(ctx_, in.as<uint8_t>(), part, rows, f, out.as<float>());
+  }
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
     if (dst.numel != src.numel) throw Error("cuda backend: convert length mismatch");
     gpu::convert(ctx_, dst.dtype, dst.data, src.dtype, src.data, dst.numel, r);

@@ -174,6 +174,13 @@ void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void
            size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr);
 void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
              const Rounding& r);
+// ---- wire.cu: gradients on the wire (src/numerics/wire_format.h), rows of `part` elements ----
+// out (rows x wire_bytes(part) bytes) = the fp32 rows of x encoded.
+void wire_encode(Ctx& c, const float* x, size_t part, size_t rows, WireFormat f, uint8_t* out);
+// sum (part) = -0 + every row of `in` decoded, added in row order.
+void wire_sum(Ctx& c, const uint8_t* in, size_t part, size_t rows, WireFormat f, float* sum);
+// out (rows x part) = every row of `in` decoded.
+void wire_decode(Ctx& c, const uint8_t* in, size_t part, size_t rows, WireFormat f, float* out);
 // ---- global_norm.cu, classifier.cu ----
 // Enqueues the two norm passes; out (device, 2 floats) = {sum of (x * inv_scale)^2,
 // non-finite count}.

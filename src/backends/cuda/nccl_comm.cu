@@ -52,6 +52,10 @@ struct NcclApi {
   decltype(&ncclReduceScatter) reduce_scatter = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
 };
 
 // Every function from `h` (RTLD_DEFAULT: the process's own symbols); the first missing name,
@@ -72,6 +76,10 @@ std::string resolve(void* h, NcclApi& a) {
   get(a.reduce_scatter, "ncclReduceScatter");
   get(a.all_gather, "ncclAllGather");
   get(a.broadcast, "ncclBroadcast");
+  get(a.send, "ncclSend");
+  get(a.recv, "ncclRecv");
+  get(a.group_start, "ncclGroupStart");
+  get(a.group_end, "ncclGroupEnd");
   return missing;
 }
 
@@ -200,6 +208,22 @@ class NcclComm final : public Comm {
     finish_to_host(out, d + total, n * sizeof(float));
   }
 
+  // Part r of `in` to rank r, rank r's part for this rank into out + r * bytes: one group of
+  // point-to-point sends and receives (NCCL has no all-to-all collective), this rank's own
+  // part included.
+  void all_to_all_bytes(const void* in, void* out, size_t bytes) override {
+    const size_t total = bytes * size_t(world());
+    if (is_device_pointer(in) && is_device_pointer(out)) {
+      after_backend();
+      exchange(static_cast<const char*>(in), static_cast<char*>(out), bytes);
+      return finish_for_backend();
+    }
+    char* d = static_cast<char*>(scratch(2 * total));
+    gpu::stage_upload(staging_, stream_, d, in, total);
+    exchange(d, d + total, bytes);
+    finish_to_host(out, d + total, total);
+  }
+
   void broadcast(void* data, size_t bytes, int root) override {
     if (is_device_pointer(data)) {
       after_backend();
@@ -229,6 +253,14 @@ class NcclComm final : public Comm {
  private:
   void nccl_check(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) throw Error(strf("NCCL %s failed: %s", what, nccl_.get_error_string(r)));
+  }
+  void exchange(const char* in, char* out, size_t bytes) {
+    nccl_check(nccl_.group_start(), "group_start");
+    for (int r = 0; r < world(); r++) {
+      nccl_check(nccl_.send(in + size_t(r) * bytes, bytes, ncclUint8, r, comm_, stream_), "send");
+      nccl_check(nccl_.recv(out + size_t(r) * bytes, bytes, ncclUint8, r, comm_, stream_), "recv");
+    }
+    nccl_check(nccl_.group_end(), "group_end");
   }
   void all_reduce(void* x, size_t n, size_t elem, ncclDataType_t t, ncclRedOp_t op) {
     if (is_device_pointer(x)) {

@@ -1,0 +1,48 @@
+// backend.cpp: the Backend operations with a default made of other operations: gradients on the
+// wire (src/numerics/wire_format.h) through host copies and the host encoding.
+#include "backend.h"
+
+namespace tg {
+
+namespace {
+std::vector<uint8_t> to_host(Backend& be, Tensor t) {
+  std::vector<uint8_t> h(t.bytes());
+  be.download(h.data(), t);
+  return h;
+}
+}  // namespace
+
+void Backend::wire_encode(Tensor x, size_t part, WireFormat f, Tensor out) {
+  const size_t rows = part ? x.numel / part : 0, row_bytes = wire_bytes(part, f);
+  if (x.dtype != DType::F32 || rows * part != x.numel || out.bytes() < rows * row_bytes)
+    throw Error(name() + ": wire_encode: buffers do not match their rows");
+  const std::vector<uint8_t> in = to_host(*this, x);
+  std::vector<uint8_t> enc = to_host(*this, out);
+  for (size_t r = 0; r < rows; r++)
+    tg::wire_encode(reinterpret_cast<const float*>(in.data()) + r * part, part, f,
+                    enc.data() + r * row_bytes);
+  upload(out, enc.data());
+}
+
+void Backend::wire_sum(Tensor in, size_t part, WireFormat f, Tensor sum) {
+  const size_t row_bytes = wire_bytes(part, f), rows = row_bytes ? in.bytes() / row_bytes : 0;
+  if (sum.dtype != DType::F32 || sum.numel != part)
+    throw Error(name() + ": wire_sum: the sum is not fp32 of one row");
+  const std::vector<uint8_t> enc = to_host(*this, in);
+  std::vector<float> acc(part, -0.f);
+  for (size_t r = 0; r < rows; r++) tg::wire_decode_add(enc.data() + r * row_bytes, part, f, acc.data());
+  upload(sum, acc.data());
+}
+
+void Backend::wire_decode(Tensor in, size_t part, WireFormat f, Tensor out) {
+  const size_t rows = part ? out.numel / part : 0, row_bytes = wire_bytes(part, f);
+  if (out.dtype != DType::F32 || rows * part != out.numel || in.bytes() < rows * row_bytes)
+    throw Error(name() + ": wire_decode: buffers do not match their rows");
+  const std::vector<uint8_t> enc = to_host(*this, in);
+  std::vector<float> dec(out.numel);
+  for (size_t r = 0; r < rows; r++)
+    tg::wire_decode(enc.data() + r * row_bytes, part, f, dec.data() + r * part);
+  upload(out, dec.data());
+}
+
+}  // namespace tg
