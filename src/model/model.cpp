@@ -69,7 +69,7 @@ size_t wire_part(size_t len, size_t world, bool sharded) {
 
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
                        bool attention_lse, int ranks, const MomentFormats& moments,
-                       MasterFormat master, WireFormat grad_wire) {
+                       MasterFormat master, WireFormat grad_wire, bool fp32_grads) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world, moments) : n;
@@ -80,6 +80,9 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
              : master_in_weights(master)                ? shard * master_format_info(master).bytes
                                                         : shard * m;
   p.grads = padded * x;
+  // Mirrors GPT::set_fp32_grad_accumulation.
+  const bool fp32_acc = fp32_grads && x == 2;
+  if (fp32_acc) p.grads += padded * 4;
   for (const MomentFormat& f : {moments.m, moments.v})
     p.optimizer += moment_is_blocked(f) ? moment_blocked_bytes(shard, f)
                                         : shard * dtype_size(moment_dtype(dtype, f));
@@ -99,6 +102,9 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
     else
       p.comm = (size_t(ranks) + 1) * std::min(shard, kGradSyncChunk) * 4;
   }
+  // The fold of each micro-step into the fp32 sums (GPT::fold_grads) stages through a chunk
+  // of its own, never at the same time as the reduction's.
+  if (fp32_acc) p.comm = std::max(p.comm, std::min(padded, kGradSyncChunk) * 4);
   return p;
 }
 
@@ -688,6 +694,7 @@ void GPT::backward() {
   be_.encoder_backward(G[WTE], G[WPE], dres, tokens_.slice(0, BT), B, T, C);
   fp8_flush();
   have_dlogits_ = false;
+  if (grad_acc_) fold_grads();
 }
 
 void GPT::probe_take(int l, int lin, int operand, Tensor t, int rows, int cols) {
@@ -759,7 +766,36 @@ std::vector<TelemetryTensor> GPT::telemetry_tensors() const {
   return t;
 }
 
-void GPT::zero_grad() { be_.zero(grads_); }
+void GPT::zero_grad() {
+  be_.zero(grads_);
+  if (grad_acc_) be_.zero(grad_acc_);
+}
+
+void GPT::set_fp32_grad_accumulation(bool on) {
+  if (!on || dtype_size(dtype_) != 2 || grad_acc_) return;
+  AllocPurpose purpose("the fp32 gradient accumulation");
+  grad_acc_ = be_.alloc(DType::F32, padded_params_);
+  be_.zero(grad_acc_);
+}
+
+// grad_acc_ += grads, grads = 0: a chunk at a time through an fp32 staging buffer.
+void GPT::fold_grads() {
+  AllocPurpose purpose("the fp32 gradient accumulation's staging");
+  const size_t n = padded_params_, chunk = std::min(n, kGradSyncChunk);
+  Tensor stage = be_.alloc(DType::F32, chunk);
+  for (size_t off = 0; off < n; off += chunk) {
+    const size_t len = std::min(chunk, n - off);
+    be_.convert(stage.slice(0, len), grads_.slice(off, len), Rounding{});
+    Tensor acc = grad_acc_.slice(off, len);
+    be_.residual_forward(acc, acc, stage.slice(0, len), len);
+  }
+  be_.free(stage);
+  be_.zero(grads_);
+}
+
+void GPT::finish_grads() {
+  if (grad_acc_) be_.convert(grads_, grad_acc_, Rounding{});
+}
 
 void GPT::sync_grads() {
   if (!dp_.comm) return;

@@ -88,12 +88,14 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // moments: how Adam's m and v are stored (their element sizes; fp32 by default).
 // master: where the master weights live (src/numerics/master_format.h: an fp32 copy, none, or
 // a bf16 compensation buffer).
+// fp32_grads: a 16-bit model accumulates its gradients in an fp32 buffer (precision.state.grads;
+// GPT::set_fp32_grad_accumulation), plus the staging that folds each micro-step into it.
 // grad_wire: the format gradients travel in between ranks (its encode buffers replace fp32
 // all-reduce's staging; src/numerics/wire_format.h).
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
                        bool attention_lse = false, int ranks = 1, const MomentFormats& moments = {},
                        MasterFormat master = MasterFormat::FP32,
-                       WireFormat grad_wire = WireFormat::FP32);
+                       WireFormat grad_wire = WireFormat::FP32, bool fp32_grads = false);
 // The element type a moment of format f is stored in, for a model computing in `dtype`: the
 // master weights' type (fp32; fp64 in fp64 models) for plain formats, else the format's own.
 DType moment_dtype(DType dtype, const MomentFormat& f);
@@ -226,8 +228,16 @@ class GPT {
   // no longer holds the logits). Without targets the logits stay in logits() and NaN is
   // returned.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
-  // Adds this micro-batch's gradients into grads (after forward with dloss != 0).
+  // Adds this micro-batch's gradients into grads (after forward with dloss != 0); with fp32
+  // accumulation into the fp32 buffer instead (grads then hold zeros until finish_grads).
   void backward();
+  // precision.state.grads=fp32 (16-bit models; before training): the micro-steps' gradients
+  // are summed in an fp32 buffer, and finish_grads() rounds the sum once into grads.
+  void set_fp32_grad_accumulation(bool on);
+  bool fp32_grad_accumulation() const { return bool(grad_acc_); }
+  // After a step's last backward(): grads = the fp32 sum rounded to the compute type (nothing
+  // without fp32 accumulation).
+  void finish_grads();
   void zero_grad();
   // Sums the gradients over the ranks (in fp32, rounded once to the compute type): all of
   // them, or under ZeRO-1 only this rank's shard (the rest stay this rank's own). In a wire
@@ -314,6 +324,7 @@ class GPT {
  private:
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
+  void fold_grads();
   // sync_grads in dp_.grad_wire other than fp32.
   void sync_grads_wire();
   void set_bf16_master(const std::vector<float>& p);
@@ -335,6 +346,7 @@ class GPT {
   bool sharded_ = false;
   size_t shard_begin_ = 0, shard_size_ = 0, padded_params_ = 0;
   uint64_t comm_bytes_ = 0;  // sent since take_comm_bytes()
+  Tensor grad_acc_;          // fp32 gradient sums over micro-steps (precision.state.grads=fp32)
   Tensor params_, grads_, master_, m_, v_, comp_, m_meta_, v_meta_;
   std::array<Tensor, kNumParamTensors> param_views_, grad_views_;
   Tensor act_buf_, stat_buf_, tokens_, targets_;

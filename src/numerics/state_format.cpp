@@ -70,6 +70,11 @@ bool parse_moment_expand(const std::string& name, bool* expand) {
   return false;
 }
 
+const char* grad_accum_name(bool fp32) { return fp32 ? "fp32" : "compute"; }
+std::vector<std::string> grad_accum_names() {
+  return {grad_accum_name(false), grad_accum_name(true)};
+}
+
 std::string moment_blocking_name(StateFormat f, const MomentBlocking& b) {
   if (!state_format_blocked(f)) return state_format_name(f);
   return strf("%s/%d/%s%s", state_format_name(f), b.block, moment_scale_name(b.pow2),

@@ -61,12 +61,21 @@ std::string moment_blocking_name(StateFormat f, const MomentBlocking& b);
 // The first (second = false) or second (second = true) Adam moment stored in format f.
 MomentFormat moment_format(StateFormat f, bool second, const MomentBlocking& b = {});
 MomentFormats moment_formats(StateFormat m, StateFormat v, const MomentBlocking& b = {});
-inline bool state_format_blocked(StateFormat f) { return dtype_size(state_format_info(f).storage) == 1; }
+inline bool state_format_blocked(StateFormat f) {
+  return dtype_size(state_format_info(f).storage) == 1;
+}
 // Bytes per element of a moment in format f: its element type's, plus an FP8 block's meta
 // shared by its elements.
 double state_format_bytes(StateFormat f, const MomentBlocking& b = {});
 // Bytes of `count` elements as the optimizer stores them (moment_block.h for FP8).
 size_t moment_storage_bytes(size_t count, const MomentFormat& f);
+
+// What precision.state.grads accumulates a step's gradients in (over its micro-steps) in the
+// 16-bit modes: the compute type itself (each micro-step's sum rounded to it) or an fp32 buffer
+// beside the gradients, rounded once to the compute type when the step's micro-steps are done.
+// Spelled here only; `fp32` is grad_accum_name(true).
+const char* grad_accum_name(bool fp32);
+std::vector<std::string> grad_accum_names();
 
 // Whether moments stored in `from` convert into `to` without losing anything: every value
 // `from` holds is one `to` holds exactly (fp32 holds them all; bf16 and bf16-sr store the

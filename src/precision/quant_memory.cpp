@@ -101,7 +101,8 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
       plan_memory(mc, mode_dtype(mode), B, T, cfg.train.zero_stage == 1 ? ranks : 1,
                   cfg.cuda.attention == "flash", ranks,
                   moment_formats(cfg.precision.state.adam_m, cfg.precision.state.adam_v, moment_blocking(cfg)),
-                  mode_master(cfg, mode), cfg.precision.state.grad_comm);
+                  mode_master(cfg, mode), cfg.precision.state.grad_comm,
+                  cfg.precision.state.grads == grad_accum_name(true));
   if (!is_block_scaled(mode)) return p.total();
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
   return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +

@@ -238,6 +238,7 @@ Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v,
                       const MomentBlocking& b = {}, WireFormat wire = WireFormat::FP32) {
   return {{"precision.state.master", master_format_name(master)},
           {"precision.state.grad_comm", wire_format_name(wire)},
+          {"precision.state.grads", grad_accum_name(false)},
           {"precision.state.adam_m", state_format_name(m)},
           {"precision.state.adam_v", state_format_name(v)},
           {"precision.state.moment_block", std::to_string(b.block)},

@@ -115,7 +115,8 @@ size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
     const MemoryPlan p = plan_memory(
         gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
         moment_formats(c.precision.state.adam_m, c.precision.state.adam_v, moment_blocking(c)),
-        mode_master(c, mode));
+        mode_master(c, mode), c.precision.state.grad_comm,
+        c.precision.state.grads == grad_accum_name(true));
     return p.weights + p.master + p.grads + p.optimizer;
   });
 }

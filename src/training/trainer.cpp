@@ -67,6 +67,7 @@ json state_json(const GPT& m, const Config& cfg) {
   const MomentBlocking b = moment_blocking(cfg);
   return {{"master", master_format_name(m.master_format())},
           {"grad_comm", wire_format_name(m.grad_wire())},
+          {"grads", grad_accum_name(m.fp32_grad_accumulation())},
           {"adam_m", moment_blocking_name(st.adam_m, b)},
           {"adam_v", moment_blocking_name(st.adam_v, b)},
           {"bytes_per_parameter",
@@ -233,6 +234,7 @@ void Trainer::setup_model() {
   dp.grad_wire = c.precision.state.grad_comm;
   const PrecisionSpec spec = precision_spec(cfg_);
   model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
+  model_->set_fp32_grad_accumulation(c.precision.state.grads == grad_accum_name(true));
   const auto& lsc = c.precision.loss_scale;
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
@@ -551,6 +553,7 @@ double Trainer::forward_backward(const StepResult& r) {
     model.backward();
     precision_->after_backward();
   }
+  model.finish_grads();  // fp32 accumulation: the sum rounded once to the compute type
   return loss;
 }
 
@@ -872,7 +875,8 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"peak_memory_bytes", be_->peak_bytes()},
       {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
                                            m.attention_lse(), world_, m.moment_formats(),
-                                           m.master_format(), m.grad_wire())
+                                           m.master_format(), m.grad_wire(),
+                                           m.fp32_grad_accumulation())
                                    .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       // Bytes this rank sent per step for the gradients and weights, over this process's steps.
