@@ -337,7 +337,8 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
     const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks,
                                      precision_spec(cfg).moments, mode_master(cfg, mode),
                                      cfg.precision.state.grad_comm,
-                                     cfg.precision.state.grads == grad_accum_name(true));
+                                     cfg.precision.state.grads == grad_accum_name(true),
+                                     cfg.precision.state.weight_comm == weight_comm_name(true));
     if (!header) {
       printf(
           "\nBlock-scaled modes on a native path (quantized copies of the block linears' "
@@ -478,7 +479,8 @@ int cmd_memory(int argc, char** argv) {
     modes.push_back(mode);
     MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks, moments,
                                mode_master(cfg, mode), st.grad_comm,
-                               st.grads == grad_accum_name(true));
+                               st.grads == grad_accum_name(true),
+                               st.weight_comm == weight_comm_name(true));
     plans.push_back({name, p});
     printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),

@@ -1,8 +1,6 @@
 // config.cpp: the key table and everything driven by it.
 #include "config.h"
 
-#include "src/numerics/moment_block.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -24,6 +22,7 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/base/suggest.h"
+#include "src/numerics/moment_block.h"
 #include "src/numerics/recipe.h"
 
 namespace tg {
@@ -36,10 +35,10 @@ enum class Kind { Int, Int64, Float, Bool, String, Choice, IntList, ChoiceList }
 // A key's field inside Config, typed: one alternative per type a key may have.
 template <typename T>
 using Getter = T& (*)(Config&);
-using FieldRef = std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>,
-                              Getter<std::string>, Getter<std::vector<int>>, Getter<Mode>,
-                              Getter<std::vector<Mode>>, Getter<StateFormat>,
-                              Getter<MasterFormat>, Getter<WireFormat>>;
+using FieldRef =
+    std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
+                 Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>,
+                 Getter<StateFormat>, Getter<MasterFormat>, Getter<WireFormat>>;
 
 struct KeyDef {
   const char* name;
@@ -184,6 +183,7 @@ const std::vector<KeyDef>& table() {
       key("precision.state.moment_expand", TG_FIELD(precision.state.moment_expand), 0, 0, moment_expand_names(), "fp8 moments: COAT's dynamic range expansion, codes holding (|x|/scale)^k with k in 4, 2, 1 per block (coat), or none"),
       key("precision.state.master", TG_FIELD(precision.state.master), 0, 0, master_format_names(), "where the master weights live: fp32 (a copy beside the compute weights), bf16-sr (the bf16 weights themselves, updates stored with stochastic rounding; no copy) or bf16-kahan (the bf16 weights plus a bf16 compensation buffer); the bf16 ones need bf16 weights (docs/precision.md)"),
       key("precision.state.grads", TG_FIELD(precision.state.grads), 0, 0, grad_accum_names(), "what a step's gradients accumulate in over its micro-steps in the 16-bit modes: the compute type (compute: each micro-step adds into bf16 / fp16 gradients) or an fp32 buffer beside them, rounded once to the compute type at the step's end (fp32: 4 more bytes per parameter); fp32 modes accumulate in fp32 either way"),
+      key("precision.state.weight_comm", TG_FIELD(precision.state.weight_comm), 0, 0, weight_comm_names(), "with ZeRO-1 (train.zero_stage=1), the format the updated weights are all-gathered in: the compute type (compute) or fp8 e4m3 with an fp32 scale per 128 (every rank then computes with the decoded weights; needs 16-bit weights and fp32 master weights)"),
       key("precision.state.grad_comm", TG_FIELD(precision.state.grad_comm), 0, 0, wire_format_names(), "with several ranks, the format gradients travel in: fp32 (MPI's all-reduce / reduce-scatter), bf16 (half the bytes; lossless for bf16 gradients) or fp8-e4m3 (a quarter, an fp32 scale per 128 elements); parts are summed in fp32 where they arrive (docs/distributed.md)"),
       key("precision.state.allow_narrowing", TG_FIELD(precision.state.allow_narrowing), 0, 0, {}, "resume may convert a checkpoint's Adam moments or master weights into formats that cannot hold them exactly (rounded once, to nearest); without it such a resume is refused (widening is always allowed)"),
       key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
@@ -639,11 +639,37 @@ void validate_state(const Config& c, Err err) {
         "rounding loses): set one of them");
 }
 
+// precision.state.weight_comm=fp8-e4m3: the gathered weights are decoded into the compute
+// weights of every rank, which must therefore be a copy of an fp32 master (16-bit weights).
+static void validate_weight_comm(const Config& c) {
+  if (c.precision.state.weight_comm != weight_comm_name(true)) return;
+  const char* key = "precision.state.weight_comm";
+  const char* fp8 = weight_comm_name(true);
+  if (c.train.zero_stage != 1)
+    throw UsageError(
+        strf("config key '%s': %s gathers ZeRO-1's weight shards, and "
+             "train.zero_stage is %d (set it to 1)",
+             key, fp8, c.train.zero_stage));
+  const DType w = mode_info(c.precision.mode).storage;
+  if (dtype_size(w) != 2)
+    throw UsageError(
+        strf("config key '%s': %s rounds the compute weights, and "
+             "precision.mode=%s computes with %s weights, its master weights "
+             "themselves (use a mode with 16-bit weights)",
+             key, fp8, mode_name(c.precision.mode), dtype_name(w)));
+  if (master_in_weights(c.precision.state.master))
+    throw UsageError(
+        strf("config key '%s': %s would round precision.state.master=%s, which "
+             "keeps the master weights in the compute weights (use fp32)",
+             key, fp8, master_format_name(c.precision.state.master)));
+}
+
 void config_validate_run(const Config& c, int world) {
   config_validate(c, world);
   validate_state(c, [](const char* key, const std::string& msg) {
     throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
   });
+  validate_weight_comm(c);
 }
 
 void config_validate(const Config& c, int world) {

@@ -128,6 +128,7 @@ struct Config {
       MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h
       WireFormat grad_comm = WireFormat::FP32;   // src/numerics/wire_format.h
       std::string grads = grad_accum_name(false);  // compute | fp32 (grad_accum_name)
+      std::string weight_comm = weight_comm_name(false);  // compute | fp8-e4m3 (ZeRO-1 all-gather)
       bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
       // FP8 moments (src/numerics/moment_block.h): elements per scale block, the scale's
       // format (fp32: the block's amax; e8m0: a power of two), COAT's range expansion.

@@ -69,7 +69,8 @@ size_t wire_part(size_t len, size_t world, bool sharded) {
 
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world,
                        bool attention_lse, int ranks, const MomentFormats& moments,
-                       MasterFormat master, WireFormat grad_wire, bool fp32_grads) {
+                       MasterFormat master, WireFormat grad_wire, bool fp32_grads,
+                       bool fp8_weights) {
   const size_t n = num_parameters(c), x = dtype_size(dtype);
   const size_t m = dtype == DType::F64 ? 8 : 4;  // master / statistics element size
   const size_t shard = zero_world > 1 ? zero_shard_size(n, zero_world, moments) : n;
@@ -105,15 +106,26 @@ MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_w
   // The fold of each micro-step into the fp32 sums (GPT::fold_grads) stages through a chunk
   // of its own, never at the same time as the reduction's.
   if (fp32_acc) p.comm = std::max(p.comm, std::min(padded, kGradSyncChunk) * 4);
+  // GPT::gather_params_fp8's staging, after the reduction's.
+  if (fp8_weights && zero_world > 1) {
+    const size_t W = size_t(zero_world), len = std::min(shard, kGradSyncChunk);
+    const size_t bytes = wire_bytes(len, WireFormat::FP8E4M3);
+    p.comm = std::max(p.comm, W * len * 4 + (W + 1) * bytes);
+  }
   return p;
 }
 
 uint64_t plan_comm_bytes(const GPTConfig& c, DType dtype, int ranks, bool zero,
-                         const MomentFormats& moments, WireFormat grad_wire) {
+                         const MomentFormats& moments, WireFormat grad_wire, bool fp8_weights) {
   if (ranks <= 1) return 0;
   const size_t n = num_parameters(c), W = size_t(ranks);
   const size_t S = zero ? zero_shard_size(n, ranks, moments) : n, total = zero ? S : n;
   uint64_t bytes = zero ? ring_scatter_gather_bytes(uint64_t(S) * dtype_size(dtype) * W, ranks) : 0;
+  if (zero && fp8_weights) {  // mirrors GPT::gather_params_fp8
+    bytes = 0;
+    for (size_t off = 0, step = std::min(S, kGradSyncChunk); off < S; off += step)
+      bytes += (W - 1) * wire_bytes(std::min(step, S - off), WireFormat::FP8E4M3);
+  }
   // Must mirror GPT::sync_grads and GPT::sync_grads_wire.
   if (grad_wire != WireFormat::FP32) {
     const size_t step = std::min(total, kGradSyncChunk);
@@ -320,6 +332,7 @@ size_t GPT::shard_count() const {
 uint64_t GPT::take_comm_bytes() { return std::exchange(comm_bytes_, 0); }
 
 void GPT::gather_params() {
+  if (dp_.fp8_weights) return gather_params_fp8();
   const size_t bytes = shard_size_ * dtype_size(dtype_);
   comm_bytes_ += ring_scatter_gather_bytes(uint64_t(bytes) * dp_.comm->world(), dp_.comm->world());
   // In place: host memory (CPU backend) or device memory (a GPU backend with NCCL); else
@@ -330,6 +343,38 @@ void GPT::gather_params() {
   be_.download(host.data(), params_);
   dp_.comm->all_gather_bytes(nullptr, host.data(), bytes);
   be_.upload(params_, host.data());
+}
+
+// Each rank's updated shard encoded in fp8 blocks, a chunk at a time: every rank (this one too)
+// decodes every shard's chunk into its compute weights, so that all ranks compute with the same
+// weights.
+void GPT::gather_params_fp8() {
+  Comm& cm = *dp_.comm;
+  const WireFormat f = WireFormat::FP8E4M3;
+  const size_t W = size_t(cm.world()), S = shard_size_, step = std::min(S, kGradSyncChunk);
+  const size_t row_bytes = wire_bytes(step, f);
+  const bool direct = be_.name() == "cpu" || cm.device_memory();
+  AllocPurpose purpose("the fp8 weight all-gather's staging");
+  Tensor stage = be_.alloc(DType::F32, W * step);
+  Tensor send = be_.alloc(DType::E4M3, row_bytes), recv = be_.alloc(DType::E4M3, W * row_bytes);
+  for (size_t off = 0; off < S; off += step) {
+    const size_t len = std::min(step, S - off), bytes = wire_bytes(len, f);
+    be_.convert(stage.slice(0, len), params_.slice(shard_begin_ + off, len), Rounding{});
+    be_.wire_encode(stage.slice(0, len), len, f, send.slice(0, bytes));
+    comm_bytes_ += uint64_t(W - 1) * bytes;
+    if (direct) {
+      cm.all_gather_bytes(send.data, recv.data, bytes);
+    } else {
+      std::vector<uint8_t> hs(bytes), hr(W * bytes);
+      be_.download(hs.data(), send.slice(0, bytes));
+      cm.all_gather_bytes(hs.data(), hr.data(), bytes);
+      be_.upload(recv.slice(0, W * bytes), hr.data());
+    }
+    be_.wire_decode(recv.slice(0, W * bytes), len, f, stage.slice(0, W * len));
+    for (size_t r = 0; r < W; r++)
+      be_.convert(params_.slice(r * S + off, len), stage.slice(r * len, len), Rounding{});
+  }
+  for (Tensor t : {stage, send, recv}) be_.free(t);
 }
 
 namespace {

@@ -65,8 +65,8 @@ double flops_per_token(const GPTConfig& c, int T);
 // `grad_wire` and, with ZeRO-1 (zero), the all-gather of the updated weights: what
 // GPT::take_comm_bytes counts (ring bytes, comm.h), chunk for chunk. 0 for one rank.
 uint64_t plan_comm_bytes(const GPTConfig& c, DType dtype, int ranks, bool zero,
-                         const MomentFormats& moments = {},
-                         WireFormat grad_wire = WireFormat::FP32);
+                         const MomentFormats& moments = {}, WireFormat grad_wire = WireFormat::FP32,
+                         bool fp8_weights = false);
 
 // Bytes a GPT of this shape allocates to train on B x T in `dtype` (DType::F32, BF16, F16),
 // by category. The model allocates exactly these (plus 64-byte rounding per buffer), so the
@@ -95,7 +95,8 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 MemoryPlan plan_memory(const GPTConfig& c, DType dtype, int B, int T, int zero_world = 1,
                        bool attention_lse = false, int ranks = 1, const MomentFormats& moments = {},
                        MasterFormat master = MasterFormat::FP32,
-                       WireFormat grad_wire = WireFormat::FP32, bool fp32_grads = false);
+                       WireFormat grad_wire = WireFormat::FP32, bool fp32_grads = false,
+                       bool fp8_weights = false);
 // The element type a moment of format f is stored in, for a model computing in `dtype`: the
 // master weights' type (fp32; fp64 in fp64 models) for plain formats, else the format's own.
 DType moment_dtype(DType dtype, const MomentFormat& f);
@@ -116,6 +117,9 @@ struct DataParallel {
   // other than fp32, encoded by the backend (Backend::wire_encode) and exchanged by the
   // communicator's all-to-all (MPI, NCCL's grouped sends and receives).
   WireFormat grad_wire = WireFormat::FP32;
+  // ZeRO-1's weight all-gather in fp8-e4m3 blocks (precision.state.weight_comm; 16-bit models
+  // with an fp32 master): every rank computes with the decoded weights.
+  bool fp8_weights = false;
 };
 // Elements per ZeRO-1 shard: n split over world ranks, rounded up to 16 elements so every
 // shard starts 64-byte aligned (vector loads, NCCL), and to whole FP8 moment blocks when the
@@ -218,6 +222,7 @@ class GPT {
   // padding). Without sharding the shard is everything.
   bool sharded() const { return sharded_; }
   WireFormat grad_wire() const { return dp_.grad_wire; }
+  bool fp8_weights() const { return dp_.fp8_weights && sharded_; }
   size_t shard_begin() const { return shard_begin_; }
   size_t shard_size() const { return shard_size_; }
   size_t shard_count() const;
@@ -325,6 +330,8 @@ class GPT {
   // Under ZeRO-1: every rank receives the others' updated weights.
   void gather_params();
   void fold_grads();
+  // gather_params in fp8-e4m3 blocks (dp_.fp8_weights).
+  void gather_params_fp8();
   // sync_grads in dp_.grad_wire other than fp32.
   void sync_grads_wire();
   void set_bf16_master(const std::vector<float>& p);

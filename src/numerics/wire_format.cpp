@@ -62,6 +62,13 @@ std::vector<std::string> wire_format_names() {
   return out;
 }
 
+const char* weight_comm_name(bool fp8) {
+  return fp8 ? wire_format_name(WireFormat::FP8E4M3) : "compute";
+}
+std::vector<std::string> weight_comm_names() {
+  return {weight_comm_name(false), weight_comm_name(true)};
+}
+
 double wire_bytes_per_element(WireFormat f) {
   const double e = wire_format_info(f).element_bytes;
   return f == WireFormat::FP8E4M3 ? e + 4.0 / double(kWireBlock) : e;
@@ -70,9 +77,7 @@ double wire_bytes_per_element(WireFormat f) {
 void wire_encode(const float* x, size_t n, WireFormat f, void* out) {
   uint8_t* p = static_cast<uint8_t*>(out);
   switch (f) {
-    case WireFormat::FP32:
-      memcpy(p, x, n * 4);
-      return;
+    case WireFormat::FP32: memcpy(p, x, n * 4); return;
     case WireFormat::BF16:
       for (size_t i = 0; i < n; i++) {
         const uint16_t h = f32_to_bf16(x[i]);

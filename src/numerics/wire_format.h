@@ -55,6 +55,12 @@ const char* wire_format_name(WireFormat f);
 WireFormat parse_wire_format(const std::string& name, const char* key);
 std::vector<std::string> wire_format_names();
 
+// precision.state.weight_comm: ZeRO-1's all-gather of the updated weights in the compute type
+// ("compute") or encoded in fp8-e4m3 like the gradients (every rank, this one included, then
+// computes with the decoded weights). Spelled in wire_format.cpp only.
+const char* weight_comm_name(bool fp8);
+std::vector<std::string> weight_comm_names();
+
 TG_HD inline size_t wire_blocks(size_t n) { return (n + kWireBlock - 1) / kWireBlock; }
 // Bytes of a row of n elements encoded in format f.
 TG_HD inline size_t wire_bytes(size_t n, WireFormat f) {

@@ -102,7 +102,8 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
                   cfg.cuda.attention == "flash", ranks,
                   moment_formats(cfg.precision.state.adam_m, cfg.precision.state.adam_v, moment_blocking(cfg)),
                   mode_master(cfg, mode), cfg.precision.state.grad_comm,
-                  cfg.precision.state.grads == grad_accum_name(true));
+                  cfg.precision.state.grads == grad_accum_name(true),
+                  cfg.precision.state.weight_comm == weight_comm_name(true));
   if (!is_block_scaled(mode)) return p.total();
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
   return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +

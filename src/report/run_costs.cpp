@@ -129,7 +129,8 @@ uint64_t comm_bytes_gpt2_xl_of_runs(const json& runs) {
   return with_first_run_config(runs, [ranks](const Config& c) {
     return size_t(plan_comm_bytes(gpt_config(48, 25, 1600, 50257, 1024),
                                   mode_dtype(c.precision.mode), ranks, c.train.zero_stage == 1,
-                                  precision_spec(c).moments, c.precision.state.grad_comm));
+                                  precision_spec(c).moments, c.precision.state.grad_comm,
+                                  c.precision.state.weight_comm == weight_comm_name(true)));
   });
 }
 

@@ -68,6 +68,7 @@ json state_json(const GPT& m, const Config& cfg) {
   return {{"master", master_format_name(m.master_format())},
           {"grad_comm", wire_format_name(m.grad_wire())},
           {"grads", grad_accum_name(m.fp32_grad_accumulation())},
+          {"weight_comm", weight_comm_name(m.fp8_weights())},
           {"adam_m", moment_blocking_name(st.adam_m, b)},
           {"adam_v", moment_blocking_name(st.adam_v, b)},
           {"bytes_per_parameter",
@@ -232,6 +233,7 @@ void Trainer::setup_model() {
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   dp.grad_wire = c.precision.state.grad_comm;
+  dp.fp8_weights = c.precision.state.weight_comm == weight_comm_name(true);
   const PrecisionSpec spec = precision_spec(cfg_);
   model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
   model_->set_fp32_grad_accumulation(c.precision.state.grads == grad_accum_name(true));
@@ -876,7 +878,7 @@ json Trainer::summary_json(const FinalNumbers& f) const {
       {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
                                            m.attention_lse(), world_, m.moment_formats(),
                                            m.master_format(), m.grad_wire(),
-                                           m.fp32_grad_accumulation())
+                                           m.fp32_grad_accumulation(), m.fp8_weights())
                                    .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       // Bytes this rank sent per step for the gradients and weights, over this process's steps.
