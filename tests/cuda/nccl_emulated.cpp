@@ -122,7 +122,8 @@ class MirrorComm final : public tg::Comm {
   void all_gather_bytes(const void* in, void* out, size_t bytes) override {
     const char* mine = in ? static_cast<const char*>(in) : static_cast<char*>(out) + rank_ * bytes;
     std::vector<char> copy(mine, mine + bytes);
-    for (int r = 0; r < world_; r++) memcpy(static_cast<char*>(out) + r * bytes, copy.data(), bytes);
+    for (int r = 0; r < world_; r++)
+      memcpy(static_cast<char*>(out) + r * bytes, copy.data(), bytes);
   }
   void all_to_all_bytes(const void* in, void* out, size_t bytes) override {
     all_gather_bytes(static_cast<const char*>(in) + rank_ * bytes, out, bytes);
@@ -192,7 +193,12 @@ TEST_CASE("emulated: ZeRO-1 weights gathered in fp8 over NCCL equal the CPU's (2
       dp.zero = true;
       dp.fp8_weights = true;
       tg::GPT m(tiny_gpt(), *be, tg::DType::BF16, dp);
-      m.init_random(7);  // the compute weights rounded from the master, then gathered in fp8
+      m.init_random(7);
+      // The same gradients on both backends, one update of this rank's shard, then the gather
+      // of every shard in fp8 (adamw_step's end).
+      be->upload(m.grads(),
+                 tgc::encode(tgc::randn(m.grads().numel, 4, 1e-2f), tg::DType::BF16).data());
+      m.adamw_step({1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, tg::Rounding{}});
       out.push_back(read(*be, m.params()));
       CHECK(m.take_comm_bytes() > 0);
     }
