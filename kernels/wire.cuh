@@ -1,7 +1,7 @@
 // wire.cuh: gradients on the wire (src/numerics/wire_format.h), the CUDA twins of the host
 // rows of src/numerics/wire_format.cpp, in rows of `part` elements (row r of the bytes at
 // r * wire_bytes(part)):
-//   encode:  fp32 rows -> encoded rows. bf16: one thread per element. FP8: one block of
+//   encode:  fp32 rows -> encoded rows. bf16: one thread per element. FP8 (e4m3 or e5m2): one block of
 //            kWireBlock threads per scale block: the block's amax and finiteness reduced in
 //            shared memory (max is exact in any order), the scale from them
 //            (wire_fp8_scale), one code per thread, the descale by thread 0, the row's padding
@@ -24,17 +24,17 @@ __global__ void wire_encode_bf16_kernel(uint16_t* out, const float* x, size_t n)
 
 // Grid: rows x blocks_per_row blocks of kWireBlock threads.
 __global__ void wire_encode_fp8_kernel(uint8_t* out, const float* x, size_t part,
-                                       size_t blocks_per_row) {
+                                       size_t blocks_per_row, WireFormat f) {
   __shared__ float shared[32];
   const size_t row = blockIdx.x / blocks_per_row, b = blockIdx.x % blocks_per_row;
-  const size_t i = b * kWireBlock + threadIdx.x, row_bytes = wire_bytes(part, WireFormat::FP8E4M3);
+  const size_t i = b * kWireBlock + threadIdx.x, row_bytes = wire_bytes(part, f);
   uint8_t* dst = out + row * row_bytes;
   const bool here = i < part;
   const float v = here ? x[row * part + i] : 0.f;
   const float amax = block_reduce<true>(here ? fabsf(v) : 0.f, shared);
   const float bad = block_reduce<true>(here && !isfinite(v) ? 1.f : 0.f, shared);
-  const float s = wire_fp8_scale(amax);
-  if (here) dst[4 * blocks_per_row + i] = wire_fp8_code(v, s);
+  const float s = wire_fp8_scale(amax, f);
+  if (here) dst[4 * blocks_per_row + i] = wire_fp8_code(v, s, f);
   if (threadIdx.x == 0) {
     const float descale = wire_fp8_descale(s, bad == 0.f);
     memcpy(dst + 4 * b, &descale, 4);

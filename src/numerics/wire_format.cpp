@@ -15,28 +15,29 @@ constexpr WireFormatInfo kRows[] = {
     {WireFormat::FP32,    "fp32",     4,    "fp32 gradients on the wire"},
     {WireFormat::BF16,    "bf16",     2,    "bf16 gradients on the wire (summed in fp32)"},
     {WireFormat::FP8E4M3, "fp8-e4m3", 1,    "fp8-e4m3 gradients with an fp32 scale per 128 on the wire (summed in fp32)"},
+    {WireFormat::FP8E5M2, "fp8-e5m2", 1,    "fp8-e5m2 gradients with an fp32 scale per 128 on the wire (summed in fp32)"},
 };
 // clang-format on
 constexpr size_t kFormats = sizeof(kRows) / sizeof(kRows[0]);
-static_assert(kWireBlock == 128, "fp8-e4m3's summary names the block size");
+static_assert(kWireBlock == 128, "the fp8 rows' summaries name the block size");
 
 constexpr bool rows_in_enum_order() {
   for (size_t i = 0; i < kFormats; i++)
     if (size_t(kRows[i].format) != i) return false;
-  return kFormats == size_t(WireFormat::FP8E4M3) + 1;
+  return kFormats == size_t(WireFormat::FP8E5M2) + 1;
 }
 static_assert(rows_in_enum_order(), "kRows: one row per WireFormat, in the enum's order");
 
-// One FP8 block of n elements: its codes at `codes`, and its descale.
-float encode_fp8_block(const float* x, size_t n, uint8_t* codes) {
+// One FP8 block of n elements in format f: its codes at `codes`, and its descale.
+float encode_fp8_block(const float* x, size_t n, WireFormat f, uint8_t* codes) {
   float amax = 0.f;
   bool finite = true;
   for (size_t i = 0; i < n; i++) {
     finite = finite && std::isfinite(x[i]);
     amax = std::fmax(amax, std::fabs(x[i]));
   }
-  const float s = wire_fp8_scale(amax);
-  for (size_t i = 0; i < n; i++) codes[i] = wire_fp8_code(x[i], s);
+  const float s = wire_fp8_scale(amax, f);
+  for (size_t i = 0; i < n; i++) codes[i] = wire_fp8_code(x[i], s, f);
   return wire_fp8_descale(s, finite);
 }
 }  // namespace
@@ -71,7 +72,7 @@ std::vector<std::string> weight_comm_names() {
 
 double wire_bytes_per_element(WireFormat f) {
   const double e = wire_format_info(f).element_bytes;
-  return f == WireFormat::FP8E4M3 ? e + 4.0 / double(kWireBlock) : e;
+  return wire_is_fp8(f) ? e + 4.0 / double(kWireBlock) : e;
 }
 
 void wire_encode(const float* x, size_t n, WireFormat f, void* out) {
@@ -84,12 +85,13 @@ void wire_encode(const float* x, size_t n, WireFormat f, void* out) {
         memcpy(p + 2 * i, &h, 2);
       }
       return;
-    case WireFormat::FP8E4M3: {
+    case WireFormat::FP8E4M3:
+    case WireFormat::FP8E5M2: {
       const size_t nb = wire_blocks(n);
       uint8_t* codes = p + 4 * nb;
       for (size_t b = 0; b < nb; b++) {
         const size_t lo = b * kWireBlock, len = std::min(kWireBlock, n - lo);
-        const float descale = encode_fp8_block(x + lo, len, codes + lo);
+        const float descale = encode_fp8_block(x + lo, len, f, codes + lo);
         memcpy(p + 4 * b, &descale, 4);
       }
       memset(codes + n, 0, wire_bytes(n, f) - 4 * nb - n);  // the row's padding

@@ -18,6 +18,9 @@
 //             largest value (fp8_scale_from_amax), elements rounded to nearest and saturated.
 //             A block holding inf or NaN decodes as NaN throughout, so the loss scaler still
 //             sees the overflow.
+//   fp8-e5m2  the same rows in E5M2 (2 mantissa bits instead of 3, 32x more range below the
+//             block's amax: the small gradients of a block keep more of their value, the
+//             large ones less; the format FP8 recipes use for gradients).
 // Encoding is deterministic (no random bits): a resumed run sends what the first would have.
 // The element arithmetic below is shared, __host__ __device__, by the CPU (wire_format.cpp)
 // and the CUDA kernels (kernels/wire.cuh); decoding adds with one fused multiply-add, spelled
@@ -35,7 +38,7 @@
 
 namespace tg {
 
-enum class WireFormat { FP32, BF16, FP8E4M3 };
+enum class WireFormat { FP32, BF16, FP8E4M3, FP8E5M2 };
 
 struct WireFormatInfo {
   WireFormat format;
@@ -61,6 +64,9 @@ std::vector<std::string> wire_format_names();
 const char* weight_comm_name(bool fp8);
 std::vector<std::string> weight_comm_names();
 
+TG_HD inline bool wire_is_fp8(WireFormat f) {
+  return f == WireFormat::FP8E4M3 || f == WireFormat::FP8E5M2;
+}
 TG_HD inline size_t wire_blocks(size_t n) { return (n + kWireBlock - 1) / kWireBlock; }
 // Bytes of a row of n elements encoded in format f.
 TG_HD inline size_t wire_bytes(size_t n, WireFormat f) {
@@ -71,13 +77,21 @@ TG_HD inline size_t wire_bytes(size_t n, WireFormat f) {
 // Bytes per element on average for long rows (what `memory` and reports quote).
 double wire_bytes_per_element(WireFormat f);
 
-// ---- FP8 blocks: the scale from the block's amax, the descale sent, the codes ----
-TG_HD inline float wire_fp8_scale(float amax) { return fp8_scale_from_amax(amax, E4M3_MAX, 0); }
+// ---- FP8 blocks (f one of the fp8 rows): the scale from the block's amax, the descale sent,
+// the codes ----
+TG_HD inline float wire_fp8_scale(float amax, WireFormat f) {
+  return fp8_scale_from_amax(amax, f == WireFormat::FP8E5M2 ? E5M2_MAX : E4M3_MAX, 0);
+}
 // `finite`: no element of the block is inf or NaN; else NaN (and so is every decoded element).
 TG_HD inline float wire_fp8_descale(float scale, bool finite) {
   return finite ? 1.f / scale : bits_f32(0x7fc00000u);
 }
-TG_HD inline uint8_t wire_fp8_code(float x, float scale) { return f32_to_e4m3(x * scale, true); }
+TG_HD inline uint8_t wire_fp8_code(float x, float scale, WireFormat f) {
+  return f == WireFormat::FP8E5M2 ? f32_to_e5m2(x * scale, true) : f32_to_e4m3(x * scale, true);
+}
+TG_HD inline float wire_fp8_value(uint8_t code, WireFormat f) {
+  return f == WireFormat::FP8E5M2 ? e5m2_to_f32(code) : e4m3_to_f32(code);
+}
 
 // acc + element i of a row of n elements encoded in format f (FP8: fmaf(code, descale, acc),
 // rounded once). With acc = -0.f (the identity of fp32 addition), the element itself.
@@ -94,7 +108,7 @@ TG_HD inline float wire_add(const uint8_t* row, size_t n, size_t i, WireFormat f
   }
   float descale;
   memcpy(&descale, row + 4 * (i / kWireBlock), 4);
-  return fmaf(e4m3_to_f32(row[4 * wire_blocks(n) + i]), descale, acc);
+  return fmaf(wire_fp8_value(row[4 * wire_blocks(n) + i], f), descale, acc);
 }
 
 // Host rows (the CPU backend; the CUDA kernels are their twins):

@@ -227,19 +227,21 @@ void apply_mode(Config& c, const ModeSpec& spec) {
 // ---- state choices (--states): the optimizer's state, combined with every mode ----
 
 // What each name on --states means: values of every precision.state.* key but
-// allow_narrowing (so that a run's state is the choice's whole). The bf16 master weights need
-// a mode with bf16 weights; the combinations without them are skipped, said.
+// allow_narrowing (so that a run's state is the choice's whole). A mode x choice the run would
+// refuse (bf16 master weights in a mode without bf16 weights, fp8 weight gathers without
+// ZeRO-1) is skipped, with the refusal's words.
 struct StateSpec {
   std::string name;
   const char* what;
   Overlay overlay;
 };
 Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v,
-                      const MomentBlocking& b = {}, WireFormat wire = WireFormat::FP32) {
+                      const MomentBlocking& b = {}, WireFormat wire = WireFormat::FP32,
+                      bool fp32_grads = false, bool fp8_weights = false) {
   return {{"precision.state.master", master_format_name(master)},
           {"precision.state.grad_comm", wire_format_name(wire)},
-          {"precision.state.grads", grad_accum_name(false)},
-          {"precision.state.weight_comm", weight_comm_name(false)},
+          {"precision.state.grads", grad_accum_name(fp32_grads)},
+          {"precision.state.weight_comm", weight_comm_name(fp8_weights)},
           {"precision.state.adam_m", state_format_name(m)},
           {"precision.state.adam_v", state_format_name(v)},
           {"precision.state.moment_block", std::to_string(b.block)},
@@ -278,6 +280,15 @@ const std::vector<StateSpec>& state_studies() {
        state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::BF16)},
       {"wire-fp8", "gradients sent between ranks in fp8 e4m3 (a scale per 128), summed in fp32",
        state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP8E4M3)},
+      {"wire-e5m2", "gradients sent between ranks in fp8 e5m2 (a scale per 128), summed in fp32",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP8E5M2)},
+      {"grads-fp32", "a step's micro-step gradients summed in an fp32 buffer, rounded once",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP32, true)},
+      // ZeRO-1's weight all-gather (train.zero_stage=1).
+      {"weights-fp8", "ZeRO-1's weight all-gather in fp8 e4m3 (a scale per 128)",
+       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP32, false, true)},
+      {"zero-fp8", "ZeRO-1 with gradients and weights in fp8 e4m3 on the wire, fp8 Adam moments",
+       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP8E4M3, {}, WireFormat::FP8E4M3, false, true)},
       {"lean", "bf16-sr master weights, fp8 e4m3 Adam moments, bf16 gradients on the wire",
        state_overlay(MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {}, WireFormat::BF16)},
   };
@@ -319,10 +330,20 @@ std::string state_study_of(const Config& c) {
 
 // Whether mode `mode` can keep state `st` (null: the config's own): bf16 master weights need
 // bf16 weights.
-bool state_fits_mode(const Config& base, Mode mode, const StateSpec* st) {
+// Why mode `mode` cannot keep state choice st with the base config over `world` ranks (the
+// run's own refusal, e.g. bf16 master weights in an fp32 mode, or fp8 weight gathers without
+// ZeRO-1); "" when it can.
+std::string state_misfit(const Config& base, const std::string& mode, const StateSpec* st,
+                         int world) {
   Config c = base;
+  apply_mode(c, find_compare_mode(mode));
   if (st) apply_state(c, *st);
-  return !master_in_weights(c.precision.state.master) || mode_dtype(mode) == DType::BF16;
+  try {
+    config_validate_run(c, world);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // A run's name: the mode's, and "+<state>" for a state choice other than fp32 state (which is
@@ -551,14 +572,13 @@ int cmd_compare(int argc, char** argv) {
   if (states.empty()) states.push_back(nullptr);
   for (const std::string& mode : a.modes)
     for (const StateSpec* st : states) {
-      if (state_fits_mode(a.base, find_compare_mode(mode).mode, st)) {
+      const std::string misfit = state_misfit(a.base, mode, st, comm_world());
+      if (misfit.empty()) {
         plan.push_back({mode, st});
         continue;
       }
-      printf(
-          "compare: %s skipped: its master weights are bf16 (precision.state.master), and "
-          "%s's weights are not\n",
-          run_name(mode, st ? st->name : "").c_str(), mode.c_str());
+      printf("compare: %s skipped: %s\n", run_name(mode, st ? st->name : "").c_str(),
+             misfit.c_str());
     }
   if (plan.empty()) throw UsageError("compare: no mode can keep any of --states");
   Progress progress;

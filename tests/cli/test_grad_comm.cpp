@@ -99,6 +99,7 @@ TEST_CASE("mpi: lossy wires train near fp32's wire, over 2 and 3 ranks, in many 
       {"bf16", "fp8-e4m3", tg::WireFormat::FP8E4M3, 2, 0, 2e-3},
       {"bf16", "fp8-e4m3", tg::WireFormat::FP8E4M3, 3, 1, 2e-3},
       {"fp16", "fp8-e4m3", tg::WireFormat::FP8E4M3, 3, 0, 2e-3},
+      {"bf16", "fp8-e5m2", tg::WireFormat::FP8E5M2, 2, 1, 4e-3},
   };
   // Chunks of 1000 gradients: parts padded with zeros, and FP8 blocks cut at part ends.
   setenv("TG_TEST_REDUCE_CHUNK", "1000", 1);
@@ -158,7 +159,7 @@ TEST_CASE("mpi: compare runs wire formats over ranks and reports the bytes each 
   tgt::TempDir out;
   std::string text;
   const std::string args = tgt::tiny_compare_args() +
-                           "--modes bf16 --states fp32,wire-bf16,wire-fp8 --seeds 2 "
+                           "--modes bf16 --states fp32,wire-bf16,wire-fp8,wire-e5m2 --seeds 2 "
                            "--train.steps=8 --out " +
                            out.path;
   REQUIRE(run_mpi(2, args, &text) == 0);
@@ -171,8 +172,10 @@ TEST_CASE("mpi: compare runs wire formats over ranks and reports the bytes each 
   const json c = json::parse(slurp(out / "compare.json"));
   std::map<std::string, json> stats;
   for (const json& g : c["modes"]) stats[g["name"].get<std::string>()] = g["stats"];
-  REQUIRE(stats.size() == 3);
+  REQUIRE(stats.size() == 4);
   const double fp32 = stats["bf16"]["comm_bytes_gpt2_xl"].get<double>();
+  CHECK(stats["bf16+wire-e5m2"]["comm_bytes_gpt2_xl"].get<double>() / fp32 ==
+        doctest::Approx(1.03125 / 4).epsilon(1e-3));
   CHECK(stats["bf16+wire-bf16"]["comm_bytes_gpt2_xl"].get<double>() / fp32 ==
         doctest::Approx(0.5).epsilon(1e-3));
   CHECK(stats["bf16+wire-fp8"]["comm_bytes_gpt2_xl"].get<double>() / fp32 ==
@@ -183,6 +186,35 @@ TEST_CASE("mpi: compare runs wire formats over ranks and reports the bytes each 
         stats["bf16"]["val_mean"].get<double>());
   CHECK(stats["bf16+wire-fp8"]["val_mean"].get<double>() !=
         stats["bf16"]["val_mean"].get<double>());
+}
+
+TEST_CASE("mpi: compare with ZeRO-1 runs fp32 accumulation and fp8 weight gathers") {
+  tgt::TempDir out;
+  std::string text;
+  // 2 micro-steps a step (2 ranks x 4 rows x 32 per micro-step).
+  const std::string args = tgt::tiny_compare_args() +
+                           "--modes bf16 --states fp32,grads-fp32,weights-fp8,zero-fp8 --seeds 2 "
+                           "--train.steps=8 --train.zero_stage=1 --data.total_batch_tokens=512 "
+                           "--out " +
+                           out.path;
+  REQUIRE(run_mpi(2, args, &text) == 0);
+  INFO(text);
+  const json c = json::parse(slurp(out / "compare.json"));
+  std::map<std::string, json> stats;
+  for (const json& g : c["modes"]) stats[g["name"].get<std::string>()] = g["stats"];
+  REQUIRE(stats.size() == 4);
+  auto sent = [&](const char* name) { return stats[name]["comm_bytes_per_step"].get<double>(); };
+  // fp32 sums of the micro-steps change the gradients, not the bytes.
+  CHECK(sent("bf16+grads-fp32") == sent("bf16"));
+  CHECK(stats["bf16+grads-fp32"]["val_mean"].get<double>() !=
+        stats["bf16"]["val_mean"].get<double>());
+  // ZeRO-1 sends 4 bytes per gradient of its shard, 2 per weight: fp8 weights cut the second.
+  CHECK(sent("bf16+weights-fp8") < sent("bf16"));
+  CHECK(sent("bf16+zero-fp8") < sent("bf16+weights-fp8") / 2);
+  // Every run's bytes as planned at GPT-2 1.5B follow the same order.
+  auto xl = [&](const char* name) { return stats[name]["comm_bytes_gpt2_xl"].get<double>(); };
+  CHECK(xl("bf16+weights-fp8") / xl("bf16") == doctest::Approx((4 + 1.03125) / 6).epsilon(1e-3));
+  CHECK(xl("bf16+zero-fp8") / xl("bf16") == doctest::Approx(2 * 1.03125 / 6).epsilon(1e-3));
 }
 
 TEST_CASE("mpi: ZeRO-1 weights gathered in fp8: close to the compute type's, planned, resumed") {

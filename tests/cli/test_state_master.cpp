@@ -174,7 +174,7 @@ TEST_CASE("cli: compare runs state choices with every mode that can keep them") 
   std::string out;
   const std::string cmd = tgt::tiny_compare_args() +
                           "--train.steps=6 --checkpoint.every=6 --modes fp32,bf16 "
-                          "--states fp32,master-kahan,bf16sr-all --seeds 2 --out " +
+                          "--states fp32,master-kahan,bf16sr-all,weights-fp8 --seeds 2 --out " +
                           out_dir.path;
   int rc = run_binary(cmd, &out);
   INFO(out);
@@ -182,6 +182,9 @@ TEST_CASE("cli: compare runs state choices with every mode that can keep them") 
   // fp32 keeps no bf16 master: those two combinations are skipped, said; 4 x 2 runs remain.
   CHECK(has(out, "compare: fp32+master-kahan skipped"));
   CHECK(has(out, "compare: fp32+bf16sr-all skipped"));
+  // Skipped with the run's own refusal: the fp8 weight gather needs ZeRO-1.
+  CHECK(has(out, "compare: bf16+weights-fp8 skipped: config key 'precision.state.weight_comm': "
+                 "fp8-e4m3 gathers ZeRO-1's weight shards, and train.zero_stage is 0"));
   CHECK(has(out, "compare: run 8/8 done"));
   // fp32 state is the plain mode's run (its directory and name).
   CHECK(tg::file_exists(out_dir / "bf16/seed1338/summary.json"));

@@ -146,7 +146,8 @@ TEST_CASE("checked: AdamW (host and device factors), conversions, norms, classif
 TEST_CASE("checked: gradient wire: encode, sum, decode (every format, ragged rows)") {
   gpu::Ctx& c = checked_ctx();
   take_reports();
-  for (WireFormat f : {WireFormat::FP32, WireFormat::BF16, WireFormat::FP8E4M3})
+  for (WireFormat f :
+       {WireFormat::FP32, WireFormat::BF16, WireFormat::FP8E4M3, WireFormat::FP8E5M2})
     for (size_t part : {size_t(1), size_t(130), size_t(1001)}) {
       const size_t rows = 3;
       auto x = rnd<float>(rows * part);

@@ -142,7 +142,8 @@ TEST_CASE("emulated: gradients in bf16 and fp8 on the wire over NCCL equal the C
   auto gpu = tg::make_cuda_backend();
   auto cpu = tg::make_cpu_backend();
   for (tg::DType t : {tg::DType::F32, tg::DType::BF16})
-    for (tg::WireFormat f : {tg::WireFormat::BF16, tg::WireFormat::FP8E4M3})
+    for (tg::WireFormat f :
+         {tg::WireFormat::BF16, tg::WireFormat::FP8E4M3, tg::WireFormat::FP8E5M2})
       for (bool zero : {false, true})
         for (int rank = 0; rank < kWorld; rank++) {
           const std::string type = tg::dtype_name(t), wire = tg::wire_format_name(f);

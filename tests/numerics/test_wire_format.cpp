@@ -37,7 +37,8 @@ std::vector<float> gaussian(size_t n, float sigma, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("wire formats: the registry names, parses and sizes every format") {
-  CHECK(tg::wire_format_names() == std::vector<std::string>{"fp32", "bf16", "fp8-e4m3"});
+  CHECK(tg::wire_format_names() ==
+        std::vector<std::string>{"fp32", "bf16", "fp8-e4m3", "fp8-e5m2"});
   for (const tg::WireFormatInfo& r : tg::wire_formats())
     CHECK(tg::parse_wire_format(r.name, "k") == r.format);
   CHECK_THROWS_AS(tg::parse_wire_format("fp8", "precision.state.grad_comm"), tg::UsageError);
@@ -49,6 +50,8 @@ TEST_CASE("wire formats: the registry names, parses and sizes every format") {
   CHECK(tg::wire_bytes(256, WireFormat::FP8E4M3) == 256 + 8);
   CHECK(tg::wire_bytes(0, WireFormat::FP8E4M3) == 0);
   CHECK(tg::wire_bytes_per_element(WireFormat::FP8E4M3) == doctest::Approx(1.03125));
+  CHECK(tg::wire_bytes(1000, WireFormat::FP8E5M2) == 1000 + 4 * 8);
+  CHECK(tg::wire_bytes_per_element(WireFormat::FP8E5M2) == doctest::Approx(1.03125));
 }
 
 TEST_CASE("wire formats: fp32 and bf16 are the project's conversions, code for code") {
@@ -66,7 +69,19 @@ TEST_CASE("wire formats: fp32 and bf16 are the project's conversions, code for c
   }
 }
 
-TEST_CASE("wire formats: fp8-e4m3 blocks map their amax to 448 and round each element once") {
+// One fp8 wire format's constants, as the project's conversions define them.
+struct Fp8Wire {
+  WireFormat format;
+  float max;                     // the element format's largest finite value
+  float relative;                // half a mantissa step, relative to the element
+  float subnormal;               // the element format's smallest step
+  uint8_t (*code)(float, bool);  // f32 -> code, saturating
+  float (*value)(uint8_t);       // code -> f32
+};
+
+TEST_CASE(
+    "wire formats: fp8 blocks map their amax to the format's largest value and round each "
+    "element once (e4m3: 448, e5m2: 57344)") {
   // Blocks of very different magnitudes, a short last block, and an all-zero block.
   std::vector<float> x;
   for (float sigma : {1e-6f, 1.f, 3e4f}) {
@@ -76,24 +91,30 @@ TEST_CASE("wire formats: fp8-e4m3 blocks map their amax to 448 and round each el
   x.insert(x.end(), tg::kWireBlock, 0.f);
   const std::vector<float> tail = gaussian(37, 0.5f, 3);
   x.insert(x.end(), tail.begin(), tail.end());
-  const std::vector<float> y = round_trip(x, WireFormat::FP8E4M3);
-  for (size_t lo = 0; lo < x.size(); lo += tg::kWireBlock) {
-    const size_t hi = std::min(x.size(), lo + tg::kWireBlock);
-    float amax = 0;
-    for (size_t i = lo; i < hi; i++) amax = std::max(amax, std::fabs(x[i]));
-    const float s = tg::fp8_scale_from_amax(amax, tg::E4M3_MAX, 0), descale = 1.f / s;
-    for (size_t i = lo; i < hi; i++) {
-      INFO("element " << i << " = " << x[i]);
-      const float want = tg::e4m3_to_f32(tg::f32_to_e4m3(x[i] * s, true)) * descale;
-      CHECK(same_bits(y[i], want));
-      // E4M3 keeps 3 mantissa bits: within 1/16 of the element, or of E4M3's subnormal step.
-      CHECK(std::fabs(y[i] - x[i]) <=
-            std::max(std::fabs(x[i]) / 16 * 1.001f, amax / 448 * 0x1p-9f * 1.01f));
-    }
-    if (amax > 0) {  // the block's largest element lands on 448 x descale, nearly itself
-      float ymax = 0;
-      for (size_t i = lo; i < hi; i++) ymax = std::max(ymax, std::fabs(y[i]));
-      CHECK(ymax == doctest::Approx(amax).epsilon(1e-6));
+  const Fp8Wire formats[] = {
+      {WireFormat::FP8E4M3, tg::E4M3_MAX, 1.f / 16, 0x1p-9f, tg::f32_to_e4m3, tg::e4m3_to_f32},
+      {WireFormat::FP8E5M2, tg::E5M2_MAX, 1.f / 8, 0x1p-16f, tg::f32_to_e5m2, tg::e5m2_to_f32}};
+  for (const Fp8Wire& w : formats) {
+    INFO(std::string(tg::wire_format_name(w.format)));
+    const std::vector<float> y = round_trip(x, w.format);
+    for (size_t lo = 0; lo < x.size(); lo += tg::kWireBlock) {
+      const size_t hi = std::min(x.size(), lo + tg::kWireBlock);
+      float amax = 0;
+      for (size_t i = lo; i < hi; i++) amax = std::max(amax, std::fabs(x[i]));
+      const float s = tg::fp8_scale_from_amax(amax, w.max, 0), descale = 1.f / s;
+      for (size_t i = lo; i < hi; i++) {
+        INFO("element " << i << " = " << x[i]);
+        const float want = w.value(w.code(x[i] * s, true)) * descale;
+        CHECK(same_bits(y[i], want));
+        // Within half a mantissa step of the element, or half the format's subnormal step.
+        CHECK(std::fabs(y[i] - x[i]) <=
+              std::max(std::fabs(x[i]) * w.relative * 1.001f, amax / w.max * w.subnormal * 1.01f));
+      }
+      if (amax > 0) {  // the block's largest element lands on max x descale, nearly itself
+        float ymax = 0;
+        for (size_t i = lo; i < hi; i++) ymax = std::max(ymax, std::fabs(y[i]));
+        CHECK(ymax == doctest::Approx(amax).epsilon(1e-6));
+      }
     }
   }
 }
@@ -103,11 +124,13 @@ TEST_CASE("wire formats: a block holding inf or NaN decodes as NaN, its neighbou
        {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     std::vector<float> x = gaussian(3 * tg::kWireBlock, 1.f, 5);
     x[tg::kWireBlock + 3] = bad;
-    const std::vector<float> y = round_trip(x, WireFormat::FP8E4M3);
-    for (size_t i = 0; i < x.size(); i++) {
-      const bool in_bad_block = i / tg::kWireBlock == 1;
-      INFO("element " << i);
-      CHECK(std::isnan(y[i]) == in_bad_block);
+    for (WireFormat f : {WireFormat::FP8E4M3, WireFormat::FP8E5M2}) {
+      const std::vector<float> y = round_trip(x, f);
+      for (size_t i = 0; i < x.size(); i++) {
+        const bool in_bad_block = i / tg::kWireBlock == 1;
+        INFO("element " << i);
+        CHECK(std::isnan(y[i]) == in_bad_block);
+      }
     }
   }
 }

@@ -23,7 +23,7 @@ void wire_encode(Ctx& c, const float* x, size_t part, size_t rows, WireFormat f,
   } else {
     const size_t blocks = wire_blocks(part);
     launch(wire_encode_fp8_kernel, dim3(unsigned(rows * blocks)), unsigned(kWireBlock), 0,
-           c.stream, out, x, part, blocks);
+           c.stream, out, x, part, blocks, f);
   }
   TG_LAUNCH_CHECK();
 }
