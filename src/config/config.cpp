@@ -96,6 +96,14 @@ KeyDef key(const char* name, Getter<T> get, double lo, double hi, std::vector<st
 }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+constexpr const char* kStatePresetKey = "precision.state.preset";
+// The values of precision.state.preset: none, then every preset.
+std::vector<std::string> state_preset_choices() {
+  std::vector<std::string> out = {no_state_preset()};
+  for (const StatePreset& p : state_presets()) out.push_back(p.name);
+  return out;
+}
 // A field of Config as a function pointer returning a reference to it (its type deduced).
 // clang-format off
 #define TG_FIELD(f) +[](Config& c) -> auto& { return c.f; }
@@ -176,6 +184,7 @@ const std::vector<KeyDef>& table() {
       key("precision.auto.window", TG_FIELD(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"),
       key("precision.auto.outlier_k", TG_FIELD(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"),
       key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
+      key(kStatePresetKey, TG_FIELD(precision.state.preset), 0, 0, state_preset_choices(), "a named combination of every precision.state key but allow_narrowing, applied before them so that keys given beside it win (docs/precision.md, \"State presets\", says what each sets): lean (bf16-sr master weights, fp8 e4m3 moments, bf16 gradients on the wire), zero-fp8 (ZeRO-1: fp8 gradients, weights and moments), the names of compare --states, or none (the keys as given)"),
       key("precision.state.adam_m", TG_FIELD(precision.state.adam_m), 0, 0, state_format_names(), "storage of Adam's first moment: fp32, bf16 (nearest even), bf16-sr (stochastic rounding, seeded per step and element), fp16 (scaled by 2^12) or fp8-e4m3 / fp8-e5m2 (a scale per block of moment_block elements; docs/precision.md)"),
       key("precision.state.adam_v", TG_FIELD(precision.state.adam_v), 0, 0, state_format_names(), "storage of Adam's second moment: as adam_m; fp16 and fp8 store sqrt(v)"),
       key("precision.state.moment_block", TG_FIELD(precision.state.moment_block), kMomentBlockMin, kMomentBlockMax, {}, "fp8 moments: elements per scale block, a power of two (blocks of the flat parameter vector)"),
@@ -409,12 +418,26 @@ bool valid_utf8(const std::string& s) {
   }
 }
 
+// Sets key k to v; precision.state.preset also sets every key its preset names.
+void set_key(Config& c, const KeyDef& k, const json& v, const std::string& origin) {
+  set_json(c, k, v, origin);
+  if (std::string(k.name) != kStatePresetKey) return;
+  if (const StatePreset* p = find_state_preset(c.precision.state.preset))
+    for (const auto& [key, value] : p->keys) config_set(c, key, value);
+}
+
 void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
+  // A state preset first, so that the keys given beside it win whatever their order.
+  const std::string preset_key = kStatePresetKey;
+  const std::string preset_leaf = preset_key.substr(preset_key.rfind('.') + 1);
+  const bool has_preset = prefix + "." + preset_leaf == preset_key && j.contains(preset_leaf);
+  if (has_preset) set_key(c, *find_key(preset_key), j[preset_leaf], origin);
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (has_preset && name == preset_key) continue;
     const KeyDef* k = find_key(name);
     if (k) {
-      set_json(c, *k, it.value(), origin);
+      set_key(c, *k, it.value(), origin);
     } else if (is_section(name)) {
       if (!it.value().is_object())
         throw UsageError(strf("config section '%s' %s must be a JSON object, not %s %s",
@@ -553,7 +576,7 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
       break;
     }
   }
-  set_json(cfg, *k, v, origin);
+  set_key(cfg, *k, v, origin);
 }
 
 namespace {

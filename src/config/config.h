@@ -13,6 +13,7 @@
 #include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
 #include "src/numerics/wire_format.h"
+#include "state_presets.h"
 
 namespace tg {
 
@@ -123,6 +124,9 @@ struct Config {
     // How the optimizer state is stored (src/numerics/state_format.h; docs/precision.md, "State
     // precision: Adam moments").
     struct State {
+      // A named combination of the keys below (src/config/state_presets.h), applied before
+      // them when set; "none": the keys as given.
+      std::string preset = no_state_preset();
       StateFormat adam_m = StateFormat::FP32;
       StateFormat adam_v = StateFormat::FP32;
       MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h

@@ -93,10 +93,10 @@ size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q) {
   return p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
 }
 
-size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc) {
+size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
   const Mode mode = cfg.precision.mode;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
-  const int ranks = std::max(1, cfg.dist.world_size);
+  const int ranks = std::max(1, world);
   const MemoryPlan p =
       plan_memory(mc, mode_dtype(mode), B, T, cfg.train.zero_stage == 1 ? ranks : 1,
                   cfg.cuda.attention == "flash", ranks,

@@ -39,12 +39,12 @@ QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r,
 // copies beside it and the quantized saved inputs in place of their bf16 copies.
 size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q);
 
-// What a GPU run of cfg (its model mc, its precision.mode, its micro-batch) plans to hold per
-// process: plan_memory's tensors in the mode's storage type (ZeRO-1 over dist.world_size ranks
-// where train.zero_stage is 1), and for a block-scaled mode the native path's tensors and GEMM
+// What a GPU run of cfg (its model mc, its precision.mode, its micro-batch) over `ranks`
+// processes plans to hold per process: plan_memory's tensors in the mode's storage type (ZeRO-1
+// over the ranks where train.zero_stage is 1, the gradient wire's staging), and for a block-scaled mode the native path's tensors and GEMM
 // scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
 // for the statistics). Not in it: the CUDA context, cuBLASLt's workspace, allocator slack.
-size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc);
+size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int ranks);
 // The multiprocessors a plan assumes for the operand statistics' per-block sums (H100, H200).
 constexpr int kPlannedGpuSms = 132;
 

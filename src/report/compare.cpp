@@ -184,6 +184,9 @@ const ModeSpec& find_compare_mode(const std::string& name) {
 // was started (so a resumed run matches the one it continues).
 json comparable_config(json c) {
   if (c.contains("checkpoint")) c["checkpoint"].erase("resume");
+  // The state keys a preset sets say what it did (runs from before presets have none).
+  if (c.contains("precision") && c["precision"].contains("state"))
+    c["precision"]["state"].erase("preset");
   if (c.contains("train")) {
     c["train"].erase("overwrite");
     c["train"].erase("stop_at_step");
@@ -226,104 +229,41 @@ void apply_mode(Config& c, const ModeSpec& spec) {
 
 // ---- state choices (--states): the optimizer's state, combined with every mode ----
 
-// What each name on --states means: values of every precision.state.* key but
-// allow_narrowing (so that a run's state is the choice's whole). A mode x choice the run would
-// refuse (bf16 master weights in a mode without bf16 weights, fp8 weight gathers without
-// ZeRO-1) is skipped, with the refusal's words.
-struct StateSpec {
-  std::string name;
-  const char* what;
-  Overlay overlay;
-};
-Overlay state_overlay(MasterFormat master, StateFormat m, StateFormat v,
-                      const MomentBlocking& b = {}, WireFormat wire = WireFormat::FP32,
-                      bool fp32_grads = false, bool fp8_weights = false) {
-  return {{"precision.state.master", master_format_name(master)},
-          {"precision.state.grad_comm", wire_format_name(wire)},
-          {"precision.state.grads", grad_accum_name(fp32_grads)},
-          {"precision.state.weight_comm", weight_comm_name(fp8_weights)},
-          {"precision.state.adam_m", state_format_name(m)},
-          {"precision.state.adam_v", state_format_name(v)},
-          {"precision.state.moment_block", std::to_string(b.block)},
-          {"precision.state.moment_scale", moment_scale_name(b.pow2)},
-          {"precision.state.moment_expand", moment_expand_name(b.expand)}};
-}
-// clang-format off
-const std::vector<StateSpec>& state_studies() {
-  using MF = MasterFormat;
-  using SF = StateFormat;
-  static const std::vector<StateSpec> all = {
-      // fp32 state: the plain mode's run (run_name).
-      {state_format_name(SF::FP32), "fp32 master weights and Adam moments",
-       state_overlay(MF::FP32, SF::FP32, SF::FP32)},
-      {"moments-bf16", "Adam moments in bf16 (nearest)", state_overlay(MF::FP32, SF::BF16, SF::BF16)},
-      {"moments-bf16sr", "Adam moments in bf16 with stochastic rounding",
-       state_overlay(MF::FP32, SF::BF16SR, SF::BF16SR)},
-      {"moments-fp16", "Adam moments in fp16 (m and sqrt(v) scaled by 2^12)",
-       state_overlay(MF::FP32, SF::FP16, SF::FP16)},
-      {"master-bf16sr", "the bf16 weights as master weights, stochastic rounding (no fp32 copy)",
-       state_overlay(MF::BF16SR, SF::FP32, SF::FP32)},
-      {"master-kahan", "the bf16 weights plus a bf16 compensation as master weights",
-       state_overlay(MF::BF16Kahan, SF::FP32, SF::FP32)},
-      {"bf16sr-all", "bf16-sr master weights and bf16-sr Adam moments",
-       state_overlay(MF::BF16SR, SF::BF16SR, SF::BF16SR)},
-      {"moments-fp8", "Adam moments in fp8 e4m3, a scale per 128 (m and sqrt(v))",
-       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP8E4M3)},
-      {"moments-fp8-coat", "Adam moments in fp8 e4m3, a scale per 128, COAT's range expansion",
-       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP8E4M3, {128, false, true})},
-      {"moments-fp8m-fp16v", "m in fp8 e4m3 (a scale per 128), v in fp16 (FP8-LM's split)",
-       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP16)},
-      {"bf16sr-fp8", "bf16-sr master weights, fp8 e4m3 Adam moments with COAT's expansion",
-       state_overlay(MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {128, false, true})},
-      // Gradients on the wire (several ranks: `mpirun -np N train_gpt compare ...`).
-      {"wire-bf16", "gradients sent between ranks in bf16, summed in fp32",
-       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::BF16)},
-      {"wire-fp8", "gradients sent between ranks in fp8 e4m3 (a scale per 128), summed in fp32",
-       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP8E4M3)},
-      {"wire-e5m2", "gradients sent between ranks in fp8 e5m2 (a scale per 128), summed in fp32",
-       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP8E5M2)},
-      {"grads-fp32", "a step's micro-step gradients summed in an fp32 buffer, rounded once",
-       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP32, true)},
-      // ZeRO-1's weight all-gather (train.zero_stage=1).
-      {"weights-fp8", "ZeRO-1's weight all-gather in fp8 e4m3 (a scale per 128)",
-       state_overlay(MF::FP32, SF::FP32, SF::FP32, {}, WireFormat::FP32, false, true)},
-      {"zero-fp8", "ZeRO-1 with gradients and weights in fp8 e4m3 on the wire, fp8 Adam moments",
-       state_overlay(MF::FP32, SF::FP8E4M3, SF::FP8E4M3, {}, WireFormat::FP8E4M3, false, true)},
-      {"lean", "bf16-sr master weights, fp8 e4m3 Adam moments, bf16 gradients on the wire",
-       state_overlay(MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {}, WireFormat::BF16)},
-  };
-  return all;
-}
-// clang-format on
+// --states: the state presets (src/config/state_presets.h), each combined with every mode.
+// A run of a preset has precision.state.preset set to it (and so every state key it names).
+using StateSpec = StatePreset;
 
-std::string state_names_text() {
-  std::string all;
-  for (const StateSpec& st : state_studies()) all += (all.empty() ? "" : ", ") + st.name;
-  return all;
-}
+const std::vector<StatePreset>& state_studies() { return state_presets(); }
+
+std::string state_names_text() { return state_preset_names_text(); }
 
 const StateSpec& find_state_study(const std::string& name) {
-  for (const StateSpec& st : state_studies())
-    if (name == st.name) return st;
+  if (const StatePreset* p = find_state_preset(name)) return *p;
   throw UsageError(strf("compare: unknown state choice '%s' (one of %s)", name.c_str(),
                         state_names_text().c_str()));
 }
 
 void apply_state(Config& c, const StateSpec& st) {
-  for (const auto& kv : st.overlay) config_set(c, kv.first, kv.second);
+  config_set(c, "precision.state.preset", st.name);
 }
 
 // The state choice whose keys c has; "" for fp32 state (nothing to name: a plain mode's run)
 // or a combination no choice names.
 std::string state_study_of(const Config& c) {
-  const json have = config_to_json(c)["precision"]["state"];
+  // The keys decide (runs from before presets have none).
+  auto state_keys = [](const Config& x) {
+    json st = config_to_json(x)["precision"]["state"];
+    st.erase("preset");
+    return st;
+  };
+  const json have = state_keys(c);
   Config fp32 = c;
   apply_state(fp32, state_studies()[0]);
-  if (config_to_json(fp32)["precision"]["state"] == have) return "";
+  if (state_keys(fp32) == have) return "";
   for (const StateSpec& st : state_studies()) {
     Config x = c;
     apply_state(x, st);
-    if (config_to_json(x)["precision"]["state"] == have) return st.name;
+    if (state_keys(x) == have) return st.name;
   }
   return "";
 }
@@ -415,7 +355,7 @@ std::string compare_mode_what(const std::string& name) {
   // A state choice with master weights of its own replaces what the mode says of them.
   const std::string fp32_master =
       "; " + std::string(master_format_info(MasterFormat::FP32).summary);
-  const bool own_master = std::any_of(st.overlay.begin(), st.overlay.end(), [](const auto& kv) {
+  const bool own_master = std::any_of(st.keys.begin(), st.keys.end(), [](const auto& kv) {
     return kv.first == "precision.state.master" &&
            kv.second != master_format_name(MasterFormat::FP32);
   });

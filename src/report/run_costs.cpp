@@ -104,9 +104,18 @@ size_t with_first_run_config(const json& runs, F f) {
 }
 }  // namespace
 
+// The ranks the runs trained over (summary.json's "ranks"; 1 for runs from before it).
+static int ranks_of_runs(const json& runs) {
+  int ranks = 1;
+  for (const auto& r : runs)
+    if (r.contains("summary") && r["summary"].contains("ranks")) ranks = r["summary"]["ranks"];
+  return ranks;
+}
+
 size_t planned_gpu_bytes_of_runs(const json& runs) {
+  const int ranks = ranks_of_runs(runs);
   return with_first_run_config(
-      runs, [](const Config& c) { return planned_gpu_bytes(c, model_config(c)); });
+      runs, [ranks](const Config& c) { return planned_gpu_bytes(c, model_config(c), ranks); });
 }
 
 size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
@@ -122,9 +131,7 @@ size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
 }
 
 uint64_t comm_bytes_gpt2_xl_of_runs(const json& runs) {
-  int ranks = 0;
-  for (const auto& r : runs)
-    if (r.contains("summary") && r["summary"].contains("ranks")) ranks = r["summary"]["ranks"];
+  const int ranks = ranks_of_runs(runs);
   if (ranks <= 1) return 0;
   return with_first_run_config(runs, [ranks](const Config& c) {
     return size_t(plan_comm_bytes(gpt_config(48, 25, 1600, 50257, 1024),

@@ -215,6 +215,16 @@ TEST_CASE("mpi: compare with ZeRO-1 runs fp32 accumulation and fp8 weight gather
   auto xl = [&](const char* name) { return stats[name]["comm_bytes_gpt2_xl"].get<double>(); };
   CHECK(xl("bf16+weights-fp8") / xl("bf16") == doctest::Approx((4 + 1.03125) / 6).epsilon(1e-3));
   CHECK(xl("bf16+zero-fp8") / xl("bf16") == doctest::Approx(2 * 1.03125 / 6).epsilon(1e-3));
+  // The planned GPU memory is planned for the runs' ranks (sharded state, wire staging): the
+  // CPU's plan of the same runs, which is what they allocated.
+  for (const json& g : c["modes"]) {
+    const json& s = g["runs"][0]["summary"];
+    INFO(g["name"].get<std::string>());
+    CHECK(g["stats"]["planned_gpu_bytes"].get<double>() ==
+          s["planned_memory_bytes"].get<double>());
+    CHECK(s["peak_memory_bytes"].get<double>() ==
+          doctest::Approx(s["planned_memory_bytes"].get<double>()).epsilon(0.01));
+  }
 }
 
 TEST_CASE("mpi: ZeRO-1 weights gathered in fp8: close to the compute type's, planned, resumed") {

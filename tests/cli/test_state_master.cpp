@@ -238,3 +238,29 @@ TEST_CASE("cli: state telemetry shows the updates a bf16 master loses, per param
   for (const char* k : {"m_underflow", "v_underflow", "m_saturation", "v_saturation"})
     CHECK(last["fp32"]["layers"]["qkvw"][k][0].get<double>() == 0);
 }
+
+TEST_CASE("cli: precision.state.preset=lean trains with every key it names, and is refused by name "
+          "where the mode cannot keep it") {
+  tgt::TempDir d, keys;
+  std::string out;
+  const std::string args = kBf16 + " --train.steps=6";
+  REQUIRE(run_binary(tiny_args(d.path) + args + " --precision.state.preset=lean", &out) == 0);
+  INFO(out);
+  const json c = json::parse(slurp(d / "config.json"))["precision"]["state"];
+  CHECK(c["preset"] == "lean");
+  CHECK(c["master"] == "bf16-sr");
+  CHECK(c["adam_m"] == "fp8-e4m3");
+  CHECK(c["adam_v"] == "fp8-e4m3");
+  CHECK(c["grad_comm"] == "bf16");
+  // The same keys given one by one: the same run.
+  REQUIRE(run_binary(tiny_args(keys.path) + args + master_arg("bf16-sr") +
+                         " --precision.state.adam_m=fp8-e4m3 --precision.state.adam_v=fp8-e4m3 "
+                         "--precision.state.grad_comm=bf16",
+                     &out) == 0);
+  check_same_losses(d.path, keys.path, 6);
+  // fp32 weights cannot be a bf16-sr master: exit 2, naming the key the preset set.
+  tgt::TempDir bad;
+  CHECK(run_binary(tiny_args(bad.path) + " --precision.mode=fp32 --precision.state.preset=lean",
+                   &out) == 2);
+  CHECK(has(out, "precision.state.master"));
+}

@@ -330,3 +330,54 @@ TEST_CASE("config: every file in configs/ loads, and names data a README command
   }
   CHECK(n >= 4);
 }
+
+TEST_CASE("config: a state preset sets every state key, and keys given beside it win") {
+  Config c;
+  config_set(c, "precision.state.preset", "lean");
+  CHECK(c.precision.state.master == MasterFormat::BF16SR);
+  CHECK(c.precision.state.adam_m == StateFormat::FP8E4M3);
+  CHECK(c.precision.state.adam_v == StateFormat::FP8E4M3);
+  CHECK(c.precision.state.grad_comm == WireFormat::BF16);
+  // Every preset sets the whole state: applied over another, it gives what it gives alone.
+  for (const StatePreset& p : state_presets()) {
+    INFO(p.name);
+    Config alone, over;
+    config_set(over, "precision.state.preset", "zero-fp8");
+    config_set(over, "precision.state.moment_expand", "coat");
+    config_set(alone, "precision.state.preset", p.name);
+    config_set(over, "precision.state.preset", p.name);
+    CHECK(config_to_json(over) == config_to_json(alone));
+    CHECK(config_to_json(alone)["precision"]["state"]["preset"] == p.name);
+  }
+  // The command line: the preset first whatever the order, then the keys beside it.
+  std::vector<std::string> args = {"train", "--precision.state.adam_v=fp32",
+                                   "--precision.state.preset=lean"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::vector<std::pair<std::string, std::string>> values;
+  Config cli;
+  REQUIRE(config_parse_args(&cli, int(argv.size()), argv.data(), "train_gpt x", {}, &values));
+  CHECK(cli.precision.state.adam_v == StateFormat::FP32);
+  CHECK(cli.precision.state.adam_m == StateFormat::FP8E4M3);
+  // A file: "adam_m" sorts before "preset", and still wins.
+  tgt::TempDir d;
+  {
+    std::ofstream f(d / "c.json");
+    f << R"({"precision": {"state": {"adam_m": "bf16", "preset": "lean"}}})";
+  }
+  Config file;
+  config_load_file(file, d / "c.json");
+  CHECK(file.precision.state.adam_m == StateFormat::BF16);
+  CHECK(file.precision.state.master == MasterFormat::BF16SR);
+  // Its config.json loads back to the same run.
+  Config again;
+  config_apply_json(again, config_to_json(file), "round trip");
+  CHECK(config_to_json(again) == config_to_json(file));
+  // An unknown preset names the key and the choices.
+  const std::string e = usage_error([] {
+    Config x;
+    config_set(x, "precision.state.preset", "slim");
+  });
+  CHECK(e.find("precision.state.preset") != std::string::npos);
+  CHECK(e.find("'slim' is not allowed") != std::string::npos);
+}

@@ -260,7 +260,7 @@ TEST_CASE("report: the device, shared speed figures, planned GPU memory, set tar
   CHECK(gpu4 < gpu32);
   tg::Config c16 = tg::Config();
   c16.precision.mode = tg::Mode::BF16;
-  CHECK(gpu16 == double(tg::planned_gpu_bytes(c16, tg::model_config(c16))));
+  CHECK(gpu16 == double(tg::planned_gpu_bytes(c16, tg::model_config(c16), 1)));
   CHECK(md.find("| peak memory, this CPU | planned GPU memory | vs fp32 |") != std::string::npos);
   // No floor and no --quality_loss: no quality column, no "not reached".
   CHECK(md.find("steps to quality") == std::string::npos);
