@@ -11,6 +11,7 @@
 
 #include "bench.h"
 #include "export.h"
+#include "memory_states.h"
 #include "docs.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
@@ -365,21 +366,13 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
 // --preset: the model.* keys of a GPT-2 size.
 void apply_preset(Config& cfg, const std::string& preset) {
   if (preset.empty()) return;
-  struct P {
-    const char* name;
-    int L, NH, C;
-  };
-  const P presets[] = {{"gpt2", 12, 12, 768},
-                       {"gpt2-medium", 24, 16, 1024},
-                       {"gpt2-large", 36, 20, 1280},
-                       {"gpt2-xl", 48, 25, 1600}};
   std::vector<std::string> names;
-  for (const P& p : presets) {
-    names.push_back(p.name);
-    if (preset != p.name) continue;
-    cfg.model.n_layer = p.L;
-    cfg.model.n_head = p.NH;
-    cfg.model.n_embd = p.C;
+  for (const Gpt2Size& s : gpt2_sizes()) {
+    names.push_back(s.name);
+    if (preset != s.name) continue;
+    cfg.model.n_layer = s.n_layer;
+    cfg.model.n_head = s.n_head;
+    cfg.model.n_embd = s.n_embd;
     cfg.model.vocab_size = 50257;
     cfg.model.max_seq_len = 1024;
     return;
@@ -447,7 +440,12 @@ int cmd_memory(int argc, char** argv) {
        mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16})},
       {"preset", "gpt2 | gpt2-medium | gpt2-large | gpt2-xl (sets the model.* keys)", ""},
       int_option("zero_ranks", "plan one rank of ZeRO-1 over this many ranks (1: no sharding)", "1",
-                 1, 65536)};
+                 1, 65536),
+      {"states",
+       "comma-separated state presets, or all: each one's bytes per parameter and totals at "
+       "GPT-2's four sizes, one process and ZeRO-1, in the first of --modes "
+       "(docs/memory.md)",
+       ""}};
   Config cfg;
   Extras ex;
   if (!config_parse_args(&cfg, argc, argv, "train_gpt memory", opts, &ex)) return 0;
@@ -501,6 +499,8 @@ int cmd_memory(int argc, char** argv) {
       master_format_info(st.master).summary);
   print_memory_fit(cfg, plans, zero_ranks);
   print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);
+  if (!extra(ex, "states").empty() && !modes.empty())
+    print_state_presets(cfg, modes[0], extra(ex, "states"), zero_ranks > 1 ? zero_ranks : 8);
   return 0;
 }
 

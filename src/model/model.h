@@ -43,6 +43,26 @@ inline GPTConfig gpt_config(int n_layer, int n_head, int n_embd, int vocab_size,
   c.max_seq_len = max_seq_len;
   return c;
 }
+// GPT-2's four sizes (vocabulary 50257, 1024 positions): what `memory --preset` and the
+// reports' "at GPT-2 1.5B" columns plan.
+struct Gpt2Size {
+  const char* name;   // gpt2, gpt2-medium, gpt2-large, gpt2-xl
+  const char* label;  // 124M, 350M, 774M, 1.5B
+  int n_layer, n_head, n_embd;
+};
+inline const std::vector<Gpt2Size>& gpt2_sizes() {
+  static const std::vector<Gpt2Size> sizes = {{"gpt2", "124M", 12, 12, 768},
+                                              {"gpt2-medium", "350M", 24, 16, 1024},
+                                              {"gpt2-large", "774M", 36, 20, 1280},
+                                              {"gpt2-xl", "1.5B", 48, 25, 1600}};
+  return sizes;
+}
+inline GPTConfig gpt2_config(const Gpt2Size& s) {
+  return gpt_config(s.n_layer, s.n_head, s.n_embd, 50257, 1024);
+}
+// GPT-2 1.5B (gpt2-xl).
+inline GPTConfig gpt2_xl_config() { return gpt2_config(gpt2_sizes().back()); }
+
 struct Config;
 // Model shape from the model.* keys (model.init_from is not read here).
 GPTConfig model_config(const Config& cfg);

@@ -110,4 +110,16 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
          plan_scaled_scratch(mc, r, B, T, kPlannedGpuSms).native.total();
 }
 
+size_t planned_state_bytes(const Config& cfg, const GPTConfig& mc, int zero_ranks) {
+  const Mode mode = cfg.precision.mode;
+  const auto& st = cfg.precision.state;
+  const int ranks = std::max(1, zero_ranks);
+  const MemoryPlan p =
+      plan_memory(mc, mode_dtype(mode), 1, 1, ranks, false, ranks,
+                  moment_formats(st.adam_m, st.adam_v, moment_blocking(cfg)),
+                  mode_master(cfg, mode), st.grad_comm, st.grads == grad_accum_name(true),
+                  st.weight_comm == weight_comm_name(true));
+  return p.weights + p.master + p.grads + p.optimizer;
+}
+
 }  // namespace tg

@@ -45,6 +45,10 @@ size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q);
 // scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
 // for the statistics). Not in it: the CUDA context, cuBLASLt's workspace, allocator slack.
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int ranks);
+// What cfg keeps per process in weights, master weights, gradients and Adam moments for model
+// mc, in its precision.mode and state formats, ZeRO-1 over zero_ranks (1: none): the part the
+// state formats change (activations and staging apart).
+size_t planned_state_bytes(const Config& cfg, const GPTConfig& mc, int zero_ranks);
 // The multiprocessors a plan assumes for the operand statistics' per-block sums (H100, H200).
 constexpr int kPlannedGpuSms = 132;
 

@@ -119,22 +119,15 @@ size_t planned_gpu_bytes_of_runs(const json& runs) {
 }
 
 size_t state_bytes_gpt2_xl_of_runs(const json& runs) {
-  return with_first_run_config(runs, [](const Config& c) {
-    const Mode mode = c.precision.mode;
-    const MemoryPlan p = plan_memory(
-        gpt_config(48, 25, 1600, 50257, 1024), mode_dtype(mode), 1, 1, 1, false, 1,
-        moment_formats(c.precision.state.adam_m, c.precision.state.adam_v, moment_blocking(c)),
-        mode_master(c, mode), c.precision.state.grad_comm,
-        c.precision.state.grads == grad_accum_name(true));
-    return p.weights + p.master + p.grads + p.optimizer;
-  });
+  return with_first_run_config(
+      runs, [](const Config& c) { return planned_state_bytes(c, gpt2_xl_config(), 1); });
 }
 
 uint64_t comm_bytes_gpt2_xl_of_runs(const json& runs) {
   const int ranks = ranks_of_runs(runs);
   if (ranks <= 1) return 0;
   return with_first_run_config(runs, [ranks](const Config& c) {
-    return size_t(plan_comm_bytes(gpt_config(48, 25, 1600, 50257, 1024),
+    return size_t(plan_comm_bytes(gpt2_xl_config(),
                                   mode_dtype(c.precision.mode), ranks, c.train.zero_stage == 1,
                                   precision_spec(c).moments, c.precision.state.grad_comm,
                                   c.precision.state.weight_comm == weight_comm_name(true)));

@@ -329,6 +329,28 @@ TEST_CASE("cli: memory prints the plan per mode") {
   CHECK(run_binary("memory --preset gpt5", &out) == 2);
 }
 
+TEST_CASE("cli: memory --states plans every state preset at GPT-2's sizes, alone and ZeRO-1") {
+  std::string out;
+  REQUIRE(run_binary("memory --modes bf16 --states fp32,lean,grads-fp32,zero-fp8", &out) == 0);
+  INFO(out);
+  // One process: 16 bytes per parameter in fp32 state (bf16 weights and gradients, an fp32
+  // master, two fp32 moments); lean's bf16-sr master and fp8 moments (1 + 4/128 each) leave 6.06.
+  CHECK(has(out, "| fp32 | 16.00 | 1.9 GiB | 5.3 GiB | 11.5 GiB | 23.2 GiB |"));
+  CHECK(has(out, "| lean | 6.06 | 719.7 MiB | 2.0 GiB | 4.4 GiB | 8.8 GiB |"));
+  CHECK(has(out, "| grads-fp32 | 20.00 |"));
+  // ZeRO-1 over 8 ranks (the default): the master and moments sharded, the fp32 gradient sums
+  // not; the bytes a rank sends per step at 1.5B.
+  CHECK(has(out, "Per rank, ZeRO-1 over 8 ranks:"));
+  CHECK(has(out, "| fp32 | 5.50 | 652.9 MiB | 1.8 GiB | 4.0 GiB | 8.0 GiB |"));
+  CHECK(has(out, "| grads-fp32 | 9.50 |"));
+  // A mode that cannot keep a preset lists it with the run's refusal.
+  REQUIRE(run_binary("memory --modes fp32 --states lean,fp32 --zero_ranks 4", &out) == 0);
+  CHECK(has(out, "Per rank, ZeRO-1 over 4 ranks:"));
+  CHECK(has(out, "not in fp32: lean: config key 'precision.state.master'"));
+  CHECK(run_binary("memory --states slim", &out) == 2);
+  CHECK(has(out, "unknown state preset 'slim'"));
+}
+
 TEST_CASE("cli: fp8 20-step loss curve within 5% of fp32, and bit-exact resume") {
   tgt::TempDir a, b, part;
   std::string out;

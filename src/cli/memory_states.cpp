@@ -1,0 +1,96 @@
+// memory_states.cpp: `train_gpt memory --states` (memory_states.h).
+#include "memory_states.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "src/base/common.h"
+#include "src/base/host_memory.h"
+#include "src/base/suggest.h"
+#include "src/config/config.h"
+#include "src/model/model.h"
+#include "src/precision/precision.h"
+#include "src/precision/quant_memory.h"
+
+namespace tg {
+
+namespace {
+
+// The presets `names` lists ("all": every one), in its order.
+std::vector<const StatePreset*> presets_named(const std::string& names) {
+  std::vector<const StatePreset*> out;
+  if (names == "all") {
+    for (const StatePreset& p : state_presets()) out.push_back(&p);
+    return out;
+  }
+  std::vector<std::string> all;
+  for (const StatePreset& p : state_presets()) all.push_back(p.name);
+  const std::string list = names + ",";
+  for (size_t pos = 0, next; (next = list.find(',', pos)) != std::string::npos; pos = next + 1) {
+    const std::string name = list.substr(pos, next - pos);
+    if (name.empty()) continue;
+    const StatePreset* p = find_state_preset(name);
+    if (!p)
+      throw UsageError(strf("memory: unknown state preset '%s' in --states%s (or all)",
+                            name.c_str(), did_you_mean(name, all).c_str()));
+    out.push_back(p);
+  }
+  return out;
+}
+
+// One table: a row per preset that `mode` keeps, over `ranks` ranks of ZeRO-1 (1: none).
+void print_table(const std::vector<std::pair<const StatePreset*, Config>>& rows, int ranks) {
+  printf("\n%s\n\n| state | bytes / parameter |", ranks > 1
+                                                        ? strf("Per rank, ZeRO-1 over %d ranks:",
+                                                               ranks).c_str()
+                                                        : "One process:");
+  for (const Gpt2Size& s : gpt2_sizes()) printf(" GPT-2 %s |", s.label);
+  printf("%s\n|---|---:|", ranks > 1 ? " sent per step at 1.5B |" : "");
+  for (size_t i = 0; i <= gpt2_sizes().size() - (ranks > 1 ? 0 : 1); i++) printf("---:|");
+  printf("\n");
+  for (const auto& [preset, c] : rows) {
+    const GPTConfig xl = gpt2_xl_config();
+    const double per_param = double(planned_state_bytes(c, xl, ranks)) / double(num_parameters(xl));
+    printf("| %s | %.2f |", preset->name.c_str(), per_param);
+    for (const Gpt2Size& s : gpt2_sizes())
+      printf(" %s |", fmt_bytes(double(planned_state_bytes(c, gpt2_config(s), ranks))).c_str());
+    if (ranks > 1) {  // what this rank sends for the gradients and the weight all-gather
+      const auto& st = c.precision.state;
+      const uint64_t sent = plan_comm_bytes(
+          xl, mode_dtype(c.precision.mode), ranks, true,
+          moment_formats(st.adam_m, st.adam_v, moment_blocking(c)), st.grad_comm,
+          st.weight_comm == weight_comm_name(true));
+      printf(" %s |", fmt_bytes(double(sent)).c_str());
+    }
+    printf("\n");
+  }
+}
+
+}  // namespace
+
+void print_state_presets(const Config& cfg, Mode mode, const std::string& names, int zero_ranks) {
+  std::vector<std::pair<const StatePreset*, Config>> rows;
+  std::vector<std::string> refused;
+  for (const StatePreset* p : presets_named(names)) {
+    Config c = cfg;
+    c.precision.mode = mode;
+    config_set(c, "precision.state.preset", p->name);
+    c.train.zero_stage = 1;  // what the ZeRO-1 presets need; the first table is one process
+    try {
+      config_validate_run(c, zero_ranks);
+      rows.push_back({p, c});
+    } catch (const UsageError& e) {
+      refused.push_back(p->name + ": " + e.what());
+    }
+  }
+  printf("\nState presets (precision.state.preset) in %s: weights, master weights, gradients and "
+         "Adam moments, per parameter (at GPT-2 1.5B) and in total; activations and the "
+         "reduction's staging come on top.\n",
+         mode_name(mode));
+  print_table(rows, 1);
+  print_table(rows, zero_ranks);
+  for (const std::string& r : refused) printf("\nnot in %s: %s", mode_name(mode), r.c_str());
+  if (!refused.empty()) printf("\n");
+}
+
+}  // namespace tg
