@@ -427,14 +427,14 @@ void set_key(Config& c, const KeyDef& k, const json& v, const std::string& origi
 }
 
 void apply_object(Config& c, const json& j, const std::string& prefix, const std::string& origin) {
+  auto full_name = [&](const std::string& k) { return prefix.empty() ? k : prefix + "." + k; };
   // A state preset first, so that the keys given beside it win whatever their order.
-  const std::string preset_key = kStatePresetKey;
-  const std::string preset_leaf = preset_key.substr(preset_key.rfind('.') + 1);
-  const bool has_preset = prefix + "." + preset_leaf == preset_key && j.contains(preset_leaf);
-  if (has_preset) set_key(c, *find_key(preset_key), j[preset_leaf], origin);
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (full_name(it.key()) == kStatePresetKey)
+      set_key(c, *find_key(kStatePresetKey), it.value(), origin);
   for (auto it = j.begin(); it != j.end(); ++it) {
-    std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (has_preset && name == preset_key) continue;
+    std::string name = full_name(it.key());
+    if (name == kStatePresetKey) continue;
     const KeyDef* k = find_key(name);
     if (k) {
       set_key(c, *k, it.value(), origin);

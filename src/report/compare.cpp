@@ -268,8 +268,6 @@ std::string state_study_of(const Config& c) {
   return "";
 }
 
-// Whether mode `mode` can keep state `st` (null: the config's own): bf16 master weights need
-// bf16 weights.
 // Why mode `mode` cannot keep state choice st with the base config over `world` ranks (the
 // run's own refusal, e.g. bf16 master weights in an fp32 mode, or fp8 weight gathers without
 // ZeRO-1); "" when it can.
@@ -508,6 +506,7 @@ int cmd_compare(int argc, char** argv) {
   // Every mode x state x seed (the states a mode cannot keep skipped, said).
   std::vector<std::pair<std::string, const StateSpec*>> plan;
   std::vector<const StateSpec*> states;
+  std::string first_misfit;  // why the first skipped run was refused
   for (const std::string& name : a.states) states.push_back(&find_state_study(name));
   if (states.empty()) states.push_back(nullptr);
   for (const std::string& mode : a.modes)
@@ -519,8 +518,9 @@ int cmd_compare(int argc, char** argv) {
       }
       printf("compare: %s skipped: %s\n", run_name(mode, st ? st->name : "").c_str(),
              misfit.c_str());
+      if (first_misfit.empty()) first_misfit = misfit;
     }
-  if (plan.empty()) throw UsageError("compare: no mode can keep any of --states");
+  if (plan.empty()) throw UsageError("compare: no run can start: " + first_misfit);
   Progress progress;
   progress.total = int(plan.size()) * a.nseeds;
   json results = json::array();

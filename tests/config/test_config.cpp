@@ -369,6 +369,14 @@ TEST_CASE("config: a state preset sets every state key, and keys given beside it
   config_load_file(file, d / "c.json");
   CHECK(file.precision.state.adam_m == StateFormat::BF16);
   CHECK(file.precision.state.master == MasterFormat::BF16SR);
+  // Dotted keys at the top level alike.
+  {
+    std::ofstream f(d / "dotted.json");
+    f << R"({"precision.state.adam_m": "bf16", "precision.state.preset": "lean"})";
+  }
+  Config dotted;
+  config_load_file(dotted, d / "dotted.json");
+  CHECK(config_to_json(dotted) == config_to_json(file));
   // Its config.json loads back to the same run.
   Config again;
   config_apply_json(again, config_to_json(file), "round trip");
