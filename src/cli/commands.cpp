@@ -335,11 +335,7 @@ void print_quantized_plan(const Config& cfg, const GPTConfig& mc, const std::vec
     if (!is_block_scaled(mode)) continue;
     const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
     const QuantMemoryPlan q = plan_quantized_linears(mc, r, B, T);
-    const MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks,
-                                     precision_spec(cfg).moments, mode_master(cfg, mode),
-                                     cfg.precision.state.grad_comm,
-                                     cfg.precision.state.grads == grad_accum_name(true),
-                                     cfg.precision.state.weight_comm == weight_comm_name(true));
+    const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, zero_ranks, zero_ranks, lse);
     if (!header) {
       printf(
           "\nBlock-scaled modes on a native path (quantized copies of the block linears' "
@@ -461,8 +457,6 @@ int cmd_memory(int argc, char** argv) {
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
          zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
          lse ? ", flash attention" : "");
-  // Adam's moments as precision.state.* store them (the optimizer column).
-  const MomentFormats moments = precision_spec(cfg).moments;
   const auto& st = cfg.precision.state;
   printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -475,10 +469,7 @@ int cmd_memory(int argc, char** argv) {
     if (name.empty()) continue;
     const Mode mode = parse_mode(name, "precision.mode");
     modes.push_back(mode);
-    MemoryPlan p = plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, zero_ranks, moments,
-                               mode_master(cfg, mode), st.grad_comm,
-                               st.grads == grad_accum_name(true),
-                               st.weight_comm == weight_comm_name(true));
+    const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, zero_ranks, zero_ranks, lse);
     plans.push_back({name, p});
     printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name.c_str(), mib(p.weights).c_str(),
            mib(p.master).c_str(), mib(p.grads).c_str(), mib(p.optimizer).c_str(),

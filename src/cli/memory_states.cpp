@@ -9,7 +9,6 @@
 #include "src/base/suggest.h"
 #include "src/config/config.h"
 #include "src/model/model.h"
-#include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 
 namespace tg {
@@ -54,14 +53,8 @@ void print_table(const std::vector<std::pair<const StatePreset*, Config>>& rows,
     printf("| %s | %.2f |", preset->name.c_str(), per_param);
     for (const Gpt2Size& s : gpt2_sizes())
       printf(" %s |", fmt_bytes(double(planned_state_bytes(c, gpt2_config(s), ranks))).c_str());
-    if (ranks > 1) {  // what this rank sends for the gradients and the weight all-gather
-      const auto& st = c.precision.state;
-      const uint64_t sent = plan_comm_bytes(
-          xl, mode_dtype(c.precision.mode), ranks, true,
-          moment_formats(st.adam_m, st.adam_v, moment_blocking(c)), st.grad_comm,
-          st.weight_comm == weight_comm_name(true));
-      printf(" %s |", fmt_bytes(double(sent)).c_str());
-    }
+    if (ranks > 1)  // what this rank sends for the gradients and the weight all-gather
+      printf(" %s |", fmt_bytes(double(planned_comm_bytes(c, xl, ranks, true))).c_str());
     printf("\n");
   }
 }

@@ -93,17 +93,28 @@ size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q) {
   return p.total() + q.weight_copies + q.saved_inputs_quantized - q.saved_inputs_bf16;
 }
 
+MemoryPlan plan_memory_of(const Config& cfg, Mode mode, const GPTConfig& mc, int B, int T,
+                          int zero_ranks, int ranks, bool lse) {
+  const auto& st = cfg.precision.state;
+  return plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, ranks,
+                     moment_formats(st.adam_m, st.adam_v, moment_blocking(cfg)),
+                     mode_master(cfg, mode), st.grad_comm, st.grads == grad_accum_name(true),
+                     st.weight_comm == weight_comm_name(true));
+}
+
+uint64_t planned_comm_bytes(const Config& cfg, const GPTConfig& mc, int ranks, bool zero) {
+  const auto& st = cfg.precision.state;
+  return plan_comm_bytes(mc, mode_dtype(cfg.precision.mode), ranks, zero,
+                         moment_formats(st.adam_m, st.adam_v, moment_blocking(cfg)), st.grad_comm,
+                         st.weight_comm == weight_comm_name(true));
+}
+
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
   const Mode mode = cfg.precision.mode;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int ranks = std::max(1, world);
-  const MemoryPlan p =
-      plan_memory(mc, mode_dtype(mode), B, T, cfg.train.zero_stage == 1 ? ranks : 1,
-                  cfg.cuda.attention == "flash", ranks,
-                  moment_formats(cfg.precision.state.adam_m, cfg.precision.state.adam_v, moment_blocking(cfg)),
-                  mode_master(cfg, mode), cfg.precision.state.grad_comm,
-                  cfg.precision.state.grads == grad_accum_name(true),
-                  cfg.precision.state.weight_comm == weight_comm_name(true));
+  const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, cfg.train.zero_stage == 1 ? ranks : 1,
+                                      ranks, cfg.cuda.attention == "flash");
   if (!is_block_scaled(mode)) return p.total();
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
   return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +
@@ -111,14 +122,8 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
 }
 
 size_t planned_state_bytes(const Config& cfg, const GPTConfig& mc, int zero_ranks) {
-  const Mode mode = cfg.precision.mode;
-  const auto& st = cfg.precision.state;
   const int ranks = std::max(1, zero_ranks);
-  const MemoryPlan p =
-      plan_memory(mc, mode_dtype(mode), 1, 1, ranks, false, ranks,
-                  moment_formats(st.adam_m, st.adam_v, moment_blocking(cfg)),
-                  mode_master(cfg, mode), st.grad_comm, st.grads == grad_accum_name(true),
-                  st.weight_comm == weight_comm_name(true));
+  const MemoryPlan p = plan_memory_of(cfg, cfg.precision.mode, mc, 1, 1, ranks, ranks);
   return p.weights + p.master + p.grads + p.optimizer;
 }
 

@@ -39,10 +39,18 @@ QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r,
 // copies beside it and the quantized saved inputs in place of their bf16 copies.
 size_t native_path_bytes(const MemoryPlan& p, const QuantMemoryPlan& q);
 
+// plan_memory for model mc in mode `mode` with cfg's state formats (precision.state.*: moments,
+// master weights, gradient accumulation, the wires), B x T per micro-batch, over `ranks` ranks
+// with ZeRO-1 over zero_ranks of them (1: none).
+MemoryPlan plan_memory_of(const Config& cfg, Mode mode, const GPTConfig& mc, int B, int T,
+                          int zero_ranks, int ranks, bool lse = false);
+// plan_comm_bytes for model mc in cfg's mode and state formats over `ranks` ranks.
+uint64_t planned_comm_bytes(const Config& cfg, const GPTConfig& mc, int ranks, bool zero);
+
 // What a GPU run of cfg (its model mc, its precision.mode, its micro-batch) over `ranks`
-// processes plans to hold per process: plan_memory's tensors in the mode's storage type (ZeRO-1
-// over the ranks where train.zero_stage is 1, the gradient wire's staging), and for a block-scaled mode the native path's tensors and GEMM
-// scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
+// processes plans to hold per process: plan_memory's tensors in the mode's storage type
+// (ZeRO-1 over the ranks where train.zero_stage is 1, the gradient wire's staging), and for a
+// block-scaled mode the native path's tensors and GEMM scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
 // for the statistics). Not in it: the CUDA context, cuBLASLt's workspace, allocator slack.
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int ranks);
 // What cfg keeps per process in weights, master weights, gradients and Adam moments for model

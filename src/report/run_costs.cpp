@@ -127,10 +127,7 @@ uint64_t comm_bytes_gpt2_xl_of_runs(const json& runs) {
   const int ranks = ranks_of_runs(runs);
   if (ranks <= 1) return 0;
   return with_first_run_config(runs, [ranks](const Config& c) {
-    return size_t(plan_comm_bytes(gpt2_xl_config(),
-                                  mode_dtype(c.precision.mode), ranks, c.train.zero_stage == 1,
-                                  precision_spec(c).moments, c.precision.state.grad_comm,
-                                  c.precision.state.weight_comm == weight_comm_name(true)));
+    return size_t(planned_comm_bytes(c, gpt2_xl_config(), ranks, c.train.zero_stage == 1));
   });
 }
 
