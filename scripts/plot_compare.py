@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Plots for `train_gpt compare`, read from OUT_DIR/compare.json and each run's metrics.jsonl.
+"""Plots for `train_gpt compare`, read from OUT_DIR/compare.json, OUT_DIR/runs.jsonl (which
+runs, where) and each run's metrics.jsonl.
 
 usage: plot_compare.py OUT_DIR [MODE ...]   (default: every mode in compare.json)
 
@@ -78,20 +79,42 @@ def read_metrics(path):
     return train, val, numerics, auto, quant, state
 
 
+def merged(run, shared):
+    """A runs.jsonl line with its first line's shared part put back (src/report/runs_file.h)."""
+    out = dict(shared)
+    for k, v in run.items():
+        out[k] = merged(v, out[k]) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def report_runs(out_dir, cmp):
+    """Each group's runs as (name, seed, threads, directory): from OUT_DIR/runs.jsonl, or from
+    compare.json where it lists them (reports from before runs files)."""
+    path = os.path.join(out_dir, cmp.get("runs_file") or "runs.jsonl")
+    if not os.path.exists(path):
+        return [(m["name"], r["seed"], r.get("threads", 0), r["dir"])
+                for m in cmp["modes"] for r in m.get("runs", [])]
+    with open(path) as f:
+        lines = [json.loads(line) for line in f]
+    shared = lines[0].get("shared", {})
+    runs = []
+    for line in lines[1:]:
+        r = merged(line, shared)
+        train = r.get("config", {}).get("train", {})
+        runs.append((r["group"], train.get("seed", 0), train.get("threads", 0),
+                     r.get("dir", train.get("out_dir", ""))))
+    return runs
+
+
 def load(out_dir, wanted):
     cmp = json.load(open(os.path.join(out_dir, "compare.json")))
     modes = {}
-    for m in cmp["modes"]:
-        if wanted and m["name"] not in wanted:
+    for name, seed, threads, run_dir in report_runs(out_dir, cmp):
+        p = os.path.join(run_dir, "metrics.jsonl")
+        if (wanted and name not in wanted) or not os.path.exists(p):
             continue
-        runs = {}
-        for r in m.get("runs", []):
-            p = os.path.join(r["dir"], "metrics.jsonl")
-            if os.path.exists(p):
-                # Runs pair up by seed and CPU part count (a report may hold both).
-                runs[(r["seed"], r.get("threads", 0))] = read_metrics(p)
-        if runs:
-            modes[m["name"]] = runs
+        # Runs pair up by seed and CPU part count (a report may hold both).
+        modes.setdefault(name, {})[(seed, threads)] = read_metrics(p)
     return cmp, modes
 
 

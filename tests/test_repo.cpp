@@ -3,6 +3,8 @@
 // - The tracked tree stays small: a GPU session sends the working tree to the device machine
 //   (at most 64 MiB) and every clone downloads it, so run logs and data stay out of git
 //   (studies keep their reports; their READMEs name the command that remakes the runs).
+// - A study keeps its runs in one runs file (runs.jsonl: each run's config and summary, what
+//   they share written once), never a folder per run, and a compare.json of statistics.
 // - Warnings are errors only where asked (WERROR=1, as CI builds): a user's compiler, newer
 //   than ours, may warn about more and must still build.
 // - The manual's links hold: every relative link in README.md and the markdown under docs/
@@ -14,18 +16,21 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "src/base/common.h"
+#include "src/report/runs_file.h"
 #include "test_util.h"
 
 using namespace tgt;
 
 namespace {
 
-constexpr uintmax_t kMaxTreeBytes = uintmax_t(16) << 20;
+constexpr uintmax_t kMaxTreeBytes = uintmax_t(10) << 20;
 constexpr uintmax_t kMaxFileBytes = uintmax_t(1) << 20;
 
 // The tracked files of the checkout the tests run in ("" entries dropped); empty when this
@@ -157,7 +162,7 @@ std::string broken_link_reason(const std::string& root, const std::string& from,
 
 }  // namespace
 
-TEST_CASE("repository: the tracked tree is at most 16 MiB and no tracked file is over 1 MiB") {
+TEST_CASE("repository: the tracked tree is at most 10 MiB and no tracked file is over 1 MiB") {
   std::string root;
   const std::vector<std::string> files = tracked_files(&root);
   if (files.empty()) {
@@ -176,6 +181,42 @@ TEST_CASE("repository: the tracked tree is at most 16 MiB and no tracked file is
   INFO("tracked files: " << files.size() << ", " << total << " bytes; over 1 MiB:\n" << large);
   CHECK(large.empty());
   CHECK(total <= kMaxTreeBytes);
+}
+
+TEST_CASE("repository: studies keep their runs in one runs file, not a folder per run") {
+  // A study's runs were ~4 KiB of config.json and summary.json each, mostly alike: 988 files,
+  // a sixth of the tree. runs.jsonl keeps them once (src/report/runs_file.h).
+  std::string root;
+  const std::vector<std::string> files = tracked_files(&root, true);
+  if (files.empty()) {
+    MESSAGE("skipped: not a git checkout (git ls-files gave nothing)");
+    return;
+  }
+  std::string per_run, not_compact;
+  int studies = 0;
+  for (const std::string& f : files) {
+    if (f.rfind("docs/", 0) != 0) continue;
+    const std::string name = f.substr(f.rfind('/') + 1);
+    if (name == "config.json" || name == "summary.json" || name == "metrics.jsonl" ||
+        f.find("/runs/") != std::string::npos)
+      per_run += f + "\n";
+    if (name != "compare.json") continue;
+    studies++;
+    const std::string dir = f.substr(0, f.size() - name.size());
+    const nlohmann::json cmp = nlohmann::json::parse(slurp(root + "/" + f));
+    // The statistics only: the runs are the runs file's, which reads back whole.
+    for (const auto& m : cmp["modes"])
+      if (m.contains("runs")) not_compact += f + ": modes hold their runs\n";
+    const std::string runs = root + "/" + dir + tg::kRunsFileName;
+    const std::string error = error_of([&] {
+      if (tg::read_runs_file(runs).runs.empty()) throw tg::Error(runs + ": no runs");
+    });
+    if (!error.empty()) not_compact += error + "\n";
+  }
+  INFO("per-run files under docs/:\n" << per_run << "studies not compact:\n" << not_compact);
+  CHECK(studies > 0);
+  CHECK(per_run.empty());
+  CHECK(not_compact.empty());
 }
 
 TEST_CASE("build: warnings are errors with WERROR=1 only") {

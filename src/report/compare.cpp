@@ -318,8 +318,10 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec,
     r["summary"] = earlier.is_null() ? run_training(c) : earlier;
     if (!earlier.is_null()) r["reused"] = true;
   } catch (const Error& e) {
-    // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash.
+    // A mode that cannot train (fp16 without scaling may diverge) is a result, not a crash;
+    // its config goes into the runs file, whether or not the run wrote its config.json.
     r["error"] = e.what();
+    r["config"] = config_to_json(c);
     printf("compare: %s seed %lld failed: %s\n", name.c_str(), (long long)seed, e.what());
   }
   return r;

@@ -10,12 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "compare.h"
 #include "run_costs.h"
+#include "runs_file.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
-#include "src/config/config.h"
-#include "src/data/prepare.h"
 #include "stats.h"
 
 namespace tg {
@@ -118,16 +116,30 @@ struct Columns {
   bool comm = false;   // a group's runs sent gradients between ranks
 };
 
+// A run's step where its val loss came down to `level` (measured in its metrics.jsonl when that
+// is there; else as a runs file recorded it under `key`, for the same level: report checks
+// that), or none where no level is set.
+void annotate_crossing(json& r, const char* key, double level) {
+  const std::string dir = r.value("dir", "");
+  if (!std::isfinite(level))
+    r.erase(key);
+  else if (file_exists(join_path(dir, "metrics.jsonl")) || !r.contains(key))
+    r[key] = val_crossing_step(dir, level);
+}
+
 // Per run: the steps to quality (where a target is set) and, on the toy task, the step at
 // which the val loss left the copy plateau (came below the middle of plateau and floor),
-// -1: never; the threads it ran with and whether it had its cores to itself.
+// -1: never; its config, the threads it ran with and whether it had its cores to itself.
 void annotate_runs(json& runs, double target, double plateau_mid) {
   for (auto& r : runs) {
-    const std::string dir = r.value("dir", "");
-    if (std::isfinite(target)) r["steps_to_quality"] = val_crossing_step(dir, target);
-    if (std::isfinite(plateau_mid)) r["plateau_left_step"] = val_crossing_step(dir, plateau_mid);
-    const json cfg = read_json_or_null(join_path(dir, "config.json"));
-    if (cfg.is_object() && cfg.contains("train")) r["threads"] = cfg["train"].value("threads", 0);
+    annotate_crossing(r, "steps_to_quality", target);
+    annotate_crossing(r, "plateau_left_step", plateau_mid);
+    if (!r.contains("config")) {
+      const json cfg = read_json_or_null(join_path(r.value("dir", ""), "config.json"));
+      if (cfg.is_object()) r["config"] = cfg;
+    }
+    const json& cfg = r.value("config", json::object());
+    if (cfg.contains("train")) r["threads"] = cfg["train"].value("threads", 0);
     if (r.contains("summary")) {
       r["load"] = run_load(r["summary"]);
       const json m = r["summary"].value("machine", json::object());
@@ -542,9 +554,18 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
   cmd += " '" + join_path(scripts_dir(), "plot_compare.py") + "' '" + s.out + "' 2>&1";
   const int rc = system(cmd.c_str());
   std::vector<std::pair<std::string, std::string>> pics;
-  if (rc != 0) return pics;
+  // Nothing drawn for a report of a runs file whose runs' metrics.jsonl are gone (a study's):
+  // the pictures kept beside that file are these runs' own.
+  const bool kept = rc != 0 && !s.pictures_from.empty();
+  if (rc != 0 && !kept) return pics;
   auto add = [&](const std::string& file, const std::string& caption) {
-    if (file_exists(join_path(s.out, file))) pics.push_back({file, caption});
+    const std::string to = join_path(s.out, file), from = join_path(s.pictures_from, file);
+    if (kept && !file_exists(to) && file_exists(from)) {
+      std::error_code ec;
+      std::filesystem::copy_file(from, to, ec);
+      if (ec) throw Error("report: cannot copy " + from + " to " + to + ": " + ec.message());
+    }
+    if (file_exists(to)) pics.push_back({file, caption});
   };
   add("loss.png", "val loss: difference from the reference, and absolute");
   add("loss_scale.png", "loss scale");
@@ -671,14 +692,55 @@ std::string closing_md(const ReportSpec& spec,
   for (const auto& g : spec.groups) md += "- **" + g.name + "**: " + g.what + "\n";
   md += "\n";
   for (const auto& [file, caption] : pics) md += "![" + caption + "](" + file + ")\n\n";
-  if (pics.empty())
+  if (pics.empty() && !spec.pictures_from.empty())
+    md += "(No plots: the runs' metrics.jsonl are not here, nor pictures beside the runs file.)\n\n";
+  else if (pics.empty())
     md +=
         "(No plots: scripts/plot_compare.py needs python3 with matplotlib, which "
         "scripts/setup.sh installs.)\n\n";
   md +=
-      "Raw data: `compare.json` and each run's directory (`metrics.jsonl`, `summary.json`, "
-      "`config.json`).\n";
+      "Raw data: `compare.json` (the statistics) and `runs.jsonl` (every run's config and "
+      "summary, one line a run after a first line with what they all share; `train_gpt report "
+      "runs.jsonl` makes this report again); each run's curves are its directory's "
+      "`metrics.jsonl`.\n";
   return md;
+}
+
+// compare.json: the report's facts and each group's statistics, one line a group (the runs
+// themselves are runs.jsonl's).
+std::string compare_json_text(const json& facts, const GroupsJson& gj) {
+  std::string text = facts.dump();
+  text.pop_back();  // its closing brace: the groups come last, one a line
+  text += std::string(facts.empty() ? "" : ",") + "\"modes\":[\n";
+  for (size_t i = 0; i < gj.groups.size(); i++) {
+    const json& g = gj.groups[i];
+    text += json({{"name", g["name"]}, {"what", g["what"]}, {"stats", g["stats"]}}).dump();
+    text += i + 1 < gj.groups.size() ? ",\n" : "\n";
+  }
+  return text + "]}\n";
+}
+
+// runs.jsonl: every run's group, config, summary (or error), its directory where its config
+// does not name it, and the steps measured from its metrics.jsonl (which a study does not
+// keep); beside them the options that make this report again.
+RunsFile runs_file_of(const ReportSpec& spec, const GroupsJson& gj) {
+  RunsFile f;
+  f.report = {{"title", spec.title},
+              {"reference", spec.reference},
+              {"quality", spec.quality},
+              {"quality_loss", spec.quality_loss},
+              {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)}};
+  for (const json& g : gj.groups)
+    for (const json& r : g["runs"]) {
+      json run = {{"group", g["name"]}};
+      for (const char* k : {"config", "summary", "error", "steps_to_quality", "plateau_left_step"})
+        if (r.contains(k)) run[k] = r[k];
+      const json train = r.value("config", json::object()).value("train", json::object());
+      if (r.value("dir", std::string()) != train.value("out_dir", std::string()))
+        run["dir"] = r.value("dir", std::string());
+      f.runs.push_back(run);
+    }
+  return f;
 }
 
 }  // namespace
@@ -690,20 +752,20 @@ std::string write_report(const ReportSpec& spec) {
     if (g.name == spec.reference) ref_group = &g;
   const double plateau_mid = (spec.plateau + spec.floor) / 2;
   const GroupsJson gj = groups_json(spec, ref_group, target, plateau_mid);
-  json compare = {
-      {"modes", gj.groups},
+  json facts = {
       {"seeds", gj.max_seeds},
       {"reference", spec.reference},
+      {"runs_file", kRunsFileName},
       {"loss_floor", std::isfinite(spec.floor) ? json(spec.floor) : json(nullptr)},
       {"plateau_loss", std::isfinite(spec.plateau) ? json(spec.plateau) : json(nullptr)},
-      {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)},
-      {"config", spec.config}};
+      {"quality_target", std::isfinite(target) ? json(target) : json(nullptr)}};
   if (const json* b = bpb_summary(spec.groups)) {
-    compare["bpb_tokens_per_byte"] = (*b)["bpb_tokens_per_byte"];
-    compare["bpb_source"] = b->value("bpb_source", json(nullptr));
+    facts["bpb_tokens_per_byte"] = (*b)["bpb_tokens_per_byte"];
+    facts["bpb_source"] = b->value("bpb_source", json(nullptr));
   }
   make_dirs(spec.out);
-  write_text_atomic(join_path(spec.out, "compare.json"), compare.dump(2) + "\n");
+  write_text_atomic(join_path(spec.out, "compare.json"), compare_json_text(facts, gj));
+  write_runs_file(join_path(spec.out, kRunsFileName), runs_file_of(spec, gj));
   const auto pics = draw_plots(spec);
 
   Columns cols;
@@ -722,237 +784,6 @@ std::string write_report(const ReportSpec& spec) {
   md += closing_md(spec, pics);
   write_text_atomic(join_path(spec.out, "report.md"), md);
   return md;
-}
-
-// ---- train_gpt report RUN_DIR... ----
-
-namespace {
-
-double number_arg(const std::string& name, const std::string& text, double lo, double hi) {
-  char* end = nullptr;
-  const double x = strtod(text.c_str(), &end);
-  if (text.empty() || *end || !(x >= lo && x <= hi))
-    throw UsageError(
-        strf("report: --%s: '%s' is not a number in [%g, %g]", name.c_str(), text.c_str(), lo, hi));
-  return x;
-}
-
-struct FoundRun {
-  std::string dir;
-  json config, summary;  // summary null: unfinished
-};
-
-// A run directory (config.json + metrics.jsonl), a compare output (compare.json: its runs)
-// or a directory above run directories (searched two levels down).
-void find_runs(const std::string& dir, int depth, std::vector<FoundRun>& found) {
-  const json cmp = read_json_or_null(join_path(dir, "compare.json"));
-  if (cmp.is_object() && cmp.contains("modes")) {
-    for (const auto& m : cmp["modes"]) {
-      // A compare from before seeds: one run per mode, in dir/<mode>.
-      if (!m.contains("runs")) find_runs(join_path(dir, m.value("name", std::string())), 0, found);
-      for (const auto& r : m.value("runs", json::array())) {
-        std::string d = r.value("dir", std::string());
-        // compare.json names its runs as the compare command saw them; a copied report
-        // directory still finds them beside compare.json.
-        const std::string rel = join_path(join_path(dir, m.value("name", std::string())),
-                                          strf("seed%lld", (long long)r.value("seed", 0LL)));
-        if (!dir_exists(d))
-          d = dir_exists(rel) ? rel : join_path(dir, m.value("name", std::string()));
-        find_runs(d, 0, found);
-      }
-    }
-    return;
-  }
-  if (file_exists(join_path(dir, "config.json")) && file_exists(join_path(dir, "metrics.jsonl"))) {
-    const json cfg = read_json_or_null(join_path(dir, "config.json"));
-    if (!cfg.is_object()) throw Error(strf("report: %s/config.json cannot be read", dir.c_str()));
-    found.push_back({dir, cfg, read_json_or_null(join_path(dir, "summary.json"))});
-    return;
-  }
-  if (depth <= 0 || !dir_exists(dir)) return;
-  std::vector<std::string> subs;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.is_directory()) subs.push_back(e.path().string());
-  std::sort(subs.begin(), subs.end());
-  for (const auto& s : subs) find_runs(s, depth - 1, found);
-}
-
-// What decides a group: the config without the keys that only say where and how a run
-// ran (seed, directory, threads, logging, checkpoints).
-json group_key(json c) {
-  for (const char* k : {"seed", "out_dir", "threads", "adapt_threads", "overwrite", "stop_at_step",
-                        "log_every", "device"})
-    if (c.contains("train")) c["train"].erase(k);
-  c.erase("checkpoint");
-  c.erase("sample");
-  return c;
-}
-
-// The first keys (section.key=value) where two configs differ, to tell apart groups of one
-// mode that were trained differently.
-std::string config_difference(const json& a, const json& b) {
-  std::string out;
-  for (const auto& [sec, vals] : a.items()) {
-    if (!vals.is_object() || !b.contains(sec)) continue;
-    for (const auto& [k, v] : vals.items())
-      if (!b[sec].contains(k) || b[sec][k] != v) {
-        if (!out.empty()) out += " ";
-        out += sec + "." + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
-        if (out.size() > 40) return out;
-      }
-  }
-  return out;
-}
-
-std::vector<RunGroup> group_runs(const std::vector<FoundRun>& found, json* first_config) {
-  std::vector<RunGroup> groups;
-  std::vector<json> keys;
-  for (const FoundRun& r : found) {
-    Config c;
-    config_apply_json(c, r.config, r.dir + "/config.json");
-    const json key = group_key(r.config);
-    size_t i = 0;
-    while (i < keys.size() && keys[i] != key) i++;
-    if (i == keys.size()) {
-      std::string name = compare_mode_of(c);
-      const std::string what = name.empty()
-                                   ? "precision.mode=" + std::string(mode_name(c.precision.mode))
-                                   : compare_mode_what(name);
-      if (name.empty()) name = mode_name(c.precision.mode);
-      for (size_t j = 0; j < groups.size(); j++)
-        if (groups[j].name == name) name += " (" + config_difference(key, keys[j]) + ")";
-      groups.push_back({name, what});
-      keys.push_back(key);
-      if (first_config->is_null()) *first_config = r.config;
-    }
-    json run = {{"seed", c.train.seed}, {"dir", r.dir}};
-    if (r.summary.is_object() && r.summary.contains("final_val_loss"))
-      run["summary"] = r.summary;
-    else
-      run["error"] = "unfinished (no summary.json)";
-    groups[i].runs.push_back(run);
-  }
-  return groups;
-}
-
-void print_report_help() {
-  printf(
-      "Usage:\n  train_gpt report RUN_DIR... [--out DIR] [--reference MODE] "
-      "[--quality F] [--quality_loss L]\n\n"
-      "The precision report (report.md, compare.json, plots) for any set of runs: run\n"
-      "directories, compare outputs, or directories above run directories. Runs whose\n"
-      "configs differ only in seed, directory or threads form one group (mode).\n\n"
-      "  --out DIR          where the report goes (default: report)\n"
-      "  --reference MODE   the group the others are compared with (default: fp32 if\n"
-      "                     present, else the first)\n"
-      "  --quality F        time to quality: within F of the loss floor (default 0.02)\n"
-      "  --quality_loss L   time to quality as a val loss, for data without a floor\n");
-}
-
-// The command line into spec's options and the directories named; false after --help.
-bool parse_report_args(int argc, char** argv, ReportSpec* spec, std::vector<std::string>* dirs) {
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto value = [&](const std::string& name) {
-      const std::string eq = "--" + name + "=";
-      if (a.rfind(eq, 0) == 0) return a.substr(eq.size());
-      if (i + 1 >= argc) throw UsageError("report: --" + name + " needs a value");
-      return std::string(argv[++i]);
-    };
-    auto is = [&](const std::string& name) {
-      return a == "--" + name || a.rfind("--" + name + "=", 0) == 0;
-    };
-    if (a == "-h" || a == "--help") {
-      print_report_help();
-      return false;
-    }
-    if (is("out")) {
-      spec->out = value("out");
-    } else if (is("reference")) {
-      spec->reference = value("reference");
-    } else if (is("quality")) {
-      spec->quality = number_arg("quality", value("quality"), 0, 10);
-    } else if (is("quality_loss")) {
-      spec->quality_loss = number_arg("quality_loss", value("quality_loss"), 0, 1e6);
-    } else if (a.rfind("-", 0) == 0) {
-      throw UsageError("report: unknown option " + a + " (see train_gpt report --help)");
-    } else {
-      dirs->push_back(a);
-    }
-  }
-  return true;
-}
-
-// The runs in the directories named; each must hold at least one.
-std::vector<FoundRun> find_report_runs(const std::vector<std::string>& dirs) {
-  std::vector<FoundRun> found;
-  for (const auto& d : dirs) {
-    if (!dir_exists(d)) throw UsageError("report: " + d + " is not a directory");
-    const size_t before = found.size();
-    find_runs(d, 2, found);
-    if (found.size() == before)
-      throw UsageError("report: " + d +
-                       " holds no run (config.json + metrics.jsonl), compare.json or run "
-                       "directories below it");
-  }
-  return found;
-}
-
-// The reference group: --reference's (which must name a group), else fp32, else the first;
-// it goes first, the others stay in the order found.
-void choose_reference(ReportSpec* spec) {
-  bool have_ref = false;
-  for (const auto& g : spec->groups) have_ref |= g.name == spec->reference;
-  if (!spec->reference.empty() && !have_ref)
-    throw UsageError("report: --reference " + spec->reference + " names no group (groups: " + [&] {
-      std::string s;
-      for (const auto& g : spec->groups) s += (s.empty() ? "" : ", ") + g.name;
-      return s;
-    }() + ")");
-  if (spec->reference.empty()) {
-    spec->reference = spec->groups[0].name;
-    for (const auto& g : spec->groups)
-      if (g.name == mode_name(Mode::FP32)) spec->reference = g.name;
-  }
-  std::stable_partition(spec->groups.begin(), spec->groups.end(),
-                        [&](const RunGroup& g) { return g.name == spec->reference; });
-}
-
-// The loss levels the report measures against: the floor the runs' summaries give, and the
-// toy task's plateau, from the dataset's meta.json where it is still there.
-void find_loss_levels(ReportSpec* spec) {
-  for (const auto& g : spec->groups)
-    for (const auto& r : g.runs)
-      if (r.contains("summary") && r["summary"].value("loss_floor", json(nullptr)).is_number()) {
-        spec->floor = r["summary"]["loss_floor"].get<double>();
-        break;
-      }
-  try {
-    const json d = spec->config.value("data", json::object());
-    spec->plateau = dataset_plateau_loss(read_dataset_meta(d.value("train", std::string())),
-                                         d.value("seq_len", 0));
-  } catch (const std::exception&) {
-  }
-}
-
-}  // namespace
-
-int cmd_report(int argc, char** argv) {
-  ReportSpec spec;
-  spec.reference.clear();
-  std::vector<std::string> dirs;
-  if (!parse_report_args(argc, argv, &spec, &dirs)) return 0;
-  if (dirs.empty()) throw UsageError("report: name at least one run directory (see --help)");
-  if (spec.out.empty()) spec.out = "report";
-  const std::vector<FoundRun> found = find_report_runs(dirs);
-  spec.groups = group_runs(found, &spec.config);
-  choose_reference(&spec);
-  find_loss_levels(&spec);
-  spec.title = "Precision report";
-  const std::string md = write_report(spec);
-  printf("%s\nwrote %s/report.md (%zu runs in %zu groups)\n", md.c_str(), spec.out.c_str(),
-         found.size(), spec.groups.size());
-  return 0;
 }
 
 }  // namespace tg

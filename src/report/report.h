@@ -15,7 +15,8 @@
 namespace tg {
 
 // One group of runs that differ only in the seed: runs is
-// [{"seed": s, "dir": d, "summary": {...}} or {"seed", "dir", "error": text}, ...].
+// [{"seed": s, "dir": d, "summary": {...}} or {"seed", "dir", "error": text}, ...], each with
+// its "config" where known (else the report reads dir/config.json).
 struct RunGroup {
   std::string name, what;
   nlohmann::json runs = nlohmann::json::array();
@@ -32,10 +33,14 @@ struct ReportSpec {
   double quality = 0.02;    // time to quality: within this fraction of the floor,
   double quality_loss = 0;  // or (no floor) below this val loss; 0: none
   std::string title = "Precision comparison";
+  // A runs file's folder, for a report of its runs: the pictures that need the runs'
+  // metrics.jsonl (gone from a study's folder) are taken from there when they cannot be drawn.
+  std::string pictures_from;
 };
 
-// Writes out/compare.json, the plots (scripts/plot_compare.py) and out/report.md; returns
-// the report's text.
+// Writes out/compare.json (the statistics), out/runs.jsonl (every run's config and summary:
+// runs_file.h), the plots (scripts/plot_compare.py) and out/report.md; returns the report's
+// text.
 std::string write_report(const ReportSpec& spec);
 
 // The JSON in path, or null when it is missing or unreadable.

@@ -85,17 +85,20 @@ GroupSpeed group_speed(const json& runs) {
 }
 
 namespace {
-// f(config) for the first run in `runs` whose config.json reads and f accepts; 0 if none.
+// f(config) for the first run in `runs` whose config (the run's "config", as a runs file
+// gives it, else its config.json) reads and f accepts; 0 if none.
 template <typename F>
 size_t with_first_run_config(const json& runs, F f) {
   for (const auto& r : runs) {
     const std::string dir = r.value("dir", std::string());
-    if (dir.empty()) continue;
-    const json j = read_json_or_null(join_path(dir, "config.json"));
+    const std::string from = r.contains("config") ? "the run's config" : dir + "/config.json";
+    const json j = r.contains("config") ? r["config"]
+                   : dir.empty()        ? json(nullptr)
+                                        : read_json_or_null(join_path(dir, "config.json"));
     if (!j.is_object()) continue;
     try {
       Config c;
-      config_apply_json(c, j, dir + "/config.json");
+      config_apply_json(c, j, from);
       return f(c);
     } catch (const std::exception&) {
     }

@@ -29,12 +29,12 @@ struct GroupSpeed {
 };
 GroupSpeed group_speed(const nlohmann::json& runs);
 
-// The planned GPU memory of the first run in `runs` whose config.json reads (0 if none).
+// The planned GPU memory of the first run in `runs` whose config reads (0 if none).
 size_t planned_gpu_bytes_of_runs(const nlohmann::json& runs);
 
 // What GPT-2 1.5B (gpt2-xl: 48 layers, 25 heads, 1600 channels, vocabulary 50257) keeps per
 // process in weights, master weights, gradients and Adam moments, in the mode and state
-// formats (precision.state.*) of the first run in `runs` whose config.json reads (0 if none):
+// formats (precision.state.*) of the first run in `runs` whose config reads (0 if none):
 // the part of the memory the state formats change, at the size where it fills a GPU.
 // Activations (which depend on the batch) are not in it; one process, no ZeRO-1.
 size_t state_bytes_gpt2_xl_of_runs(const nlohmann::json& runs);

@@ -17,6 +17,7 @@
 #include "src/base/fileio.h"
 #include "src/data/data.h"
 #include "src/model/model.h"
+#include "src/report/runs_file.h"
 #include "src/training/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
@@ -395,9 +396,11 @@ TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and
   REQUIRE(cmp["modes"].size() == 4);
   CHECK(cmp["seeds"] == 2);
   for (const auto& m : cmp["modes"]) {
-    CHECK(m["runs"].size() == 2);
+    CHECK(m["stats"]["seeds_finished"] == 2);
     if (m["name"] != "fp32") CHECK(m["stats"].contains("verdict"));
   }
+  // Every run's config and summary, in the compare's runs file.
+  CHECK(tg::read_runs_file(out_dir / "runs.jsonl").runs.size() == 8);
   CHECK(tg::file_exists(out_dir / "fp8/seed1338/metrics.jsonl"));
   CHECK(tg::file_exists(out_dir / "loss.png"));
   for (const char* png : {"numerics_fp32.png", "numerics_fp16-noscale.png"}) {

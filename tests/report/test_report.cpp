@@ -11,6 +11,7 @@
 #include "src/model/model.h"
 #include "src/precision/quant_memory.h"
 #include "src/report/compare.h"
+#include "src/report/runs_file.h"
 #include "tests/test_util.h"
 
 using json = nlohmann::json;
@@ -85,6 +86,14 @@ const json* find_mode(const json& cmp, const std::string& name) {
   return nullptr;
 }
 
+// The runs of group `name` in a report's runs.jsonl, whole.
+std::vector<json> runs_of(const std::string& runs_file, const std::string& name) {
+  std::vector<json> runs;
+  for (const json& r : tg::read_runs_file(runs_file).runs)
+    if (r["group"] == name) runs.push_back(r);
+  return runs;
+}
+
 }  // namespace
 
 TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pictures") {
@@ -111,7 +120,7 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   const json* n = find_mode(cmp, "fp16-noscale");
   REQUIRE(b);
   REQUIRE(n);
-  CHECK((*b)["runs"].size() == 3);
+  CHECK(runs_of(out / "runs.jsonl", "bf16").size() == 3);
   CHECK((*b)["stats"]["verdict"] == "same");
   CHECK((*n)["stats"]["verdict"] == "worse");
   CHECK((*n)["stats"]["val_mean"].get<double>() == doctest::Approx(1.61));
@@ -123,7 +132,8 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   CHECK((*n)["stats"]["bpb_std"].get<double>() == doctest::Approx(0.01 * k));
   CHECK(cmp["bpb_tokens_per_byte"] == 0.25);
   CHECK(cmp["bpb_source"] == "meta.json val_tokens_per_byte");
-  CHECK((*n)["runs"][0]["summary"]["final_val_bpb"].get<double>() == doctest::Approx(1.60 * k));
+  CHECK(runs_of(out / "runs.jsonl", "fp16-noscale")[0]["summary"]["final_val_bpb"].get<double>() ==
+        doctest::Approx(1.60 * k));
   // Within 2% of the floor 1.0 (val <= 1.02): never; the quality column says so.
   CHECK((*b)["stats"]["quality_reached"] == 0);
   const std::string md = tgt::slurp(out / "report.md");
@@ -193,7 +203,7 @@ TEST_CASE("report: runs of one mode trained differently are told apart; unfinish
   const json cmp = json::parse(tgt::slurp(out / "compare.json"));
   REQUIRE(cmp["modes"].size() == 3);
   CHECK(cmp["modes"][1]["name"] == "fp32 (optim.lr=0.01)");
-  CHECK(cmp["modes"][2]["runs"][0]["error"] == "unfinished (no summary.json)");
+  CHECK(runs_of(out / "runs.jsonl", "bf16")[0]["error"] == "unfinished (no summary.json)");
   const std::string md = tgt::slurp(out / "report.md");
   CHECK(md.find("| bf16 | failed: unfinished") != std::string::npos);
   // Runs that do not know their tokens per byte: no bits per byte anywhere.
@@ -265,14 +275,14 @@ TEST_CASE("report: the device, shared speed figures, planned GPU memory, set tar
   // No floor and no --quality_loss: no quality column, no "not reached".
   CHECK(md.find("steps to quality") == std::string::npos);
   CHECK(md.find("not reached") == std::string::npos);
-  CHECK(!(*find_mode(cmp, "fp32"))["runs"][0].contains("steps_to_quality"));
+  CHECK(!runs_of(out / "runs.jsonl", "fp32")[0].contains("steps_to_quality"));
   // With a target it is back, interpolated: val 2 - 0.9 s / 100 crosses 1.5 at step 55.6.
   tgt::TempDir out2;
   REQUIRE(tgt::run_binary(
               "report '" + runs.path + "' --quality_loss 1.5 --out '" + out2.path + "'", &log) ==
           0);
   const json cmp2 = json::parse(tgt::slurp(out2 / "compare.json"));
-  CHECK((*find_mode(cmp2, "fp32"))["runs"][0]["steps_to_quality"].get<double>() ==
+  CHECK(runs_of(out2 / "runs.jsonl", "fp32")[0]["steps_to_quality"].get<double>() ==
         doctest::Approx(50 / 0.9));
   CHECK(tgt::slurp(out2 / "report.md").find("steps (s) to val 1.5000") != std::string::npos);
 }
@@ -300,7 +310,7 @@ TEST_CASE("report: bad arguments are usage errors naming the problem") {
   CHECK(tgt::run_binary("report", &out) == 2);
   CHECK(out.find("at least one run directory") != std::string::npos);
   CHECK(tgt::run_binary("report /nonexistent-dir", &out) == 2);
-  CHECK(out.find("/nonexistent-dir is not a directory") != std::string::npos);
+  CHECK(out.find("/nonexistent-dir is neither a runs file nor a directory") != std::string::npos);
   CHECK(tgt::run_binary("report '" + empty.path + "'", &out) == 2);
   CHECK(out.find("holds no run") != std::string::npos);
   make_run(empty / "r", "fp32", "dynamic", 1, 1.0);
