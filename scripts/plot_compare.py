@@ -32,6 +32,7 @@ import os
 import sys
 
 import matplotlib
+from runs_file import read_runs
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -79,14 +80,6 @@ def read_metrics(path):
     return train, val, numerics, auto, quant, state
 
 
-def merged(run, shared):
-    """A runs.jsonl line with its first line's shared part put back (src/report/runs_file.h)."""
-    out = dict(shared)
-    for k, v in run.items():
-        out[k] = merged(v, out[k]) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def report_runs(out_dir, cmp):
     """Each group's runs as (name, seed, threads, directory): from OUT_DIR/runs.jsonl, or from
     compare.json where it lists them (reports from before runs files)."""
@@ -94,12 +87,8 @@ def report_runs(out_dir, cmp):
     if not os.path.exists(path):
         return [(m["name"], r["seed"], r.get("threads", 0), r["dir"])
                 for m in cmp["modes"] for r in m.get("runs", [])]
-    with open(path) as f:
-        lines = [json.loads(line) for line in f]
-    shared = lines[0].get("shared", {})
     runs = []
-    for line in lines[1:]:
-        r = merged(line, shared)
+    for r in read_runs(path):
         train = r.get("config", {}).get("train", {})
         runs.append((r["group"], train.get("seed", 0), train.get("threads", 0),
                      r.get("dir", train.get("out_dir", ""))))

@@ -129,3 +129,23 @@ TEST_CASE("report: a study's runs file alone remakes its report") {
                         &log) == 1);
   CHECK(log.find("regression_config.json: not a runs file") != std::string::npos);
 }
+
+TEST_CASE("runs file: scripts/run_config.py gives one run's whole config, to train it again") {
+  std::string text;
+  if (tgt::run_shell("python3 --version >/dev/null 2>&1", &text) != 0) {
+    MESSAGE("skipped: no python3");
+    return;
+  }
+  REQUIRE(tgt::run_shell(
+              "python3 scripts/run_config.py tests/fixtures/runs.jsonl fp16-noscale 2 2>&1",
+              &text) == 0);
+  json want;
+  for (const json& r : tg::read_runs_file("tests/fixtures/runs.jsonl").runs)
+    if (r["group"] == "fp16-noscale" && r["config"]["train"]["seed"] == 2) want = r["config"];
+  REQUIRE(want.is_object());
+  CHECK(json::parse(text) == want);
+  CHECK(tgt::run_shell("python3 scripts/run_config.py tests/fixtures/runs.jsonl fp8 2 2>&1",
+                       &text) != 0);
+  CHECK(text.find("no run of group 'fp8' with seed 2 (groups: fp32, fp16-noscale)") !=
+        std::string::npos);
+}
