@@ -255,29 +255,42 @@ FoundRuns find_report_runs(const std::vector<std::string>& inputs) {
 }
 
 // A runs file's report facts as this report's defaults: its title, reference, quality target
-// and plateau. Its runs' steps to quality were measured for its target: another target needs
-// their metrics.jsonl, which a study does not keep.
+// and plateau; its folder's pictures where they cannot be drawn.
 void apply_runs_file_facts(const FoundRuns& found, const ReportArgs& args, ReportSpec* spec) {
   const json& f = found.facts;
   if (!f.is_object()) return;
   spec->title = f.value("title", spec->title);
   if (spec->reference.empty()) spec->reference = f.value("reference", std::string());
-  const double quality = f.value("quality", spec->quality);
-  const double quality_loss = f.value("quality_loss", spec->quality_loss);
-  if (!args.quality) spec->quality = quality;
-  if (!args.quality_loss) spec->quality_loss = quality_loss;
+  if (!args.quality) spec->quality = f.value("quality", spec->quality);
+  if (!args.quality_loss) spec->quality_loss = f.value("quality_loss", spec->quality_loss);
   if (f.value("plateau_loss", json(nullptr)).is_number())
     spec->plateau = f["plateau_loss"].get<double>();
   spec->pictures_from = dirname_of(found.facts_from);
-  if (spec->quality == quality && spec->quality_loss == quality_loss) return;
+}
+
+// The val loss that the steps to quality are measured to: within `quality` of the floor, or
+// (no floor) `quality_loss`; NAN: none.
+double target_of(double floor, double quality, double quality_loss) {
+  if (std::isfinite(floor)) return floor * (1 + quality);
+  return quality_loss > 0 ? quality_loss : NAN;
+}
+
+// A runs file's runs carry their steps to quality measured for its report's target; another
+// target needs their metrics.jsonl, which a study does not keep.
+void check_recorded_target(const FoundRuns& found, const ReportSpec& spec) {
+  const json& f = found.facts;
+  if (!f.is_object()) return;
+  const double q = f.value("quality", 0.02), ql = f.value("quality_loss", 0.0);
+  const double recorded = target_of(spec.floor, q, ql);
+  const double asked = target_of(spec.floor, spec.quality, spec.quality_loss);
+  if (recorded == asked || (std::isnan(recorded) && std::isnan(asked))) return;
   for (const FoundRun& r : found.runs)
     if (r.from_runs_file && !file_exists(join_path(r.dir, "metrics.jsonl")))
       throw Error(strf(
           "report: %s holds the steps to quality measured for --quality %g --quality_loss %g; "
           "measuring them for --quality %g --quality_loss %g needs each run's metrics.jsonl, "
           "and %s has none",
-          found.facts_from.c_str(), quality, quality_loss, spec->quality, spec->quality_loss,
-          r.dir.c_str()));
+          found.facts_from.c_str(), q, ql, spec.quality, spec.quality_loss, r.dir.c_str()));
 }
 
 // The reference group: --reference's (which must name a group), else fp32, else the first;
@@ -301,16 +314,16 @@ void choose_reference(ReportSpec* spec) {
 }
 
 // The loss levels the report measures against: the floor the runs' summaries give, and the
-// toy task's plateau (unless a runs file gave it), from the dataset's meta.json where it is
-// still there.
-void find_loss_levels(ReportSpec* spec) {
+// toy task's plateau, from the dataset's meta.json where it is still there, unless a runs file
+// said it (its runs' steps off the plateau were measured for that plateau, or none).
+void find_loss_levels(ReportSpec* spec, bool plateau_given) {
   for (const auto& g : spec->groups)
     for (const auto& r : g.runs)
       if (r.contains("summary") && r["summary"].value("loss_floor", json(nullptr)).is_number()) {
         spec->floor = r["summary"]["loss_floor"].get<double>();
         break;
       }
-  if (std::isfinite(spec->plateau)) return;
+  if (plateau_given) return;
   try {
     const json d = spec->config.value("data", json::object());
     spec->plateau = dataset_plateau_loss(read_dataset_meta(d.value("train", std::string())),
@@ -334,7 +347,8 @@ int cmd_report(int argc, char** argv) {
   apply_runs_file_facts(found, args, &spec);
   spec.groups = group_runs(found.runs, &spec.config);
   choose_reference(&spec);
-  find_loss_levels(&spec);
+  find_loss_levels(&spec, found.facts.is_object());
+  check_recorded_target(found, spec);
   const std::string md = write_report(spec);
   printf("%s\nwrote %s/report.md (%zu runs in %zu groups)\n", md.c_str(), spec.out.c_str(),
          found.runs.size(), spec.groups.size());

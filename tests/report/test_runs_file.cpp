@@ -125,6 +125,10 @@ TEST_CASE("report: a study's runs file alone remakes its report") {
                         &log) == 1);
   CHECK(log.find("tests/fixtures/runs.jsonl holds the steps to quality measured for --quality "
                  "0.02") != std::string::npos);
+  // With a loss floor a --quality_loss changes no target: the recorded steps stand.
+  CHECK(tgt::run_binary("report tests/fixtures/runs.jsonl --quality_loss 1.5 --out '" + out.path +
+                            "'",
+                        &log) == 0);
   CHECK(tgt::run_binary("report tests/fixtures/regression_config.json --out '" + out.path + "'",
                         &log) == 1);
   CHECK(log.find("regression_config.json: not a runs file") != std::string::npos);
