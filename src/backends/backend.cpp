@@ -1,6 +1,9 @@
 // backend.cpp: the Backend operations with a default made of other operations: gradients on the
-// wire (src/numerics/wire_format.h) through host copies and the host encoding.
+// wire (src/numerics/wire_format.h) through host copies and the host encoding; the profile's
+// time marks on the host clock.
 #include "backend.h"
+
+#include <chrono>
 
 namespace tg {
 
@@ -11,6 +14,30 @@ std::vector<uint8_t> to_host(Backend& be, Tensor t) {
   return h;
 }
 }  // namespace
+
+const char* step_phase_name(StepPhase p) {
+  switch (p) {
+    case StepPhase::Forward: return "forward";
+    case StepPhase::Backward: return "backward";
+    case StepPhase::Optimizer: return "optimizer";
+    case StepPhase::Other: break;
+  }
+  return "other";
+}
+
+size_t Backend::record_mark() {
+  using Ms = std::chrono::duration<double, std::milli>;
+  host_marks_.push_back(Ms(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return host_marks_.size() - 1;
+}
+
+std::vector<double> Backend::mark_times_ms() {
+  std::vector<double> t(host_marks_.size());
+  for (size_t i = 0; i < t.size(); i++) t[i] = host_marks_[i] - host_marks_[0];
+  return t;
+}
+
+void Backend::clear_marks() { host_marks_.clear(); }
 
 void Backend::wire_encode(Tensor x, size_t part, WireFormat f, Tensor out) {
   const size_t rows = part ? x.numel / part : 0, row_bytes = wire_bytes(part, f);

@@ -175,6 +175,11 @@ struct GradCheck {
   bool finite = true;
 };
 
+// Which part of a training step an op belongs to (the per-op profile tags each op with it and
+// with the layer; src/backends/profiling_backend.h).
+enum class StepPhase : uint8_t { Forward, Backward, Optimizer, Other };
+const char* step_phase_name(StepPhase p);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -194,6 +199,20 @@ class Backend {
   virtual std::string device_model() const { return ""; }
   // Which GPU of the machine (0 for the CPU).
   virtual int device_index() const { return 0; }
+
+  // The per-op profile (src/backends/profiling_backend.h). set_scope: where the model is in a
+  // step (layer -1: outside the blocks); backends ignore it, the profiling decorator reads it.
+  virtual void set_scope(int /*layer*/, StepPhase /*phase*/) {}
+  // Time marks: record_mark() marks the point the backend's queued work has reached and returns
+  // the mark's index; mark_times_ms() waits for that work and returns each mark's time in ms
+  // since the first; clear_marks() forgets them. The default is the host's clock, right for a
+  // backend that never queues (the CPU); devices mark their stream (CUDA events).
+  virtual size_t record_mark();
+  virtual std::vector<double> mark_times_ms();
+  virtual void clear_marks();
+  // The GEMM algorithms the backend ran since the last call ("" when none or not known: the
+  // CPU's paths are one per mode and said at start), for the profile's algorithm column.
+  virtual std::string take_gemm_log() { return ""; }
 
   // out(B,T,C) = wte[tokens] + wpe[t]
   virtual void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
@@ -363,6 +382,9 @@ class Backend {
   virtual std::unique_ptr<OperandView> operand_view(Tensor /*t*/, int /*rows*/, int /*cols*/) {
     return nullptr;
   }
+
+ private:
+  std::vector<double> host_marks_;  // the default time marks: the host clock, in ms
 };
 
 }  // namespace tg

@@ -1,4 +1,6 @@
 #include "bench.h"
+#include "bench_step.h"
+#include "profile.h"
 
 #include <omp.h>
 
@@ -29,17 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct BenchCase {
-  const char* name;
-  int L, C, NH, V, maxT, B, T;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // One model in one mode over the repeats: each repeat's median step, and the peak memory of
 // the first repeat's fresh backend.
 struct RowTimes {
@@ -47,61 +38,18 @@ struct RowTimes {
   double peak_bytes = 0;
 };
 
-// What `train_gpt bench` was asked to time.
-struct BenchArgs {
-  Config cfg;  // cuda.* and cpu.gemm choose the paths that are timed
-  int iters = 10, repeats = 5, gpt2_B = 8, gpt2_T = 1024;
-  std::string device = "cpu", model = "small";
-  std::vector<Mode> modes;
-  Fp8Config fp8cfg;
-  QuantOptions fp8opt;
-};
-
-// Median milliseconds of one full training step (forward, backward, the fused gradient
-// check, AdamW: the trainer's apply_update) in cfg's precision mode, run by the precision
-// runtime as the Trainer runs it, at lr 1e-4.
+// Median milliseconds of one full training step (bench_step.h) in cfg's precision mode.
 double time_step(Backend& be, const BenchCase& bc, const Config& cfg, int warmup, int iters) {
-  LossScaler scaler;  // none: the bench measures the step, not the scaler
-  int64_t opt_step = 0;
-  GPT model(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT), be, mode_dtype(cfg.precision.mode), {},
-            precision_spec(cfg).moments);
-  PrecisionRuntime precision(cfg, be, model, bc.B * bc.T);
-  model.init_random(1);
-  Rng r(2);
-  std::vector<int32_t> in(size_t(bc.B) * bc.T), tg(size_t(bc.B) * bc.T);
-  for (size_t i = 0; i < in.size(); i++) {
-    in[i] = int32_t(r.below(bc.V));
-    tg[i] = int32_t(r.below(bc.V));
-  }
+  BenchStep step(be, bc, cfg);
   std::vector<double> ms;
   for (int i = 0; i < warmup + iters; i++) {
     auto t0 = Clock::now();
-    precision.begin_step(i + 1);
-    model.zero_grad();
-    precision.before_forward(0);
-    model.forward(in.data(), tg.data(), bc.B, bc.T, 1.0f);
-    model.backward();
-    precision.after_backward();
-    double norm;
-    apply_update(model, scaler, cfg, 1e-4, 1.0, opt_step, &norm);
+    step.run();
     be.synchronize();  // devices queue work: the step ends when the device is done
     double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i >= warmup) ms.push_back(t);
   }
   return median(ms);
-}
-
-// The run configuration the bench times a mode in: the command line's device and fp8 keys,
-// every layer quantized (recipe.bf16_last = 0), no telemetry. auto's linears start in bf16
-// and are measured at step 1, as in training.
-Config bench_config(const BenchArgs& a, Mode mode) {
-  Config cfg = a.cfg;
-  cfg.precision.mode = mode;
-  cfg.precision.fp8.recipe = a.fp8cfg.recipe;
-  cfg.precision.fp8.fast_accum = a.fp8opt.fast_accum;
-  cfg.precision.recipe.bf16_last = 0;
-  cfg.precision.telemetry_every = 0;
-  return cfg;
 }
 
 double sgemm_gflops(int M, int N, int K, int iters) {
@@ -154,7 +102,12 @@ bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
       int_option("batch", "batch size for --model=gpt2 / gpt2-medium", "8", 1, 4096),
       int_option("seq", "sequence length for --model=gpt2 / gpt2-medium", "1024", 1, 1024),
       {"fp8_recipe", "fp8 mode: delayed or current scaling", "delayed"},
-      {"fp8_fast_accum", "fp8 mode: fast accumulation in the forward GEMM (GPUs)", "true"}};
+      {"fp8_fast_accum", "fp8 mode: fast accumulation in the forward GEMM (GPUs)", "true"},
+      {"profile",
+       "the per-op profile of each mode instead of the step table: every op of a step timed "
+       "against its floor from FLOPs and bytes (docs/gpu.md)",
+       "", true},
+      {"out", "with --profile: the folder of profile.md and profile.csv", "runs/profile"}};
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(&a->cfg, argc, argv, "train_gpt bench", opts, &ex)) return false;
   std::string modes_arg = default_modes;
@@ -170,6 +123,8 @@ bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
     if (kv.first == "fp8_recipe") a->fp8cfg.recipe = kv.second;
     if (kv.first == "fp8_fast_accum")
       a->fp8opt.fast_accum = kv.second != "false" && kv.second != "0";
+    if (kv.first == "profile") a->profile = true;
+    if (kv.first == "out") a->out = kv.second;
   }
   if (a->fp8cfg.recipe != "delayed" && a->fp8cfg.recipe != "current")
     throw UsageError(
@@ -270,8 +225,9 @@ void bench_model(const BenchCase& bc, const BenchArgs& a, const std::function<do
 int cmd_bench(int argc, char** argv) {
   BenchArgs a;
   if (!parse_bench_args(argc, argv, &a)) return 0;
-  auto be = make_backend(a.cfg);
   const std::vector<BenchCase> cases = bench_cases(a);
+  if (a.profile) return profile_models(a, cases);
+  auto be = make_backend(a.cfg);
   const bool gpu = be->name() == "cuda";
   const std::string be_model = be->device_model();
   if (gpu) print_gpu_header(*be, a);

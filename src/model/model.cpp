@@ -601,6 +601,7 @@ void GPT::block_forward(int l, int B, int T, bool training) {
   Tensor ln2 = a.ln2.slice(l * btc, btc), fch = a.fch.slice(l * 4 * btc, 4 * btc);
   Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
   Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
+  be_.set_scope(l, StepPhase::Forward);
   // Later layers' ln1 (and lnf) run fused with the residual add that ends the layer before.
   if (l == 0)
     be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
@@ -657,12 +658,14 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   const int BT = B * T, C = cfg_.n_embd, L = cfg_.n_layer;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
   Tensor tok = tokens_.slice(0, BT), tgt = targets_.slice(0, BT);
+  be_.set_scope(-1, StepPhase::Forward);
   be_.upload(tok, inputs);
   const auto& P = param_views_;
   Acts& a = acts_;
 
   be_.encoder_forward(a.encoded, tok, P[WTE], P[WPE], B, T, C);
   for (int l = 0; l < L; l++) block_forward(l, B, T, training);
+  be_.set_scope(-1, StepPhase::Forward);
   be_.matmul_forward(a.logits, a.lnf, P[WTE], Tensor{}, BT, C, Vp);
   have_dlogits_ = false;
   if (!targets) {
@@ -696,6 +699,7 @@ void GPT::backward() {
   Acts& a = acts_;
   Tensor dres = a.dresidual, dln = a.dln;
 
+  be_.set_scope(-1, StepPhase::Backward);
   be_.lm_head_backward(dln, G[WTE], dlogits_view(a.logits, dtype_), a.lnf, P[WTE], BT, C, Vp);
   be_.zero(dres);
   Tensor last = a.residual3.slice((L - 1) * btc, btc);
@@ -707,6 +711,7 @@ void GPT::backward() {
     Tensor res2 = a.residual2.slice(l * btc, btc), ln2 = a.ln2.slice(l * btc, btc);
     Tensor fch = a.fch.slice(l * 4 * btc, 4 * btc);
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
+    be_.set_scope(l, StepPhase::Backward);
     // residual3 = residual2 + fcproj: dres is the gradient of both.
     linear_backward(l, QuantState::FCPROJ, a.dfch_gelu,
                     G[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
@@ -736,6 +741,7 @@ void GPT::backward() {
                            P[LN1W].slice(l * C, C), a.ln1_mean.slice(l * BT, BT),
                            a.ln1_rstd.slice(l * BT, BT), BT, C);
   }
+  be_.set_scope(-1, StepPhase::Backward);
   be_.encoder_backward(G[WTE], G[WPE], dres, tokens_.slice(0, BT), B, T, C);
   fp8_flush();
   have_dlogits_ = false;
@@ -812,6 +818,7 @@ std::vector<TelemetryTensor> GPT::telemetry_tensors() const {
 }
 
 void GPT::zero_grad() {
+  be_.set_scope(-1, StepPhase::Backward);
   be_.zero(grads_);
   if (grad_acc_) be_.zero(grad_acc_);
 }
@@ -970,6 +977,7 @@ double GPT::grad_norm() {
 }
 
 GradCheck GPT::check_grads(double loss_scale) {
+  be_.set_scope(-1, StepPhase::Optimizer);
   if (!sharded_) return be_.unscale_check_norm(grads_.slice(0, num_params_), loss_scale);
   // ZeRO-1: only this rank's shard holds summed gradients; the squares are summed over the
   // shards (a non-finite value anywhere makes every rank's sum non-finite).
@@ -984,11 +992,13 @@ GradCheck GPT::check_grads(double loss_scale) {
 void GPT::device_decided_step(const LossScaleState& st, const LossScaleParams& p, double clip,
                               const AdamWArgs& args) {
   if (sharded_) throw Error("the device loss-scale decision needs unsharded gradients");
+  be_.set_scope(-1, StepPhase::Optimizer);
   be_.device_decide_step(grads_.slice(0, num_params_), st, p, clip);
   adamw_step(args, true);
 }
 
 void GPT::adamw_step(const AdamWArgs& args, bool decided) {
+  be_.set_scope(-1, StepPhase::Optimizer);
   if (moment_block_of(moments_)) return adamw_step_blocked(args, decided);
   // Each parameter tensor's part of this rank's shard (all of it without sharding).
   auto sizes = param_sizes(cfg_);

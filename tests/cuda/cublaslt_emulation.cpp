@@ -352,11 +352,19 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t*,
                                                     cublasLtMatmulAlgoConfigAttributes_t attr,
                                                     void* buf, size_t size, size_t* written) {
-  if (attr != CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME || size < sizeof(uint32_t))
+  // One algorithm: id 0, tile CUBLASLT_MATMUL_TILE_UNDEFINED, no split-k reduction.
+  if (size < sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  uint32_t value = 0;
+  if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)
+    value = CUBLASLT_REDUCTION_SCHEME_NONE;
+  else if (attr == CUBLASLT_ALGO_CONFIG_ID)
+    value = 0;
+  else if (attr == CUBLASLT_ALGO_CONFIG_TILE_ID)
+    value = CUBLASLT_MATMUL_TILE_UNDEFINED;
+  else
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-  std::memcpy(buf, &none, sizeof none);
-  if (written) *written = sizeof none;
+  std::memcpy(buf, &value, sizeof value);
+  if (written) *written = sizeof value;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -38,6 +38,7 @@ void bgemm(Ctx& c, bool ta, bool tb, int M, int N, int K, DType ab, const void* 
   g.stride_b = sa;
   g.stride_d = sd;
   if (!c.opt.gemm_fallback && lt_matmul(c.lt_context(), g)) return;
+  lt_log("cublasGemmStridedBatchedEx");
   TG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
       cuda_type(ab), ldb, sb, A, cuda_type(ab), lda, sa, &beta, D, cuda_type(dt), ldd, sd, count,

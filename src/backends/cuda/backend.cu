@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return ctx_.stream; }
   ~CudaBackend() override {
     cudaStreamSynchronize(ctx_.stream);
+    for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     gpu::staging_release(staging_);
     for (auto& kv : sizes_) cudaFree(kv.first);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
@@ -166,6 +167,30 @@ class CudaBackend final : public Backend {
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override { return peak_; }
   void synchronize() override { TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+
+  // The per-op profile's marks: CUDA events on the stream, reused across steps.
+  size_t record_mark() override {
+    if (marks_used_ == marks_.size()) {
+      cudaEvent_t e;
+      TG_CUDA_CHECK(cudaEventCreate(&e));
+      marks_.push_back(e);
+    }
+    TG_CUDA_CHECK(cudaEventRecord(marks_[marks_used_], ctx_.stream));
+    return marks_used_++;
+  }
+  std::vector<double> mark_times_ms() override {
+    std::vector<double> t(marks_used_, 0.0);
+    if (marks_used_ == 0) return t;
+    TG_CUDA_CHECK(cudaEventSynchronize(marks_[marks_used_ - 1]));
+    for (size_t i = 1; i < marks_used_; i++) {
+      float ms = 0;
+      TG_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[0], marks_[i]));
+      t[i] = ms;
+    }
+    return t;
+  }
+  void clear_marks() override { marks_used_ = 0; }
+  std::string take_gemm_log() override { return gpu::lt_take_log(); }
 
   void encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B, int T,
                        int C) override {
@@ -731,6 +756,8 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   Ctx ctx_;
   std::map<void*, size_t> sizes_;
+  std::vector<cudaEvent_t> marks_;  // the profile's time marks; marks_used_ of them recorded
+  size_t marks_used_ = 0;
   size_t in_use_ = 0, peak_ = 0;
   std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
   float* result_ = nullptr;

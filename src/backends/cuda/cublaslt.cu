@@ -200,6 +200,22 @@ void remember_working(const AlgoKey& key, int working) {
 }
 
 thread_local std::string t_refusal;  // why this thread's last lt_matmul returned false
+thread_local std::string t_log;      // the GEMMs this thread ran since lt_take_log
+
+// cuBLASLt's name for an algorithm: its id and tile id (cublasLtMatmulTile_t), and the operand
+// type when it is not 16-bit.
+void log_algorithm(const cublasLtMatmulAlgo_t& algo, const LtGemm& g) {
+  int id = -1;
+  uint32_t tile = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
+                                           nullptr) != CUBLAS_STATUS_SUCCESS)
+    id = -1;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                           sizeof tile, nullptr) != CUBLAS_STATUS_SUCCESS)
+    tile = 0;
+  const char* type = is_fp8(g.a_type) ? " f8" : g.a_type == CUDA_R_32F ? " f32" : "";
+  lt_log(("lt algo " + std::to_string(id) + " tile " + std::to_string(tile) + type).c_str());
+}
 
 }  // namespace
 
@@ -225,6 +241,7 @@ bool lt_matmul(const LtContext& c, const LtGemm& g) {
                         &e.algos[a], c.workspace, c.workspace_bytes, c.stream);
     if (st == CUBLAS_STATUS_SUCCESS) {
       if (a != e.working) remember_working(key, a);
+      log_algorithm(e.algos[a], g);
       return true;
     }
   }
@@ -234,5 +251,16 @@ bool lt_matmul(const LtContext& c, const LtGemm& g) {
 }
 
 const std::string& lt_last_refusal() { return t_refusal; }
+
+std::string lt_take_log() {
+  std::string s;
+  s.swap(t_log);
+  return s;
+}
+
+void lt_log(const char* what) {
+  if (!t_log.empty()) t_log += "; ";
+  t_log += what;
+}
 
 }  // namespace tg::gpu

@@ -87,6 +87,13 @@ bool lt_matmul(const LtContext& c, const LtGemm& g);
 // Why the calling thread's last lt_matmul returned false, for error messages.
 const std::string& lt_last_refusal();
 
+// The GEMMs the calling thread ran since the last call, "; "-separated, then forgotten: lt_matmul
+// adds its algorithm ("lt algo 66 tile 20 [f8]": cuBLASLt's algorithm and tile ids, and the
+// operands' type), and the cuBLAS fallbacks name themselves through lt_log (the per-op
+// profile's algorithm column, src/backends/profiling_backend.h).
+std::string lt_take_log();
+void lt_log(const char* what);
+
 // Largest power of two (at most 256) dividing the address: what cuBLASLt may assume.
 inline uint32_t pointer_alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);

@@ -60,6 +60,7 @@ void gemm(Ctx& c, bool trans_a, bool trans_b, int M, int N, int K, DType ab, con
   if (ldd != N) throw Error("cuda backend: GEMM fallback needs a contiguous output");
   float* acc = static_cast<float*>(c.scratch(kScratchAcc, size_t(M) * N * sizeof(float)));
   const float one = 1.f, zero = 0.f;
+  lt_log("cublasGemmEx + epilogue kernel");
   TG_CUBLAS_CHECK(cublasGemmEx(c.blas, opb, opa, N, M, K, &one, B, cuda_type(ab), ldb, A,
                                cuda_type(ab), lda, &zero, acc, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
