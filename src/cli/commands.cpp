@@ -11,6 +11,7 @@
 
 #include "bench.h"
 #include "export.h"
+#include "memory_gpu.h"
 #include "memory_states.h"
 #include "docs.h"
 #include "src/base/common.h"
@@ -489,6 +490,7 @@ int cmd_memory(int argc, char** argv) {
       wire_bytes_per_element(st.grad_comm), master_format_name(st.master),
       master_format_info(st.master).summary);
   print_memory_fit(cfg, plans, zero_ranks);
+  print_cuda_scratch(cfg, mc, modes);
   print_quantized_plan(cfg, mc, modes, B, T, zero_ranks, lse);
   if (!extra(ex, "states").empty() && !modes.empty())
     print_state_presets(cfg, modes[0], extra(ex, "states"), zero_ranks > 1 ? zero_ranks : 8);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cuda_scratch.h"
 #include "precision.h"
 #include "scaled_scratch.h"
 #include "src/model/quant_state.h"
@@ -115,10 +116,13 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
   const int ranks = std::max(1, world);
   const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, cfg.train.zero_stage == 1 ? ranks : 1,
                                       ranks, cfg.cuda.attention == "flash");
-  if (!is_block_scaled(mode)) return p.total();
+  const size_t scratch = plan_cuda_scratch(mc, mode_dtype(mode), B, T, cfg.cuda.attention,
+                                           cfg.cuda.gemm == "fallback")
+                             .total();
+  if (!is_block_scaled(mode)) return p.total() + scratch;
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));
   return native_path_bytes(p, plan_quantized_linears(mc, r, B, T)) +
-         plan_scaled_scratch(mc, r, B, T, kPlannedGpuSms).native.total();
+         plan_scaled_scratch(mc, r, B, T, kPlannedGpuSms).native.total() + scratch;
 }
 
 size_t planned_state_bytes(const Config& cfg, const GPTConfig& mc, int zero_ranks) {

@@ -51,7 +51,9 @@ uint64_t planned_comm_bytes(const Config& cfg, const GPTConfig& mc, int ranks, b
 // processes plans to hold per process: plan_memory's tensors in the mode's storage type
 // (ZeRO-1 over the ranks where train.zero_stage is 1, the gradient wire's staging), and for a
 // block-scaled mode the native path's tensors and GEMM scratch (sm_100, where cuBLASLt has the recipe's GEMMs; an H100 / H200's 132 multiprocessors
-// for the statistics). Not in it: the CUDA context, cuBLASLt's workspace, allocator slack.
+// for the statistics), and the backend's own scratch (cuda_scratch.h: cuBLASLt's workspace,
+// attention's slots for cuda.attention's path, the partials, the token buckets). Not in it: the
+// CUDA context and the allocator's slack.
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int ranks);
 // What cfg keeps per process in weights, master weights, gradients and Adam moments for model
 // mc, in its precision.mode and state formats, ZeRO-1 over zero_ranks (1: none): the part the

@@ -1,0 +1,73 @@
+// cuda_scratch.h: what the CUDA backend allocates beside the model's tensors and the
+// block-scaled linears' scratch (scaled_scratch.h), planned on the host (no CUDA types): the
+// cuBLASLt workspace, the small results buffer, and the scratch slots of attention, the
+// reduction partials, the encoder's token buckets and the GEMM fallback, each at its
+// high-water mark over one training step.
+//
+// The backend grows a slot to the largest request it sees and keeps it (CudaBackend::scratch),
+// so a slot's size is the maximum over the step's calls; the sizes below follow the launchers:
+//   src/backends/cuda/attention.cu   the materialised path (cuda.attention=cublas, and fused's
+//                                    backward): q, k, v, y (B, NH, T, hs) in the compute type,
+//                                    the fp32 scores / dP (B, NH, T, T), dS (B, NH, T, T) in the
+//                                    compute type, dq, dk, dv; flash (lse) keeps only the
+//                                    backward's fp32 row sums D (B, NH, T) in the scores' slot
+//   src/backends/cuda/layernorm.cu   dw and db partials, one row of C per chunk of rows
+//   src/backends/cuda/matmul.cu      the bias gradient's partials (PartialA, OC per chunk);
+//                                    cuda.gemm=fallback's fp32 products (Acc)
+//   src/backends/cuda/global_norm.cu 512 partial sums in each of PartialA and PartialB
+//   src/backends/cuda/encoder.cu     the token buckets: 2 nb + 1 + B T int32 for nb distinct
+//                                    tokens (planned for every token distinct, the most)
+// A mirror, not the launchers' own arithmetic: tests/cuda/cuda_scratch_emulated.cpp checks
+// every slot against the emulated CUDA backend after a training step, byte for byte.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "src/model/model.h"
+
+namespace tg {
+
+// The slots planned here, in src/backends/cuda/launch.h's order from kScratchPartialA.
+enum CudaSlot {
+  kCudaPartialA,
+  kCudaPartialB,
+  kCudaResult,
+  kCudaQ,
+  kCudaK,
+  kCudaV,
+  kCudaY,
+  kCudaS,
+  kCudaDS,
+  kCudaDQ,
+  kCudaDK,
+  kCudaDV,
+  kCudaWideA,
+  kCudaWideB,
+  kCudaWideC,
+  kCudaWideOut,
+  kCudaAcc,
+  kCudaBuckets,
+  kCudaSlots
+};
+const char* cuda_slot_name(int slot);
+
+// cuBLASLt's workspace (src/backends/cuda/backend.cu: 32 MiB, what NVIDIA advises for Hopper).
+constexpr size_t kCudaLtWorkspace = size_t(32) << 20;
+// The results buffer the host reads back small values from.
+constexpr size_t kCudaResultBuffer = 64;
+
+struct CudaScratchPlan {
+  size_t slot[kCudaSlots] = {};  // each slot's largest request, in bytes
+  size_t workspace = kCudaLtWorkspace, results = kCudaResultBuffer;
+  // Attention's slots (q .. dv).
+  size_t attention() const;
+  // Everything, each allocation rounded up to 64 bytes as the backend allocates.
+  size_t total() const;
+};
+
+// The plan of one training step of model c in compute type t at B x T; `attention` is
+// cuda.attention (cublas | fused | flash), `gemm_fallback` cuda.gemm=fallback.
+CudaScratchPlan plan_cuda_scratch(const GPTConfig& c, DType t, int B, int T,
+                                  const std::string& attention, bool gemm_fallback);
+
+}  // namespace tg
