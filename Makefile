@@ -1,6 +1,7 @@
 # train_gpt build. `make` builds ./train_gpt (nvcc when installed, else g++ alone),
 # `make run` trains the default config, `make test` runs the test suite,
-# `make bench` prints the benchmark table. SAN=1 builds with ASan+UBSan (g++ only).
+# `make bench` prints the benchmark table, `make cost-model` the GPU cost model's
+# (docs/gpu.md). SAN=1 builds with ASan+UBSan (g++ only).
 # `make fuzz` builds the libFuzzer targets (clang++), `make fuzz-run` runs them.
 #
 # Variables: NO_MPI=1 builds without OpenMPI; NO_BLAS=1 builds without OpenBLAS (the CPU

@@ -34,8 +34,10 @@ struct Call {
   size_t a, b;
 };
 
-// What a GPU does per second: the H200's measured copy bandwidth (docs/gpu-results.md) and
-// its dense bf16 tensor-core peak (src/training/gpu_peak.h).
+// What a GPU does per second: for the H200, the bandwidth issue 44 takes as measured by a large
+// copy (4.3 TB/s; the sheet says 4.8, and this project's GPU check has not measured it yet:
+// the per-op profile will, in the same process) and its dense bf16 tensor-core peak
+// (src/training/gpu_peak.h).
 struct Device {
   const char* name;
   double bytes_per_s, flops_per_s;
