@@ -189,6 +189,14 @@ double causal(const Dims& d) { return double(d.B) * d.NH() * d.T * (d.T + 1) / 2
 double square(const Dims& d) { return double(d.B) * d.NH() * d.T * d.T; }
 double btc(const Dims& d) { return double(d.BT()) * d.C(); }
 
+// The attention's kernels: once per layer (or twice: the permute runs in both directions).
+std::vector<Call> per_layer(const Dims& d) { return {Call{d.L(), 0, 0}}; }
+std::vector<Call> twice_per_layer(const Dims& d) { return {Call{2 * d.L(), 0, 0}}; }
+// Once per layer on the MLP's B T x 4C activations.
+std::vector<Call> mlp_per_layer(const Dims& d) { return {Call{d.L(), d.BT() * 4 * d.C(), 0}}; }
+// Once per step, on the B T rows of C.
+std::vector<Call> once_on_rows(const Dims& d) { return {rows_of_C(d, 1)}; }
+
 std::vector<Call> adamw_calls(const Dims& d) {
   std::vector<Call> out;  // GPT::adamw_step: one call per parameter tensor
   for (size_t n : tg::param_sizes(d.cfg)) out.push_back(Call{1, n, 0});
@@ -200,13 +208,13 @@ const std::vector<Row> kRows = {
     {"encoder_forward",
      {"tg::gpu::encoder_forward_kernel"},
      "tokens, a wte row per position, wpe once, the output",
-     [](const Dims& d) { return std::vector<Call>{rows_of_C(d, 1)}; },
+     once_on_rows,
      [](const Dims& d, const Call& k) { return 4.0 * k.a + kE * (2.0 * k.a * k.b + d.T * k.b); },
      run_encoder_forward},
     {"encoder_backward",
      {"tg::gpu::encoder_backward_wte_kernel", "tg::gpu::encoder_backward_wpe_kernel"},
      "dout, each token's dwte row and dwpe read and written, the buckets (tokens distinct)",
-     [](const Dims& d) { return std::vector<Call>{rows_of_C(d, 1)}; },
+     once_on_rows,
      [](const Dims& d, const Call& k) {
        return kE * (3.0 * k.a * k.b + 2.0 * d.T * k.b) + 4.0 * (3.0 * k.a + 1);
      },
@@ -214,7 +222,7 @@ const std::vector<Row> kRows = {
     {"layernorm_forward",
      {"tg::gpu::layernorm_forward_kernel"},
      "input, weight, bias, output, mean, rstd",
-     [](const Dims& d) { return std::vector<Call>{rows_of_C(d, 1)}; },
+     once_on_rows,
      [](const Dims&, const Call& k) { return kE * (2.0 * k.a * k.b + 2.0 * k.b) + 8.0 * k.a; },
      run_layernorm_forward},
     {"residual_layernorm_forward",
@@ -233,17 +241,13 @@ const std::vector<Row> kRows = {
     {"gelu_forward",
      {"tg::gpu::gelu_forward_pack_kernel"},
      "input, output",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), d.BT() * 4 * d.C(), 0}};
-     },
+     mlp_per_layer,
      [](const Dims&, const Call& k) { return 2 * kE * k.a; },
      run_gelu_forward},
     {"gelu_backward",
      {"tg::gpu::gelu_backward_pack_kernel"},
      "input, dout, dinp",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), d.BT() * 4 * d.C(), 0}};
-     },
+     mlp_per_layer,
      [](const Dims&, const Call& k) { return 3 * kE * k.a; },
      run_gelu_backward},
     {"bias_backward",
@@ -267,49 +271,37 @@ const std::vector<Row> kRows = {
     {"attention_permute",
      {"tg::gpu::attention_permute_kernel"},
      "qkv; q, k, v",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{2 * d.L(), 0, 0}};
-     },
+     twice_per_layer,
      [](const Dims& d, const Call&) { return 6 * kE * btc(d); },
      run_attention_forward},
     {"attention_softmax_forward",
      {"tg::gpu::attention_softmax_forward_kernel"},
      "the causal half of the fp32 scores; att",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), 0, 0}};
-     },
+     per_layer,
      [](const Dims& d, const Call&) { return 4 * causal(d) + kE * square(d); },
      run_attention_forward},
     {"attention_unpermute",
      {"tg::gpu::attention_unpermute_kernel"},
      "y; out",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), 0, 0}};
-     },
+     per_layer,
      [](const Dims& d, const Call&) { return 2 * kE * btc(d); },
      run_attention_forward},
     {"attention_permute_one",
      {"tg::gpu::attention_permute_one_kernel"},
      "dout; dy",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), 0, 0}};
-     },
+     per_layer,
      [](const Dims& d, const Call&) { return 2 * kE * btc(d); },
      run_attention_backward},
     {"attention_softmax_backward",
      {"tg::gpu::attention_softmax_backward_kernel"},
      "the causal half of dP and att; dS",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), 0, 0}};
-     },
+     per_layer,
      [](const Dims& d, const Call&) { return (4 + kE) * causal(d) + kE * square(d); },
      run_attention_backward},
     {"attention_unpermute_qkv",
      {"tg::gpu::attention_unpermute_qkv_kernel"},
      "dq, dk, dv; dqkv",
-     [](const Dims& d) {
-       return std::vector<Call>{Call{d.L(), 0, 0}};
-     },
+     per_layer,
      [](const Dims& d, const Call&) { return 6 * kE * btc(d); },
      run_attention_backward},
     {"norm",
