@@ -47,6 +47,7 @@ inline constexpr Device kH200{"H200", 4.3e12, 989e12};
 // A memory-bound op of the step, measured at the emulator's shape.
 struct MemRow {
   std::string name, minimum;  // the op; what its minimum counts
+  std::string measured_at;    // the emulator's B x T
   std::vector<std::string> kernels;
   double min_bytes = 0;  // at the emulator's call
   uint64_t requested = 0, unique = 0, sector_bytes = 0;

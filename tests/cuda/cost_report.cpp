@@ -87,15 +87,16 @@ void memory_table(std::ostringstream& md, std::ostringstream& csv, std::vector<M
                   const Device& dev) {
   std::sort(mem.begin(), mem.end(),
             [](const MemRow& a, const MemRow& b) { return a.step_bytes() > b.step_bytes(); });
-  md << "| op | kernels | launches | minimum MB | modelled MB | sectors / min | unique / min | "
-        "requested / min | us at "
-     << dev.name << " |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  md << "| op | kernels | measured at B x T | launches | minimum MB | modelled MB | sectors / min "
+        "| "
+        "unique / min | requested / min | us at "
+     << dev.name << " |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const MemRow& r : mem) {
     const double t = us(r.step_bytes() / dev.bytes_per_s);
-    md << "| " << r.name << " | " << kernel_list(r) << " | " << r.launches << " | "
-       << mb(r.step_min) << " | " << mb(r.step_bytes()) << " | " << fmt("%.2f", r.ratio()) << " | "
-       << fmt("%.2f", r.unique_ratio()) << " | " << fmt("%.2f", r.requested / r.min_bytes) << " | "
-       << fmt("%.1f", t) << " |\n";
+    md << "| " << r.name << " | " << kernel_list(r) << " | " << r.measured_at << " | " << r.launches
+       << " | " << mb(r.step_min) << " | " << mb(r.step_bytes()) << " | " << fmt("%.2f", r.ratio())
+       << " | " << fmt("%.2f", r.unique_ratio()) << " | " << fmt("%.2f", r.requested / r.min_bytes)
+       << " | " << fmt("%.1f", t) << " |\n";
     csv << "memory," << r.name << "," << r.calls << "," << r.launches << ",0," << r.step_min << ","
         << r.step_bytes() << "," << fmt("%.4f", r.ratio()) << "," << fmt("%.4f", r.unique_ratio())
         << "," << fmt("%.2f", t) << "\n";
@@ -131,8 +132,8 @@ std::string write_report(const std::string& dir, const Dims& emu, const std::vec
         "model\"). Predicted times at "
      << dev.name << ": " << fmt("%.1f", dev.bytes_per_s / 1e12) << " TB/s, "
      << fmt("%.0f", dev.flops_per_s / 1e12) << " TFLOP/s dense bf16.\n\n"
-     << "## Memory-bound kernels\n\nMeasured under the emulator at B " << emu.B << ", T " << emu.T
-     << ", C " << emu.C() << ", NH " << emu.NH() << ", V " << emu.V() << " (traffic per minimum "
+     << "## Memory-bound kernels\n\nMeasured under the emulator at C " << emu.C() << ", NH "
+     << emu.NH() << ", V " << emu.V() << " and the B x T of each row (traffic per minimum "
      << "byte carries over; bytes scale with the op's minimum at 124M). Modelled = 32-byte "
         "sectors of the warps' accesses, nothing cached.\n\n";
   memory_table(md, csv, mem, dev);
