@@ -62,6 +62,31 @@ const Exception kExceptions[] = {
      "the token id read per element (a sector per warp access), wpe once per sequence (B times)"},
 };
 
+// The kernels of kernels/*.cuh that no row models: the paths the bf16 GPT-2 step does not
+// take. A header's stem stands for all its kernels; a qualified name for one kernel. A new
+// kernel is a row or a line here (the test below fails otherwise).
+struct NotModelled {
+  const char* kernel_or_header;
+  const char* path;  // what runs it
+};
+const NotModelled kNotModelled[] = {
+    {"fp8_kernels", "precision.mode=fp8 (per-tensor FP8 linears)"},
+    {"quantize_blocks", "the block-scaled recipes (fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4)"},
+    {"operand_stats", "the quantization telemetry, outside the step"},
+    {"wire", "gradients on the wire (precision.state.grad_comm, several ranks)"},
+    {"flash_attention", "cuda.attention=flash"},
+    {"loss_scale", "fp16's loss scaler deciding on the device"},
+    {"adamw_blocked", "fp8 Adam moments (precision.state.adam_m / adam_v)"},
+    {"tg::gpu::attention_forward_fused_kernel", "cuda.attention=fused"},
+    {"tg::gpu::gelu_forward_kernel", "GELU on pointers or sizes that fit no 16-byte pack"},
+    {"tg::gpu::gelu_backward_kernel", "GELU on pointers or sizes that fit no 16-byte pack"},
+    {"tg::gpu::residual_forward_kernel", "fp32 gradient accumulation (precision.state.grads=fp32)"},
+    {"tg::gpu::residual_forward_pack_kernel",
+     "fp32 gradient accumulation (precision.state.grads=fp32)"},
+    {"tg::gpu::matmul_epilogue_kernel", "cuda.gemm=fallback"},
+    {"tg::gpu::convert_kernel", "conversions at init and resume, fp32 gradient accumulation"},
+};
+
 // ---- the rows: every memory-bound op of the step ----
 
 // The emulator's shapes. Most rows: 2 heads of 64 (GPT-2's head size), B 8 as at 124M (the
@@ -439,6 +464,31 @@ TEST_CASE(
     for (const Row& r : kRows) known |= std::string(r.name) == e.op;
     CHECK_MESSAGE(known, "exception for " << e.op << ", which is no row");
   }
+}
+
+TEST_CASE(
+    "cost model: every kernel of kernels/*.cuh is a row or named as off the modelled "
+    "step") {
+  const std::map<std::string, std::string> declared = declared_kernels(kernel_headers());
+  CHECK(declared.size() >= 60);
+  auto excluded = [](const std::string& name) {
+    for (const NotModelled& n : kNotModelled)
+      if (name == n.kernel_or_header) return true;
+    return false;
+  };
+  for (const auto& [k, header] : declared)
+    CHECK_MESSAGE((row_of(k) != nullptr) != (excluded(k) || excluded(header)),
+                  k << " (kernels/" << header
+                    << ".cuh) must be a row of the cost model or named in kNotModelled, not both");
+  for (const NotModelled& n : kNotModelled) {
+    bool found = false;
+    for (const auto& [k, header] : declared)
+      found |= k == n.kernel_or_header || header == n.kernel_or_header;
+    CHECK_MESSAGE(found, n.kernel_or_header << " in kNotModelled is no kernel or header");
+  }
+  for (const Row& r : kRows)
+    for (const std::string& k : r.kernels)
+      CHECK_MESSAGE(declared.count(k), k << " is declared nowhere");
 }
 
 }  // namespace
