@@ -111,7 +111,6 @@ void launch_begin(const void* kernel, unsigned threads) {
   if (!g.on) return;
   g.t = LaunchTraffic{};
   g.t.kernel = kernel;
-  g.t.threads = threads;
   g.threads = threads;
   g.masks.clear();
   g.open.assign(size_t(threads) * kOpen, Open{});

@@ -17,8 +17,9 @@
 //                    left a loop early (a ragged tail) simply take no part in its last access.
 //                    A 16-byte pack (common.cuh's load16 / store16), which GCC splits into its
 //                    elements, each its own site, counts as the one access nvcc makes of it: a
-//                    lane's access to unvisited bytes of an aligned 16-byte chunk it touched
-//                    just before, in the same direction from another site, continues it.
+//                    lane's access to unvisited bytes of an aligned 16-byte chunk among the
+//                    last four it touched, in the same direction from another site than the
+//                    chunk's last access, continues it.
 // Limits: code whose lanes reach one site a different number of times before it in
 // unstructured ways (data-dependent branches inside a loop) is grouped by count, not by the
 // GPU's reconvergence; two scalar loads of neighbouring elements from two sites count as one
@@ -37,7 +38,7 @@ namespace emu::traffic {
 
 struct LaunchTraffic {
   const void* kernel = nullptr;
-  uint64_t blocks = 0, threads = 0;          // the grid's blocks, a block's threads
+  uint64_t blocks = 0;                       // the grid's
   uint64_t read_bytes = 0, write_bytes = 0;  // requested
   uint64_t unique_read = 0, unique_written = 0;
   uint64_t read_sectors = 0, write_sectors = 0;
@@ -50,9 +51,9 @@ struct LaunchTraffic {
 void set_counting(bool on);
 extern bool counting;
 
-// The hooks (memory_check.cpp): a launch starts, a block of `threads` threads starts, thread
-// `tid` of the running block accesses n device bytes at address a from code address pc, the
-// launch ends.
+// The hooks (memory_check.cpp): a launch of blocks of `threads` threads starts, a block
+// starts, thread `tid` of the running block accesses n device bytes at address a from code
+// address pc, the launch ends.
 void launch_begin(const void* kernel, unsigned threads);
 void block_begin();
 void note_access(uintptr_t a, size_t n, bool write, unsigned tid, const void* pc);
