@@ -213,8 +213,8 @@ $(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
 # kernels_checked: every launcher of src/backends/cuda/*.cu (but NCCL's and the library entry) and the
 # cuBLAS(Lt) stand-ins compiled with GCC's -fsanitize=thread instrumentation, but linked with
 # tests/cuda/memory_check.cpp's own __tsan_* functions instead of libtsan: racecheck, memcheck
-# and initcheck of every load and store they make (tests/cuda/memory_check.h), run by
-# tests/cuda/*_checked.cpp on small shapes. The instrumentation is kept out of
+# and initcheck of every load and store they make (tests/cuda/memory_check.h), and the cost
+# model's traffic counts (tests/cuda/traffic.h), run by tests/cuda/*_checked.cpp on small shapes. The instrumentation is kept out of
 # kernels_emulated, whose larger shapes it would slow down several times over; the
 # support files that define the callbacks are not instrumented (they are the callbacks).
 # Not in SAN=1 builds: an object takes either ASan's instrumentation or this one.

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "traffic.h"
+
 namespace emu_test {
 
 // n elements of device memory (cudaMalloc: 0xFF bytes, unwritten), freed on destruction.
@@ -108,6 +110,20 @@ inline void expect_report(std::initializer_list<const char*> parts) {
 inline void expect_clean() {
   const std::vector<std::string> r = take_reports();
   if (!r.empty()) FAIL_CHECK(r.size() << " reports:" << joined(r));
+}
+
+// The launches f() makes, their traffic counted (traffic.h), checked clean: the cost model's
+// measurements.
+template <typename F>
+std::vector<emu::traffic::LaunchTraffic> counted_launches(F&& f) {
+  take_reports();
+  emu::traffic::take();
+  emu::traffic::set_counting(true);
+  f();
+  cudaDeviceSynchronize();
+  emu::traffic::set_counting(false);
+  expect_clean();
+  return emu::traffic::take();
 }
 
 // ---- the kernels of kernels/*.cuh (the checks' coverage, the cost model's rows) ----

@@ -22,7 +22,6 @@
 #include "cost_model.h"
 #include "cuda_test_util.h"
 #include "src/backends/cuda/cuda_backend.h"
-#include "traffic.h"
 
 using namespace emu_test;
 using cost::Call;
@@ -368,19 +367,6 @@ std::string base_name(const void* kernel) {
   return s.substr(0, s.find('<'));
 }
 
-// The launches of f(), counted.
-template <typename F>
-std::vector<emu::traffic::LaunchTraffic> counted(F&& f) {
-  take_reports();
-  emu::traffic::take();
-  emu::traffic::set_counting(true);
-  f();
-  cudaDeviceSynchronize();
-  emu::traffic::set_counting(false);
-  expect_clean();
-  return emu::traffic::take();
-}
-
 const Row* row_of(const std::string& kernel) {
   for (const Row& r : kRows)
     if (std::count(r.kernels.begin(), r.kernels.end(), kernel)) return &r;
@@ -425,7 +411,8 @@ const std::vector<cost::MemRow>& measured_rows() {
   for (const Row& r : kRows) {
     const Dims d = r.shape();
     auto& launches = runs[r.run];
-    if (launches.empty()) launches = counted([&] { r.run(checked_ctx(), d, r.calls(d).front()); });
+    if (launches.empty())
+      launches = counted_launches([&] { r.run(checked_ctx(), d, r.calls(d).front()); });
     out.push_back(measure_row(r, d, launches));
   }
   // Each kernel a run launched belongs to a row.
@@ -520,7 +507,7 @@ StepCount emulated_step(const Dims& d) {
   take_reports();
   emu::take_work_tally();
   StepCount s;
-  for (const auto& l : counted(step)) s.kernels[base_name(l.kernel)]++;
+  for (const auto& l : counted_launches(step)) s.kernels[base_name(l.kernel)]++;
   s.work = emu::take_work_tally();
   return s;
 }
