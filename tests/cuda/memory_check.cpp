@@ -28,7 +28,8 @@
 // An epoch is (block serial << 24) + the block barrier's generation since the block began, so
 // stale cells never need clearing. Kernel reports wait in a list (one per kind and place, with
 // a count) until the launch ends, then go to emu::errors() with the kernel's name, the block,
-// the threads and the source lines; host-code reports go there at once.
+// the threads and the source lines; host-code reports go there at once. A running kernel's
+// device accesses also go to the cost model's counter while it counts (traffic.h).
 #include "memory_check.h"
 
 #include <link.h>
