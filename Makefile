@@ -1,6 +1,7 @@
 # train_gpt build. `make` builds ./train_gpt (nvcc when installed, else g++ alone),
 # `make run` trains the default config, `make test` runs the test suite,
-# `make bench` prints the benchmark table. SAN=1 builds with ASan+UBSan (g++ only).
+# `make bench` prints the benchmark table, `make cost-model` the GPU cost model's
+# (docs/gpu.md). SAN=1 builds with ASan+UBSan (g++ only).
 # `make fuzz` builds the libFuzzer targets (clang++), `make fuzz-run` runs them.
 #
 # Variables: NO_MPI=1 builds without OpenMPI; NO_BLAS=1 builds without OpenBLAS (the CPU
@@ -120,7 +121,7 @@ else
   CUDA_LIB    :=
 endif
 
-.PHONY: all deps run test bench docs clean format gpu-check fuzz fuzz-run fuzz-seeds
+.PHONY: all deps run test bench docs clean format gpu-check cost-model fuzz fuzz-run fuzz-seeds
 all: $(BIN)
 
 deps:
@@ -194,7 +195,7 @@ EMU_CU      := $(filter-out src/backends/cuda/library.cu $(if $(HAVE_NCCL),,src/
                $(if $(HAVE_NCCL),$(wildcard tests/cuda/test_*.cu),$(filter-out tests/cuda/test_nccl.cu,$(wildcard tests/cuda/test_*.cu)))
 EMU_SUPPORT := tests/cuda/cuda_emulation.cpp tests/cuda/cublaslt_emulation.cpp \
                tests/cuda/runtime_emulation.cpp tests/cuda/stream_emulation.cpp \
-               tests/cuda/device_memory_emulation.cpp tests/cuda/memory_check.cpp \
+               tests/cuda/device_memory_emulation.cpp tests/cuda/memory_check.cpp tests/cuda/traffic.cpp \
                tests/cuda/symbols_emulation.cpp tests/cuda/fibers_emulation.cpp \
                $(if $(HAVE_NCCL),tests/cuda/nccl_emulation.cpp)
 EMU_SRC     := $(filter-out $(if $(HAVE_NCCL),,tests/cuda/nccl_emulated.cpp),$(wildcard tests/cuda/*_emulated.cpp)) $(EMU_SUPPORT)
@@ -212,8 +213,8 @@ $(KERNELS_EMU): $(EMU_OBJ) $(KERNELS_EMU_OBJ)
 # kernels_checked: every launcher of src/backends/cuda/*.cu (but NCCL's and the library entry) and the
 # cuBLAS(Lt) stand-ins compiled with GCC's -fsanitize=thread instrumentation, but linked with
 # tests/cuda/memory_check.cpp's own __tsan_* functions instead of libtsan: racecheck, memcheck
-# and initcheck of every load and store they make (tests/cuda/memory_check.h), run by
-# tests/cuda/*_checked.cpp on small shapes. The instrumentation is kept out of
+# and initcheck of every load and store they make (tests/cuda/memory_check.h), and the cost
+# model's traffic counts (tests/cuda/traffic.h), run by tests/cuda/*_checked.cpp on small shapes. The instrumentation is kept out of
 # kernels_emulated, whose larger shapes it would slow down several times over; the
 # support files that define the callbacks are not instrumented (they are the callbacks).
 # Not in SAN=1 builds: an object takes either ASan's instrumentation or this one.
@@ -223,11 +224,11 @@ CHECK_DIR   := $(BUILD)/checked
 # -g: the reports name source lines.
 CHECK_FLAGS := $(EMU_FLAGS) -g -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
 CHECK_SRC   := $(wildcard tests/cuda/*_checked.cpp) tests/cuda/cuda_emulation.cpp \
-               tests/cuda/cublaslt_emulation.cpp
+               tests/cuda/cublaslt_emulation.cpp tests/cuda/cost_report.cpp
 CHECK_OBJ   := $(patsubst %.cu,$(CHECK_DIR)/%.o,$(filter-out src/backends/cuda/nccl_comm.cu,$(filter src/backends/cuda/%,$(EMU_CU)))) \
                $(CHECK_SRC:%.cpp=$(CHECK_DIR)/%.o)
 CHECK_PLAIN := $(addprefix $(EMU_DIR)/tests/cuda/,runtime_emulation.o stream_emulation.o device_memory_emulation.o \
-               memory_check.o symbols_emulation.o fibers_emulation.o)
+               memory_check.o traffic.o symbols_emulation.o fibers_emulation.o)
 $(CHECK_DIR)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CHECK_FLAGS) -x c++ -c $< -o $@
@@ -247,6 +248,13 @@ EMU_TEST_ARGS := --minimal $(if $(filter 1,$(SAN)),--source-file='*_emulated.cpp
 # The test binary prints its own closing line "N passed, N failed" (last).
 test: $(BUILD)/run_tests $(BIN) $(KERNELS_EMU) $(KERNELS_CHECKED)
 	@$(if $(KERNELS_EMU),OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(KERNELS_EMU) $(EMU_TEST_ARGS) &&) $(if $(KERNELS_CHECKED),$(KERNELS_CHECKED) --minimal &&) TG_BIN=$(CURDIR)/$(BIN) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(BUILD)/run_tests
+
+# The GPU cost model (tests/cuda/cost_model_checked.cpp, docs/gpu.md "The cost model"): the
+# memory-bound kernels' traffic against their minimum, the GEMMs, the launches per step and a
+# predicted time per op at GPT-2 124M, written to $(BUILD)/cost_model.md and .csv.
+cost-model: $(KERNELS_CHECKED)
+	@$(if $(KERNELS_CHECKED),,echo "cost-model: needs the CUDA toolkit's headers (nvcc) and no SAN=1" && false)
+	$(KERNELS_CHECKED) --test-case='cost model:*' && cat $(BUILD)/cost_model.md
 
 run: train_gpt
 	@grep -qs '"record_len": 16' data/toy/meta.json || ./train_gpt prepare toy --out data/toy

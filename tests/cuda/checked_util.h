@@ -5,10 +5,17 @@
 #pragma once
 #include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "traffic.h"
 
 namespace emu_test {
 
@@ -103,6 +110,78 @@ inline void expect_report(std::initializer_list<const char*> parts) {
 inline void expect_clean() {
   const std::vector<std::string> r = take_reports();
   if (!r.empty()) FAIL_CHECK(r.size() << " reports:" << joined(r));
+}
+
+// The launches f() makes, their traffic counted (traffic.h), checked clean: the cost model's
+// measurements.
+template <typename F>
+std::vector<emu::traffic::LaunchTraffic> counted_launches(F&& f) {
+  take_reports();
+  emu::traffic::take();
+  emu::traffic::set_counting(true);
+  f();
+  cudaDeviceSynchronize();
+  emu::traffic::set_counting(false);
+  expect_clean();
+  return emu::traffic::take();
+}
+
+// ---- the kernels of kernels/*.cuh (the checks' coverage, the cost model's rows) ----
+
+// The qualified names of the __global__ functions of a kernels/*.cuh text: the namespaces are
+// opened as "namespace a::b {" and closed as "}  // namespace a::b" (clang-format's style); a
+// kernel's name is the word before its parameter list, after any __launch_bounds__(...).
+inline void kernels_in(const std::string& text, std::set<std::string>& out) {
+  std::istringstream in(text);
+  std::vector<std::string> ns;
+  std::string line, decl;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(' ') != std::string::npos &&
+        line.compare(line.find_first_not_of(' '), 2, "//") == 0)
+      continue;
+    if (line.rfind("namespace ", 0) == 0 && line.find(" {") != std::string::npos)
+      ns.push_back(line.substr(10, line.find(' ', 10) - 10));
+    if (line.rfind("}  // namespace", 0) == 0 && !ns.empty()) ns.pop_back();
+    if (line.find("__global__") != std::string::npos)
+      decl = line.substr(line.find("__global__"));
+    else if (!decl.empty())
+      decl += " " + line;
+    if (decl.empty()) continue;
+    size_t from = 0;
+    const size_t lb = decl.find("__launch_bounds__(");
+    if (lb != std::string::npos) from = decl.find(')', lb);
+    const size_t paren = from == std::string::npos ? from : decl.find('(', from + 1);
+    if (paren == std::string::npos) continue;  // the parameter list is on a later line
+    const std::string head = decl.substr(0, decl.find_last_not_of(' ', paren - 1) + 1);
+    std::string q;
+    for (const std::string& n : ns) q += n + "::";
+    out.insert(q + head.substr(head.find_last_of(" )") + 1));
+    decl.clear();
+  }
+}
+
+// The kernels declared in kernels/<stem>.cuh for each of `stems` (run from the repository
+// root), each with its stem.
+inline std::map<std::string, std::string> declared_kernels(const std::vector<std::string>& stems) {
+  std::map<std::string, std::string> out;
+  for (const std::string& f : stems) {
+    std::ifstream in("kernels/" + f + ".cuh");
+    REQUIRE_MESSAGE(in.good(), "kernels/" << f << ".cuh (run from the repository root)");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::set<std::string> names;
+    kernels_in(ss.str(), names);
+    for (const std::string& k : names) out[k] = f;
+  }
+  return out;
+}
+
+// The stems of every kernels/*.cuh ("layernorm", ...).
+inline std::vector<std::string> kernel_headers() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("kernels"))
+    if (e.path().extension() == ".cuh") out.push_back(e.path().stem().string());
+  return out;
 }
 
 }  // namespace emu_test

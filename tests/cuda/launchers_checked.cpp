@@ -13,9 +13,7 @@
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -457,49 +455,13 @@ TEST_CASE("checked: operand statistics on the device (amax, column amax, quantiz
 
 // ---- coverage ----
 
-// The qualified names of the __global__ functions of a kernels/*.cuh text: the namespaces are
-// opened as "namespace a::b {" and closed as "}  // namespace a::b" (clang-format's style); a
-// kernel's name is the word before its parameter list, after any __launch_bounds__(...).
-void kernels_in(const std::string& text, std::set<std::string>& out) {
-  std::istringstream in(text);
-  std::vector<std::string> ns;
-  std::string line, decl;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(' ') != std::string::npos &&
-        line.compare(line.find_first_not_of(' '), 2, "//") == 0)
-      continue;
-    if (line.rfind("namespace ", 0) == 0 && line.find(" {") != std::string::npos)
-      ns.push_back(line.substr(10, line.find(' ', 10) - 10));
-    if (line.rfind("}  // namespace", 0) == 0 && !ns.empty()) ns.pop_back();
-    if (line.find("__global__") != std::string::npos)
-      decl = line.substr(line.find("__global__"));
-    else if (!decl.empty())
-      decl += " " + line;
-    if (decl.empty()) continue;
-    size_t from = 0;
-    const size_t lb = decl.find("__launch_bounds__(");
-    if (lb != std::string::npos) from = decl.find(')', lb);
-    const size_t paren = from == std::string::npos ? from : decl.find('(', from + 1);
-    if (paren == std::string::npos) continue;  // the parameter list is on a later line
-    const std::string head = decl.substr(0, decl.find_last_not_of(' ', paren - 1) + 1);
-    std::string q;
-    for (const std::string& n : ns) q += n + "::";
-    out.insert(q + head.substr(head.find_last_of(" )") + 1));
-    decl.clear();
-  }
-}
-
 TEST_CASE("checked: every kernel of kernels/*.cuh ran under the checks (runs last)") {
   std::set<std::string> declared, ran;
-  for (const char* f : {"adamw", "attention", "classifier", "encoder", "flash_attention",
-                        "fp8_kernels", "gelu", "global_norm", "layernorm", "loss_scale", "matmul",
-                        "operand_stats", "quantize_blocks", "residual", "wire"}) {
-    std::ifstream in(std::string("kernels/") + f + ".cuh");
-    REQUIRE_MESSAGE(in.good(), "kernels/" << f << ".cuh (run from the repository root)");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    kernels_in(ss.str(), declared);
-  }
+  for (const auto& [k, file] :
+       declared_kernels({"adamw", "attention", "classifier", "encoder", "flash_attention",
+                         "fp8_kernels", "gelu", "global_norm", "layernorm", "loss_scale", "matmul",
+                         "operand_stats", "quantize_blocks", "residual", "wire"}))
+    declared.insert(k);
   CHECK(declared.size() >= 50);
   for (const void* k : emu::check::launched_kernels()) {
     std::string name = emu::check::symbolize(k, false);

@@ -28,7 +28,8 @@
 // An epoch is (block serial << 24) + the block barrier's generation since the block began, so
 // stale cells never need clearing. Kernel reports wait in a list (one per kind and place, with
 // a count) until the launch ends, then go to emu::errors() with the kernel's name, the block,
-// the threads and the source lines; host-code reports go there at once.
+// the threads and the source lines; host-code reports go there at once. A running kernel's
+// device accesses also go to the cost model's counter while it counts (traffic.h).
 #include "memory_check.h"
 
 #include <link.h>
@@ -38,6 +39,8 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "traffic.h"
 
 namespace emu::check {
 
@@ -166,6 +169,9 @@ Found finding(Kind k, bool write, size_t n, uintptr_t a, const void* pc) {
 }
 
 void device_access(uintptr_t a, size_t n, bool write, const void* pc) {
+  // A running kernel's access, for the cost model (traffic.h) while it counts.
+  if (traffic::counting && g.tls_size && emu::state().cur)
+    traffic::note_access(a, n, write, emu::state().cur->idx.x, pc);
   if (a + n > arena_used_end()) return report(finding(kDeviceBounds, write, n, a, pc));
   uint8_t* s = shadow_of(reinterpret_cast<const void*>(a));
   bool all_init = true;
@@ -260,6 +266,7 @@ void launch_begin(const void* kernel, size_t smem) {
   g.dyn_lo = reinterpret_cast<uintptr_t>(tg::gpu::tg_dynamic_smem);
   g.found.clear();
   g.host_seen.clear();
+  traffic::launch_begin(kernel, unsigned(emu::state().threads));
 }
 
 const std::vector<const void*>& launched_kernels() { return g_kernels; }
@@ -268,10 +275,12 @@ void block_begin() {
   if (!g.tls_size) return;
   g.block_serial++;
   g.gen0 = emu::state().block.gen;
+  traffic::block_begin();
 }
 
 void launch_end() {
   if (!g.tls_size) return;
+  traffic::launch_end();
   std::vector<Found> found;
   found.swap(g.found);
   for (const Found& f : found) {

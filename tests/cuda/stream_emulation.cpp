@@ -43,6 +43,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+
+#include "traffic.h"
 
 namespace {
 
@@ -147,10 +150,13 @@ void order_with_legacy(const std::shared_ptr<Stream>& s) {
   }
 }
 
+std::map<std::string, uint64_t> g_tally;  // emu::take_work_tally()
+
 // Queues work on s (after its implicit waits); returns the item's sequence number.
 uint64_t queue_work(const std::shared_ptr<Stream>& s, std::string what, std::vector<emu::Use> uses,
                     std::function<void()> work) {
   order_with_legacy(s);
+  g_tally[what.substr(0, what.find(" of "))]++;
   Item it;
   it.what = std::move(what);
   it.uses = std::move(uses);
@@ -216,6 +222,13 @@ void enqueue(cudaStream_t stream, std::string what, std::vector<Use> uses,
     return;
   }
   queue_work(s, std::move(what), std::move(uses), std::move(work));
+}
+
+std::map<std::string, uint64_t> take_work_tally() {
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  std::map<std::string, uint64_t> t;
+  t.swap(g_tally);
+  return t;
 }
 
 bool pinned_host(const void* p, size_t bytes) {
