@@ -80,6 +80,84 @@ __global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, f
   }
 }
 
+// The same two kernels with the block's rows and the weight and bias staged in shared memory
+// (dynamic_smem: w, b, then one row of C per warp, all in T): each row is read from global
+// memory once, the weight and bias once per block, where the kernels above read the row three
+// times and the weight and bias once per row. The arithmetic is theirs, value for value (a
+// staged element is the element itself), so they compute the same bits. The launcher takes
+// them when (2 + warps) C elements of T fit the block's 48 KiB (layernorm_rows_in_smem).
+template <typename T>
+__device__ __forceinline__ void stage_weight_bias(T* sw, T* sb, const T* w, const T* b, int C) {
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    sw[c] = w[c];
+    sb[c] = b[c];
+  }
+  __syncthreads();
+}
+
+// Mean, rstd and out of one staged row x (each lane reads back only what it staged itself).
+template <typename T>
+__device__ __forceinline__ void layernorm_staged_row(T* o, float* mean, float* rstd, const T* x,
+                                                     const T* sw, const T* sb, float s, int row,
+                                                     int C) {
+  const int lane = threadIdx.x % 32;
+  const float m = warp_sum(s) / C;
+  float v = 0;
+  for (int c = lane; c < C; c += 32) {
+    const float d = ld(x[c]) - m;
+    v += d * d;
+  }
+  const float var = warp_sum(v) / C;
+  const float r = 1.f / sqrtf(var + 1e-5f);
+  for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(sw[c]) + ld(sb[c]));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_forward_smem_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                              const T* w, const T* b, int N, int C) {
+  T* sw = dynamic_smem<T>();
+  T* sb = sw + C;
+  stage_weight_bias(sw, sb, w, b, C);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + warp;
+  if (row >= N) return;
+  T* x = sb + C + size_t(warp) * C;
+  const T* g = inp + size_t(row) * C;
+  float s = 0;
+  for (int c = lane; c < C; c += 32) {
+    const T e = g[c];
+    x[c] = e;
+    s += ld(e);
+  }
+  layernorm_staged_row(out + size_t(row) * C, mean, rstd, x, sw, sb, s, row, C);
+}
+
+template <typename T>
+__global__ void residual_layernorm_forward_smem_kernel(T* res, T* out, float* mean, float* rstd,
+                                                       const T* a, const T* bb, const T* w,
+                                                       const T* b, int N, int C) {
+  T* sw = dynamic_smem<T>();
+  T* sb = sw + C;
+  stage_weight_bias(sw, sb, w, b, C);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + warp;
+  if (row >= N) return;
+  T* x = sb + C + size_t(warp) * C;
+  const size_t off = size_t(row) * C;
+  float s = 0;
+  for (int c = lane; c < C; c += 32) {
+    const T r = st<T>(ld(a[off + c]) + ld(bb[off + c]));
+    res[off + c] = r;
+    x[c] = r;
+    s += ld(r);
+  }
+  layernorm_staged_row(out + off, mean, rstd, x, sw, sb, s, row, C);
+}
+
 // dinp += ..., one warp per row.
 template <typename T>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w,

@@ -1,4 +1,7 @@
-// layernorm.cu: launchers of kernels/layernorm.cuh (a warp per row, 8 rows per block).
+// layernorm.cu: launchers of kernels/layernorm.cuh (a warp per row, 8 rows per block; the
+// forward kernels staged in shared memory where a block's rows fit).
+#include <algorithm>
+
 #include "kernels/layernorm.cuh"
 #include "launch.h"
 
@@ -7,15 +10,31 @@ namespace tg::gpu {
 namespace {
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 unsigned row_blocks(int N) { return unsigned((N + kWarps - 1) / kWarps); }
+
+// The staged kernels' rows per block: 8 where the weight, the bias and 8 rows of C elements of
+// `es` bytes fit the 48 KiB a block has without opting in (GPT-2 1.5B's C 1600 in bf16: 32
+// KiB), fewer for wider rows, 0 (the unstaged kernels) when not even one fits.
+int staged_warps(int C, size_t es) {
+  const size_t row = size_t(C) * es, budget = size_t(48) << 10;
+  if (budget < 3 * row) return 0;
+  return int(std::min<size_t>(kWarps, budget / row - 2));
+}
+size_t staged_smem(int C, size_t es, int warps) { return size_t(2 + warps) * C * es; }
 }  // namespace
 
 void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
                        const void* w, const void* b, int N, int C) {
   dispatch("layernorm_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(layernorm_forward_kernel<E>, row_blocks(N), kThreads, 0, c.stream, static_cast<E*>(out),
-           mean, rstd, static_cast<const E*>(inp), static_cast<const E*>(w),
-           static_cast<const E*>(b), N, C);
+    const int warps = staged_warps(C, sizeof(E));
+    if (warps > 0)
+      launch(layernorm_forward_smem_kernel<E>, unsigned((N + warps - 1) / warps), 32 * warps,
+             staged_smem(C, sizeof(E), warps), c.stream, static_cast<E*>(out), mean, rstd,
+             static_cast<const E*>(inp), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
+    else
+      launch(layernorm_forward_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
+             static_cast<E*>(out), mean, rstd, static_cast<const E*>(inp),
+             static_cast<const E*>(w), static_cast<const E*>(b), N, C);
     TG_LAUNCH_CHECK();
   });
 }
@@ -25,9 +44,16 @@ void residual_layernorm_forward(Ctx& c, DType t, void* res, void* out, float* me
                                 int C) {
   dispatch("residual_layernorm_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(residual_layernorm_forward_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
-           static_cast<E*>(res), static_cast<E*>(out), mean, rstd, static_cast<const E*>(a),
-           static_cast<const E*>(bb), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
+    const int warps = staged_warps(C, sizeof(E));
+    if (warps > 0)
+      launch(residual_layernorm_forward_smem_kernel<E>, unsigned((N + warps - 1) / warps),
+             32 * warps, staged_smem(C, sizeof(E), warps), c.stream, static_cast<E*>(res),
+             static_cast<E*>(out), mean, rstd, static_cast<const E*>(a),
+             static_cast<const E*>(bb), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
+    else
+      launch(residual_layernorm_forward_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
+             static_cast<E*>(res), static_cast<E*>(out), mean, rstd, static_cast<const E*>(a),
+             static_cast<const E*>(bb), static_cast<const E*>(w), static_cast<const E*>(b), N, C);
     TG_LAUNCH_CHECK();
   });
 }
