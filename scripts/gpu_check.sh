@@ -12,7 +12,8 @@
 #   --work DIR      logs, data and run folders (default runs/gpu_check_work; not inside --out)
 #   --build DIR     the sm_90 build folder (default build/gpu-sm90; kept, so a second call on
 #                   a warm machine rebuilds only what changed)
-#   --stages LIST   which of probe,bench,torch,tests,sanitizer,parity,extras run (default: all);
+#   --stages LIST   which of probe,bench,profile,torch,tests,sanitizer,parity,extras run
+#                   (default: all);
 #                   env and build always run (a current build takes seconds)
 #   --jobs N        make -j and the tests' OpenMP threads (default: nproc)
 #   --prebuilt      no build: the binaries of .prebuilt/ (scripts/gpu_prebuild.sh), for a
@@ -34,6 +35,9 @@
 #              the backend uses, and the FP8 forward GEMM launched with each algorithm
 #   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
 #              (a process each)
+#   profile    train_gpt bench --profile, GPT-2 124M bf16 and fp8 at B 8 x T 1024: every op of
+#              a step timed with CUDA events against its floor (docs/gpu.md), the slowest
+#              rows in profile.md
 #   torch      scripts/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
 #              torch.compile), the headline ratio; without a GPU its CPU smoke test
 #   tests      tests/cuda/test_*.cu, one process per file; a crashed file again case by case
@@ -44,11 +48,12 @@
 #   extras     while time remains: flash and fused attention, block-scaled
 #              recipes under CUBLASLT_LOG_LEVEL=1 with their GEMM-path lines
 #
-# What lands in --out (6 files, each rewritten as the run goes, so a kill at the limit leaves
+# What lands in --out (7 files, each rewritten as the run goes, so a kill at the limit leaves
 # the latest): summary.md (a line per stage with its result and seconds, the key numbers
 # under it, the headline ratio; printed after every stage), logs.tgz (every log of the work
 # folder, no data or checkpoints), bench.md (the bench tables and path lines),
-# torch_bench.json, tests.md (per test file, and the sanitizer), parity.md (the parity table).
+# torch_bench.json, tests.md (per test file, and the sanitizer), parity.md (the parity table),
+# profile.md (the per-op profile's tables).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -58,7 +63,7 @@ OUTDIR=${OUT:-runs/gpu_check}
 WORK=runs/gpu_check_work
 BUILD=build/gpu-sm90
 JOBS=$(nproc)
-STAGES=probe,bench,torch,tests,sanitizer,parity,extras
+STAGES=probe,bench,profile,torch,tests,sanitizer,parity,extras
 PREBUILT_ONLY=0
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -426,6 +431,29 @@ stage_bench() {
   else result "FAILED ($fails of 5 benches; bench.md, logs/bench_gpt2*.log)"; fi
 }
 
+# ---------------------------------------------------------------- the per-op profile
+
+# Every op of a GPT-2 124M step, bf16 then fp8, timed with CUDA events against its floor from
+# FLOPs and bytes and the ceilings measured in the same process (src/cli/profile.cpp); the
+# three slowest ops of each mode to the stage's key numbers.
+stage_profile() {
+  gpu_or_skip || return
+  local log=$LOGS/profile.log dir=$WORK/profile rc
+  run_limited "$(limit 120)" "$log" "$BUILD/train_gpt" bench --device=cuda --profile \
+    --model=gpt2 --modes=bf16,fp8 --batch=8 --seq=1024 --iters=5 --out "$dir"
+  rc=$?
+  [ -f "$dir/profile.md" ] && cp "$dir/profile.md" "$OUTDIR/profile.md"
+  if [ "$rc" -ne 0 ]; then
+    result "FAILED (status $rc$([ "$rc" -eq 124 ] && echo ', timed out'); logs/profile.log)"
+    return
+  fi
+  grep -E '^(### |step )' "$log" | cut -c1-200 | while read -r line; do key "$line"; done
+  awk '/^\| op \|/ {n = 0; next} /^\|---/ {next} /^\| / && n < 3 {print; n++}' "$log" |
+    cut -c1-200 | while read -r line; do key "$line"; done
+  result "ok (profile.md; every op of every layer in logs: profile.csv)"
+  cp "$dir/profile.csv" "$LOGS/profile.csv" 2>/dev/null
+}
+
 # ---------------------------------------------------------------- 4. the PyTorch baseline
 
 stage_torch() {
@@ -663,6 +691,7 @@ stage env       "(machine, tools)"                    5   60  stage_env
 stage build     "(sm_90, make -k)"                   30  420  stage_build
 stage probe     "(cuBLASLt heuristic and FP8 launches)" 20 90 stage_probe
 stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  300  stage_bench
+stage profile   "(per-op profile, GPT-2 124M)"       30  130  stage_profile
 stage torch     "(PyTorch baseline, GPT-2 124M)"     30  180  stage_torch
 stage tests     "(tests/cuda, one process per file)" 20  180  stage_tests
 stage sanitizer "(compute-sanitizer)"                20  200  stage_sanitizer
