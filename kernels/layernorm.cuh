@@ -21,6 +21,27 @@ inline int rows_per_chunk(int N) {
   return N <= 64 * kMaxChunks ? 64 : (N + kMaxChunks - 1) / kMaxChunks;
 }
 
+// Mean, rstd and out of one row x whose lane sums s the caller took (each lane reads back only
+// the elements it summed itself, so a row staged by its own lanes needs no synchronisation).
+template <typename T>
+__device__ __forceinline__ void layernorm_row(T* o, float* mean, float* rstd, const T* x,
+                                              const T* w, const T* b, float s, int row, int C) {
+  const int lane = threadIdx.x % 32;
+  const float m = warp_sum(s) / C;
+  float v = 0;
+  for (int c = lane; c < C; c += 32) {
+    const float d = ld(x[c]) - m;
+    v += d * d;
+  }
+  const float var = warp_sum(v) / C;
+  const float r = 1.f / sqrtf(var + 1e-5f);
+  for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
 // blockDim.x = 32 * warps; row = blockIdx.x * warps + warp.
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
@@ -31,20 +52,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   const T* x = inp + size_t(row) * C;
   float s = 0;
   for (int c = lane; c < C; c += 32) s += ld(x[c]);
-  const float m = warp_sum(s) / C;
-  float v = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float d = ld(x[c]) - m;
-    v += d * d;
-  }
-  const float var = warp_sum(v) / C;
-  const float r = 1.f / sqrtf(var + 1e-5f);
-  T* o = out + size_t(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
+  layernorm_row(out + size_t(row) * C, mean, rstd, x, w, b, s, row, C);
 }
 
 // res = a + b (stored), out = layernorm(res). Each lane rereads only the res elements it wrote
@@ -64,20 +72,7 @@ __global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, f
     x[c] = r;
     s += ld(r);
   }
-  const float m = warp_sum(s) / C;
-  float v = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float d = ld(x[c]) - m;
-    v += d * d;
-  }
-  const float var = warp_sum(v) / C;
-  const float r = 1.f / sqrtf(var + 1e-5f);
-  T* o = out + off;
-  for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
+  layernorm_row(out + off, mean, rstd, x, w, b, s, row, C);
 }
 
 // The same two kernels with the block's rows and the weight and bias staged in shared memory
@@ -93,27 +88,6 @@ __device__ __forceinline__ void stage_weight_bias(T* sw, T* sb, const T* w, cons
     sb[c] = b[c];
   }
   __syncthreads();
-}
-
-// Mean, rstd and out of one staged row x (each lane reads back only what it staged itself).
-template <typename T>
-__device__ __forceinline__ void layernorm_staged_row(T* o, float* mean, float* rstd, const T* x,
-                                                     const T* sw, const T* sb, float s, int row,
-                                                     int C) {
-  const int lane = threadIdx.x % 32;
-  const float m = warp_sum(s) / C;
-  float v = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float d = ld(x[c]) - m;
-    v += d * d;
-  }
-  const float var = warp_sum(v) / C;
-  const float r = 1.f / sqrtf(var + 1e-5f);
-  for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(sw[c]) + ld(sb[c]));
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
 }
 
 template <typename T>
@@ -133,7 +107,7 @@ __global__ void layernorm_forward_smem_kernel(T* out, float* mean, float* rstd, 
     x[c] = e;
     s += ld(e);
   }
-  layernorm_staged_row(out + size_t(row) * C, mean, rstd, x, sw, sb, s, row, C);
+  layernorm_row(out + size_t(row) * C, mean, rstd, x, sw, sb, s, row, C);
 }
 
 template <typename T>
@@ -155,7 +129,7 @@ __global__ void residual_layernorm_forward_smem_kernel(T* res, T* out, float* me
     x[c] = r;
     s += ld(r);
   }
-  layernorm_staged_row(out + off, mean, rstd, x, sw, sb, s, row, C);
+  layernorm_row(out + off, mean, rstd, x, sw, sb, s, row, C);
 }
 
 // dinp += ..., one warp per row.
