@@ -24,6 +24,7 @@
 #include "src/base/suggest.h"
 #include "src/numerics/moment_block.h"
 #include "src/numerics/recipe.h"
+#include "key_aliases.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -403,8 +404,10 @@ std::vector<std::string> section_names() {
 // "unknown config key 'NAME' ORIGIN (did you mean 'KEY'?)": the key's closest names.
 [[noreturn]] void unknown_key(const std::string& name, const std::string& origin,
                               const std::string& prefix) {
-  throw UsageError(strf("unknown config key '%s' %s%s", name.c_str(), origin.c_str(),
-                        did_you_mean(name, key_names(), prefix).c_str()));
+  std::string hint = alias_hint(name, prefix);
+  if (hint.empty()) hint = did_you_mean(name, key_names(), prefix);
+  throw UsageError(
+      strf("unknown config key '%s' %s%s", name.c_str(), origin.c_str(), hint.c_str()));
 }
 
 // Whether s is valid UTF-8, as every value must be to be written to config.json and
@@ -867,8 +870,10 @@ void unknown_option(bool with_keys, int argc, char** argv, const std::string& pr
       unknown_key(name, "on the command line", "--");
     std::vector<std::string> known = options;
     known.insert(known.end(), keys.begin(), keys.end());
+    std::string hint = with_keys ? alias_hint(name, "--") : "";
+    if (hint.empty()) hint = did_you_mean(name, known, "--");
     throw UsageError(strf("unknown option '%s' of %s%s", arg.substr(0, arg.find('=')).c_str(),
-                          program.c_str(), did_you_mean(name, known, "--").c_str()));
+                          program.c_str(), hint.c_str()));
   }
 }
 }  // namespace

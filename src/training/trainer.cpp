@@ -905,9 +905,9 @@ json Trainer::summary_json(const FinalNumbers& f) const {
 
 void Trainer::print_summary(const FinalNumbers& f) const {
   printf(
-      "summary: final train loss %.4f | final val loss %s%s | %s tok/s | peak memory %.1f MiB "
-      "| %s\n",
-      f.train_loss, std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
+      "summary: train loss %.4f (mean of the last %zu steps) | final val loss %s%s | %s tok/s | "
+      "peak memory %.1f MiB | %s\n",
+      f.train_loss, recent_losses_.size(), std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
       std::isfinite(f.val_bpb) ? strf(" (%.3f bpb)", f.val_bpb).c_str() : "",
       fmt_rate(f.tokens_per_second).c_str(), be_->peak_bytes() / 1048576.0,
       fmt_duration(f.wall).c_str());
