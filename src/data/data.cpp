@@ -33,8 +33,9 @@ ShardHeader check_header(const std::string& path) {
   else if (h[0] == kShardMagic || h[0] == kShardMagicU32)
     throw Error(strf("shard %s has unsupported version %d", path.c_str(), h[1]));
   else
-    throw Error(strf("shard %s has bad magic %d (expected %d or %d)", path.c_str(), h[0],
-                     kShardMagic, kShardMagicU32));
+    throw Error(strf("shard %s has bad magic %d (expected %d or %d): not a token shard; a text "
+                     "file becomes shards with `train_gpt prepare text --input FILE`",
+                     path.c_str(), h[0], kShardMagic, kShardMagicU32));
   if (h[2] < 0) throw Error(strf("shard %s has negative token count %d", path.c_str(), h[2]));
   uint64_t expect = 1024 + uint64_t(h[2]) * width;
   if (size != expect)
@@ -54,7 +55,11 @@ std::vector<std::string> expand_glob(const std::string& pattern, const char* wha
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; i++) out.push_back(g.gl_pathv[i]);
   globfree(&g);
-  if (out.empty()) throw Error(strf("no %s files match '%s'", what, pattern.c_str()));
+  if (out.empty())
+    throw Error(strf("no %s files match '%s' (make a dataset with `train_gpt prepare toy` or "
+                     "`train_gpt prepare text --input FILE`, then point data.train and data.val "
+                     "at its shards)",
+                     what, pattern.c_str()));
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -75,6 +75,7 @@ TEST_CASE("data: bad shards are clear errors naming the file") {
   std::string e = error_of([&] { read_shard(d / "magic.bin", 0); });
   CHECK(e.find("magic.bin") != std::string::npos);
   CHECK(e.find("bad magic") != std::string::npos);
+  CHECK(e.find("train_gpt prepare text") != std::string::npos);  // what makes shards of text
 
   b = good;
   b.resize(b.size() - 3);
@@ -106,6 +107,7 @@ TEST_CASE("data: bad shards are clear errors naming the file") {
 
   e = error_of([&] { expand_glob(d / "*.nothing", "training"); });
   CHECK(e.find("no training files match") != std::string::npos);
+  CHECK(e.find("train_gpt prepare toy") != std::string::npos);  // how to make a dataset
 }
 
 TEST_CASE("data: loader rows, targets, shards and epochs") {
