@@ -85,6 +85,10 @@ TEST_CASE("cli: a short run writes config, metrics, checkpoint, samples and summ
   // sample from the run directory
   CHECK(run_binary("sample --checkpoint " + run.path + " --tokens 5 --prompt '|ab'", &out) == 0);
   CHECK(out.rfind("|ab", 0) == 0);
+  // A small model samples on one thread, and says so (after the text, on stderr).
+  CHECK(has(out, "sample: 1 thread (a model of "));
+  CHECK(run_binary("sample --checkpoint " + run.path + " --tokens 5 --threads 2", &out) == 0);
+  CHECK(has(out, "sample: 2 threads (asked"));
 }
 
 TEST_CASE("cli: train.device=cuda trains on the GPU, or says why it cannot") {
