@@ -1,5 +1,7 @@
 #include "prepare.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -80,6 +82,11 @@ void prepare_text(const std::string& input, const std::string& out_dir, const st
     throw UsageError("prepare text: --val_fraction must be in (0, 1)");
   if (shard_tokens < 2) throw UsageError("prepare text: --shard_tokens must be at least 2");
   std::vector<char> bytes = read_file(input, "text file");
+  // As the GPT-2 path: a NUL byte is no text (an executable, an image, a shard).
+  const auto nul = std::find(bytes.begin(), bytes.end(), '\0');
+  if (nul != bytes.end())
+    throw Error(strf("%s: a NUL byte at byte offset %lld: not text (a binary file?)",
+                     input.c_str(), (long long)(nul - bytes.begin())));
   int64_t n = int64_t(bytes.size());
   int64_t nval = int64_t(double(n) * val_fraction);
   if (nval < 2 || n - nval < 2)

@@ -271,6 +271,14 @@ TEST_CASE("data: prepare text makes byte shards and a validation split") {
   CHECK(back == text);
   std::string e = error_of([&] { prepare_text(d / "missing.txt", d / "o2", "m", 0.1, 100); });
   CHECK(e.find("missing.txt") != std::string::npos);
+  // A binary file (a NUL byte) is refused, naming where, and nothing is written.
+  {
+    std::ofstream f(d / "bin.dat", std::ios::binary);
+    f << text.substr(0, 300) << '\0' << text.substr(0, 300);
+  }
+  e = error_of([&] { prepare_text(d / "bin.dat", d / "o3", "b", 0.1, 100); });
+  CHECK(e.find("bin.dat: a NUL byte at byte offset 300: not text") != std::string::npos);
+  CHECK_FALSE(tg::dir_exists(d / "o3"));
 }
 
 TEST_CASE("data: tokens per byte for bits per byte: val split's, whole text's, 1 for bytes") {
