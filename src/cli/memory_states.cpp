@@ -2,6 +2,7 @@
 #include "memory_states.h"
 
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "src/base/common.h"
@@ -39,18 +40,18 @@ std::vector<const StatePreset*> presets_named(const std::string& names) {
 
 // One table: a row per preset that `mode` keeps, over `ranks` ranks of ZeRO-1 (1: none).
 void print_table(const std::vector<std::pair<const StatePreset*, Config>>& rows, int ranks) {
-  printf("\n%s\n\n| state | bytes / parameter |", ranks > 1
+  printf("\n%s\n\n| state | mode | bytes / parameter |", ranks > 1
                                                         ? strf("Per rank, ZeRO-1 over %d ranks:",
                                                                ranks).c_str()
                                                         : "One process:");
   for (const Gpt2Size& s : gpt2_sizes()) printf(" GPT-2 %s |", s.label);
-  printf("%s\n|---|---:|", ranks > 1 ? " sent per step at 1.5B |" : "");
+  printf("%s\n|---|---|---:|", ranks > 1 ? " sent per step at 1.5B |" : "");
   for (size_t i = 0; i <= gpt2_sizes().size() - (ranks > 1 ? 0 : 1); i++) printf("---:|");
   printf("\n");
   for (const auto& [preset, c] : rows) {
     const GPTConfig xl = gpt2_xl_config();
     const double per_param = double(planned_state_bytes(c, xl, ranks)) / double(num_parameters(xl));
-    printf("| %s | %.2f |", preset->name.c_str(), per_param);
+    printf("| %s | %s | %.2f |", preset->name.c_str(), mode_name(c.precision.mode), per_param);
     for (const Gpt2Size& s : gpt2_sizes())
       printf(" %s |", fmt_bytes(double(planned_state_bytes(c, gpt2_config(s), ranks))).c_str());
     if (ranks > 1)  // what this rank sends for the gradients and the weight all-gather
@@ -73,12 +74,19 @@ void print_state_presets(const Config& cfg, Mode mode, const std::string& names,
       config_validate_run(c, zero_ranks);
       rows.push_back({p, c});
     } catch (const UsageError& e) {
-      refused.push_back(p->name + ": " + e.what());
+      // Planned in the mode that keeps it, and said why below the tables.
+      const std::optional<Mode> keeps = state_keeping_mode(c);
+      if (keeps) {
+        c.precision.mode = *keeps;
+        rows.push_back({p, c});
+      }
+      refused.push_back(p->name + (keeps ? strf(" (planned in %s)", mode_name(*keeps)) : "") +
+                        ": " + e.what());
     }
   }
-  printf("\nState presets (precision.state.preset) in %s: weights, master weights, gradients and "
-         "Adam moments, per parameter (at GPT-2 1.5B) and in total; activations and the "
-         "reduction's staging come on top.\n",
+  printf("\nState presets (precision.state.preset) in %s, or in the mode that keeps them: "
+         "weights, master weights, gradients and Adam moments, per parameter (at GPT-2 1.5B) "
+         "and in total; activations and the reduction's staging come on top.\n",
          mode_name(mode));
   print_table(rows, 1);
   print_table(rows, zero_ranks);

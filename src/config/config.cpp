@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -690,12 +691,46 @@ static void validate_weight_comm(const Config& c) {
              key, fp8, master_format_name(c.precision.state.master)));
 }
 
-void config_validate_run(const Config& c, int world) {
-  config_validate(c, world);
+namespace {
+// What config_validate_run checks of the state formats against the mode and the ranks.
+void validate_state_and_wire(const Config& c) {
   validate_state(c, [](const char* key, const std::string& msg) {
     throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
   });
   validate_weight_comm(c);
+}
+}  // namespace
+
+std::optional<Mode> state_keeping_mode(const Config& c) {
+  for (Mode m : {Mode::BF16, Mode::FP16, Mode::FP32}) {
+    Config t = c;
+    t.precision.mode = m;
+    try {
+      validate_state_and_wire(t);
+      return m;
+    } catch (const UsageError&) {
+    }
+  }
+  return std::nullopt;
+}
+
+void config_validate_run(const Config& c, int world) {
+  config_validate(c, world);
+  try {
+    validate_state_and_wire(c);
+  } catch (const UsageError& e) {
+    const std::string& preset = c.precision.state.preset;
+    if (preset.empty()) throw;
+    // Name the preset the user typed, and the mode that keeps it.
+    const std::optional<Mode> keeps = state_keeping_mode(c);
+    if (!keeps)  // not the mode's doing (e.g. a ZeRO-1 preset without ZeRO-1)
+      throw UsageError(strf("state preset '%s' (precision.state.preset): %s", preset.c_str(),
+                            e.what()));
+    throw UsageError(strf(
+        "state preset '%s' (precision.state.preset) cannot be kept in precision.mode=%s: %s; it "
+        "can with --precision.mode=%s",
+        preset.c_str(), mode_name(c.precision.mode), e.what(), mode_name(*keeps)));
+  }
 }
 
 void config_validate(const Config& c, int world) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -182,6 +183,9 @@ void config_validate(const Config& cfg, int world = 1);
 // (precision.state.master) need a mode with bf16 weights. `memory` and `compare`, which plan
 // several modes under one config, apply the master to the modes that have them.
 void config_validate_run(const Config& cfg, int world = 1);
+// The first of bf16, fp16 and fp32 whose precision.mode keeps cfg's state formats (what a
+// refused state preset would need), or none.
+std::optional<Mode> state_keeping_mode(const Config& cfg);
 // precision.inject_outlier parsed: comma-separated entries LAYER:CHANNEL:FACTOR, where LAYER
 // may be '*' (every layer) and CHANNEL may be C%P (every channel c with c mod P = C, one per
 // block of P channels). "" is no entry. False, with *why saying what is wrong, when the text

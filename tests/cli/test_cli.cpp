@@ -340,18 +340,22 @@ TEST_CASE("cli: memory --states plans every state preset at GPT-2's sizes, alone
   INFO(out);
   // One process: 16 bytes per parameter in fp32 state (bf16 weights and gradients, an fp32
   // master, two fp32 moments); lean's bf16-sr master and fp8 moments (1 + 4/128 each) leave 6.06.
-  CHECK(has(out, "| fp32 | 16.00 | 1.9 GiB | 5.3 GiB | 11.5 GiB | 23.2 GiB |"));
-  CHECK(has(out, "| lean | 6.06 | 719.7 MiB | 2.0 GiB | 4.4 GiB | 8.8 GiB |"));
-  CHECK(has(out, "| grads-fp32 | 20.00 |"));
+  CHECK(has(out, "| fp32 | bf16 | 16.00 | 1.9 GiB | 5.3 GiB | 11.5 GiB | 23.2 GiB |"));
+  CHECK(has(out, "| lean | bf16 | 6.06 | 719.7 MiB | 2.0 GiB | 4.4 GiB | 8.8 GiB |"));
+  CHECK(has(out, "| grads-fp32 | bf16 | 20.00 |"));
   // ZeRO-1 over 8 ranks (the default): the master and moments sharded, the fp32 gradient sums
   // not; the bytes a rank sends per step at 1.5B.
   CHECK(has(out, "Per rank, ZeRO-1 over 8 ranks:"));
-  CHECK(has(out, "| fp32 | 5.50 | 652.9 MiB | 1.8 GiB | 4.0 GiB | 8.0 GiB |"));
-  CHECK(has(out, "| grads-fp32 | 9.50 |"));
-  // A mode that cannot keep a preset lists it with the run's refusal.
+  CHECK(has(out, "| fp32 | bf16 | 5.50 | 652.9 MiB | 1.8 GiB | 4.0 GiB | 8.0 GiB |"));
+  CHECK(has(out, "| grads-fp32 | bf16 | 9.50 |"));
+  // A preset the mode cannot keep is planned in the mode that keeps it, and says why.
   REQUIRE(run_binary("memory --modes fp32 --states lean,fp32 --zero_ranks 4", &out) == 0);
   CHECK(has(out, "Per rank, ZeRO-1 over 4 ranks:"));
-  CHECK(has(out, "not in fp32: lean: config key 'precision.state.master'"));
+  CHECK(has(out, "| lean | bf16 | 6.06 |"));
+  CHECK(has(out, "| fp32 | fp32 | 16.00 |"));
+  CHECK(has(out, "not in fp32: lean (planned in bf16): state preset 'lean'"));
+  CHECK(has(out, "config key 'precision.state.master'"));
+  CHECK(has(out, "it can with --precision.mode=bf16"));
   CHECK(run_binary("memory --states slim", &out) == 2);
   CHECK(has(out, "unknown state preset 'slim'"));
 }

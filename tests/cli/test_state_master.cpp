@@ -183,7 +183,8 @@ TEST_CASE("cli: compare runs state choices with every mode that can keep them") 
   CHECK(has(out, "compare: fp32+master-kahan skipped"));
   CHECK(has(out, "compare: fp32+bf16sr-all skipped"));
   // Skipped with the run's own refusal: the fp8 weight gather needs ZeRO-1.
-  CHECK(has(out, "compare: bf16+weights-fp8 skipped: config key 'precision.state.weight_comm': "
+  CHECK(has(out, "compare: bf16+weights-fp8 skipped: state preset 'weights-fp8' "
+                 "(precision.state.preset): config key 'precision.state.weight_comm': "
                  "fp8-e4m3 gathers ZeRO-1's weight shards, and train.zero_stage is 0"));
   CHECK(has(out, "compare: run 8/8 done"));
   // fp32 state is the plain mode's run (its directory and name).
@@ -258,9 +259,13 @@ TEST_CASE("cli: precision.state.preset=lean trains with every key it names, and 
                          "--precision.state.grad_comm=bf16",
                      &out) == 0);
   check_same_losses(d.path, keys.path, 6);
-  // fp32 weights cannot be a bf16-sr master: exit 2, naming the key the preset set.
+  // fp32 weights cannot be a bf16-sr master: exit 2, naming the preset, the key it set and the
+  // mode that keeps it.
   tgt::TempDir bad;
   CHECK(run_binary(tiny_args(bad.path) + " --precision.mode=fp32 --precision.state.preset=lean",
                    &out) == 2);
+  CHECK(has(out, "state preset 'lean' (precision.state.preset) cannot be kept in "
+                 "precision.mode=fp32"));
   CHECK(has(out, "precision.state.master"));
+  CHECK(has(out, "it can with --precision.mode=bf16"));
 }
