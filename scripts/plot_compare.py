@@ -20,7 +20,8 @@ right the outlier input channels of each linear. And per block-scaled mode with 
 telemetry OUT_DIR/quant_<mode>.png (first seed): rows are the quantized GEMM operands of
 every layer's block linears, columns the sampled steps; left the SQNR of the run's own
 recipe, middle the share of elements that quantize to zero, right the share of scale
-groups with a clipped element. And per mode with numerics telemetry OUT_DIR/state_<mode>.png
+groups with a clipped element. And per mode whose optimizer state is narrower than fp32 (its
+master or a moment), with numerics telemetry, OUT_DIR/state_<mode>.png
 (first seed): rows are the parameter tensors per layer, columns the sampled steps; left the
 share of updates the stored master weights lost to rounding (stagnation), middle log10 of
 the update-to-weight ratio, right the share of Adam's stored moments that underflowed to
@@ -205,7 +206,7 @@ def main():
         if quant:
             plot_quant(name, quant, os.path.join(out_dir, f"quant_{name}.png"))
         state = runs[min(runs)][5]
-        if state:
+        if state and state_narrowed(state):
             plot_state(name, state, os.path.join(out_dir, f"state_{name}.png"))
 
 
@@ -265,6 +266,13 @@ def state_rows(rec):
         for i in range(n):
             rows.append((f"L{i} {pname}" if n > 1 else pname, {k: per[k][i] for k in per}))
     return rows
+
+
+def state_narrowed(records):
+    """Whether any of the optimizer state's formats is narrower than fp32: an fp32 master and
+    fp32 moments lose nothing, and their picture would be black panels."""
+    rec = records[0]
+    return any(rec.get(k, "fp32") != "fp32" for k in ("master", "adam_m", "adam_v"))
 
 
 def plot_state(name, records, path):

@@ -415,6 +415,11 @@ TEST_CASE("cli: compare runs every mode x seed, reports spread and verdicts, and
     CHECK(slurp(out_dir / png).size() > 1000);
     CHECK(report.find(png) != std::string::npos);
   }
+  // The optimizer state was measured, but every mode keeps it in fp32: nothing was narrowed,
+  // so no state picture (it would be black panels).
+  CHECK(!read_metrics(out_dir / "bf16/seed1337/metrics.jsonl", "state").empty());
+  for (const char* mode : {"fp32", "bf16", "fp16-noscale", "fp8"})
+    CHECK_FALSE(tg::file_exists(out_dir / ("state_" + std::string(mode) + ".png")));
   // Per-layer telemetry: one value per block for the tensors that hold blocks.
   auto nm = read_metrics(out_dir / "fp32/seed1337/metrics.jsonl", "numerics");
   REQUIRE(!nm.empty());
