@@ -149,6 +149,7 @@ bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, 
 
 Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   setup_comm_and_backend();
+  lock_out_dir();  // before anything is written to the run directory
   setup_data();
   setup_model();
   sample_rng_ = Rng::derive(uint64_t(cfg_.train.seed), 0x53414D50ull /*"SAMP"*/);
@@ -190,6 +191,25 @@ void Trainer::setup_comm_and_backend() {
     throw Error("cannot silence stdout on a non-zero rank");
   config_validate_run(cfg_, world_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
+}
+
+void Trainer::lock_out_dir() {
+  std::string why;
+  if (rank_ == 0) {
+    try {
+      out_dir_lock_ = lock_run_dir(cfg_.train.out_dir);
+    } catch (const UsageError& e) {
+      why = e.what();
+      if (cfg_.train.overwrite) why += "; train.overwrite never moves a run that is still going";
+    }
+  }
+  // The others wait for rank 0's word, so that every rank goes on or stops together.
+  int32_t refused = why.empty() ? 0 : 1;
+  if (world_ > 1) cm_->broadcast(&refused, sizeof(refused), 0);
+  if (refused)
+    throw UsageError(rank_ == 0 ? why
+                                : strf("train.out_dir %s is in use by another run (rank 0 names it)",
+                                       cfg_.train.out_dir.c_str()));
 }
 
 void Trainer::setup_data() {
@@ -254,7 +274,7 @@ Trainer::~Trainer() = default;
 // ---- start: the run directory, resume, logs ----
 
 void Trainer::start() {
-  make_dirs(cfg_.train.out_dir);
+  make_dirs(cfg_.train.out_dir);  // rank 0 made it with the lock; the others may need it
   resume_or_claim();
   cfg_json_ = config_to_json(cfg_);
   if (rank_ == 0) {

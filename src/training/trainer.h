@@ -26,6 +26,7 @@
 #include "checkpoint.h"
 #include "precision_runtime.h"
 #include "progress.h"
+#include "run_lock.h"
 #include "run_state.h"
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
@@ -82,6 +83,7 @@ class Trainer {
  private:
   // Set-up, in this order: communicator, backend and model shape; data; model and precision.
   void setup_comm_and_backend();
+  void lock_out_dir();  // rank 0 takes train.out_dir's lock; every rank learns the outcome
   void setup_data();
   void setup_model();
   void print_start() const;
@@ -118,6 +120,7 @@ class Trainer {
 
   Config cfg_;
   double t_start_;
+  RunDirLock out_dir_lock_;  // rank 0's, held for the whole run (src/training/run_lock.h)
   CpuTimes cpu_start_ = cpu_times_now();  // for the summary's share of the cores others took
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Comm> nccl_;
