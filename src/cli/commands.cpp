@@ -34,6 +34,7 @@
 #include "src/training/backend_factory.h"
 #include "src/training/checkpoint.h"
 #include "src/training/hf.h"
+#include "src/training/signals.h"
 #include "src/training/train.h"
 
 namespace tg {
@@ -547,6 +548,12 @@ int run_main(int argc, char** argv) {
         strf("unknown command '%s'%s; the commands are train, prepare, sample, export, compare, "
              "report, memory, bench and docs (--help)",
              sub.c_str(), did_you_mean(sub, commands).c_str()));
+  } catch (const StoppedBySignal& e) {
+    // The checkpoint is written and every rank stopped after the same step: a plain exit.
+    if (comm_rank() == 0)
+      printf("%s\nto continue: %s\n", e.what(), continue_command(argc, argv).c_str());
+    fflush(stdout);
+    return 128 + e.signal;
   } catch (const UsageError& e) {
     return fail(2, e.what());
   } catch (const OutOfMemory& e) {

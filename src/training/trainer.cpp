@@ -14,6 +14,7 @@
 #include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
+#include "signals.h"
 #include "state_telemetry.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/parallel.h"
@@ -537,7 +538,7 @@ StepResult Trainer::step() {
   r.lr = lr_at(int(opt_step_), cfg_.train.steps, cfg_.optim.lr, cfg_.optim.warmup_steps,
                cfg_.optim.schedule, cfg_.optim.final_lr_frac);
   r.scale = scaler_.scale;
-  const double loss = sum_gradients(forward_backward(r), r.step);
+  const double loss = sum_gradients(forward_backward(r), r);
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
   const bool telemetry =
       cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
@@ -579,14 +580,21 @@ double Trainer::forward_backward(const StepResult& r) {
   return loss;
 }
 
-double Trainer::sum_gradients(double loss, int64_t step) {
-  if (test_hooks::fail_rank() == rank_ && step == 2)
+double Trainer::sum_gradients(double loss, StepResult& r) {
+  if (test_hooks::fail_rank() == rank_ && r.step == 2)
     throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
   precision_->before_gradient_sum(*cm_);
+  // A stop signal is read here on every rank and travels with the loss's all-reduce (no
+  // collective of its own): its number and whether one came, summed.
+  const int sig = stop_signal_received();
+  r.stop_signal = sig;
   if (world_ > 1) {
     model_->sync_grads();
-    cm_->all_reduce_sum(&loss, 1);
-    loss /= world_;
+    double sums[3] = {loss, double(sig), sig ? 1.0 : 0.0};
+    cm_->all_reduce_sum(sums, 3);
+    loss = sums[0] / world_;
+    // A rank not signalled takes the others' signal (their mean: one signal, sent to all).
+    if (!sig && sums[2] > 0) r.stop_signal = int(std::lround(sums[1] / sums[2]));
   }
   precision_->after_gradient_sum(*cm_, metrics_);
   return loss;
@@ -820,16 +828,31 @@ void Trainer::save() {
   cm_->barrier();
 }
 
+json Trainer::write_partial_summary(const json& extra) {
+  json partial = {{"stopped_at_step", step_}, {"steps", cfg_.train.steps}};
+  partial.update(extra);
+  if (rank_ == 0)
+    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), partial.dump(2) + "\n");
+  return partial;
+}
+
 json Trainer::stop_early() {
   save();
   printf(
       "stopping after step %lld as train.stop_at_step asks; continue with "
       "--checkpoint.resume=true\n",
       (long long)step_);
-  json partial = {{"stopped_at_step", step_}, {"steps", cfg_.train.steps}};
-  if (rank_ == 0)
-    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), partial.dump(2) + "\n");
-  return partial;
+  return write_partial_summary(json::object());
+}
+
+void Trainer::stop_on_signal(int sig) {
+  save();
+  write_partial_summary({{"stopped_by", signal_name(sig)}});
+  fflush(stdout);
+  throw StoppedBySignal(
+      sig, strf("stopped by %s after step %lld of %lld; its checkpoint is in %s",
+                signal_name(sig).c_str(), (long long)step_, (long long)cfg_.train.steps,
+                cfg_.train.out_dir.c_str()));
 }
 
 json Trainer::finish() {

@@ -50,6 +50,9 @@ struct StepResult {
   bool skipped = false;
   int threads = 0;  // CPU threads that ran it (GPU runs: the host's)
   uint64_t comm_bytes = 0;  // sent by this rank for the gradients and weights (GPT::take_comm_bytes)
+  // The stop signal (signals.h) some rank had received when the step's gradients were summed,
+  // the same on every rank; 0 for none.
+  int stop_signal = 0;
 };
 
 // The update after the gradients are summed: fused unscale / finiteness / norm, the loss
@@ -74,6 +77,9 @@ class Trainer {
   nlohmann::json finish();
   // train.stop_at_step reached before the last step: a checkpoint and a partial summary.
   nlohmann::json stop_early();
+  // A stop signal reached every rank's step: a checkpoint and a partial summary, then
+  // StoppedBySignal (src/training/signals.h).
+  [[noreturn]] void stop_on_signal(int sig);
 
   int64_t current_step() const { return step_; }
   bool has_val() const { return val_loader_ != nullptr; }
@@ -105,9 +111,10 @@ class Trainer {
   // over the ranks (returns the mean loss over them); the loss scaler's decision and AdamW;
   // timing and bookkeeping.
   double forward_backward(const StepResult& r);
-  double sum_gradients(double loss, int64_t step);
+  double sum_gradients(double loss, StepResult& r);
   void update(StepResult& r);
   void end_step(StepResult& r, double loss, double t0);
+  nlohmann::json write_partial_summary(const nlohmann::json& extra);
   // finish(): the run's final numbers, summary.json and the summary lines.
   struct FinalNumbers {
     double val_loss = NAN, val_bpb = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN,
