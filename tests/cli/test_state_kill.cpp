@@ -163,3 +163,39 @@ TEST_CASE("cli: a second stop signal ends the run at once, without a checkpoint"
   CHECK_FALSE(tgt::has(log, "stopped by"));
   CHECK(tg::list_checkpoints(part.path).empty());
 }
+
+TEST_CASE("mpi: SIGTERM to rank 1 alone stops both ranks after the same step; resume bit-exact") {
+  tgt::TempDir ref, part;
+  std::string out;
+  const std::string args = " --train.steps=300 --checkpoint.every=100000 --eval.every=0 "
+                           "--sample.tokens=0 --train.zero_stage=1";
+  REQUIRE(tgt::run_mpi(2, tiny_args(ref.path) + args, &out) == 0);
+  // mpirun in the background; once 20 steps are logged, SIGTERM to the rank-1 process only
+  // (the child of mpirun whose environment says so). The script prints mpirun's exit code.
+  const std::string metrics = part / "metrics.jsonl";
+  const std::string script =
+      "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+      tgt::binary() + " " + tiny_args(part.path) + args + " --train.threads=1 > " + part.path +
+      ".log 2>&1 & M=$!; while [ $(grep -c '\"train\"' " + metrics +
+      " 2>/dev/null || echo 0) -lt 20 ]; do kill -0 $M || exit 99; sleep 0.01; done; "
+      "for c in $(pgrep -P $(pgrep -P $M -x mpirun || echo $M)) $(pgrep -P $M); do "
+      "tr '\\0' '\\n' < /proc/$c/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && "
+      "kill -TERM $c; done; wait $M; echo mpirun_rc=$?";
+  REQUIRE(tgt::run_shell(script, &out) == 0);
+  const std::string log = slurp(part.path + ".log");
+  INFO(out << "\n" << log);
+  CHECK(tgt::has(out, tg::strf("mpirun_rc=%d", 128 + SIGTERM)));
+  // Rank 0, never signalled, stopped after the same step as rank 1 and wrote the checkpoint.
+  const size_t at = log.find("stopped by SIGTERM after step ");
+  REQUIRE(at != std::string::npos);
+  const long long stopped = std::stoll(log.substr(at + 30));
+  CHECK(stopped < 300);
+  const std::vector<std::string> ckpts = tg::list_checkpoints(part.path);
+  REQUIRE(ckpts.size() == 1);
+  CHECK(ckpts[0] == part / tg::strf("ckpt_%08lld", stopped));
+  REQUIRE(tgt::run_mpi(2, tiny_args(part.path) + args + " --checkpoint.resume=true", &out) == 0);
+  tgt::check_same_losses(ref.path, part.path, 300);
+  const std::string a = ref / "ckpt_00000300", b = part / "ckpt_00000300";
+  CHECK(slurp(a + "/model.bin") == slurp(b + "/model.bin"));
+  CHECK(slurp(a + "/optim_rank00001.bin") == slurp(b + "/optim_rank00001.bin"));
+}
