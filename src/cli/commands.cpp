@@ -34,6 +34,7 @@
 #include "src/training/backend_factory.h"
 #include "src/training/checkpoint.h"
 #include "src/training/hf.h"
+#include "src/training/memory_check.h"
 #include "src/training/signals.h"
 #include "src/training/train.h"
 
@@ -376,22 +377,6 @@ void apply_preset(Config& cfg, const std::string& preset) {
   }
   throw UsageError(
       strf("memory: unknown --preset '%s'%s", preset.c_str(), did_you_mean(preset, names).c_str()));
-}
-
-// What makes plan p (of mode `name`) smaller, its largest part first: the activations (the
-// micro-batch) or the model's tensors (its size, or ZeRO-1 over several ranks).
-std::string shrink_advice(const Config& cfg, const std::string& name, const MemoryPlan& p) {
-  const std::string acts = strf(
-      "data.batch_size (now %d) or data.seq_len (now %d): activations take %s of %s's %s "
-      "(data.total_batch_tokens keeps the tokens per step by accumulating micro-batches)",
-      cfg.data.batch_size, cfg.data.seq_len, fmt_bytes(double(p.activations)).c_str(), name.c_str(),
-      fmt_bytes(double(p.total())).c_str());
-  const std::string model = strf(
-      "the model (model.n_layer, model.n_embd): weights, gradients and optimizer take %s; or "
-      "shard the optimizer over ranks (train.zero_stage=1; --zero_ranks N plans it)",
-      fmt_bytes(double(p.weights + p.master + p.grads + p.optimizer)).c_str());
-  return p.activations * 2 >= p.total() ? "shrink " + acts + "; or " + model
-                                        : "shrink " + model + "; or " + acts;
 }
 
 // Each mode's total against this machine's memory (a CPU run), or a word on the GPU's.

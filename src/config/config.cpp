@@ -143,6 +143,7 @@ const std::vector<KeyDef>& table() {
       key("train.stop_at_step", TG_FIELD(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"),
       key("train.zero_stage", TG_FIELD(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"),
       key("train.overwrite", TG_FIELD(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"),
+      key("train.memory_check", TG_FIELD(train.memory_check), 0, 0, {}, "CPU: before allocating, compare the run's memory plan (train_gpt memory's) times its processes on this machine with MemAvailable and refuse a run that cannot fit (exit code 2); false skips the check (GPU runs are not checked yet)"),
       key("train.adapt_threads", TG_FIELD(train.adapt_threads), 0, 0, {}, "CPU: run the train.threads parts of the work on fewer threads while that is faster (another process sharing the cores); the results do not depend on it"),
       key("dist.rank", TG_FIELD(dist.rank), -1, 65535, {}, "this process's rank, GPU processes launched without MPI (-1: $TG_RANK, else 0)"),
       key("dist.world_size", TG_FIELD(dist.world_size), 0, 65536, {}, "number of GPU processes launched without MPI (0: $TG_WORLD_SIZE, else 1; several CPU processes need mpirun)"),

@@ -11,6 +11,7 @@
 #include "backend_factory.h"
 #include "gpu_peak.h"
 #include "hf.h"
+#include "memory_check.h"
 #include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
@@ -25,6 +26,7 @@
 #include "src/data/prepare.h"
 #include "src/model/sample.h"
 #include "src/precision/precision.h"
+#include "src/precision/quant_memory.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -150,6 +152,7 @@ bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, 
 
 Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   setup_comm_and_backend();
+  check_memory();  // before anything is allocated
   lock_out_dir();  // before anything is written to the run directory
   setup_data();
   setup_model();
@@ -192,6 +195,16 @@ void Trainer::setup_comm_and_backend() {
     throw Error("cannot silence stdout on a non-zero rank");
   config_validate_run(cfg_, world_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
+}
+
+void Trainer::check_memory() const {
+  if (!cfg_.train.memory_check || be_->name() != "cpu") return;  // GPUs: memory_check.h
+  const bool lse = be_->attention_saves_lse(mc_.n_embd / mc_.n_head);
+  const int zero = cfg_.train.zero_stage == 1 ? world_ : 1;
+  const MemoryPlan p = plan_memory_of(cfg_, cfg_.precision.mode, mc_, cfg_.data.batch_size,
+                                      cfg_.data.seq_len, zero, world_, lse);
+  const std::string why = memory_refusal(cfg_, p, comm_local_world(world_), host_memory());
+  if (!why.empty()) throw UsageError(why);
 }
 
 void Trainer::lock_out_dir() {

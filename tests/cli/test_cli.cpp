@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -1061,6 +1062,41 @@ TEST_CASE("cli: running out of host memory names the allocation and points at tr
                        &out) == 1);
   CHECK(out.find("for the weights, gradients, master weights and Adam moments") !=
         std::string::npos);
+}
+
+TEST_CASE("cli: train refuses a run its machine cannot hold, before allocating (exit 2)") {
+  tgt::TempDir run;
+  std::string out;
+  // GPT-2 XL at batch 64 x 1024 plans 679.3 GiB in fp32 (train_gpt memory): once, it
+  // allocated for 80 s and was OOM-killed.
+  const std::string xl =
+      " --model.n_layer=48 --model.n_head=25 --model.n_embd=1600 --model.vocab_size=50257 "
+      "--model.max_seq_len=1024 --data.batch_size=64 --data.seq_len=1024 --train.steps=2";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = tgt::run_shell("TG_TEST_HOST_MEMORY=64000000000:68000000000 " + tgt::binary() +
+                                    " " + tiny_args(run / "xl") + xl,
+                                &out);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(seconds < 2.0);  // the plan is arithmetic: nothing was allocated
+  CHECK(has(out, "this run plans 679.3 GiB of memory and this machine has 59.6 GiB available"));
+  CHECK(has(out, "shrink data.batch_size (now 64) or data.seq_len (now 1024)"));
+  CHECK(has(out, "model.n_layer, model.n_embd"));
+  CHECK(has(out, "a lower precision.mode"));
+  CHECK(has(out, "--train.memory_check=false skips this check"));
+  CHECK_FALSE(tg::dir_exists(run / "xl"));  // refused before the run directory was touched
+  // The machine's own memory refuses it too (no machine here has 680 GiB free).
+  CHECK(run_binary(tiny_args(run / "xl") + xl, &out) == 2);
+  CHECK(has(out, "this run plans 679.3 GiB of memory"));
+  // The tiny run on a machine said to have 100 kB free: refused; train.memory_check=false skips
+  // the check, and the run trains.
+  const std::string small = "TG_TEST_HOST_MEMORY=100000:100000 " + tgt::binary() + " ";
+  CHECK(tgt::run_shell(small + tiny_args(run / "a") + " --train.steps=2", &out) == 2);
+  CHECK(has(out, "this machine has 97.7 KiB available"));
+  CHECK(tgt::run_shell(small + tiny_args(run / "b") + " --train.steps=2 --train.memory_check=false",
+                       &out) == 0);
 }
 
 // ---- Adam moments stored in bf16, bf16-sr, fp16 (precision.state.adam_m / adam_v) ----
