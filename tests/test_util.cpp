@@ -56,6 +56,15 @@ int start_binary(const std::string& args, const std::string& log) {
   return pid;
 }
 
+bool wait_for_steps(const std::string& out_dir, int pid, size_t n) {
+  int status = 0;
+  while (read_metrics(out_dir + "/metrics.jsonl", "train").size() < n) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;
+    usleep(1000);
+  }
+  return true;
+}
+
 int run_binary(const std::string& args, std::string* output) {
   return run_shell(binary() + " " + args, output);
 }

@@ -91,20 +91,6 @@ TEST_CASE("cli: kill -9 mid-run and resume: every state ends as the uninterrupte
   CHECK(killed >= int(std::size(cases)) - 1);  // one may outrun its kill on a fast machine
 }
 
-namespace {
-
-// Waits until dir's metrics.jsonl holds n train lines; false when the run ended first.
-bool wait_for_steps(const std::string& dir, pid_t pid, size_t n) {
-  int status = 0;
-  while (tgt::read_metrics(dir + "/metrics.jsonl", "train").size() < n) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
-}  // namespace
-
 TEST_CASE("cli: SIGTERM mid-run: a checkpoint of the step it stopped at, exit 143, resume bit-exact") {
   tgt::TempDir ref, part;
   std::string out;
@@ -112,7 +98,7 @@ TEST_CASE("cli: SIGTERM mid-run: a checkpoint of the step it stopped at, exit 14
                            "--sample.tokens=0";
   REQUIRE(run_binary(tiny_args(ref.path) + args, &out) == 0);
   const pid_t pid = tgt::start_binary(tiny_args(part.path) + args, part.path + ".log");
-  REQUIRE(wait_for_steps(part.path, pid, 20));
+  REQUIRE(tgt::wait_for_steps(part.path, pid, 20));
   kill(pid, SIGTERM);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
@@ -149,7 +135,7 @@ TEST_CASE("cli: a second stop signal ends the run at once, without a checkpoint"
   const std::string args = " --train.steps=100000 --checkpoint.every=100000 --eval.every=0 "
                            "--sample.tokens=0";
   const pid_t pid = tgt::start_binary(tiny_args(part.path) + args, part.path + ".log");
-  REQUIRE(wait_for_steps(part.path, pid, 5));
+  REQUIRE(tgt::wait_for_steps(part.path, pid, 5));
   // Two different signals (two of one kind may merge while pending): the first only asks for
   // a stop after the step; the second takes the default action.
   kill(pid, SIGTERM);

@@ -4,12 +4,10 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
-#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
@@ -81,16 +79,6 @@ TEST_CASE("run dir: a fresh run refuses a directory with another run; overwrite 
   CHECK(ckpts[0] == run + "/ckpt_00000003");
 }
 
-// Waits until the run in dir (process pid) has logged its first step; false when it ended first.
-bool wait_for_first_step(const std::string& dir, pid_t pid) {
-  int status = 0;
-  while (tgt::read_metrics(dir + "/metrics.jsonl", "train").empty()) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 TEST_CASE("run dir: one owner: a second process on a live run directory exits 2 naming it") {
   tgt::TempDir d;
   const std::string run = d / "run";
@@ -99,7 +87,7 @@ TEST_CASE("run dir: one owner: a second process on a live run directory exits 2 
                              " --train.steps=1000 --checkpoint.every=0 --eval.every=0 "
                              "--sample.tokens=0 --train.log_every=1000 --optim.lr=0.001";
   const pid_t a = tgt::start_binary(a_args, d / "a.log");
-  REQUIRE(wait_for_first_step(run, a));
+  REQUIRE(tgt::wait_for_steps(run, a, 1));
   // It took the lock before writing anything, and says who holds it.
   const json holder = json::parse(tgt::slurp(run + "/" + tg::kRunLockFile), nullptr, false);
   CHECK(holder.is_object());
