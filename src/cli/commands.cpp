@@ -242,8 +242,7 @@ int cmd_sample(int argc, char** argv) {
   std::string ckpt = extra(ex, "checkpoint"), model_path = extra(ex, "model");
   if (ckpt.empty() == model_path.empty())
     throw UsageError("sample: give exactly one of --checkpoint DIR or --model FILE");
-  if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
-  ModelFile mf = read_model(model_path);
+  ModelFile mf = ckpt.empty() ? read_model(model_path) : load_checkpoint_model(ckpt);
   cfg.train.device = "cpu";
   cfg.train.threads = int(to_int("threads", extra(ex, "threads")));
   auto be = make_backend(cfg);

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -119,6 +120,45 @@ TEST_CASE("run dir: one owner: a second process on a live run directory exits 2 
   CHECK(json::parse(tgt::slurp(run + "/summary.json"))["steps"] == 1000);
   // The lock went with A: the directory is free for the next run.
   CHECK(run_binary(tiny_args(run) + " --train.steps=2 --train.overwrite=true", &out) == 0);
+}
+
+TEST_CASE("run dir: sample and export verify a checkpoint as resume does; a NaN weight is named") {
+  tgt::TempDir d;
+  const std::string run = d / "run", c4 = run + "/ckpt_00000004";
+  const std::string args = tiny_args(run) + " --train.steps=4 --checkpoint.every=2 --checkpoint.keep=3";
+  std::string out;
+  REQUIRE(run_binary(args, &out) == 0);
+  // wte's element 5 made NaN; the checksums in state.json not updated.
+  std::string model = tgt::slurp(c4 + "/model.bin");
+  const float nan = NAN;
+  memcpy(&model[1024 + 4 * 5], &nan, 4);
+  write_text(c4 + "/model.bin", model);
+  const std::string sample = "sample --tokens 4 --checkpoint ", to = " --out " + d / "hf";
+  CHECK(run_binary(sample + run, &out) == 1);  // a run directory: its latest checkpoint
+  CHECK(has(out, "checkpoint file " + c4 + "/model.bin is corrupt: checksum mismatch"));
+  CHECK(run_binary("export --checkpoint " + c4 + to, &out) == 1);
+  CHECK(has(out, "checkpoint file " + c4 + "/model.bin is corrupt: checksum mismatch"));
+  CHECK_FALSE(tg::file_exists(d / "hf/model.safetensors"));
+  // The checksums made to match, as an editor would: the weight itself is refused, by tensor.
+  edit_state(c4, [&](json& st) {
+    st["files"]["model.bin"]["bytes"] = model.size();
+    st["files"]["model.bin"]["fnv1a64"] =
+        tg::strf("%016llx", (unsigned long long)tg::fnv1a64(model.data(), model.size()));
+  });
+  const std::string named = "model file " + c4 +
+                            "/model.bin: tensor wte holds a non-finite weight (nan, element 5 of 4096)";
+  CHECK(run_binary(sample + c4, &out) == 1);
+  CHECK(has(out, named));
+  CHECK(run_binary("export --checkpoint " + c4 + to, &out) == 1);
+  CHECK(has(out, named));
+  CHECK_FALSE(tg::file_exists(d / "hf/model.safetensors"));
+  // Resume rejects it by the same words and goes on from the older checkpoint.
+  REQUIRE(run_binary(args + " --checkpoint.resume=true", &out) == 0);
+  CHECK(has(out, c4 + " rejected: " + named.substr(0, named.find(" (nan"))));
+  CHECK(has(out, "resumed from " + run + "/ckpt_00000002"));
+  // The good checkpoint the resumed run wrote samples and exports.
+  CHECK(run_binary(sample + run, &out) == 0);
+  CHECK(run_binary("export --checkpoint " + run + to, &out) == 0);
 }
 
 TEST_CASE("run dir: pruning keeps other runs' checkpoints; resume skips a foreign newer one") {
