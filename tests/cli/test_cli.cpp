@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -630,6 +631,32 @@ TEST_CASE("mpi: a missing or corrupt ZeRO-1 optimizer file is named") {
   remove(std::string(ck + "/optim_rank00001.bin").c_str());
   CHECK_THROWS_WITH(tg::load_checkpoint(ck, mc, half, SIZE_MAX),
                     doctest::Contains("optim_rank00001.bin"));
+}
+
+TEST_CASE("mpi: a 2-rank run on a run directory another process holds: every rank exits 2") {
+  tgt::TempDir d;
+  const std::string run = d / "run";
+  const pid_t a = tgt::start_binary(tiny_args(run) + " --train.steps=100000 --checkpoint.every=0 "
+                                                     "--eval.every=0 --sample.tokens=0",
+                                    d / "a.log");
+  REQUIRE(tgt::wait_for_steps(run, a, 1));
+  // Rank 0 tries the lock; rank 1 waits for its word and stops with it.
+  std::string out;
+  const int rc = run_mpi(2, tiny_args(run) + " --train.steps=4", &out);
+  kill(a, SIGTERM);  // A goes on undisturbed until then, and stops with its checkpoint
+  int status = 0;
+  REQUIRE(waitpid(a, &status, 0) == a);
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(has(out, "error (rank 0): train.out_dir " + run + " is in use by another run: pid " +
+                     std::to_string(a) + " on host "));
+  CHECK(has(out, "error (rank 1): train.out_dir " + run +
+                     " is in use by another run (rank 0 names it)"));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM));
+  const std::vector<std::string> ckpts = tg::list_checkpoints(run);
+  REQUIRE(ckpts.size() == 1);  // A's own, of the step it stopped at
+  CHECK(tgt::read_metrics(run + "/metrics.jsonl", "train").size() ==
+        size_t(tg::checkpoint_dir_step(ckpts[0])));
 }
 
 TEST_CASE("mpi: a checkpoint rank 1 rejects late resumes both ranks from the older one") {
