@@ -471,7 +471,8 @@ void config_load_file(Config& cfg, const std::string& path) {
     const uint64_t size = file_size(path, "config file");
     if (size > kMaxConfigBytes)
       throw UsageError(strf("config file %s is %s; a config may be at most %s", path.c_str(),
-                            fmt_bytes(double(size)).c_str(), fmt_bytes(double(kMaxConfigBytes)).c_str()));
+                            fmt_bytes(double(size)).c_str(),
+                            fmt_bytes(double(kMaxConfigBytes)).c_str()));
     bytes = read_file(path, "config file");
   } catch (const Error& e) {
     throw UsageError(e.what());  // a config problem: exit code 2

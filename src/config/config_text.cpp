@@ -48,9 +48,10 @@ class ConfigTextCheck : public json::json_sax_t {
   };
   bool open() {
     if (open_.size() >= size_t(kMaxConfigDepth))
-      throw UsageError(strf("%s nests objects and arrays more than %d levels deep (a config "
-                            "needs 3: sections, keys, lists)",
-                            what_.c_str(), kMaxConfigDepth));
+      throw UsageError(
+          strf("%s nests objects and arrays more than %d levels deep (a config "
+               "needs 3: sections, keys, lists)",
+               what_.c_str(), kMaxConfigDepth));
     open_.push_back({last_key_, {}});
     last_key_.clear();  // an array's elements have no key
     return true;

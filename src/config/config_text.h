@@ -12,8 +12,8 @@
 
 namespace tg {
 
-constexpr int kMaxConfigDepth = 64;                   // objects and arrays inside each other
-constexpr uint64_t kMaxConfigBytes = 16ull << 20;     // 16 MiB
+constexpr int kMaxConfigDepth = 64;                // objects and arrays inside each other
+constexpr uint64_t kMaxConfigBytes = 16ull << 20;  // 16 MiB
 
 // Parses a config's JSON text (comments allowed); `what` names it in errors. UsageError for
 // text nested deeper than kMaxConfigDepth or a key given twice in one object (nlohmann would

@@ -65,8 +65,7 @@ std::string holder_of_fd(int fd) {
 
 void write_holder(int fd, const std::string& path) {
   const std::string text =
-      json({{"pid", int64_t(getpid())}, {"host", this_host()}, {"since", utc_now()}}).dump() +
-      "\n";
+      json({{"pid", int64_t(getpid())}, {"host", this_host()}, {"since", utc_now()}}).dump() + "\n";
   if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != ssize_t(text.size()))
     throw Error(strf("cannot write %s: %s", path.c_str(), strerror(errno)));
 }

@@ -221,9 +221,10 @@ void Trainer::lock_out_dir() {
   int32_t refused = why.empty() ? 0 : 1;
   if (world_ > 1) cm_->broadcast(&refused, sizeof(refused), 0);
   if (refused)
-    throw UsageError(rank_ == 0 ? why
-                                : strf("train.out_dir %s is in use by another run (rank 0 names it)",
-                                       cfg_.train.out_dir.c_str()));
+    throw UsageError(rank_ == 0
+                         ? why
+                         : strf("train.out_dir %s is in use by another run (rank 0 names it)",
+                                cfg_.train.out_dir.c_str()));
 }
 
 void Trainer::setup_data() {
@@ -862,10 +863,9 @@ void Trainer::stop_on_signal(int sig) {
   save();
   write_partial_summary({{"stopped_by", signal_name(sig)}});
   fflush(stdout);
-  throw StoppedBySignal(
-      sig, strf("stopped by %s after step %lld of %lld; its checkpoint is in %s",
-                signal_name(sig).c_str(), (long long)step_, (long long)cfg_.train.steps,
-                cfg_.train.out_dir.c_str()));
+  throw StoppedBySignal(sig, strf("stopped by %s after step %lld of %lld; its checkpoint is in %s",
+                                  signal_name(sig).c_str(), (long long)step_,
+                                  (long long)cfg_.train.steps, cfg_.train.out_dir.c_str()));
 }
 
 json Trainer::finish() {

@@ -91,7 +91,7 @@ TEST_CASE("cli: kill -9 mid-run and resume: every state ends as the uninterrupte
   CHECK(killed >= int(std::size(cases)) - 1);  // one may outrun its kill on a fast machine
 }
 
-TEST_CASE("cli: SIGTERM mid-run: a checkpoint of the step it stopped at, exit 143, resume bit-exact") {
+TEST_CASE("cli: SIGTERM mid-run: a checkpoint of the step it stopped at, exit 143, resume exact") {
   tgt::TempDir ref, part;
   std::string out;
   const std::string args = " --train.steps=400 --checkpoint.every=100000 --eval.every=0 "

@@ -175,8 +175,8 @@ TEST_CASE("config: a file nested too deep, too large or of 300k objects: refused
   // More than 16 MiB: refused by its size, unread.
   std::ofstream(d / "big.json") << "{}" << std::string((16u << 20) + 1, ' ');
   e = usage_error([&] { config_load_file(c, d / "big.json"); });
-  CHECK(e.find("config file " + d / "big.json" + " is 16.0 MiB; a config may be at most 16.0 MiB") !=
-        std::string::npos);
+  CHECK(e.find("config file " + d / "big.json" +
+               " is 16.0 MiB; a config may be at most 16.0 MiB") != std::string::npos);
 }
 
 TEST_CASE("config: every key has a help line and a default") {

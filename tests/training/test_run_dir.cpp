@@ -125,7 +125,8 @@ TEST_CASE("run dir: one owner: a second process on a live run directory exits 2 
 TEST_CASE("run dir: sample and export verify a checkpoint as resume does; a NaN weight is named") {
   tgt::TempDir d;
   const std::string run = d / "run", c4 = run + "/ckpt_00000004";
-  const std::string args = tiny_args(run) + " --train.steps=4 --checkpoint.every=2 --checkpoint.keep=3";
+  const std::string args =
+      tiny_args(run) + " --train.steps=4 --checkpoint.every=2 --checkpoint.keep=3";
   std::string out;
   REQUIRE(run_binary(args, &out) == 0);
   // wte's element 5 made NaN; the checksums in state.json not updated.
@@ -145,8 +146,9 @@ TEST_CASE("run dir: sample and export verify a checkpoint as resume does; a NaN 
     st["files"]["model.bin"]["fnv1a64"] =
         tg::strf("%016llx", (unsigned long long)tg::fnv1a64(model.data(), model.size()));
   });
-  const std::string named = "model file " + c4 +
-                            "/model.bin: tensor wte holds a non-finite weight (nan, element 5 of 4096)";
+  const std::string named =
+      "model file " + c4 +
+      "/model.bin: tensor wte holds a non-finite weight (nan, element 5 of 4096)";
   CHECK(run_binary(sample + c4, &out) == 1);
   CHECK(has(out, named));
   CHECK(run_binary("export --checkpoint " + c4 + to, &out) == 1);
