@@ -46,6 +46,25 @@ std::string binary() {
   return bin ? bin : "./train_gpt";
 }
 
+int start_binary(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + binary() + " " + args + " > " + log + " 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+bool wait_for_steps(const std::string& out_dir, int pid, size_t n) {
+  int status = 0;
+  while (read_metrics(out_dir + "/metrics.jsonl", "train").size() < n) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;
+    usleep(1000);
+  }
+  return true;
+}
+
 int run_binary(const std::string& args, std::string* output) {
   return run_shell(binary() + " " + args, output);
 }

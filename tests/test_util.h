@@ -78,6 +78,12 @@ inline std::string error_of(const std::function<void()>& f) {
 int run_shell(const std::string& script, std::string* output = nullptr);
 // The train_gpt binary under test: $TG_BIN, else ./train_gpt.
 std::string binary();
+// `train_gpt args` started in a child process (the shell execs into it: the pid is the run's),
+// its stdout and stderr in the file log; the caller waits for it (waitpid).
+int start_binary(const std::string& args, const std::string& log);
+// Waits until the run in out_dir (process pid, started by start_binary) has logged n train
+// steps in its metrics.jsonl; false when the process ended first.
+bool wait_for_steps(const std::string& out_dir, int pid, size_t n);
 // Runs the train_gpt binary with the arguments, as run_shell.
 int run_binary(const std::string& args, std::string* output = nullptr);
 // A localhost TCP port that was free a moment ago.

@@ -78,7 +78,8 @@ std::string join_path(const std::string& a, const std::string& b) {
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t n) {
-  std::string tmp = path + ".tmp";
+  // The process's own temporary name: two processes writing one path never share a file.
+  std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(strf("cannot write %s: %s", path.c_str(), errstr().c_str()));
   size_t done = 0;

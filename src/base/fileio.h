@@ -1,6 +1,6 @@
 // fileio.h: file helpers that turn every I/O failure into an Error naming the file.
 //
-// Writes go to "<path>.tmp", are fsync'ed, then renamed, so a reader never sees a
+// Writes go to "<path>.<pid>.tmp", are fsync'ed, then renamed, so a reader never sees a
 // half-written file and a full disk leaves the previous version in place.
 #pragma once
 #include <cstdint>

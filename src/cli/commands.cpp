@@ -35,6 +35,8 @@
 #include "src/training/backend_factory.h"
 #include "src/training/checkpoint.h"
 #include "src/training/hf.h"
+#include "src/training/memory_check.h"
+#include "src/training/signals.h"
 #include "src/training/train.h"
 
 namespace tg {
@@ -262,8 +264,7 @@ int cmd_sample(int argc, char** argv) {
   std::string ckpt = extra(ex, "checkpoint"), model_path = extra(ex, "model");
   if (ckpt.empty() == model_path.empty())
     throw UsageError("sample: give exactly one of --checkpoint DIR or --model FILE");
-  if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
-  ModelFile mf = read_model(model_path);
+  ModelFile mf = ckpt.empty() ? read_model(model_path) : load_checkpoint_model(ckpt);
   cfg.train.device = "cpu";
   const int asked = int(to_int("threads", extra(ex, "threads")));
   cfg.train.threads = sample_threads(mf.cfg, asked);
@@ -399,22 +400,6 @@ void apply_preset(Config& cfg, const std::string& preset) {
   }
   throw UsageError(
       strf("memory: unknown --preset '%s'%s", preset.c_str(), did_you_mean(preset, names).c_str()));
-}
-
-// What makes plan p (of mode `name`) smaller, its largest part first: the activations (the
-// micro-batch) or the model's tensors (its size, or ZeRO-1 over several ranks).
-std::string shrink_advice(const Config& cfg, const std::string& name, const MemoryPlan& p) {
-  const std::string acts = strf(
-      "data.batch_size (now %d) or data.seq_len (now %d): activations take %s of %s's %s "
-      "(data.total_batch_tokens keeps the tokens per step by accumulating micro-batches)",
-      cfg.data.batch_size, cfg.data.seq_len, fmt_bytes(double(p.activations)).c_str(), name.c_str(),
-      fmt_bytes(double(p.total())).c_str());
-  const std::string model = strf(
-      "the model (model.n_layer, model.n_embd): weights, gradients and optimizer take %s; or "
-      "shard the optimizer over ranks (train.zero_stage=1; --zero_ranks N plans it)",
-      fmt_bytes(double(p.weights + p.master + p.grads + p.optimizer)).c_str());
-  return p.activations * 2 >= p.total() ? "shrink " + acts + "; or " + model
-                                        : "shrink " + model + "; or " + acts;
 }
 
 // Each mode's total against this machine's memory (a CPU run), or a word on the GPU's.
@@ -572,6 +557,12 @@ int run_main(int argc, char** argv) {
         strf("unknown command '%s'%s; the commands are train, prepare, sample, export, compare, "
              "report, memory, bench and docs (--help)",
              sub.c_str(), did_you_mean(sub, commands).c_str()));
+  } catch (const StoppedBySignal& e) {
+    // The checkpoint is written and every rank stopped after the same step: a plain exit.
+    if (comm_rank() == 0)
+      printf("%s\nto continue: %s\n", e.what(), continue_command(argc, argv).c_str());
+    fflush(stdout);
+    return 128 + e.signal;
   } catch (const UsageError& e) {
     return fail(2, e.what());
   } catch (const OutOfMemory& e) {

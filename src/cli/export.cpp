@@ -76,7 +76,7 @@ int cmd_export(int argc, char** argv) {
   if (out.empty()) throw UsageError("export: --out DIR is required");
   check_export_dtype(dtype);
   if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
-  ModelFile mf = read_model(model_path);
+  ModelFile mf = ckpt.empty() ? read_model(model_path) : load_checkpoint_model(ckpt);
   export_hf(mf, out, dtype);
   const std::string vocab = export_vocab_dir(get("tokenizer"), model_path, !ckpt.empty());
   if (!vocab.empty()) {

@@ -296,6 +296,15 @@ int comm_local_rank() {
   return comm_rank();
 }
 
+int comm_local_world(int world) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* e = getenv(v);
+    const long n = e ? strtol(e, nullptr, 10) : 0;  // a hint only: a bad value is no value
+    if (n > 0) return int(std::min<long>(n, world));
+  }
+  return world;
+}
+
 bool comm_is_distributed() {
   const Launch& l = launch();
   return l.comm ? l.comm->world() > 1 : l.bootstrap != nullptr;

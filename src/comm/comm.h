@@ -123,5 +123,8 @@ bool comm_is_distributed();
 // This process's index among the processes on its machine (from the launcher: OpenMPI,
 // MPICH, Slurm or TG_LOCAL_RANK); without one, the global rank (one machine).
 int comm_local_rank();
+// How many of the job's `world` processes run on this machine (from the launcher: OpenMPI or
+// MPICH); without it, all of them (one machine).
+int comm_local_world(int world);
 
 }  // namespace tg

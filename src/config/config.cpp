@@ -14,14 +14,15 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
+#include "config_text.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/base/host_memory.h"
 #include "src/base/suggest.h"
 #include "src/numerics/moment_block.h"
 #include "src/numerics/recipe.h"
@@ -145,6 +146,7 @@ const std::vector<KeyDef>& table() {
       key("train.stop_at_step", TG_FIELD(train.stop_at_step), 0, 1e9, {}, "end this run after this step with a checkpoint, as if interrupted; the schedule still follows train.steps (0: off)"),
       key("train.zero_stage", TG_FIELD(train.zero_stage), 0, 1, {}, "ZeRO stage with several ranks: 0 every rank keeps the whole optimizer, 1 shards fp32 master weights and Adam moments over the ranks"),
       key("train.overwrite", TG_FIELD(train.overwrite), 0, 0, {}, "a fresh run in an out_dir that holds another run moves that run's files into out_dir/old_run_<k>/ (nothing is deleted); without it such a run is refused"),
+      key("train.memory_check", TG_FIELD(train.memory_check), 0, 0, {}, "CPU: before allocating, compare the run's memory plan (train_gpt memory's) times its processes on this machine with MemAvailable and refuse a run that cannot fit (exit code 2); false skips the check (GPU runs are not checked yet)"),
       key("train.adapt_threads", TG_FIELD(train.adapt_threads), 0, 0, {}, "CPU: run the train.threads parts of the work on fewer threads while that is faster (another process sharing the cores); the results do not depend on it"),
       key("dist.rank", TG_FIELD(dist.rank), -1, 65535, {}, "this process's rank, GPU processes launched without MPI (-1: $TG_RANK, else 0)"),
       key("dist.world_size", TG_FIELD(dist.world_size), 0, 65536, {}, "number of GPU processes launched without MPI (0: $TG_WORLD_SIZE, else 1; several CPU processes need mpirun)"),
@@ -446,7 +448,7 @@ void apply_object(Config& c, const json& j, const std::string& prefix, const std
       if (!it.value().is_object())
         throw UsageError(strf("config section '%s' %s must be a JSON object, not %s %s",
                               name.c_str(), origin.c_str(), it.value().type_name(),
-                              it.value().dump().c_str()));
+                              json_for_message(it.value()).c_str()));
       apply_object(c, it.value(), name, origin);
     } else if (it.value().is_object()) {
       throw UsageError(strf("unknown config section '%s' %s%s", name.c_str(), origin.c_str(),
@@ -455,40 +457,6 @@ void apply_object(Config& c, const json& j, const std::string& prefix, const std
       unknown_key(name, origin, "");
     }
   }
-}
-
-// Parses JSON text, refusing a key given twice in one object (nlohmann would keep the
-// last silently); `what` names the text in errors.
-json parse_json_no_duplicates(const std::string& text, const std::string& what) {
-  std::vector<std::set<std::string>> seen;
-  std::vector<std::string> path;
-  std::string last_key;
-  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    switch (ev) {
-      case json::parse_event_t::object_start:
-        seen.emplace_back();
-        path.push_back(last_key);
-        break;
-      case json::parse_event_t::object_end:
-        seen.pop_back();
-        path.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        last_key = parsed.get<std::string>();
-        if (!seen.back().insert(last_key).second) {
-          std::string full;
-          for (size_t i = 1; i < path.size(); i++) full += path[i] + ".";
-          throw UsageError(
-              strf("%s: key '%s' appears twice", what.c_str(), (full + last_key).c_str()));
-        }
-        break;
-      }
-      case json::parse_event_t::array_start: last_key.clear(); break;
-      default: break;
-    }
-    return true;
-  };
-  return json::parse(text, cb, true, /*ignore_comments=*/true);
 }
 
 }  // namespace
@@ -503,6 +471,12 @@ void config_apply_json(Config& cfg, const json& j, const std::string& origin) {
 void config_load_file(Config& cfg, const std::string& path) {
   std::vector<char> bytes;
   try {
+    // A config is a few KiB: a larger file is a mistake, and is not read whole.
+    const uint64_t size = file_size(path, "config file");
+    if (size > kMaxConfigBytes)
+      throw UsageError(strf("config file %s is %s; a config may be at most %s", path.c_str(),
+                            fmt_bytes(double(size)).c_str(),
+                            fmt_bytes(double(kMaxConfigBytes)).c_str()));
     bytes = read_file(path, "config file");
   } catch (const Error& e) {
     throw UsageError(e.what());  // a config problem: exit code 2
@@ -510,7 +484,7 @@ void config_load_file(Config& cfg, const std::string& path) {
   const std::string what = "config file " + path;
   json j;
   try {
-    j = parse_json_no_duplicates(std::string(bytes.begin(), bytes.end()), what);
+    j = parse_config_text(std::string(bytes.begin(), bytes.end()), what);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw UsageError(strf("config file %s is not valid JSON: %s", path.c_str(), e.what()));
   }

@@ -57,6 +57,7 @@ struct Config {
     int zero_stage = 0;    // 1: ZeRO-1, master weights and Adam moments sharded over ranks
     bool overwrite = false;
     bool print_config = false;  // the whole config on the console (always in out_dir/config.json)
+    bool memory_check = true;   // CPU: refuse a run whose memory plan exceeds MemAvailable
     bool adapt_threads = true;  // fewer CPU threads while another process shares the cores  // a
                                 // fresh run in a used out_dir moves the old run aside
   } train;

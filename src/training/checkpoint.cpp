@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -99,6 +100,21 @@ void write_model_file(const std::string& path, const GPTConfig& cfg, const std::
 
 namespace {
 // Parses a model file already in memory; `path` is for messages.
+// Every weight finite: a NaN or an infinity (a damaged or edited file whose checksums were made
+// to match) is refused with the tensor named, rather than trained on, sampled or exported.
+void check_finite_params(const std::string& path, const ModelFile& mf) {
+  size_t off = 0;
+  const auto sizes = param_sizes(mf.cfg);
+  for (int t = 0; t < kNumParamTensors; t++) {
+    for (size_t i = 0; i < sizes[t]; i++)
+      if (!std::isfinite(mf.params[off + i]))
+        throw Error(strf("model file %s: tensor %s holds a non-finite weight (%g, element %zu of "
+                         "%zu)",
+                         path.c_str(), param_name(t), double(mf.params[off + i]), i, sizes[t]));
+    off += sizes[t];
+  }
+}
+
 ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) {
   if (b.size() < 1024)
     throw Error(strf("model file %s is truncated: %zu bytes, shorter than the 1024-byte header",
@@ -136,6 +152,7 @@ ModelFile parse_model_file(const std::string& path, const std::vector<char>& b) 
       memcpy(&mf.params[i], &bits, 4);
     }
   }
+  check_finite_params(path, mf);
   return mf;
 }
 }  // namespace
@@ -753,18 +770,28 @@ void load_moments(const std::string& dir, const json& files, size_t n, size_t be
   }
 }
 
+// model.bin of checkpoint `dir` under state's files: its size and checksum, then its weights.
+ModelFile verified_model_file(const std::string& dir, const json& state) {
+  const json& files = state["files"];
+  if (!files.contains("model.bin"))
+    throw Error(
+        strf("checkpoint state %s does not list model.bin", join_path(dir, "state.json").c_str()));
+  return parse_model_file(join_path(dir, "model.bin"), verified_file(dir, files, "model.bin"));
+}
+
 }  // namespace
+
+ModelFile load_checkpoint_model(const std::string& dir) {
+  const std::string ckpt = dirname_of(checkpoint_model_file(dir));
+  return verified_model_file(ckpt, read_checkpoint_state(ckpt));
+}
 
 CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin,
                                size_t count) {
   CheckpointData cd;
   cd.state = read_checkpoint_state(dir);
   const json& files = cd.state["files"];
-  if (!files.contains("model.bin"))
-    throw Error(
-        strf("checkpoint state %s does not list model.bin", join_path(dir, "state.json").c_str()));
-  ModelFile mf =
-      parse_model_file(join_path(dir, "model.bin"), verified_file(dir, files, "model.bin"));
+  ModelFile mf = verified_model_file(dir, cd.state);
   check_arch(join_path(dir, "model.bin"), mf.cfg, cfg);
   cd.params = std::move(mf.params);
   const size_t n = cd.params.size();

@@ -134,6 +134,10 @@ int64_t checkpoint_dir_step(const std::string& dir);
 // A checkpoint's state.json, verified against manifest.json and checked for its format
 // and version (its fields are checked by src/training/run_state.h).
 nlohmann::json read_checkpoint_state(const std::string& dir);
+// The model of a checkpoint directory, or of a run directory's latest checkpoint, verified as
+// resume verifies it: state.json under its manifest, model.bin's size and checksum, every
+// weight finite (`sample` and `export` read checkpoints through it).
+ModelFile load_checkpoint_model(const std::string& dir);
 // Loads and verifies a checkpoint (sizes, checksums, architecture against `cfg`), with the
 // Adam moments of parameters [begin, begin + count) (count = SIZE_MAX: to the end).
 CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin = 0,

@@ -2,6 +2,7 @@
 // when due.
 #include "train.h"
 
+#include "signals.h"
 #include "trainer.h"
 
 namespace tg {
@@ -9,10 +10,13 @@ using json = nlohmann::json;
 
 json run_training(const Config& cfg) {
   Trainer trainer(cfg);
+  // From here the first SIGTERM, SIGINT or SIGHUP stops the run after the step in flight.
+  const StopSignals stop_signals;
   trainer.start();
   while (!trainer.done()) {
     const StepResult r = trainer.step();
     trainer.log_step(r);
+    if (r.stop_signal && !trainer.done()) trainer.stop_on_signal(r.stop_signal);
     const int64_t step = r.step;
     if (cfg.train.stop_at_step > 0 && step == cfg.train.stop_at_step && !trainer.done())
       return trainer.stop_early();

@@ -11,9 +11,11 @@
 #include "backend_factory.h"
 #include "gpu_peak.h"
 #include "hf.h"
+#include "memory_check.h"
 #include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
+#include "signals.h"
 #include "state_telemetry.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/parallel.h"
@@ -24,6 +26,7 @@
 #include "src/data/prepare.h"
 #include "src/model/sample.h"
 #include "src/precision/precision.h"
+#include "src/precision/quant_memory.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -149,6 +152,8 @@ bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, 
 
 Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   setup_comm_and_backend();
+  check_memory();  // before anything is allocated
+  lock_out_dir();  // before anything is written to the run directory
   setup_data();
   setup_model();
   sample_rng_ = Rng::derive(uint64_t(cfg_.train.seed), 0x53414D50ull /*"SAMP"*/);
@@ -190,6 +195,36 @@ void Trainer::setup_comm_and_backend() {
     throw Error("cannot silence stdout on a non-zero rank");
   config_validate_run(cfg_, world_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
+}
+
+void Trainer::check_memory() const {
+  if (!cfg_.train.memory_check || be_->name() != "cpu") return;  // GPUs: memory_check.h
+  const bool lse = be_->attention_saves_lse(mc_.n_embd / mc_.n_head);
+  const int zero = cfg_.train.zero_stage == 1 ? world_ : 1;
+  const MemoryPlan p = plan_memory_of(cfg_, cfg_.precision.mode, mc_, cfg_.data.batch_size,
+                                      cfg_.data.seq_len, zero, world_, lse);
+  const std::string why = memory_refusal(cfg_, p, comm_local_world(world_), host_memory());
+  if (!why.empty()) throw UsageError(why);
+}
+
+void Trainer::lock_out_dir() {
+  std::string why;
+  if (rank_ == 0) {
+    try {
+      out_dir_lock_ = lock_run_dir(cfg_.train.out_dir);
+    } catch (const UsageError& e) {
+      why = e.what();
+      if (cfg_.train.overwrite) why += "; train.overwrite never moves a run that is still going";
+    }
+  }
+  // The others wait for rank 0's word, so that every rank goes on or stops together.
+  int32_t refused = why.empty() ? 0 : 1;
+  if (world_ > 1) cm_->broadcast(&refused, sizeof(refused), 0);
+  if (refused)
+    throw UsageError(rank_ == 0
+                         ? why
+                         : strf("train.out_dir %s is in use by another run (rank 0 names it)",
+                                cfg_.train.out_dir.c_str()));
 }
 
 void Trainer::setup_data() {
@@ -254,7 +289,7 @@ Trainer::~Trainer() = default;
 // ---- start: the run directory, resume, logs ----
 
 void Trainer::start() {
-  make_dirs(cfg_.train.out_dir);
+  make_dirs(cfg_.train.out_dir);  // rank 0 made it with the lock; the others may need it
   resume_or_claim();
   cfg_json_ = config_to_json(cfg_);
   if (rank_ == 0) {
@@ -517,7 +552,7 @@ StepResult Trainer::step() {
   r.lr = lr_at(int(opt_step_), cfg_.train.steps, cfg_.optim.lr, cfg_.optim.warmup_steps,
                cfg_.optim.schedule, cfg_.optim.final_lr_frac);
   r.scale = scaler_.scale;
-  const double loss = sum_gradients(forward_backward(r), r.step);
+  const double loss = sum_gradients(forward_backward(r), r);
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
   const bool telemetry =
       cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
@@ -559,14 +594,21 @@ double Trainer::forward_backward(const StepResult& r) {
   return loss;
 }
 
-double Trainer::sum_gradients(double loss, int64_t step) {
-  if (test_hooks::fail_rank() == rank_ && step == 2)
+double Trainer::sum_gradients(double loss, StepResult& r) {
+  if (test_hooks::fail_rank() == rank_ && r.step == 2)
     throw Error(strf("injected failure on rank %d (TG_TEST_FAIL_RANK)", rank_));
   precision_->before_gradient_sum(*cm_);
+  // A stop signal is read here on every rank and travels with the loss's all-reduce (no
+  // collective of its own): its number and whether one came, summed.
+  const int sig = stop_signal_received();
+  r.stop_signal = sig;
   if (world_ > 1) {
     model_->sync_grads();
-    cm_->all_reduce_sum(&loss, 1);
-    loss /= world_;
+    double sums[3] = {loss, double(sig), sig ? 1.0 : 0.0};
+    cm_->all_reduce_sum(sums, 3);
+    loss = sums[0] / world_;
+    // A rank not signalled takes the others' signal (their mean: one signal, sent to all).
+    if (!sig && sums[2] > 0) r.stop_signal = int(std::lround(sums[1] / sums[2]));
   }
   precision_->after_gradient_sum(*cm_, metrics_);
   return loss;
@@ -800,16 +842,30 @@ void Trainer::save() {
   cm_->barrier();
 }
 
+json Trainer::write_partial_summary(const json& extra) {
+  json partial = {{"stopped_at_step", step_}, {"steps", cfg_.train.steps}};
+  partial.update(extra);
+  if (rank_ == 0)
+    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), partial.dump(2) + "\n");
+  return partial;
+}
+
 json Trainer::stop_early() {
   save();
   printf(
       "stopping after step %lld as train.stop_at_step asks; continue with "
       "--checkpoint.resume=true\n",
       (long long)step_);
-  json partial = {{"stopped_at_step", step_}, {"steps", cfg_.train.steps}};
-  if (rank_ == 0)
-    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), partial.dump(2) + "\n");
-  return partial;
+  return write_partial_summary(json::object());
+}
+
+void Trainer::stop_on_signal(int sig) {
+  save();
+  write_partial_summary({{"stopped_by", signal_name(sig)}});
+  fflush(stdout);
+  throw StoppedBySignal(sig, strf("stopped by %s after step %lld of %lld; its checkpoint is in %s",
+                                  signal_name(sig).c_str(), (long long)step_,
+                                  (long long)cfg_.train.steps, cfg_.train.out_dir.c_str()));
 }
 
 json Trainer::finish() {

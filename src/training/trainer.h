@@ -26,6 +26,7 @@
 #include "checkpoint.h"
 #include "precision_runtime.h"
 #include "progress.h"
+#include "run_lock.h"
 #include "run_state.h"
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
@@ -49,6 +50,9 @@ struct StepResult {
   bool skipped = false;
   int threads = 0;  // CPU threads that ran it (GPU runs: the host's)
   uint64_t comm_bytes = 0;  // sent by this rank for the gradients and weights (GPT::take_comm_bytes)
+  // The stop signal (signals.h) some rank had received when the step's gradients were summed,
+  // the same on every rank; 0 for none.
+  int stop_signal = 0;
 };
 
 // The update after the gradients are summed: fused unscale / finiteness / norm, the loss
@@ -73,6 +77,9 @@ class Trainer {
   nlohmann::json finish();
   // train.stop_at_step reached before the last step: a checkpoint and a partial summary.
   nlohmann::json stop_early();
+  // A stop signal reached every rank's step: a checkpoint and a partial summary, then
+  // StoppedBySignal (src/training/signals.h).
+  [[noreturn]] void stop_on_signal(int sig);
 
   int64_t current_step() const { return step_; }
   bool has_val() const { return val_loader_ != nullptr; }
@@ -82,6 +89,8 @@ class Trainer {
  private:
   // Set-up, in this order: communicator, backend and model shape; data; model and precision.
   void setup_comm_and_backend();
+  void check_memory() const;  // the memory plan against the machine (memory_check.h)
+  void lock_out_dir();  // rank 0 takes train.out_dir's lock; every rank learns the outcome
   void setup_data();
   void setup_model();
   void print_start() const;
@@ -103,9 +112,10 @@ class Trainer {
   // over the ranks (returns the mean loss over them); the loss scaler's decision and AdamW;
   // timing and bookkeeping.
   double forward_backward(const StepResult& r);
-  double sum_gradients(double loss, int64_t step);
+  double sum_gradients(double loss, StepResult& r);
   void update(StepResult& r);
   void end_step(StepResult& r, double loss, double t0);
+  nlohmann::json write_partial_summary(const nlohmann::json& extra);
   // finish(): the run's final numbers, summary.json and the summary lines.
   struct FinalNumbers {
     double val_loss = NAN, val_bpb = NAN, train_loss = NAN, wall = 0, tokens_per_second = NAN,
@@ -118,6 +128,7 @@ class Trainer {
 
   Config cfg_;
   double t_start_;
+  RunDirLock out_dir_lock_;  // rank 0's, held for the whole run (src/training/run_lock.h)
   CpuTimes cpu_start_ = cpu_times_now();  // for the summary's share of the cores others took
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Comm> nccl_;

@@ -3,10 +3,12 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -644,6 +646,32 @@ TEST_CASE("mpi: a missing or corrupt ZeRO-1 optimizer file is named") {
                     doctest::Contains("optim_rank00001.bin"));
 }
 
+TEST_CASE("mpi: a 2-rank run on a run directory another process holds: every rank exits 2") {
+  tgt::TempDir d;
+  const std::string run = d / "run";
+  const pid_t a = tgt::start_binary(tiny_args(run) + " --train.steps=100000 --checkpoint.every=0 "
+                                                     "--eval.every=0 --sample.tokens=0",
+                                    d / "a.log");
+  REQUIRE(tgt::wait_for_steps(run, a, 1));
+  // Rank 0 tries the lock; rank 1 waits for its word and stops with it.
+  std::string out;
+  const int rc = run_mpi(2, tiny_args(run) + " --train.steps=4", &out);
+  kill(a, SIGTERM);  // A goes on undisturbed until then, and stops with its checkpoint
+  int status = 0;
+  REQUIRE(waitpid(a, &status, 0) == a);
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(has(out, "error (rank 0): train.out_dir " + run + " is in use by another run: pid " +
+                     std::to_string(a) + " on host "));
+  CHECK(has(out, "error (rank 1): train.out_dir " + run +
+                     " is in use by another run (rank 0 names it)"));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM));
+  const std::vector<std::string> ckpts = tg::list_checkpoints(run);
+  REQUIRE(ckpts.size() == 1);  // A's own, of the step it stopped at
+  CHECK(tgt::read_metrics(run + "/metrics.jsonl", "train").size() ==
+        size_t(tg::checkpoint_dir_step(ckpts[0])));
+}
+
 TEST_CASE("mpi: a checkpoint rank 1 rejects late resumes both ranks from the older one") {
   // Resume is verify, vote, apply: rank 0 accepts the newest checkpoint, rank 1 rejects its
   // part of it after reading everything; both ranks go back to the older checkpoint together
@@ -1074,6 +1102,41 @@ TEST_CASE("cli: running out of host memory names the allocation and points at tr
                        &out) == 1);
   CHECK(out.find("for the weights, gradients, master weights and Adam moments") !=
         std::string::npos);
+}
+
+TEST_CASE("cli: train refuses a run its machine cannot hold, before allocating (exit 2)") {
+  tgt::TempDir run;
+  std::string out;
+  // GPT-2 XL at batch 64 x 1024 plans 679.3 GiB in fp32 (train_gpt memory): once, it
+  // allocated for 80 s and was OOM-killed.
+  const std::string xl =
+      " --model.n_layer=48 --model.n_head=25 --model.n_embd=1600 --model.vocab_size=50257 "
+      "--model.max_seq_len=1024 --data.batch_size=64 --data.seq_len=1024 --train.steps=2";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = tgt::run_shell("TG_TEST_HOST_MEMORY=64000000000:68000000000 " + tgt::binary() +
+                                    " " + tiny_args(run / "xl") + xl,
+                                &out);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(seconds < 2.0);  // the plan is arithmetic: nothing was allocated
+  CHECK(has(out, "this run plans 679.3 GiB of memory and this machine has 59.6 GiB available"));
+  CHECK(has(out, "shrink data.batch_size (now 64) or data.seq_len (now 1024)"));
+  CHECK(has(out, "model.n_layer, model.n_embd"));
+  CHECK(has(out, "a lower precision.mode"));
+  CHECK(has(out, "--train.memory_check=false skips this check"));
+  CHECK_FALSE(tg::dir_exists(run / "xl"));  // refused before the run directory was touched
+  // The machine's own memory refuses it too (no machine here has 680 GiB free).
+  CHECK(run_binary(tiny_args(run / "xl") + xl, &out) == 2);
+  CHECK(has(out, "this run plans 679.3 GiB of memory"));
+  // The tiny run on a machine said to have 100 kB free: refused; train.memory_check=false skips
+  // the check, and the run trains.
+  const std::string small = "TG_TEST_HOST_MEMORY=100000:100000 " + tgt::binary() + " ";
+  CHECK(tgt::run_shell(small + tiny_args(run / "a") + " --train.steps=2", &out) == 2);
+  CHECK(has(out, "this machine has 97.7 KiB available"));
+  CHECK(tgt::run_shell(small + tiny_args(run / "b") + " --train.steps=2 --train.memory_check=false",
+                       &out) == 0);
 }
 
 // ---- Adam moments stored in bf16, bf16-sr, fp16 (precision.state.adam_m / adam_v) ----

@@ -1,6 +1,7 @@
 // Config: JSON files, command-line overrides, and errors that name the key.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -129,6 +130,53 @@ TEST_CASE("config: bad files") {
   CHECK(e.find("not valid JSON") != std::string::npos);
   e = usage_error([&] { config_load_file(c, d / "missing.json"); });
   CHECK(e.find("missing.json") != std::string::npos);
+}
+
+TEST_CASE("config: a file nested too deep, too large or of 300k objects: refused or read at once") {
+  tgt::TempDir d;
+  std::string out;
+  // 500,000 nested arrays in 1 MB: once a crash (a stack overflow in the error message's dump).
+  const size_t n = 500000;
+  std::ofstream(d / "deep.json") << "{\"train\": " << std::string(n, '[') << std::string(n, ']')
+                                 << "}";
+  CHECK(tgt::run_binary("train --config " + d / "deep.json", &out) == 2);
+  CHECK(out.find("config file " + d / "deep.json" +
+                 " nests objects and arrays more than 64 levels deep") != std::string::npos);
+  // The same value from anywhere but a file (config_apply_json is given parsed JSON): named
+  // by its depth, not dumped.
+  const json deep = json::parse("{\"train\": " + std::string(n, '[') + std::string(n, ']') + "}");
+  Config c;
+  std::string e = usage_error([&] { config_apply_json(c, deep, "in a test"); });
+  CHECK(e.find("config section 'train' in a test must be a JSON object, not array (objects and "
+               "arrays nested more than 64 levels deep)") != std::string::npos);
+  // 65 levels: one too many; 64 pass the reader (and fail as a value of the wrong type).
+  std::ofstream(d / "65.json") << "{\"train\": {\"steps\": " << std::string(63, '[')
+                               << std::string(63, ']') << "}}";
+  CHECK(usage_error([&] { config_load_file(c, d / "65.json"); }).find("more than 64 levels") !=
+        std::string::npos);
+  std::ofstream(d / "64.json") << "{\"train\": {\"steps\": " << std::string(62, '[')
+                               << std::string(62, ']') << "}}";
+  CHECK(usage_error([&] { config_load_file(c, d / "64.json"); }).find("wrong type array") !=
+        std::string::npos);
+  // 300,000 small objects in one list: once 47 s (a scan of the list after each object).
+  std::string many = "{\"train\": {\"steps\": [{}";
+  for (int i = 1; i < 300000; i++) many += ",{}";
+  std::ofstream(d / "many.json") << many << "]}}";
+  const auto t0 = std::chrono::steady_clock::now();
+  e = usage_error([&] { config_load_file(c, d / "many.json"); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(e.find("'train.steps'") != std::string::npos);
+  CHECK(seconds < 2.0);
+  // A key twice is still refused, with its path.
+  std::ofstream(d / "twice.json") << R"({"train": {"steps": 1, "steps": 2}})";
+  CHECK(usage_error([&] { config_load_file(c, d / "twice.json"); })
+            .find("key 'train.steps' appears twice") != std::string::npos);
+  // More than 16 MiB: refused by its size, unread.
+  std::ofstream(d / "big.json") << "{}" << std::string((16u << 20) + 1, ' ');
+  e = usage_error([&] { config_load_file(c, d / "big.json"); });
+  CHECK(e.find("config file " + d / "big.json" +
+               " is 16.0 MiB; a config may be at most 16.0 MiB") != std::string::npos);
 }
 
 TEST_CASE("config: every key has a help line and a default") {

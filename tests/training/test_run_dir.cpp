@@ -2,8 +2,10 @@
 // manifest, every field range-checked), resume falling back past damaged checkpoints, and
 // logs that hold each step once after a resume.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include "src/base/fileio.h"
 #include "src/training/checkpoint.h"
 #include "src/training/run_dir.h"
+#include "src/training/run_lock.h"
 #include "src/training/run_state.h"
 #include "tests/test_util.h"
 
@@ -75,6 +78,89 @@ TEST_CASE("run dir: a fresh run refuses a directory with another run; overwrite 
   const auto ckpts = tg::list_checkpoints(run);
   REQUIRE(ckpts.size() == 1);
   CHECK(ckpts[0] == run + "/ckpt_00000003");
+}
+
+TEST_CASE("run dir: one owner: a second process on a live run directory exits 2 naming it") {
+  tgt::TempDir d;
+  const std::string run = d / "run";
+  // Run A: long enough for the three refusals below (each ends within a few ms of starting).
+  const std::string a_args = tiny_args(run) +
+                             " --train.steps=1000 --checkpoint.every=0 --eval.every=0 "
+                             "--sample.tokens=0 --train.log_every=1000 --optim.lr=0.001";
+  const pid_t a = tgt::start_binary(a_args, d / "a.log");
+  REQUIRE(tgt::wait_for_steps(run, a, 1));
+  // It took the lock before writing anything, and says who holds it.
+  const json holder = json::parse(tgt::slurp(run + "/" + tg::kRunLockFile), nullptr, false);
+  CHECK(holder.is_object());
+  if (holder.is_object()) CHECK(holder.value("pid", -1) == a);
+  // A fresh start with another learning rate, a resume, and an overwrite that would move A's
+  // files aside: each refused with exit code 2, naming A's pid and host.
+  const std::string pid = tg::strf("pid %d on host ", int(a));
+  std::string out;
+  for (const char* other : {" --optim.lr=0.002", " --checkpoint.resume=true",
+                            " --train.overwrite=true --optim.lr=0.002"}) {
+    INFO(other);
+    CHECK(run_binary(tiny_args(run) + " --train.steps=4" + other, &out) == 2);
+    INFO(out);
+    CHECK(has(out, "train.out_dir " + run + " is in use by another run: " + pid));
+  }
+  CHECK(has(out, "train.overwrite never moves a run that is still going"));
+  int status = 0;
+  REQUIRE(waitpid(a, &status, WNOHANG) == 0);  // the refusals came while A was running
+  // A ends as if alone: its config, every step once, its summary.
+  REQUIRE(waitpid(a, &status, 0) == a);
+  INFO(tgt::slurp(d / "a.log"));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(tg::dir_exists(run + "/old_run_1"));
+  CHECK(json::parse(tgt::slurp(run + "/config.json"))["optim"]["lr"] == 0.001);
+  const auto train = tgt::read_metrics(run + "/metrics.jsonl", "train");
+  REQUIRE(train.size() == 1000);
+  for (size_t i = 0; i < train.size(); i++) CHECK(train[i]["step"] == i + 1);
+  CHECK(json::parse(tgt::slurp(run + "/summary.json"))["steps"] == 1000);
+  // The lock went with A: the directory is free for the next run.
+  CHECK(run_binary(tiny_args(run) + " --train.steps=2 --train.overwrite=true", &out) == 0);
+}
+
+TEST_CASE("run dir: sample and export verify a checkpoint as resume does; a NaN weight is named") {
+  tgt::TempDir d;
+  const std::string run = d / "run", c4 = run + "/ckpt_00000004";
+  const std::string args =
+      tiny_args(run) + " --train.steps=4 --checkpoint.every=2 --checkpoint.keep=3";
+  std::string out;
+  REQUIRE(run_binary(args, &out) == 0);
+  // wte's element 5 made NaN; the checksums in state.json not updated.
+  std::string model = tgt::slurp(c4 + "/model.bin");
+  const float nan = NAN;
+  memcpy(&model[1024 + 4 * 5], &nan, 4);
+  write_text(c4 + "/model.bin", model);
+  const std::string sample = "sample --tokens 4 --checkpoint ", to = " --out " + d / "hf";
+  CHECK(run_binary(sample + run, &out) == 1);  // a run directory: its latest checkpoint
+  CHECK(has(out, "checkpoint file " + c4 + "/model.bin is corrupt: checksum mismatch"));
+  CHECK(run_binary("export --checkpoint " + c4 + to, &out) == 1);
+  CHECK(has(out, "checkpoint file " + c4 + "/model.bin is corrupt: checksum mismatch"));
+  CHECK_FALSE(tg::file_exists(d / "hf/model.safetensors"));
+  // The checksums made to match, as an editor would: the weight itself is refused, by tensor.
+  edit_state(c4, [&](json& st) {
+    st["files"]["model.bin"]["bytes"] = model.size();
+    st["files"]["model.bin"]["fnv1a64"] =
+        tg::strf("%016llx", (unsigned long long)tg::fnv1a64(model.data(), model.size()));
+  });
+  const std::string named =
+      "model file " + c4 +
+      "/model.bin: tensor wte holds a non-finite weight (nan, element 5 of 4096)";
+  CHECK(run_binary(sample + c4, &out) == 1);
+  CHECK(has(out, named));
+  CHECK(run_binary("export --checkpoint " + c4 + to, &out) == 1);
+  CHECK(has(out, named));
+  CHECK_FALSE(tg::file_exists(d / "hf/model.safetensors"));
+  // Resume rejects it by the same words and goes on from the older checkpoint.
+  REQUIRE(run_binary(args + " --checkpoint.resume=true", &out) == 0);
+  CHECK(has(out, c4 + " rejected: " + named.substr(0, named.find(" (nan"))));
+  CHECK(has(out, "resumed from " + run + "/ckpt_00000002"));
+  // The good checkpoint the resumed run wrote samples and exports.
+  CHECK(run_binary(sample + run, &out) == 0);
+  CHECK(run_binary("export --checkpoint " + run + to, &out) == 0);
 }
 
 TEST_CASE("run dir: pruning keeps other runs' checkpoints; resume skips a foreign newer one") {
