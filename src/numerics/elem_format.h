@@ -9,19 +9,13 @@
 // bits, not `elem == E4M3 || elem == E5M2`), so that a new format cannot silently take
 // another's path. The rows are constexpr and __host__ __device__, so kernels still pick their
 // format at compile time (template <ElemFormat F>, dispatch_operand_format below).
-// docs/architecture.md, "Adding an element format", says what a new row needs.
+// docs/architecture.md ("Where things go": a new element format) says what a new row needs.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
-#ifndef TG_HD
-#ifdef __CUDACC__
-#define TG_HD __host__ __device__
-#else
-#define TG_HD
-#endif
-#endif
+#include "src/base/host_device.h"
 
 namespace tg {
 
