@@ -1,6 +1,6 @@
 // operand_stats.cuh: the probes' statistics of one GEMM operand reduced on the device (the
-// device twin of src/backends/cpu/host_operand_view.cpp over src/backends/cpu/quant_error.cpp), so that only the few
-// numbers cross to the host.
+// device twin of src/backends/cpu/host_operand_view.cpp over src/backends/cpu/quant_error.cpp), so
+// that only the few numbers cross to the host.
 //
 // Maxima are order-free: every max here folds |x| with `a > m ? a : m` from 0, which skips
 // NaN as the host's std::max(m, |x|) does, and combines partial maxima (non-negative, finite or
@@ -42,7 +42,7 @@ enum Count {
   kCounts
 };
 
-constexpr float kUe4m3MinNormal = 0.015625f;  // 2^-6
+constexpr float kUe4m3MinNormal = elem_format_info(ElemFormat::UE4M3).min_normal;
 
 __device__ __forceinline__ float max_skip_nan(float m, float a) { return a > m ? a : m; }
 
@@ -142,10 +142,11 @@ static __global__ void group_amax_kernel(const float* x, int rows, int cols, int
 static __global__ void group_flags_kernel(const float* row_amax, int rows, quant::QuantParams p,
                                           const unsigned* words, quant::Scale2* scales,
                                           unsigned long long* counts) {
-  const float fmax = quant::elem_max(p.elem);
-  const float tensor_scale = p.scale == ScaleFormat::E4M3
-                                 ? fp8_scale_from_amax(bits_f32(words[0]), E4M3_MAX * fmax, 0)
-                                 : 1.0f;
+  const float fmax = elem_format_max(p.elem);
+  const float tensor_scale =
+      p.scale == ScaleFormat::E4M3
+          ? fp8_scale_from_amax(bits_f32(words[0]), elem_format_max(ElemFormat::UE4M3) * fmax, 0)
+          : 1.0f;
   // Beyond the largest by more than an fp32 scale's own rounding (as quantize.cpp counts).
   const float clip = fmax * (1.0f + 1.0f / 1024);
   const size_t total = size_t(p.ngr) * p.ngc;
@@ -180,7 +181,7 @@ static __global__ void error_sums_kernel(const float* ref, const float* q, const
   __shared__ unsigned long long shc[kThreads];
   const double f = double(*post);
   const bool finite = words[1] == 0;
-  const float clip = quant::elem_max(p.elem) * (1.0f + 1.0f / 1024);
+  const float clip = elem_format_max(p.elem) * (1.0f + 1.0f / 1024);
   const size_t n = size_t(rows) * cols;
   double sig = 0, noise = 0;
   unsigned long long c[4] = {0, 0, 0, 0};

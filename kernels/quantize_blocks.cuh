@@ -56,21 +56,14 @@ struct QuantParams {
 // rule the CPU quantizer calls.
 using Scale2 = GroupScale;
 
-__device__ __forceinline__ float elem_max(ElemFormat f) { return elem_max_value(f); }
-
 __device__ __forceinline__ Scale2 group_scale(const QuantParams& p, float amax, float tscale) {
   return tg::group_scale(p.elem, p.scale, p.rule, amax, tscale);
 }
 
-// v rounded into the element format and back (formats.h's encoders, saturating).
+// v rounded into the element format and back (formats.h's encoder, saturating).
 template <ElemFormat F, bool SR>
 __device__ __forceinline__ float round_elem(float v, uint32_t bits) {
-  if constexpr (F == ElemFormat::E4M3)
-    return e4m3_to_f32(SR ? f32_to_e4m3_sr(v, bits) : f32_to_e4m3(v, true));
-  else if constexpr (F == ElemFormat::E5M2)
-    return e5m2_to_f32(SR ? f32_to_e5m2_sr(v, bits) : f32_to_e5m2(v, true));
-  else
-    return e2m1_to_f32(SR ? f32_to_e2m1_sr(v, bits) : f32_to_e2m1(v));
+  return elem_to_f32<F>(f32_to_elem<F>(v, SR, bits));
 }
 
 // The operand is read where it lies, as a view of the model's tensor src of type T: (rows,
@@ -224,9 +217,11 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
   const unsigned tb = *tensor_bits;
   const bool finite = tb < 0x7f800000u;
   // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
-  const float tscale = p.scale == ScaleFormat::E4M3 && finite
-                           ? fp8_scale_from_amax(bits_f32(tb), E4M3_MAX * elem_max(p.elem), 0)
-                           : 1.0f;
+  const float tscale =
+      p.scale == ScaleFormat::E4M3 && finite
+          ? fp8_scale_from_amax(bits_f32(tb),
+                                elem_format_max(ElemFormat::UE4M3) * elem_format_max(p.elem), 0)
+          : 1.0f;
   const size_t total = size_t(p.ngr) * p.ngc;
   const size_t t0 = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (t0 == 0)
@@ -355,12 +350,7 @@ static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_
 // The code of round(v) in format F (apply_kernel's rounding, the code instead of its value).
 template <ElemFormat F, bool SR>
 __device__ __forceinline__ uint8_t elem_code(float v, uint32_t bits) {
-  if constexpr (F == ElemFormat::E4M3)
-    return SR ? f32_to_e4m3_sr(v, bits) : f32_to_e4m3(v, true);
-  else if constexpr (F == ElemFormat::E5M2)
-    return SR ? f32_to_e5m2_sr(v, bits) : f32_to_e5m2(v, true);
-  else
-    return SR ? f32_to_e2m1_sr(v, bits) : f32_to_e2m1(v);
+  return f32_to_elem<F>(v, SR, bits);
 }
 
 // codes (layout above) of the operand at its groups' scales, the source read in tiles as
@@ -388,7 +378,7 @@ __global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, boo
       const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
       code = elem_code<F, SR>(v * g.enc, bits);
     }
-    if constexpr (F == ElemFormat::E2M1) {
+    if constexpr (elem_bits(F) == 4) {  // two codes a byte
       const unsigned high = __shfl_down_sync(0xffffffffu, unsigned(code), 1);
       if (tx % 2 == 0 && c < cols) out[at / 2] = uint8_t(code | (high << 4));
     } else if (c < cols) {

@@ -12,7 +12,8 @@
 // - A precision mode's name is spelled in the registry only (src/numerics/precision_mode.cpp):
 //   no other file has a string literal equal to a mode name, except the storage types' own
 //   names (fp32, bf16, fp16) where they name storage types: dtype_name in src/base/common.cpp
-//   and the registry of optimizer-state formats (src/numerics/state_format.cpp), and "auto",
+//   and the registries of optimizer-state, master, wire and element formats
+//   (src/numerics/{state,master,wire}_format.cpp, elem_format.h), and "auto",
 //   which is also a value of other keys (train.device, loss scaling, cpu.gemm...); and no file
 //   compares a mode read as a string.
 //
@@ -283,7 +284,8 @@ TEST_CASE("layout: a precision mode's name is spelled in the registry only") {
   const std::string registry = "src/numerics/precision_mode.cpp", types = "src/base/common.cpp",
                     state_formats = "src/numerics/state_format.cpp",
                     master_formats = "src/numerics/master_format.cpp",
-                    wire_formats = "src/numerics/wire_format.cpp";
+                    wire_formats = "src/numerics/wire_format.cpp",
+                    elem_formats = "src/numerics/elem_format.h";
   std::set<std::string> modes;
   for (const tg::ModeInfo& m : tg::precision_modes()) modes.insert(m.name);
   REQUIRE(modes.size() >= 10);
@@ -299,7 +301,7 @@ TEST_CASE("layout: a precision mode's name is spelled in the registry only") {
       const bool storage_type = lit == "fp32" || lit == "bf16" || lit == "fp16";
       if (lit == "auto" ||
           (storage_type && (f == types || f == state_formats || f == master_formats ||
-                            f == wire_formats)))
+                            f == wire_formats || f == elem_formats)))
         continue;
       FAIL_CHECK(f.string() << " spells the mode name \"" << lit << "\" (use Mode and mode_name)");
     }

@@ -20,7 +20,7 @@ void check_block_scaled(const QuantRecipe& r) {
     const GemmRecipe& gr = r.gemm[g];
     for (const OperandRecipe* o : {&gr.a, &gr.b}) {
       const int b = o->block;
-      if (o->elem == ElemFormat::BF16) {  // left as it is (auto's wide operands)
+      if (!is_low_bit(o->elem)) {  // left as it is (auto's wide operands)
         if (o->transform == Transform::None) continue;
         throw UsageError(
             strf("precision recipe %s: a bf16 operand takes no transform", r.name.c_str()));
@@ -48,7 +48,7 @@ void check_block_scaled(const QuantRecipe& r) {
 void check_supported(const QuantRecipe& r) {
   for (int g = 0; g < kGemmRoles; g++)
     for (const OperandRecipe* o : {&r.gemm[g].a, &r.gemm[g].b}) {
-      const bool fp8 = o->elem == ElemFormat::E4M3 || o->elem == ElemFormat::E5M2;
+      const bool fp8 = is_operand_format(o->elem) && elem_bits(o->elem) == 8;
       if (!fp8 || o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32 ||
           o->rounding != RoundMode::Nearest || o->transform != Transform::None ||
           o->source != r.gemm[kForward].a.source)

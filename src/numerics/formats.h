@@ -1,6 +1,7 @@
 // formats.h: exact conversions between fp32 and the narrow formats (bf16, fp16, FP8 E4M3 and
 // E5M2, FP4 E2M1, and the block-scale formats E8M0 and UE4M3), stochastic rounding and the FP8
-// scale rule.
+// scale rule. The low-bit formats' widths, bias, largest code, NaN and overflow behaviour are
+// their rows in elem_format.h's table; the encoder and decoder below read them.
 //
 // Header-only and __host__ __device__ so that the CPU reference backend and the CUDA kernels
 // round through the very same code: the CPU backend is the oracle for the kernels, so the two
@@ -31,18 +32,14 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef TG_HD
-#ifdef __CUDACC__
-#define TG_HD __host__ __device__
-#else
-#define TG_HD
-#endif
-#endif
+#include "elem_format.h"
 
 namespace tg {
 
-inline constexpr float E4M3_MAX = 448.f;
-inline constexpr float E5M2_MAX = 57344.f;
+// The largest finite values, from the table (scalars, so device code reads them directly).
+inline constexpr float E4M3_MAX = elem_format_max(ElemFormat::E4M3);
+inline constexpr float E5M2_MAX = elem_format_max(ElemFormat::E5M2);
+inline constexpr float E2M1_MAX = elem_format_max(ElemFormat::E2M1);
 
 TG_HD inline uint32_t f32_bits(float f) {
 #ifdef __CUDA_ARCH__
@@ -129,15 +126,37 @@ TG_HD inline uint16_t to_f16(float x, bool stochastic, uint32_t rand_bits) {
   return uint16_t(sign | mag);
 }
 
-TG_HD inline uint8_t to_fp8(float x, bool saturate, int M, int bias, uint32_t max_mag,
-                            uint32_t nosat_overflow, bool stochastic = false,
-                            uint32_t rand_bits = 0) {
+// Code of x in the signed low-bit format F (elem_format.h's row: widths, bias, largest code, NaN
+// and overflow behaviour), rounded to nearest even or stochastically; beyond the largest finite
+// magnitude (+-inf included) +-max when saturating (always, for Overflow::Saturate), else the
+// row's overflow code; NaN gives the row's NaN code (or +max in a format without NaN).
+template <ElemFormat F>
+TG_HD inline uint32_t encode_signed(float x, bool saturate, bool stochastic, uint32_t rand_bits) {
+  constexpr ElemFormatInfo r = elem_format_info(F);
+  static_assert(r.is_signed && r.bits <= 8, "a signed low-bit format");
   const uint32_t u = f32_bits(x);
-  if (is_nan_bits(u)) return 0x7f;
-  const uint32_t sign = (u >> 24) & 0x80u;
-  uint32_t mag = round_magnitude(u & 0x7fffffffu, M, bias, stochastic, rand_bits);
-  if (mag > max_mag) mag = saturate ? max_mag : nosat_overflow;
-  return uint8_t(sign | mag);
+  if (is_nan_bits(u)) return elem_nan_code(r);
+  const uint32_t sign = (u >> 31) << (r.bits - 1);
+  uint32_t mag = round_magnitude(u & 0x7fffffffu, r.mantissa_bits, r.bias, stochastic, rand_bits);
+  if (mag > r.max_code)
+    mag = saturate || r.overflow == Overflow::Saturate ? r.max_code : elem_overflow_code(r);
+  return sign | mag;
+}
+
+// fp32 value of code q of the signed low-bit format F: NaN codes give fp32 0x7FFFFFFF (sign
+// dropped, as __nv_cvt_fp8_to_halfraw then __half2float do), inf keeps its sign.
+template <ElemFormat F>
+TG_HD inline float decode_signed(uint32_t q) {
+  constexpr ElemFormatInfo r = elem_format_info(F);
+  static_assert(r.is_signed && r.bits <= 8, "a signed low-bit format");
+  const uint32_t sign = ((q >> (r.bits - 1)) & 1u) << 31, mag = q & elem_magnitude_mask(r);
+  if constexpr (r.specials == SpecialValues::InfNan) {
+    if (mag > elem_inf_code(r)) return bits_f32(0x7fffffffu);
+    if (mag == elem_inf_code(r)) return bits_f32(sign | 0x7f800000u);
+  } else if constexpr (r.specials == SpecialValues::NanOnly) {
+    if (mag == elem_magnitude_mask(r)) return bits_f32(0x7fffffffu);
+  }
+  return bits_f32(sign | f32_bits(magnitude_to_f32(mag, r.mantissa_bits, r.bias)));
 }
 
 }  // namespace detail
@@ -169,48 +188,28 @@ TG_HD inline float f16_to_f32(uint16_t h) {
 // ---- FP8 ----
 
 TG_HD inline uint8_t f32_to_e4m3(float x, bool saturate) {
-  return detail::to_fp8(x, saturate, 3, 7, 0x7eu, 0x7fu);
+  return uint8_t(detail::encode_signed<ElemFormat::E4M3>(x, saturate, false, 0));
 }
 
 TG_HD inline uint8_t f32_to_e5m2(float x, bool saturate) {
-  return detail::to_fp8(x, saturate, 2, 15, 0x7bu, 0x7cu);
+  return uint8_t(detail::encode_signed<ElemFormat::E5M2>(x, saturate, false, 0));
 }
 
-TG_HD inline float e4m3_to_f32(uint8_t q) {
-  const uint32_t sign = uint32_t(q & 0x80u) << 24, mag = q & 0x7fu;
-  if (mag == 0x7fu) return bits_f32(0x7fffffffu);
-  return bits_f32(sign | f32_bits(detail::magnitude_to_f32(mag, 3, 7)));
-}
+TG_HD inline float e4m3_to_f32(uint8_t q) { return detail::decode_signed<ElemFormat::E4M3>(q); }
 
-TG_HD inline float e5m2_to_f32(uint8_t q) {
-  const uint32_t sign = uint32_t(q & 0x80u) << 24, mag = q & 0x7fu;
-  if (mag > 0x7cu) return bits_f32(0x7fffffffu);
-  if (mag == 0x7cu) return bits_f32(sign | 0x7f800000u);
-  return bits_f32(sign | f32_bits(detail::magnitude_to_f32(mag, 2, 15)));
-}
+TG_HD inline float e5m2_to_f32(uint8_t q) { return detail::decode_signed<ElemFormat::E5M2>(q); }
 
 // ---- FP4 E2M1 (OCP MX): 1 sign, 2 exponent (bias 1), 1 mantissa bit; +-{0, 0.5, 1, 1.5, 2, 3,
 // 4, 6}; no inf, no NaN. Codes are 4 bits (sign = 0x8) in the low nibble of a byte. ----
 
-inline constexpr float E2M1_MAX = 6.f;
-
-namespace detail {
-TG_HD inline uint8_t to_e2m1(float x, bool stochastic, uint32_t rand_bits) {
-  const uint32_t u = f32_bits(x);
-  if (is_nan_bits(u)) return 0x7u;  // CUDA: NaN gives +max
-  const uint32_t sign = (u >> 28) & 0x8u;
-  // An infinity's exponent is far past the format's, so it saturates like any large value.
-  uint32_t mag = round_magnitude(u & 0x7fffffffu, 1, 1, stochastic, rand_bits);
-  if (mag > 0x7u) mag = 0x7u;
-  return uint8_t(sign | mag);
+// CUDA: NaN gives +max; an infinity's exponent is far past the format's, so it saturates like
+// any large value (the row's Overflow::Saturate).
+TG_HD inline uint8_t f32_to_e2m1(float x) {
+  return uint8_t(detail::encode_signed<ElemFormat::E2M1>(x, true, false, 0));
 }
-}  // namespace detail
-
-TG_HD inline uint8_t f32_to_e2m1(float x) { return detail::to_e2m1(x, false, 0); }
 
 TG_HD inline float e2m1_to_f32(uint8_t q) {
-  const uint32_t sign = uint32_t(q & 0x8u) << 28;
-  return bits_f32(sign | f32_bits(detail::magnitude_to_f32(q & 0x7u, 1, 1)));
+  return detail::decode_signed<ElemFormat::E2M1>(uint32_t(q & 0xfu));
 }
 
 // ---- E8M0 (OCP MX block scale): 8 exponent bits, bias 127, 2^-127 .. 2^127, 0xFF = NaN ----
@@ -242,7 +241,7 @@ TG_HD inline uint8_t f32_to_ue4m3(float x) {
   const uint32_t u = f32_bits(x);
   if (detail::is_nan_bits(u)) return 0x7f;
   if (u & 0x80000000u) return 0;
-  return detail::to_fp8(x, true, 3, 7, 0x7eu, 0x7fu);
+  return f32_to_e4m3(x, true);  // UE4M3's codes are E4M3's non-negative ones
 }
 
 TG_HD inline float ue4m3_to_f32(uint8_t q) { return e4m3_to_f32(uint8_t(q & 0x7fu)); }
@@ -274,13 +273,28 @@ TG_HD inline uint16_t f32_to_f16_sr(float x, uint32_t rand_bits) {
 // finite value gives it): the low bits of rand_bits below the kept precision, as above (E2M1
 // normals: 22 bits, E4M3: 20, E5M2: 21; more for subnormals). NaN as with nearest rounding.
 TG_HD inline uint8_t f32_to_e2m1_sr(float x, uint32_t rand_bits) {
-  return detail::to_e2m1(x, true, rand_bits);
+  return uint8_t(detail::encode_signed<ElemFormat::E2M1>(x, true, true, rand_bits));
 }
 TG_HD inline uint8_t f32_to_e4m3_sr(float x, uint32_t rand_bits) {
-  return detail::to_fp8(x, true, 3, 7, 0x7eu, 0x7fu, true, rand_bits);
+  return uint8_t(detail::encode_signed<ElemFormat::E4M3>(x, true, true, rand_bits));
 }
 TG_HD inline uint8_t f32_to_e5m2_sr(float x, uint32_t rand_bits) {
-  return detail::to_fp8(x, true, 2, 15, 0x7bu, 0x7cu, true, rand_bits);
+  return uint8_t(detail::encode_signed<ElemFormat::E5M2>(x, true, true, rand_bits));
+}
+
+// Any operand format F (elem_format.h's is_operand_format), chosen at compile time, as the
+// quantizers round into it: saturating, to nearest even or stochastically with rand_bits.
+// Equal to the named functions above (f32_to_e4m3(x, true), f32_to_e2m1_sr, ...): the same
+// code, read from F's row.
+template <ElemFormat F>
+TG_HD inline uint8_t f32_to_elem(float x, bool stochastic, uint32_t rand_bits) {
+  static_assert(is_operand_format(F), "an operand format");
+  return uint8_t(detail::encode_signed<F>(x, true, stochastic, rand_bits));
+}
+template <ElemFormat F>
+TG_HD inline float elem_to_f32(uint8_t q) {
+  static_assert(is_operand_format(F), "an operand format");
+  return detail::decode_signed<F>(q);
 }
 
 // Counter-based random bits: element `index` of a tensor rounded with `seed` gets the same bits

@@ -29,33 +29,10 @@ struct GroupScale {
 // The largest finite fp32 value (the clamp of tiny groups' multipliers, below).
 constexpr float kMaxFloat = 3.40282347e38f;
 
-// The largest finite value of an element format (recipe.h's elem_format_max, callable on
-// the device).
-TG_HD inline float elem_max_value(ElemFormat f) {
-  switch (f) {
-    case ElemFormat::E4M3: return E4M3_MAX;
-    case ElemFormat::E5M2: return E5M2_MAX;
-    case ElemFormat::E2M1: return E2M1_MAX;
-    case ElemFormat::BF16: return 3.3895313892515355e38f;
-  }
-  return 0;
-}
-
-// The exponent of the element format's largest power of two (OCP MX's emax_elem).
-TG_HD inline int elem_emax(ElemFormat f) {
-  switch (f) {
-    case ElemFormat::E4M3: return 8;   // 448 = 1.75 x 2^8
-    case ElemFormat::E5M2: return 15;  // 57344 = 1.75 x 2^15
-    case ElemFormat::E2M1: return 2;   // 6 = 1.5 x 2^2
-    case ElemFormat::BF16: return 127;
-  }
-  return 0;
-}
-
 // The E8M0 code of a group's scale (the exponent + 127 of dec), as group_scale picks it.
 TG_HD inline int e8m0_group_code(ElemFormat elem, ScaleRule rule, float amax) {
   if (!(amax > 0)) return 127;
-  if (rule == ScaleRule::Ceil) return f32_to_e8m0(amax / elem_max_value(elem), true, true);
+  if (rule == ScaleRule::Ceil) return f32_to_e8m0(amax / elem_format_max(elem), true, true);
   const int code = int(f32_to_e8m0(amax, false, true)) - elem_emax(elem);
   return code < 0 ? 0 : code;
 }
@@ -63,7 +40,7 @@ TG_HD inline int e8m0_group_code(ElemFormat elem, ScaleRule rule, float amax) {
 // The group's multipliers (header comment). tensor_scale: NVFP4's S (E4M3 scales), else 1.
 TG_HD inline GroupScale group_scale(ElemFormat elem, ScaleFormat scale, ScaleRule rule, float amax,
                                     float tensor_scale) {
-  const float fmax = elem_max_value(elem);
+  const float fmax = elem_format_max(elem);
   GroupScale g;
   switch (scale) {
     case ScaleFormat::FP32:

@@ -11,13 +11,7 @@
 #include <cmath>
 #include <string>
 
-#ifndef TG_HD
-#ifdef __CUDACC__
-#define TG_HD __host__ __device__
-#else
-#define TG_HD
-#endif
-#endif
+#include "src/base/host_device.h"
 
 namespace tg {
 

@@ -34,11 +34,16 @@ namespace tg {
 
 inline constexpr int kMomentBlockMin = 16, kMomentBlockMax = 1024;
 
+// An FP8 moment's element format (its dtype E4M3 or E5M2) and that format's range, from the
+// element formats' table (elem_format.h).
+TG_HD inline ElemFormat moment_elem_format(const MomentFormat& f) {
+  return f.dtype == DType::E4M3 ? ElemFormat::E4M3 : ElemFormat::E5M2;
+}
 TG_HD inline float moment_fp8_max(const MomentFormat& f) {
-  return f.dtype == DType::E4M3 ? 448.f : 57344.f;
+  return elem_format_max(moment_elem_format(f));
 }
 TG_HD inline float moment_fp8_min_normal(const MomentFormat& f) {
-  return f.dtype == DType::E4M3 ? 0.015625f : 6.103515625e-05f;  // 2^-6, 2^-14
+  return elem_format_info(moment_elem_format(f)).min_normal;
 }
 
 // One block's scale: its normalizer n and expansion power k (1, 2 or 4).

@@ -79,7 +79,9 @@ QuantRecipe block_scaled_recipe(Mode mode, const RecipeOptions& opt) {
     o.scale_rule = rule == "ceil" ? ScaleRule::Ceil : ScaleRule::Ocp;
     all_operands(&r, o);
     OperandRecipe g = o;
-    if (fp8 && opt.grad_format == "e5m2") g.elem = E::E5M2;
+    if (fp8 && opt.grad_format != "auto" && !find_elem_format(opt.grad_format.c_str(), &g.elem))
+      throw UsageError(strf("config key 'precision.recipe.grad_format': no element format '%s'",
+                            opt.grad_format.c_str()));
     if (!fp8 && opt.stochastic_grads) g.rounding = RoundMode::Stochastic;
     r.gemm[kInputGrad].a = r.gemm[kWeightGrad].a = g;
     if (!fp8 && opt.hadamard) hadamard_wgrad(&r, opt.hadamard_size);
@@ -107,7 +109,7 @@ bool is_per_tensor(const QuantRecipe& r) {
   for (const auto& g : r.gemm)
     for (const OperandRecipe* o : {&g.a, &g.b})
       if (o->granularity != Granularity::Tensor || o->scale != ScaleFormat::FP32 ||
-          o->elem == ElemFormat::BF16)
+          !is_low_bit(o->elem))
         return false;
   return true;
 }
@@ -147,26 +149,19 @@ QuantRecipe candidate_recipe(Mode mode, const RecipeOptions& o, const char* key)
   return r;
 }
 
-bool is_low_bit(const OperandRecipe& o) { return o.elem != ElemFormat::BF16; }
+bool is_low_bit(const OperandRecipe& o) { return is_low_bit(o.elem); }
 
-float elem_format_max(ElemFormat f) {
-  switch (f) {
-    case ElemFormat::E4M3: return E4M3_MAX;
-    case ElemFormat::E5M2: return E5M2_MAX;
-    case ElemFormat::E2M1: return 6.0f;
-    case ElemFormat::BF16: return 3.3895313892515355e38f;
+bool dequantizes_to_bf16(const OperandRecipe& o) {
+  if (!is_operand_format(o.elem)) return false;
+  const int elem_bits = elem_format_info(o.elem).mantissa_bits + 1;  // significant bits
+  const int ue4m3_bits = elem_format_info(ElemFormat::UE4M3).mantissa_bits + 1;
+  switch (o.scale) {
+    case ScaleFormat::E8M0:
+    case ScaleFormat::Pow2: return elem_bits <= 8;
+    case ScaleFormat::E4M3: return elem_bits + ue4m3_bits <= 8;
+    case ScaleFormat::FP32: return false;
   }
-  return 0;
-}
-
-const char* elem_format_name(ElemFormat f) {
-  switch (f) {
-    case ElemFormat::BF16: return dtype_name(DType::BF16);
-    case ElemFormat::E4M3: return "E4M3";
-    case ElemFormat::E5M2: return "E5M2";
-    case ElemFormat::E2M1: return "E2M1";
-  }
-  return "?";
+  return false;
 }
 
 const char* scale_source_name(ScaleSource s) {

@@ -23,11 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "elem_format.h"
 #include "precision_mode.h"
 
 namespace tg {
 
-enum class ElemFormat { BF16, E4M3, E5M2, E2M1 };
+// Element formats (ElemFormat) and their facts: elem_format.h's table.
 enum class Granularity { Tensor, Row, Block, Tile };
 enum class ScaleFormat { FP32, Pow2, E8M0, E4M3 };
 enum class ScaleSource { Delayed, Current };
@@ -121,10 +122,18 @@ QuantRecipe candidate_recipe(Mode mode, const RecipeOptions& o, const char* key)
 QuantRecipe candidate_recipe(const std::string& name, const RecipeOptions& o, const char* key);
 // Whether an operand (a recipe's forward operands) is stored in 8 bits or fewer.
 bool is_low_bit(const OperandRecipe& o);
+// Whether every dequantized value x' = q d of the operand is a bf16 value (8 significant bits,
+// exponent >= -126), so that a GEMM may take it in bf16 and lose nothing: an operand format's
+// element (E4M3 4 significant bits, E5M2 3, E2M1 2; its row's mantissa bits + 1) times an E8M0
+// or power-of-two scale (2^e), or times a UE4M3 block scale (4 more bits: at most 8; NVFP4's
+// fp32 tensor scale 1/S stays outside the GEMM, post), |x'| >= 2^-9 x 2^-9 (the smallest
+// subnormals), a normal bf16 value. The exception: a value below 2^-126 (a block whose scale is
+// that small) becomes a bf16 subnormal or zero (the CPU's vdpbf16ps reads those as zero,
+// src/backends/cpu/matmul_scaled.cpp; src/backends/cuda/scaled.h says what the GPU keeps).
+// fp32 scales (fp8-rowwise, fp8-block, the per-tensor recipes) are not exact: q (1/s) has up
+// to 24 bits.
+bool dequantizes_to_bf16(const OperandRecipe& o);
 
-// The largest finite value of an element format.
-float elem_format_max(ElemFormat f);
-const char* elem_format_name(ElemFormat f);
 const char* scale_source_name(ScaleSource s);
 
 // One line for the start-up log, e.g. "fwd E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad E5M2 x E4M3,

@@ -13,18 +13,11 @@ namespace tg {
 
 namespace {
 
-size_t elem_bits(ElemFormat f) {
-  switch (f) {
-    case ElemFormat::E2M1: return 4;
-    case ElemFormat::E4M3:
-    case ElemFormat::E5M2: return 8;
-    case ElemFormat::BF16: return 16;
-  }
-  return 16;
-}
-
+// E8M0 and UE4M3 scales take their formats' bytes (elem_format.h's table); fp32 ones four.
 size_t scale_bytes(ScaleFormat s) {
-  return s == ScaleFormat::E8M0 || s == ScaleFormat::E4M3 ? 1 : 4;
+  if (s == ScaleFormat::E8M0) return size_t(elem_bits(ElemFormat::E8M0)) / 8;
+  if (s == ScaleFormat::E4M3) return size_t(elem_bits(ElemFormat::UE4M3)) / 8;
+  return sizeof(float);
 }
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -53,9 +46,9 @@ bool shares_weight_copy(const QuantRecipe& r) {
 
 size_t quantized_operand_bytes(const OperandRecipe& o, size_t rows, size_t cols) {
   const size_t n = rows * cols;
-  if (o.elem == ElemFormat::BF16) return 2 * n;
-  size_t bytes =
-      ceil_div(n * elem_bits(o.elem), 8) + scale_groups(o, rows, cols) * scale_bytes(o.scale);
+  if (!is_low_bit(o.elem)) return 2 * n;  // left as it is: the model's bf16
+  size_t bytes = ceil_div(n * size_t(elem_bits(o.elem)), 8) +
+                 scale_groups(o, rows, cols) * scale_bytes(o.scale);
   if (o.scale == ScaleFormat::E4M3) bytes += 4;  // NVFP4's fp32 tensor scale
   return bytes;
 }

@@ -44,20 +44,12 @@ void group_scales(ScaledScratch& s, const OperandRecipe& o, size_t rows, size_t 
 
 // quantize_dequantize: a bf16 (or empty) operand is only copied.
 void quantize_dequantize(ScaledScratch& s, const OperandRecipe& o, size_t rows, size_t cols) {
-  if (rows > 0 && cols > 0 && o.elem != ElemFormat::BF16) group_scales(s, o, rows, cols);
-}
-
-// scaled.h's operand_in_bf16.
-bool in_bf16(const OperandRecipe& o) {
-  const bool narrow = o.elem != ElemFormat::BF16;
-  const bool exact =
-      o.scale == ScaleFormat::E8M0 || o.scale == ScaleFormat::Pow2 || o.scale == ScaleFormat::E4M3;
-  return narrow && exact;
+  if (rows > 0 && cols > 0 && is_low_bit(o.elem)) group_scales(s, o, rows, cols);
 }
 
 // matmul_scaled.cu's portable_scaled_products.
 void portable_products(ScaledScratch& s, const GemmRecipe& g, size_t M, size_t N, size_t K) {
-  const size_t qs = in_bf16(g.a) && in_bf16(g.b) ? 2 : 4;
+  const size_t qs = dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? 2 : 4;
   s.grow(kSlotQA, M * K * qs);
   s.grow(kSlotQB, N * K * qs);
   quantize_dequantize(s, g.a, M, K);
@@ -74,9 +66,9 @@ struct NativeOperand {
 
 NativeOperand native_operand(const OperandRecipe& o) {
   NativeOperand m;
-  if (o.elem == ElemFormat::BF16) return m;
-  m.fp4 = o.elem == ElemFormat::E2M1;
-  m.e5m2 = o.elem == ElemFormat::E5M2;
+  if (!is_operand_format(o.elem)) return m;
+  m.fp4 = elem_bits(o.elem) == 4;
+  m.e5m2 = o.elem == ElemFormat::E5M2;  // cuBLASLt takes no E5M2 x E5M2 product
   const bool f32 = o.scale == ScaleFormat::FP32 || o.scale == ScaleFormat::Pow2;
   const Granularity g = o.granularity;
   if (!m.fp4 && f32 && g == Granularity::Row)

@@ -34,11 +34,12 @@ namespace {
 
 // ---- reference ----
 
+// Every non-negative finite value of format f, from its row's widths (E2M1: 0, 0.5, 1, 1.5, 2,
+// 3, 4, 6).
 std::vector<double> elem_table(ElemFormat f) {
   std::vector<double> t;
-  if (f == ElemFormat::E2M1) return {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-  const int M = f == ElemFormat::E4M3 ? 3 : 2, bias = f == ElemFormat::E4M3 ? 7 : 15;
-  const int maxc = f == ElemFormat::E4M3 ? 0x7e : 0x7b;
+  const tg::ElemFormatInfo row = tg::elem_format_info(f);
+  const int M = row.mantissa_bits, bias = row.bias, maxc = int(row.max_code);
   for (int c = 0; c <= maxc; c++) {
     const int e = c >> M, m = c & ((1 << M) - 1);
     t.push_back(e == 0 ? std::ldexp(m, 1 - bias - M) : std::ldexp((1 << M) + m, e - bias - M));

@@ -376,7 +376,7 @@ void quantize_case(gpu::Ctx& c, const OperandRecipe& o, int rows, int cols, uint
       }
     }
     gpu::quantize_dequantize(c, o, seed, x, rows, cols, DType::F32, out.p, post.p);
-    if (gpu::operand_in_bf16(o))
+    if (tg::dequantizes_to_bf16(o))
       gpu::quantize_dequantize(c, o, seed, x, rows, cols, DType::BF16, outb.p, post.p + 1);
     cublasLtMatmulMatrixScale_t mode;
     if (!gpu::native_operand_mode(o, &mode).empty() || cols % 2) continue;

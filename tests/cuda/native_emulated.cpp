@@ -134,12 +134,17 @@ std::string describe_operand(const OperandRecipe& o) {
          (o.rounding == RoundMode::Stochastic ? ", stochastic" : ", nearest");
 }
 
+// Element i of codes (4-bit formats: two a byte, element 2k in the low nibble).
 float decode(ElemFormat f, const uint8_t* codes, size_t i) {
-  switch (f) {
-    case ElemFormat::E4M3: return e4m3_to_f32(codes[i]);
-    case ElemFormat::E5M2: return e5m2_to_f32(codes[i]);
-    default: return e2m1_to_f32(uint8_t(i % 2 ? codes[i / 2] >> 4 : codes[i / 2] & 0xf));
-  }
+  float v = NAN;
+  dispatch_operand_format(f, [&](auto format) {
+    constexpr ElemFormat F = decltype(format)::value;
+    if constexpr (elem_bits(F) == 4)
+      v = elem_to_f32<F>(uint8_t(i % 2 ? codes[i / 2] >> 4 : codes[i / 2] & 0xf));
+    else
+      v = elem_to_f32<F>(codes[i]);
+  });
+  return v;
 }
 
 }  // namespace
@@ -507,7 +512,7 @@ TEST_CASE("emulated: smoothed linears: operands == the CPU's bit for bit, portab
       const auto* sb = static_cast<const float*>(emu_ctx().scratch(gpu::kScratchQStageB, 0));
       CHECK(bit_diffs(sa, xs.data(), xs.size()) == 0);
       CHECK(bit_diffs(sb, ws.data(), ws.size()) == 0);
-      const bool bf16_ops = gpu::operand_in_bf16(g.a) && gpu::operand_in_bf16(g.b);
+      const bool bf16_ops = tg::dequantizes_to_bf16(g.a) && tg::dequantizes_to_bf16(g.b);
       CHECK(operand_diffs(qa, N, C, g.a, bf16_ops, native, gpu::kScratchQA, gpu::kScratchQScaleA) ==
             0);
       CHECK(operand_diffs(qb, OC, C, g.b, bf16_ops, native, gpu::kScratchQB,

@@ -177,7 +177,7 @@ void check_one(const OperandRecipe& o, const Operand& op, bool transposed, uint6
     CHECK(bad == 0);
     CHECK(bits(post[0]) == bits(post_ref));
     // The bf16 GEMM operand: the same values, where scaled.h says bf16 holds them exactly.
-    if (gpu::operand_in_bf16(o)) {
+    if (tg::dequantizes_to_bf16(o)) {
       Buf<bf16> ob(n);
       gpu::quantize_dequantize(ctx, o, seed, x, rows, cols, DType::BF16, ob.p, post.p + 1);
       check_emu();

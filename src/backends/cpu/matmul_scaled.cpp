@@ -40,26 +40,6 @@ uint64_t stream(uint64_t seed, int role, int operand) {
   return detail::splitmix64_mix(seed + uint64_t(role * 2 + operand + 1) * 0x9E3779B97F4A7C15ull);
 }
 
-// Whether every dequantized value x' = q d of the operand is a bf16 value (8 significant
-// bits, exponent >= -126), so that converting it to bf16 loses nothing:
-//   E4M3 / E5M2 elements (4 / 3 significant bits) x E8M0 or power-of-two scales: the
-//     element's bits times 2^e;
-//   E2M1 elements (2 bits: 0.5 ... 6) x E8M0 or powers of two: likewise;
-//   any of these x a UE4M3 block scale (NVFP4: E2M1): at most 4 + 4 = 8 significant bits
-//     (E2M1: 6), and |x'| >= 2^-9 x 2^-9 (the smallest subnormals), a normal bf16 value;
-//     the fp32 tensor scale 1/S stays outside the GEMM (post).
-// The exception: a value below 2^-126 (a block whose scale is under 2^-118 or so, i.e. an
-// amax that small) becomes a bf16 subnormal or zero, which vdpbf16ps reads as zero, where
-// the exact path keeps the fp32 subnormal. fp32 scales (fp8-rowwise, fp8-block, the
-// per-tensor recipes) are not exact: q (1/s) has up to 24 bits; those stay on sgemm.
-bool bf16_exact(const OperandRecipe& o) {
-  const bool fp8_or_fp4 =
-      o.elem == ElemFormat::E4M3 || o.elem == ElemFormat::E5M2 || o.elem == ElemFormat::E2M1;
-  const bool exact_scale =
-      o.scale == ScaleFormat::E8M0 || o.scale == ScaleFormat::Pow2 || o.scale == ScaleFormat::E4M3;
-  return fp8_or_fp4 && exact_scale;
-}
-
 // v's first n elements, grown when needed, never shrunk: shrinking and regrowing would
 // zero-fill the regrown part on every call.
 template <typename T>
@@ -111,7 +91,7 @@ struct Factored {
 };
 
 bool factored_scales(const OperandRecipe& o) {
-  return o.scale == ScaleFormat::FP32 && o.elem != ElemFormat::BF16;
+  return o.scale == ScaleFormat::FP32 && is_low_bit(o.elem);
 }
 
 // Quantizes x(rows, K) in place: codes with their scales apart (f) or dequantized values;
@@ -238,7 +218,7 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
   }
   // The quantizer writes the bf16 GEMM's operands as it goes when that GEMM will take them.
   const auto takes_bf16 = [](const OperandRecipe& o) {
-    return factored_scales(o) || bf16_exact(o);
+    return factored_scales(o) || dequantizes_to_bf16(o);
   };
   bf16 *na = nullptr, *nb = nullptr;
   if (narrow_gemm_hardware() && takes_bf16(ra) && takes_bf16(rb)) {
@@ -259,7 +239,7 @@ void scaled_gemm(float* out, float* A, float* B, int M, int Nout, int K, const G
   }
   float* o = out;
   if (accumulate) o = grown(*tmp, size_t(M) * Nout);
-  const bool bf16_ok = (fa.on || bf16_exact(ra)) && (fb.on || bf16_exact(rb));
+  const bool bf16_ok = (fa.on || dequantizes_to_bf16(ra)) && (fb.on || dequantizes_to_bf16(rb));
   if (fa.on || fb.on)
     factored_product(o, A, B, fa, fb, M, Nout, K, chunk, bf16_ok, na, nb);
   else

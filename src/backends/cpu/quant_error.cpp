@@ -27,7 +27,7 @@ namespace tg::cpu {
 
 namespace {
 
-constexpr float kUe4m3MinNormal = 0.015625f;  // 2^-6
+constexpr float kUe4m3MinNormal = elem_format_info(ElemFormat::UE4M3).min_normal;
 
 void group_stats(const float* x, int rows, int cols, const OperandRecipe& o, QuantError* e) {
   int gr = rows, gc = cols;
@@ -46,7 +46,9 @@ void group_stats(const float* x, int rows, int cols, const OperandRecipe& o, Qua
     }
   const float fmax = elem_format_max(o.elem);
   const float tensor_scale =
-      o.scale == ScaleFormat::E4M3 ? fp8_scale_from_amax(tensor_amax, E4M3_MAX * fmax, 0) : 1.0f;
+      o.scale == ScaleFormat::E4M3
+          ? fp8_scale_from_amax(tensor_amax, elem_format_max(ElemFormat::UE4M3) * fmax, 0)
+          : 1.0f;
   // Beyond the largest by more than an fp32 scale's own rounding (as quantize.cpp counts).
   const float clip = fmax * (1.0f + 1.0f / 1024);
   for (float a : amax) {

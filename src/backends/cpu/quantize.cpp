@@ -39,18 +39,17 @@ namespace tg::cpu {
 
 namespace {
 
-// v rounded into format F and back (nearest: the fast round trips of storage.h, equal to
-// formats.h's encode + decode; stochastic: formats.h with the given bits).
+// v rounded into format F and back: E2M1's own fast round trips (storage.h), storage.h's
+// row-driven nearest round trip, or formats.h's encoder and decoder (all equal to formats.h's
+// encode + decode).
 template <ElemFormat F, bool SR>
 inline float round_elem(float v, uint32_t bits) {
-  if constexpr (F == ElemFormat::E4M3)
-    return SR ? e4m3_to_f32(f32_to_e4m3_sr(v, bits)) : e4m3_round_trip(v);
-  else if constexpr (F == ElemFormat::E5M2)
-    return SR ? e5m2_to_f32(f32_to_e5m2_sr(v, bits)) : e5m2_round_trip(v);
-  else if constexpr (F == ElemFormat::E2M1)
+  if constexpr (F == ElemFormat::E2M1)
     return SR ? e2m1_sr_round_trip(v, bits) : e2m1_round_trip(v);
+  else if constexpr (SR)
+    return elem_to_f32<F>(f32_to_elem<F>(v, true, bits));
   else
-    return bf16_to_f32(f32_to_bf16(v));
+    return nearest_round_trip<F>(v);
 }
 
 }  // namespace
@@ -150,14 +149,15 @@ void apply_row(float* xr, int cols, int gc, const GroupScale* sg, uint64_t seed,
 using RowFn = void (*)(float*, int, int, const GroupScale*, uint64_t, uint64_t, int*);
 template <bool Lanes>
 RowFn row_fn(ElemFormat f, bool sr) {
-  using E = ElemFormat;
-  switch (f) {
-    case E::E4M3: return sr ? apply_row<E::E4M3, true, Lanes> : apply_row<E::E4M3, false, false>;
-    case E::E5M2: return sr ? apply_row<E::E5M2, true, Lanes> : apply_row<E::E5M2, false, false>;
-    case E::E2M1: return sr ? apply_row<E::E2M1, true, Lanes> : apply_row<E::E2M1, false, Lanes>;
-    case E::BF16: break;
-  }
-  return apply_row<E::BF16, false, false>;
+  RowFn fn = nullptr;
+  dispatch_operand_format(f, [&](auto format) {
+    constexpr ElemFormat F = decltype(format)::value;
+    // Nearest rounding has lanes for E2M1 only (rne_round_groups_e2m1_lanes).
+    constexpr bool kNearestLanes = Lanes && F == ElemFormat::E2M1;
+    fn = sr ? apply_row<F, true, Lanes> : apply_row<F, false, kNearestLanes>;
+  });
+  if (!fn) throw Error(strf("cpu backend: %s is not an operand format", elem_format_name(f)));
+  return fn;
 }
 
 // row[c] rounded to bf16 into out[c] (convert's rounding: every value here is exact in
@@ -237,11 +237,12 @@ float scales_from_row_amax(const OperandRecipe& o, const GroupGrid& g,
   // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
   const float tensor_scale =
       o.scale == ScaleFormat::E4M3
-          ? fp8_scale_from_amax(tensor_amax, E4M3_MAX * elem_format_max(o.elem), 0)
+          ? fp8_scale_from_amax(tensor_amax,
+                                elem_format_max(ElemFormat::UE4M3) * elem_format_max(o.elem), 0)
           : 1.0f;
   scale->resize(amax.size());
   if (lanes && o.scale == ScaleFormat::E4M3)
-    nvfp4_group_scales(scale->data(), amax.data(), amax.size(), elem_max_value(o.elem),
+    nvfp4_group_scales(scale->data(), amax.data(), amax.size(), elem_format_max(o.elem),
                        tensor_scale);
   else if (lanes && o.scale == ScaleFormat::E8M0)
     mx_group_scales(scale->data(), amax.data(), amax.size(), o.elem, o.scale_rule);
@@ -275,7 +276,7 @@ float quantize_impl(float* x, int rows, int cols, const OperandRecipe& o, uint64
                     size_t* saturated, bool lanes, std::vector<float>* dec_out,
                     bf16* narrow = nullptr) {
   // A bf16 operand stays as it is: the model's operands are bf16 values already.
-  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
+  if (rows <= 0 || cols <= 0 || !is_low_bit(o.elem)) {
     for (int r = 0; r < rows && narrow; r++)
       narrow_row(narrow + size_t(r) * cols, x + size_t(r) * cols, cols);
     return 1.0f;

@@ -87,9 +87,13 @@ TG_TARGET_LANES inline __m512i round_sr16(__m512i a, __m512i rnd) {
   return _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(te, one), M), q);
 }
 
-// An FP8 format's stochastic round trip of 16 values v (already scaled) with their random bits.
-template <int M, int kBias, uint32_t kMaxMag>
+// Operand format F's stochastic round trip of 16 values v (already scaled) with their random
+// bits, by F's row (elem_format.h): its mantissa bits, bias and largest code.
+template <ElemFormat F>
 TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
+  constexpr ElemFormatInfo row = elem_format_info(F);
+  constexpr int M = row.mantissa_bits, kBias = row.bias;
+  constexpr uint32_t kMaxMag = row.max_code;
   const __m512i u = _mm512_castps_si512(v);
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
   const __m512i sign = _mm512_and_si512(u, _mm512_set1_epi32(int(0x80000000u)));
@@ -106,9 +110,12 @@ TG_TARGET_LANES inline __m512 sr_round16(__m512 v, __m512i rnd) {
   const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
   __m512i val = _mm512_mask_blend_epi32(is_sub, norm_bits, _mm512_castps_si512(sub));
   val = _mm512_or_si512(val, sign);
-  // NaN: the format's NaN code, which decodes to 0x7fffffff.
+  // NaN: the format's NaN code, which decodes to 0x7fffffff, or +max in a format without NaN.
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(val, nan, _mm512_set1_epi32(0x7fffffff)));
+  const __m512i nan_value = row.specials == SpecialValues::None
+                                ? _mm512_castps_si512(_mm512_set1_ps(row.max))
+                                : _mm512_set1_epi32(0x7fffffff);
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(val, nan, nan_value));
 }
 
 // E2M1's stochastic round trip (values 0, 0.5, 1, ..., 6) in fewer steps than the general
@@ -155,7 +162,7 @@ TG_TARGET_LANES inline __m512i hash_inputs(uint64_t mixed, uint64_t idx0) {
 
 // x[c] for c in [0, n16), n16 a multiple of 16, at one scale; z: the hash inputs of x[0],
 // advanced past x[n16).
-template <int M, int kBias, uint32_t kMaxMag>
+template <ElemFormat F>
 TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 vdec, __m512i& z) {
   const __m512i step = _mm512_set1_epi64(int64_t(8 * kGolden));
   for (int c = 0; c < n16; c += 16) {
@@ -163,31 +170,31 @@ TG_TARGET_LANES inline void sr_round_run(float* x, int n16, __m512 venc, __m512 
     z = _mm512_add_epi64(z, step);
     const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + c), venc);
     __m512 r;
-    if constexpr (M == 1)  // E2M1, the one format with one mantissa bit
+    if constexpr (F == ElemFormat::E2M1)  // its own shorter path, the same bits
       r = sr_round16_e2m1(v, rnd);
     else
-      r = sr_round16<M, kBias, kMaxMag>(v, rnd);
+      r = sr_round16<F>(v, rnd);
     _mm512_storeu_ps(x + c, _mm512_mul_ps(r, vdec));
   }
 }
 
-template <int M, int kBias, uint32_t kMaxMag>
+template <ElemFormat F>
 TG_TARGET_LANES int sr_round_impl(float* x, int n, float enc, float dec, uint64_t mixed,
                                   uint64_t idx0) {
   __m512i z = hash_inputs(mixed, idx0);
   const int n16 = n / 16 * 16;
-  sr_round_run<M, kBias, kMaxMag>(x, n16, _mm512_set1_ps(enc), _mm512_set1_ps(dec), z);
+  sr_round_run<F>(x, n16, _mm512_set1_ps(enc), _mm512_set1_ps(dec), z);
   return n16;
 }
 
 // Whole groups of gc values (a multiple of 16), each at its scale, one hash stream throughout.
-template <int M, int kBias, uint32_t kMaxMag>
+template <ElemFormat F>
 TG_TARGET_LANES void sr_round_groups_impl(float* x, int groups, int gc, const GroupScale* sg,
                                           uint64_t mixed, uint64_t idx0) {
   __m512i z = hash_inputs(mixed, idx0);
   for (int j = 0; j < groups; j++)
-    sr_round_run<M, kBias, kMaxMag>(x + size_t(j) * gc, gc, _mm512_set1_ps(sg[j].enc),
-                                    _mm512_set1_ps(sg[j].dec), z);
+    sr_round_run<F>(x + size_t(j) * gc, gc, _mm512_set1_ps(sg[j].enc), _mm512_set1_ps(sg[j].dec),
+                    z);
 }
 
 }  // namespace
@@ -195,13 +202,11 @@ TG_TARGET_LANES void sr_round_groups_impl(float* x, int groups, int gc, const Gr
 int sr_round_lanes(float* x, int n, float enc, float dec, uint64_t mixed, uint64_t idx0,
                    ElemFormat f) {
   if (!quantize_lanes_available() || (idx0 & 1)) return 0;
-  switch (f) {
-    case ElemFormat::E2M1: return sr_round_impl<1, 1, 0x7u>(x, n, enc, dec, mixed, idx0);
-    case ElemFormat::E4M3: return sr_round_impl<3, 7, 0x7eu>(x, n, enc, dec, mixed, idx0);
-    case ElemFormat::E5M2: return sr_round_impl<2, 15, 0x7bu>(x, n, enc, dec, mixed, idx0);
-    case ElemFormat::BF16: break;
-  }
-  return 0;
+  int done = 0;
+  dispatch_operand_format(f, [&](auto format) {
+    done = sr_round_impl<decltype(format)::value>(x, n, enc, dec, mixed, idx0);
+  });
+  return done;
 }
 
 TG_TARGET_LANES void group_amax_lanes(const float* x, int groups, int gc, uint32_t* out) {
@@ -218,19 +223,10 @@ TG_TARGET_LANES void group_amax_lanes(const float* x, int groups, int gc, uint32
 int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, uint64_t mixed,
                           uint64_t idx0, ElemFormat f) {
   if (!quantize_lanes_available() || (idx0 & 1) || gc % 16 != 0) return 0;
-  switch (f) {
-    case ElemFormat::E2M1:
-      sr_round_groups_impl<1, 1, 0x7u>(x, groups, gc, sg, mixed, idx0);
-      return groups;
-    case ElemFormat::E4M3:
-      sr_round_groups_impl<3, 7, 0x7eu>(x, groups, gc, sg, mixed, idx0);
-      return groups;
-    case ElemFormat::E5M2:
-      sr_round_groups_impl<2, 15, 0x7bu>(x, groups, gc, sg, mixed, idx0);
-      return groups;
-    case ElemFormat::BF16: break;
-  }
-  return 0;
+  const bool done = dispatch_operand_format(f, [&](auto format) {
+    sr_round_groups_impl<decltype(format)::value>(x, groups, gc, sg, mixed, idx0);
+  });
+  return done ? groups : 0;
 }
 
 namespace {

@@ -97,7 +97,14 @@ inline float fp8_round_trip(float x, float fmax) {
   r = r > fmax ? fmax : r;
   return bits_f32(f32_bits(r) | sign);
 }
-inline float e4m3_round_trip(float x) { return fp8_round_trip<3, -6, -9>(x, E4M3_MAX); }
+// fp8_round_trip of operand format F, from its row (a format with subnormals).
+template <ElemFormat F>
+inline float nearest_round_trip(float x) {
+  constexpr ElemFormatInfo r = elem_format_info(F);
+  static_assert(r.subnormals, "fp8_round_trip rounds to the subnormal step below min_normal");
+  return fp8_round_trip<r.mantissa_bits, 1 - r.bias, 1 - r.bias - r.mantissa_bits>(x, r.max);
+}
+inline float e4m3_round_trip(float x) { return nearest_round_trip<ElemFormat::E4M3>(x); }
 // E2M1 round trip (nearest even, saturating at 6) of a finite value without branches: the
 // grid {0, 0.5, 1, 1.5, 2, 3, 4, 6} has step 0.5 below 2, 1 below 4, 2 above, and in each
 // range an even multiple of the step is an even code, so rint (ties to even) at that step is
@@ -131,6 +138,6 @@ inline float e2m1_sr_round_trip(float x, uint32_t bits) {
   r = r > 6.0f ? 6.0f : r;
   return std::copysign(r, x);
 }
-inline float e5m2_round_trip(float x) { return fp8_round_trip<2, -14, -16>(x, E5M2_MAX); }
+inline float e5m2_round_trip(float x) { return nearest_round_trip<ElemFormat::E5M2>(x); }
 
 }  // namespace tg::cpu

@@ -84,13 +84,17 @@ bool is_32f(cublasLtMatmulMatrixScale_t m) {
 
 // The scale mode that expresses o exactly, or why there is none ("" when there is).
 std::string operand_mode(const OperandRecipe& o, OperandMode* m) {
+  // cuBLASLt's own name of each format (the one per-format list here: CUDA's types are not
+  // src/numerics's to know).
   switch (o.elem) {
     case ElemFormat::E4M3: m->type = CUDA_R_8F_E4M3; break;
     case ElemFormat::E5M2: m->type = CUDA_R_8F_E5M2; break;
     case ElemFormat::E2M1: m->type = CUDA_R_4F_E2M1; break;
-    case ElemFormat::BF16: return "a bf16 operand";
+    case ElemFormat::BF16:
+    case ElemFormat::E8M0:
+    case ElemFormat::UE4M3: return strf("a %s operand", elem_format_name(o.elem));
   }
-  const bool fp8 = o.elem != ElemFormat::E2M1;
+  const bool fp8 = elem_bits(o.elem) == 8;
   const Granularity g = o.granularity;
   if (fp8 && fp32_scale(o.scale) && g == Granularity::Row) {
     *m = {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, m->type, 1, 9, 120900};

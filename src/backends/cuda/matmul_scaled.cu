@@ -42,7 +42,7 @@ float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
 void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
                               uint64_t sa, uint64_t sb) {
-  const DType qt = operand_in_bf16(g.a) && operand_in_bf16(g.b) ? DType::BF16 : DType::F32;
+  const DType qt = dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? DType::BF16 : DType::F32;
   const size_t qs = dtype_size(qt);
   void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
   void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);

@@ -150,10 +150,10 @@ size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mo
 void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, uint64_t seed,
                     const OperandSource& x, int rows, int cols, uint8_t* codes, void* scale,
                     float* post) {
-  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16)
+  if (rows <= 0 || cols <= 0 || !is_operand_format(o.elem))
     throw Error("cuda backend: quantize_codes needs a narrow, non-empty operand");
-  if (o.elem == ElemFormat::E2M1 && cols % 2)
-    throw Error("cuda backend: packed E2M1 codes need an even row length");
+  if (elem_bits(o.elem) == 4 && cols % 2)
+    throw Error("cuda backend: packed 4-bit codes need an even row length");
   const QuantParams p = params_of(o, rows, cols);
   const unsigned* tbits = nullptr;
   const Scale2* scales = group_scales(c, p, x, rows, cols, post, NAN, &tbits);
@@ -163,26 +163,9 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
   TG_LAUNCH_CHECK();
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);
-  switch (o.elem) {
-    case ElemFormat::E4M3:
-      codes_rounding<ElemFormat::E4M3>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
-      break;
-    case ElemFormat::E5M2:
-      codes_rounding<ElemFormat::E5M2>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
-      break;
-    case ElemFormat::E2M1:
-      codes_rounding<ElemFormat::E2M1>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
-      break;
-    case ElemFormat::BF16: break;  // refused above
-  }
-}
-
-bool operand_in_bf16(const OperandRecipe& o) {
-  const bool narrow =
-      o.elem == ElemFormat::E4M3 || o.elem == ElemFormat::E5M2 || o.elem == ElemFormat::E2M1;
-  const bool exact_scale =
-      o.scale == ScaleFormat::E8M0 || o.scale == ScaleFormat::Pow2 || o.scale == ScaleFormat::E4M3;
-  return narrow && exact_scale;
+  dispatch_operand_format(o.elem, [&](auto format) {
+    codes_rounding<decltype(format)::value>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
+  });
 }
 
 void stage_operand(Ctx& c, float* dst, DType t, const void* src, bool transposed, int rows,
@@ -210,9 +193,9 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
   static const float one = 1.0f;
   if (out_type != DType::F32 && out_type != DType::BF16)
     throw Error("cuda backend: quantized operands are fp32 or bf16");
-  if (rows <= 0 || cols <= 0 || o.elem == ElemFormat::BF16) {
+  if (rows <= 0 || cols <= 0 || !is_low_bit(o.elem)) {
     // Left as it is (a bf16 operand of precision.mode=auto, whose GEMM operands are fp32 as
-    // operand_in_bf16 says): its fp32 copy.
+    // dequantizes_to_bf16 says): its fp32 copy.
     upload(c, post, &one, sizeof one);
     if (rows <= 0 || cols <= 0) return;
     if (out_type != DType::F32)
@@ -226,21 +209,11 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
   const Scale2* scales = group_scales(c, p, x, rows, cols, post, 1.0f, &tbits);
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);
-  switch (o.elem) {
-    case ElemFormat::E4M3:
-      apply_rounding<ElemFormat::E4M3>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
-                                       mixed);
-      break;
-    case ElemFormat::E5M2:
-      apply_rounding<ElemFormat::E5M2>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
-                                       mixed);
-      break;
-    case ElemFormat::E2M1:
-      apply_rounding<ElemFormat::E2M1>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
-                                       mixed);
-      break;
-    case ElemFormat::BF16: break;  // returned above
-  }
+  const bool known = dispatch_operand_format(o.elem, [&](auto format) {
+    apply_rounding<decltype(format)::value>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
+                                            mixed);
+  });
+  if (!known) throw Error("cuda backend: quantizing into a format that is not an operand format");
 }
 
 }  // namespace tg::gpu

@@ -10,7 +10,7 @@
 // times its block scale), and the existing GEMM wrapper multiplies them with fp32
 // accumulation; the operands' tensor factors (NVFP4's 1 / S) and the bias follow in one fp32
 // epilogue that rounds the output once. The operands are bf16 when both are exact in bf16
-// (operand_in_bf16), else fp32 (CUBLAS_COMPUTE_32F, no TF32).
+// (dequantizes_to_bf16), else fp32 (CUBLAS_COMPUTE_32F, no TF32).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,16 +20,10 @@
 
 namespace tg::gpu {
 
-// Whether the dequantized values q d of an operand are bf16 values, so that storing them in
-// bf16 loses nothing (src/backends/cpu/matmul_scaled.cpp's bf16_exact, the same rule): FP8 or FP4
-// elements (at most 4 significant bits) times a power-of-two scale (E8M0, Pow2) or a UE4M3
-// block scale (4 bits; NVFP4, whose fp32 tensor scale stays outside the GEMM) have at most 8
-// significant bits. fp32 scales (fp8-rowwise, fp8-block) do not: q (1/s) has up to 24 bits.
-// The one exception: a value below bf16's smallest normal, 2^-126, is kept on bf16's
-// subnormal grid (spacing 2^-133), so E4M3 (E5M2) elements of a block whose power-of-two
-// scale is below 2^-124 (2^-117), i.e. a block amax under about 2^-116 (2^-102), lose their
-// last bits; E2M1 and UE4M3-scaled values never do.
-bool operand_in_bf16(const OperandRecipe& o);
+// A bf16 GEMM operand (dequantizes_to_bf16, src/numerics/recipe.h) keeps a value below bf16's
+// smallest normal, 2^-126, on bf16's subnormal grid (spacing 2^-133), so E4M3 (E5M2) elements
+// of a block whose power-of-two scale is below 2^-124 (2^-117), i.e. a block amax under about
+// 2^-116 (2^-102), lose their last bits; E2M1 and UE4M3-scaled values never do.
 
 // A GEMM operand (rows, cols), blocks along cols, as a view of where it lies: `data` of type
 // `type` (F32, BF16 or F16), row-major (rows, cols), or (cols, rows) when `transposed` (the
