@@ -47,6 +47,7 @@ need=(
   libopenmpi-dev
   openmpi-bin
   python3-matplotlib
+  procps  # pgrep: the MPI signal test finds one rank's process (not in a minimal Debian root)
 )
 if [ $hf -eq 1 ]; then
   need+=(python3-torch python3-venv)
