@@ -9,10 +9,12 @@
 # (scripts/gpu_deps.sh + EXTRA_CFLAGS=-I.deps/include for a machine without the header
 # packages); SKIP_SETUP=1 never runs scripts/setup.sh (no package registry). A build with
 # NO_MPI or NO_BLAS goes to its own folder, build/<variant>/, binary included.
-# With nvcc, src/backends/cuda/*.cu (the CUDA backend) is built into libtrain_gpt_cuda.so beside the
-# binary, which train_gpt opens only when a run asks for a GPU (src/backends/cuda_library.h), and is
-# linked with tests/cuda/*.cu into the test binary; without nvcc (or with SAN=1) neither is
-# built and train_gpt runs on the CPU only. With the CUDA toolkit's headers, `make test` also
+# CUDA=1 (CI and the GPU scripts set it), or a machine where `nvidia-smi -L` lists a GPU, builds
+# src/backends/cuda/*.cu (the CUDA backend) with nvcc into libtrain_gpt_cuda.so beside the
+# binary, which train_gpt opens only when a run asks for a GPU (src/backends/cuda_library.h), and
+# links it with tests/cuda/*.cu into the test binary; otherwise (no GPU, CUDA=0, no nvcc or SAN=1)
+# neither is built and train_gpt runs on the CPU only: nvcc's three arches take minutes that a
+# machine without a GPU has no use for. With the CUDA toolkit's headers, `make test` also
 # builds and runs the emulated kernel tests (build/<variant>/kernels_emulated, ASan+UBSan under
 # SAN=1) and, but under SAN=1, the checked kernel tests (kernels_checked: racecheck, memcheck,
 # initcheck of every launcher).
@@ -22,6 +24,10 @@ CXX      ?= g++
 # newer compiler that warns about more, warns and builds.
 WERROR   ?=
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# CUDA=1 builds the CUDA backend, CUDA=0 never; unset, only where a GPU is present.
+ifeq ($(origin CUDA),undefined)
+  CUDA := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU'),1,0)
+endif
 SAN      ?=
 THREADS  ?= 0
 EXTRA_CFLAGS ?=
@@ -50,7 +56,7 @@ else
   BIN      := $(if $(VARIANT),$(BUILD)/train_gpt,train_gpt)
   OPT      := -O3 -march=native $(TUNE) -g
   LDSAN    :=
-  USE_NVCC := $(NVCC)
+  USE_NVCC := $(if $(filter 1,$(CUDA)),$(NVCC))
 endif
 
 # OpenMPI from Debian (scripts/setup.sh installs it); NO_MPI=1 builds without it.
@@ -80,7 +86,8 @@ else
   BLAS_LIBS  := -L$(OPENBLAS_LIB) -Xlinker -rpath=$(OPENBLAS_LIB) -lopenblas
 endif
 
-CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(USE_NVCC))
+# The toolkit's folder, whether or not the CUDA backend is built (the emulated tests read its headers).
+CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
 WERR       := $(if $(filter 1,$(WERROR)),-Werror)
 NVWERR     := $(if $(filter 1,$(WERROR)),-Werror all-warnings -Xcompiler -Werror)
 CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
@@ -98,7 +105,7 @@ CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Xlinker -rpath,$(CUDA_HOM
 # libnccl itself is not linked: nccl_comm.cu opens libnccl.so.2 when a multi-GPU job makes
 # its communicator (one GPU needs none), searching NCCL_HOME's lib folders (the rpath) first.
 NCCL_HOME  ?= $(CUDA_HOME)
-HAVE_NCCL  := $(if $(filter 1,$(NO_NCCL)),,$(if $(USE_NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
+HAVE_NCCL  := $(if $(filter 1,$(NO_NCCL) $(SAN)),,$(if $(NVCC),$(wildcard $(NCCL_HOME)/include/nccl.h)))
 ifneq ($(HAVE_NCCL),)
   CXXFLAGS   += -DTG_NCCL
   NVCCFLAGS  += -DTG_NCCL -I$(NCCL_HOME)/include
@@ -140,6 +147,13 @@ $(BUILD)/src/backends/cpu/tanh_fp32.o: CXXFLAGS += -ffp-contract=off
 # src/backends/cpu/exp_fp32.cpp each one glibc's expf makes.
 $(BUILD)/src/backends/cpu/attention.o: CXXFLAGS += -ffp-contract=off
 $(BUILD)/src/backends/cpu/exp_fp32.o: CXXFLAGS += -ffp-contract=off
+
+# src/backends/cuda_library.cpp is the one object whose code CUDA= changes (TG_CUDA): a stamp
+# named after the setting makes a switch between `make` and `make CUDA=1` recompile it.
+CUDA_STAMP := $(BUILD)/.cuda-$(if $(USE_NVCC),on,off)
+$(CUDA_STAMP): | deps
+	@mkdir -p $(dir $@) && rm -f $(BUILD)/.cuda-on $(BUILD)/.cuda-off && touch $@
+$(BUILD)/src/backends/cuda_library.o: $(CUDA_STAMP)
 
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)

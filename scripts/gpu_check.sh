@@ -279,7 +279,7 @@ stage_env() {
 # ---------------------------------------------------------------- 2. build (sm_90 only)
 
 make_vars() {  # the build's make variables, one per line
-  printf '%s\n' NO_BLAS=1 NO_MPI=1 SKIP_SETUP=1 "EXTRA_CFLAGS=-I$ROOT/.deps/include" \
+  printf '%s\n' CUDA=1 NO_BLAS=1 NO_MPI=1 SKIP_SETUP=1 "EXTRA_CFLAGS=-I$ROOT/.deps/include" \
     "BUILD=$BUILD" "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90" "${NCCL_MAKE:-NO_NCCL=1}"
 }
 

@@ -79,7 +79,8 @@ std::string cuda_library_path() { return join_path(executable_dir(), "libtrain_g
 const CudaLibrary& cuda_library() {
   static std::mutex m;
   std::lock_guard<std::mutex> lock(m);
-  if (!cuda_built()) throw Error("this binary was built without CUDA (build with nvcc installed)");
+  if (!cuda_built())
+    throw Error("this binary was built without CUDA (rebuild with `make CUDA=1`, nvcc installed)");
   if (!g_library) g_library = open_library();
   return *g_library;
 }

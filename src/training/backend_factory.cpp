@@ -25,7 +25,7 @@ std::string resolve_device(const std::string& device) {
     if (device == "cuda")
       throw UsageError(
           "config key 'train.device': cuda is not available: this binary was built without "
-          "CUDA (build with nvcc installed; use cpu or auto)");
+          "CUDA (rebuild with `make CUDA=1`, nvcc installed; use cpu or auto)");
     return "cpu";
   }
   if (device == "cuda") {

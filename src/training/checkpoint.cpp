@@ -12,6 +12,7 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/numerics/moment_block.h"
+#include "src/training/checkpoint_cleanup.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -349,7 +350,7 @@ void prune_own_checkpoints(const std::string& out_dir, const std::string& run_id
   std::vector<std::string> own;
   for (const std::string& d : list_checkpoints(out_dir))
     if (!run_id.empty() && checkpoint_run_id(d) == run_id) own.push_back(d);
-  for (size_t i = 0; i + size_t(keep) < own.size(); i++) remove_tree(own[i]);
+  for (size_t i = 0; i + size_t(keep) < own.size(); i++) remove_checkpoint_dir(own[i]);
 }
 
 }  // namespace

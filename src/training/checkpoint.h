@@ -31,7 +31,9 @@
 //   manifest.json  written last: size and FNV-1a checksum of state.json (version 2)
 // It is written under a temporary name, every file fsync'ed, then renamed: a directory
 // named ckpt_* is always complete. This run's older ones beyond `keep` are removed
-// afterwards; checkpoints of other runs, or that cannot be read, are never removed.
+// afterwards (renamed .ckpt_<step>.pruning first, so that a kill part way leaves a name the
+// next run's cleanup removes: checkpoint_cleanup.h); checkpoints of other runs, or that
+// cannot be read, are never removed.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "backend_factory.h"
+#include "checkpoint_cleanup.h"
 #include "gpu_peak.h"
 #include "hf.h"
 #include "memory_check.h"
@@ -324,6 +325,13 @@ void Trainer::resume_or_claim() {
     cm_->broadcast(run_id_.data(), run_id_.size(), 0);  // 16 hex digits on every rank
     return;
   }
+  // What killed writes and prunes left is removed first (rank 0, under the run's lock), so
+  // that every rank lists the same checkpoints.
+  if (rank_ == 0) {
+    const std::string line = cleanup_line(out, cleanup_run_dir(out));
+    if (!line.empty()) printf("%s\n", line.c_str());
+  }
+  cm_->barrier();
   const std::vector<std::string> ckpts = list_checkpoints(out);
   if (ckpts.empty()) {
     printf("checkpoint.resume: no checkpoint in %s, starting from scratch\n", out.c_str());
