@@ -174,7 +174,9 @@ $(BIN): $(BUILD)/train_gpt.o $(OBJ) $(CUDA_LIB)
 $(BUILD)/run_tests: $(TEST_OBJ) $(TEST_CU_OBJ) $(OBJ) $(CU_OBJ)
 	$(USE_NVCC) $(CUDA_ARCHS) -o $@ $^ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 else
+# A library left by an earlier CUDA=1 build goes: this binary would never open it.
 $(BIN): $(BUILD)/train_gpt.o $(OBJ)
+	@rm -f $(dir $@)libtrain_gpt_cuda.so
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
 $(BUILD)/run_tests: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(OPT) $(LDSAN) -fopenmp -o $@ $^ $(LDLIBS)
