@@ -43,4 +43,9 @@ bool nccl_missing() {
   return e && strcmp(e, "1") == 0;
 }
 
+size_t bpe_long_piece() {
+  const char* e = getenv("TG_TEST_BPE_LONG_PIECE");
+  return e ? size_t(strtoull(e, nullptr, 10)) : 0;
+}
+
 }  // namespace tg::test_hooks

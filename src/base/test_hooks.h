@@ -7,6 +7,8 @@
 //   TG_TEST_REDUCE_CHUNK=N    the gradient reduction's staging chunk, in elements
 //   TG_TEST_HOST_MEMORY=A:T   this machine has A bytes of memory available of T (host_memory())
 //   TG_TEST_HOST_ALLOC_LIMIT=N the CPU backend's allocations fail past N bytes in use
+//   TG_TEST_BPE_LONG_PIECE=N  GPT-2 pieces longer than N bytes take the long-piece merge
+//                             (src/data/bpe_long_piece.h) instead of past 64 KiB
 //   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error
 //                             a machine without libnccl.so.2 gives)
 #pragma once
@@ -22,5 +24,6 @@ bool nccl_missing();
 // TG_TEST_HOST_MEMORY: false when unset; else *available and *total from it.
 bool host_memory(unsigned long long* available, unsigned long long* total);
 size_t host_alloc_limit();  // 0: none
+size_t bpe_long_piece();    // 0: the default
 
 }  // namespace tg::test_hooks

@@ -13,6 +13,8 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/base/sha256.h"
+#include "src/base/test_hooks.h"
+#include "bpe_long_piece.h"
 #include "tokenizer.h"
 
 namespace tg {
@@ -33,6 +35,9 @@ const char* const kGpt2ContentSha256 =
     "20110f1734707c7518e97afb3d1be66564aa191403e715bf87ea8dcb586ddec0";
 constexpr size_t kCacheLimit = 1 << 16;    // pieces; the cache starts over when full
 constexpr size_t kCachedPieceBytes = 256;  // longer pieces are rare: merged, not cached
+// Pieces longer than this are merged in 3 bytes of scratch per byte (bpe_long_piece.h), not
+// the heap's 40: only pathological text (a line of letters without spaces) has them.
+constexpr size_t kLongPieceBytes = 1 << 16;
 
 // A code point from s at *i (valid UTF-8), advancing *i.
 uint32_t next_code_point(std::string_view s, size_t* i) {
@@ -231,6 +236,7 @@ struct BpeTokenizer::Impl {
   pcre2_code* pattern = nullptr;
   std::string vocab_path, merges_path, vocab_sha, merges_sha;
   std::vector<uint8_t> merge_split;  // merge n: the length of its left part
+  size_t long_piece_bytes = SIZE_MAX;  // longer pieces: merge_long_piece (SIZE_MAX: never)
   ~Impl() { pcre2_code_free(pattern); }
 
   void read_vocab(const std::string& path);
@@ -356,6 +362,10 @@ BpeTokenizer::BpeTokenizer(const std::string& dir) : impl_(std::make_unique<Impl
              "originals into data/gpt2/",
              m.vocab_path.c_str(), m.merges_path.c_str(), digest.c_str(), kGpt2ContentSha256));
   m.compile_pattern();
+  size_t longest = 0;
+  for (const std::string& t : m.tokens) longest = std::max(longest, t.size());
+  if (long_piece_merge_fits(m.tokens.size(), longest))
+    m.long_piece_bytes = test_hooks::bpe_long_piece() ? test_hooks::bpe_long_piece() : kLongPieceBytes;
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -481,6 +491,10 @@ void BpeTokenizer::Encoder::State::encode_piece(std::string_view piece,
   const uint32_t whole = rank_of(piece);
   if (whole != kNoRank) {
     out->push_back(whole);
+    return;
+  }
+  if (piece.size() > tok.long_piece_bytes) {
+    merge_long_piece(piece, [this](std::string_view b) { return rank_of(b); }, out);
     return;
   }
   if (piece.size() > kCachedPieceBytes) {

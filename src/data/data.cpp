@@ -85,24 +85,35 @@ std::vector<uint32_t> read_shard(const std::string& path, int vocab_size) {
 }
 
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
-  if (tokens.size() > uint64_t(INT32_MAX))
-    throw Error(strf("shard %s: too many tokens (%zu)", path.c_str(), tokens.size()));
-  bool narrow = std::all_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t < 65536; });
-  int width = narrow ? 2 : 4;
-  std::vector<char> buf(1024 + tokens.size() * width);
+  write_shard(path, std::vector<TokenSpan>{{tokens.data(), tokens.size()}});
+}
+
+void write_shard(const std::string& path, const std::vector<TokenSpan>& parts) {
+  size_t count = 0;
+  bool narrow = true;
+  for (const TokenSpan& p : parts) {
+    count += p.n;
+    narrow = narrow && std::all_of(p.data, p.data + p.n, [](uint32_t t) { return t < 65536; });
+  }
+  if (count > uint64_t(INT32_MAX))
+    throw Error(strf("shard %s: too many tokens (%zu)", path.c_str(), count));
+  const int width = narrow ? 2 : 4;
+  std::vector<char> buf(1024 + count * width);
   int32_t h[256] = {};
   h[0] = narrow ? kShardMagic : kShardMagicU32;
   h[1] = narrow ? kShardVersion : kShardVersionU32;
-  h[2] = int32_t(tokens.size());
+  h[2] = int32_t(count);
   memcpy(buf.data(), h, sizeof(h));
-  for (size_t i = 0; i < tokens.size(); i++) {
-    if (narrow) {
-      uint16_t t = uint16_t(tokens[i]);
-      memcpy(buf.data() + 1024 + 2 * i, &t, 2);
-    } else {
-      memcpy(buf.data() + 1024 + 4 * i, &tokens[i], 4);
+  char* at = buf.data() + 1024;
+  for (const TokenSpan& p : parts)
+    for (size_t i = 0; i < p.n; i++, at += width) {
+      if (narrow) {
+        const uint16_t t = uint16_t(p.data[i]);
+        memcpy(at, &t, 2);
+      } else {
+        memcpy(at, &p.data[i], 4);
+      }
     }
-  }
   write_file_atomic(path, buf.data(), buf.size());
 }
 

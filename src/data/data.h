@@ -30,6 +30,12 @@ std::vector<uint32_t> read_shard(const std::string& path, int vocab_size);
 // Writes uint16 tokens (version 1) when every id fits, else uint32 (version 7); the file
 // appears under its name only when complete.
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens);
+// The same shard from the concatenation of `parts` (no copy of the tokens into one vector).
+struct TokenSpan {
+  const uint32_t* data;
+  size_t n;
+};
+void write_shard(const std::string& path, const std::vector<TokenSpan>& parts);
 
 struct LoaderPosition {
   uint64_t epoch = 0;

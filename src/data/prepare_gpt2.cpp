@@ -76,11 +76,49 @@ void add_jsonl(Corpus* c, const std::string& path) {
   }
 }
 
-void add_folder(Corpus* c, const std::string& dir) {
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) files.push_back(e.path().string());
+// A folder's files, recursively, in name order. Symlinks to files are read, with a note when
+// they lead out of the folder (the corpus then holds files nobody sees in it); a symlink that
+// cannot be resolved (a loop, a dangling link) and a symlinked folder (never entered: a loop
+// could never end) are skipped with a warning.
+std::vector<std::string> folder_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string root = fs::canonical(dir, ec).string() + "/";
+  std::vector<std::string> files, outside, skipped;
+  fs::recursive_directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& e = *it;
+    const std::string path = e.path().string();
+    std::error_code lec;
+    if (!e.is_symlink(lec)) {
+      if (e.is_regular_file(lec)) files.push_back(path);
+      continue;
+    }
+    const fs::path target = fs::canonical(e.path(), lec);
+    if (lec)
+      skipped.push_back(path + " (" + lec.message() + ")");
+    else if (fs::is_directory(target, lec))
+      skipped.push_back(path + " -> " + target.string() + " (a symlinked folder: not entered)");
+    else if (fs::is_regular_file(target, lec)) {
+      files.push_back(path);
+      if (target.string().compare(0, root.size(), root) != 0)
+        outside.push_back(path + " -> " + target.string());
+    }
+  }
+  if (ec) throw Error(strf("input folder %s: cannot list it: %s", dir.c_str(), ec.message().c_str()));
+  auto say = [&](const char* kind, const char* what, const std::vector<std::string>& v) {
+    std::string list;
+    for (const std::string& s : v) list += (list.empty() ? "" : ", ") + s;
+    if (!v.empty()) fprintf(stderr, "%s: input folder %s: %s: %s\n", kind, dir.c_str(), what, list.c_str());
+  };
+  say("note", "read these symlinks, which lead out of it", outside);
+  say("warning", "skipped these symlinks", skipped);
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+void add_folder(Corpus* c, const std::string& dir) {
+  const std::vector<std::string> files = folder_files(dir);
   if (files.empty()) throw Error(strf("input folder %s holds no files", dir.c_str()));
   for (const std::string& f : files) {
     const std::string& text = c->buffers.emplace_back(read_text(f));
@@ -183,18 +221,25 @@ std::vector<std::vector<uint32_t>> tokenize(const Corpus& c, const BpeTokenizer&
 }
 
 // The documents [begin, end) in shards of at most shard_tokens; returns the shard count.
+// A shard is written from spans of the documents' ids, not a copy of them.
 int write_split(const Gpt2PrepareOptions& o, const char* split,
                 const std::vector<std::vector<uint32_t>>& ids, size_t begin, size_t end) {
-  std::vector<uint32_t> shard;
+  std::vector<TokenSpan> shard;
+  int64_t in_shard = 0;
   int n = 0;
   auto flush = [&] {
     write_shard(join_path(o.out_dir, strf("%s_%s_%06d.bin", o.name.c_str(), split, n++)), shard);
     shard.clear();
+    in_shard = 0;
   };
   for (size_t d = begin; d < end; d++)
-    for (uint32_t t : ids[d]) {
-      shard.push_back(t);
-      if (int64_t(shard.size()) == o.shard_tokens) flush();
+    for (size_t at = 0; at < ids[d].size();) {
+      const size_t take = size_t(std::min<int64_t>(int64_t(ids[d].size() - at),
+                                                   o.shard_tokens - in_shard));
+      shard.push_back({ids[d].data() + at, take});
+      at += take;
+      in_shard += int64_t(take);
+      if (in_shard == o.shard_tokens) flush();
     }
   if (!shard.empty() || n == 0) flush();
   return n;

@@ -7,7 +7,13 @@
 // control characters, long runs), line by line and whole, and on random text drawn from those
 // scripts.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <climits>
+#include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -284,4 +290,87 @@ TEST_CASE("bpe: damaged files and bad text are clear errors") {
             "notes.txt: invalid UTF-8 at byte offset 5 (byte 0xE2)"));
   CHECK(has(tgt::error_of([&] { tok.decode({50257}); }), "token id 50257"));
   CHECK(tok.decode({tg::kGpt2EndOfText}) == "<|endoftext|>");
+}
+
+namespace {
+
+// A tokenizer whose pieces longer than `bytes` take the long-piece merge (SIZE_MAX: never).
+std::unique_ptr<tg::BpeTokenizer> tokenizer_with_long_pieces_past(size_t bytes) {
+  setenv("TG_TEST_BPE_LONG_PIECE", std::to_string(bytes).c_str(), 1);
+  auto tok = std::make_unique<tg::BpeTokenizer>(vocab_dir());
+  unsetenv("TG_TEST_BPE_LONG_PIECE");
+  return tok;
+}
+
+// Peak resident memory of `train_gpt args` in its own process (wait4's accounting), bytes.
+long long peak_rss_of(const std::string& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + tgt::binary() + " " + args + " >/dev/null 2>&1").c_str(),
+          (char*)nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  REQUIRE(wait4(pid, &status, 0, &ru) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return ru.ru_maxrss * 1024LL;
+}
+
+}  // namespace
+
+TEST_CASE("bpe: the long-piece merge gives the heap merge's ids, piece for piece") {
+  if (!have_vocab()) {
+    MESSAGE(tgt::kNoGpt2Vocab);
+    return;
+  }
+  const auto all_long = tokenizer_with_long_pieces_past(1);
+  const auto none_long = tokenizer_with_long_pieces_past(SIZE_MAX);
+  std::vector<std::string> docs = corpus_lines();
+  tg::Rng r(11);
+  for (int i = 0; i < 200; i++) docs.push_back(random_text(r, 1 + r.below(40)));
+  // Long pieces of the kinds a pathological line has: letters without spaces, one letter
+  // repeated (equal-rank pairs overlapping: leftmost first), digits, punctuation, CJK.
+  std::string letters, digits, punct;
+  for (int i = 0; i < 200000; i++) letters += char('a' + r.below(26));
+  for (int i = 0; i < 50000; i++) digits += char('0' + r.below(10));
+  for (int i = 0; i < 50000; i++) punct += "!?.,-=+*"[r.below(8)];
+  docs.push_back(letters);
+  docs.push_back(std::string(100001, 'a'));
+  docs.push_back(digits);
+  docs.push_back(punct);
+  std::string cjk;
+  for (int i = 0; i < 20000; i++) cjk += i % 3 ? "\xe6\xbc\xa2" : "\xe5\xad\x97";
+  docs.push_back(cjk);
+  for (size_t i = 0; i < docs.size(); i++) {
+    INFO("document " << i << ": " << tg::printable(docs[i].substr(0, 80)));
+    const std::vector<uint32_t> got = all_long->encode(docs[i]);
+    CHECK(got == none_long->encode(docs[i]));
+    CHECK(all_long->decode(got) == docs[i]);
+  }
+}
+
+TEST_CASE("bpe: prepare's memory on a line of letters without a space is a few times the line") {
+  if (!have_vocab()) {
+    MESSAGE(tgt::kNoGpt2Vocab);
+    return;
+  }
+  tgt::TempDir d;
+  tg::Rng r(5);
+  std::string line;
+  for (int i = 0; i < 8000000; i++) line += char('a' + r.below(26));
+  tg::write_text_atomic(d / "line.txt", line + "\n\nand a second document.\n");
+  tg::write_text_atomic(d / "small.txt", "a first document.\n\nand a second document.\n");
+  const std::string common = " --tokenizer gpt2 --vocab_dir '" + vocab_dir() + "' --threads 1";
+  const long long base = peak_rss_of("prepare text --input '" + (d / "small.txt") + "' --out '" +
+                                     (d / "small") + "'" + common);
+  const long long peak = peak_rss_of("prepare text --input '" + (d / "line.txt") + "' --out '" +
+                                     (d / "line") + "'" + common);
+  const double times = double(peak - base) / double(line.size());
+  MESSAGE("peak " << peak / 1048576 << " MiB, " << times << "x the line above a small input's "
+                  << base / 1048576 << " MiB");
+  // The ids alone are 4 bytes per token (0.6 tokens per byte here): 2.4x. The heap merge
+  // took about 28x.
+  CHECK(times < 7);
 }
