@@ -197,6 +197,9 @@ class Backend {
   virtual void synchronize() {}
   // The hardware, e.g. "NVIDIA H100 80GB HBM3" ("" when it does not matter: the CPU).
   virtual std::string device_model() const { return ""; }
+  // The device's free and total memory in bytes now; false where there is no such device (the
+  // CPU: its memory is the machine's, src/base/host_memory.h).
+  virtual bool device_memory(size_t* /*free*/, size_t* /*total*/) const { return false; }
   // Which GPU of the machine (0 for the CPU).
   virtual int device_index() const { return 0; }
 

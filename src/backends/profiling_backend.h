@@ -56,6 +56,9 @@ class ProfilingBackend final : public Backend {
   size_t peak_bytes() const override { return in_.peak_bytes(); }
   void synchronize() override { in_.synchronize(); }
   std::string device_model() const override { return in_.device_model(); }
+  bool device_memory(size_t* free, size_t* total) const override {
+    return in_.device_memory(free, total);
+  }
   int device_index() const override { return in_.device_index(); }
   void set_scope(int layer, StepPhase phase) override;
   size_t record_mark() override { return in_.record_mark(); }

@@ -37,4 +37,18 @@ std::string memory_refusal(const Config& cfg, const MemoryPlan& p, int local_ran
       shrink_advice(cfg, mode_name(cfg.precision.mode), p).c_str());
 }
 
+std::string gpu_memory_refusal(const Config& cfg, const MemoryPlan& p, size_t planned,
+                               size_t free, size_t total, const std::string& device) {
+  const double need = double(planned) * 1.02 + 256.0 * 1048576.0;
+  if (free == 0 || need <= double(free)) return "";
+  return strf(
+      "this run plans %s of GPU memory (with 2%% and 256 MiB for the allocator, %s) and %s has "
+      "%s free of %s: it would fail for memory part way through allocating. To fit, %s; or a "
+      "lower precision.mode. `train_gpt memory` with the same options shows the GPU plan; "
+      "--train.memory_check=false skips this check",
+      fmt_bytes(double(planned)).c_str(), fmt_bytes(need).c_str(), device.c_str(),
+      fmt_bytes(double(free)).c_str(), fmt_bytes(double(total)).c_str(),
+      shrink_advice(cfg, mode_name(cfg.precision.mode), p).c_str());
+}
+
 }  // namespace tg

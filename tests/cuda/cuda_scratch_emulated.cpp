@@ -10,6 +10,12 @@
 #include "src/backends/cuda/cuda_backend.h"
 #include "src/model/model.h"
 #include "src/precision/cuda_scratch.h"
+#include "src/precision/quant_memory.h"
+#include "src/training/memory_check.h"
+
+namespace emu_test {
+extern size_t device_free_bytes;
+}
 
 static_assert(tg::gpu::kScratchBuckets - tg::gpu::kScratchPartialA + 1 == tg::kCudaSlots,
               "src/precision/cuda_scratch.h's slots follow src/backends/cuda/launch.h's");
@@ -62,4 +68,31 @@ TEST_CASE("emulated: the CUDA backend's scratch plan, slot by slot, after a trai
     for (const char* attention : {"cublas", "fused", "flash"}) check_plan(t, attention, false, 64);
   check_plan(tg::DType::BF16, "cublas", true, 64);
   check_plan(tg::DType::BF16, "flash", false, 48);  // head size 24: flash falls back
+}
+
+TEST_CASE("emulated: the CUDA backend reports the device's free memory, which the check reads") {
+  const size_t saved = emu_test::device_free_bytes;
+  emu_test::device_free_bytes = size_t(3) << 30;
+  auto be = tg::make_cuda_backend(0, tg::BackendOptions{});
+  size_t free = 0, total = 0;
+  REQUIRE(be->device_memory(&free, &total));
+  CHECK(free == size_t(3) << 30);
+  CHECK(total == size_t(80) << 30);
+  // GPT-2 124M in bf16 at 8 x 1024 plans about 9 GiB: refused on 3 GiB free.
+  tg::Config cfg;
+  cfg.model.n_layer = 12;
+  cfg.model.n_head = 12;
+  cfg.model.n_embd = 768;
+  cfg.model.vocab_size = 50257;
+  cfg.model.max_seq_len = 1024;
+  cfg.data.batch_size = 8;
+  cfg.data.seq_len = 1024;
+  cfg.precision.mode = tg::Mode::BF16;
+  const tg::GPTConfig mc = tg::gpt_config(12, 12, 768, 50257, 1024);
+  const size_t planned = tg::planned_gpu_bytes(cfg, mc, 1);
+  CHECK(planned > size_t(8) << 30);
+  const std::string e =
+      tg::gpu_memory_refusal(cfg, tg::MemoryPlan{}, planned, free, total, be->device_model());
+  CHECK(e.find("3.0 GiB free of 80.0 GiB") != std::string::npos);
+  emu_test::device_free_bytes = saved;
 }

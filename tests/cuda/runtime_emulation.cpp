@@ -32,6 +32,8 @@ void delete_handle(H h) {
 }  // namespace
 
 namespace emu_test {
+// What cudaMemGetInfo says is free (a test may set it; the emulated device holds 80 GiB).
+size_t device_free_bytes = kDeviceBytes;
 // The emulated device's compute capability major (9: sm_90). A test may set it before it
 // starts a CudaBackend, which reads the properties once (e.g. 10 for the sm_100 native path).
 int device_major = 9;
@@ -39,6 +41,11 @@ int device_major = 9;
 
 extern "C" {
 
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *free = emu_test::device_free_bytes;
+  *total = kDeviceBytes;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;

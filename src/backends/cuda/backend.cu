@@ -139,6 +139,9 @@ class CudaBackend final : public Backend {
   }
   std::string name() const override { return "cuda"; }
   std::string device_model() const override { return ctx_.prop.name; }
+  bool device_memory(size_t* free, size_t* total) const override {
+    return cudaMemGetInfo(free, total) == cudaSuccess;
+  }
 
   Tensor alloc(DType dtype, size_t numel) override {
     return Tensor{raw_alloc(numel * dtype_size(dtype)), dtype, numel};
