@@ -340,6 +340,18 @@ std::string bpe_vocab_dir() {
 
 bool bpe_vocab_present() { return tg::file_exists(tg::join_path(bpe_vocab_dir(), "vocab.json")); }
 
+// A tokenizer whose every piece takes the long-piece merge (src/data/bpe_long_piece.h),
+// which otherwise only pieces past 64 KiB reach: compared with the heap merge on every input.
+const tg::BpeTokenizer& long_piece_tokenizer() {
+  static const tg::BpeTokenizer* tok = [] {
+    setenv("TG_TEST_BPE_LONG_PIECE", "1", 1);
+    const auto* t = new tg::BpeTokenizer(bpe_vocab_dir());
+    unsetenv("TG_TEST_BPE_LONG_PIECE");
+    return t;
+  }();
+  return *tok;
+}
+
 Outcome fuzz_bpe(const uint8_t* data, size_t size) {
   static const tg::BpeTokenizer tok(bpe_vocab_dir());
   static tg::BpeTokenizer::Encoder cached(tok);  // its cache spans inputs
@@ -351,6 +363,7 @@ Outcome fuzz_bpe(const uint8_t* data, size_t size) {
     expect(bad == std::string::npos, "bpe: invalid UTF-8 accepted");
     expect(tok.decode(ids) == text, "bpe: decode(encode(x)) != x");
     expect(tok.encode(text) == ids, "bpe: a cached encoder disagrees with a fresh one");
+    expect(long_piece_tokenizer().encode(text) == ids, "bpe: the long-piece merge disagrees");
     for (uint32_t id : ids)
       expect(id < tg::kGpt2EndOfText, "bpe: id out of range or <|endoftext|>");
   });
