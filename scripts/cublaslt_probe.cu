@@ -7,7 +7,8 @@
 //
 //   nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu -lcublasLt -o probe && ./probe [one]
 //   (scripts/gpu_check.sh's probe stage runs it)
-//   (one: only the FP8 forward GEMM of GPT-2 124M as train_gpt asks it, for CUBLASLT_LOG_LEVEL)
+//   (one: only the FP8 forward GEMM of GPT-2 124M as train_gpt asks it, for CUBLASLT_LOG_LEVEL;
+//    launches: only the FP8 launches, each offered algorithm, for scripts/gpu_check_fp8.sh)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -103,7 +104,8 @@ static int query(cublasLtHandle_t lt, int m, int n, int k, const Types& t, const
 // each algorithm the heuristic offers, the scale pointers at byte offset `off` from a 256-byte
 // aligned address: the launch's status per algorithm ("ok" or the cuBLAS status). train_gpt's
 // per-linear descales sit at 4-byte offsets inside a 16-byte aligned struct.
-static void launch_fp8(cublasLtHandle_t lt, int m, int n, int k, int off, size_t ws_bytes) {
+static void launch_fp8(cublasLtHandle_t lt, int m, int n, int k, int off, size_t ws_bytes,
+                       cudaDataType_t ta, cudaDataType_t tb) {
   cublasLtMatmulDesc_t op;
   cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
@@ -122,8 +124,8 @@ static void launch_fp8(cublasLtHandle_t lt, int m, int n, int k, int off, size_t
   const int32_t bt = CUDA_R_16BF;
   cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
   cublasLtMatrixLayout_t a, b, d;
-  cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, k, m, k);
-  cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, k, n, k);
+  cublasLtMatrixLayoutCreate(&a, ta, k, m, k);
+  cublasLtMatrixLayoutCreate(&b, tb, k, n, k);
   cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, n, m);
   cublasLtMatmulPreference_t p;
   cublasLtMatmulPreferenceCreate(&p);
@@ -137,8 +139,9 @@ static void launch_fp8(cublasLtHandle_t lt, int m, int n, int k, int off, size_t
   void* D = base + (16 << 20);
   void* work = base + (64 << 20);
   const float one = 1.f, zero = 0.f;
-  printf("launch %d %d %d, scale offset %d, workspace %zu: %d algorithms:", m, n, k, off, ws_bytes,
-         found);
+  printf("launch %d %d %d %s x %s, scale offset %d, workspace %zu: %d algorithms:", m, n, k,
+         ta == CUDA_R_8F_E5M2 ? "e5m2" : "e4m3", tb == CUDA_R_8F_E5M2 ? "e5m2" : "e4m3", off,
+         ws_bytes, found);
   for (int i = 0; i < found; i++) {
     const cublasStatus_t st = cublasLtMatmul(lt, op, &one, A, a, B, b, &zero, D, d, D, d,
                                              &res[i].algo, work, ws_bytes, nullptr);
@@ -174,7 +177,8 @@ int main(int argc, char** argv) {
                          {"bf16 x bf16 -> f32 ", CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F}};
   const int shapes[][3] = {{2304, 8192, 768}, {48, 32, 64}};
   const bool one = argc > 1 && strcmp(argv[1], "one") == 0;
-  printf("m n k | types | redmask fast bias align | found scheme splitk\n");
+  const bool launches = argc > 1 && strcmp(argv[1], "launches") == 0;
+  if (!launches) printf("m n k | types | redmask fast bias align | found scheme splitk\n");
   for (const auto& s : shapes)
     for (const Types& t : types)
       for (int redmask : {-1, 2, 7})
@@ -182,7 +186,7 @@ int main(int argc, char** argv) {
           for (int bias : {0, 1})
             for (int align : {0, 1}) {
               const bool fp8 = t.a != CUDA_R_16BF;
-              if (!fp8 && fast) continue;
+              if ((!fp8 && fast) || launches) continue;
               if (one && !(s[0] == 2304 && fp8 && t.d == CUDA_R_16BF && t.b == CUDA_R_8F_E4M3 &&
                            redmask == 2 && fast && bias && align))
                 continue;
@@ -192,10 +196,14 @@ int main(int argc, char** argv) {
               printf("%d %d %d | %s | %2d %d %d %d | %d %d %d\n", s[0], s[1], s[2], t.name, redmask,
                      fast, bias, align, f, scheme, splitk);
             }
+  // The forward's E4M3 x E4M3 and the backward's E5M2 gradient against an E4M3 operand.
+  const cudaDataType_t pairs[][2] = {{CUDA_R_8F_E4M3, CUDA_R_8F_E4M3},
+                                     {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2}};
   for (const auto& s : shapes)
-    for (int off : {0, 4, 16, 64})
-      for (size_t ws : {size_t(32) << 20, (size_t(32) << 20) - (64 << 10)})
-        launch_fp8(lt, s[0], s[1], s[2], off, ws);
+    for (const auto& ab : pairs)
+      for (int off : {0, 4, 16, 64})
+        for (size_t ws : {size_t(32) << 20, (size_t(32) << 20) - (64 << 10)})
+          launch_fp8(lt, s[0], s[1], s[2], off, ws, ab[0], ab[1]);
   cublasLtDestroy(lt);
   return 0;
 }

@@ -12,7 +12,7 @@
 #   --work DIR      logs, data and run folders (default runs/gpu_check_work; not inside --out)
 #   --build DIR     the sm_90 build folder (default build/gpu-sm90; kept, so a second call on
 #                   a warm machine rebuilds only what changed)
-#   --stages LIST   which of probe,bench,profile,torch,tests,sanitizer,parity,extras run
+#   --stages LIST   which of probe,fp8,bench,profile,torch,tests,sanitizer,parity,extras run
 #                   (default: all);
 #                   env and build always run (a current build takes seconds)
 #   --jobs N        make -j and the tests' OpenMP threads (default: nproc)
@@ -33,6 +33,9 @@
 #              that is there: said on the stage's line, and the build stays FAILED)
 #   probe      scripts/cublaslt_probe.cu: the heuristic's answers for the GEMM configurations
 #              the backend uses, and the FP8 forward GEMM launched with each algorithm
+#   fp8        the per-tensor FP8 refusal settled (scripts/gpu_check_fp8.sh): the probe's FP8
+#              launches, torch._scaled_mm on the same shapes and one train_gpt fp8 step, each
+#              under cuBLASLt's log; which ran, in fp8.md
 #   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
 #              (a process each)
 #   profile    train_gpt bench --profile, GPT-2 124M bf16 and fp8 at B 8 x T 1024: every op of
@@ -48,12 +51,12 @@
 #   extras     while time remains: flash and fused attention, block-scaled
 #              recipes under CUBLASLT_LOG_LEVEL=1 with their GEMM-path lines
 #
-# What lands in --out (7 files, each rewritten as the run goes, so a kill at the limit leaves
+# What lands in --out (8 files, each rewritten as the run goes, so a kill at the limit leaves
 # the latest): summary.md (a line per stage with its result and seconds, the key numbers
 # under it, the headline ratio; printed after every stage), logs.tgz (every log of the work
 # folder, no data or checkpoints), bench.md (the bench tables and path lines),
 # torch_bench.json, tests.md (per test file, and the sanitizer), parity.md (the parity table),
-# profile.md (the per-op profile's tables).
+# profile.md (the per-op profile's tables), fp8.md (the fp8 stage's findings).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -63,7 +66,7 @@ OUTDIR=${OUT:-runs/gpu_check}
 WORK=runs/gpu_check_work
 BUILD=build/gpu-sm90
 JOBS=$(nproc)
-STAGES=probe,bench,profile,torch,tests,sanitizer,parity,extras
+STAGES=probe,fp8,bench,profile,torch,tests,sanitizer,parity,extras
 PREBUILT_ONLY=0
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -101,6 +104,8 @@ mkdir -p "$LOGS" "$STATE" "$WORK/runs"
 SUMMARY=$OUTDIR/summary.md
 rm -f "$OUTDIR"/{summary.md,logs.tgz,bench.md,torch_bench.json,tests.md,parity.md}
 REPORT="python3 $ROOT/scripts/gpu_check_report.py"
+# shellcheck source=scripts/gpu_check_fp8.sh
+. "$ROOT/scripts/gpu_check_fp8.sh"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
 
 # ---------------------------------------------------------------- time and the summary
@@ -690,6 +695,7 @@ fact BUILD "$BUILD"
 stage env       "(machine, tools)"                    5   60  stage_env
 stage build     "(sm_90, make -k)"                   30  420  stage_build
 stage probe     "(cuBLASLt heuristic and FP8 launches)" 20 90 stage_probe
+stage fp8       "(the per-tensor FP8 refusal)"       20  200  stage_fp8
 stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  300  stage_bench
 stage profile   "(per-op profile, GPT-2 124M)"       30  130  stage_profile
 stage torch     "(PyTorch baseline, GPT-2 124M)"     30  180  stage_torch
