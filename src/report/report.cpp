@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "report_parts.h"
 #include "run_costs.h"
 #include "runs_file.h"
 #include "src/base/common.h"
@@ -29,6 +30,16 @@ json read_json_or_null(const std::string& path) {
   }
 }
 
+std::string num(const json& j, const char* fmt) {
+  return j.is_number() ? strf(fmt, j.get<double>()) : std::string("n/a");
+}
+
+const json* first_summary(const json& runs) {
+  for (const auto& run : runs)
+    if (run.contains("summary")) return &run["summary"];
+  return nullptr;
+}
+
 namespace {
 
 std::string scripts_dir() {
@@ -42,9 +53,6 @@ std::string scripts_dir() {
   return "scripts";
 }
 
-std::string num(const json& j, const char* fmt) {
-  return j.is_number() ? strf(fmt, j.get<double>()) : std::string("n/a");
-}
 
 // The step at which the val loss first came down to `target`, interpolated linearly between
 // the evaluation before (above the target) and the first one at or below it, so that a
@@ -85,11 +93,6 @@ std::vector<double> finals(const json& runs, const char* key) {
   return v;
 }
 
-const json* first_summary(const json& runs) {
-  for (const auto& run : runs)
-    if (run.contains("summary")) return &run["summary"];
-  return nullptr;
-}
 
 // The first summary that puts its val loss in bits per byte (bpb_tokens_per_byte known);
 // null when no run does (a dataset without a known ratio, or runs from before bpb).
@@ -360,10 +363,40 @@ std::string mean_std(const json& st, const std::string& key) {
              : "n/a";
 }
 
+// A run's seed (its own field, else its config's train.seed; -1: neither).
+long long seed_of(const json& r) {
+  if (r.value("seed", json(nullptr)).is_number_integer()) return r["seed"].get<long long>();
+  const json& t = r.value("config", json::object()).value("train", json::object());
+  return t.value("seed", json(nullptr)).is_number_integer() ? t["seed"].get<long long>() : -1;
+}
+
+// Seed by seed: each run's final val loss minus the reference's run of the same seed (the same
+// initial weights and data order), in seed order, and how many are higher: what the verdict's
+// mean hides (one bad seed, or every seed a little worse).
+std::string seed_by_seed_cell(const json& runs, const json& ref_runs) {
+  std::map<long long, double> ref, own;
+  for (const auto& r : ref_runs)
+    if (r.contains("summary") && r["summary"].value("final_val_loss", json()).is_number())
+      ref[seed_of(r)] = r["summary"]["final_val_loss"].get<double>();
+  for (const auto& r : runs)
+    if (r.contains("summary") && r["summary"].value("final_val_loss", json()).is_number())
+      own[seed_of(r)] = r["summary"]["final_val_loss"].get<double>();
+  std::string cell;
+  int n = 0, higher = 0;
+  for (const auto& [seed, v] : own) {
+    if (seed < 0 || !ref.count(seed)) continue;
+    const double d = v - ref[seed];
+    cell += strf("%s%+.3f", n ? " " : "", d);
+    n++;
+    higher += d > 0;
+  }
+  return n ? cell + strf(" (%d of %d higher)", higher, n) : std::string("n/a");
+}
+
 std::string table_row(const RunGroup& g, const json& st, const json& ref_st, bool is_ref,
-                      const Columns& cols) {
+                      const Columns& cols, const json& ref_runs) {
   const json* s = first_summary(g.runs);
-  const int n_cols = 10 + cols.plateau + cols.bpb + cols.quality + 2 * cols.state + 3 * cols.comm;
+  const int n_cols = 11 + cols.plateau + cols.bpb + cols.quality + 2 * cols.state + 3 * cols.comm;
   if (!s)
     return "| " + g.name + " | failed: " + g.runs[0].value("error", std::string("?")) + " " +
            std::string(n_cols, '|') + "\n";
@@ -379,6 +412,7 @@ std::string table_row(const RunGroup& g, const json& st, const json& ref_st, boo
                                          : std::string());
   row += " | " + (st.contains("diff") ? strf("%+.4f", st["diff"].get<double>()) : std::string());
   row += " | " + (is_ref ? std::string("reference") : st.value("verdict_text", std::string("n/a")));
+  row += " | " + (is_ref ? std::string() : seed_by_seed_cell(g.runs, ref_runs));
   if (cols.plateau) {
     const int left = st["plateau_left"].get<int>();
     row += left == 0
@@ -390,161 +424,6 @@ std::string table_row(const RunGroup& g, const json& st, const json& ref_st, boo
   if (cols.state) row += " " + state_cells(st, ref_st);
   if (cols.comm) row += " " + comm_cells(st, ref_st);
   return row + strf(" %d |\n", skipped);
-}
-
-std::string numerics_md(const std::vector<RunGroup>& groups) {
-  bool any = false;
-  for (const auto& g : groups)
-    any |= first_summary(g.runs) && first_summary(g.runs)->contains("numerics");
-  if (!any) return "";
-  std::string md =
-      "\nNumerics (precision.telemetry_every, first seed): share of stored values that are "
-      "exactly zero (where underflow lands), subnormal (precision already lost) or non-finite, "
-      "over all sampled steps.\n\n"
-      "| mode | weight grads zero | weight grads subnormal | activation grads zero | "
-      "activation grads subnormal | activations subnormal | non-finite |\n"
-      "|---|---:|---:|---:|---:|---:|---:|\n";
-  auto pct = [](const json& g, const char* k) {
-    return g.is_object() && g.contains(k) ? strf("%.3f%%", 100 * g[k].get<double>())
-                                          : std::string("n/a");
-  };
-  for (const auto& g : groups) {
-    const json* fs = first_summary(g.runs);
-    if (!fs || !fs->contains("numerics")) continue;
-    const json& nm = (*fs)["numerics"];
-    double nonfinite = 0;
-    for (const char* k : {"act", "dact", "grad"})
-      if (nm.contains(k)) nonfinite = std::max(nonfinite, nm[k]["nonfinite_frac"].get<double>());
-    md += "| " + g.name + " | " + pct(nm["grad"], "zero_frac") + " | " +
-          pct(nm["grad"], "subnormal_frac") + " | " + pct(nm["dact"], "zero_frac") + " | " +
-          pct(nm["dact"], "subnormal_frac") + " | " + pct(nm["act"], "subnormal_frac") + " | " +
-          strf("%.3f%%", 100 * nonfinite) + " |\n";
-  }
-  md +=
-      "\nActivations include the attention matrix, whose upper triangle is zero by "
-      "causality in every mode; compare zero fractions against the reference row.\n";
-  return md;
-}
-
-// Gradient underflow, named per mode: a loss that matches the reference does not mean the
-// precision held (fp16 without loss scaling can flush a sixth of its activation gradients to
-// zero and still reach the floor of an easy task). A mode is flagged when a gradient kind has
-// at least 1 point more zeros than the reference, or at least 5% of its values subnormal.
-json underflow_flags(const json& numerics, const json* ref_numerics) {
-  json flags = json::array();
-  for (const char* kind : {"dact", "grad"}) {
-    if (!numerics.contains(kind)) continue;
-    const json& n = numerics[kind];
-    const double zero = n.value("zero_frac", 0.0), sub = n.value("subnormal_frac", 0.0);
-    const double ref_zero = ref_numerics && ref_numerics->contains(kind)
-                                ? (*ref_numerics)[kind].value("zero_frac", 0.0)
-                                : 0.0;
-    if (zero - ref_zero >= 0.01 || sub >= 0.05)
-      flags.push_back({{"tensors", kind},
-                       {"zero_frac", zero},
-                       {"reference_zero_frac", ref_zero},
-                       {"subnormal_frac", sub}});
-  }
-  return flags;
-}
-
-std::string underflow_md(const std::vector<RunGroup>& groups, const std::string& reference) {
-  const json* ref_nm = nullptr;
-  for (const auto& g : groups)
-    if (g.name == reference && first_summary(g.runs) && first_summary(g.runs)->contains("numerics"))
-      ref_nm = &(*first_summary(g.runs))["numerics"];
-  std::string md;
-  for (const auto& g : groups) {
-    const json* fs = first_summary(g.runs);
-    if (g.name == reference || !fs || !fs->contains("numerics")) continue;
-    std::string what;
-    for (const auto& f : underflow_flags((*fs)["numerics"], ref_nm)) {
-      const std::string k = f["tensors"] == "dact" ? "activation" : "weight";
-      what += strf("%s%.1f%% of the %s gradients stored as zero (%s: %.2f%%), %.1f%% subnormal",
-                   what.empty() ? "" : "; ", 100 * f["zero_frac"].get<double>(), k.c_str(),
-                   reference.c_str(), 100 * f["reference_zero_frac"].get<double>(),
-                   100 * f["subnormal_frac"].get<double>());
-    }
-    if (!what.empty()) md += "- **" + g.name + "**: gradient underflow: " + what + ".\n";
-  }
-  if (md.empty()) return "";
-  return "\nUnderflow (flagged at 1 point more zeros than " + reference +
-         " or 5% subnormal): the precision these modes lose, whatever the loss verdict says "
-         "it cost on this task.\n\n" +
-         md;
-}
-
-// The block-scaled modes' quantization error at their last telemetry step (first seed):
-// SQNR per GEMM operand over every quantized slot (and the least slot's), and the worst
-// operand's shares of zeros and of saturating and underflowing block scales.
-std::string quant_md(const std::vector<RunGroup>& groups) {
-  static const char* kOperands[] = {"forward input", "forward weight", "dgrad grad",
-                                    "dgrad weight",  "wgrad grad",     "wgrad input"};
-  std::string md;
-  for (const auto& g : groups) {
-    const json* fs = first_summary(g.runs);
-    if (!fs || !fs->contains("quant") || !(*fs)["quant"].is_object()) continue;
-    const json& q = (*fs)["quant"];
-    const json& ops = q["operands"];
-    std::string row = "| " + g.name + " | " + std::to_string(q.value("step", 0)) + " |";
-    double zero = 0, sat = 0, under = 0;
-    for (const char* op : kOperands) {
-      if (!ops.contains(op)) {
-        row += " bf16 |";
-        continue;
-      }
-      const json& o = ops[op];
-      row += " " + num(o["sqnr_db"], "%.1f") + " (" + num(o["least_sqnr_db"], "%.1f") + ") |";
-      zero = std::max(zero, o.value("zero_frac", 0.0));
-      sat = std::max(sat, o.value("block_saturated_frac", 0.0));
-      under = std::max(under, o.value("block_underflow_frac", 0.0));
-    }
-    md += row + strf(" %.1f%% | %.1f%% | %.2f%% |\n", 100 * zero, 100 * sat, 100 * under);
-  }
-  if (md.empty()) return "";
-  return "\nQuantization error of each block-scaled recipe at its last telemetry step (first "
-         "seed), per GEMM operand: SQNR in dB of the quantized operand against its bf16 values "
-         "over all quantized layers (the least layer's in brackets); then, for the worst "
-         "operand, the share of elements that quantize to zero and the shares of scale "
-         "groups with a clipped element (saturated) and with a scale at or below its format's "
-         "least normal value (underflow). bf16: not quantized.\n\n"
-         "| mode | step | fwd input | fwd weight | dgrad grad | dgrad weight | wgrad grad | "
-         "wgrad input | zeros | blocks saturated | blocks underflowing |\n"
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
-         md;
-}
-
-// precision.mode=auto: each run's final formats (first seed), per layer and block linear,
-// counted over the linear's six GEMM operands.
-std::string auto_md(const std::vector<RunGroup>& groups) {
-  std::string md;
-  for (const auto& g : groups) {
-    const json* fs = first_summary(g.runs);
-    if (!fs || !fs->contains(mode_name(Mode::Auto))) continue;
-    const json& a = (*fs)[mode_name(Mode::Auto)];
-    md += strf(
-        "\n%s: final formats (first seed; %.0f%% of block-linear FLOPs in <= 8 bits), "
-        "counted over each linear's six GEMM operands.\n\n"
-        "| layer | qkv | attproj | fc | fcproj |\n|---:|---|---|---|---|\n",
-        g.name.c_str(), 100 * a.value("low_bit_flop_share", 0.0));
-    for (size_t l = 0; l < a["formats"].size(); l++) {
-      md += strf("| %zu |", l);
-      for (const char* lin : {"qkv", "attproj", "fc", "fcproj"}) {
-        std::map<std::string, int> count;
-        std::string split;
-        for (const auto& [op, f] : a["formats"][l][lin].items()) {
-          if (f.is_string()) count[f.get<std::string>()]++;
-          if (op == "split_channels" && f.is_array() && !f.empty()) split = f.dump();
-        }
-        std::string cell;
-        for (const auto& [f, n] : count)
-          cell += (cell.empty() ? "" : ", ") + strf("%s x%d", f.c_str(), n);
-        md += " " + cell + (split.empty() ? "" : "; split channels " + split) + " |";
-      }
-      md += "\n";
-    }
-  }
-  return md;
 }
 
 // Runs scripts/plot_compare.py; returns the pictures it wrote, in report order.
@@ -626,20 +505,21 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
   const std::string& ref = spec.reference;
   std::string md = "| mode | final val loss (mean ± std) |" +
                    std::string(cols.bpb ? " final val bpb (mean ± std) |" : "") +
-                   " min / max | vs " + ref + " | verdict |" +
+                   " min / max | vs " + ref + " | verdict | seed by seed vs " + ref + " |" +
                    (cols.plateau ? " left the plateau at step |" : "") +
                    (cols.quality ? " " + quality_column(spec) + " |" : "") + " tokens/s | vs " +
                    ref + " | peak memory, this CPU | planned GPU memory | vs " + ref + " |" +
                    (cols.state ? " weights + state at GPT-2 1.5B | vs " + ref + " |" : "") +
                    (cols.comm ? " sent per step per rank | at GPT-2 1.5B | vs " + ref + " |" : "") +
                    " skipped steps |\n";
-  md += std::string("|---|---:|") + (cols.bpb ? "---:|" : "") + "---:|---:|---|" +
+  md += std::string("|---|---:|") + (cols.bpb ? "---:|" : "") + "---:|---:|---|---|" +
         (cols.plateau ? "---:|" : "") + (cols.quality ? "---:|" : "") +
         "---:|---:|---:|---:|---:|" + (cols.state ? "---:|---:|" : "") +
         (cols.comm ? "---:|---:|---:|" : "") + "---:|\n";
   int shared = 0, unknown = 0, runs = 0;
   for (size_t i = 0; i < spec.groups.size(); i++) {
-    md += table_row(spec.groups[i], stats[i], ref_st, spec.groups[i].name == ref, cols);
+    md += table_row(spec.groups[i], stats[i], ref_st, spec.groups[i].name == ref, cols,
+                    ref_group ? ref_group->runs : kNone);
     shared += stats[i].value("speed_runs_shared", 0);
     unknown += stats[i].value("speed_runs_load_unknown", 0);
     runs += stats[i].value("seeds_finished", 0);
@@ -650,7 +530,8 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
       "variances, two-sided, alpha = 0.05); sigma is the difference in units of its standard "
       "error. With fewer than %zu runs a side the test has one or two degrees of freedom, and "
       "the verdict says so. Seeds change the initialisation and the data order; mode k's seed "
-      "s and %s's seed s start from the same weights.",
+      "s and %s's seed s start from the same weights, and the seed-by-seed column gives each "
+      "seed's final val loss minus the reference's of that seed, in seed order.",
       ref.c_str(), kFewSeeds, ref.c_str());
   if (cols.quality)
     md +=
@@ -777,7 +658,7 @@ std::string write_report(const ReportSpec& spec) {
   std::string md = header_md(spec, gj.max_seeds);
   md += modes_table_md(spec, gj.stats, ref_group, cols, plateau_mid);
   md += runs_md(gj.groups, cols);
-  md += numerics_md(spec.groups);
+  md += numerics_md(spec.groups, spec.config);
   md += underflow_md(spec.groups, spec.reference);
   md += quant_md(spec.groups);
   md += auto_md(spec.groups);

@@ -112,8 +112,10 @@ TEST_CASE("report: a study's runs file alone remakes its report") {
   CHECK(md.find("Loss floor of the dataset: 1.2563 nats/token.") != std::string::npos);
   // The statistics, verdict and plateau from the summaries; the steps to quality and off the
   // plateau as the runs file recorded them (medians over the seeds).
-  CHECK(md.find("| fp32 | 1.2570 ± 0.0005 | 1.2565 / 1.2575 | +0.0000 | reference | 260, 3/3 "
-                "runs | 540 (5 s), 3/3 runs |") != std::string::npos);
+  CHECK(md.find("| fp32 | 1.2570 ± 0.0005 | 1.2565 / 1.2575 | +0.0000 | reference |  | 260, "
+                "3/3 runs | 540 (5 s), 3/3 runs |") != std::string::npos);
+  // Seed by seed beside the verdict: each seed's loss minus fp32's of the same seed.
+  CHECK(md.find("p = 5.81e-06) | +0.049 +0.050 +0.050 (3 of 3 higher) |") != std::string::npos);
   CHECK(md.find("| fp16-noscale | 1.3070 ± 0.0010 | 1.3060 / 1.3080 | +0.0500 | worse than fp32 "
                 "by ") != std::string::npos);
   CHECK(md.find("| fp16-noscale | 3 | 1 | 1.3080 | 300 | never |") != std::string::npos);
