@@ -5,11 +5,11 @@ interleaved run (the numbers in docs/benchmarks.md come from it).
 usage: scripts/bench_tokenizer.py TEXT [--repeats 5] [--python build/hf-venv/bin/python]
 
 Both encode the same documents (TEXT split at blank lines, as `prepare text --tokenizer gpt2
---split paragraphs` splits it) as ordinary text. train_gpt's figure is the tokenizing rate `prepare` prints
-(reading, checking and writing excluded); tiktoken's is encode_ordinary over the documents
-(one thread) and encode_ordinary_batch (all threads), timed in a python process that has
-loaded the ranks before the clock starts. The runs alternate, repeats times; the table has
-each side's median MB/s and the ratio of the medians.
+--split paragraphs` splits it) as ordinary text. train_gpt's figure is the tokenizing rate
+`prepare` prints (reading, checking and writing excluded); tiktoken's is encode_ordinary
+over the documents (one thread) and encode_ordinary_batch (all threads), timed in a python
+process that has loaded the ranks before the clock starts. The runs alternate, repeats
+times; the table has each side's median MB/s and the ratio of the medians.
 """
 import argparse
 import os

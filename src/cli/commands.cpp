@@ -130,7 +130,8 @@ void print_train_command(const std::string& out, const std::string& name, bool g
       "train on it: ./train_gpt train %s --data.train '%s/%s_train_*.bin' --data.val "
       "'%s/%s_val_*.bin' --train.out_dir %s\n"
       "then sample: ./train_gpt sample --checkpoint %s --tokens 200 --prompt 'Your prompt'\n",
-      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(), run.c_str());
+      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(),
+      run.c_str());
 }
 
 // `prepare text`: bytes (vocabulary 256) or GPT-2's BPE; ends with the train command for it.
@@ -252,12 +253,14 @@ Tokenizer sample_tokenizer(const std::string& option, const ModelFile& mf,
                            const std::string& model) {
   if (option.empty()) {
     if (mf.tokenizer.known()) return tokenizer_of_record(mf.tokenizer);
-    fprintf(stderr, "sample: %s names no tokenizer (an llm.c file, or a checkpoint from before "
-            "they recorded one): decoding bytes; --tokenizer DIR names its data's\n", model.c_str());
+    fprintf(stderr,
+            "sample: %s names no tokenizer (an llm.c file, or a checkpoint from before "
+            "they recorded one): decoding bytes; --tokenizer DIR names its data's\n",
+            model.c_str());
     return Tokenizer();
   }
-  return tokenizer_of_record(tokenizer_option_record("sample", option, mf.tokenizer, model,
-                                                     mf.cfg.vocab_size, false));
+  return tokenizer_of_record(
+      tokenizer_option_record("sample", option, mf.tokenizer, model, mf.cfg.vocab_size, false));
 }
 }  // namespace
 
@@ -297,7 +300,8 @@ int cmd_sample(int argc, char** argv) {
   auto be = make_backend(cfg);
   GPT model(mf.cfg, *be);
   model.set_params(mf.params);
-  const Tokenizer tok = sample_tokenizer(extra(ex, "tokenizer"), mf, ckpt.empty() ? model_path : ckpt);
+  const Tokenizer tok =
+      sample_tokenizer(extra(ex, "tokenizer"), mf, ckpt.empty() ? model_path : ckpt);
   std::vector<int32_t> prompt;
   std::string prompt_text = extra(ex, "prompt");
   if (!prompt_text.empty())

@@ -91,9 +91,7 @@ nlohmann::json tokenizer_record_to_json(const TokenizerRecord& r) {
 TokenizerRecord tokenizer_record_from_json(const nlohmann::json& j, const std::string& where) {
   TokenizerRecord r;
   if (j.is_null()) return r;
-  auto bad = [&](const char* why) {
-    throw Error(strf("%s: 'tokenizer' %s", where.c_str(), why));
-  };
+  auto bad = [&](const char* why) { throw Error(strf("%s: 'tokenizer' %s", where.c_str(), why)); };
   if (!j.is_object()) bad("is not an object");
   const nlohmann::json kind = j.value("kind", nlohmann::json()),
                        vocab = j.value("vocab_size", nlohmann::json());
@@ -115,8 +113,9 @@ TokenizerRecord dataset_tokenizer_record(const nlohmann::json& meta, const std::
   if (!meta.is_object() || !meta.value("tokenizer", nlohmann::json()).is_string()) return r;
   r.kind = meta["tokenizer"].get<std::string>();
   const nlohmann::json vocab = meta.value("vocab_size", nlohmann::json());
-  r.vocab_size = vocab.is_number_integer() ? vocab.get<int>() : r.kind == "gpt2" ? kGpt2VocabSize
-                                                                                  : 256;
+  r.vocab_size = vocab.is_number_integer() ? vocab.get<int>()
+                 : r.kind == "gpt2"        ? kGpt2VocabSize
+                                           : 256;
   if (r.kind == "byte") return r;  // no files
   r.files = data_dir;
   const nlohmann::json g = meta.value("gpt2", nlohmann::json::object());
@@ -157,16 +156,15 @@ Tokenizer tokenizer_of_record(const TokenizerRecord& r) {
   if (!f.empty() && file_exists(join_path(f, "meta.json")))
     return dataset_tokenizer(read_meta_file(join_path(f, "meta.json")), f);
   if (!f.empty() && is_vocab_dir(f)) return Tokenizer::gpt2(f);
-  throw Error(strf("the model's tokenizer, %s, is not at hand (%s holds neither meta.json nor "
-                   "vocab.json); give --tokenizer DIR: its dataset folder, or data/gpt2",
-                   describe_tokenizer(r).c_str(), f.empty() ? "\"\"" : f.c_str()));
+  throw Error(
+      strf("the model's tokenizer, %s, is not at hand (%s holds neither meta.json nor "
+           "vocab.json); give --tokenizer DIR: its dataset folder, or data/gpt2",
+           describe_tokenizer(r).c_str(), f.empty() ? "\"\"" : f.c_str()));
 }
 
 std::string describe_tokenizer(const TokenizerRecord& r) {
   if (!r.known()) return "no tokenizer named";
-  const std::string name = r.kind == "byte"   ? "bytes"
-                           : r.kind == "gpt2" ? "GPT-2's BPE"
-                                              : r.kind;
+  const std::string name = r.kind == "byte" ? "bytes" : r.kind == "gpt2" ? "GPT-2's BPE" : r.kind;
   return strf("%s (vocabulary %d%s%s)", name.c_str(), r.vocab_size, r.files.empty() ? "" : ", ",
               r.files.c_str());
 }
@@ -177,15 +175,15 @@ bool same_tokenizer(const TokenizerRecord& a, const TokenizerRecord& b) {
 }
 
 TokenizerRecord tokenizer_option_record(const std::string& command, const std::string& option,
-                                        const TokenizerRecord& model,
-                                        const std::string& model_name, int vocab_size,
-                                        bool exact_vocab) {
+                                        const TokenizerRecord& model, const std::string& model_name,
+                                        int vocab_size, bool exact_vocab) {
   const TokenizerRecord r = tokenizer_record_at(option);
   if (model.known() && !same_tokenizer(r, model))
-    throw UsageError(strf("%s: --tokenizer %s is %s, but %s was trained with %s; leave "
-                          "--tokenizer out to use the model's own",
-                          command.c_str(), option.c_str(), describe_tokenizer(r).c_str(),
-                          model_name.c_str(), describe_tokenizer(model).c_str()));
+    throw UsageError(
+        strf("%s: --tokenizer %s is %s, but %s was trained with %s; leave "
+             "--tokenizer out to use the model's own",
+             command.c_str(), option.c_str(), describe_tokenizer(r).c_str(), model_name.c_str(),
+             describe_tokenizer(model).c_str()));
   if (exact_vocab ? r.vocab_size != vocab_size : r.vocab_size > vocab_size)
     throw UsageError(strf("%s: --tokenizer %s is %s, but the model's vocabulary is %d",
                           command.c_str(), option.c_str(), describe_tokenizer(r).c_str(),

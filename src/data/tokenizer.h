@@ -77,9 +77,8 @@ bool same_tokenizer(const TokenizerRecord& a, const TokenizerRecord& b);
 // UsageError naming `command`, the option and both tokenizers when it is not the recorded
 // one, or has more tokens than the model (exact_vocab: other than the model's).
 TokenizerRecord tokenizer_option_record(const std::string& command, const std::string& option,
-                                        const TokenizerRecord& model,
-                                        const std::string& model_name, int vocab_size,
-                                        bool exact_vocab);
+                                        const TokenizerRecord& model, const std::string& model_name,
+                                        int vocab_size, bool exact_vocab);
 
 // Makes text printable on a terminal: control and non-UTF-8 bytes become \xNN escapes
 // (newlines and tabs are kept).

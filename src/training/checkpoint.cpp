@@ -785,8 +785,8 @@ ModelFile load_checkpoint_model(const std::string& dir) {
   const std::string ckpt = dirname_of(checkpoint_model_file(dir));
   const json state = read_checkpoint_state(ckpt);
   ModelFile mf = verified_model_file(ckpt, state);
-  mf.tokenizer = tokenizer_record_from_json(state.value("tokenizer", json()),
-                                            join_path(ckpt, "state.json"));
+  mf.tokenizer =
+      tokenizer_record_from_json(state.value("tokenizer", json()), join_path(ckpt, "state.json"));
   return mf;
 }
 

@@ -143,18 +143,20 @@ void check_init_tokenizer(const Config& c, const ModelFile& init, const Tokenize
   const std::string& from = c.model.init_from;
   if (init.tokenizer.known() && data.known()) {
     if (!same_tokenizer(init.tokenizer, data))
-      throw UsageError(strf("config key 'model.init_from': %s was trained with %s, but the data "
-                            "(data.train) is %s; start from a model of the data's tokenizer",
-                            from.c_str(), describe_tokenizer(init.tokenizer).c_str(),
-                            describe_tokenizer(data).c_str()));
+      throw UsageError(
+          strf("config key 'model.init_from': %s was trained with %s, but the data "
+               "(data.train) is %s; start from a model of the data's tokenizer",
+               from.c_str(), describe_tokenizer(init.tokenizer).c_str(),
+               describe_tokenizer(data).c_str()));
     return;
   }
   const nlohmann::json v = meta.value("vocab_size", nlohmann::json());
   if (v.is_number_integer() && v.get<int>() != init.cfg.vocab_size)
-    throw UsageError(strf("config key 'model.init_from': %s has a vocabulary of %d, but the "
-                          "data's is %d (data.train's meta.json); start from a model of the "
-                          "data's tokenizer",
-                          from.c_str(), init.cfg.vocab_size, v.get<int>()));
+    throw UsageError(
+        strf("config key 'model.init_from': %s has a vocabulary of %d, but the "
+             "data's is %d (data.train's meta.json); start from a model of the "
+             "data's tokenizer",
+             from.c_str(), init.cfg.vocab_size, v.get<int>()));
 }
 
 }  // namespace

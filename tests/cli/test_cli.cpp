@@ -868,8 +868,9 @@ TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then samp
   CHECK(has(printed, "--config configs/shakespeare_gpt2.json --data.train '" + (d / "data") +
                          "/play_train_*.bin'"));
   CHECK(has(printed, "--train.out_dir runs/data"));
-  CHECK(has(prepared, "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 "
-                      "--prompt 'Your prompt'\n"));
+  CHECK(has(prepared,
+            "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 "
+            "--prompt 'Your prompt'\n"));
   const std::string run = d / "run";
   REQUIRE(run_binary(printed + " --train.out_dir " + run +
                          " --train.steps 2 --data.batch_size 4 --data.seq_len 32 "

@@ -77,19 +77,20 @@ TEST_CASE("cli: a checkpoint records its tokenizer; sample uses it and refuses a
   std::string out;
   REQUIRE(run_binary(gpt2_run_args(d / "g", d / "run"), &out) == 0);
   const json rec = json::parse(tgt::slurp(d / "run/ckpt_00000002/state.json"))["tokenizer"];
-  CHECK(rec == json{{"kind", "gpt2"}, {"vocab_size", 50257}, {"digest", "test"},
-                    {"files", d / "g"}});
+  CHECK(rec ==
+        json{{"kind", "gpt2"}, {"vocab_size", 50257}, {"digest", "test"}, {"files", d / "g"}});
   // No --tokenizer: the data's decoding file, not bytes.
   REQUIRE(run_binary("sample --checkpoint " + (d / "run") + " --tokens 6 2>/dev/null", &out) == 0);
   CHECK(decoded_by_data_file(out));
   // The same tokenizer named is fine; a byte-level one is refused, naming both.
   CHECK(run_binary("sample --checkpoint " + (d / "run") + " --tokens 2 --tokenizer " + (d / "g"),
                    &out) == 0);
-  CHECK(run_binary("sample --checkpoint " + (d / "run") + " --tokens 2 --tokenizer " +
-                       tgt::toy_dir(),
-                   &out) == 2);
+  CHECK(
+      run_binary("sample --checkpoint " + (d / "run") + " --tokens 2 --tokenizer " + tgt::toy_dir(),
+                 &out) == 2);
   CHECK(has(out, "sample: --tokenizer " + tgt::toy_dir() + " is bytes (vocabulary 256), but " +
-                     (d / "run") + " was trained with GPT-2's BPE (vocabulary 50257, " + (d / "g")));
+                     (d / "run") + " was trained with GPT-2's BPE (vocabulary 50257, " +
+                     (d / "g")));
   // The data moved away: the error names where the tokenizer was.
   tg::remove_tree(d / "g");
   CHECK(run_binary("sample --checkpoint " + (d / "run") + " --tokens 2", &out) == 1);
@@ -118,12 +119,11 @@ TEST_CASE("cli: export writes only the model's tokenizer and refuses another voc
   std::string out;
   REQUIRE(run_binary(tgt::tiny_args(d / "run") + " --train.steps=2", &out) == 0);
   // A byte-level model: GPT-2's tokenizer beside it is refused, by name.
-  CHECK(run_binary("export --checkpoint " + (d / "run") + " --out " + (d / "hf") +
-                       " --tokenizer " + (d / "g"),
+  CHECK(run_binary("export --checkpoint " + (d / "run") + " --out " + (d / "hf") + " --tokenizer " +
+                       (d / "g"),
                    &out) == 2);
-  CHECK(has(out, "export: --tokenizer " + (d / "g") +
-                     " is GPT-2's BPE (vocabulary 50257, " + (d / "g") +
-                     "), but the model was trained with bytes (vocabulary 256)"));
+  CHECK(has(out, "export: --tokenizer " + (d / "g") + " is GPT-2's BPE (vocabulary 50257, " +
+                     (d / "g") + "), but the model was trained with bytes (vocabulary 256)"));
   CHECK(!tg::file_exists(d / "hf/vocab.json"));
   // Its own: no tokenizer files, the record in config.json.
   REQUIRE(run_binary("export --checkpoint " + (d / "run") + " --out " + (d / "hf"), &out) == 0);
@@ -143,8 +143,8 @@ TEST_CASE("cli: model.init_from refuses data of another tokenizer") {
   std::string out;
   REQUIRE(run_binary(gpt2_run_args(d / "g", d / "run"), &out) == 0);
   // An llm.c file records nothing: its vocabulary must be the data's.
-  CHECK(run_binary(tgt::tiny_args(d / "c") + " --train.steps=1 --model.init_from=" +
-                       (d / "run/ckpt_00000002/model.bin"),
+  CHECK(run_binary(tgt::tiny_args(d / "c") +
+                       " --train.steps=1 --model.init_from=" + (d / "run/ckpt_00000002/model.bin"),
                    &out) == 2);
   CHECK(has(out, "config key 'model.init_from': " + (d / "run/ckpt_00000002/model.bin") +
                      " has a vocabulary of 50257, but the data's is 256"));
@@ -186,8 +186,9 @@ TEST_CASE("cli: a GPT-2 run samples GPT-2's text without --tokenizer, its export
   REQUIRE(run_binary("prepare text --input " + (d / "play.txt") + " --tokenizer gpt2 --out " +
                          (d / "data") + " --vocab_dir " + vocab,
                      &out) == 0);
-  CHECK(has(out, "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 --prompt "
-                 "'Your prompt'\n"));
+  CHECK(has(out,
+            "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 --prompt "
+            "'Your prompt'\n"));
   REQUIRE(run_binary(tgt::tiny_args(d / "run") + " --data.train='" + (d / "data") +
                          "/play_train_*.bin' --data.val='' --model.vocab_size=50257 "
                          "--train.steps=2",
