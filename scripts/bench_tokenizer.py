@@ -4,12 +4,12 @@ interleaved run (the numbers in docs/benchmarks.md come from it).
 
 usage: scripts/bench_tokenizer.py TEXT [--repeats 5] [--python build/hf-venv/bin/python]
 
-Both encode the same documents (TEXT split at blank lines, as `prepare text --tokenizer gpt2`
-splits it) as ordinary text. train_gpt's figure is the tokenizing rate `prepare` prints
-(reading, checking and writing excluded); tiktoken's is encode_ordinary over the documents
-(one thread) and encode_ordinary_batch (all threads), timed in a python process that has
-loaded the ranks before the clock starts. The runs alternate, repeats times; the table has
-each side's median MB/s and the ratio of the medians.
+Both encode the same documents (TEXT split at blank lines, as `prepare text --tokenizer gpt2
+--split paragraphs` splits it) as ordinary text. train_gpt's figure is the tokenizing rate
+`prepare` prints (reading, checking and writing excluded); tiktoken's is encode_ordinary
+over the documents (one thread) and encode_ordinary_batch (all threads), timed in a python
+process that has loaded the ranks before the clock starts. The runs alternate, repeats
+times; the table has each side's median MB/s and the ratio of the medians.
 """
 import argparse
 import os
@@ -45,7 +45,7 @@ print(len(text.encode()) / (time.perf_counter() - t0) / 1e6)
 
 def ours(binary, text, threads, out):
     r = subprocess.run([binary, "prepare", "text", "--input", text, "--tokenizer", "gpt2",
-                        "--out", out, "--threads", str(threads)],
+                        "--split", "paragraphs", "--out", out, "--threads", str(threads)],
                        capture_output=True, text=True, check=True)
     return float(re.findall(r"([0-9.]+) MB/s", r.stderr)[-1])
 

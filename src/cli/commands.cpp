@@ -117,7 +117,7 @@ std::string dataset_name(const Extras& ex, const std::string& input) {
 // a model for that tokenizer (configs/shakespeare.json for bytes, shakespeare_gpt2.json for
 // GPT-2's tokens) with the data's shards and a run directory of its own, runs/<out's name>;
 // where that config is not at hand (run from another directory), the program's defaults with
-// the vocabulary size. `sample` reads GPT-2 prompts through the dataset's tokenizer (--tokenizer).
+// the vocabulary size. `sample` finds the tokenizer in the checkpoint, which records it.
 void print_train_command(const std::string& out, const std::string& name, bool gpt2) {
   const std::string config = gpt2 ? "configs/shakespeare_gpt2.json" : "configs/shakespeare.json";
   std::string run = out;
@@ -129,9 +129,9 @@ void print_train_command(const std::string& out, const std::string& name, bool g
   printf(
       "train on it: ./train_gpt train %s --data.train '%s/%s_train_*.bin' --data.val "
       "'%s/%s_val_*.bin' --train.out_dir %s\n"
-      "then sample: ./train_gpt sample --checkpoint %s --tokens 200 --prompt 'Your prompt'%s\n",
-      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(), run.c_str(),
-      gpt2 ? (" --tokenizer " + out).c_str() : "");
+      "then sample: ./train_gpt sample --checkpoint %s --tokens 200 --prompt 'Your prompt'\n",
+      model.c_str(), out.c_str(), name.c_str(), out.c_str(), name.c_str(), run.c_str(),
+      run.c_str());
 }
 
 // `prepare text`: bytes (vocabulary 256) or GPT-2's BPE; ends with the train command for it.
@@ -143,6 +143,10 @@ int prepare_text_command(int argc, char** argv) {
       {"tokenizer", "byte (vocabulary 256) or gpt2 (GPT-2's BPE, vocabulary 50257)", "byte"},
       {"vocab_dir", "gpt2: the folder of vocab.json and merges.txt", "data/gpt2"},
       {"errors", "gpt2: invalid UTF-8 is an error (strict) or U+FFFD (replace)", "strict"},
+      {"split",
+       "gpt2: a text file is one document (none) or one per paragraph, at blank lines "
+       "(paragraphs); each document starts with <|endoftext|>",
+       "none"},
       number_option("val_fraction", "fraction of the text kept for validation", "0.1", 0, 0.99),
       int_option("shard_tokens", "tokens per shard", "100000000", 1, 2e9),
       int_option("threads", "gpt2: tokenizer threads (0: all)", "0", 0, 4096)};
@@ -159,6 +163,10 @@ int prepare_text_command(int argc, char** argv) {
   const double val_fraction = to_double("val_fraction", extra(ex, "val_fraction"));
   const int64_t shard_tokens = to_int("shard_tokens", extra(ex, "shard_tokens"));
   if (tokenizer == "byte") {
+    if (extra(ex, "split") != "none")
+      throw UsageError(
+          "prepare text: --split needs --tokenizer gpt2 (bytes have no <|endoftext|> to "
+          "separate documents)");
     prepare_text(input, out, name, val_fraction, shard_tokens);
     printf("wrote %s/%s_{train,val}_*.bin and meta.json\n", out.c_str(), name.c_str());
   } else {
@@ -168,6 +176,7 @@ int prepare_text_command(int argc, char** argv) {
     o.name = name;
     o.vocab_dir = extra(ex, "vocab_dir");
     o.errors = extra(ex, "errors");
+    o.split = extra(ex, "split");
     o.val_fraction = val_fraction;
     o.shard_tokens = shard_tokens;
     o.threads = int(to_int("threads", extra(ex, "threads")));
@@ -236,14 +245,34 @@ void say_sample_threads(const GPTConfig& c, int asked, int threads) {
 }
 }  // namespace
 
+namespace {
+// sample's tokenizer: the one the model records, or --tokenizer when it is the same; a model
+// that records none (a checkpoint from before the record, an llm.c file) decodes bytes, or
+// --tokenizer, as before, and says so.
+Tokenizer sample_tokenizer(const std::string& option, const ModelFile& mf,
+                           const std::string& model) {
+  if (option.empty()) {
+    if (mf.tokenizer.known()) return tokenizer_of_record(mf.tokenizer);
+    fprintf(stderr,
+            "sample: %s names no tokenizer (an llm.c file, or a checkpoint from before "
+            "they recorded one): decoding bytes; --tokenizer DIR names its data's\n",
+            model.c_str());
+    return Tokenizer();
+  }
+  return tokenizer_of_record(
+      tokenizer_option_record("sample", option, mf.tokenizer, model, mf.cfg.vocab_size, false));
+}
+}  // namespace
+
 int cmd_sample(int argc, char** argv) {
   std::vector<ExtraOption> opts = {
       {"checkpoint", "checkpoint directory (or a run directory: its latest checkpoint)", ""},
       {"model", "an llm.c model file or a Hugging Face GPT-2 directory instead of a checkpoint",
        ""},
       {"tokenizer",
-       "a dataset folder (its meta.json's tokenizer: GPT-2's encodes the prompt too) or llm.c's "
-       "gpt2_tokenizer.bin (decoding only); default: bytes",
+       "a dataset folder (its meta.json's tokenizer), a GPT-2 vocabulary folder or llm.c's "
+       "gpt2_tokenizer.bin (decoding only); it must be the model's. Default: the one the model "
+       "records (bytes for a model that records none)",
        ""},
       {"prompt", "prompt text", ""},
       int_option("tokens", "tokens to generate", "256", 1, 1 << 20),
@@ -271,12 +300,8 @@ int cmd_sample(int argc, char** argv) {
   auto be = make_backend(cfg);
   GPT model(mf.cfg, *be);
   model.set_params(mf.params);
-  Tokenizer tok;
-  const std::string tok_path = extra(ex, "tokenizer");
-  if (std::filesystem::is_directory(tok_path))  // a dataset folder: its meta.json says which
-    tok = dataset_tokenizer(read_dataset_meta(join_path(tok_path, "*.bin")), tok_path);
-  else if (!tok_path.empty())
-    tok = Tokenizer(tok_path);
+  const Tokenizer tok =
+      sample_tokenizer(extra(ex, "tokenizer"), mf, ckpt.empty() ? model_path : ckpt);
   std::vector<int32_t> prompt;
   std::string prompt_text = extra(ex, "prompt");
   if (!prompt_text.empty())

@@ -7,6 +7,7 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/data/data.h"
 #include "src/data/prepare.h"
 #include "src/data/tokenizer.h"
 #include "src/training/checkpoint.h"
@@ -16,37 +17,40 @@ namespace tg {
 
 namespace {
 
-// The GPT-2 vocabulary folder of the dataset whose shards match `pattern` ("" when it is not
-// GPT-2's, or its meta.json is not at hand).
-std::string shards_vocab_dir(const std::string& pattern) {
-  try {
-    return dataset_vocab_dir(read_dataset_meta(pattern));
-  } catch (const std::exception&) {
-    return "";  // the shards are elsewhere now
-  }
-}
-
-// --tokenizer (a dataset folder or a vocabulary folder), else the checkpoint's run's dataset.
-std::string export_vocab_dir(const std::string& option, const std::string& model_path,
-                             bool from_checkpoint) {
-  if (!option.empty()) {
-    if (file_exists(join_path(option, "meta.json"))) {
-      const std::string v = shards_vocab_dir(join_path(option, "*.bin"));
-      if (v.empty())
-        throw UsageError(
-            strf("export: --tokenizer %s: its meta.json names no GPT-2 tokenizer", option.c_str()));
-      return v;
-    }
-    return option;  // vocab.json + merges.txt (BpeTokenizer says so if not)
-  }
-  if (!from_checkpoint) return "";
-  const nlohmann::json state = read_checkpoint_state(dirname_of(model_path));
+// The tokenizer of a checkpoint from before the record: its run's dataset's, when its shards
+// are still there (unknown otherwise).
+TokenizerRecord run_data_tokenizer(const std::string& ckpt_model) {
+  const nlohmann::json state = read_checkpoint_state(dirname_of(ckpt_model));
   const nlohmann::json train = state.value("config", nlohmann::json::object())
                                    .value("data", nlohmann::json::object())
                                    .value("train", nlohmann::json(""));
-  return train.is_string() && !train.get<std::string>().empty()
-             ? shards_vocab_dir(train.get<std::string>())
-             : "";
+  if (!train.is_string() || train.get<std::string>().empty()) return {};
+  try {
+    const std::string pattern = train.get<std::string>();
+    return dataset_tokenizer_record(read_dataset_meta(pattern),
+                                    dirname_of(expand_glob(pattern, "training shard")[0]));
+  } catch (const std::exception&) {
+    return {};  // the shards are elsewhere now
+  }
+}
+
+// The tokenizer to write beside the model: --tokenizer (a dataset folder or a vocabulary
+// folder), which must be the model's when the model records one and must have the model's
+// vocabulary; else the model's own record (a checkpoint's run's data for older checkpoints).
+TokenizerRecord export_tokenizer(const std::string& option, const ModelFile& mf,
+                                 const std::string& ckpt_model) {
+  if (option.empty())
+    return mf.tokenizer.known() || ckpt_model.empty() ? mf.tokenizer
+                                                      : run_data_tokenizer(ckpt_model);
+  return tokenizer_option_record("export", option, mf.tokenizer, "the model", mf.cfg.vocab_size,
+                                 true);
+}
+
+// The GPT-2 vocabulary folder (vocab.json, merges.txt) of a record's files.
+std::string vocab_dir_of(const TokenizerRecord& r) {
+  const std::string meta = join_path(r.files, "meta.json");
+  if (!file_exists(meta)) return r.files;  // a vocabulary folder (BpeTokenizer checks it)
+  return dataset_vocab_dir(read_meta_file(meta));
 }
 
 }  // namespace
@@ -59,8 +63,8 @@ int cmd_export(int argc, char** argv) {
       {"dtype", "tensor type in the file: fp32, bf16 or fp16 (rounded to nearest even)",
        dtype_name(DType::F32)},
       {"tokenizer",
-       "GPT-2's tokenizer files beside the model, from a dataset folder or a vocabulary folder "
-       "(default: the checkpoint's dataset, when it is GPT-2's)",
+       "the tokenizer to write beside the model, a dataset folder or a vocabulary folder; it "
+       "must be the model's (default: the one the model records, or its run's dataset's)",
        ""}};
   std::vector<std::pair<std::string, std::string>> ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt export", opts, &ex)) return 0;
@@ -77,9 +81,13 @@ int cmd_export(int argc, char** argv) {
   check_export_dtype(dtype);
   if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
   ModelFile mf = ckpt.empty() ? read_model(model_path) : load_checkpoint_model(ckpt);
+  mf.tokenizer = export_tokenizer(get("tokenizer"), mf, ckpt.empty() ? "" : model_path);
+  if (mf.tokenizer.kind == "gpt2" && mf.tokenizer.vocab_size != mf.cfg.vocab_size)
+    throw UsageError(strf("export: the model's vocabulary is %d, but its tokenizer is %s",
+                          mf.cfg.vocab_size, describe_tokenizer(mf.tokenizer).c_str()));
   export_hf(mf, out, dtype);
-  const std::string vocab = export_vocab_dir(get("tokenizer"), model_path, !ckpt.empty());
-  if (!vocab.empty()) {
+  if (mf.tokenizer.kind == "gpt2") {
+    const std::string vocab = vocab_dir_of(mf.tokenizer);
     export_hf_tokenizer(out, vocab, mf.cfg.max_seq_len);
     printf("wrote GPT-2's tokenizer (vocab.json, merges.txt, tokenizer_config.json) from %s\n",
            vocab.c_str());

@@ -120,7 +120,7 @@ const std::vector<KeyDef>& table() {
       key("model.n_embd", TG_FIELD(model.n_embd), 1, 65536, {}, "channels (multiple of n_head)"),
       key("model.max_seq_len", TG_FIELD(model.max_seq_len), 1, 1 << 20, {}, "positions in wpe"),
       key("model.vocab_size", TG_FIELD(model.vocab_size), 2, 1 << 24, {}, "vocabulary (padded to a multiple of 128 inside)"),
-      key("model.init_from", TG_FIELD(model.init_from), 0, 0, {}, "llm.c model file or Hugging Face GPT-2 directory to start from (defines the architecture)"),
+      key("model.init_from", TG_FIELD(model.init_from), 0, 0, {}, "llm.c model file or Hugging Face GPT-2 directory to start from (defines the architecture; data of its tokenizer only)"),
       key("data.train", TG_FIELD(data.train), 0, 0, {}, "glob of training shards"),
       key("data.val", TG_FIELD(data.val), 0, 0, {}, "glob of validation shards (empty: no validation)"),
       key("data.batch_size", TG_FIELD(data.batch_size), 1, 1 << 20, {}, "micro-batch rows per rank (B)"),

@@ -113,6 +113,10 @@ json read_dataset_meta(const std::string& pattern) {
   std::vector<std::string> files = expand_glob(pattern, "training shard");
   std::string path = join_path(dirname_of(files[0]), "meta.json");
   if (!file_exists(path)) return json::object();
+  return read_meta_file(path);
+}
+
+json read_meta_file(const std::string& path) {
   std::vector<char> text = read_file(path, "dataset meta");
   try {
     json j = json::parse(text.begin(), text.end());

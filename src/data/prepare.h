@@ -33,6 +33,8 @@ void prepare_text(const std::string& input, const std::string& out_dir, const st
 // Dataset facts from meta.json beside the first shard matching `pattern` (an empty
 // object when there is none): vocab_size, tokenizer, loss_floor, record_len, tokens_per_byte.
 nlohmann::json read_dataset_meta(const std::string& pattern);
+// A meta.json file, checked to be a JSON object.
+nlohmann::json read_meta_file(const std::string& path);
 // The loss floor that applies to rows of seq_len tokens, or NaN when unknown; likewise the
 // toy task's copy plateau.
 double dataset_loss_floor(const nlohmann::json& meta, int seq_len);

@@ -28,6 +28,7 @@ struct Document {
   std::string_view text;
   std::string where;  // the file, and the line of a JSONL document
   size_t offset = 0;  // of the text in its file (not for JSONL)
+  bool continued = false;  // the rest of the document before it: no <|endoftext|> between
 };
 
 // The documents and the buffers their text lives in (a deque: buffers never move).
@@ -40,6 +41,12 @@ struct Corpus {
 std::string read_text(const std::string& path) {
   const std::vector<char> v = read_file(path, "text file");
   return std::string(v.begin(), v.end());
+}
+
+// A text file as one document.
+void add_file(Corpus* c, const std::string& path) {
+  const std::string& text = c->buffers.emplace_back(read_text(path));
+  c->docs.push_back({text, path, 0});
 }
 
 // Documents at blank lines: each ends after a "\n\n" (or at the end of the file).
@@ -120,10 +127,7 @@ std::vector<std::string> folder_files(const std::string& dir) {
 void add_folder(Corpus* c, const std::string& dir) {
   const std::vector<std::string> files = folder_files(dir);
   if (files.empty()) throw Error(strf("input folder %s holds no files", dir.c_str()));
-  for (const std::string& f : files) {
-    const std::string& text = c->buffers.emplace_back(read_text(f));
-    c->docs.push_back({text, f, 0});
-  }
+  for (const std::string& f : files) add_file(c, f);
 }
 
 bool ends_with(const std::string& s, const char* suffix) {
@@ -154,20 +158,45 @@ void check_documents(Corpus* c, const std::string& errors) {
   }
 }
 
+// One document (a text file) is cut in two, as nanoGPT's prepare.py cuts its text: the val
+// split is its last val_fraction of the bytes, from the start of the nearest line within half
+// that (else of a UTF-8 character), continuing the train split's document.
+void cut_for_val(Corpus* c, double val_fraction) {
+  const std::string_view text = c->docs[0].text;
+  size_t cut = text.size() - size_t(double(text.size()) * val_fraction);
+  const size_t slack = (text.size() - cut) / 2;
+  const size_t back = cut == 0 ? std::string_view::npos : text.rfind('\n', cut - 1);
+  const size_t ahead = text.find('\n', cut);
+  if (back != std::string_view::npos && cut - (back + 1) <= slack)
+    cut = back + 1;
+  else if (ahead != std::string_view::npos && ahead + 1 - cut <= slack)
+    cut = ahead + 1;
+  while (cut < text.size() && (uint8_t(text[cut]) & 0xC0) == 0x80) cut++;  // continuation bytes
+  if (cut == 0 || cut >= text.size()) return;  // too short to cut: read_corpus says so
+  Document val = c->docs[0];
+  val.text = text.substr(cut);
+  val.offset += cut;
+  val.continued = true;
+  c->docs[0].text = text.substr(0, cut);
+  c->docs.push_back(val);
+}
+
 Corpus read_corpus(const Gpt2PrepareOptions& o) {
   Corpus c;
   if (std::filesystem::is_directory(o.input))
     add_folder(&c, o.input);
   else if (ends_with(o.input, ".jsonl"))
     add_jsonl(&c, o.input);
-  else
+  else if (o.split == "paragraphs")
     add_paragraphs(&c, o.input);
+  else
+    add_file(&c, o.input);
   check_documents(&c, o.errors);
-  if (c.docs.size() < 2)
-    throw Error(
-        strf("%s: %zu document(s); the train and val splits need at least one whole "
-             "document each",
-             o.input.c_str(), c.docs.size()));
+  if (c.docs.size() == 1) cut_for_val(&c, o.val_fraction);
+  if (c.docs.size() == 1)
+    throw Error(strf("%s: %zu byte(s), too few to split into train and val", o.input.c_str(),
+                     c.docs[0].text.size()));
+  if (c.docs.empty()) throw Error(strf("%s: no documents", o.input.c_str()));
   return c;
 }
 
@@ -205,7 +234,7 @@ std::vector<std::vector<uint32_t>> tokenize(const Corpus& c, const BpeTokenizer&
 #pragma omp for schedule(dynamic, 4)
     for (size_t i = 0; i < c.docs.size(); i++) {
       try {
-        ids[i].push_back(kGpt2EndOfText);
+        if (!c.docs[i].continued) ids[i].push_back(kGpt2EndOfText);
         enc.encode(c.docs[i].text, &ids[i], c.docs[i].where);
       } catch (const std::exception& e) {
 #pragma omp critical
@@ -278,6 +307,9 @@ void write_gpt2_tokenizer_file(const std::string& path, const std::string& vocab
 Gpt2PrepareResult prepare_text_gpt2(const Gpt2PrepareOptions& o) {
   if (!(o.val_fraction > 0 && o.val_fraction < 1))
     throw UsageError("prepare text: --val_fraction must be in (0, 1)");
+  if (o.split != "none" && o.split != "paragraphs")
+    throw UsageError(
+        strf("prepare text: --split is none or paragraphs, not '%s'", o.split.c_str()));
   if (o.errors != "strict" && o.errors != "replace")
     throw UsageError(
         strf("prepare text: --errors is strict or replace, not '%s'", o.errors.c_str()));

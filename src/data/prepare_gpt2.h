@@ -1,11 +1,13 @@
 // prepare_gpt2.h: `train_gpt prepare text --tokenizer gpt2`: text to GPT-2 token shards, as
 // llm.c's data scripts make them.
 //
-// Input: a text file (split into documents at blank lines, "\n\n", each document keeping its
-// separator, as llm.c's tinyshakespeare script does), a folder (every regular file below it,
-// in path order, one document each) or a .jsonl file (one JSON object per line, the document
-// in its "text" field). Each document is preceded by <|endoftext|> (50256). The validation
-// split is the last documents, whole, holding about val_fraction of the bytes.
+// Input: a text file (one document; with split "paragraphs" one per paragraph, cut at blank
+// lines, "\n\n", each keeping its separator, as llm.c's tinyshakespeare script does), a
+// folder (every regular file below it, in path order, one document each) or a .jsonl file (one
+// JSON object per line, the document in its "text" field). Each document is preceded by
+// <|endoftext|> (50256): prose cut at every blank line would fill samples with it. The
+// validation split is the last documents, whole, holding about val_fraction of the bytes; a
+// single document is cut instead, its last val_fraction (from a line's start) the val split.
 //
 // Output in out_dir: NAME_{train,val}_NNNNNN.bin in llm.c's shard format (magic 20240520,
 // version 1, uint16 tokens, at most shard_tokens each), gpt2_tokenizer.bin (llm.c's decoding
@@ -28,6 +30,7 @@ struct Gpt2PrepareOptions {
   std::string name;               // shard name prefix
   std::string vocab_dir;          // vocab.json + merges.txt
   std::string errors = "strict";  // strict | replace (invalid UTF-8)
+  std::string split = "none";     // a text file: none (one document) | paragraphs
   double val_fraction = 0.1;
   int64_t shard_tokens = 100000000;
   int threads = 0;  // 0: all

@@ -784,7 +784,11 @@ ModelFile verified_model_file(const std::string& dir, const json& state) {
 
 ModelFile load_checkpoint_model(const std::string& dir) {
   const std::string ckpt = dirname_of(checkpoint_model_file(dir));
-  return verified_model_file(ckpt, read_checkpoint_state(ckpt));
+  const json state = read_checkpoint_state(ckpt);
+  ModelFile mf = verified_model_file(ckpt, state);
+  mf.tokenizer =
+      tokenizer_record_from_json(state.value("tokenizer", json()), join_path(ckpt, "state.json"));
+  return mf;
 }
 
 CheckpointData load_checkpoint(const std::string& dir, const GPTConfig& cfg, size_t begin,

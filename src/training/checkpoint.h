@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "src/data/tokenizer.h"
 #include "src/model/model.h"
 #include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
@@ -55,6 +56,7 @@ void write_model_file(const std::string& path, const GPTConfig& cfg, const std::
 struct ModelFile {
   GPTConfig cfg;
   std::vector<float> params;
+  TokenizerRecord tokenizer;  // a checkpoint's or an export's; unknown for llm.c files
 };
 ModelFile read_model_file(const std::string& path);
 // The architecture fields of a model-file header (h[2..7]), unchecked.

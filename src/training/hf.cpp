@@ -258,7 +258,15 @@ void export_hf(const ModelFile& mf, const std::string& out_dir, const std::strin
   std::vector<char> bytes = safetensors_bytes(out, {{"format", "pt"}, {"producer", "train_gpt"}});
   make_dirs(out_dir);
   write_file_atomic(join_path(out_dir, "model.safetensors"), bytes.data(), bytes.size());
-  write_text_atomic(join_path(out_dir, "config.json"), hf_config(mf.cfg, dtype).dump(2) + "\n");
+  nlohmann::ordered_json config = hf_config(mf.cfg, dtype);
+  // The tokenizer it was trained with, for sample and model.init_from (transformers keeps an
+  // unknown key as an attribute); its files, if any, are this folder's own.
+  if (mf.tokenizer.known()) {
+    TokenizerRecord r = mf.tokenizer;
+    r.files.clear();
+    config[kHfTokenizerKey] = nlohmann::ordered_json(tokenizer_record_to_json(r));
+  }
+  write_text_atomic(join_path(out_dir, "config.json"), config.dump(2) + "\n");
 }
 
 void export_hf_tokenizer(const std::string& out_dir, const std::string& vocab_dir,
@@ -286,6 +294,9 @@ ModelFile parse_hf_model(const std::string& config_text, const std::vector<char>
                          const std::string& where) {
   ModelFile mf;
   mf.cfg = parse_config(config_text, where);
+  const json rec = json::parse(config_text).value(kHfTokenizerKey, json());
+  mf.tokenizer = tokenizer_record_from_json(rec, join_path(where, "config.json"));
+  if (mf.tokenizer.known() && mf.tokenizer.kind != "byte") mf.tokenizer.files = where;
   const std::string file = join_path(where, "model.safetensors");
   SafetensorsFile f = parse_safetensors(st_bytes, file);
   // GPT2LMHeadModel writes "transformer.h.0...", GPT2Model (the hub's gpt2) "h.0...".

@@ -24,6 +24,8 @@ namespace tg {
 
 // dtype: "fp32", "bf16" or "fp16" (rounded to nearest even; fp16 refuses values beyond
 // its range). Writes out_dir/model.safetensors and out_dir/config.json.
+// config.json's key of the tokenizer record (src/data/tokenizer.h) that export_hf writes.
+constexpr const char* kHfTokenizerKey = "train_gpt_tokenizer";
 void export_hf(const ModelFile& mf, const std::string& out_dir, const std::string& dtype);
 // GPT-2's tokenizer beside an export, for AutoTokenizer.from_pretrained: vocab.json and
 // merges.txt (the files of the vocabulary folder vocab_dir, checked by BpeTokenizer),

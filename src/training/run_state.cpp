@@ -222,6 +222,7 @@ json run_state_to_json(const RunState& s) {
   if (!s.fp8.is_null()) j[mode_name(Mode::FP8)] = s.fp8;
   if (!s.auto_precision.is_null()) j[mode_name(Mode::Auto)] = s.auto_precision;
   if (!s.smoothing.is_null()) j["smoothing"] = s.smoothing;
+  if (s.tokenizer.known()) j["tokenizer"] = tokenizer_record_to_json(s.tokenizer);
   return j;
 }
 
@@ -240,6 +241,7 @@ RunState run_state_from_json(const json& j, const std::string& path,
   if (!iv.is_null()) s.initial_val_loss = f.number("initial_val_loss", 0, 1e6);
   s.config = f.at("config");
   if (!s.config.is_object()) f.bad("config", "is not an object");
+  s.tokenizer = tokenizer_record_from_json(j.value("tokenizer", json()), path);
   return s;
 }
 

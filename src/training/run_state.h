@@ -14,6 +14,7 @@
 
 #include "src/base/rng.h"
 #include "src/data/data.h"
+#include "src/data/tokenizer.h"
 #include "src/model/model.h"
 #include "src/numerics/loss_scaler.h"
 #include "src/numerics/precision_mode.h"
@@ -41,6 +42,7 @@ struct RunState {
   nlohmann::json smoothing;       // ChannelSmoothing::to_json() (smoothing on), or null
   double initial_val_loss = NAN;
   nlohmann::json config;  // the effective config of the run that wrote it
+  TokenizerRecord tokenizer;  // the data's; unknown in checkpoints from before the record
   GPTConfig model;
   size_t num_params = 0;
 };

@@ -136,6 +136,30 @@ void poison_gradient(Backend& be, Tensor grads) {
   }
 }
 
+// model.init_from starts from weights trained on one tokenizer's ids: data of another
+// tokenizer would give those ids other meanings without a word. The model's recorded
+// tokenizer must be the data's; a model that records none must have the data's vocabulary.
+void check_init_tokenizer(const Config& c, const ModelFile& init, const TokenizerRecord& data,
+                          const nlohmann::json& meta) {
+  const std::string& from = c.model.init_from;
+  if (init.tokenizer.known() && data.known()) {
+    if (!same_tokenizer(init.tokenizer, data))
+      throw UsageError(
+          strf("config key 'model.init_from': %s was trained with %s, but the data "
+               "(data.train) is %s; start from a model of the data's tokenizer",
+               from.c_str(), describe_tokenizer(init.tokenizer).c_str(),
+               describe_tokenizer(data).c_str()));
+    return;
+  }
+  const nlohmann::json v = meta.value("vocab_size", nlohmann::json());
+  if (v.is_number_integer() && v.get<int>() != init.cfg.vocab_size)
+    throw UsageError(
+        strf("config key 'model.init_from': %s has a vocabulary of %d, but the "
+             "data's is %d (data.train's meta.json); start from a model of the "
+             "data's tokenizer",
+             from.c_str(), init.cfg.vocab_size, v.get<int>()));
+}
+
 }  // namespace
 
 bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, double scale,
@@ -257,6 +281,8 @@ void Trainer::setup_data() {
     val_loader_ = std::make_unique<DataLoader>(c.data.val, "validation", B_, T_, rank_, world_,
                                                false, uint64_t(c.train.seed), mc_.vocab_size);
   tokenizer_ = dataset_tokenizer(meta_, dirname_of(train_loader_->files()[0]));
+  tokenizer_record_ = dataset_tokenizer_record(meta_, dirname_of(train_loader_->files()[0]));
+  if (!c.model.init_from.empty()) check_init_tokenizer(c, init_, tokenizer_record_, meta_);
   // Bits per byte from the val shards' own meta.json (the train shards' when they share a
   // folder).
   if (val_loader_) {
@@ -504,6 +530,7 @@ RunState Trainer::run_state() const {
   precision_->save(s);
   s.initial_val_loss = initial_val_loss_;
   s.config = cfg_json_;
+  s.tokenizer = tokenizer_record_;
   s.model = mc_;
   s.num_params = model_->num_params();
   return s;

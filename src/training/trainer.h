@@ -162,6 +162,7 @@ class Trainer {
   // Logs and per-process bookkeeping.
   LineWriter metrics_, samples_;
   Tokenizer tokenizer_;
+  TokenizerRecord tokenizer_record_;  // what checkpoints record (src/data/tokenizer.h)
   int32_t first_token_ = 0;
   std::map<std::string, TensorStats> numerics_totals_;
   std::vector<int32_t> inputs_, targets_;

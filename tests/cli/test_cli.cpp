@@ -850,16 +850,27 @@ TEST_CASE("cli: prepare text --tokenizer gpt2, then its train command, then samp
   REQUIRE(run_binary("prepare text --input " + (d / "play.txt") + " --tokenizer gpt2 --out " +
                          (d / "data") + " --vocab_dir " + vocab,
                      &out) == 0);
+  // The file is one document; --split paragraphs makes one per paragraph (240 here).
+  CHECK(has(out, "(1 shard(s), 1 documents,"));
+  const std::string printed = printed_train_command(out), prepared = out;
+  REQUIRE(run_binary("prepare text --input " + (d / "play.txt") + " --tokenizer gpt2 --out " +
+                         (d / "para") + " --vocab_dir " + vocab + " --split paragraphs",
+                     &out) == 0);
+  const json docs = json::parse(slurp(d / "para/meta.json"))["documents"];
+  CHECK(docs["train"].get<int>() + docs["val"].get<int>() == 240);
+  CHECK(run_binary("prepare text --input " + (d / "play.txt") + " --out " + (d / "b") +
+                       " --split paragraphs",
+                   &out) == 2);
+  CHECK(has(out, "prepare text: --split needs --tokenizer gpt2"));
   // The command it prints, run as printed (plus a short run's keys).
-  const std::string printed = printed_train_command(out);
   REQUIRE(!printed.empty());
   // The GPT-2-shaped config with this data, in a run directory named after it.
   CHECK(has(printed, "--config configs/shakespeare_gpt2.json --data.train '" + (d / "data") +
                          "/play_train_*.bin'"));
   CHECK(has(printed, "--train.out_dir runs/data"));
-  CHECK(has(out, "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 --prompt "
-                 "'Your prompt' --tokenizer " +
-                     (d / "data") + "\n"));
+  CHECK(has(prepared,
+            "then sample: ./train_gpt sample --checkpoint runs/data --tokens 200 "
+            "--prompt 'Your prompt'\n"));
   const std::string run = d / "run";
   REQUIRE(run_binary(printed + " --train.out_dir " + run +
                          " --train.steps 2 --data.batch_size 4 --data.seq_len 32 "

@@ -2,6 +2,7 @@
 // decode back to the input, whole documents in the val split, llm.c's files, bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -98,6 +99,7 @@ TEST_CASE("prepare gpt2: shards decode to the text, whole documents, llm.c's fil
   const std::string text = text_of_paragraphs(200);
   write(d / "in.txt", text);
   tg::Gpt2PrepareOptions o = options(d / "in.txt", d / "out");
+  o.split = "paragraphs";
   o.shard_tokens = 1000;  // several shards, documents cut across them
   const tg::Gpt2PrepareResult r = tg::prepare_text_gpt2(o);
   CHECK(r.train_docs + r.val_docs == 200);
@@ -134,6 +136,35 @@ TEST_CASE("prepare gpt2: shards decode to the text, whole documents, llm.c's fil
   o.threads = 1;
   tg::prepare_text_gpt2(o);
   CHECK(split_tokens(d / "one", "t", "train") == train);
+}
+
+TEST_CASE("prepare gpt2: a text file is one document, its last tenth the val split") {
+  if (!have_vocab()) return;
+  tgt::TempDir d;
+  const std::string text = text_of_paragraphs(200);
+  write(d / "in.txt", text);
+  const tg::Gpt2PrepareResult r = tg::prepare_text_gpt2(options(d / "in.txt", d / "out"));
+  CHECK(r.train_docs == 1);
+  CHECK(r.val_docs == 1);
+  const tg::Tokenizer tok(d / "out/gpt2_tokenizer.bin");
+  const std::vector<uint32_t> train = split_tokens(d / "out", "t", "train"),
+                              val = split_tokens(d / "out", "t", "val");
+  // One <|endoftext|>, before the text; the val split continues it from a line's start.
+  CHECK(std::count(train.begin(), train.end(), tg::kGpt2EndOfText) == 1);
+  CHECK(std::count(val.begin(), val.end(), tg::kGpt2EndOfText) == 0);
+  std::string train_text, val_text;
+  for (uint32_t id : train) train_text += id == tg::kGpt2EndOfText ? "" : tok.decode(int32_t(id));
+  for (uint32_t id : val) val_text += tok.decode(int32_t(id));
+  CHECK(train_text + val_text == text);
+  CHECK(train_text.back() == '\n');
+  CHECK(double(val_text.size()) == doctest::Approx(0.1 * double(text.size())).epsilon(0.05));
+  // --split paragraphs: one document per paragraph, as before.
+  tg::Gpt2PrepareOptions o = options(d / "in.txt", d / "p");
+  o.split = "paragraphs";
+  const tg::Gpt2PrepareResult p = tg::prepare_text_gpt2(o);
+  CHECK(p.train_docs + p.val_docs == 200);
+  o.split = "lines";
+  CHECK(has(tgt::error_of([&] { tg::prepare_text_gpt2(o); }), "--split is none or paragraphs"));
 }
 
 TEST_CASE("prepare gpt2: a folder and a JSONL file, one document per file or line") {
@@ -177,13 +208,14 @@ TEST_CASE("prepare gpt2: bad input is an error naming the file and place; nothin
   CHECK(has(error_of("n.jsonl", "{\"text\": \"a\"}\n{\"text\": 5}\n"), "n.jsonl:2: expected"));
   CHECK(has(error_of("e.jsonl", "{\"text\": \"a\"}\n{\"text\": \"\"}\n"), "e.jsonl:2: an empty"));
   CHECK(has(error_of("j.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"\n"), "j.jsonl:2: not JSON"));
-  CHECK(has(error_of("one.txt", "a single paragraph"), "at least one whole document each"));
+  CHECK(has(error_of("one.txt", "a"), "one.txt: 1 byte(s), too few to split into train and val"));
   // The earlier dataset is untouched by every failure.
   CHECK(tgt::slurp(d / "out/meta.json") == meta);
   // errors=replace: U+FFFD in the text.
   write(d / "bad2.txt", "fine\n\nthen \xe2\x82 bad\n");
   tg::Gpt2PrepareOptions o = options(d / "bad2.txt", d / "r");
   o.errors = "replace";
+  o.split = "paragraphs";
   o.val_fraction = 0.5;
   tg::prepare_text_gpt2(o);
   const tg::Tokenizer tok(d / "r/gpt2_tokenizer.bin");
