@@ -6,9 +6,13 @@
 //   backward: dnorm = dout * w
 //             dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
 //             dw += sum_rows dout * norm,  db += sum_rows dout
-// One warp per row (mean and variance in two passes, as the CPU reference). The dw/db sums
-// are deterministic: kernel 2 sums fixed chunks of rows per channel into fp32 partials,
-// kernel 3 adds the partials in chunk order and rounds once into dw/db.
+// One warp per row (mean and variance in two passes, as the CPU reference). The backward runs
+// in one pass over its inputs (layernorm_backward_fused_kernel: a block per chunk of rows, each
+// row staged in shared memory, dinp written and the chunk's dw/db sums taken from the staged
+// rows), then layernorm_backward_final_kernel adds the fp32 partials in chunk order and rounds
+// once into dw/db. Every sum has a fixed order (rows ascending in a chunk, chunks ascending), so
+// the results do not depend on scheduling. Rows too wide to stage take the dinp and partial
+// kernels instead, which read dout and inp again; they sum in the same order, to the same bits.
 #pragma once
 #include "common.cuh"
 
@@ -175,6 +179,87 @@ __global__ void layernorm_backward_partial_kernel(float* pdw, float* pdb, const 
   }
   pdw[size_t(chunk) * C + c] = sw;
   pdb[size_t(chunk) * C + c] = sb;
+}
+
+// The fused backward's row: one warp stages dout and inp of `row` (sd, sx) while summing
+// dnorm and dnorm * norm, then writes dinp from the staged copy. Each lane rereads only the
+// elements it staged itself, so the row needs no synchronisation; ms = {mean, rstd} of the row.
+template <typename T>
+__device__ __forceinline__ void layernorm_backward_row(T* dinp, T* sd, T* sx, const float* ms,
+                                                       const T* dout, const T* inp, const T* sw,
+                                                       int row, int C) {
+  const int lane = threadIdx.x % 32;
+  const size_t off = size_t(row) * C;
+  const float m = ms[0], s = ms[1];
+  float a = 0, bsum = 0;
+  for (int c = lane; c < C; c += 32) {
+    const T d = dout[off + c], x = inp[off + c];
+    sd[c] = d;
+    sx[c] = x;
+    const float norm = (ld(x) - m) * s;
+    const float dnorm = ld(sw[c]) * ld(d);
+    a += dnorm;
+    bsum += dnorm * norm;
+  }
+  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (ld(sx[c]) - m) * s;
+    const float dnorm = ld(sw[c]) * ld(sd[c]);
+    dinp[off + c] = st<T>(ld(dinp[off + c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+  }
+}
+
+// grid = chunks of `rows` rows, blockDim.x = 32 * warps; pdw and pdb are (chunks, C) fp32.
+// dynamic_smem (the launcher's backward_smem): the chunk's dw and db sums (C fp32 each), mean and
+// rstd of the round's rows (2 fp32 per warp), the weight (C of T), a row of dout and of inp per
+// warp (2 C of T each). Each round a warp per row writes dinp; then each thread adds its
+// channels over the round's staged rows in row order: the partial kernel's sums, bit for bit,
+// with dout and inp read once.
+template <typename T>
+__global__ void layernorm_backward_fused_kernel(T* dinp, float* pdw, float* pdb, const T* dout,
+                                                const T* inp, const T* w, const float* mean,
+                                                const float* rstd, int N, int C, int rows) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
+  float* aw = dynamic_smem<float>();
+  float* ab = aw + C;
+  float* stat = ab + C;
+  T* sw = reinterpret_cast<T*>(stat + 2 * warps);
+  T* sd = sw + C + size_t(warp) * 2 * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    sw[c] = w[c];
+    aw[c] = 0;
+    ab[c] = 0;
+  }
+  const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+  for (int base = r0; base < r1; base += warps) {
+    const int n = min(warps, r1 - base);
+    // the round's mean and rstd in one coalesced access, not a sector per row
+    if (int(threadIdx.x) < n) {
+      stat[2 * threadIdx.x] = mean[base + threadIdx.x];
+      stat[2 * threadIdx.x + 1] = rstd[base + threadIdx.x];
+    }
+    __syncthreads();
+    if (warp < n) {
+      layernorm_backward_row(dinp, sd, sd + C, stat + 2 * warp, dout, inp, sw, base + warp, C);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float fw = aw[c], fb = ab[c];
+      for (int k = 0; k < n; k++) {
+        const T* rd = sw + C + size_t(k) * 2 * C;
+        const float d = ld(rd[c]);
+        fw += (ld(rd[C + c]) - stat[2 * k]) * stat[2 * k + 1] * d;
+        fb += d;
+      }
+      aw[c] = fw;
+      ab[c] = fb;
+    }
+    __syncthreads();  // the next round overwrites the staged rows and stat
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    pdw[size_t(blockIdx.x) * C + c] = aw[c];
+    pdb[size_t(blockIdx.x) * C + c] = ab[c];
+  }
 }
 
 template <typename T>

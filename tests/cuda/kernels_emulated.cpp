@@ -443,8 +443,9 @@ TEST_CASE("gelu forward and backward vs the CPU, pack and scalar paths, tails") 
 
 TEST_CASE("layernorm forward, fused residual + layernorm, backward vs the CPU") {
   std::mt19937 rng(4);
-  // 8200 columns: too wide to stage a block's rows in shared memory (the plain kernels).
-  const int shapes[][2] = {{1, 5}, {21, 77}, {9, 300}, {150, 40}, {3, 8200}};
+  // 8200 columns: too wide to stage a block's rows in shared memory (the plain kernels); 2000:
+  // the fused backward with fewer warps per block than 8 (1 in fp32, 3 in bf16).
+  const int shapes[][2] = {{1, 5}, {21, 77}, {9, 300}, {150, 40}, {20, 2000}, {3, 8200}};
   for (const auto& sh : shapes) {
     const int N = sh[0], Cn = sh[1];
     CAPTURE(N);
@@ -621,7 +622,8 @@ TEST_CASE("GEMM + bias + GELU in cuBLASLt's epilogue vs the CPU matmul and gelu"
 }
 
 TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 rows)") {
-  // bias_backward and layernorm's dw/db partial + final kernels, fp32 and bf16, 3 columns
+  // bias_backward and layernorm's dw/db partial + final kernels and its fused kernel, fp32 and
+  // bf16, 3 columns
   std::mt19937 rng(15);
   const int N = 64 * 4096 + 77, OC = 3;
   CHECK(gpu::bias_rows_per_chunk(N) > 64);
@@ -647,6 +649,14 @@ TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 row
     fill(x.p, x.n, rng);
     fill(dw.p, OC, rng);
     fill(db.p, OC, rng);
+    // the launcher's fused kernel (3 columns stage in shared memory), from the same dw and db
+    Buf<E> fdw(OC), fdb(OC), w(OC), dinp(size_t(N) * OC);
+    fill(w.p, OC, rng);
+    fill(dinp.p, dinp.n, rng);
+    for (int j = 0; j < OC; j++) {
+      fdw[j] = dw[j];
+      fdb[j] = db[j];
+    }
     std::vector<float> mean(N, 0.f), rstd(N, 1.f);
     std::vector<double> rw(OC), rb(OC);
     for (int j = 0; j < OC; j++) {
@@ -675,6 +685,13 @@ TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 row
       CHECK(std::fabs(f(db[j]) - rb[j]) <= 1e-2 * std::max(1.0, std::fabs(rb[j])));
     }
     CHECK(all_poison(dw.p + OC, 1));
+    gpu::layernorm_backward(emu_ctx(), DType::BF16, dinp.p, fdw.p, fdb.p, dout.p, x.p, w.p,
+                            mean.data(), rstd.data(), N, OC);
+    wait_device();
+    for (int j = 0; j < OC; j++) {  // the same sums in the same order as the partial kernel's
+      CHECK(f(fdw[j]) == f(dw[j]));
+      CHECK(f(fdb[j]) == f(db[j]));
+    }
     check_emu();
   }
 }

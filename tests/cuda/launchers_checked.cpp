@@ -179,6 +179,7 @@ TEST_CASE("checked: layernorm forward, fused residual + layernorm, backward") {
     layernorm_case<E>(c, 7, 40);  // rows that fill no block of 8 warps, C below a warp's 64
     layernorm_case<E>(c, 33, 96);
     layernorm_case<E>(c, 70, 300);  // more than one chunk of 64 rows, C over a block
+    layernorm_case<E>(c, 20, 2000);  // the fused backward with fewer than 8 warps per block
     layernorm_case<E>(c, 2, 8200);  // rows too wide to stage in shared memory: the plain kernels
   })
   expect_clean();

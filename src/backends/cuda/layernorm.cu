@@ -1,5 +1,6 @@
 // layernorm.cu: launchers of kernels/layernorm.cuh (a warp per row, 8 rows per block; the
-// forward kernels staged in shared memory where a block's rows fit).
+// forward kernels staged in shared memory where a block's rows fit, the backward fused into one
+// pass over its inputs where a block's rows fit, plus the final dw/db sum).
 #include <algorithm>
 
 #include "kernels/layernorm.cuh"
@@ -20,6 +21,18 @@ int staged_warps(int C, size_t es) {
   return int(std::min<size_t>(kWarps, budget / row - 2));
 }
 size_t staged_smem(int C, size_t es, int warps) { return size_t(2 + warps) * C * es; }
+
+// The fused backward's warps per block and its shared memory (kernels/layernorm.cuh): 8 warps
+// where the dw/db sums, the weight and 8 staged pairs of rows fit 48 KiB (GPT-2 124M's C 768 in
+// bf16: 32 KiB), fewer for wider rows, 0 (the dinp and partial kernels) when not even one fits.
+size_t backward_smem(int C, size_t es, int warps) {
+  return size_t(C) * (8 + es) + size_t(warps) * (8 + 2 * size_t(C) * es);
+}
+int backward_warps(int C, size_t es) {
+  const size_t budget = size_t(48) << 10, fixed = backward_smem(C, es, 0);
+  if (budget < backward_smem(C, es, 1)) return 0;
+  return int(std::min<size_t>(kWarps, (budget - fixed) / (8 + 2 * size_t(C) * es)));
+}
 }  // namespace
 
 void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
@@ -68,13 +81,21 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
     using E = decltype(tag);
     const E* d = static_cast<const E*>(dout);
     const E* x = static_cast<const E*>(inp);
-    launch(layernorm_backward_dinp_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
-           static_cast<E*>(dinp), d, x, static_cast<const E*>(w), mean, rstd, N, C);
-    TG_LAUNCH_CHECK();
-    dim3 grid(unsigned((C + 255) / 256), unsigned(chunks));
-    launch(layernorm_backward_partial_kernel<E>, grid, 256, 0, c.stream, pdw, pdb, d, x, mean, rstd,
-           N, C, rows);
-    TG_LAUNCH_CHECK();
+    const int warps = backward_warps(C, sizeof(E));
+    if (warps > 0) {
+      launch(layernorm_backward_fused_kernel<E>, unsigned(chunks), 32 * warps,
+             backward_smem(C, sizeof(E), warps), c.stream, static_cast<E*>(dinp), pdw, pdb, d, x,
+             static_cast<const E*>(w), mean, rstd, N, C, rows);
+      TG_LAUNCH_CHECK();
+    } else {
+      launch(layernorm_backward_dinp_kernel<E>, row_blocks(N), kThreads, 0, c.stream,
+             static_cast<E*>(dinp), d, x, static_cast<const E*>(w), mean, rstd, N, C);
+      TG_LAUNCH_CHECK();
+      dim3 grid(unsigned((C + 255) / 256), unsigned(chunks));
+      launch(layernorm_backward_partial_kernel<E>, grid, 256, 0, c.stream, pdw, pdb, d, x, mean,
+             rstd, N, C, rows);
+      TG_LAUNCH_CHECK();
+    }
     launch(layernorm_backward_final_kernel<E>, unsigned((C + 255) / 256), 256, 0, c.stream,
            static_cast<E*>(dw), static_cast<E*>(db), pdw, pdb, chunks, C);
     TG_LAUNCH_CHECK();
