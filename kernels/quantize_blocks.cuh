@@ -50,6 +50,10 @@ struct QuantParams {
   ScaleRule rule = ScaleRule::Ocp;
   int gr = 1, gc = 1;  // rows and columns of one scale group (clipped to the operand)
   int ngr = 1, ngc = 1;
+  // The per-tensor recipes' own scale (src/backends/cuda/scaled.h's OperandSource): a delayed
+  // scale given by the host (> 0), else (fmax / amax) / 2^margin of the operand.
+  float tensor_enc = 0;
+  int margin = 0;
 };
 
 // One group's multipliers, before rounding (enc) and after (dec): src/numerics/group_scale.h's, the
@@ -235,7 +239,12 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
       const float a = bits_f32(row_amax[size_t(r) * p.ngc + j]);
       m = a > m ? a : m;
     }
-    scales[t] = group_scale(p, m, tscale);
+    // A given delayed scale or a margin: the per-tensor recipes' enc, dec = 1 / enc
+    // (quantize.cpp's qdq_tensor_fp8); with neither, group_scale's FP32 case is the same rule.
+    const float enc =
+        p.tensor_enc > 0 ? p.tensor_enc : fp8_scale_from_amax(m, elem_format_max(p.elem), p.margin);
+    scales[t] =
+        p.tensor_enc > 0 || p.margin != 0 ? Scale2{enc, 1.0f / enc} : group_scale(p, m, tscale);
   }
 }
 
@@ -279,6 +288,7 @@ __global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool tran
 //   scales the group's decode factor dec (x' = code dec) in the scale mode's layout, as the
 //          cuBLAS documentation (cublasLtMatmulMatrixScale_t, "Scaling factors layouts")
 //          describes them:
+//     SCALAR_32F      fp32, one for the tensor (Tensor granularity: the per-tensor recipes)
 //     OUTER_VEC_32F   fp32, one per row (Row granularity): scale[r]
 //     VEC128_32F      fp32 per 1 x 128 block, outer-dimension-major: scale[j * rows + r] for row
 //                     r, block j (PyTorch's _scaled_mm asks the same "M-major" strides of 1x128
@@ -304,6 +314,7 @@ __host__ __device__ inline size_t native_scale_count(cublasLtMatmulMatrixScale_t
     case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: return size_t(rows);
     case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return size_t(rows) * nj;
     case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return size_t(ngr) * ((nj + 3) / 4 * 4);
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return 1;
     default: return size_t((rows + 127) / 128) * 128 * ((nj + 3) / 4 * 4);
   }
 }
@@ -323,6 +334,7 @@ static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_
     bool in = true;
     switch (m) {
       case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: gi = int(t); break;
+      case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: break;  // the one group
       case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F:
         gi = int(t % rows) / p.gr, j = int(t / rows);
         break;

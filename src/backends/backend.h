@@ -24,10 +24,10 @@
 #include "src/numerics/adamw_math.h"
 #include "src/numerics/loss_scaler.h"
 #include "src/numerics/master_format.h"
-#include "src/numerics/wire_format.h"
 #include "src/numerics/moment_format.h"
 #include "src/numerics/operand_view.h"
 #include "src/numerics/recipe.h"
+#include "src/numerics/wire_format.h"
 
 namespace tg {
 
@@ -102,62 +102,44 @@ struct AdamWArgs {
   DecayRanges decay{};  // which elements take weight_decay (all when decay.n = 0)
 };
 
-// Per-tensor FP8 quantization of one matmul operand: q = sat(x * scale) in E4M3 (forward
-// operands) or E5M2 (gradients). With `current`, the scale is computed from this tensor's own
-// amax as (fmax / amax) / 2^margin instead of taken from `scale`.
-struct Fp8Quant {
-  float scale = 1.0f;
-  bool current = false;
+// The operands of a per-tensor-scaled linear, in the order of its scales and amaxes.
+enum TensorOperand { kTensorInput, kTensorWeight, kTensorGrad, kTensorOperands };
+
+// Per-tensor scaling of one linear (the per-tensor recipes, fp8_tensor_recipe: one fp32 scale
+// per operand, from a delayed amax history or the operand's current amax). Delayed scales come
+// from the caller (QuantState keeps the histories on the host, where checkpoints and the
+// ranks' reduction read them); the backend leaves each quantized operand's amax in the
+// linear's slot for take_amaxes, so that a device never waits for the host inside a pass.
+struct TensorScaling {
+  int slot = -1;  // the linear's slot (0 .. n_slots - 1); -1: not per-tensor scaled
+  // Delayed sources: q = sat(x * scale[operand]); the backward takes the scales its forward
+  // took for the input and the weight. Current sources ignore them and use
+  // (fmax / amax) / 2^margin of the operand itself (the same in the forward and backward).
+  float scale[kTensorOperands] = {1, 1, 1};
   int margin = 0;
-  ElemFormat format = ElemFormat::E4M3;  // from the recipe (src/numerics/recipe.h): E4M3 or E5M2
-};
-// What an FP8 matmul reports: the amax of each quantized operand (for delayed scaling and
-// telemetry) and the scale it used.
-struct Fp8Report {
-  float amax[2] = {0, 0};
-  float scale[2] = {1, 1};
 };
 
-// A block-scaled linear (a recipe that is not per-tensor FP8: rows, blocks or tiles with
-// their own scales, src/numerics/recipe.h): the recipe of its three GEMMs, and the seed of the
-// random bits its stochastic rounding and Hadamard signs draw (one per linear and micro-batch; each
-// GEMM role and operand derives its own stream from it). Scales come from the operands
-// themselves (current amax), so nothing is reported back.
+// A quantized linear: the recipe of its three GEMMs (src/numerics/recipe.h: per-tensor,
+// rows, blocks or tiles with their own scales), and the seed of the random bits its stochastic
+// rounding and Hadamard signs draw (one per linear and micro-batch; each GEMM role and operand
+// derives its own stream from it). Block-scaled operands take their scales from their current
+// amax; per-tensor ones (`tensor`) as TensorScaling says, and report their amaxes back.
 struct ScaledLinear {
   const QuantRecipe* recipe = nullptr;
   uint64_t seed = 0;
+  TensorScaling tensor{};
 };
 
-// Options of a backend's quantized linears, FP8 and block-scaled (precision.fp8.*, the
-// recipe; the precision runtime passes them on).
+// Options of a backend's quantized linears (precision.fp8.*, the recipe; the precision
+// runtime passes them on).
 struct QuantOptions {
   // Fast (reduced-precision, periodically promoted) accumulation in the forward FP8 GEMM on
   // devices that have it (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM). The backward GEMMs never
   // use it. The CPU accumulates exactly in fp32 and ignores this.
   bool fast_accum = true;
-  // Devices: run the bf16-GEMM path of FP8 (quantized values in bf16) even where FP8 tensor
-  // cores exist (tests compare both paths on one GPU).
-  bool force_fallback = false;
-  // The linears are block-scaled (ScaledLinear calls): what fp8_path_name describes, and
-  // their shapes take no FP8-GEMM constraints.
-  bool block_scaled = false;
-  // With block_scaled: the run's recipe, so that fp8_path_name can say which GEMM path (native
-  // block-scaled or portable) a backend runs for it and why (null: not known).
+  // The run's recipe, so that fp8_path_name can say which GEMM path (native or portable) a
+  // backend runs for it and why (null: not known).
   const QuantRecipe* recipe = nullptr;
-};
-// The shape of one linear: out(N,OC) = inp(N,C) W(OC,C)^T.
-struct LinearShape {
-  int N = 0, C = 0, OC = 0;
-};
-// What the model tells a backend before its FP8 linears run (again whenever B x T changes).
-struct Fp8Setup {
-  int n_linears = 0;                // distinct FP8 linears (= weights) the model will call
-  std::vector<LinearShape> shapes;  // every shape they come in
-  // Memory the backend may use as scratch during any FP8 matmul, because it holds nothing
-  // then (the model passes its fp32 logits buffer and what follows it, the losses: written
-  // by the lm_head and the classifier after the last block's forward, consumed by the
-  // lm_head's backward before the first block's backward).
-  Tensor scratch;
 };
 
 // Numerics of one stored tensor (telemetry): the largest magnitude and how many values are
@@ -247,47 +229,33 @@ class Backend {
     matmul_forward(pre, inp, w, bias, N, C, OC);
     gelu_forward(out, pre, size_t(N) * OC);
   }
-  // FP8 block linears: matmul_forward with inp and w quantized to E4M3 (quant[0], quant[1]),
-  // products accumulated in fp32, out rounded once. Reports amax and scale of inp and w.
-  virtual Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                                       int OC, const Fp8Quant quant[2]) = 0;
-  // Backward of the above: dout quantized to E5M2 (gq), inp and w to E4M3 with the scales
-  // the forward used (inp_scale, w_scale); dbias from the unquantized dout. Reports dout's
-  // amax and scale in slot 0. A non-finite dout amax poisons the results with NaN so the
-  // step is skipped.
-  virtual Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
-                                        Tensor inp, Tensor w, int N, int C, int OC,
-                                        const Fp8Quant& gq, float inp_scale, float w_scale) = 0;
-  // Block-scaled linears (ScaledLinear): matmul_forward / matmul_backward with every GEMM
+  // Quantized linears (ScaledLinear): matmul_forward / matmul_backward with every GEMM
   // operand quantized as q.recipe says for that GEMM role, along that GEMM's reduction
   // dimension, products accumulated in fp32, outputs rounded once; dbias from the
   // unquantized dout. A non-finite operand poisons the results with NaN (the step is
-  // skipped). Backends without them (today: CUDA) say so and the trainer refuses the mode.
+  // skipped). Backends without them say so and the trainer refuses the quantized modes.
   virtual bool has_block_scaled_linears() const { return false; }
   virtual void matmul_forward_scaled(Tensor, Tensor, Tensor, Tensor, int, int, int,
                                      const ScaledLinear& q) {
-    throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
+    throw Error(name() + " has no quantized linears (" + q.recipe->name + ")");
   }
   virtual void matmul_backward_scaled(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int,
                                       const ScaledLinear& q) {
-    throw Error(name() + " has no block-scaled linears (" + q.recipe->name + ")");
+    throw Error(name() + " has no quantized linears (" + q.recipe->name + ")");
   }
-  // FP8 plumbing (defaults: nothing to set up, reports returned at once).
+  // The amaxes per-tensor-scaled linears left in their slots since the last call: n_slots x
+  // kTensorOperands values (a forward leaves the input's and the weight's, a backward the
+  // gradient's; the latest call of a slot wins; 0 where none; +inf for an operand that held a
+  // non-finite value), cleared. On a device this is the one wait for the queue, made once per
+  // pass by the model, never one per GEMM.
+  virtual std::vector<float> take_amaxes(int n_slots) {
+    return std::vector<float>(size_t(n_slots) * kTensorOperands, 0.0f);
+  }
   virtual void set_quant_options(const QuantOptions&) {}
-  // Which FP8 path the matmuls above run, for the line printed at start.
+  // Which GEMM path the quantized linears run, for the line printed at start.
   virtual std::string fp8_path_name() const {
     return "emulated: quantize-dequantize in fp32, fp32 GEMMs";
   }
-  // Why an FP8 linear of this shape cannot take this backend's fast path ("" when it can).
-  // Such a linear still runs, on a slower path with the same numerics.
-  virtual std::string fp8_shape_problem(int /*N*/, int /*C*/, int /*OC*/) const { return ""; }
-  virtual void fp8_prepare(const Fp8Setup&) {}
-  // Asks the backend to defer FP8 reports (on a device each report costs a wait for the
-  // queue); returns whether it will. While deferring, the Fp8Report an FP8 matmul returns is
-  // not valid; fp8_take_reports() returns the reports of every FP8 matmul since its last
-  // call, in call order, waiting once for all of them. The CPU never defers.
-  virtual bool fp8_defer_reports(bool /*on*/) { return false; }
-  virtual std::vector<Fp8Report> fp8_take_reports() { return {}; }
   // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
   virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
                                  int NH) = 0;
@@ -361,10 +329,10 @@ class Backend {
   }
   // AdamW on master weights (fp32); params receives the updated weights rounded to its type
   // (params may be master itself). With a.master = bf16-sr / bf16-kahan the bf16 params are
-  // the master weights and `master` is unused / their compensation buffer. m and v are stored per a.m_format / a.v_format (their
-  // tensors' dtype: fp32, bf16 or fp16; E4M3 / E5M2 codes with each block's scale in
-  // a.m_meta / a.v_meta): read widened to fp32, updated in fp32, stored back rounded
-  // (src/numerics/moment_format.h, moment_block.h).
+  // the master weights and `master` is unused / their compensation buffer. m and v are stored per
+  // a.m_format / a.v_format (their tensors' dtype: fp32, bf16 or fp16; E4M3 / E5M2 codes with each
+  // block's scale in a.m_meta / a.v_meta): read widened to fp32, updated in fp32, stored back
+  // rounded (src/numerics/moment_format.h, moment_block.h).
   virtual void adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                      const AdamWArgs& a) = 0;
   virtual TensorStats stats(Tensor t) = 0;

@@ -126,7 +126,8 @@ void ProfilingBackend::zero(Tensor t) {
 void ProfilingBackend::encoder_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int B,
                                        int T, int C) {
   // One row of wte per token and T rows of wpe are read.
-  const double rows = double(B) * T * C * dtype_size(wte.dtype) + double(T) * C * dtype_size(wpe.dtype);
+  const double rows =
+      double(B) * T * C * dtype_size(wte.dtype) + double(T) * C * dtype_size(wpe.dtype);
   const long r = begin("encoder_forward", OpKind::Memory, strf("B=%d T=%d C=%d", B, T, C),
                        double(B) * T * C, sz(out) + sz(tokens) + rows);
   in_.encoder_forward(out, tokens, wte, wpe, B, T, C);
@@ -147,8 +148,8 @@ void ProfilingBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, T
 
 void ProfilingBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
                                          Tensor b, int N, int C) {
-  const long r = begin("layernorm_forward", OpKind::Memory, strf("N=%d C=%d", N, C),
-                       8.0 * N * C, sz(inp) + sz(w) + sz(b) + sz(out) + sz(mean) + sz(rstd));
+  const long r = begin("layernorm_forward", OpKind::Memory, strf("N=%d C=%d", N, C), 8.0 * N * C,
+                       sz(inp) + sz(w) + sz(b) + sz(out) + sz(mean) + sz(rstd));
   in_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
   end(r);
 }
@@ -156,10 +157,10 @@ void ProfilingBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, T
 void ProfilingBackend::layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                                           Tensor inp, Tensor w, Tensor mean, Tensor rstd, int N,
                                           int C) {
-  const double bytes = sz(dout) + sz(inp) + sz(w) + sz(mean) + sz(rstd) +
-                       2 * (sz(dinp) + sz(dw) + sz(db));
-  const long r = begin("layernorm_backward", OpKind::Memory, strf("N=%d C=%d", N, C),
-                       12.0 * N * C, bytes);
+  const double bytes =
+      sz(dout) + sz(inp) + sz(w) + sz(mean) + sz(rstd) + 2 * (sz(dinp) + sz(dw) + sz(db));
+  const long r =
+      begin("layernorm_backward", OpKind::Memory, strf("N=%d C=%d", N, C), 12.0 * N * C, bytes);
   in_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   end(r);
 }
@@ -185,9 +186,9 @@ void ProfilingBackend::lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, 
                                         Tensor w, int N, int C, int Vp) {
   // dlogits is a view with rows further apart than Vp: only N x Vp of it is read.
   const double grad = double(N) * Vp * dtype_size(dlogits.dtype);
-  const long r = begin("lm_head_backward", OpKind::Gemm, linear_shape(N, C, Vp),
-                       2 * linear_flops(N, C, Vp),
-                       grad + linear_backward_bytes(dinp, dw, Tensor{}, Tensor{}, inp, w));
+  const long r =
+      begin("lm_head_backward", OpKind::Gemm, linear_shape(N, C, Vp), 2 * linear_flops(N, C, Vp),
+            grad + linear_backward_bytes(dinp, dw, Tensor{}, Tensor{}, inp, w));
   in_.lm_head_backward(dinp, dw, dlogits, inp, w, N, C, Vp);
   end(r);
 }
@@ -198,28 +199,6 @@ void ProfilingBackend::matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, T
                        linear_flops(N, C, OC), linear_forward_bytes(out, inp, w, bias) + sz(pre));
   in_.matmul_gelu_forward(pre, out, inp, w, bias, N, C, OC);
   end(r);
-}
-
-Fp8Report ProfilingBackend::matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N,
-                                               int C, int OC, const Fp8Quant quant[2]) {
-  const long r = begin("matmul_forward_fp8", OpKind::Gemm, linear_shape(N, C, OC),
-                       linear_flops(N, C, OC), linear_forward_bytes(out, inp, w, bias));
-  const Fp8Report rep = in_.matmul_forward_fp8(out, inp, w, bias, N, C, OC, quant);
-  end(r);
-  return rep;
-}
-
-Fp8Report ProfilingBackend::matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
-                                                Tensor inp, Tensor w, int N, int C, int OC,
-                                                const Fp8Quant& gq, float inp_scale,
-                                                float w_scale) {
-  const long r = begin("matmul_backward_fp8", OpKind::Gemm, linear_shape(N, C, OC),
-                       2 * linear_flops(N, C, OC),
-                       linear_backward_bytes(dinp, dw, dbias, dout, inp, w));
-  const Fp8Report rep =
-      in_.matmul_backward_fp8(dinp, dw, dbias, dout, inp, w, N, C, OC, gq, inp_scale, w_scale);
-  end(r);
-  return rep;
 }
 
 void ProfilingBackend::matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N,
@@ -233,9 +212,9 @@ void ProfilingBackend::matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, T
 void ProfilingBackend::matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout,
                                               Tensor inp, Tensor w, int N, int C, int OC,
                                               const ScaledLinear& q) {
-  const long r = begin("matmul_backward_scaled", OpKind::Gemm, linear_shape(N, C, OC),
-                       2 * linear_flops(N, C, OC),
-                       linear_backward_bytes(dinp, dw, dbias, dout, inp, w));
+  const long r =
+      begin("matmul_backward_scaled", OpKind::Gemm, linear_shape(N, C, OC),
+            2 * linear_flops(N, C, OC), linear_backward_bytes(dinp, dw, dbias, dout, inp, w));
   in_.matmul_backward_scaled(dinp, dw, dbias, dout, inp, w, N, C, OC, q);
   end(r);
 }
@@ -266,9 +245,9 @@ void ProfilingBackend::attention_forward_lse(Tensor out, Tensor lse, Tensor qkv,
 
 void ProfilingBackend::attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                               Tensor lse, int B, int T, int C, int NH) {
-  const long r = begin("attention_backward_lse", OpKind::Attention, attention_shape(B, T, C, NH),
-                       2 * attention_flops(B, T, C),
-                       sz(dout) + sz(qkv) + sz(out) + sz(lse) + sz(dqkv));
+  const long r =
+      begin("attention_backward_lse", OpKind::Attention, attention_shape(B, T, C, NH),
+            2 * attention_flops(B, T, C), sz(dout) + sz(qkv) + sz(out) + sz(lse) + sz(dqkv));
   in_.attention_backward_lse(dqkv, dout, qkv, out, lse, B, T, C, NH);
   end(r);
 }
@@ -280,8 +259,8 @@ void ProfilingBackend::gelu_forward(Tensor out, Tensor inp, size_t n) {
 }
 
 void ProfilingBackend::gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) {
-  const long r = begin("gelu_backward", OpKind::Memory, elems(n), 16.0 * n,
-                       sz(inp) + sz(dout) + sz(dinp));
+  const long r =
+      begin("gelu_backward", OpKind::Memory, elems(n), 16.0 * n, sz(inp) + sz(dout) + sz(dinp));
   in_.gelu_backward(dinp, inp, dout, n);
   end(r);
 }
@@ -296,8 +275,7 @@ void ProfilingBackend::residual_forward(Tensor out, Tensor a, Tensor b, size_t n
 void ProfilingBackend::residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd,
                                                   Tensor a, Tensor b, Tensor w, Tensor bias, int N,
                                                   int C) {
-  const double bytes =
-      sz(a) + sz(b) + sz(w) + sz(bias) + sz(res) + sz(out) + sz(mean) + sz(rstd);
+  const double bytes = sz(a) + sz(b) + sz(w) + sz(bias) + sz(res) + sz(out) + sz(mean) + sz(rstd);
   const long r = begin("residual_layernorm_forward", OpKind::Memory, strf("N=%d C=%d", N, C),
                        9.0 * N * C, bytes);
   in_.residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C);
@@ -308,8 +286,8 @@ void ProfilingBackend::classifier(Tensor logits, Tensor losses, Tensor targets, 
                                   float dloss, int N, int V, int Vp) {
   // The logits are read once; the gradient (N x Vp in its type) is written when asked.
   const double grad = dloss != 0 ? double(N) * Vp * dtype_size(dlogits.dtype) : 0.0;
-  const long r = begin("classifier", OpKind::Memory, strf("N=%d V=%d Vp=%d", N, V, Vp),
-                       5.0 * N * V, sz(logits) + sz(targets) + sz(losses) + grad);
+  const long r = begin("classifier", OpKind::Memory, strf("N=%d V=%d Vp=%d", N, V, Vp), 5.0 * N * V,
+                       sz(logits) + sz(targets) + sz(losses) + grad);
   in_.classifier(logits, losses, targets, dlogits, dloss, N, V, Vp);
   end(r);
 }
@@ -322,8 +300,8 @@ double ProfilingBackend::sum_squares(Tensor t) {
 }
 
 GradCheck ProfilingBackend::unscale_check_norm(Tensor grads, double loss_scale) {
-  const long r = begin("unscale_check_norm", OpKind::Memory, elems(grads.numel),
-                       3.0 * grads.numel, sz(grads));
+  const long r =
+      begin("unscale_check_norm", OpKind::Memory, elems(grads.numel), 3.0 * grads.numel, sz(grads));
   const GradCheck g = in_.unscale_check_norm(grads, loss_scale);
   end(r);
   return g;
@@ -331,8 +309,8 @@ GradCheck ProfilingBackend::unscale_check_norm(Tensor grads, double loss_scale) 
 
 void ProfilingBackend::device_decide_step(Tensor grads, const LossScaleState& s,
                                           const LossScaleParams& p, double clip) {
-  const long r = begin("device_decide_step", OpKind::Memory, elems(grads.numel),
-                       3.0 * grads.numel, sz(grads));
+  const long r =
+      begin("device_decide_step", OpKind::Memory, elems(grads.numel), 3.0 * grads.numel, sz(grads));
   in_.device_decide_step(grads, s, p, clip);
   end(r);
 }
@@ -361,8 +339,8 @@ TensorStats ProfilingBackend::stats(Tensor t) {
 }
 
 void ProfilingBackend::convert(Tensor dst, Tensor src, const Rounding& rounding) {
-  const long r = begin("convert", OpKind::Memory, elems(dst.numel), double(dst.numel),
-                       sz(src) + sz(dst));
+  const long r =
+      begin("convert", OpKind::Memory, elems(dst.numel), double(dst.numel), sz(src) + sz(dst));
   in_.convert(dst, src, rounding);
   end(r);
 }
@@ -376,8 +354,8 @@ void ProfilingBackend::wire_encode(Tensor x, size_t part, WireFormat f, Tensor o
 }
 
 void ProfilingBackend::wire_sum(Tensor in, size_t part, WireFormat f, Tensor sum) {
-  const long r = begin("wire_sum", OpKind::Memory, elems(in.numel), 2.0 * in.numel,
-                       sz(in) + sz(sum));
+  const long r =
+      begin("wire_sum", OpKind::Memory, elems(in.numel), 2.0 * in.numel, sz(in) + sz(sum));
   in_.wire_sum(in, part, f, sum);
   end(r);
 }

@@ -27,11 +27,11 @@ struct OpRecord {
   int layer = -1;     // -1: outside the blocks (embeddings, lm_head, classifier, optimizer)
   StepPhase phase = StepPhase::Other;
   OpKind kind = OpKind::Memory;
-  double flops = 0;   // analytic floating-point operations
-  double bytes = 0;   // minimum bytes moved: inputs read once, outputs written once
-  std::string gemm;   // the GEMM algorithms the backend ran for it ("" when it says none)
+  double flops = 0;  // analytic floating-point operations
+  double bytes = 0;  // minimum bytes moved: inputs read once, outputs written once
+  std::string gemm;  // the GEMM algorithms the backend ran for it ("" when it says none)
   size_t mark_begin = 0, mark_end = 0;
-  double ms = 0;      // filled by ProfilingBackend::take_records
+  double ms = 0;  // filled by ProfilingBackend::take_records
 };
 
 class ProfilingBackend final : public Backend {
@@ -74,19 +74,13 @@ class ProfilingBackend final : public Backend {
                          int N, int C) override;
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override;
-  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
-                      int OC) override;
+  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override;
   void lm_head_backward(Tensor dinp, Tensor dw, Tensor dlogits, Tensor inp, Tensor w, int N, int C,
                         int Vp) override;
   void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C,
                            int OC) override;
-  Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
-                               const Fp8Quant quant[2]) override;
-  Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                                Tensor w, int N, int C, int OC, const Fp8Quant& gq,
-                                float inp_scale, float w_scale) override;
   bool has_block_scaled_linears() const override { return in_.has_block_scaled_linears(); }
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override;
@@ -94,12 +88,7 @@ class ProfilingBackend final : public Backend {
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override;
   void set_quant_options(const QuantOptions& o) override { in_.set_quant_options(o); }
   std::string fp8_path_name() const override { return in_.fp8_path_name(); }
-  std::string fp8_shape_problem(int N, int C, int OC) const override {
-    return in_.fp8_shape_problem(N, C, OC);
-  }
-  void fp8_prepare(const Fp8Setup& s) override { in_.fp8_prepare(s); }
-  bool fp8_defer_reports(bool on) override { return in_.fp8_defer_reports(on); }
-  std::vector<Fp8Report> fp8_take_reports() override { return in_.fp8_take_reports(); }
+  std::vector<float> take_amaxes(int n_slots) override { return in_.take_amaxes(n_slots); }
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
                           int NH) override;

@@ -1,6 +1,4 @@
 #include "bench.h"
-#include "bench_step.h"
-#include "profile.h"
 
 #include <omp.h>
 
@@ -11,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_step.h"
+#include "profile.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/gemm_bf16.h"
@@ -168,10 +168,11 @@ void print_gpu_header(Backend& be, const BenchArgs& a) {
       "high-water mark.\n");
   for (Mode m : a.modes)
     if (mode_info(m).recipe == ModeRecipe::Fp8Tensor) {
-      be.set_quant_options(a.fp8opt);
-      printf("fp8: %s scaling, path: %s, %s\n", a.fp8cfg.recipe.c_str(), be.fp8_path_name().c_str(),
-             a.fp8opt.fast_accum ? "fast accumulation in the forward GEMM"
-                                 : "exact fp32 accumulation everywhere");
+      const QuantRecipe r = fp8_recipe(a.fp8cfg);
+      QuantOptions o = a.fp8opt;
+      o.recipe = &r;
+      be.set_quant_options(o);
+      printf("fp8: %s scaling, path: %s\n", a.fp8cfg.recipe.c_str(), be.fp8_path_name().c_str());
     }
   printf("\n");
 }

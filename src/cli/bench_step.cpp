@@ -30,7 +30,7 @@ BenchStep::BenchStep(Backend& be, const BenchCase& bc, const Config& cfg)
     : cfg_(cfg), gcfg_(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT)), bc_(bc) {
   model_ = std::make_unique<GPT>(gcfg_, be, mode_dtype(cfg.precision.mode), DataParallel{},
                                  precision_spec(cfg).moments);
-  precision_ = std::make_unique<PrecisionRuntime>(cfg_, be, *model_, bc.B * bc.T);
+  precision_ = std::make_unique<PrecisionRuntime>(cfg_, be, *model_);
   model_->init_random(1);
   Rng r(2);
   in_.resize(size_t(bc.B) * bc.T);

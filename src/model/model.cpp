@@ -219,13 +219,6 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
 }
 
 GPT::~GPT() {
-  if (fp8_defer_) {  // hand the backend back as found: eager reports, none pending
-    try {
-      be_.fp8_take_reports();
-      be_.fp8_defer_reports(false);
-    } catch (...) {
-    }
-  }
   if (master_ && dtype_ != master_dtype_) be_.free(master_);
   for (Tensor t :
        {params_, grads_, m_, v_, comp_, m_meta_, v_meta_, act_buf_, stat_buf_, tokens_, targets_})
@@ -492,52 +485,15 @@ void GPT::ensure_acts(int B, int T) {
     layout_acts(B, T, &acts_);
     B_ = B;
     T_ = T;
-    fp8_prepared_ = false;
   }
 }
 
-void GPT::fp8_prepare(int B, int T) {
-  if (!fp8_ || fp8_prepared_) return;
-  const int N = B * T, C = cfg_.n_embd;
-  Fp8Setup s;
-  for (int l = 0; l < cfg_.n_layer; l++)
-    if (fp8_->layer_in_fp8(l)) s.n_linears += QuantState::kLinears;
-  s.shapes = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
-  // The logits and everything after them in the statistics buffer (the losses, and the
-  // room a larger B x T left): all of it is dead while the block linears run.
-  const size_t off =
-      size_t(static_cast<char*>(acts_.logits.data) - static_cast<char*>(stat_buf_.data)) /
-      dtype_size(stat_buf_.dtype);
-  s.scratch = stat_buf_.slice(off, stat_capacity_ - off);
-  be_.fp8_prepare(s);
-  fp8_defer_ = be_.fp8_defer_reports(true);
-  fp8_prepared_ = true;
-}
-
-void GPT::fp8_apply(const Fp8Pending& p, const Fp8Report& r) {
-  if (p.backward) {
-    fp8_->record(p.layer, p.linear, QuantState::GRAD, r.amax[0]);
-    return;
-  }
-  fp8_->set_forward_scales(p.layer, p.linear, r);
-  if (p.training) {
-    fp8_->record(p.layer, p.linear, QuantState::INP, r.amax[0]);
-    fp8_->record(p.layer, p.linear, QuantState::WEIGHT, r.amax[1]);
-  }
-}
-
-// Deferred reports change nothing but when they are applied: each (layer, linear, operand)
-// history gets its pass's amax before anything reads it again (a forward's quant() of the
-// same operand comes only in the next pass; the backward needs the forward scales, taken
-// at the end of the forward).
-void GPT::fp8_flush() {
-  if (fp8_pending_.empty()) return;
-  const std::vector<Fp8Report> r = be_.fp8_take_reports();
-  if (r.size() != fp8_pending_.size())
-    throw Error(strf("backend returned %zu fp8 reports for %zu fp8 matmuls", r.size(),
-                     fp8_pending_.size()));
-  for (size_t i = 0; i < r.size(); i++) fp8_apply(fp8_pending_[i], r[i]);
-  fp8_pending_.clear();
+void GPT::take_amaxes(bool backward, bool training) {
+  if (!fp8_ || fp8_->block_scaled()) return;
+  const int n = cfg_.n_layer * QuantState::kLinears;
+  const std::vector<float> amax = be_.take_amaxes(n);
+  if (!training) return;
+  fp8_->record_pass(amax, backward);
 }
 
 std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
@@ -653,7 +609,6 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     if (inputs[i] < 0 || inputs[i] >= cfg_.vocab_size)
       throw Error(strf("token %d out of range for vocab_size %d", inputs[i], cfg_.vocab_size));
   ensure_acts(B, T);
-  fp8_prepare(B, T);
   const bool training = dloss != 0;
   const int BT = B * T, C = cfg_.n_embd, L = cfg_.n_layer;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
@@ -669,7 +624,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   be_.matmul_forward(a.logits, a.lnf, P[WTE], Tensor{}, BT, C, Vp);
   have_dlogits_ = false;
   if (!targets) {
-    fp8_flush();
+    take_amaxes(false, false);
     return NAN;
   }
 
@@ -682,7 +637,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   be_.classifier(a.logits, a.losses, tgt, dlogits_view(a.logits, dtype_), dloss / float(BT), BT, V,
                  Vp);
   have_dlogits_ = dloss != 0;
-  fp8_flush();
+  take_amaxes(false, training);
   std::vector<double> losses = download_f64(be_, a.losses);
   double sum = 0;
   for (double x : losses) sum += x;
@@ -743,7 +698,7 @@ void GPT::backward() {
   }
   be_.set_scope(-1, StepPhase::Backward);
   be_.encoder_backward(G[WTE], G[WPE], dres, tokens_.slice(0, BT), B, T, C);
-  fp8_flush();
+  take_amaxes(true, true);
   have_dlogits_ = false;
   if (grad_acc_) fold_grads();
 }
@@ -765,27 +720,13 @@ void GPT::linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tenso
     probe_take(l, lin, kLinearInput, inp, N, C);
     probe_take(l, lin, kLinearWeight, w, OC, C);
   }
-  const std::optional<Fp8Report> r =
-      quantized_linear_forward(be_, {fp8_, l, lin}, out, inp, w, b, N, C, OC);
-  if (!r) return;
-  const Fp8Pending p{l, lin, false, training};
-  if (fp8_defer_)
-    fp8_pending_.push_back(p);
-  else
-    fp8_apply(p, *r);
+  quantized_linear_forward(be_, {fp8_, l, lin}, out, inp, w, b, N, C, OC);
 }
 
 void GPT::linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                           Tensor inp, Tensor w, int N, int C, int OC) {
   probe_take(l, lin, kLinearGrad, dout, N, OC);
-  const std::optional<Fp8Report> r =
-      quantized_linear_backward(be_, {fp8_, l, lin}, dinp, dw, db, dout, inp, w, N, C, OC);
-  if (!r) return;
-  const Fp8Pending p{l, lin, true, true};
-  if (fp8_defer_)
-    fp8_pending_.push_back(p);
-  else
-    fp8_apply(p, *r);
+  quantized_linear_backward(be_, {fp8_, l, lin}, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
 std::vector<TelemetryTensor> GPT::telemetry_tensors() const {

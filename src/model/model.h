@@ -206,14 +206,9 @@ class GPT {
   // biases 0, layernorm weights 1, padded vocabulary rows 0.
   void init_random(uint64_t seed);
   DType dtype() const { return dtype_; }
-  // Quantized block linears (FP8 or block-scaled; bf16 model): the state lives with the
-  // caller (PrecisionRuntime); nullptr turns quantization off. The backend learns the FP8
-  // linears' shapes and may borrow the fp32 logits buffer as FP8
-  // scratch (Backend::fp8_prepare): after backward() the logits hold nothing of use.
-  void set_quant_state(QuantState* s) {
-    fp8_ = s;
-    fp8_prepared_ = false;
-  }
+  // Quantized block linears (per-tensor FP8 or block-scaled; bf16 model): the state lives
+  // with the caller (PrecisionRuntime); nullptr turns quantization off.
+  void set_quant_state(QuantState* s) { fp8_ = s; }
   // While set, training passes hand every block linear's operands to p (nullptr: none).
   void set_probe(LinearProbe* p) { probe_ = p; }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
@@ -320,21 +315,15 @@ class GPT {
     Tensor dresidual, dln, dqkv, datty, dfch, dfch_gelu;
   };
   void ensure_acts(int B, int T);
-  // The block linears, on the GEMM path src/model/quantized_linear.h picks (FP8 amaxes recorded
-  // only when training).
+  // The block linears, on the GEMM path src/model/quantized_linear.h picks.
   void linear_forward(int l, int lin, Tensor out, Tensor inp, Tensor w, Tensor b, int N, int C,
                       int OC, bool training);
   void linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
                        Tensor w, int N, int C, int OC);
-  // FP8 reports a backend defers (Backend::fp8_defer_reports): what each pending call was,
-  // applied to the QuantState in call order when the reports are taken.
-  struct Fp8Pending {
-    int layer, linear;
-    bool backward, training;
-  };
-  void fp8_apply(const Fp8Pending& p, const Fp8Report& r);
-  void fp8_flush();
-  void fp8_prepare(int B, int T);
+  // The amaxes the per-tensor-scaled linears of a pass left with the backend, into the
+  // QuantState's histories (Backend::take_amaxes: one read per pass; only training passes
+  // record, so evaluation does not move the scales).
+  void take_amaxes(bool backward, bool training);
   void probe_take(int l, int lin, int operand, Tensor t, int rows, int cols);
   // Offsets of every activation for (B, T); returns the element counts of the compute-type
   // and the statistics buffers. Fills *out (views into the buffers) when given.
@@ -382,8 +371,6 @@ class GPT {
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;
   QuantState* fp8_ = nullptr;
-  bool fp8_prepared_ = false, fp8_defer_ = false;
-  std::vector<Fp8Pending> fp8_pending_;
   LinearProbe* probe_ = nullptr;
 };
 

@@ -103,25 +103,29 @@ void QuantState::set_linear_recipe(int layer, int linear, const QuantRecipe& r) 
   table_[size_t(layer) * kLinears + linear] = r;
 }
 
-ScaledLinear QuantState::scaled(int layer, int linear) const {
-  return {&table_[size_t(layer) * kLinears + linear],
-          detail::splitmix64_mix(rng_seed_ +
-                                 uint64_t(layer * kLinears + linear + 1) * 0x9E3779B97F4A7C15ull)};
+ScaledLinear QuantState::scaled(int layer, int linear, bool backward) {
+  ScaledLinear s{&table_[size_t(layer) * kLinears + linear],
+                 detail::splitmix64_mix(rng_seed_ + uint64_t(layer * kLinears + linear + 1) *
+                                                        0x9E3779B97F4A7C15ull),
+                 {}};
+  if (block_scaled_) return s;
+  s.tensor.slot = layer * kLinears + linear;
+  s.tensor.margin = cfg_.margin;
+  for (int op : {INP, WEIGHT}) {
+    float& kept = fwd_scale_[index(layer, linear, op)];
+    if (!backward) kept = scale(layer, linear, op);
+    s.tensor.scale[op] = kept;
+  }
+  s.tensor.scale[GRAD] = scale(layer, linear, GRAD);
+  return s;
 }
 
-Fp8Quant QuantState::quant(int layer, int linear, int operand) const {
+float QuantState::scale(int layer, int linear, int operand) const {
   const OperandRecipe& o = operand_recipe(operand);
-  Fp8Quant q;
-  q.margin = cfg_.margin;
-  q.format = o.elem;
-  if (o.source == ScaleSource::Current) {
-    q.current = true;
-    return q;
-  }
+  if (o.source == ScaleSource::Current) return 1.0f;
   const auto& h = history_[index(layer, linear, operand)];
   float amax = h.empty() ? 0.0f : *std::max_element(h.begin(), h.end());
-  q.scale = fp8_scale_from_amax(amax, elem_format_max(o.elem), cfg_.margin);
-  return q;
+  return fp8_scale_from_amax(amax, elem_format_max(o.elem), cfg_.margin);
 }
 
 void QuantState::record(int layer, int linear, int operand, float amax) {
@@ -130,13 +134,14 @@ void QuantState::record(int layer, int linear, int operand, float amax) {
   while (int(h.size()) > cfg_.history_len) h.pop_front();
 }
 
-void QuantState::set_forward_scales(int layer, int linear, const Fp8Report& r) {
-  fwd_scale_[index(layer, linear, INP)] = r.scale[0];
-  fwd_scale_[index(layer, linear, WEIGHT)] = r.scale[1];
-}
-
-float QuantState::forward_scale(int layer, int linear, int operand) const {
-  return fwd_scale_[index(layer, linear, operand)];
+void QuantState::record_pass(const std::vector<float>& amax, bool backward) {
+  if (amax.size() < history_.size()) throw Error("fp8: fewer amaxes than the model's linears");
+  for (int l = 0; l < n_layer_; l++) {
+    if (!fp8_layer_[l]) continue;
+    for (int lin = 0; lin < kLinears; lin++)
+      for (int op = 0; op < kOperands; op++)
+        if ((op == GRAD) == backward) record(l, lin, op, amax[index(l, lin, op)]);
+  }
 }
 
 void QuantState::reduce_latest(Comm& comm) {
@@ -159,8 +164,7 @@ nlohmann::json QuantState::to_json() const {
   for (int l = 0; l < n_layer_; l++)
     for (int lin = 0; lin < kLinears; lin++)
       for (int op = 0; op < kOperands; op++) {
-        const Fp8Quant q = quant(l, lin, op);
-        scales.push_back(q.current ? 1.0f : q.scale);
+        scales.push_back(scale(l, lin, op));
       }
   return {{"recipe", scale_source_name(cfg_.gemm[kForward].a.source)},
           {"history_len", cfg_.history_len},

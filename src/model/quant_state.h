@@ -2,8 +2,9 @@
 // the block-scaled MXFP4 / NVFP4 / ... recipes, auto).
 //
 // The four linears of each block (qkv, attention projection, fc, fc projection) run as
-// quantized matmuls. Per-tensor FP8 (precision.mode = fp8): input and weight in E4M3, the
-// output gradient in E5M2, each tensor with its own scale s = (fmax / amax) / 2^margin.
+// quantized matmuls (Backend::matmul_*_scaled). Per-tensor FP8 (precision.mode = fp8): input
+// and weight in E4M3, the output gradient in E5M2, each tensor with its own scale
+// s = (fmax / amax) / 2^margin.
 // Recipes:
 //   delayed  amax comes from a history of the last history_len amaxes of that tensor (the
 //            current one is recorded after use); an empty history means scale 1
@@ -36,7 +37,8 @@ QuantRecipe fp8_recipe(const Fp8Config& c);
 class QuantState {
  public:
   enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
-  enum Operand { INP, WEIGHT, GRAD, kOperands };
+  // In the order of TensorScaling's scales and Backend::take_amaxes.
+  enum Operand { INP = kTensorInput, WEIGHT = kTensorWeight, GRAD = kTensorGrad, kOperands };
 
   // UsageError when the recipe asks for what the linears do not implement (yet): per-tensor
   // recipes take fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements; block-scaled
@@ -45,11 +47,13 @@ class QuantState {
   QuantState(const QuantRecipe& recipe, int n_layer);
   QuantState(const Fp8Config& cfg, int n_layer) : QuantState(fp8_recipe(cfg), n_layer) {}
   bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
-  // Whether the linears run block-scaled (Backend::matmul_*_scaled) rather than per-tensor.
+  // Whether the linears are block-scaled rather than per-tensor scaled (with amax histories).
   bool block_scaled() const { return block_scaled_; }
-  // The block-scaled linear `linear` of `layer` in the current micro-batch: its entry of the
-  // per-linear recipe table (every entry the constructor's recipe, unless set below).
-  ScaledLinear scaled(int layer, int linear) const;
+  // The linear `linear` of `layer` in the current micro-batch: its entry of the per-linear
+  // recipe table (every entry the constructor's recipe, unless set below); per-tensor recipes
+  // add its slot and scales (a forward's delayed input and weight scales are kept for its
+  // backward, which must quantize them alike, while the histories move in between).
+  ScaledLinear scaled(int layer, int linear, bool backward);
   // Block-scaled linears only: from now on this linear runs recipe r (precision.mode=auto's
   // per-layer choice). UsageError when r is not one the block-scaled linears implement.
   void set_linear_recipe(int layer, int linear, const QuantRecipe& r);
@@ -58,12 +62,13 @@ class QuantState {
   }
   // Before each training micro-batch: the seed of its random bits (quant_seed).
   void set_rng_seed(uint64_t seed) { rng_seed_ = seed; }
-  // How to quantize this operand now.
-  Fp8Quant quant(int layer, int linear, int operand) const;
+  // The delayed scale of this operand now, from its history (1 for current scales).
+  float scale(int layer, int linear, int operand) const;
   void record(int layer, int linear, int operand, float amax);
-  // Scales the forward pass used, kept for the backward pass.
-  void set_forward_scales(int layer, int linear, const Fp8Report& r);
-  float forward_scale(int layer, int linear, int operand) const;
+  // A training pass's amaxes (Backend::take_amaxes, kTensorOperands per slot = layer x
+  // kLinears + linear) into the histories of the linears that ran quantized: the input's and
+  // the weight's after a forward, the gradient's after a backward.
+  void record_pass(const std::vector<float>& amax, bool backward);
 
   // Data parallelism: replaces the newest amax of every history by its maximum over the
   // ranks, so every rank derives the same delayed scales, the ones a single process with
@@ -87,7 +92,7 @@ class QuantState {
   int n_layer_;
   std::vector<bool> fp8_layer_;
   std::vector<std::deque<float>> history_;
-  std::vector<float> fwd_scale_;
+  std::vector<float> fwd_scale_;    // per history: the delayed scale its last forward took
   std::vector<QuantRecipe> table_;  // per (layer, linear), block-scaled linears
 };
 

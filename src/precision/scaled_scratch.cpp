@@ -57,7 +57,7 @@ void portable_products(ScaledScratch& s, const GemmRecipe& g, size_t M, size_t N
 }
 
 // matmul_native.cu's OperandMode, its cuBLASLt scale modes by name.
-enum Mode { kNone, kOuterVec32F, kVec128_32F, kBlk128_32F, kVec32UE8M0, kVec16UE4M3 };
+enum Mode { kNone, kScalar32F, kOuterVec32F, kVec128_32F, kBlk128_32F, kVec32UE8M0, kVec16UE4M3 };
 struct NativeOperand {
   Mode mode = kNone;
   int kblock = 1, major = 9;
@@ -71,7 +71,9 @@ NativeOperand native_operand(const OperandRecipe& o) {
   m.e5m2 = o.elem == ElemFormat::E5M2;  // cuBLASLt takes no E5M2 x E5M2 product
   const bool f32 = o.scale == ScaleFormat::FP32 || o.scale == ScaleFormat::Pow2;
   const Granularity g = o.granularity;
-  if (!m.fp4 && f32 && g == Granularity::Row)
+  if (!m.fp4 && f32 && g == Granularity::Tensor)
+    m.mode = kScalar32F, m.kblock = 1, m.major = 9;
+  else if (!m.fp4 && f32 && g == Granularity::Row)
     m.mode = kOuterVec32F, m.kblock = 1, m.major = 9;
   else if (!m.fp4 && f32 && g == Granularity::Block && o.block == 128)
     m.mode = kVec128_32F, m.kblock = 128, m.major = 9;
@@ -108,6 +110,7 @@ size_t native_scale_bytes(const OperandRecipe& o, Mode m, size_t rows, size_t co
   const size_t njp = ceil_div(g.ngc, 4) * 4;
   size_t n = 0;
   switch (m) {
+    case kScalar32F: n = 1; break;
     case kOuterVec32F: n = rows; break;
     case kVec128_32F: n = rows * g.ngc; break;
     case kBlk128_32F: n = g.ngr * njp; break;

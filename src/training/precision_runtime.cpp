@@ -12,40 +12,20 @@
 namespace tg {
 using json = nlohmann::json;
 
-namespace {
-
-// The block linears' training shapes must fit the backend's FP8 GEMMs: a configuration
-// error otherwise (sampling, with its own shapes, may still take the slower path).
-void check_fp8_shapes(Backend& be, int N, int C) {
-  const int shapes[4][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, 4 * C}, {N, 4 * C, C}};
-  for (const auto& sh : shapes) {
-    const std::string p = be.fp8_shape_problem(sh[0], sh[1], sh[2]);
-    if (!p.empty())
-      throw UsageError(
-          strf("precision.mode=fp8 on %s: the block linear N=%d (data.batch_size x "
-               "data.seq_len), C=%d, OC=%d: %s",
-               be.name().c_str(), sh[0], sh[1], sh[2], p.c_str()));
-  }
-}
-
-}  // namespace
-
-PrecisionRuntime::PrecisionRuntime(const Config& cfg, Backend& be, GPT& model, int rows)
+PrecisionRuntime::PrecisionRuntime(const Config& cfg, Backend& be, GPT& model)
     : cfg_(cfg), be_(be), model_(model), mc_(model.config()) {
   const PrecisionSpec spec = precision_spec(cfg_);
   if (!spec.quantized_linears) return;
   state_ = std::make_unique<QuantState>(spec.recipe, mc_.n_layer);
-  if (state_->block_scaled() && !be_.has_block_scaled_linears())
+  if (!be_.has_block_scaled_linears())
     throw UsageError(
-        strf("precision.mode=%s: the %s backend has no block-scaled linears yet "
+        strf("precision.mode=%s: the %s backend has no quantized linears yet "
              "(train.device=cpu runs them)",
              mode_name(cfg_.precision.mode), be_.name().c_str()));
   QuantOptions o;
   o.fast_accum = cfg_.precision.fp8.fast_accum;
-  o.block_scaled = state_->block_scaled();
   o.recipe = &state_->recipe();
   be_.set_quant_options(o);
-  check_fp8_shapes(be_, rows, mc_.n_embd);
   model_.set_quant_state(state_.get());
   make_smoothing_and_auto();
   apply_linear_recipes();
@@ -226,13 +206,9 @@ void PrecisionRuntime::print_start() const {
     std::string kept;
     for (int l = 0; l < mc_.n_layer; l++)
       if (!state_->layer_in_fp8(l)) kept += (kept.empty() ? "" : ",") + std::to_string(l);
-    const auto& f = cfg_.precision.fp8;
-    printf("quantized linears: %s; layers kept in bf16: %s; path: %s%s\n",
+    printf("quantized linears: %s; layers kept in bf16: %s; path: %s\n",
            describe(state_->recipe()).c_str(), kept.empty() ? "none" : kept.c_str(),
-           be_.fp8_path_name().c_str(),
-           be_.name() == "cpu" || state_->block_scaled() ? ""
-           : f.fast_accum                                ? ", fast accumulation in the forward GEMM"
-                                                         : ", exact fp32 accumulation everywhere");
+           be_.fp8_path_name().c_str());
   }
   if (auto_) {
     const auto& a = cfg_.precision.auto_;
@@ -257,7 +233,8 @@ void PrecisionRuntime::print_start() const {
 void PrecisionRuntime::add_summary(json& summary) const {
   if (telemetry_) summary["quant"] = telemetry_->summary();
   if (auto_)
-    summary[mode_name(Mode::Auto)] = {{"formats", auto_->map_json()}, {"low_bit_flop_share", auto_->flop_share()}};
+    summary[mode_name(Mode::Auto)] = {{"formats", auto_->map_json()},
+                                      {"low_bit_flop_share", auto_->flop_share()}};
 }
 
 void PrecisionRuntime::print_summary() const {

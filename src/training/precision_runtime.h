@@ -2,11 +2,11 @@
 // training step where it acts.
 //
 // What it owns (none of it in an unquantized mode: fp32, bf16, fp16):
-//   QuantState        the block linears' scales, per-linear recipes, random seed (src/model/quant_state.h)
-//   AutoPrecision     precision.mode=auto: each linear's format (src/precision/auto_precision.h)
-//   ChannelSmoothing  precision.recipe.smooth, auto.outliers=smooth (src/precision/smoothing.h)
-//   QuantTelemetry    the block-scaled modes' per-operand statistics
-//   (src/precision/quant_telemetry.h)
+//   QuantState        the block linears' scales, per-linear recipes, random seed
+//   (src/model/quant_state.h) AutoPrecision     precision.mode=auto: each linear's format
+//   (src/precision/auto_precision.h) ChannelSmoothing  precision.recipe.smooth,
+//   auto.outliers=smooth (src/precision/smoothing.h) QuantTelemetry    the block-scaled modes'
+//   per-operand statistics (src/precision/quant_telemetry.h)
 // and what ties them together: each linear's recipe (auto's format with the smoothing
 // factors of now), the probes that measure a step's operands, the backend's QuantOptions.
 //
@@ -29,8 +29,8 @@
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
-#include "src/model/quant_state.h"
 #include "src/model/model.h"
+#include "src/model/quant_state.h"
 #include "src/precision/auto_precision.h"
 #include "src/precision/quant_telemetry.h"
 #include "src/precision/smoothing.h"
@@ -42,10 +42,10 @@ class Comm;
 class PrecisionRuntime {
  public:
   // Builds what precision.* asks for and hands it to the backend and the model (nothing in
-  // an unquantized mode). UsageError when the backend cannot run the mode or a block linear's
-  // training shape (rows = data.batch_size x data.seq_len) does not fit its FP8 GEMMs.
+  // an unquantized mode). UsageError when the backend cannot run the mode. Any shape runs:
+  // one a GPU's native GEMMs cannot take goes through the portable path.
   // cfg, be and model must outlive the runtime.
-  PrecisionRuntime(const Config& cfg, Backend& be, GPT& model, int rows);
+  PrecisionRuntime(const Config& cfg, Backend& be, GPT& model);
   PrecisionRuntime(const PrecisionRuntime&) = delete;
   PrecisionRuntime& operator=(const PrecisionRuntime&) = delete;
 

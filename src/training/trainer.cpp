@@ -17,7 +17,6 @@
 #include "run_dir.h"
 #include "schedule.h"
 #include "signals.h"
-#include "state_telemetry.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cuda_library.h"
@@ -28,6 +27,7 @@
 #include "src/model/sample.h"
 #include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
+#include "state_telemetry.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -307,7 +307,7 @@ void Trainer::setup_model() {
   const auto& lsc = c.precision.loss_scale;
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
-  precision_ = std::make_unique<PrecisionRuntime>(cfg_, *be_, *model_, B_ * T_);
+  precision_ = std::make_unique<PrecisionRuntime>(cfg_, *be_, *model_);
   if (!c.model.init_from.empty()) {
     model_->set_params(init_.params);
     std::vector<float>().swap(init_.params);  // only its shape is needed from here on
@@ -504,9 +504,8 @@ void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
     scaler_.good_steps = s.loss_scale.good_steps;
     scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
   } else {
-    printf(
-        "note: the checkpoint was trained in %s; continuing in %s from its master weights\n",
-        mode_name(s.mode), mode_name(cfg_.precision.mode));
+    printf("note: the checkpoint was trained in %s; continuing in %s from its master weights\n",
+           mode_name(s.mode), mode_name(cfg_.precision.mode));
   }
   precision_->load(s, state_path);
   // The compute copy of the weights is what the last update rounded, stochastic or not.
@@ -844,8 +843,12 @@ void Trainer::save() {
   std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
   std::vector<char> comp(model.compensation() ? model.compensation().bytes() : 0);
   std::vector<float> m_meta(model.adam_m_meta().numel), v_meta(model.adam_v_meta().numel);
-  MomentBytes mb{cfg_.precision.state.adam_m, cfg_.precision.state.adam_v, m.data(),
-                 v.data(), model.master_format(), comp.data()};
+  MomentBytes mb{cfg_.precision.state.adam_m,
+                 cfg_.precision.state.adam_v,
+                 m.data(),
+                 v.data(),
+                 model.master_format(),
+                 comp.data()};
   mb.blocking = moment_blocking(cfg_);
   mb.m_meta = m_meta.data();
   mb.v_meta = v_meta.data();
@@ -971,11 +974,11 @@ json Trainer::summary_json(const FinalNumbers& f) const {
        peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_) : json(nullptr)},
       {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
       {"peak_memory_bytes", be_->peak_bytes()},
-      {"planned_memory_bytes", plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1,
-                                           m.attention_lse(), world_, m.moment_formats(),
-                                           m.master_format(), m.grad_wire(),
-                                           m.fp32_grad_accumulation(), m.fp8_weights())
-                                   .total()},
+      {"planned_memory_bytes",
+       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_,
+                   m.moment_formats(), m.master_format(), m.grad_wire(), m.fp32_grad_accumulation(),
+                   m.fp8_weights())
+           .total()},
       {"peak_rss_bytes", peak_rss_bytes()},
       // Bytes this rank sent per step for the gradients and weights, over this process's steps.
       {"ranks", world_},
@@ -1003,7 +1006,8 @@ void Trainer::print_summary(const FinalNumbers& f) const {
   printf(
       "summary: train loss %.4f (mean of the last %zu steps) | final val loss %s%s | %s tok/s | "
       "peak memory %.1f MiB | %s\n",
-      f.train_loss, recent_losses_.size(), std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
+      f.train_loss, recent_losses_.size(),
+      std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
       std::isfinite(f.val_bpb) ? strf(" (%.3f bpb)", f.val_bpb).c_str() : "",
       fmt_rate(f.tokens_per_second).c_str(), be_->peak_bytes() / 1048576.0,
       fmt_duration(f.wall).c_str());

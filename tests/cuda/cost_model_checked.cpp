@@ -61,8 +61,8 @@ struct NotModelled {
   const char* path;  // what runs it
 };
 const NotModelled kNotModelled[] = {
-    {"fp8_kernels", "precision.mode=fp8 (per-tensor FP8 linears)"},
-    {"quantize_blocks", "the block-scaled recipes (fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4)"},
+    {"quantize_blocks",
+     "the quantized recipes (fp8 per-tensor, fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4)"},
     {"operand_stats", "the quantization telemetry, outside the step"},
     {"wire", "gradients on the wire (precision.state.grad_comm, several ranks)"},
     {"flash_attention", "cuda.attention=flash"},
@@ -456,7 +456,7 @@ TEST_CASE(
     "cost model: every kernel of kernels/*.cuh is a row or named as off the modelled "
     "step") {
   const std::map<std::string, std::string> declared = declared_kernels(kernel_headers());
-  CHECK(declared.size() >= 60);
+  CHECK(declared.size() >= 50);  // the parser finds them all (59 since the fp8 kernels went)
   auto excluded = [](const std::string& name) {
     for (const NotModelled& n : kNotModelled)
       if (name == n.kernel_or_header) return true;

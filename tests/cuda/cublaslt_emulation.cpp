@@ -53,6 +53,9 @@ int emu_lt_matmul_calls() { return lt_matmul_calls; }
 bool lt_refuse_block_scaled = false;
 bool lt_ignore_block_scales = false;
 bool lt_refuse_fp8_epilogue = false;
+// Every FP8 GEMM refused (the heuristic finds nothing, a launch fails): the H200 of
+// docs/gpu-results.md, which refused every per-tensor FP8 GEMM.
+bool lt_refuse_fp8 = false;
 int lt_block_scaled_calls = 0;
 }  // namespace emu_test
 
@@ -328,6 +331,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_SUCCESS;  // FP8 kernels are TN only: no algorithm
   if (fp8 && emu_test::lt_refuse_fp8_epilogue && desc(op)->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     return CUBLAS_STATUS_SUCCESS;
+  if (fp8 && emu_test::lt_refuse_fp8) return CUBLAS_STATUS_SUCCESS;
   const int32_t ma = desc(op)->a_scale_mode, mb = desc(op)->b_scale_mode;
   if (block_mode(ma) || block_mode(mb)) {
     const bool fp4 = layout(a)->type == CUDA_R_4F_E2M1 && layout(b)->type == CUDA_R_4F_E2M1;
@@ -389,6 +393,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc_t opd, con
     return CUBLAS_STATUS_INVALID_VALUE;
   // (refused at launch too: the wrapper caches the heuristic's earlier answers)
   if ((blk_a || blk_b) && (d.batch != 1 || gelu_aux || emu_test::lt_refuse_block_scaled))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (emu_test::lt_refuse_fp8 && (is_fp8(a.type) || is_fp8(b.type)))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   emu_test::lt_matmul_calls++;
   if (blk_a || blk_b) emu_test::lt_block_scaled_calls++;

@@ -7,8 +7,8 @@
 // (tests/cuda/test_kernels.cu on a GPU does that). The GEMMs are fp32 loops, cuBLAS's and
 // cuBLASLt's (tests/cuda/cuda_emulation.cpp, cublaslt_emulation.cpp: the real wrapper
 // src/backends/cuda/cublaslt.cu runs), so both GEMM paths are tested. The same binary holds
-// fp8_emulated.cpp, flash_emulated.cpp and the GPU tests tests/cuda/test_*.cu, compiled against the
-// same stand-ins.
+// tensor_scaled_emulated.cpp, flash_emulated.cpp and the GPU tests tests/cuda/test_*.cu, compiled
+// against the same stand-ins.
 //
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is
 // pure data movement or a single rounding of the same fp32 value (encoder, residual,
@@ -1061,7 +1061,9 @@ struct BlockedBufs {
   BlockedBufs(const MomentFormat& fmt, const std::vector<float>& x)
       : f(fmt),
         n(x.size()),
-        width(moment_is_plain(fmt) ? 4 : moment_is_blocked(fmt) ? 1 : 2),
+        width(moment_is_plain(fmt)     ? 4
+              : moment_is_blocked(fmt) ? 1
+                                       : 2),
         meta_n(moment_is_blocked(fmt) ? moment_blocks(n, f.block) * moment_meta_words(f) : 0),
         dev((n + 1) * width),
         ref(n * width),
@@ -1145,10 +1147,15 @@ void adamw_blocked_case(std::mt19937& rng, size_t n, MasterFormat mf, StateForma
   check_emu();
 }
 
-TEST_CASE("AdamW: fp8 moments in blocks (every blocking, mixed with other formats) bit-exact vs the CPU") {
+TEST_CASE(
+    "AdamW: fp8 moments in blocks (every blocking, mixed with other formats) bit-exact vs the "
+    "CPU") {
   std::mt19937 rng(13);
-  const MomentBlocking blockings[] = {{128, false, false}, {32, true, false}, {128, false, true},
-                                      {1024, true, true}, {16, false, true}};
+  const MomentBlocking blockings[] = {{128, false, false},
+                                      {32, true, false},
+                                      {128, false, true},
+                                      {1024, true, true},
+                                      {16, false, true}};
   const std::pair<StateFormat, StateFormat> formats[] = {
       {StateFormat::FP8E4M3, StateFormat::FP8E4M3},
       {StateFormat::FP8E4M3, StateFormat::FP16},
@@ -1211,7 +1218,8 @@ TEST_CASE("convert: every type pair, nearest and stochastic, bit-exact with the 
     }
 }
 
-TEST_CASE("gradient wire: encode, sum and decode bit-exact with the host rows (tails, non-finite)") {
+TEST_CASE(
+    "gradient wire: encode, sum and decode bit-exact with the host rows (tails, non-finite)") {
   std::mt19937 rng(13);
   std::normal_distribution<float> normal(0.f, 1.f);
   gpu::Ctx c = make_ctx();

@@ -18,16 +18,13 @@
 #include <vector>
 
 #include "kernels/quantize_blocks.cuh"
-#include "src/backends/cuda/fp8.h"
 #include "src/backends/cuda/operand_stats.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/numerics/recipe.h"
 #include "src/numerics/state_format.h"
 #include "src/numerics/wire_format.h"
 
-namespace emu_test {
-extern bool lt_refuse_fp8_epilogue;  // cublaslt_emulation.cpp: no FP8 GEMM with a bias epilogue
-}  // namespace emu_test
+namespace emu_test {}  // namespace emu_test
 
 using namespace emu_test;
 
@@ -255,86 +252,33 @@ TEST_CASE("checked: attention: permutes, softmax, fused forward, flash kernels, 
   expect_clean();
 }
 
-// ---- FP8 ----
+// ---- per-tensor FP8 linears (the fp8 mode: delayed or current scales, amaxes out) ----
 
-using gpu::Fp8Format;
-
-void fp8_cast_case(int rows, int cols, size_t skew) {
-  const size_t n = size_t(rows) * cols;
-  auto x = rnd<bf16>(n + skew, 4.f);
-  auto xf = rnd<float>(n + skew);
-  const bf16* xp = x->p + skew;
-  Dev<gpu::Fp8TensorScale> st(1);
-  Dev<uint8_t> q(n + 16), qT(n + 16);
-  Dev<bf16> y(n + skew);
-  for (Fp8Format fmt : {Fp8Format::E4M3, Fp8Format::E5M2}) {
-    gpu::fp8_amax(&st.p->amax, xp, n, nullptr);
-    gpu::fp8_amax(&st.p->amax, xf->p + skew, n, nullptr);
-    gpu::fp8_compute_scale(st.p, fmt, 0, nullptr);
-    gpu::fp8_cast(q.p + skew, xp, n, fmt, &st.p->scale, &st.p->amax, nullptr, nullptr);
-    gpu::fp8_cast(q.p, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr);
-    gpu::fp8_cast_transpose(q.p, qT.p, xp, rows, cols, fmt, &st.p->scale, &st.p->amax, nullptr,
-                            nullptr);
-    gpu::fp8_cast_transpose(nullptr, qT.p, xp, rows, cols, fmt, &st.p->scale, nullptr, &st.p->amax,
-                            nullptr);
-    gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, nullptr, &st.p->amax, nullptr, nullptr);
-    gpu::fp8_qdq_bf16(y.p + skew, xp, n, fmt, &st.p->scale, &st.p->descale, nullptr, &st.p->amax,
-                      nullptr);
-    gpu::fp8_set_scale(st.p, 2.f, nullptr);
-    gpu::fp8_quantize_current(q.p, qT.p, xp, rows, cols, fmt, 1, st.p, nullptr);
-    gpu::fp8_quantize_delayed(q.p, nullptr, xp, rows, cols, fmt, 0.5f, st.p, nullptr);
-    gpu::fp8_poison_if_nonfinite(y.p + skew, n, &st.p->amax, nullptr, nullptr);
-  }
-}
-
-TEST_CASE("checked: FP8 amax, scales, casts, transposed casts, qdq, poisoning") {
-  take_reports();
-  fp8_cast_case(64, 64, 0);   // whole tiles, vector paths
-  fp8_cast_case(80, 136, 0);  // partial tiles
-  fp8_cast_case(37, 21, 1);   // misaligned: the scalar paths
-  // A non-finite amax: the poisoning paths write.
-  Dev<float> amax(std::vector<float>{INFINITY});
-  Dev<bf16> out(100);
-  gpu::fp8_poison_if_nonfinite(out.p, 100, amax.p, nullptr, nullptr);
-  expect_clean();
-}
-
-void fp8_linear_case(gpu::Fp8Path path, bool current, int N, int C, int OC) {
-  cublasLtHandle_t lt;
-  REQUIRE(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
-  Dev<char> ws(size_t(4) << 20);
-  gpu::Fp8GemmContext ctx{{lt, ws.p, ws.n, nullptr}, path, true, false};
-  const gpu::Fp8LinearShape shape{N, C, OC};
-  gpu::Fp8Plan plan = gpu::fp8_plan_create(path, 1, gpu::fp8_plan_scratch_bytes(path, &shape, 1));
+// One per-tensor linear's forward and backward on a GPU of compute capability `major` (8: the
+// portable path; 9: cuBLASLt's SCALAR_32F FP8 GEMMs), its amaxes into a slot.
+void tensor_linear_case(int major, bool current, int N, int C, int OC) {
+  gpu::Ctx c = checked_ctx();
+  c.prop.major = major;
+  gpu::native_forget_checks();
+  const QuantRecipe r =
+      fp8_tensor_recipe(current ? ScaleSource::Current : ScaleSource::Delayed, 4, 1, {});
+  const ScaledLinear q{&r, 7, {0, {4.f, 16.f, 8.f}, 1}};
   auto inp = rnd<bf16>(size_t(N) * C), w = rnd<bf16>(size_t(OC) * C), bias = rnd<bf16>(OC);
   auto dout = rnd<bf16>(size_t(N) * OC);
   Dev<bf16> out(size_t(N) * OC), dinp(size_t(N) * C);
   auto dw = zeros<bf16>(size_t(OC) * C), dbias = zeros<bf16>(OC);
-  Fp8Quant q[2];
-  q[0].current = q[1].current = current;
-  q[0].scale = 4.f, q[1].scale = 16.f;
-  const int lin = gpu::fp8_plan_slot(plan, w->p);
-  gpu::fp8_linear_forward(ctx, plan, lin, out.p, inp->p, w->p, bias->p, N, C, OC, q);
-  gpu::fp8_forward_report(plan, lin, nullptr);
-  Fp8Quant gq;
-  gq.current = current, gq.scale = 8.f, gq.format = ElemFormat::E5M2;
-  gpu::fp8_linear_backward(ctx, plan, lin, dinp.p, dw->p, dbias->p, dout->p, inp->p, w->p, N, C, OC,
-                           gq, 4.f, 16.f);
-  gpu::fp8_backward_report(plan, lin, nullptr);
-  gpu::fp8_plan_destroy(plan);
-  cublasLtDestroy(lt);
+  auto slot = zeros<unsigned>(kTensorOperands);
+  gpu::scaled_linear_forward(c, DType::BF16, out.p, inp->p, w->p, bias->p, N, C, OC, q, slot->p);
+  gpu::scaled_linear_backward(c, DType::BF16, dinp.p, dw->p, dbias->p, dout->p, inp->p, w->p, N, C,
+                              OC, q, slot->p);
 }
 
-TEST_CASE("checked: FP8 linears forward and backward, FP8 and bf16-fallback paths") {
+TEST_CASE("checked: per-tensor FP8 linears forward and backward, portable and native") {
   take_reports();
-  for (gpu::Fp8Path path : {gpu::Fp8Path::kFp8, gpu::Fp8Path::kBf16Fallback})
-    for (bool current : {false, true}) fp8_linear_case(path, current, 32, 48, 80);
-  // No FP8 algorithm with the bias epilogue: the bias rows written first, then a GEMM with
-  // beta = 1. (A shape of its own: the wrapper caches the heuristic's answer per shape.)
-  lt_refuse_fp8_epilogue = true;
-  fp8_linear_case(gpu::Fp8Path::kFp8, false, 64, 48, 80);
-  lt_refuse_fp8_epilogue = false;
+  for (int major : {8, 9})
+    for (bool current : {false, true}) tensor_linear_case(major, current, 32, 48, 80);
   expect_clean();
+  gpu::native_forget_checks();
 }
 
 // ---- block-scaled quantization, linears, operand statistics ----
@@ -460,9 +404,9 @@ TEST_CASE("checked: operand statistics on the device (amax, column amax, quantiz
 TEST_CASE("checked: every kernel of kernels/*.cuh ran under the checks (runs last)") {
   std::set<std::string> declared, ran;
   for (const auto& [k, file] :
-       declared_kernels({"adamw", "attention", "classifier", "encoder", "flash_attention",
-                         "fp8_kernels", "gelu", "global_norm", "layernorm", "loss_scale", "matmul",
-                         "operand_stats", "quantize_blocks", "residual", "wire"}))
+       declared_kernels({"adamw", "attention", "classifier", "encoder", "flash_attention", "gelu",
+                         "global_norm", "layernorm", "loss_scale", "matmul", "operand_stats",
+                         "quantize_blocks", "residual", "wire"}))
     declared.insert(k);
   CHECK(declared.size() >= 50);
   for (const void* k : emu::check::launched_kernels()) {

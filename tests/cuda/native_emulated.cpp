@@ -558,7 +558,6 @@ TEST_CASE("emulated: smoothed linears through a CudaBackend on sm_100 == the CPU
   const std::vector<float> s = outlier_factors(&x, w, N, C, OC, 101);
   tgc::Twin tw;
   QuantOptions o;
-  o.block_scaled = true;
   tw.gpu->set_quant_options(o);
   for (const std::string mode : {"mxfp8", "mxfp4", "nvfp4"}) {
     INFO(mode);

@@ -16,8 +16,8 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/cuda_backend.h"
 #include "src/backends/cuda/scaled.h"
-#include "src/model/quant_state.h"
 #include "src/model/model.h"
+#include "src/model/quant_state.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/quant_telemetry.h"
 #include "src/precision/scaled_scratch.h"
@@ -50,7 +50,6 @@ struct Major {
 std::unique_ptr<Backend> block_scaled_backend(const QuantRecipe& r) {
   auto be = make_cuda_backend();
   QuantOptions o;
-  o.block_scaled = true;
   o.recipe = &r;
   be->set_quant_options(o);
   return be;

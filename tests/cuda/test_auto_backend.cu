@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "src/model/quant_state.h"
 #include "src/model/model.h"
+#include "src/model/quant_state.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/auto_precision.h"
 
@@ -116,7 +116,6 @@ TEST_CASE("cuda: an auto run decides on the GPU as on the CPU, statistics reduce
   base.name = "auto";
   tg::QuantState sc(base, L), sg(base, L);
   tg::QuantOptions fo;
-  fo.block_scaled = sg.block_scaled();
   gpu->set_quant_options(fo);
   cpu->set_quant_options(fo);
   tg::AutoPrecision ac(o, cand, cfg), ag(o, cand, cfg), ah(o, cand, cfg);

@@ -31,7 +31,6 @@ TEST_CASE("cuda: the block-scaled linears' scratch is train_gpt memory's plan") 
     tg::gpu::native_forget_checks();  // the self-checks run (and grow their slots) again
     auto gpu = tg::make_cuda_backend();
     tg::QuantOptions o;
-    o.block_scaled = true;
     o.recipe = &r;
     gpu->set_quant_options(o);
     auto make = [&](size_t n, uint64_t seed, float scale) {

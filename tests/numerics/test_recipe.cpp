@@ -44,15 +44,28 @@ TEST_CASE("recipe: the FP8 state reads formats and sources from the recipe") {
   QuantState s(r, 2);
   s.record(0, QuantState::QKV, QuantState::INP, 2.0f);
   s.record(0, QuantState::QKV, QuantState::GRAD, 2.0f);
-  const Fp8Quant qi = s.quant(0, QuantState::QKV, QuantState::INP);
-  const Fp8Quant qg = s.quant(0, QuantState::QKV, QuantState::GRAD);
-  CHECK(qi.format == ElemFormat::E4M3);
-  CHECK(qg.format == ElemFormat::E5M2);
-  CHECK(qi.scale == fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
-  CHECK(qg.scale == fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
-  CHECK_FALSE(qi.current);
+  CHECK(s.scale(0, QuantState::QKV, QuantState::INP) == fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
+  CHECK(s.scale(0, QuantState::QKV, QuantState::GRAD) == fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
+  // What a linear hands the backend: its slot, the margin, the delayed scales; the backward
+  // keeps the forward's input and weight scales while the histories move in between.
+  const ScaledLinear f = s.scaled(0, QuantState::QKV, false);
+  CHECK(f.recipe->gemm[kForward].a.elem == ElemFormat::E4M3);
+  CHECK(f.recipe->gemm[kInputGrad].a.elem == ElemFormat::E5M2);
+  CHECK(f.tensor.slot == QuantState::QKV);
+  CHECK(f.tensor.scale[kTensorInput] == fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
+  CHECK(f.tensor.scale[kTensorGrad] == fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
+  s.record(0, QuantState::QKV, QuantState::INP, 100.0f);
+  const ScaledLinear b = s.scaled(0, QuantState::QKV, true);
+  CHECK(b.tensor.scale[kTensorInput] == f.tensor.scale[kTensorInput]);
+  CHECK(s.scaled(1, QuantState::FC, false).tensor.slot == 4 + QuantState::FC);
+  CHECK(s.scale(0, QuantState::QKV, QuantState::INP) == fp8_scale_from_amax(100.0f, E4M3_MAX, 0));
   QuantState cur(fp8_tensor_recipe(ScaleSource::Current, 4, 0, {}), 2);
-  CHECK(cur.quant(1, QuantState::FC, QuantState::WEIGHT).current);
+  CHECK(cur.scale(1, QuantState::FC, QuantState::WEIGHT) == 1.0f);
+  CHECK(cur.scaled(1, QuantState::FC, false).recipe->gemm[kForward].b.source ==
+        ScaleSource::Current);
+  // Block-scaled recipes have no slot: their scales come from the operands alone.
+  QuantState blk(block_scaled_recipe("mxfp8", RecipeOptions{}), 2);
+  CHECK(blk.scaled(0, QuantState::QKV, false).tensor.slot == -1);
 }
 
 TEST_CASE("recipe: recipes the FP8 linears do not implement are refused by name") {

@@ -225,10 +225,12 @@ TEST_CASE("auto: priors, composed recipes, and the recipe table") {
   tg::QuantState st(start, 3);
   REQUIRE(st.block_scaled());
   st.set_linear_recipe(1, tg::QuantState::FC, r);
-  CHECK(st.scaled(1, tg::QuantState::FC).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::E2M1);
-  CHECK(st.scaled(1, tg::QuantState::QKV).recipe->gemm[tg::kForward].a.elem ==
+  CHECK(st.scaled(1, tg::QuantState::FC, false).recipe->gemm[tg::kForward].a.elem ==
+        tg::ElemFormat::E2M1);
+  CHECK(st.scaled(1, tg::QuantState::QKV, false).recipe->gemm[tg::kForward].a.elem ==
         tg::ElemFormat::BF16);
-  CHECK(st.scaled(0, tg::QuantState::FC).recipe->gemm[tg::kForward].a.elem == tg::ElemFormat::BF16);
+  CHECK(st.scaled(0, tg::QuantState::FC, false).recipe->gemm[tg::kForward].a.elem ==
+        tg::ElemFormat::BF16);
 
   // The state round-trips through JSON; a damaged one is an error naming the field.
   tg::AutoPrecision b(o, cands, m);

@@ -466,18 +466,23 @@ TEST_CASE("fp8: the FP8 linear equals quantize-dequantize with fp32 accumulation
   auto [Bi, bv] = upload(b);
   auto [G, gv] = upload(g);
   Tensor out = be->alloc(DType::BF16, N * OC), outf = be->alloc(DType::F32, N * OC);
+  float ag = 0;
+  for (float v : gv) ag = std::max(ag, std::fabs(v));
+  const float sg = fp8_scale_from_amax(ag, E5M2_MAX, 1);
   for (bool current : {false, true}) {
-    Fp8Quant q[2] = {{0.5f, current, 1}, {64.0f, current, 1}};
-    Fp8Report rep = be->matmul_forward_fp8(out, X, W, Bi, N, C, OC, q);
+    // The per-tensor linear (slot 0, margin 1): given delayed scales, or current ones.
+    const QuantRecipe rc =
+        fp8_tensor_recipe(current ? ScaleSource::Current : ScaleSource::Delayed, 4, 1, {});
+    const ScaledLinear q{&rc, 0, {0, {0.5f, 64.0f, sg}, 1}};
+    be->matmul_forward_scaled(out, X, W, Bi, N, C, OC, q);
+    std::vector<float> amax = be->take_amaxes(1);
     float ax = 0, aw = 0;
     for (float v : xv) ax = std::max(ax, std::fabs(v));
     for (float v : wv) aw = std::max(aw, std::fabs(v));
-    CHECK(rep.amax[0] == ax);
-    CHECK(rep.amax[1] == aw);
+    CHECK(amax[kTensorInput] == ax);
+    CHECK(amax[kTensorWeight] == aw);
     float sx = current ? fp8_scale_from_amax(ax, E4M3_MAX, 1) : 0.5f;
     float sw = current ? fp8_scale_from_amax(aw, E4M3_MAX, 1) : 64.0f;
-    CHECK(rep.scale[0] == sx);
-    CHECK(rep.scale[1] == sw);
     be->convert(outf, out, Rounding{});
     std::vector<float> got(N * OC);
     be->download(got.data(), outf);
@@ -497,12 +502,11 @@ TEST_CASE("fp8: the FP8 linear equals quantize-dequantize with fp32 accumulation
            db = be->alloc(DType::BF16, OC);
     be->zero(dw);
     be->zero(db);
-    Fp8Report gr = be->matmul_backward_fp8(dx, dw, db, G, X, W, N, C, OC,
-                                           Fp8Quant{1.0f, true, 0, ElemFormat::E5M2}, sx, sw);
-    float ag = 0;
-    for (float v : gv) ag = std::max(ag, std::fabs(v));
-    CHECK(gr.amax[0] == ag);
-    const float sg = fp8_scale_from_amax(ag, E5M2_MAX, 0);
+    // (the input and the weight at the forward's scales: given, or the same current amax)
+    be->matmul_backward_scaled(dx, dw, db, G, X, W, N, C, OC, q);
+    amax = be->take_amaxes(1);
+    CHECK(amax[kTensorGrad] == ag);
+    CHECK(amax[kTensorInput] == 0);  // the backward reports the gradient's alone
     std::vector<float> dwv(OC * C);
     Tensor dwf = be->alloc(DType::F32, OC * C);
     be->convert(dwf, dw, Rounding{});
@@ -532,9 +536,10 @@ TEST_CASE("fp8: an overflowed gradient poisons the FP8 backward so the step is s
   be->upload(w, ones.data());
   be->upload(g, gbits.data());
   be->zero(dw);
-  Fp8Report r = be->matmul_backward_fp8(dx, dw, Tensor{}, g, x, w, N, C, OC,
-                                        Fp8Quant{1.0f, true, 0, ElemFormat::E5M2}, 1.0f, 1.0f);
-  CHECK(std::isinf(r.amax[0]));
+  const QuantRecipe rc = fp8_tensor_recipe(ScaleSource::Current, 4, 0, {});
+  be->matmul_backward_scaled(dx, dw, Tensor{}, g, x, w, N, C, OC,
+                             ScaledLinear{&rc, 0, {0, {1.0f, 1.0f, 1.0f}, 0}});
+  CHECK(std::isinf(be->take_amaxes(1)[kTensorGrad]));
   CHECK(std::isnan(be->sum_squares(dw)));
 }
 
@@ -544,24 +549,23 @@ TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
   CHECK(d.layer_in_fp8(1));
   CHECK(d.layer_in_fp8(2));
   CHECK_FALSE(d.layer_in_fp8(3));
-  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 1.0f);  // empty history
+  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 1.0f);  // empty history
   d.record(1, QuantState::FC, QuantState::INP, 2.0f);
   d.record(1, QuantState::FC, QuantState::INP, 7.0f);
   d.record(1, QuantState::FC, QuantState::INP, 1.0f);
-  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 448.0f / 7.0f / 2.0f);
+  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 448.0f / 7.0f / 2.0f);
   d.record(1, QuantState::FC, QuantState::INP, 3.0f);
-  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 448.0f / 7.0f / 2.0f);  // [7, 1, 3]
+  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 448.0f / 7.0f / 2.0f);  // [7, 1, 3]
   d.record(1, QuantState::FC, QuantState::INP, 0.5f);  // 7 leaves the window of 3
-  CHECK(d.quant(1, QuantState::FC, QuantState::INP).scale == 448.0f / 3.0f / 2.0f);
+  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 448.0f / 3.0f / 2.0f);
   d.record(1, QuantState::FC, QuantState::GRAD, 1.0f);
-  CHECK(d.quant(1, QuantState::FC, QuantState::GRAD).scale == 57344.0f / 2.0f);
+  CHECK(d.scale(1, QuantState::FC, QuantState::GRAD) == 57344.0f / 2.0f);
   // Histories round-trip through JSON (checkpoints).
   QuantState e(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
   e.from_json(d.to_json(), "test");
-  CHECK(e.quant(1, QuantState::FC, QuantState::INP).scale ==
-        d.quant(1, QuantState::FC, QuantState::INP).scale);
+  CHECK(e.scale(1, QuantState::FC, QuantState::INP) == d.scale(1, QuantState::FC, QuantState::INP));
   QuantState c(Fp8Config{"current", 3, 0, {}}, 2);
-  CHECK(c.quant(0, QuantState::QKV, QuantState::WEIGHT).current);
+  CHECK(c.scale(0, QuantState::QKV, QuantState::WEIGHT) == 1.0f);  // current: from the operand
   CHECK_THROWS_AS(QuantState(Fp8Config{"delayed", 3, 0, {4}}, 4), UsageError);
 }
 

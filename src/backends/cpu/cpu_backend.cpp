@@ -10,9 +10,9 @@
 #include "gemm_bf16.h"
 #include "host_operand_view.h"
 #include "ops.h"
-#include "src/numerics/moment_block.h"
 #include "src/base/host_memory.h"
 #include "src/base/test_hooks.h"
+#include "src/numerics/moment_block.h"
 
 namespace tg {
 
@@ -221,7 +221,7 @@ class CpuBackend final : public Backend {
   // QuantOptions are ignored: the CPU accumulates every FP8 product exactly in fp32 (fp32
   // GEMMs of the dequantized operands), which is what precision.fp8.fast_accum=false asks
   // of a GPU; its fast-accumulation forward is approximated by this within the tests'
-  // tolerances. Reports are never deferred (the Backend defaults).
+  // tolerances.
   void set_quant_options(const QuantOptions&) override {}
   // The start-up line's path: the formats are emulated bit for bit; the GEMMs take the bf16
   // kernel where the CPU has AVX512-BF16 and the dequantized operands are exact in bf16.
@@ -234,70 +234,10 @@ class CpuBackend final : public Backend {
                   "are exact in bf16, else fp32"
                 : "fp32 GEMMs of the dequantized operands");
   }
-  Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
-                               const Fp8Quant quant[2]) override {
-    Fp8Report rep;
-    if (cpu::narrow_gemm_hardware()) {
-      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after.
-      rep.scale[0] = quantize_codes(q_a_, inp, s_a_, quant[0], &rep.amax[0]);
-      rep.scale[1] = quantize_codes(q_b_, w, s_b_, quant[1], &rep.amax[1]);
-      float* o = wide(out, s_out_, false);
-      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), wide(bias, s_c_, true),
-                               (1.0f / rep.scale[0]) * (1.0f / rep.scale[1]), N, C, OC);
-      narrow_back(out, o);
-      return rep;
-    }
-    float* a = copy_wide(inp, s_a_);
-    float* b = copy_wide(w, s_b_);
-    rep.scale[0] = qdq(a, inp.numel, quant[0], quant[0].format == ElemFormat::E4M3, &rep.amax[0]);
-    rep.scale[1] = qdq(b, w.numel, quant[1], quant[1].format == ElemFormat::E4M3, &rep.amax[1]);
-    float* o = wide(out, s_out_, false);
-    cpu::matmul_forward(o, a, b, wide(bias, s_c_, true), N, C, OC);
-    narrow_back(out, o);
-    return rep;
-  }
-  Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                                Tensor w, int N, int C, int OC, const Fp8Quant& gq, float inp_scale,
-                                float w_scale) override {
-    Fp8Report rep;
-    float* g = copy_wide(dout, s_g_);
-    if (dbias) {  // the bias gradient comes from the unquantized gradient
-      float* dbf = wide(dbias, s_db_, true);
-      cpu::bias_backward(dbf, g, N, OC);
-      narrow_back(dbias, dbf);
-    }
-    if (cpu::narrow_gemm_hardware()) {
-      rep.scale[0] = quantize_codes(q_g_, g, dout.numel, gq, &rep.amax[0]);
-      float unused;
-      quantize_codes(q_a_, inp, s_a_, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, &unused);
-      quantize_codes(q_b_, w, s_b_, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, &unused);
-      float* di = wide(dinp, s_out_, false);
-      float* dwf = wide(dw, s_dw_, true);
-      const float inv_g = 1.0f / rep.scale[0];
-      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC,
-                                inv_g * (1.0f / w_scale), inv_g * (1.0f / inp_scale));
-      narrow_back(dinp, di);
-      narrow_back(dw, dwf);
-      return rep;
-    }
-    float* a = copy_wide(inp, s_a_);
-    float* b = copy_wide(w, s_b_);
-    rep.scale[0] = qdq(g, dout.numel, gq, gq.format == ElemFormat::E4M3, &rep.amax[0]);
-    // The forward's E4M3 copies again (the recipe's dgrad and wgrad b operands).
-    float unused;
-    qdq(a, inp.numel, Fp8Quant{inp_scale, false, 0, ElemFormat::E4M3}, true, &unused);
-    qdq(b, w.numel, Fp8Quant{w_scale, false, 0, ElemFormat::E4M3}, true, &unused);
-    float* di = wide(dinp, s_out_, false);
-    float* dwf = wide(dw, s_dw_, true);
-    cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
-    narrow_back(dinp, di);
-    narrow_back(dw, dwf);
-    return rep;
-  }
-
   bool has_block_scaled_linears() const override { return true; }
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
+    if (q.tensor.slot >= 0) return tensor_forward(out, inp, w, bias, N, C, OC, q);
     float* a = copy_wide(inp, s_a_);
     float* b = copy_wide(w, s_b_);
     float* o = wide(out, s_out_, false);
@@ -312,6 +252,7 @@ class CpuBackend final : public Backend {
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
+    if (q.tensor.slot >= 0) return tensor_backward(dinp, dw, g, inp, w, N, C, OC, q);
     float* di = wide(dinp, s_out_, false);
     float* dwf = wide(dw, s_dw_, true);
     if (inp.dtype == DType::BF16 && w.dtype == DType::BF16) {  // widened as they are transposed
@@ -323,6 +264,12 @@ class CpuBackend final : public Backend {
     }
     narrow_back(dinp, di);
     narrow_back(dw, dwf);
+  }
+  std::vector<float> take_amaxes(int n_slots) override {
+    std::vector<float> r(size_t(n_slots) * kTensorOperands, 0.0f);
+    std::copy_n(amax_.begin(), std::min(r.size(), amax_.size()), r.begin());
+    std::fill(amax_.begin(), amax_.end(), 0.0f);
+    return r;
   }
 
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
@@ -567,24 +514,85 @@ class CpuBackend final : public Backend {
     convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
     return buf.data();
   }
-  static float qdq(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax) {
-    return cpu::qdq_tensor_fp8(x, n, q, e4m3, amax);
+  // ---- per-tensor-scaled linears (ScaledLinear::tensor: the fp8 mode) ----
+  // They keep the fp8 mode's CPU numerics, which tests/fixtures/regression_losses.json records:
+  // the dequantized operands q (1 / s) in fp32 GEMMs, or on the bf16 hardware path the codes
+  // with 1 / (s_a s_b) as the GEMM's alpha; the block-scaled path would multiply the codes and
+  // scale each product afterwards (the same values, rounded in another order). The backward
+  // quantizes the input and the weight at the forward's scales again (TensorScaling: the
+  // given delayed ones, or the same current amax), its output gradient at its own.
+  static cpu::TensorQuant tensor_quant(const ScaledLinear& q, const OperandRecipe& o, int operand) {
+    return {q.tensor.scale[operand], o.source == ScaleSource::Current, q.tensor.margin, o.elem};
+  }
+  float* amax_at(int slot, int operand) {
+    grow(amax_, size_t(slot + 1) * kTensorOperands);
+    return &amax_[size_t(slot) * kTensorOperands + operand];
+  }
+  void tensor_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
+                      const ScaledLinear& q) {
+    const GemmRecipe& g = q.recipe->gemm[kForward];
+    const cpu::TensorQuant qa = tensor_quant(q, g.a, kTensorInput);
+    const cpu::TensorQuant qb = tensor_quant(q, g.b, kTensorWeight);
+    float* amax_a = amax_at(q.tensor.slot, kTensorInput);
+    float* amax_b = amax_at(q.tensor.slot, kTensorWeight);
+    float* o = wide(out, s_out_, false);
+    if (cpu::narrow_gemm_hardware()) {
+      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after.
+      const float sa = quantize_codes(q_a_, inp, s_a_, qa, amax_a);
+      const float sb = quantize_codes(q_b_, w, s_b_, qb, amax_b);
+      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), wide(bias, s_c_, true),
+                               (1.0f / sa) * (1.0f / sb), N, C, OC);
+    } else {
+      float* a = copy_wide(inp, s_a_);
+      float* b = copy_wide(w, s_b_);
+      cpu::qdq_tensor_fp8(a, inp.numel, qa, amax_a);
+      cpu::qdq_tensor_fp8(b, w.numel, qb, amax_b);
+      cpu::matmul_forward(o, a, b, wide(bias, s_c_, true), N, C, OC);
+    }
+    narrow_back(out, o);
+  }
+  // g: dout's fp32 copy (quantized in place).
+  void tensor_backward(Tensor dinp, Tensor dw, float* g, Tensor inp, Tensor w, int N, int C, int OC,
+                       const ScaledLinear& q) {
+    const QuantRecipe& r = *q.recipe;
+    const cpu::TensorQuant gq = tensor_quant(q, r.gemm[kInputGrad].a, kTensorGrad);
+    const cpu::TensorQuant qa = tensor_quant(q, r.gemm[kWeightGrad].b, kTensorInput);
+    const cpu::TensorQuant qb = tensor_quant(q, r.gemm[kInputGrad].b, kTensorWeight);
+    float* amax_g = amax_at(q.tensor.slot, kTensorGrad);
+    float unused;
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    if (cpu::narrow_gemm_hardware()) {
+      const float inv_g = 1.0f / quantize_codes(q_g_, g, size_t(N) * OC, gq, amax_g);
+      const float sa = quantize_codes(q_a_, inp, s_a_, qa, &unused);
+      const float sb = quantize_codes(q_b_, w, s_b_, qb, &unused);
+      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC,
+                                inv_g * (1.0f / sb), inv_g * (1.0f / sa));
+    } else {
+      float* a = copy_wide(inp, s_a_);
+      float* b = copy_wide(w, s_b_);
+      cpu::qdq_tensor_fp8(g, size_t(N) * OC, gq, amax_g);
+      cpu::qdq_tensor_fp8(a, inp.numel, qa, &unused);
+      cpu::qdq_tensor_fp8(b, w.numel, qb, &unused);
+      cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
+    }
+    narrow_back(dinp, di);
+    narrow_back(dw, dwf);
   }
   // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
-  static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n, const Fp8Quant& q,
-                              float* amax) {
+  static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n,
+                              const cpu::TensorQuant& q, float* amax) {
     grow(buf, n);
-    return cpu::quantize_tensor_fp8(buf.data(), x, n, q, q.format == ElemFormat::E4M3, amax);
+    return cpu::quantize_tensor_fp8(buf.data(), x, n, q, amax);
   }
   // The same straight from t: a bf16 tensor is read as it is (its fp32 copy would hold the
   // same values), anything else is widened into `wide_buf` first.
   float quantize_codes(std::vector<bf16>& buf, Tensor t, std::vector<float>& wide_buf,
-                       const Fp8Quant& q, float* amax) {
+                       const cpu::TensorQuant& q, float* amax) {
     if (t.dtype != DType::BF16)
       return quantize_codes(buf, copy_wide(t, wide_buf), t.numel, q, amax);
     grow(buf, t.numel);
-    return cpu::quantize_tensor_fp8(buf.data(), P<bf16>(t), t.numel, q,
-                                    q.format == ElemFormat::E4M3, amax);
+    return cpu::quantize_tensor_fp8(buf.data(), P<bf16>(t), t.numel, q, amax);
   }
   // Whether the bf16 GEMM takes these operands: the hardware path is on and all are bf16.
   static bool hardware_bf16(std::initializer_list<Tensor> ts) {
@@ -605,6 +613,7 @@ class CpuBackend final : public Backend {
   std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_, s_g_;
   // FP8 codes of the hardware path's operands.
   std::vector<bf16> q_a_, q_b_, q_g_;
+  std::vector<float> amax_;  // per-tensor-scaled linears' amaxes, kTensorOperands per slot
 };
 
 }  // namespace

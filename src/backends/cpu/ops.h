@@ -179,17 +179,23 @@ float quantize_dequantize_narrow(float* x, bf16* narrow, int rows, int cols, con
 float quantize_dequantize_reference(float* x, int rows, int cols, const OperandRecipe& o,
                                     uint64_t seed, size_t* saturated = nullptr);
 void hadamard_rows_reference(float* x, int rows, int cols, int n, uint64_t seed, bool inverse);
-// The fp8 mode's per-tensor quantize-dequantize through E4M3 or E5M2 with q's scale (or,
-// when q.current, the scale from x's own amax); returns the scale, sets *amax. A non-finite
-// amax (an overflowed gradient) turns x into NaN so that the step is skipped.
-float qdq_tensor_fp8(float* x, size_t n, const Fp8Quant& q, bool e4m3, float* amax);
+// One operand of a per-tensor-scaled linear (TensorScaling, src/backends/backend.h): its
+// format, and its scale: `scale`, or (fmax / amax) / 2^margin of x itself when `current`.
+struct TensorQuant {
+  float scale = 1.0f;
+  bool current = false;
+  int margin = 0;
+  ElemFormat format = ElemFormat::E4M3;
+};
+// The per-tensor quantize-dequantize through q.format (E4M3 or E5M2) at q's scale; returns the
+// scale, sets *amax. A non-finite amax (an overflowed gradient) turns x into NaN so that the
+// step is skipped.
+float qdq_tensor_fp8(float* x, size_t n, const TensorQuant& q, float* amax);
 // The same, quantized but not scaled back: codes[i] = the FP8 value round(x[i] s) as a bf16
 // code (exact), for the bf16 GEMMs of the hardware path, which multiply the result by 1 / s.
-float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const Fp8Quant& q, bool e4m3,
-                          float* amax);
+float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const TensorQuant& q, float* amax);
 // The same from bf16 values (the codes and amax of their exact fp32 widening).
-float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const Fp8Quant& q, bool e4m3,
-                          float* amax);
+float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const TensorQuant& q, float* amax);
 
 // matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
 // (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates. The

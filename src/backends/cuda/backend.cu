@@ -5,7 +5,7 @@
 // the cuBLASLt workspace count too; the pinned host staging of copies, at most
 // 2 x kStagingHalfMax bytes, is host memory and does not). All work is queued on one
 // non-blocking stream; only the methods that return values to the host (download,
-// sum_squares, unscale_check_norm, stats, the FP8 reports unless deferred) and frees wait for
+// sum_squares, unscale_check_norm, stats, take_amaxes) and frees wait for
 // it. Host data goes to and from the device through pinned staging (staging.h): cudaMemcpyAsync
 // never sees pageable memory. encoder_backward groups token positions on the host
 // from the copy of the last token upload (reading the tokens back, with a wait, only if there
@@ -23,16 +23,14 @@
 #include <cstdlib>
 #include <map>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "cuda_backend.h"
-#include "src/numerics/moment_block.h"
-#include "fp8.h"
 #include "launch.h"
 #include "operand_stats.h"
 #include "scaled.h"
 #include "src/backends/cpu/cpu_backend.h"
+#include "src/numerics/moment_block.h"
 
 namespace tg {
 
@@ -80,7 +78,8 @@ void need_adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                 const AdamWArgs& a) {
   need_same("adamw", {params, grads});
   // FP8 moments (src/numerics/moment_block.h): the blocks' meta beside the codes.
-  for (auto [t, meta, f] : {std::tuple{m, a.m_meta, a.m_format}, std::tuple{v, a.v_meta, a.v_format}})
+  for (auto [t, meta, f] :
+       {std::tuple{m, a.m_meta, a.m_format}, std::tuple{v, a.v_meta, a.v_format}})
     if (moment_is_blocked(f) &&
         (f.block < kMomentBlockMin || f.block > kMomentBlockMax || t.numel != params.numel ||
          meta.dtype != DType::F32 ||
@@ -123,8 +122,6 @@ class CudaBackend final : public Backend {
     ctx_.staging = &staging_;
     result_ = static_cast<float*>(raw_alloc(64));
     cpu_ = make_cpu_backend(o);
-    device_fp8_path_ = gpu::fp8_path_for_device(device);
-    fp8_path_ = device_fp8_path_;
   }
   int device_index() const override { return device_; }
   cudaStream_t stream() const { return ctx_.stream; }
@@ -276,136 +273,46 @@ class CudaBackend final : public Backend {
     backward_gemms(dinp, dw, dlogits, dlogits.numel / size_t(N), inp, w, N, C, Vp);
   }
 
-  // ---- FP8 block linears (src/backends/cuda/matmul_fp8.cu, call order as in kernels/README.md)
-  // ----
-  //
-  // The path is the device's (FP8 GEMMs from compute capability 8.9, else bf16 GEMMs of the
-  // quantized values) unless QuantOptions::force_fallback. A linear whose shape or pointers do
-  // not suit the FP8 GEMMs (fp8_shape_problem; the training loop rejects such training shapes
-  // up front, sampling may have them) takes the fallback path: the same numerics.
-  //
-  // Memory (kernels/README.md, Memory): the per-linear state (80 bytes each) is carved from
-  // the tail of the cuBLASLt workspace, and the operand scratch aliases the scratch tensor of
-  // fp8_prepare (the model's fp32 logits) when it is large enough, so an FP8 run allocates
-  // nothing a bf16 run does not (GPT-2 sizes). Otherwise (no prepare, a small vocabulary) the
-  // scratch is allocated here and counts in bytes_in_use / peak_bytes.
-  //
-  // Reports: eager (one wait per call) unless the caller asked for deferred reports.
-  Fp8Report matmul_forward_fp8(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
-                               const Fp8Quant quant[2]) override {
-    need_bf16("matmul_forward_fp8", {out, inp, w, bias});
-    // src/backends/cuda/matmul_fp8.cu implements today's recipes: E4M3 forward operands.
-    if (quant[0].format != ElemFormat::E4M3 || quant[1].format != ElemFormat::E4M3)
-      throw Error("cuda backend: the FP8 forward GEMM takes E4M3 operands only");
-    const int lin = fp8_slot(w.data);
-    fp8_before_call(lin, false);
-    const gpu::Fp8Path path = fp8_call_path(N, C, OC, {out.data, inp.data, w.data, bias.data});
-    gpu::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
-    gpu::fp8_linear_forward(fp8_ctx(path), plan, lin, out.as<gpu::bf16>(), inp.as<gpu::bf16>(),
-                            w.as<gpu::bf16>(), bias ? bias.as<gpu::bf16>() : nullptr, N, C, OC,
-                            quant);
-    return fp8_after_call(lin, false);
-  }
-  Fp8Report matmul_backward_fp8(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                                Tensor w, int N, int C, int OC, const Fp8Quant& gq, float inp_scale,
-                                float w_scale) override {
-    need_bf16("matmul_backward_fp8", {dinp, dw, dbias, dout, inp, w});
-    if (!dinp) throw Error("cuda backend: matmul_backward_fp8 needs dinp");
-    if (gq.format != ElemFormat::E5M2)
-      throw Error("cuda backend: the FP8 backward GEMMs take an E5M2 output gradient only");
-    const int lin = fp8_slot(w.data);
-    fp8_before_call(lin, true);
-    const gpu::Fp8Path path =
-        fp8_call_path(N, C, OC, {dinp.data, dw.data, dbias.data, dout.data, inp.data, w.data});
-    gpu::Fp8Plan& plan = fp8_plan_for(path, {N, C, OC});
-    gpu::fp8_linear_backward(fp8_ctx(path), plan, lin, dinp.as<gpu::bf16>(), dw.as<gpu::bf16>(),
-                             dbias ? dbias.as<gpu::bf16>() : nullptr, dout.as<gpu::bf16>(),
-                             inp.as<gpu::bf16>(), w.as<gpu::bf16>(), N, C, OC, gq, inp_scale,
-                             w_scale);
-    return fp8_after_call(lin, true);
-  }
-  // ---- block-scaled linears (src/backends/cuda/matmul_scaled.cu, scaled.h; channel smoothing too)
+  // ---- quantized linears (src/backends/cuda/matmul_scaled.cu, scaled.h; channel smoothing too)
   // ----
   bool has_block_scaled_linears() const override { return true; }
   // A scratch slot's size (cuda_scratch_bytes).
   size_t scratch_bytes(int s) const {
     return s >= 0 && s < gpu::kNumScratch ? scratch_[s].second : 0;
   }
+  // Per-tensor-scaled linears leave their operands' amax bits in their slot of amax_ (device),
+  // read back by take_amaxes once per pass: no wait per GEMM.
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
-    gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC,
-                               *q.recipe, q.seed);
+    gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC, q,
+                               amax_slot(q.tensor.slot));
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
     need_same("matmul_backward_scaled", {dinp, dw, dbias, dout, inp, w});
     if (!dinp) throw Error("cuda backend: matmul_backward_scaled needs dinp");
     gpu::scaled_linear_backward(ctx_, dout.dtype, dinp.data, dw.data, dbias.data, dout.data,
-                                inp.data, w.data, N, C, OC, *q.recipe, q.seed);
+                                inp.data, w.data, N, C, OC, q, amax_slot(q.tensor.slot));
+  }
+  std::vector<float> take_amaxes(int n_slots) override {
+    std::vector<float> r(size_t(n_slots) * kTensorOperands, 0.0f);
+    const size_t n = std::min(r.size(), amax_words_);
+    if (n == 0) return r;
+    std::vector<unsigned> bits(n);
+    gpu::download(ctx_, bits.data(), amax_, n * sizeof(unsigned));  // the one wait
+    TG_CUDA_CHECK(cudaMemsetAsync(amax_, 0, amax_words_ * sizeof(unsigned), ctx_.stream));
+    for (size_t i = 0; i < n; i++) r[i] = bits[i] < 0x7f800000u ? bits_f32(bits[i]) : INFINITY;
+    return r;
   }
 
   void set_quant_options(const QuantOptions& o) override {
-    fp8_opt_ = o;
-    fp8_path_ = o.force_fallback ? gpu::Fp8Path::kBf16Fallback : device_fp8_path_;
     // A copy: the line names the path of the recipe the options were set with.
     have_recipe_ = o.recipe != nullptr;
     if (o.recipe) recipe_ = *o.recipe;
-    fp8_opt_.recipe = nullptr;
   }
   std::string fp8_path_name() const override {
-    return fp8_opt_.block_scaled ? gpu::scaled_path_name(ctx_, have_recipe_ ? &recipe_ : nullptr)
-                                 : gpu::fp8_path_name(fp8_path_);
-  }
-  // The block-scaled path takes any shape.
-  std::string fp8_shape_problem(int N, int C, int OC) const override {
-    return fp8_path_ == gpu::Fp8Path::kFp8 && !fp8_opt_.block_scaled
-               ? gpu::fp8_shape_problem(N, C, OC)
-               : "";
-  }
-  void fp8_prepare(const Fp8Setup& s) override {
-    if (fp8_opt_.block_scaled) return;  // no per-linear state or FP8-GEMM scratch needed
-    fp8_ensure_state(std::max(s.n_linears, 1));
-    // Scratch per path for the shapes that take it, in the given scratch when it fits.
-    std::vector<gpu::Fp8LinearShape> by_path[2];
-    for (const LinearShape& l : s.shapes) {
-      const bool fast = fp8_path_ == gpu::Fp8Path::kFp8 && gpu::fp8_shape_ok(l.N, l.C, l.OC);
-      by_path[fast ? 0 : 1].push_back({l.N, l.C, l.OC});
-    }
-    char* ext = static_cast<char*>(s.scratch.data);
-    size_t ext_bytes = s.scratch.bytes();
-    if (ext) {  // cuBLASLt and the casts want 256-byte aligned operands
-      const size_t pad = (256 - reinterpret_cast<uintptr_t>(ext) % 256) % 256;
-      ext_bytes = ext_bytes > pad ? ext_bytes - pad : 0;
-      ext += pad;
-    }
-    for (int k = 0; k < 2; k++) {
-      const auto path = k == 0 ? gpu::Fp8Path::kFp8 : gpu::Fp8Path::kBf16Fallback;
-      if (by_path[k].empty()) continue;
-      const size_t need =
-          gpu::fp8_plan_scratch_bytes(path, by_path[k].data(), int(by_path[k].size()));
-      Fp8Scratch& sc = fp8_scratch_[k];
-      if (ext && need <= ext_bytes) {
-        fp8_free_own_scratch(sc);
-        sc.ptr = ext;
-        sc.bytes = ext_bytes;
-      } else {
-        fp8_grow_own_scratch(sc, need);
-      }
-    }
-  }
-  bool fp8_defer_reports(bool on) override {
-    if (!on) fp8_materialize();
-    fp8_defer_ = on;
-    return on;
-  }
-  std::vector<Fp8Report> fp8_take_reports() override {
-    fp8_materialize();
-    std::vector<Fp8Report> r;
-    r.reserve(fp8_pending_.size());
-    for (const auto& p : fp8_pending_) r.push_back(p.rep);
-    fp8_pending_.clear();
-    return r;
+    return gpu::scaled_path_name(ctx_, have_recipe_ ? &recipe_ : nullptr);
   }
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
     need_same("attention_forward", {out, att, qkv});
@@ -519,11 +426,13 @@ class CudaBackend final : public Backend {
   void wire_sum(Tensor in, size_t part, WireFormat f, Tensor sum) override {
     if (sum.dtype != DType::F32 || sum.numel != part)
       throw Error("cuda backend: wire_sum: the sum is not fp32 of one row");
-    gpu::wire_sum(ctx_, in.as<uint8_t>(), part, in.bytes() / wire_bytes(part, f), f, sum.as<float>());
+    gpu::wire_sum(ctx_, in.as<uint8_t>(), part, in.bytes() / wire_bytes(part, f), f,
+                  sum.as<float>());
   }
   void wire_decode(Tensor in, size_t part, WireFormat f, Tensor out) override {
     const size_t rows = out.numel / part;
-    if (out.dtype != DType::F32 || rows * part != out.numel || in.bytes() < rows * wire_bytes(part, f))
+    if (out.dtype != DType::F32 || rows * part != out.numel ||
+        in.bytes() < rows * wire_bytes(part, f))
       throw Error("cuda backend: wire_decode: buffers do not match their rows");
     gpu::wire_decode(ctx_, in.as<uint8_t>(), part, rows, f, out.as<float>());
   }
@@ -555,10 +464,6 @@ class CudaBackend final : public Backend {
   void raw_free(void* p) {
     auto it = sizes_.find(p);
     if (it == sizes_.end()) return;
-    // FP8 scratch lent by a caller (fp8_prepare) inside this allocation is gone with it.
-    for (Fp8Scratch& sc : fp8_scratch_)
-      if (!sc.own && sc.ptr >= static_cast<char*>(p) && sc.ptr < static_cast<char*>(p) + it->second)
-        sc = Fp8Scratch{};
     // Queued work may still use p: wait for it before the memory goes. cudaFree would wait
     // for the whole device anyway, but only as the driver's habit, not a documented guarantee
     // of this code's order (a stream-ordered or caching allocator would not); the wait costs
@@ -607,153 +512,25 @@ class CudaBackend final : public Backend {
     gpu::norm(ctx_, t.dtype, t.data, t.numel, inv_scale, result_);
     gpu::download(ctx_, out, result_, 2 * sizeof(float));
   }
-  void need_bf16(const char* op, std::initializer_list<Tensor> ts) {
-    for (const Tensor& x : ts)
-      if (x && x.dtype != DType::BF16)
-        throw Error(strf("cuda backend: %s needs bf16 tensors, not %s", op, dtype_name(x.dtype)));
-  }
 
-  // ---- FP8 state, scratch, plans, reports ----
-  struct Fp8Scratch {
-    char* ptr = nullptr;
-    size_t bytes = 0;
-    void* own = nullptr;  // raw_alloc'ed here (else ptr lies in a caller's tensor)
-  };
-  struct Fp8Pending {
-    int lin;
-    bool backward, ready;
-    Fp8Report rep;
-  };
-  // The state of up to 819 linears (GPT-2 XL has 192) lives at the tail of the cuBLASLt
-  // workspace, which shrinks by this much in FP8 mode; more go to an allocation of their own.
-  static constexpr size_t kFp8StateReserve = size_t(64) << 10;
-
-  gpu::Fp8GemmContext fp8_ctx(gpu::Fp8Path path) const {
-    gpu::Fp8GemmContext c;
-    static_cast<gpu::LtContext&>(c) = ctx_.lt_context();
-    c.path = path;
-    c.fast_accum_forward = fp8_opt_.fast_accum;
-    c.fast_accum_backward = false;  // gradients keep full fp32 accumulation
-    return c;
-  }
-  // The path of one call: the backend's, or the fallback when the FP8 GEMMs cannot take it.
-  gpu::Fp8Path fp8_call_path(int N, int C, int OC, std::initializer_list<void*> ptrs) {
-    if (fp8_path_ != gpu::Fp8Path::kFp8) return fp8_path_;
-    bool ok = gpu::fp8_shape_ok(N, C, OC);
-    for (void* p : ptrs)
-      if (p && reinterpret_cast<uintptr_t>(p) % 16) ok = false;
-    if (ok) return fp8_path_;
-    if (!fp8_warned_) {
-      fprintf(stderr,
-              "fp8: a linear with N=%d, C=%d, OC=%d (or an operand not 16-byte aligned) does "
-              "not suit cuBLASLt's FP8 GEMMs; such linears run the bf16 fallback (same "
-              "numerics)\n",
-              N, C, OC);
-      fp8_warned_ = true;
-    }
-    return gpu::Fp8Path::kBf16Fallback;
-  }
-  // Per-linear state: fp8_state_cap_ entries at fp8_state_, initialised as fp8_plan_create
-  // does; growing keeps the entries there are.
-  void fp8_ensure_state(int n) {
-    if (n <= fp8_state_cap_) return;
-    n = std::max(n, 64);
-    const size_t bytes = gpu::fp8_align256(gpu::fp8_plan_state_bytes(n));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the workspace may be in use
-    gpu::Fp8LinearDevice* fresh = nullptr;
-    void* own = nullptr;
-    int cap = n;
-    if (fp8_state_ == nullptr && bytes <= kFp8StateReserve &&
-        ctx_.lt_workspace_bytes >= 2 * kFp8StateReserve) {
-      ctx_.lt_workspace_bytes -= kFp8StateReserve;
-      TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
-      fresh = reinterpret_cast<gpu::Fp8LinearDevice*>(static_cast<char*>(ctx_.lt_workspace) +
-                                                      ctx_.lt_workspace_bytes);
-      cap = int(kFp8StateReserve / sizeof(gpu::Fp8LinearDevice));
-    } else {
-      own = raw_alloc(bytes);
-      fresh = static_cast<gpu::Fp8LinearDevice*>(own);
-    }
-    const gpu::Fp8LinearDevice init = gpu::fp8_initial_state();
-    // On this backend's stream (non-blocking: plain cudaMemcpy would not order with it).
-    std::vector<gpu::Fp8LinearDevice> h(size_t(cap), init);
-    gpu::upload(ctx_, fresh, h.data(), h.size() * sizeof(init));
-    if (fp8_state_)
-      TG_CUDA_CHECK(cudaMemcpyAsync(fresh, fp8_state_, size_t(fp8_state_cap_) * sizeof(init),
-                                    cudaMemcpyDeviceToDevice, ctx_.stream));
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    if (fp8_state_own_) raw_free(fp8_state_own_);
-    fp8_state_ = fresh;
-    fp8_state_own_ = own;
-    fp8_state_cap_ = cap;
-  }
-  // The state index of the linear whose weight lives at w (gpu::fp8_plan_slot's rule: the
-  // next free index on first sight).
-  int fp8_slot(const void* w) {
-    const auto it = fp8_slots_.find(w);
-    if (it != fp8_slots_.end()) return it->second;
-    const int next = int(fp8_slots_.size());
-    if (next >= fp8_state_cap_) fp8_ensure_state(std::max(next + 1, 2 * fp8_state_cap_));
-    fp8_slots_.emplace(w, next);
-    return next;
-  }
-  void fp8_free_own_scratch(Fp8Scratch& sc) {
-    if (sc.own) raw_free(sc.own);
-    sc = Fp8Scratch{};
-  }
-  void fp8_grow_own_scratch(Fp8Scratch& sc, size_t need) {
-    if (sc.own && sc.bytes >= need) return;
-    fp8_free_own_scratch(sc);
-    sc.own = raw_alloc(need);  // cudaMalloc: 256-byte aligned
-    sc.ptr = static_cast<char*>(sc.own);
-    sc.bytes = need;
-  }
-  // The plan (state + scratch) of one path for a call of this shape; grows what is missing
-  // (a call before fp8_prepare, or a shape it did not list).
-  gpu::Fp8Plan& fp8_plan_for(gpu::Fp8Path path, const gpu::Fp8LinearShape& shape) {
-    const int k = path == gpu::Fp8Path::kFp8 ? 0 : 1;
-    Fp8Scratch& sc = fp8_scratch_[k];
-    const size_t need = gpu::fp8_plan_scratch_bytes(path, &shape, 1);
-    if (sc.bytes < need) fp8_grow_own_scratch(sc, need);
-    gpu::Fp8Plan& p = fp8_plan_[k];
-    p.path = path;
-    p.n_linears = fp8_state_cap_;
-    p.dev = fp8_state_;
-    p.scratch = reinterpret_cast<uint8_t*>(sc.ptr);
-    p.scratch_bytes = sc.bytes;
-    p.owned_scratch = nullptr;  // this backend frees its own memory
-    return p;
-  }
-  // A deferred report of the same linear and direction still waits for this slot's state,
-  // which the call is about to overwrite: read the pending ones first.
-  void fp8_before_call(int lin, bool backward) {
-    for (const auto& p : fp8_pending_)
-      if (!p.ready && p.lin == lin && p.backward == backward) return fp8_materialize();
-  }
-  Fp8Report fp8_after_call(int lin, bool backward) {
-    if (fp8_defer_) {
-      fp8_pending_.push_back({lin, backward, false, Fp8Report{}});
-      return Fp8Report{};
-    }
-    // Eager: one state, one wait (what gpu::fp8_forward_report / fp8_backward_report do).
-    gpu::Fp8LinearDevice h{};
-    gpu::download(ctx_, &h, fp8_state_ + lin, sizeof h);
-    return gpu::fp8_report(h, backward);
-  }
-  // Every pending report from one copy of the states in use (one wait).
-  void fp8_materialize() {
-    int hi = -1;
-    for (const auto& p : fp8_pending_)
-      if (!p.ready) hi = std::max(hi, p.lin);
-    if (hi < 0) return;
-    fp8_host_.resize(size_t(hi) + 1);
-    gpu::download(ctx_, fp8_host_.data(), fp8_state_,
-                  fp8_host_.size() * sizeof(gpu::Fp8LinearDevice));
-    for (auto& p : fp8_pending_)
-      if (!p.ready) {
-        p.rep = gpu::fp8_report(fp8_host_[size_t(p.lin)], p.backward);
-        p.ready = true;
+  // The amax words of per-tensor-scaled linear `slot` (null for none), grown to hold it: the
+  // slots' words move to the larger buffer in stream order, zero where new.
+  unsigned* amax_slot(int slot) {
+    if (slot < 0) return nullptr;
+    const size_t need = size_t(slot + 1) * kTensorOperands;
+    if (need > amax_words_) {
+      const size_t words = std::max(need, size_t(64) * kTensorOperands);
+      unsigned* fresh = static_cast<unsigned*>(raw_alloc(words * sizeof(unsigned)));
+      TG_CUDA_CHECK(cudaMemsetAsync(fresh, 0, words * sizeof(unsigned), ctx_.stream));
+      if (amax_) {
+        TG_CUDA_CHECK(cudaMemcpyAsync(fresh, amax_, amax_words_ * sizeof(unsigned),
+                                      cudaMemcpyDeviceToDevice, ctx_.stream));
+        raw_free(amax_);  // waits for the copy
       }
+      amax_ = fresh;
+      amax_words_ = words;
+    }
+    return amax_ + size_t(slot) * kTensorOperands;
   }
 
   int device_ = 0;
@@ -767,20 +544,10 @@ class CudaBackend final : public Backend {
   gpu::HostStaging staging_;  // pinned memory of upload / download (ctx_.staging)
   std::unique_ptr<Backend> cpu_;
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
-  // FP8
-  gpu::Fp8Path device_fp8_path_ = gpu::Fp8Path::kBf16Fallback, fp8_path_ = device_fp8_path_;
-  QuantRecipe recipe_;  // the block-scaled run's recipe (set_quant_options), for fp8_path_name
+  QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
-  QuantOptions fp8_opt_;
-  gpu::Fp8LinearDevice* fp8_state_ = nullptr;
-  void* fp8_state_own_ = nullptr;
-  int fp8_state_cap_ = 0;
-  std::unordered_map<const void*, int> fp8_slots_;
-  Fp8Scratch fp8_scratch_[2];  // [0] FP8 path, [1] fallback
-  gpu::Fp8Plan fp8_plan_[2];
-  bool fp8_defer_ = false, fp8_warned_ = false;
-  std::vector<Fp8Pending> fp8_pending_;
-  std::vector<gpu::Fp8LinearDevice> fp8_host_;
+  unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
+  size_t amax_words_ = 0;
 };
 
 }  // namespace

@@ -96,7 +96,10 @@ std::string operand_mode(const OperandRecipe& o, OperandMode* m) {
   }
   const bool fp8 = elem_bits(o.elem) == 8;
   const Granularity g = o.granularity;
-  if (fp8 && fp32_scale(o.scale) && g == Granularity::Row) {
+  if (fp8 && fp32_scale(o.scale) && g == Granularity::Tensor) {
+    // The per-tensor recipes: cuBLASLt's plain FP8 GEMM with one scale per operand.
+    *m = {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, m->type, 1, 9, 0};
+  } else if (fp8 && fp32_scale(o.scale) && g == Granularity::Row) {
     *m = {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, m->type, 1, 9, 120900};
   } else if (fp8 && fp32_scale(o.scale) && g == Granularity::Block && o.block == 128) {
     *m = {CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, m->type, 128, 9, 120900};

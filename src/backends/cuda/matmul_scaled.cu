@@ -149,10 +149,29 @@ const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
 
 }  // namespace
 
+namespace {
+// Operand x of a per-tensor-scaled linear (q.tensor.slot >= 0): read at the scale the host
+// gave when its recipe takes delayed scales, else at its own amax's with the margin, and its
+// amax into amax_out (when given). Block-scaled operands are read as they are.
+OperandSource tensor_scaled(OperandSource x, const ScaledLinear& q, const OperandRecipe& o,
+                            int operand, unsigned* amax_out) {
+  if (q.tensor.slot < 0) return x;
+  if (o.source == ScaleSource::Delayed) x.tensor_scale = q.tensor.scale[operand];
+  x.margin = q.tensor.margin;
+  x.amax_out = amax_out;
+  return x;
+}
+}  // namespace
+
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
-                           const void* bias, int N, int C, int OC, const QuantRecipe& r,
-                           uint64_t seed) {
-  OperandSource a{t, inp, false}, b{t, w, false};
+                           const void* bias, int N, int C, int OC, const ScaledLinear& q,
+                           unsigned* amax_slot) {
+  const QuantRecipe& r = *q.recipe;
+  const GemmRecipe& g = r.gemm[kForward];
+  OperandSource a = tensor_scaled({t, inp, false}, q, g.a, kTensorInput,
+                                  amax_slot ? amax_slot + kTensorInput : nullptr);
+  OperandSource b = tensor_scaled({t, w, false}, q, g.b, kTensorWeight,
+                                  amax_slot ? amax_slot + kTensorWeight : nullptr);
   const float* extra = nullptr;
   check_channel_args(r, C);
   if (!r.smooth.empty() || !r.split_channels.empty()) {
@@ -162,18 +181,24 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
     if (!r.split_channels.empty()) extra = split_product(c, sa, sb, N, C, OC, r.split_channels);
     a = fp32_operand(sa), b = fp32_operand(sb);
   }
-  scaled_gemm(c, t, out, a, b, N, OC, C, r.gemm[kForward], seed, kForward, false, extra, bias);
+  scaled_gemm(c, t, out, a, b, N, OC, C, g, q.seed, kForward, false, extra, bias);
 }
 
 void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
                             const void* inp, const void* w, int N, int C, int OC,
-                            const QuantRecipe& r, uint64_t seed) {
+                            const ScaledLinear& q, unsigned* amax_slot) {
+  const QuantRecipe& r = *q.recipe;
+  const GemmRecipe &wg = r.gemm[kWeightGrad], &dg = r.gemm[kInputGrad];
   if (dbias) bias_backward(c, t, dbias, dout, N, OC);  // from the unquantized gradient
-  // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens.
-  scaled_gemm(c, t, dw, {t, dout, true}, {t, inp, true}, OC, C, N, r.gemm[kWeightGrad], seed,
+  // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens. A per-tensor scale is the
+  // same in both orientations, so the input is quantized to the forward's values again.
+  unsigned* gamax = amax_slot ? amax_slot + kTensorGrad : nullptr;
+  scaled_gemm(c, t, dw, tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, gamax),
+              tensor_scaled({t, inp, true}, q, wg.b, kTensorInput, nullptr), OC, C, N, wg, q.seed,
               kWeightGrad, true, nullptr, nullptr);
   // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
-  scaled_gemm(c, t, dinp, {t, dout, false}, {t, w, true}, N, C, OC, r.gemm[kInputGrad], seed,
+  scaled_gemm(c, t, dinp, tensor_scaled({t, dout, false}, q, dg.a, kTensorGrad, nullptr),
+              tensor_scaled({t, w, true}, q, dg.b, kTensorWeight, nullptr), N, C, OC, dg, q.seed,
               kInputGrad, false, nullptr, nullptr);
 }
 

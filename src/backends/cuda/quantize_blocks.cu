@@ -104,9 +104,15 @@ const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x,
            row_amax, tbits);
     TG_LAUNCH_CHECK();
   });
+  if (x.amax_out)  // the per-tensor recipes' amax, for the host's history
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(x.amax_out, tbits, sizeof(unsigned), cudaMemcpyDeviceToDevice, c.stream));
+  QuantParams ps = p;  // the per-tensor recipes' own scale rule
+  ps.tensor_enc = x.tensor_scale;
+  ps.margin = x.margin;
   const size_t groups = size_t(p.ngr) * p.ngc;
   launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream,
-         static_cast<const unsigned*>(row_amax), rows, p, static_cast<const unsigned*>(tbits),
+         static_cast<const unsigned*>(row_amax), rows, ps, static_cast<const unsigned*>(tbits),
          scales, post, nonfinite_post);
   TG_LAUNCH_CHECK();
   *tbits_out = tbits;

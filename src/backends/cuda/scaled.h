@@ -32,12 +32,19 @@ namespace tg::gpu {
 // `rotate` > 0: each row's runs of `rotate` columns are read through the random Hadamard
 // rotation (hadamard_rows' values, signs from rotate_seed), fused into the read; only for
 // sizes quantize_blocks.cuh's rotates_in_warp takes (powers of two up to 32).
+// Per-tensor recipes (TensorScaling, src/backends/backend.h) read the operand at their own
+// scale: `tensor_scale` > 0 a delayed scale the host gave, else (fmax / amax) / 2^margin of
+// the operand; `amax_out` (device, when given) receives the operand's amax bits (|x| as fp32
+// bits, 0x7f800000 and above for a non-finite value) for the host's amax history.
 struct OperandSource {
   DType type = DType::F32;
   const void* data = nullptr;
   bool transposed = false;
   int rotate = 0;
   uint64_t rotate_seed = 0;
+  float tensor_scale = 0;
+  int margin = 0;
+  unsigned* amax_out = nullptr;
 };
 // An fp32 (rows, cols) row-major operand, e.g. one staged by stage_operand.
 inline OperandSource fp32_operand(const float* x) { return {DType::F32, x, false}; }
@@ -66,12 +73,27 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
 //   backward dW(OC,C) += Q(H dout^T) Q(H inp^T)^T, dinp(N,C) = Q(dout) Q(W^T)^T,
 //            dbias += column sums of the unquantized dout (when given)
 // with the operands, roles and random streams of src/backends/cpu/matmul_scaled.cpp.
+// A per-tensor-scaled linear (q.tensor.slot >= 0) reads its operands at q.tensor's scales
+// and leaves their amax bits in amax_slot[kTensorOperands] (device; forward: input, weight;
+// backward: gradient).
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
-                           const void* bias, int N, int C, int OC, const QuantRecipe& r,
-                           uint64_t seed);
+                           const void* bias, int N, int C, int OC, const ScaledLinear& q,
+                           unsigned* amax_slot);
 void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
                             const void* inp, const void* w, int N, int C, int OC,
-                            const QuantRecipe& r, uint64_t seed);
+                            const ScaledLinear& q, unsigned* amax_slot);
+// The same for a recipe of current scales alone (no slot), e.g. the block-scaled ones.
+inline void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
+                                  const void* bias, int N, int C, int OC, const QuantRecipe& r,
+                                  uint64_t seed) {
+  scaled_linear_forward(c, t, out, inp, w, bias, N, C, OC, ScaledLinear{&r, seed, {}}, nullptr);
+}
+inline void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias,
+                                   const void* dout, const void* inp, const void* w, int N, int C,
+                                   int OC, const QuantRecipe& r, uint64_t seed) {
+  scaled_linear_backward(c, t, dinp, dw, dbias, dout, inp, w, N, C, OC, ScaledLinear{&r, seed, {}},
+                         nullptr);
+}
 
 // ---- the native path (matmul_native.cu; quantize_codes in quantize_blocks.cu) ----
 // Where the GPU and the installed cuBLASLt have a block-scaled GEMM that multiplies a role's
