@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "src/backends/cuda/cublaslt.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/model/model.h"
 #include "src/model/quant_state.h"
@@ -119,6 +120,14 @@ TEST_CASE("cuda: where cuBLASLt refuses every FP8 GEMM, per-tensor fp8 runs the 
   check_linear({128, 64, 256}, false, 0, 970);
   check_linear({128, 64, 256}, true, 0, 980);
   CHECK(tg::gpu::native_checks_failed() > failed);  // the verdicts that said so, once each
+  // The refusal names the GEMM as its descriptors asked for it: types, shape, alignments,
+  // scales, workspace (what scripts/gpu_check_fp8.sh compares with PyTorch's calls).
+  const std::string why = tg::gpu::lt_last_refusal();
+  INFO(why);
+  CHECK(why.find("the heuristic offered no algorithm that sums in fp32 for e") == 0);
+  for (const char* fact : {" -> ", ", m ", ", alignment A ", ", scales (modes 0 0) at alignment ",
+                           ", workspace "})
+    CHECK_MESSAGE(why.find(fact) != std::string::npos, fact);
   emu_test::lt_refuse_fp8 = false;
   tg::gpu::native_forget_checks();
 }

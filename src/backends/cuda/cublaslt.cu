@@ -124,12 +124,12 @@ int ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatmu
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d);
   cublasLtMatmulHeuristicResult_t res[kAsk] = {};
   for (const bool masked : {true, false}) {
-    set_pref(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-             uint32_t(masked ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-                             : CUBLASLT_REDUCTION_SCHEME_MASK));
+    set_pref(
+        d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+        uint32_t(masked ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_MASK));
     int found = 0, kept = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(c.lt, d.op, d.a, d.b, d.d, d.d, d.pref, kAsk, res,
-                                       &found) != CUBLAS_STATUS_SUCCESS)
+    if (cublasLtMatmulAlgoGetHeuristic(c.lt, d.op, d.a, d.b, d.d, d.d, d.pref, kAsk, res, &found) !=
+        CUBLAS_STATUS_SUCCESS)
       continue;
     for (int i = 0; i < found; i++)
       if (res[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(res[i].algo))
@@ -202,19 +202,58 @@ void remember_working(const AlgoKey& key, int working) {
 thread_local std::string t_refusal;  // why this thread's last lt_matmul returned false
 thread_local std::string t_log;      // the GEMMs this thread ran since lt_take_log
 
-// cuBLASLt's name for an algorithm: its id and tile id (cublasLtMatmulTile_t), and the operand
-// type when it is not 16-bit.
-void log_algorithm(const cublasLtMatmulAlgo_t& algo, const LtGemm& g) {
+// cuBLASLt's name for an algorithm: its id and tile id (cublasLtMatmulTile_t).
+std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   int id = -1;
   uint32_t tile = 0;
   if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
                                            nullptr) != CUBLAS_STATUS_SUCCESS)
     id = -1;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                           sizeof tile, nullptr) != CUBLAS_STATUS_SUCCESS)
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile,
+                                           nullptr) != CUBLAS_STATUS_SUCCESS)
     tile = 0;
+  return "algo " + std::to_string(id) + " tile " + std::to_string(tile);
+}
+
+// The algorithm that ran, and the operand type when it is not 16-bit, for the profile's log.
+void log_algorithm(const cublasLtMatmulAlgo_t& algo, const LtGemm& g) {
   const char* type = is_fp8(g.a_type) ? " f8" : g.a_type == CUDA_R_32F ? " f32" : "";
-  lt_log(("lt algo " + std::to_string(id) + " tile " + std::to_string(tile) + type).c_str());
+  lt_log(("lt " + algo_name(algo) + type).c_str());
+}
+
+const char* type_name(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_32F: return "f32";
+    case CUDA_R_16BF: return "bf16";
+    case CUDA_R_16F: return "f16";
+    case CUDA_R_8F_E4M3: return "e4m3";
+    case CUDA_R_8F_E5M2: return "e5m2";
+    default: return "another type";
+  }
+}
+
+// Everything a refused GEMM's descriptors carried, so that its refusal names the setting that
+// differs from a call that runs (the first H200 refused every per-tensor FP8 GEMM while its
+// heuristic offered algorithms for them; scripts/gpu_check_fp8.sh).
+std::string describe(const LtContext& c, const LtGemm& g) {
+  std::string s = strf(
+      "%s x %s -> %s, op %c%c, m %d n %d k %d, ld %d %d %d, alignment A %u B %u "
+      "D %u bytes",
+      type_name(g.a_type), type_name(g.b_type), type_name(g.d_type), g.transa ? 'T' : 'N',
+      g.transb ? 'T' : 'N', g.m, g.n, g.k, g.lda, g.ldb, g.ldd, pointer_alignment(g.A),
+      pointer_alignment(g.B), pointer_alignment(g.D));
+  if (g.a_scale || g.b_scale)
+    s += strf(", scales (modes %d %d) at alignment %u %u", int(g.a_scale_mode), int(g.b_scale_mode),
+              g.a_scale ? pointer_alignment(g.a_scale) : 0,
+              g.b_scale ? pointer_alignment(g.b_scale) : 0);
+  if (g.epilogue != LtEpilogue::kNone)
+    s += strf(", epilogue %s, bias at alignment %u",
+              g.epilogue == LtEpilogue::kBias ? "bias" : "gelu aux bias",
+              g.bias ? pointer_alignment(g.bias) : 0);
+  if (is_fp8(g.a_type)) s += g.fast_accum ? ", fast accumulation" : ", exact accumulation";
+  if (g.batch > 1) s += strf(", batch %d", g.batch);
+  return s + strf(", workspace %zu bytes at alignment %u", c.workspace_bytes,
+                  pointer_alignment(c.workspace));
 }
 
 }  // namespace
@@ -230,11 +269,12 @@ bool lt_matmul(const LtContext& c, const LtGemm& g) {
   const AlgoKey key = key_of(c, g);
   const AlgoEntry e = cached_algo(c, d, g, key);
   if (e.count == 0) {
-    t_refusal = "the heuristic offered no algorithm that sums in fp32";
+    t_refusal = "the heuristic offered no algorithm that sums in fp32 for " + describe(c, g);
     return false;
   }
   // The algorithm that ran last time first, then the others in the heuristic's order.
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  std::string statuses;
   for (int i = 0; i < e.count; i++) {
     const int a = (e.working + i) % e.count;
     st = cublasLtMatmul(c.lt, d.op, g.alpha, g.A, d.a, g.B, d.b, g.beta, g.D, d.d, g.D, d.d,
@@ -244,9 +284,11 @@ bool lt_matmul(const LtContext& c, const LtGemm& g) {
       log_algorithm(e.algos[a], g);
       return true;
     }
+    statuses +=
+        (statuses.empty() ? "" : ", ") + algo_name(e.algos[a]) + " " + cublasGetStatusString(st);
   }
   t_refusal = "cublasLtMatmul refused each of the heuristic's " + std::to_string(e.count) +
-              " algorithms (last: " + cublasGetStatusString(st) + ")";
+              " algorithms (" + statuses + ") for " + describe(c, g);
   return false;
 }
 

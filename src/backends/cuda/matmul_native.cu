@@ -259,8 +259,8 @@ std::string self_check(Ctx& c, const GemmRecipe& g, const Plan& p, const ShapeCl
   upload(c, b, hb.data(), hb.size() * 4);
   const uint64_t sa = 0x5eed0001ull, sb = 0x5eed0002ull;
   if (!run_native(c, acc, post, fp32_operand(a), fp32_operand(b), M, N, K, g, p, sa, sb))
-    return strf("cuBLASLt has no algorithm for %s x %s (or refused the call)", mode_name(p.b.mode),
-                mode_name(p.a.mode));
+    return strf("cuBLASLt has no algorithm for %s x %s (or refused the call): %s",
+                mode_name(p.b.mode), mode_name(p.a.mode), lt_last_refusal().c_str());
   // Both paths write the tensor factors to `post`: the native one's is read back before the
   // portable one overwrites it (a wait; the self-check runs once per shape class).
   float pn[2], pp[2];
@@ -350,9 +350,9 @@ bool native_scaled_products(Ctx& c, float* acc, float* post, const OperandSource
   if (v != Verdict::kNative) return false;
   if (run_native(c, acc, post, A, B, M, N, K, g, p, sa, sb)) return true;
   printf(
-      "block-scaled GEMM %s (%dx%dx%d): cuBLASLt has no algorithm or refused the call; the "
-      "portable path runs these GEMMs for the rest of the run\n",
-      gemm_label(g, p, s).c_str(), M, N, K);
+      "block-scaled GEMM %s (%dx%dx%d): cuBLASLt has no algorithm or refused the call (%s); "
+      "the portable path runs these GEMMs for the rest of the run\n",
+      gemm_label(g, p, s).c_str(), M, N, K, lt_last_refusal().c_str());
   std::lock_guard<std::mutex> lock(g_mu);
   g_verdicts[key] = Verdict::kPortable;
   return false;
