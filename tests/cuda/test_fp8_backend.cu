@@ -124,7 +124,7 @@ TEST_CASE("cuda: where cuBLASLt refuses every FP8 GEMM, per-tensor fp8 runs the 
   // scales, workspace (what scripts/gpu_check_fp8.sh compares with PyTorch's calls).
   const std::string why = tg::gpu::lt_last_refusal();
   INFO(why);
-  CHECK(why.find("the heuristic offered no algorithm that sums in fp32 for e") == 0);
+  CHECK(why.find("the heuristic offered no algorithm that sums in fp32 for CUDA_R_8F_E") == 0);
   for (const char* fact : {" -> ", ", m ", ", alignment A ", ", scales (modes 0 0) at alignment ",
                            ", workspace "})
     CHECK_MESSAGE(why.find(fact) != std::string::npos, fact);

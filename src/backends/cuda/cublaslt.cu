@@ -221,14 +221,15 @@ void log_algorithm(const cublasLtMatmulAlgo_t& algo, const LtGemm& g) {
   lt_log(("lt " + algo_name(algo) + type).c_str());
 }
 
+// cuBLAS's own names for the types (what cuBLASLt's log prints).
 const char* type_name(cudaDataType_t t) {
   switch (t) {
-    case CUDA_R_32F: return "f32";
-    case CUDA_R_16BF: return "bf16";
-    case CUDA_R_16F: return "f16";
-    case CUDA_R_8F_E4M3: return "e4m3";
-    case CUDA_R_8F_E5M2: return "e5m2";
-    default: return "another type";
+    case CUDA_R_32F: return "CUDA_R_32F";
+    case CUDA_R_16BF: return "CUDA_R_16BF";
+    case CUDA_R_16F: return "CUDA_R_16F";
+    case CUDA_R_8F_E4M3: return "CUDA_R_8F_E4M3";
+    case CUDA_R_8F_E5M2: return "CUDA_R_8F_E5M2";
+    default: return "another cudaDataType_t";
   }
 }
 
