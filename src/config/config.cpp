@@ -167,7 +167,7 @@ const std::vector<KeyDef>& table() {
       key("precision.fp8.history_len", TG_FIELD(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"),
       key("precision.fp8.margin", TG_FIELD(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"),
       key("precision.fp8.keep_bf16", TG_FIELD(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"),
-      key("precision.fp8.fast_accum", TG_FIELD(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32)"),
+      key("precision.fp8.fast_accum", TG_FIELD(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32); not applied yet by the per-tensor recipe path, which accumulates exactly"),
       key("precision.recipe.pow2_scales", TG_FIELD(precision.recipe.pow2_scales), 0, 0, {}, "fp8-rowwise: round each scale down to a power of two"),
       key("precision.recipe.scale_rule", TG_FIELD(precision.recipe.scale_rule), 0, 0, {"auto", "ocp", "ceil"}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"),
       key("precision.recipe.grad_format", TG_FIELD(precision.recipe.grad_format), 0, 0, {"auto", "e4m3", "e5m2"}, "mxfp8: element format of the output gradients (auto: e4m3)"),
