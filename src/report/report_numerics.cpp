@@ -46,7 +46,8 @@ std::vector<std::string> numerics_cells(const json& nm) {
 
 std::string padding_note(const json& config) {
   const double pad = padded_rows_share(config);
-  return std::isfinite(pad)
+  // (A vocabulary that fills its padding, 256 bytes among them, has no such rows: no note.)
+  return std::isfinite(pad) && pad > 0
              ? strf(
                    " The weight gradients' zeros include the vocabulary's padding rows (%.3f%% "
                    "of the parameters: rows of wte past the vocabulary, which no token "

@@ -41,6 +41,11 @@ TEST_CASE("report: a numerics table the same in every mode is one line, its zero
   md = tg::numerics_md({group("fp32", pad), group("fp16", 0.2)}, config);
   CHECK(md.find("| fp16 | 20.000% |") != std::string::npos);
   CHECK(md.find("padding rows") != std::string::npos);
+  // A vocabulary without padding rows (256: a multiple of 128): no note.
+  json unpadded = config;
+  unpadded["model"]["vocab_size"] = 256;
+  md = tg::numerics_md({group("fp32", 0.0), group("fp16", 0.2)}, unpadded);
+  CHECK(md.find("padding rows") == std::string::npos);
   // Without a model in the config: no note, no failure.
   md = tg::numerics_md({group("fp32", pad), group("fp16", 0.2)}, json::object());
   CHECK(md.find("padding rows") == std::string::npos);
