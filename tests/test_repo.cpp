@@ -219,6 +219,27 @@ TEST_CASE("repository: studies keep their runs in one runs file, not a folder pe
   CHECK(not_compact.empty());
 }
 
+TEST_CASE("build: the CUDA backend is built only with a GPU present or CUDA=1") {
+  std::string probe;
+  if (run_shell("make --version >/dev/null 2>&1 && test -f Makefile", &probe) != 0 ||
+      run_shell("command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc") != 0) {
+    MESSAGE("skipped: no make, no nvcc, or not run from the source tree");
+    return;
+  }
+  // What the Makefile would run nvcc as, with CUDA unset (a user's plain `make`), =1 and =0.
+  auto use_nvcc = [](const std::string& cuda) {
+    std::string out;
+    run_shell("env -u CUDA " + cuda +
+                  " make -s SKIP_SETUP=1 --eval='tg-use-nvcc: ; @echo $(USE_NVCC)' tg-use-nvcc",
+              &out);
+    return out.find("nvcc") != std::string::npos;
+  };
+  const bool gpu = run_shell("nvidia-smi -L 2>/dev/null | grep -q '^GPU'") == 0;
+  CHECK(use_nvcc("") == gpu);  // minutes of nvcc only where a GPU can use them
+  CHECK(use_nvcc("CUDA=1"));
+  CHECK_FALSE(use_nvcc("CUDA=0"));
+}
+
 TEST_CASE("build: warnings are errors with WERROR=1 only") {
   std::string probe;
   if (run_shell("make --version >/dev/null 2>&1 && test -f Makefile", &probe) != 0) {
