@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -67,6 +68,25 @@ template <typename E>
 const cpu_t<E>* C(const E* p) {
   return reinterpret_cast<const cpu_t<E>*>(p);
 }
+
+// A named test operand, row-major rows x cols, for the quantizer and GEMM tests.
+struct TestOperand {
+  std::string what;
+  int rows, cols;
+  std::vector<float> x;
+};
+// rows x cols values from N(0, scale^2), one stream per object (seeded), so that a test's
+// operands follow one another as they are drawn.
+struct Randn {
+  std::mt19937 rng;
+  std::normal_distribution<float> nd{0.f, 1.f};
+  explicit Randn(unsigned seed) : rng(seed) {}
+  std::vector<float> operator()(int rows, int cols, float scale) {
+    std::vector<float> x(size_t(rows) * cols);
+    for (float& v : x) v = nd(rng) * scale;
+    return x;
+  }
+};
 
 template <typename E>
 float f(E x) {

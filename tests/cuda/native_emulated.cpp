@@ -92,26 +92,14 @@ std::vector<OperandRecipe> native_operands() {
   return out;
 }
 
-struct Operand {
-  std::string what;
-  int rows, cols;
-  std::vector<float> x;
-};
-
-std::vector<Operand> operands() {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  auto randn = [&](int rows, int cols, float scale) {
-    std::vector<float> x(size_t(rows) * cols);
-    for (float& v : x) v = nd(rng) * scale;
-    return x;
-  };
-  std::vector<Operand> out;
+std::vector<TestOperand> operands() {
+  Randn randn(11);
+  std::vector<TestOperand> out;
   out.push_back({"random 128x256", 128, 256, randn(128, 256, 1.f)});
   // 144 rows: a partial 128-row scale tile; 320 = 2.5 x 128: partial 4-block groups of MX.
   out.push_back({"random 144x320", 144, 320, randn(144, 320, 0.3f)});
   {
-    Operand o{"outliers, zero and subnormal-only blocks, huge values", 48, 512,
+    TestOperand o{"outliers, zero and subnormal-only blocks, huge values", 48, 512,
               randn(48, 512, 1e-2f)};
     for (int r = 0; r < 48; r += 5) o.x[size_t(r) * 512 + (r * 37) % 512] = 2.5e4f;
     for (int c = 0; c < 160; c++) o.x[size_t(3) * 512 + c] = 0.f;
@@ -122,7 +110,7 @@ std::vector<Operand> operands() {
     out.push_back(o);
   }
   {
-    Operand o{"an inf", 32, 128, randn(32, 128, 1.f)};
+    TestOperand o{"an inf", 32, 128, randn(32, 128, 1.f)};
     o.x[200] = -INFINITY;
     out.push_back(o);
   }
@@ -159,7 +147,7 @@ TEST_CASE("emulated: native codes x scales == the CPU quantizer's values, every 
     INFO(describe_operand(o));
     cublasLtMatmulMatrixScale_t mode;
     REQUIRE(gpu::native_operand_mode(o, &mode).empty());
-    for (const Operand& op : operands())
+    for (const TestOperand& op : operands())
       for (bool transposed : {false, true}) {
         // fp32 as it is, and bf16 transposed (a backward operand, read where it lies)
         INFO(op.what << (transposed ? ", from a transposed bf16 tensor, rotated" : ", from fp32"));

@@ -56,25 +56,13 @@ std::string describe_operand_recipe(const OperandRecipe& o) {
          " transform=" + std::to_string(int(o.transform));
 }
 
-struct Operand {
-  std::string what;
-  int rows, cols;
-  std::vector<float> x;
-};
-
-std::vector<Operand> operands() {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  auto randn = [&](int rows, int cols, float scale) {
-    std::vector<float> x(size_t(rows) * cols);
-    for (float& v : x) v = nd(rng) * scale;
-    return x;
-  };
-  std::vector<Operand> out;
+std::vector<TestOperand> operands() {
+  Randn randn(11);
+  std::vector<TestOperand> out;
   out.push_back({"random 48x160", 48, 160, randn(48, 160, 1.f)});
   out.push_back({"random 37x100 (partial blocks and tiles)", 37, 100, randn(37, 100, 0.3f)});
   {
-    Operand o{"outliers, zero blocks, subnormal-only blocks, huge values", 40, 192,
+    TestOperand o{"outliers, zero blocks, subnormal-only blocks, huge values", 40, 192,
               randn(40, 192, 1e-2f)};
     for (int r = 0; r < 40; r += 7) o.x[size_t(r) * 192 + (r * 13) % 192] = 3.0e4f;
     for (int c = 0; c < 64; c++) o.x[size_t(3) * 192 + c] = 0.f;
@@ -89,12 +77,12 @@ std::vector<Operand> operands() {
   out.push_back({"all zero 16x64", 16, 64, std::vector<float>(16 * 64, 0.f)});
   out.push_back({"tiny tensor 20x48", 20, 48, randn(20, 48, 1e-36f)});
   {
-    Operand o{"an inf", 24, 64, randn(24, 64, 1.f)};
+    TestOperand o{"an inf", 24, 64, randn(24, 64, 1.f)};
     o.x[100] = INFINITY;
     out.push_back(o);
   }
   {
-    Operand o{"a NaN", 24, 64, randn(24, 64, 1.f)};
+    TestOperand o{"a NaN", 24, 64, randn(24, 64, 1.f)};
     o.x[777] = NAN;
     out.push_back(o);
   }
@@ -141,7 +129,7 @@ void check_error(const QuantError& d, const QuantError& h) {
 }
 
 template <typename E>
-void check_errors(const OperandRecipe& o, const Operand& op, const OperandVariant& v,
+void check_errors(const OperandRecipe& o, const TestOperand& op, const OperandVariant& v,
                   uint64_t seed) {
   Held<E> x(op.x);
   auto dv = gpu::make_operand_view(emu_ctx(), x.tensor(), op.rows, op.cols);
@@ -162,7 +150,7 @@ std::vector<float> factors(int n, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("emulated: operand amax and column amax on the device == the host's, bit for bit") {
-  for (const Operand& op : operands()) {
+  for (const TestOperand& op : operands()) {
     INFO(op.what);
     FOR_TYPES({
       INFO(tname<E>());
@@ -190,14 +178,14 @@ TEST_CASE("emulated: operand amax and column amax on the device == the host's, b
 
 TEST_CASE("emulated: device quantization error == cpu::quant_error, every candidate operand") {
   const std::vector<OperandRecipe> recipes = candidate_operand_recipes();
-  const std::vector<Operand> ops = operands();
+  const std::vector<TestOperand> ops = operands();
   MESSAGE(recipes.size() << " operand recipes x " << ops.size() << " operands");
   OperandVariant t;
   t.transposed = true;
   uint64_t seed = 500;
   for (const OperandRecipe& o : recipes) {
     INFO(describe_operand_recipe(o));
-    for (const Operand& op : ops) {
+    for (const TestOperand& op : ops) {
       INFO(op.what);
       INFO("fp32, as it is");
       check_errors<float>(o, op, OperandVariant{}, ++seed);
@@ -208,8 +196,8 @@ TEST_CASE("emulated: device quantization error == cpu::quant_error, every candid
 }
 
 TEST_CASE("emulated: device quantization error of smoothed and split operands == the host's") {
-  const std::vector<Operand> all = operands();
-  const Operand* ops[] = {&all[0], &all[2]};
+  const std::vector<TestOperand> all = operands();
+  const TestOperand* ops[] = {&all[0], &all[2]};
   std::vector<OperandRecipe> recipes;
   for (const char* name : {"nvfp4", "mxfp4", "mxfp8", "fp8-block", "fp8-rowwise", "fp8"}) {
     const QuantRecipe r = candidate_recipe(name, RecipeOptions{}, "test");
@@ -217,7 +205,7 @@ TEST_CASE("emulated: device quantization error of smoothed and split operands ==
     recipes.push_back(r.gemm[kForward].b);
   }
   uint64_t seed = 9000;
-  for (const Operand* op : ops) {
+  for (const TestOperand* op : ops) {
     const std::vector<float> s = factors(op->cols, seed);
     const std::vector<int> split = {0, 5, op->cols - 1};
     std::vector<OperandVariant> vs(5);
@@ -235,7 +223,7 @@ TEST_CASE("emulated: device quantization error of smoothed and split operands ==
 }
 
 TEST_CASE("emulated: one device view measures different variants in turn, none stale") {
-  const Operand op = operands()[0];
+  const TestOperand op = operands()[0];
   const OperandRecipe o = candidate_recipe("mxfp4", RecipeOptions{}, "test").gemm[kForward].a;
   const std::vector<float> s = factors(op.cols, 3);
   const std::vector<int> split = {7}, split2 = {7, 8};

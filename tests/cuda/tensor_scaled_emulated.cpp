@@ -19,25 +19,13 @@ using namespace emu_test;
 
 namespace {
 
-struct FP8Operand {
-  std::string what;
-  int rows, cols;
-  std::vector<float> x;
-};
-
-std::vector<FP8Operand> fp8_operands() {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  auto randn = [&](int rows, int cols, float scale) {
-    std::vector<float> x(size_t(rows) * cols);
-    for (float& v : x) v = nd(rng) * scale;
-    return x;
-  };
-  std::vector<FP8Operand> out;
+std::vector<TestOperand> fp8_operands() {
+  Randn randn(11);
+  std::vector<TestOperand> out;
   out.push_back({"random 48x80", 48, 80, randn(48, 80, 1.f)});
   out.push_back({"gradient-sized 37x100", 37, 100, randn(37, 100, 1e-4f)});
   {
-    FP8Operand o{"outliers, zeros, tiny and huge values", 40, 64, randn(40, 64, 1e-2f)};
+    TestOperand o{"outliers, zeros, tiny and huge values", 40, 64, randn(40, 64, 1e-2f)};
     for (int r = 0; r < 40; r += 7) o.x[size_t(r) * 64 + (r * 13) % 64] = 3.0e4f;
     for (int c = 0; c < 64; c++) o.x[size_t(3) * 64 + c] = 0.f;
     for (int c = 0; c < 32; c++) o.x[size_t(9) * 64 + c] = 1.0e-38f * float(c + 1);
@@ -45,7 +33,7 @@ std::vector<FP8Operand> fp8_operands() {
   }
   out.push_back({"all zero 16x32", 16, 32, std::vector<float>(16 * 32, 0.f)});
   for (float bad : {INFINITY, NAN}) {
-    FP8Operand o{bad != bad ? "a NaN" : "an inf", 24, 64, randn(24, 64, 1.f)};
+    TestOperand o{bad != bad ? "a NaN" : "an inf", 24, 64, randn(24, 64, 1.f)};
     o.x[100] = bad;
     out.push_back(o);
   }
@@ -54,7 +42,7 @@ std::vector<FP8Operand> fp8_operands() {
 
 // One operand through both quantizers at scale `given` (0: current, with the margin).
 template <typename E>
-void check_tensor(ElemFormat fmt, const FP8Operand& op, bool transposed, float given,
+void check_tensor(ElemFormat fmt, const TestOperand& op, bool transposed, float given,
                   int margin) {
   const int rows = op.rows, cols = op.cols;
   const size_t n = size_t(rows) * cols;
@@ -95,7 +83,7 @@ void check_tensor(ElemFormat fmt, const FP8Operand& op, bool transposed, float g
 
 TEST_CASE("emulated: per-tensor FP8 operands equal the CPU's qdq bit for bit, amax too") {
   for (ElemFormat fmt : {ElemFormat::E4M3, ElemFormat::E5M2})
-    for (const FP8Operand& op : fp8_operands())
+    for (const TestOperand& op : fp8_operands())
       for (bool transposed : {false, true}) {
         INFO(elem_format_name(fmt) << ", " << op.what << ", transposed=" << transposed);
         // delayed: a scale near the tensor's, one that saturates its outliers, one far below
