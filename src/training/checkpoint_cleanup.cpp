@@ -13,6 +13,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/training/checkpoint.h"
 
 namespace tg {
 
@@ -82,11 +83,6 @@ std::string comma_list(const std::vector<std::string>& v) {
   return s;
 }
 
-bool is_checkpoint_name(const std::string& name) {
-  return name.compare(0, 5, "ckpt_") == 0 && name.size() >= 13 && name.size() <= 23 &&
-         is_digits(name.substr(5));
-}
-
 // An .old whose step has no checkpoint any more: the replacement was never published.
 void restore_old(const std::string& out_dir, const std::string& name, const std::string& step,
                  RunDirCleanup& c) {
@@ -102,9 +98,9 @@ void restore_old(const std::string& out_dir, const std::string& name, const std:
 long long newest_complete(const std::string& out_dir, const std::vector<std::string>& names) {
   long long newest = -1;
   for (const std::string& name : names)
-    if (is_checkpoint_name(name) && dir_exists(join_path(out_dir, name)) &&
+    if (checkpoint_dir_step(name) >= 0 && dir_exists(join_path(out_dir, name)) &&
         missing_file(join_path(out_dir, name)).empty())
-      newest = std::max(newest, std::stoll(name.substr(5)));
+      newest = std::max(newest, (long long)checkpoint_dir_step(name));
   return newest;
 }
 
@@ -118,7 +114,8 @@ std::string leftover(const std::string& out_dir, const std::string& name, long l
   if (!hidden_step(name, ".tmp").empty() || !hidden_step(name, ".pruning").empty() ||
       !hidden_step(name, ".old").empty())
     return name;
-  if (!is_checkpoint_name(name) || std::stoll(name.substr(5)) >= complete) return "";
+  const int64_t step = checkpoint_dir_step(name);  // -1: not a ckpt_<step> name
+  if (step < 0 || step >= complete) return "";
   const std::string why = missing_file(path);
   return why.empty() ? "" : name + " (" + why + ")";
 }
