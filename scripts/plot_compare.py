@@ -12,7 +12,9 @@ compare.json gives "bpb_tokens_per_byte". OUT_DIR/loss_scale.png for modes whose
 loss scale moved (first seed; red x: skipped). And per mode with numerics telemetry
 OUT_DIR/numerics_<mode>.png (first seed): rows are tensors (per layer where the run
 recorded layers), columns the sampled steps; left the share of values that underflowed
-(zero or subnormal), right log10 of the absolute maximum. And per mode with
+(zero or subnormal), right log10 of the absolute maximum; for the reference the values, for
+the other modes their difference from the reference's run of the same seed (not drawn where
+no cell differs visibly). And per mode with
 precision.mode=auto records OUT_DIR/auto_<mode>.png (first seed): rows are the GEMM
 operands of every layer's block linears, columns the measured steps; left the format each
 one was given (colour), middle the SQNR of the narrowest candidate (how sensitive it is),
@@ -25,7 +27,9 @@ master or a moment), with numerics telemetry, OUT_DIR/state_<mode>.png
 (first seed): rows are the parameter tensors per layer, columns the sampled steps; left the
 share of updates the stored master weights lost to rounding (stagnation), middle log10 of
 the update-to-weight ratio, right the share of Adam's stored moments that underflowed to
-zero or saturated.
+zero or saturated (a panel with nothing in it left out; no picture where nothing was lost).
+What is not drawn is said on a line "note: ..." of the standard output, which
+`train_gpt report` copies into report.md.
 """
 import json
 import math
@@ -197,7 +201,15 @@ def main():
 
     for name, runs in modes.items():
         numerics = runs[min(runs)][2]
-        if numerics:
+        # Another mode's numerics are drawn as differences from the reference's run of the
+        # same seed (the same initial weights and batches): their own maps look alike.
+        base = None
+        if ref is not None and name != ref_name and numerics:
+            base = ref.get(min(runs), ref[min(ref)])[2] or None
+        if numerics and base is not None:
+            plot_numerics_diff(name, numerics, ref_name, base,
+                               os.path.join(out_dir, f"numerics_{name}.png"))
+        elif numerics:
             plot_numerics(name, numerics, os.path.join(out_dir, f"numerics_{name}.png"))
         auto = runs[min(runs)][3]
         if auto:
@@ -224,12 +236,12 @@ def numerics_rows(rec):
     return rows
 
 
-def plot_numerics(name, numerics, path):
-    import math
-
+def numerics_grids(numerics):
+    """(row labels, steps, underflow share grid, log10 |max| grid) of one run's records: rows
+    are tensors (per layer where recorded), columns the sampled steps."""
     labels = [lab for lab, _ in numerics_rows(numerics[0])]
     steps = [r["step"] for r in numerics]
-    under = [[0.0] * len(steps) for _ in labels]
+    under = [[float("nan")] * len(steps) for _ in labels]
     amax = [[float("nan")] * len(steps) for _ in labels]
     for j, rec in enumerate(numerics):
         for i, (lab, st) in enumerate(numerics_rows(rec)):
@@ -238,23 +250,79 @@ def plot_numerics(name, numerics, path):
             under[i][j] = st["zero_frac"] + st["subnormal_frac"]
             a = st["amax"]
             amax[i][j] = math.log10(a) if a > 0 else float("nan")
+    return labels, steps, under, amax
+
+
+def heatmaps(labels, steps, panels, width=14):
+    """One figure of heat maps side by side over (row labels x steps); panels are (grid,
+    colormap, low, high, title)."""
     height = max(4.0, 0.16 * len(labels) + 1.5)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
-    im1 = ax1.imshow(under, aspect="auto", cmap="magma", vmin=0, vmax=1, interpolation="nearest")
-    # One colour scale for every mode (fp16's smallest subnormal is 6e-8), so maps compare.
-    im2 = ax2.imshow(amax, aspect="auto", cmap="viridis", vmin=-8, vmax=3, interpolation="nearest")
-    for ax in (ax1, ax2):
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, (data, cmap, lo, hi, title) in zip(axes, panels):
+        im = ax.imshow(data, aspect="auto", cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
         ticks = list(range(0, len(steps), max(1, len(steps) // 8)))
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
         ax.set_xlabel("step")
-    ax1.set_yticks(range(len(labels)))
-    ax1.set_yticklabels(labels, fontsize=6)
-    ax1.set_title(f"{name}: share of values zero or subnormal")
-    ax2.set_title(f"{name}: log10 |max| (white: all zero)")
-    fig.colorbar(im1, ax=ax1, fraction=0.04)
-    fig.colorbar(im2, ax=ax2, fraction=0.04)
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.04)
+    axes[0].set_yticks(range(len(labels)))
+    axes[0].set_yticklabels(labels, fontsize=6)
     fig.tight_layout()
+    return fig
+
+
+def plot_numerics(name, numerics, path):
+    """The reference's numerics: the share of values that underflowed, log10 |max|."""
+    labels, steps, under, amax = numerics_grids(numerics)
+    fig = heatmaps(labels, steps, [
+        (under, "magma", 0, 1, f"{name}: share of values zero or subnormal"),
+        # One colour scale for every run (fp16's smallest subnormal is 6e-8).
+        (amax, "viridis", -8, 3, f"{name}: log10 |max| (white: all zero)"),
+    ])
+    save(fig, path, 100)
+
+
+# Differences below these are not drawn: a map of them would be one colour.
+NUMERICS_SAME_UNDER = 1e-3  # share of values zero or subnormal
+NUMERICS_SAME_AMAX = 0.01   # log10 |max|: 2.3%
+
+
+def plot_numerics_diff(name, numerics, ref_name, base, path):
+    """Another mode's numerics minus the reference's, cell by cell (the tensors and steps both
+    recorded), on symmetric scales; not drawn, but said, where no cell differs visibly."""
+    labels, steps, under, amax = numerics_grids(numerics)
+    blabels, bsteps, bunder, bamax = numerics_grids(base)
+    bi = {lab: i for i, lab in enumerate(blabels)}
+    bj = {s: j for j, s in enumerate(bsteps)}
+    nan = float("nan")
+
+    def minus(grid, bgrid):
+        return [[grid[i][j] - bgrid[bi[lab]][bj[s]] if lab in bi and s in bj else nan
+                 for j, s in enumerate(steps)] for i, lab in enumerate(labels)]
+
+    dunder, damax = minus(under, bunder), minus(amax, bamax)
+
+    def largest(grid):
+        vals = [abs(v) for row in grid for v in row if not math.isnan(v)]
+        return max(vals, default=0.0)
+
+    mu, ma = largest(dunder), largest(damax)
+    if mu < NUMERICS_SAME_UNDER and ma < NUMERICS_SAME_AMAX:
+        print(f"note: {name}'s numerics telemetry is {ref_name}'s at every sampled step (zero or "
+              f"subnormal shares within {NUMERICS_SAME_UNDER:g}, |max| within "
+              f"{10 ** NUMERICS_SAME_AMAX - 1:.1%}): no numerics_{name}.png")
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    # Scales symmetric about zero and no narrower than the threshold, so noise stays pale.
+    su, sa = max(mu, 10 * NUMERICS_SAME_UNDER), max(ma, 10 * NUMERICS_SAME_AMAX)
+    fig = heatmaps(labels, steps, [
+        (dunder, "RdBu_r", -su, su, f"{name} minus {ref_name}: share zero or subnormal "
+                                    f"(red: more underflow)"),
+        (damax, "RdBu_r", -sa, sa, f"{name} minus {ref_name}: log10 |max| (red: larger)"),
+    ])
     save(fig, path, 100)
 
 
@@ -278,7 +346,8 @@ def state_narrowed(records):
 def plot_state(name, records, path):
     """What the optimizer state's formats do to an update, per parameter and layer over the
     sampled steps: the share of updates lost to the master format's rounding, the
-    update-to-weight ratio, and the moments' underflow or saturation."""
+    update-to-weight ratio, and the moments' underflow or saturation. A panel whose every cell
+    is zero (nothing lost, no moment underflowed) is left out and said."""
     labels = [lab for lab, _ in state_rows(records[0])]
     steps = [r["step"] for r in records]
     stag = [[float("nan")] * len(steps) for _ in labels]
@@ -294,26 +363,41 @@ def plot_state(name, records, path):
             lost[i][j] = max(st["m_underflow"], st["v_underflow"], st["m_saturation"],
                              st["v_saturation"])
     rec = records[0]
-    height = max(4.0, 0.16 * len(labels) + 1.5)
-    fig, axes = plt.subplots(1, 3, figsize=(17, height), sharey=True)
-    panels = [
-        (stag, "magma", 0, 1, f"{name}: share of updates lost (master {rec['master']})"),
-        (ratio, "viridis", -6, -1, f"{name}: log10 rms(update) / rms(weight)"),
-        (lost, "magma", 0, 1,
-         f"{name}: moments zero or saturated (m {rec['adam_m']}, v {rec['adam_v']})"),
-    ]
-    for ax, (data, cmap, lo, hi, title) in zip(axes, panels):
-        im = ax.imshow(data, aspect="auto", cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
-        ticks = list(range(0, len(steps), max(1, len(steps) // 8)))
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([str(steps[t]) for t in ticks], fontsize=7)
-        ax.set_xlabel("step")
-        ax.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.04)
-    axes[0].set_yticks(range(len(labels)))
-    axes[0].set_yticklabels(labels, fontsize=6)
-    fig.tight_layout()
-    save(fig, path, 100)
+
+    def empty(grid):
+        return all(v == 0 or math.isnan(v) for row in grid for v in row)
+
+    def share_top(grid):
+        """The colour scale's top for a grid of shares: the smallest of 1, 0.5, 0.2, 0.1,
+        0.05, ... at or above its largest cell, so that a few percent is not drawn black."""
+        biggest = max((v for row in grid for v in row if not math.isnan(v)), default=0)
+        tops = [m * 10.0 ** -d for d in range(5) for m in (1, 0.5, 0.2)]
+        return min(t for t in tops if t >= biggest or t == tops[0])
+
+    moments = f"m {rec['adam_m']}, v {rec['adam_v']}"
+    if empty(stag) and empty(lost):  # the update ratio alone does not depend on the formats
+        print(f"note: {name}: its narrowed optimizer state lost nothing at any sampled step "
+              f"(no state_{name}.png)")
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    panels = []
+    if empty(stag):
+        print(f"note: {name}: no update was lost to the master format ({rec['master']}) at "
+              f"any sampled step (panel left out of state_{name}.png)")
+    else:
+        top = share_top(stag)
+        panels.append((stag, "magma", 0, top,
+                       f"{name}: share of updates lost (master {rec['master']}), 0-{top:g}"))
+    panels.append((ratio, "viridis", -6, -1, f"{name}: log10 rms(update) / rms(weight)"))
+    if empty(lost):
+        print(f"note: {name}: no Adam moment ({moments}) underflowed to zero or saturated at any "
+              f"sampled step (panel left out of state_{name}.png)")
+    else:
+        top = share_top(lost)
+        panels.append((lost, "magma", 0, top,
+                       f"{name}: moments zero or saturated ({moments}), 0-{top:g}"))
+    save(heatmaps(labels, steps, panels, width=6 * len(panels) - 1), path, 100)
 
 
 def plot_auto(name, records, path):

@@ -426,17 +426,45 @@ std::string table_row(const RunGroup& g, const json& st, const json& ref_st, boo
   return row + strf(" %d |\n", skipped);
 }
 
-// Runs scripts/plot_compare.py; returns the pictures it wrote, in report order.
-std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s) {
+// The pictures of a report (file, caption) in report order, and what the plotter said it
+// left out and why (its "note: " lines).
+struct Plots {
+  std::vector<std::pair<std::string, std::string>> pics;
+  std::vector<std::string> notes;
+};
+
+// Runs a command, passing its output on to stderr but for the lines that start "note: ",
+// which it returns (without the prefix). Returns the command's exit status.
+int run_collecting_notes(const std::string& cmd, std::vector<std::string>& notes) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  const std::string prefix = "note: ";
+  std::string line;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) {
+    line += buf;
+    if (line.back() != '\n') continue;
+    line.pop_back();
+    if (line.rfind(prefix, 0) == 0) notes.push_back(line.substr(prefix.size()));
+    else fprintf(stderr, "%s\n", line.c_str());
+    line.clear();
+  }
+  if (!line.empty()) fprintf(stderr, "%s\n", line.c_str());
+  return pclose(p);
+}
+
+// Runs scripts/plot_compare.py; returns the pictures it wrote and its notes.
+Plots draw_plots(const ReportSpec& s) {
   std::string cmd = "/usr/bin/python3";
   if (access(cmd.c_str(), X_OK) != 0) cmd = "python3";
   cmd += " '" + join_path(scripts_dir(), "plot_compare.py") + "' '" + s.out + "' 2>&1";
-  const int rc = system(cmd.c_str());
-  std::vector<std::pair<std::string, std::string>> pics;
+  Plots plots;
+  const int rc = run_collecting_notes(cmd, plots.notes);
+  auto& pics = plots.pics;
   // Nothing drawn for a report of a runs file whose runs' metrics.jsonl are gone (a study's):
   // the pictures kept beside that file are these runs' own.
   const bool kept = rc != 0 && !s.pictures_from.empty();
-  if (rc != 0 && !kept) return pics;
+  if (rc != 0 && !kept) return plots;
   auto add = [&](const std::string& file, const std::string& caption) {
     const std::string to = join_path(s.out, file), from = join_path(s.pictures_from, file);
     if (kept && !file_exists(to) && file_exists(from)) {
@@ -449,7 +477,10 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
   add("loss.png", "val loss: difference from the reference, and absolute");
   add("loss_scale.png", "loss scale");
   for (const auto& g : s.groups) {
-    add("numerics_" + g.name + ".png", g.name + ": numerics per layer and tensor over steps");
+    add("numerics_" + g.name + ".png",
+        g.name + ": numerics per layer and tensor over steps" +
+            (g.name == s.reference ? std::string()
+                                   : ", minus " + s.reference + "'s (the same seed)"));
     add("state_" + g.name + ".png",
         g.name +
             ": the optimizer state per layer and parameter over steps (updates lost to the "
@@ -461,7 +492,7 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const ReportSpec& s)
             ": quantization error per layer and GEMM operand over steps (SQNR, zeros, "
             "saturating scale groups)");
   }
-  return pics;
+  return plots;
 }
 
 }  // namespace
@@ -564,8 +595,8 @@ std::string modes_table_md(const ReportSpec& spec, const std::vector<json>& stat
 }
 
 // The report's end: the modes' descriptions, the plots, where the raw data is.
-std::string closing_md(const ReportSpec& spec,
-                       const std::vector<std::pair<std::string, std::string>>& pics) {
+std::string closing_md(const ReportSpec& spec, const Plots& plots) {
+  const auto& pics = plots.pics;
   std::string md =
       "\nVal loss is measured on the same batches for every mode and seed. Peak memory is what "
       "the backend allocated (weights, master weights, gradients, Adam state, activations).\n\n";
@@ -573,6 +604,11 @@ std::string closing_md(const ReportSpec& spec,
   for (const auto& g : spec.groups) md += "- **" + g.name + "**: " + g.what + "\n";
   md += "\n";
   for (const auto& [file, caption] : pics) md += "![" + caption + "](" + file + ")\n\n";
+  if (!plots.notes.empty()) {
+    md += "Not drawn:\n\n";
+    for (const auto& note : plots.notes) md += "- " + note + "\n";
+    md += "\n";
+  }
   if (pics.empty() && !spec.pictures_from.empty())
     md += "(No plots: the runs' metrics.jsonl are not here, nor pictures beside the runs file.)\n\n";
   else if (pics.empty())
@@ -647,7 +683,7 @@ std::string write_report(const ReportSpec& spec) {
   make_dirs(spec.out);
   write_text_atomic(join_path(spec.out, "compare.json"), compare_json_text(facts, gj));
   write_runs_file(join_path(spec.out, kRunsFileName), runs_file_of(spec, gj));
-  const auto pics = draw_plots(spec);
+  const Plots plots = draw_plots(spec);
 
   Columns cols;
   cols.bpb = bpb_summary(spec.groups) != nullptr;
@@ -662,7 +698,7 @@ std::string write_report(const ReportSpec& spec) {
   md += underflow_md(spec.groups, spec.reference);
   md += quant_md(spec.groups);
   md += auto_md(spec.groups);
-  md += closing_md(spec, pics);
+  md += closing_md(spec, plots);
   write_text_atomic(join_path(spec.out, "report.md"), md);
   return md;
 }

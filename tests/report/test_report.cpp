@@ -18,11 +18,33 @@ using json = nlohmann::json;
 
 namespace {
 
+// What a run's optimizer-state records say: none, a bf16 master that lost updates (fp32
+// moments, nothing underflowed), or a bf16 master that lost nothing.
+enum class StateRecords { None, Lossy, Lossless };
+
+// One state record: one parameter of one layer, a bf16 master and fp32 moments.
+json state_record(int step, bool lossy) {
+  json layer = {{"stagnation", {lossy ? 0.02 * step / 100 : 0.0}},
+                {"update_ratio", {1e-3}},
+                {"m_underflow", {0.0}},
+                {"v_underflow", {0.0}},
+                {"m_saturation", {0.0}},
+                {"v_saturation", {0.0}}};
+  return {{"kind", "state"},
+          {"step", step},
+          {"master", "bf16"},
+          {"adam_m", "fp32"},
+          {"adam_v", "fp32"},
+          {"layers", {{"qkvw", layer}}}};
+}
+
 // A finished run directory: config.json of `mode` (fp16 loss scaling `scale`), a val curve
-// that ends at `final_val`, two numerics records with one slice per layer, summary.json
-// (with the val loss in bits per byte at `tokens_per_byte` where that is given).
+// that ends at `final_val`, two numerics records with one slice per layer, optimizer-state
+// records as `state` says, summary.json (with the val loss in bits per byte at
+// `tokens_per_byte` where that is given).
 void make_run(const std::string& dir, const std::string& mode, const std::string& scale,
-              int64_t seed, double final_val, double tokens_per_byte = NAN) {
+              int64_t seed, double final_val, double tokens_per_byte = NAN,
+              StateRecords state = StateRecords::None) {
   tg::Config c;
   c.precision.mode = tg::parse_mode(mode, "test");
   c.precision.loss_scale.kind = scale;
@@ -53,6 +75,8 @@ void make_run(const std::string& dir, const std::string& mode, const std::string
                  {"layers", {{"grad/qkvw", layer}}}})
                .dump() +
            "\n";
+    if (s > 0 && state != StateRecords::None)
+      m += state_record(s, state == StateRecords::Lossy).dump() + "\n";
   }
   tg::write_text_atomic(dir + "/metrics.jsonl", m);
   json summary = {{"final_val_loss", final_val},
@@ -104,8 +128,10 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
   for (int k = 0; k < 3; k++) {
     // As if on GPT-2 tokens: 0.25 tokens per byte of the val split.
     make_run(runs / ("a/fp32-" + std::to_string(k)), "fp32", "dynamic", 7 + k, fp32[k], 0.25);
-    make_run(runs / ("a/bf16-" + std::to_string(k)), "bf16", "dynamic", 7 + k, bf16[k], 0.25);
-    make_run(runs / ("b/noscale-" + std::to_string(k)), "fp16", "none", 7 + k, noscale[k], 0.25);
+    make_run(runs / ("a/bf16-" + std::to_string(k)), "bf16", "dynamic", 7 + k, bf16[k], 0.25,
+             StateRecords::Lossy);
+    make_run(runs / ("b/noscale-" + std::to_string(k)), "fp16", "none", 7 + k, noscale[k], 0.25,
+             StateRecords::Lossless);
   }
   std::string log;
   // Directories above run directories and single runs alike.
@@ -159,12 +185,27 @@ TEST_CASE("report: groups hand-made runs by mode, with spread, verdicts and pict
                 "as zero (fp32: 0.06%), 78.8% subnormal; 7.3% of the weight gradients") !=
         std::string::npos);
   CHECK(md.find("**bf16**: gradient underflow") == std::string::npos);
+  // Pictures only of what differs: fp32's numerics as they are; fp16-noscale's as its
+  // difference from fp32's; bf16's equal fp32's, so not drawn but said. bf16's state lost
+  // updates to its master (the moments' empty panel left out); fp16-noscale's lost nothing.
   for (const char* png :
-       {"loss.png", "numerics_fp32.png", "numerics_bf16.png", "numerics_fp16-noscale.png"}) {
+       {"loss.png", "numerics_fp32.png", "numerics_fp16-noscale.png", "state_bf16.png"}) {
     INFO(png);
     CHECK(tgt::slurp(out / png).size() > 1000);
     CHECK(md.find(png) != std::string::npos);
   }
+  CHECK(md.find("fp16-noscale: numerics per layer and tensor over steps, minus fp32's (the same "
+                "seed)") != std::string::npos);
+  for (const char* png : {"numerics_bf16.png", "state_fp16-noscale.png", "state_fp32.png"}) {
+    INFO(png);
+    CHECK_FALSE(tg::file_exists(out / png));
+  }
+  CHECK(md.find("Not drawn:\n\n- bf16's numerics telemetry is fp32's at every sampled step") !=
+        std::string::npos);
+  CHECK(md.find("- bf16: no Adam moment (m fp32, v fp32) underflowed to zero or saturated at any "
+                "sampled step (panel left out of state_bf16.png)") != std::string::npos);
+  CHECK(md.find("- fp16-noscale: its narrowed optimizer state lost nothing at any sampled step "
+                "(no state_fp16-noscale.png)") != std::string::npos);
 
   // Another reference, and a looser quality target that every run reaches.
   tgt::TempDir out2;
