@@ -1,4 +1,6 @@
-#include "bench.h"
+// bench.cpp: `train_gpt bench`: the step time and throughput of the training step for a few
+// model sizes on synthetic tokens, plus the BLAS sgemm rate that bounds them.
+#include "commands.h"
 
 #include <omp.h>
 

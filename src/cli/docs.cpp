@@ -1,5 +1,8 @@
 #include "docs.h"
 
+#include "command_table.h"
+#include "commands.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -127,9 +130,11 @@ int cmd_docs(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       printf(
           "Usage:\n  train_gpt docs [--check] [--root DIR]\n\n"
-          "Rewrites the manual's generated tables (config keys, config files, default.json)\n"
-          "from the code and configs/; --check changes nothing and exits 1 naming each file\n"
-          "whose tables differ. --root: the repository (default: .).\n");
+          "Rewrites the manual's generated tables (config keys, config files, default.json, the\n"
+          "commands) from the code and configs/.\n\n"
+          "  -h, --help    print this help\n"
+          "      --check   change nothing; exit 1 naming each file whose tables differ\n"
+          "      --root    the repository (default: .)\n");
       return 0;
     } else {
       throw UsageError("docs: unknown argument '" + a + "' (--check, --root DIR)");
@@ -141,7 +146,8 @@ int cmd_docs(int argc, char** argv) {
     std::string body;
   } blocks[] = {{"docs/training.md", "config keys", config_keys_md()},
                 {"docs/training.md", "default config", default_config_md(root)},
-                {"README.md", "config files", config_files_md(root)}};
+                {"README.md", "config files", config_files_md(root)},
+                {"README.md", "commands", commands_md()}};
   std::vector<std::string> stale;
   for (const char* file : {"README.md", "docs/training.md"}) {
     const std::string path = join_path(root, file);

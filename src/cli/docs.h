@@ -1,7 +1,7 @@
 // docs.h: the manual's tables that are facts of the code, generated from it so that they
 // cannot drift: every config key with its type, default and meaning (docs/training.md), the
-// config files in configs/ (README.md), and what configs/default.json sets differently from
-// the defaults (docs/training.md). Each lies between two markers,
+// config files in configs/ (README.md), what configs/default.json sets differently from
+// the defaults (docs/training.md), and the commands' forms (README.md, from command_table.h). Each lies between two markers,
 //   <!-- BEGIN generated: NAME (train_gpt docs) -->  ...  <!-- END generated: NAME -->
 // `train_gpt docs` rewrites them; `train_gpt docs --check` changes nothing and exits 1 naming
 // every file whose table differs (a make-test case runs it, so a new key or an edited config
@@ -20,6 +20,5 @@ std::string default_config_md(const std::string& root);
 std::string replace_generated(const std::string& text, const std::string& name,
                               const std::string& body, const std::string& file);
 
-int cmd_docs(int argc, char** argv);
 
 }  // namespace tg

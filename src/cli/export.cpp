@@ -1,9 +1,12 @@
-#include "export.h"
+// export.cpp: `train_gpt export`: a checkpoint or model file as a Hugging Face GPT-2
+// directory (src/training/hf.h) that transformers' GPT2LMHeadModel.from_pretrained loads.
+#include "commands.h"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_args.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
@@ -66,22 +69,17 @@ int cmd_export(int argc, char** argv) {
        "the tokenizer to write beside the model, a dataset folder or a vocabulary folder; it "
        "must be the model's (default: the one the model records, or its run's dataset's)",
        ""}};
-  std::vector<std::pair<std::string, std::string>> ex;
+  Extras ex;
   if (!config_parse_args(nullptr, argc, argv, "train_gpt export", opts, &ex)) return 0;
-  auto get = [&](const char* name) {
-    for (const auto& kv : ex)
-      if (kv.first == name) return kv.second;
-    return std::string();
-  };
-  const std::string ckpt = get("checkpoint"), out = get("out"), dtype = get("dtype");
-  std::string model_path = get("model");
+  const std::string ckpt = extra(ex, "checkpoint"), out = extra(ex, "out"), dtype = extra(ex, "dtype");
+  std::string model_path = extra(ex, "model");
   if (ckpt.empty() == model_path.empty())
     throw UsageError("export: give exactly one of --checkpoint DIR or --model FILE");
   if (out.empty()) throw UsageError("export: --out DIR is required");
   check_export_dtype(dtype);
   if (!ckpt.empty()) model_path = checkpoint_model_file(ckpt);
   ModelFile mf = ckpt.empty() ? read_model(model_path) : load_checkpoint_model(ckpt);
-  mf.tokenizer = export_tokenizer(get("tokenizer"), mf, ckpt.empty() ? "" : model_path);
+  mf.tokenizer = export_tokenizer(extra(ex, "tokenizer"), mf, ckpt.empty() ? "" : model_path);
   if (mf.tokenizer.kind == "gpt2" && mf.tokenizer.vocab_size != mf.cfg.vocab_size)
     throw UsageError(strf("export: the model's vocabulary is %d, but its tokenizer is %s",
                           mf.cfg.vocab_size, describe_tokenizer(mf.tokenizer).c_str()));

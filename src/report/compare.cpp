@@ -377,72 +377,16 @@ void apply_compare_mode(Config& c, const std::string& name) {
   if (plus != std::string::npos) apply_state(c, find_state_study(name.substr(plus + 1)));
 }
 
+std::string compare_mode_names_text() { return mode_names_text(); }
+std::string compare_state_names_text() { return state_names_text(); }
+std::string compare_default_modes() {
+  return mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16}) + "," + named(Mode::FP16, kNoScale) +
+         "," + mode_name(Mode::FP8);
+}
+void check_compare_mode(const std::string& name) { find_compare_mode(name); }
+void check_compare_state(const std::string& name) { find_state_study(name); }
+
 namespace {
-
-// What `train_gpt compare` was asked for.
-struct CompareArgs {
-  Config base;
-  std::vector<std::string> modes;   // compare_modes() names
-  std::vector<std::string> states;  // state_studies() names; empty: the config's state
-  std::string out;
-  int nseeds = 3;
-  double quality = 0.02, quality_loss = 0;
-};
-
-// The non-empty entries of a comma-separated list.
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  for (size_t pos = 0, next; pos <= text.size(); pos = next + 1) {
-    next = text.find(',', pos);
-    if (next == std::string::npos) next = text.size();
-    if (next > pos) out.push_back(text.substr(pos, next - pos));
-  }
-  return out;
-}
-
-// The command line into *a; false when --help was printed.
-bool parse_compare_args(int argc, char** argv, CompareArgs* a) {
-  const std::string default_modes = mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16}) + "," +
-                                    named(Mode::FP16, kNoScale) + "," + mode_name(Mode::FP8);
-  std::vector<ExtraOption> opts = {
-      {"modes", "comma-separated: " + mode_names_text(), default_modes},
-      {"states",
-       "comma-separated state choices, each run with every mode (empty: the config's "
-       "precision.state.*): " +
-           state_names_text(),
-       ""},
-      {"out", "output directory", "runs/compare"},
-      int_option("seeds", "runs per mode, seeds train.seed, train.seed+1, ...", "3", 1, 1000),
-      number_option("quality",
-                    "time-to-quality target: within this fraction of the loss floor "
-                    "(datasets with a floor)",
-                    "0.02", 0, 10),
-      number_option("quality_loss",
-                    "time-to-quality target as a val loss (datasets without a "
-                    "floor; 0: none)",
-                    "0", 0, 1e6)};
-  std::vector<std::pair<std::string, std::string>> ex;
-  if (!config_parse_args(&a->base, argc, argv, "train_gpt compare", opts, &ex)) return false;
-  std::string modes_arg, states_arg;
-  for (auto& kv : ex) {
-    if (kv.first == "modes") modes_arg = kv.second;
-    if (kv.first == "states") states_arg = kv.second;
-    if (kv.first == "out") a->out = kv.second;
-    if (kv.first == "seeds") a->nseeds = atoi(kv.second.c_str());
-    if (kv.first == "quality") a->quality = atof(kv.second.c_str());
-    if (kv.first == "quality_loss") a->quality_loss = atof(kv.second.c_str());
-  }
-  for (const std::string& m : split_list(modes_arg)) {
-    find_compare_mode(m);
-    a->modes.push_back(m);
-  }
-  if (a->modes.empty()) throw UsageError("compare: --modes is empty");
-  for (const std::string& st : split_list(states_arg)) {
-    find_state_study(st);
-    a->states.push_back(st);
-  }
-  return true;
-}
 
 // Runs finished so far, for the progress lines' ETA.
 struct Progress {
@@ -462,7 +406,8 @@ std::string run_result(const json& run) {
 
 // Every seed of one mode and state, one progress line per finished run; their entry of the
 // results.
-json run_mode(const CompareArgs& a, const std::string& mode, const StateSpec* state, Progress* p) {
+json run_mode(const CompareRequest& a, const std::string& mode, const StateSpec* state,
+              Progress* p) {
   const ModeSpec& spec = find_compare_mode(mode);
   const std::string name = run_name(mode, state ? state->name : "");
   const std::string what = compare_mode_what(name);
@@ -493,13 +438,7 @@ json run_mode(const CompareArgs& a, const std::string& mode, const StateSpec* st
 
 }  // namespace
 
-int cmd_compare(int argc, char** argv) {
-  CompareArgs a;
-  // Under mpirun every rank runs the same runs together (the trainer's data parallelism);
-  // rank 0 alone speaks and writes the report.
-  if (comm_rank() != 0 && !freopen("/dev/null", "w", stdout))
-    throw Error("compare: cannot silence rank " + std::to_string(comm_rank()) + "'s output");
-  if (!parse_compare_args(argc, argv, &a)) return 0;
+void run_compare(const CompareRequest& a) {
   config_validate(a.base);
   make_dirs(a.out);
   const json meta = read_dataset_meta(a.base.data.train);
@@ -527,7 +466,7 @@ int cmd_compare(int argc, char** argv) {
   progress.total = int(plan.size()) * a.nseeds;
   json results = json::array();
   for (const auto& [mode, st] : plan) results.push_back(run_mode(a, mode, st, &progress));
-  if (comm_rank() != 0) return 0;
+  if (comm_rank() != 0) return;
   ReportSpec spec;
   spec.out = a.out;
   for (const auto& r : results) spec.groups.push_back({r["name"], r["what"], r["runs"]});
@@ -551,7 +490,6 @@ int cmd_compare(int argc, char** argv) {
     }
   const std::string md = write_report(spec);
   printf("\n%s\nwrote %s/report.md\n", md.c_str(), a.out.c_str());
-  return 0;
 }
 
 }  // namespace tg

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-namespace tg {
+#include "src/config/config.h"
 
-struct Config;
+namespace tg {
 
 // The compare mode name ("fp16-noscale", ...) whose precision settings config c has; ""
 // when none has them. And what a mode name means, for reports.
@@ -18,6 +18,26 @@ std::string compare_mode_what(const std::string& name);
 std::vector<std::string> compare_mode_names();
 void apply_compare_mode(Config& c, const std::string& name);
 
-int cmd_compare(int argc, char** argv);
+// What `train_gpt compare` was asked for (src/cli/compare_command.cpp reads it from the
+// command line).
+struct CompareRequest {
+  Config base;
+  std::vector<std::string> modes;   // compare_mode_names()
+  std::vector<std::string> states;  // state presets; empty: the config's precision.state.*
+  std::string out;
+  int nseeds = 3;
+  double quality = 0.02, quality_loss = 0;
+};
+// Every mode x state x seed run (the states a mode cannot keep skipped, said; finished runs
+// reused, interrupted ones resumed), then report.md and its pictures in r.out (rank 0).
+void run_compare(const CompareRequest& r);
+
+// For the command line: the names --modes and --states take, the default --modes, and
+// UsageError naming the choices for a name that is none of them.
+std::string compare_mode_names_text();
+std::string compare_state_names_text();
+std::string compare_default_modes();
+void check_compare_mode(const std::string& name);
+void check_compare_state(const std::string& name);
 
 }  // namespace tg

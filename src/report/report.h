@@ -46,6 +46,4 @@ std::string write_report(const ReportSpec& spec);
 // The JSON in path, or null when it is missing or unreadable.
 nlohmann::json read_json_or_null(const std::string& path);
 
-int cmd_report(int argc, char** argv);
-
 }  // namespace tg

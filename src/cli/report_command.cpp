@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "compare.h"
-#include "report.h"
-#include "runs_file.h"
+#include "commands.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
+#include "src/report/compare.h"
+#include "src/report/report.h"
+#include "src/report/runs_file.h"
 
 namespace tg {
 using json = nlohmann::json;
