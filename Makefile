@@ -6,7 +6,7 @@
 #
 # Variables: NO_MPI=1 builds without OpenMPI; NO_BLAS=1 builds without OpenBLAS (the CPU
 # matmuls use src/backends/cpu/gemm.cpp's own loop nest); EXTRA_CFLAGS adds flags to every compile
-# (scripts/gpu_deps.sh + EXTRA_CFLAGS=-I.deps/include for a machine without the header
+# (scripts/gpu/gpu_deps.sh + EXTRA_CFLAGS=-I.deps/include for a machine without the header
 # packages); SKIP_SETUP=1 never runs scripts/setup.sh (no package registry). A build with
 # NO_MPI or NO_BLAS goes to its own folder, build/<variant>/, binary included.
 # CUDA=1 (CI and the GPU scripts set it), or a machine where `nvidia-smi -L` lists a GPU, builds
@@ -93,7 +93,7 @@ NVWERR     := $(if $(filter 1,$(WERROR)),-Werror all-warnings -Xcompiler -Werror
 CUDA_FLAGS := $(if $(USE_NVCC),-DTG_CUDA)
 CXXFLAGS := -std=c++17 $(OPT) -fopenmp -Wall -Wextra $(WERR) -MMD -MP -I. $(MPI_FLAGS) $(MPI_WARN) $(BLAS_FLAGS) $(CUDA_FLAGS) $(EXTRA_CFLAGS)
 # PCRE2 (the GPT-2 tokenizer's pattern, libpcre2-dev) and libcrypto (SHA-256, libssl-dev):
-# Debian's, or the copies scripts/gpu_deps.sh puts in .deps/lib for a machine without them.
+# Debian's, or the copies scripts/gpu/gpu_deps.sh puts in .deps/lib for a machine without them.
 TOK_LIBS := $(if $(wildcard .deps/lib/libpcre2-8.so),-L$(CURDIR)/.deps/lib -Xlinker -rpath=$(CURDIR)/.deps/lib) -lpcre2-8 -lcrypto
 LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) $(TOK_LIBS) -lgomp -lpthread -lm -ldl
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100
@@ -285,7 +285,7 @@ docs: $(BIN)
 
 # The one command for a machine with a GPU (build, CUDA tests, parity, benchmark).
 gpu-check:
-	bash scripts/gpu_check.sh
+	bash scripts/gpu/gpu_check.sh
 
 # libFuzzer targets for the readers of untrusted files (tests/fuzz/: shards, model files,
 # checkpoints, configs, Hugging Face directories), built by clang++ with ASan+UBSan into

@@ -33,7 +33,6 @@ class LineWriter {
   ~LineWriter();
   void open(const std::string& path, bool append);
   void write(const std::string& line);
-  bool is_open() const { return f_ != nullptr; }
 
  private:
   std::string path_;

@@ -1,6 +1,6 @@
 // stats.cpp: the statistics of a precision verdict (stats.h): a sample's summary, Welch's
 // t-test, and the verdict's words. Student's t distribution is Boost.Math's (header only:
-// Debian's libboost-dev; scripts/gpu_deps.sh copies the headers it needs for the GPU machine).
+// Debian's libboost-dev; scripts/gpu/gpu_deps.sh copies the headers it needs for the GPU machine).
 #include "stats.h"
 
 #include <algorithm>

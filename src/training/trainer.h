@@ -81,7 +81,6 @@ class Trainer {
   // StoppedBySignal (src/training/signals.h).
   [[noreturn]] void stop_on_signal(int sig);
 
-  int64_t current_step() const { return step_; }
   bool has_val() const { return val_loader_ != nullptr; }
   void log_step(const StepResult& r);
   void log_val(int64_t step, double val_loss);

@@ -121,7 +121,7 @@ TEST_CASE("cuda: where cuBLASLt refuses every FP8 GEMM, per-tensor fp8 runs the 
   check_linear({128, 64, 256}, true, 0, 980);
   CHECK(tg::gpu::native_checks_failed() > failed);  // the verdicts that said so, once each
   // The refusal names the GEMM as its descriptors asked for it: types, shape, alignments,
-  // scales, workspace (what scripts/gpu_check_fp8.sh compares with PyTorch's calls).
+  // scales, workspace (what scripts/gpu/gpu_check_fp8.sh compares with PyTorch's calls).
   const std::string why = tg::gpu::lt_last_refusal();
   INFO(why);
   CHECK(why.find("the heuristic offered no algorithm that sums in fp32 for CUDA_R_8F_E") == 0);

@@ -2,7 +2,7 @@
 // communicator: every collective on device buffers (in place, as training uses them) and on
 // host buffers (staged through the GPU), plus ZeRO-1 and plain data-parallel training of the
 // CUDA backend through it, which must equal a run without a communicator. Several GPUs need
-// several processes (mpirun -np N on a multi-GPU machine); scripts/gpu_check.sh says so.
+// several processes (mpirun -np N on a multi-GPU machine); scripts/gpu/gpu_check.sh says so.
 #include "cuda_test_util.h"
 
 #ifdef TG_NCCL

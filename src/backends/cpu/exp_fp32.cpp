@@ -13,7 +13,7 @@
 // written as one.
 //
 // Checked against std::exp for all 2^32 inputs (a one-off run when this was written) and on a
-// dense sample by tests/test_precision.cpp. At first use the lanes are also compared with
+// dense sample by tests/precision/test_precision.cpp. At first use the lanes are also compared with
 // std::exp on a fixed sample and not used if one value differs, so a C library with another expf
 // falls back to the per-element calls.
 #include "exp_fp32.h"

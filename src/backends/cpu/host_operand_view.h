@@ -1,7 +1,6 @@
 // host_operand_view.h: the operand view (src/numerics/operand_view.h) of an fp32 matrix in host
-// memory: its statistics computed by the CPU ops on the matrix or on a prepared copy, the
-// same loops in the same order as before the views existed (the CPU backend's runs are
-// unchanged bit for bit). The CPU backend hands these out; the tests and the probes' host
+// memory: its statistics computed by the CPU ops (src/backends/cpu/quant_error.h) on the
+// matrix or on a prepared copy. The CPU backend hands these out; the tests and the probes' host
 // entry point (LinearProbe::take, src/model/model.h) make them directly.
 #pragma once
 #include <utility>

@@ -13,7 +13,7 @@
 // where glibc rounds twice.
 //
 // Checked against std::tanh for all 2^32 inputs (a one-off run when this was written) and on a
-// dense sample by tests/test_precision.cpp. At first use the lanes are also compared with
+// dense sample by tests/precision/test_precision.cpp. At first use the lanes are also compared with
 // std::tanh on a fixed sample and not used if one value differs: fdlibm's tanhf is not
 // correctly rounded for about a fifth of its inputs, so a C library with another tanhf fails
 // it (a subtler slip, like fused multiply-adds, is left to the tests).

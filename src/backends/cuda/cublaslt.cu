@@ -235,7 +235,7 @@ const char* type_name(cudaDataType_t t) {
 
 // Everything a refused GEMM's descriptors carried, so that its refusal names the setting that
 // differs from a call that runs (the first H200 refused every per-tensor FP8 GEMM while its
-// heuristic offered algorithms for them; scripts/gpu_check_fp8.sh).
+// heuristic offered algorithms for them; scripts/gpu/gpu_check_fp8.sh).
 std::string describe(const LtContext& c, const LtGemm& g) {
   std::string s = strf(
       "%s x %s -> %s, op %c%c, m %d n %d k %d, ld %d %d %d, alignment A %u B %u "

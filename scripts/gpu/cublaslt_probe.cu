@@ -5,10 +5,10 @@
 // src/backends/cuda/cublaslt.cu builds them, so a configuration the project's GEMMs use and
 // the heuristic refuses shows here with the setting that makes the difference.
 //
-//   nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu -lcublasLt -o probe && ./probe [one]
-//   (scripts/gpu_check.sh's probe stage runs it)
+//   nvcc -O2 -arch=sm_90 scripts/gpu/cublaslt_probe.cu -lcublasLt -o probe && ./probe [one]
+//   (scripts/gpu/gpu_check.sh's probe stage runs it)
 //   (one: only the FP8 forward GEMM of GPT-2 124M as train_gpt asks it, for CUBLASLT_LOG_LEVEL;
-//    launches: only the FP8 launches, each offered algorithm, for scripts/gpu_check_fp8.sh)
+//    launches: only the FP8 launches, each offered algorithm, for scripts/gpu/gpu_check_fp8.sh)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 

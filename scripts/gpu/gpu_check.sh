@@ -4,7 +4,7 @@
 # GPU-vs-CPU parity and the opt-in paths, all inside one deadline, so one call brings back
 # the evidence.
 #
-#   bash scripts/gpu_check.sh [--deadline S] [--out DIR] [--work DIR] [--build DIR]
+#   bash scripts/gpu/gpu_check.sh [--deadline S] [--out DIR] [--work DIR] [--build DIR]
 #                             [--stages LIST] [--jobs N]
 #
 #   --deadline S    the whole run ends within S seconds (default 540, for a 600 s call)
@@ -16,10 +16,10 @@
 #                   (default: all);
 #                   env and build always run (a current build takes seconds)
 #   --jobs N        make -j and the tests' OpenMP threads (default: nproc)
-#   --prebuilt      no build: the binaries of .prebuilt/ (scripts/gpu_prebuild.sh), for a
+#   --prebuilt      no build: the binaries of .prebuilt/ (scripts/gpu/gpu_prebuild.sh), for a
 #                   short second call once the build is known to work there
 #
-# Needs .deps/include (scripts/gpu_deps.sh, run where the header packages are; carry .deps).
+# Needs .deps/include (scripts/gpu/gpu_deps.sh, run where the header packages are; carry .deps).
 #
 # Stages, in this order. Each is independent: it runs under `timeout min(its own limit, its
 # stage's cap, time left)`; a failure is a FAILED line and the next stage runs; a stage with
@@ -29,11 +29,11 @@
 #              wheel, linked into WORK/nccl for NCCL_HOME), compute-sanitizer, python/torch
 #   build      sm_90 only, make -k, NO_BLAS NO_MPI SKIP_SETUP, headers from .deps/include;
 #              which of train_gpt, libtrain_gpt_cuda.so, run_tests are built and current
-#              (a target it cannot make is taken from .prebuilt/, scripts/gpu_prebuild.sh, if
+#              (a target it cannot make is taken from .prebuilt/, scripts/gpu/gpu_prebuild.sh, if
 #              that is there: said on the stage's line, and the build stays FAILED)
-#   probe      scripts/cublaslt_probe.cu: the heuristic's answers for the GEMM configurations
+#   probe      scripts/gpu/cublaslt_probe.cu: the heuristic's answers for the GEMM configurations
 #              the backend uses, and the FP8 forward GEMM launched with each algorithm
-#   fp8        the per-tensor FP8 refusal settled (scripts/gpu_check_fp8.sh): the probe's FP8
+#   fp8        the per-tensor FP8 refusal settled (scripts/gpu/gpu_check_fp8.sh): the probe's FP8
 #              launches, torch._scaled_mm on the same shapes and one train_gpt fp8 step, each
 #              under cuBLASLt's log; which ran, in fp8.md
 #   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
@@ -41,7 +41,7 @@
 #   profile    train_gpt bench --profile, GPT-2 124M bf16 and fp8 at B 8 x T 1024: every op of
 #              a step timed with CUDA events against its floor (docs/gpu.md), the slowest
 #              rows in profile.md
-#   torch      scripts/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
+#   torch      scripts/gpu/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
 #              torch.compile), the headline ratio; without a GPU its CPU smoke test
 #   tests      tests/cuda/test_*.cu, one process per file; a crashed file again case by case
 #              under CUDA_LAUNCH_BLOCKING=1, naming the case
@@ -58,7 +58,7 @@
 # torch_bench.json, tests.md (per test file, and the sanitizer), parity.md (the parity table),
 # profile.md (the per-op profile's tables), fp8.md (the fp8 stage's findings).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
 DEADLINE=540
@@ -103,9 +103,9 @@ rm -rf "$LOGS" "$STATE" "$WORK/runs"
 mkdir -p "$LOGS" "$STATE" "$WORK/runs"
 SUMMARY=$OUTDIR/summary.md
 rm -f "$OUTDIR"/{summary.md,logs.tgz,bench.md,torch_bench.json,tests.md,parity.md}
-REPORT="python3 $ROOT/scripts/gpu_check_report.py"
-# shellcheck source=scripts/gpu_check_fp8.sh
-. "$ROOT/scripts/gpu_check_fp8.sh"
+REPORT="python3 $ROOT/scripts/gpu/gpu_check_report.py"
+# shellcheck source=scripts/gpu/gpu_check_fp8.sh
+. "$ROOT/scripts/gpu/gpu_check_fp8.sh"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
 
 # ---------------------------------------------------------------- time and the summary
@@ -259,7 +259,7 @@ stage_env() {
   for d in cxxopts.hpp nlohmann/json.hpp doctest/doctest.h boost/math/distributions/students_t.hpp; do
     [ -f "$ROOT/.deps/include/$d" ] || [ -f "/usr/include/$d" ] || missing+=" $d"
   done
-  [ -z "$missing" ] || key "MISSING headers:$missing (run scripts/gpu_deps.sh here, carry .deps)"
+  [ -z "$missing" ] || key "MISSING headers:$missing (run scripts/gpu/gpu_deps.sh here, carry .deps)"
   # Tools.
   san=$(compute-sanitizer --version 2>/dev/null | grep -io 'version [0-9.]*' | head -1)
   if [ -n "$san" ]; then fact SANITIZER 1; else fact SANITIZER 0; fi
@@ -288,7 +288,7 @@ make_vars() {  # the build's make variables, one per line
     "BUILD=$BUILD" "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90" "${NCCL_MAKE:-NO_NCCL=1}"
 }
 
-# A target the build could not make, taken from .prebuilt/ (scripts/gpu_prebuild.sh, built on
+# A target the build could not make, taken from .prebuilt/ (scripts/gpu/gpu_prebuild.sh, built on
 # the development machine from the same tree, stripped and gzipped) so that the GPU stages
 # still run; said on the stage's lines, and the build still counts as FAILED. The binaries'
 # rpath names the development machine's .deps/lib: LD_LIBRARY_PATH names this one's.
@@ -356,13 +356,13 @@ stage_build() {
 
 # ---------------------------------------------------------------- the cuBLASLt probe
 
-# scripts/cublaslt_probe.cu: which GEMM configurations cuBLASLt's heuristic serves here and
+# scripts/gpu/cublaslt_probe.cu: which GEMM configurations cuBLASLt's heuristic serves here and
 # whether the FP8 forward GEMM launches with each offered algorithm (the first H200 run found
 # train_gpt's per-tensor FP8 GEMMs refused while the heuristic alone served them).
 stage_probe() {
   [ "${GPU:-0}" = 1 ] || { result "skipped: no GPU"; return; }
   local log=$LOGS/cublaslt_probe.txt lib=$CUDA_HOME/targets/x86_64-linux/lib
-  run_limited "$(limit 60)" "$log" nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu \
+  run_limited "$(limit 60)" "$log" nvcc -O2 -arch=sm_90 scripts/gpu/cublaslt_probe.cu \
     -L"$lib" -L"$CUDA_HOME/lib64" -lcublasLt -Xlinker -rpath,"$lib:$CUDA_HOME/lib64" \
     -o "$WORK/cublaslt_probe" || { result "FAILED (nvcc; logs/cublaslt_probe.txt)"; return; }
   run_limited "$(limit 40)" "$log" "$WORK/cublaslt_probe" ||
@@ -469,14 +469,14 @@ stage_torch() {
   fi
   if [ "${GPU:-0}" != 1 ]; then
     # No GPU: the CPU smoke test, so the script is known to run before the GPU call.
-    run_limited "$(limit 120)" "$log" "$TORCH_PY" scripts/torch_gpt2_bench.py --device cpu --tiny --json "$json"
+    run_limited "$(limit 120)" "$log" "$TORCH_PY" scripts/gpu/torch_gpt2_bench.py --device cpu --tiny --json "$json"
     rc=$?
     $REPORT torch "$json" >>"$STATE/keys"
     if [ $rc -eq 0 ]; then result "skipped: no GPU; the CPU smoke test (--device cpu --tiny) passed"
     else result "skipped: no GPU; the CPU smoke test FAILED (status $rc, logs/torch_bench.log)"; fi
     return
   fi
-  run_limited "$(limit 240)" "$log" "$TORCH_PY" scripts/torch_gpt2_bench.py --device cuda --model gpt2 \
+  run_limited "$(limit 240)" "$log" "$TORCH_PY" scripts/gpu/torch_gpt2_bench.py --device cuda --model gpt2 \
     --batch 8 --seq 1024 --warmup 3 --steps 10 --json "$json"
   rc=$?
   [ -f "$json" ] && cp "$json" "$OUTDIR/torch_bench.json"

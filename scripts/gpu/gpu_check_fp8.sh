@@ -1,13 +1,13 @@
-# gpu_check_fp8.sh: scripts/gpu_check.sh's fp8 stage (sourced by it; uses its helpers and
+# gpu_check_fp8.sh: scripts/gpu/gpu_check.sh's fp8 stage (sourced by it; uses its helpers and
 # variables). On the first H200 call cuBLASLt refused every per-tensor FP8 GEMM train_gpt
 # launched although its heuristic offered 4 to 8 algorithms (docs/gpu-results.md). This stage
 # settles why in one call, whatever the cause, and writes fp8.md: which of these ran
-#   1. the probe's FP8 launches (scripts/cublaslt_probe.cu launches): every algorithm the
+#   1. the probe's FP8 launches (scripts/gpu/cublaslt_probe.cu launches): every algorithm the
 #      heuristic offers, E4M3 x E4M3 and E4M3 x E5M2, scale pointers at 0, 4, 16 and 64-byte
 #      offsets, two workspace sizes, under cuBLASLt's own log (CUBLASLT_LOG_MASK: errors,
 #      hints, heuristics and the API trace, which records each call's arguments);
 #   2. the same shapes through PyTorch's torch._scaled_mm, with and without bias and fast
-#      accumulation (scripts/torch_scaled_mm_probe.py), which builds its own descriptors;
+#      accumulation (scripts/gpu/torch_scaled_mm_probe.py), which builds its own descriptors;
 #   3. one train_gpt fp8 step of GPT-2 124M (B 8 x T 1024) under cuBLASLt's log.
 # The first error lines of each cuBLASLt log go into fp8.md, the logs themselves into logs/.
 
@@ -22,7 +22,7 @@ fp8_launch_counts() {
 fp8_build_probe() {  # the probe stage's binary, built here when that stage did not run
   [ -x "$WORK/cublaslt_probe" ] && return 0
   local lib=$CUDA_HOME/targets/x86_64-linux/lib
-  run_limited "$(limit 60)" "$1" nvcc -O2 -arch=sm_90 scripts/cublaslt_probe.cu \
+  run_limited "$(limit 60)" "$1" nvcc -O2 -arch=sm_90 scripts/gpu/cublaslt_probe.cu \
     -L"$lib" -L"$CUDA_HOME/lib64" -lcublasLt -Xlinker -rpath,"$lib:$CUDA_HOME/lib64" \
     -o "$WORK/cublaslt_probe"
 }
@@ -41,7 +41,7 @@ stage_fp8() {
   CUBLASLT_LOG_MASK=31 CUBLASLT_LOG_FILE=$LOGS/fp8_cublaslt_probe.log \
     run_limited "$(limit 60)" "$probe_log" "$WORK/cublaslt_probe" launches
   [ -n "${TORCH_PY:-}" ] &&
-    run_limited "$(limit 90)" "$torch_log" "$TORCH_PY" scripts/torch_scaled_mm_probe.py \
+    run_limited "$(limit 90)" "$torch_log" "$TORCH_PY" scripts/gpu/torch_scaled_mm_probe.py \
       --json "$WORK/fp8_torch.json"
   if [ "${BUILT_train_gpt:-0}" = 1 ] && [ "${BUILT_libtrain_gpt_cuda_so:-0}" = 1 ]; then
     CUBLASLT_LOG_MASK=13 CUBLASLT_LOG_FILE=$LOGS/fp8_cublaslt_step.log \

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds the sm_90 binaries here exactly as scripts/gpu_check.sh builds them on the GPU
+# Builds the sm_90 binaries here exactly as scripts/gpu/gpu_check.sh builds them on the GPU
 # machine (its env and build stages alone, into build/gpu-sm90), then keeps stripped, gzipped
 # copies in .prebuilt/ (git ignores it; about 10 MB) with a SOURCE line naming the commit and
 # the compilers. Carried to the lent machine beside .deps, they are gpu_check's fallback when
 # that machine's newer compiler cannot build a target: the GPU stages still run, and the
 # summary says which binaries came from here.
 #
-#   bash scripts/gpu_prebuild.sh        (after scripts/gpu_deps.sh; about 6 minutes on 2 cores)
+#   bash scripts/gpu/gpu_prebuild.sh        (after scripts/gpu/gpu_deps.sh; about 6 minutes on 2 cores)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=$(mktemp -d)
 work=$(mktemp -d)
 trap 'rm -rf "$out" "$work"' EXIT
-bash scripts/gpu_check.sh --stages none --out "$out" --work "$work" >/dev/null
+bash scripts/gpu/gpu_check.sh --stages none --out "$out" --work "$work" >/dev/null
 grep -q 'build (sm_90, make -k)\*\*: ok' "$out/summary.md" || {
   cat "$out/summary.md" >&2
   echo "gpu_prebuild: the build failed here; nothing kept" >&2

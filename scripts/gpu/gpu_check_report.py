@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Small readers for scripts/gpu_check.sh: they turn its logs into the lines of summary.md.
+"""Small readers for scripts/gpu/gpu_check.sh: they turn its logs into the lines of summary.md.
 
 Each subcommand prints plain lines (no markdown list marks) and never fails the caller: a
 missing or unreadable input prints a line that says so, and the exit code is 0.
@@ -8,7 +8,7 @@ missing or unreadable input prints a line that says so, and the exit code is 0.
                             model, mode, ms/step, tokens/s, MFU, peak memory
   ratio LOG... --num M --den M
                             tokens/s and peak memory of mode M over mode M (same model)
-  torch JSON                the PyTorch baseline's rows (scripts/torch_gpt2_bench.py --json)
+  torch JSON                the PyTorch baseline's rows (scripts/gpu/torch_gpt2_bench.py --json)
   headline LOG JSON         train_gpt bf16 (GPT-2 124M) against PyTorch: the headline ratio
   parity GPU_DIR CPU_DIR    max relative loss gap between two runs' metrics.jsonl
   doctest LOG               "N passed, N failed" of a test log, with the failed cases

@@ -4,13 +4,13 @@
 # the GPT-2 tokenizer links (PCRE2's 8-bit library and OpenSSL's libcrypto, with their
 # headers; the libraries in .deps/lib, found at run time through the binary's rpath), for a
 # machine without a package registry (the lent GPU machine). Run it here, then carry .deps along: the build there uses
-# EXTRA_CFLAGS=-I.deps/include (scripts/gpu_check.sh does).
+# EXTRA_CFLAGS=-I.deps/include (scripts/gpu/gpu_check.sh does).
 #
 # Boost: only the headers that src/report/stats.cpp's compile reads (its dependency list from the
 # compiler, g++ at C++17 and C++20, and clang++ where it is installed, whose configuration
 # headers differ), not all of /usr/include/boost (about 4 MB of its 160).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bash scripts/setup.sh --check >/dev/null || bash scripts/setup.sh
 rm -rf .deps/include
 mkdir -p .deps/include

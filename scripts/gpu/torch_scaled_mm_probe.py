@@ -6,9 +6,9 @@ E5M2 gradient x E4M3, with and without a bf16 bias and fast accumulation. One li
 "ok" with its TFLOP/s or the error PyTorch gives, and bf16 torch.matmul of the same shape for
 scale; --json writes them. PyTorch calls cuBLASLt itself, so a case that runs here and not in
 train_gpt points at how train_gpt builds its descriptors, and one refused in both at the
-library or the GPU. Run by scripts/gpu_check_fp8.sh (no test: it needs a GPU).
+library or the GPU. Run by scripts/gpu/gpu_check_fp8.sh (no test: it needs a GPU).
 
-  python3 scripts/torch_scaled_mm_probe.py [--json FILE] [--iters 20]
+  python3 scripts/gpu/torch_scaled_mm_probe.py [--json FILE] [--iters 20]
 """
 import argparse
 import json

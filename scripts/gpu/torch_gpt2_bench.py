@@ -27,8 +27,8 @@ weighted sum counted in full, not halved for causality), over src/training/gpu_p
 989 TFLOP/s dense bf16 on an H100/H200, 312 on an A100, none otherwise.
 
 Usage:
-  python3 scripts/torch_gpt2_bench.py --device cuda --batch 8 --seq 1024 --json out.json
-  python3 scripts/torch_gpt2_bench.py --device cpu --tiny          (smoke test, seconds)
+  python3 scripts/gpu/torch_gpt2_bench.py --device cuda --batch 8 --seq 1024 --json out.json
+  python3 scripts/gpu/torch_gpt2_bench.py --device cpu --tiny          (smoke test, seconds)
 """
 
 import argparse
