@@ -109,7 +109,7 @@ TEST_CASE("profiling backend: fused ops are recorded once, as themselves") {
   Tensor b = pb.alloc(DType::F32, 4 * C), pre = pb.alloc(DType::F32, 4 * nc);
   Tensor out = pb.alloc(DType::F32, 4 * nc), res = pb.alloc(DType::F32, nc);
   Tensor mean = pb.alloc(DType::F32, N), rstd = pb.alloc(DType::F32, N);
-  const std::vector<float> ones(4 * nc, 0.5f);
+  const std::vector<float> ones(size_t(4) * C * C, 0.5f);  // the largest tensor, w
   for (Tensor t : {x, w, b}) pb.upload(t, ones.data());
   pb.set_recording(true);
   pb.matmul_gelu_forward(pre, out, x, w, b, N, C, 4 * C);
