@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <chrono>
 #include <cstdarg>
 #include <vector>
 
@@ -48,6 +49,16 @@ std::string fmt_duration(double s) {
   const long t = long(s + 0.5);
   if (t >= 3600) return strf("%ldh%02ldm", t / 3600, (t / 60) % 60);
   return strf("%ldm%02lds", t / 60, t % 60);
+}
+
+std::string fmt_rate(double x) {
+  if (x >= 1e6) return strf("%.2fM", x / 1e6);
+  if (x >= 1e3) return strf("%.1fk", x / 1e3);
+  return strf("%.0f", x);
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace tg

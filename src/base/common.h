@@ -22,6 +22,10 @@ struct UsageError : std::runtime_error {
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // "4m05s", or "1h02m" from an hour on.
 std::string fmt_duration(double seconds);
+// A rate with a k or M suffix: "950", "12.3k", "1.25M".
+std::string fmt_rate(double x);
+// Seconds on the monotonic clock (differences only).
+double now_seconds();
 
 // Element types of tensors. F64 exists only on the CPU backend, for fp64
 // finite-difference gradient checks of the whole model; I32 holds token ids.

@@ -1,4 +1,6 @@
-// config.cpp: the key table and everything driven by it.
+// config.cpp: the key table and everything driven by it: reading a file or a key=value into a
+// Config, the config as JSON, the keys' documentation (the command line: config_cli.cpp; the
+// checks across keys: config_validate.cpp).
 #include "config.h"
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cxxopts.hpp>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -26,6 +27,7 @@
 #include "src/base/suggest.h"
 #include "src/numerics/moment_block.h"
 #include "src/numerics/recipe.h"
+#include "config_keys.h"
 #include "key_aliases.h"
 
 namespace tg {
@@ -386,12 +388,6 @@ bool is_section(const std::string& name) {
   return false;
 }
 
-std::vector<std::string> key_names() {
-  std::vector<std::string> out;
-  for (const auto& k : table()) out.push_back(k.name);
-  return out;
-}
-
 // Every section and subsection ("precision", "precision.fp8", ...), once each.
 std::vector<std::string> section_names() {
   std::vector<std::string> out;
@@ -402,15 +398,6 @@ std::vector<std::string> section_names() {
         out.push_back(name.substr(0, dot));
   }
   return out;
-}
-
-// "unknown config key 'NAME' ORIGIN (did you mean 'KEY'?)": the key's closest names.
-[[noreturn]] void unknown_key(const std::string& name, const std::string& origin,
-                              const std::string& prefix) {
-  std::string hint = alias_hint(name, prefix);
-  if (hint.empty()) hint = did_you_mean(name, key_names(), prefix);
-  throw UsageError(
-      strf("unknown config key '%s' %s%s", name.c_str(), origin.c_str(), hint.c_str()));
 }
 
 // Whether s is valid UTF-8, as every value must be to be written to config.json and
@@ -460,6 +447,20 @@ void apply_object(Config& c, const json& j, const std::string& prefix, const std
 }
 
 }  // namespace
+
+std::vector<std::string> key_names() {
+  std::vector<std::string> out;
+  for (const auto& k : table()) out.push_back(k.name);
+  return out;
+}
+
+[[noreturn]] void unknown_key(const std::string& name, const std::string& origin,
+                              const std::string& prefix) {
+  std::string hint = alias_hint(name, prefix);
+  if (hint.empty()) hint = did_you_mean(name, key_names(), prefix);
+  throw UsageError(
+      strf("unknown config key '%s' %s%s", name.c_str(), origin.c_str(), hint.c_str()));
+}
 
 void config_apply_json(Config& cfg, const json& j, const std::string& origin) {
   if (!j.is_object())
@@ -557,157 +558,7 @@ void config_set(Config& cfg, const std::string& key, const std::string& text) {
   set_key(cfg, *k, v, origin);
 }
 
-namespace {
-// One entry of precision.inject_outlier; false with *why when it is not LAYER:CHANNEL:FACTOR.
-bool parse_outlier_entry(const std::string& e, InjectedOutlier* o, std::string* why) {
-  *why = strf(
-      "entry '%s' is not LAYER:CHANNEL:FACTOR (LAYER a number or *, CHANNEL a number "
-      "or C%%P; e.g. 1:5:30 or *:5%%16:20)",
-      e.c_str());
-  const size_t c1 = e.find(':'), c2 = c1 == std::string::npos ? c1 : e.find(':', c1 + 1);
-  if (c2 == std::string::npos) return false;
-  const std::string layer = e.substr(0, c1), chan = e.substr(c1 + 1, c2 - c1 - 1),
-                    factor = e.substr(c2 + 1);
-  int n = 0;
-  if (layer == "*")
-    o->layer = -1;
-  else if (sscanf(layer.c_str(), "%d%n", &o->layer, &n) != 1 || n != int(layer.size()) ||
-           o->layer < 0)
-    return false;
-  const size_t pct = chan.find('%');
-  const std::string first = chan.substr(0, pct);
-  if (sscanf(first.c_str(), "%d%n", &o->channel, &n) != 1 || n != int(first.size()) ||
-      o->channel < 0)
-    return false;
-  o->period = 0;
-  if (pct != std::string::npos) {
-    const std::string per = chan.substr(pct + 1);
-    if (sscanf(per.c_str(), "%d%n", &o->period, &n) != 1 || n != int(per.size()) || o->period <= 0)
-      return false;
-    if (o->channel >= o->period) {
-      *why = strf("entry '%s': channel %d is not below the period %d", e.c_str(), o->channel,
-                  o->period);
-      return false;
-    }
-  }
-  if (sscanf(factor.c_str(), "%lf%n", &o->factor, &n) != 1 || n != int(factor.size()) ||
-      !std::isfinite(o->factor))
-    return false;
-  return true;
-}
-}  // namespace
-
-bool parse_inject_outlier(const std::string& s, std::vector<InjectedOutlier>* out,
-                          std::string* why) {
-  out->clear();
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t next = s.find(',', pos);
-    if (next == std::string::npos) next = s.size();
-    InjectedOutlier o;
-    if (!parse_outlier_entry(s.substr(pos, next - pos), &o, why)) return false;
-    out->push_back(o);
-    pos = next + 1;
-    if (next + 1 == s.size()) {  // a trailing comma
-      *why = "ends with a comma";
-      return false;
-    }
-  }
-  return true;
-}
-
-// precision.state.*: bf16 master weights are the bf16 compute weights, so the mode must compute
-// with bf16 weights; bf16-kahan stores to nearest with its compensation, which leaves nothing for
-// precision.stochastic_rounding to round.
-template <typename Err>
-void validate_state(const Config& c, Err err) {
-  const int block = c.precision.state.moment_block;
-  if (block & (block - 1))
-    err("precision.state.moment_block",
-        strf("%d is not a power of two (fp8 moment blocks: 16, 32, ..., 1024)", block));
-  const MasterFormat master = c.precision.state.master;
-  if (!master_in_weights(master)) return;
-  const DType w = mode_info(c.precision.mode).storage;
-  if (w != DType::BF16)
-    err("precision.state.master",
-        strf("%s keeps the master weights in the bf16 weights, but precision.mode=%s computes "
-             "with %s weights (use a mode with bf16 weights: bf16, fp8, mxfp8, nvfp4, ...)",
-             master_format_name(master), mode_name(c.precision.mode), dtype_name(w)));
-  if (master == MasterFormat::BF16Kahan && c.precision.stochastic_rounding)
-    err("precision.stochastic_rounding",
-        "true rounds an fp32 master into the weights stochastically; with "
-        "precision.state.master=bf16-kahan there is no fp32 master (the compensation keeps what "
-        "rounding loses): set one of them");
-}
-
-// precision.state.weight_comm=fp8-e4m3: the gathered weights are decoded into the compute
-// weights of every rank, which must therefore be a copy of an fp32 master (16-bit weights).
-static void validate_weight_comm(const Config& c) {
-  if (c.precision.state.weight_comm != weight_comm_name(true)) return;
-  const char* key = "precision.state.weight_comm";
-  const char* fp8 = weight_comm_name(true);
-  if (c.train.zero_stage != 1)
-    throw UsageError(
-        strf("config key '%s': %s gathers ZeRO-1's weight shards, and "
-             "train.zero_stage is %d (set it to 1)",
-             key, fp8, c.train.zero_stage));
-  const DType w = mode_info(c.precision.mode).storage;
-  if (dtype_size(w) != 2)
-    throw UsageError(
-        strf("config key '%s': %s rounds the compute weights, and "
-             "precision.mode=%s computes with %s weights, its master weights "
-             "themselves (use a mode with 16-bit weights)",
-             key, fp8, mode_name(c.precision.mode), dtype_name(w)));
-  if (master_in_weights(c.precision.state.master))
-    throw UsageError(
-        strf("config key '%s': %s would round precision.state.master=%s, which "
-             "keeps the master weights in the compute weights (use fp32)",
-             key, fp8, master_format_name(c.precision.state.master)));
-}
-
-namespace {
-// What config_validate_run checks of the state formats against the mode and the ranks.
-void validate_state_and_wire(const Config& c) {
-  validate_state(c, [](const char* key, const std::string& msg) {
-    throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
-  });
-  validate_weight_comm(c);
-}
-}  // namespace
-
-std::optional<Mode> state_keeping_mode(const Config& c) {
-  for (Mode m : {Mode::BF16, Mode::FP16, Mode::FP32}) {
-    Config t = c;
-    t.precision.mode = m;
-    try {
-      validate_state_and_wire(t);
-      return m;
-    } catch (const UsageError&) {
-    }
-  }
-  return std::nullopt;
-}
-
-void config_validate_run(const Config& c, int world) {
-  config_validate(c, world);
-  try {
-    validate_state_and_wire(c);
-  } catch (const UsageError& e) {
-    const std::string& preset = c.precision.state.preset;
-    if (preset.empty()) throw;
-    // Name the preset the user typed, and the mode that keeps it.
-    const std::optional<Mode> keeps = state_keeping_mode(c);
-    if (!keeps)  // not the mode's doing (e.g. a ZeRO-1 preset without ZeRO-1)
-      throw UsageError(strf("state preset '%s' (precision.state.preset): %s", preset.c_str(),
-                            e.what()));
-    throw UsageError(strf(
-        "state preset '%s' (precision.state.preset) cannot be kept in precision.mode=%s: %s; it "
-        "can with --precision.mode=%s",
-        preset.c_str(), mode_name(c.precision.mode), e.what(), mode_name(*keeps)));
-  }
-}
-
-void config_validate(const Config& c, int world) {
+void check_key_ranges(const Config& c) {
   for (const auto& k : table()) {
     with_field(c, k, [&](const auto& v) {
       using T = std::decay_t<decltype(v)>;
@@ -716,39 +567,6 @@ void config_validate(const Config& c, int world) {
         check_range(k, double(v), "");
     });
   }
-  auto err = [](const char* key, const std::string& msg) {
-    throw UsageError(strf("config key '%s': %s", key, msg.c_str()));
-  };
-  if (c.model.n_embd % c.model.n_head != 0)
-    err("model.n_embd",
-        strf("%d is not a multiple of model.n_head=%d", c.model.n_embd, c.model.n_head));
-  if (c.data.seq_len > c.model.max_seq_len)
-    err("data.seq_len",
-        strf("%d exceeds model.max_seq_len=%d", c.data.seq_len, c.model.max_seq_len));
-  int64_t micro = int64_t(c.data.batch_size) * c.data.seq_len * world;
-  if (c.data.total_batch_tokens != 0 && c.data.total_batch_tokens % micro != 0)
-    err("data.total_batch_tokens", strf("%lld is not a multiple of batch_size*seq_len*ranks=%lld",
-                                        (long long)c.data.total_batch_tokens, (long long)micro));
-  if (c.data.train.empty()) err("data.train", "must not be empty");
-  const auto& ls = c.precision.loss_scale;
-  if (ls.min > ls.max)
-    err("precision.loss_scale.min",
-        strf("%g is above precision.loss_scale.max=%g", ls.min, ls.max));
-  const int hs = c.precision.recipe.hadamard_size;
-  if (hs & (hs - 1)) err("precision.recipe.hadamard_size", strf("%d is not a power of two", hs));
-  if (c.precision.recipe.smooth && c.precision.mode != Mode::Auto &&
-      !is_block_scaled(c.precision.mode))
-    err("precision.recipe.smooth",
-        strf("needs a block-scaled precision.mode or auto, not %s", mode_name(c.precision.mode)));
-  std::vector<InjectedOutlier> io;
-  std::string why;
-  if (!parse_inject_outlier(c.precision.inject_outlier, &io, &why))
-    err("precision.inject_outlier", why);
-  if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
-#ifdef TG_NO_BLAS
-  if (c.cpu.gemm == "blas")
-    err("cpu.gemm", "blas: this binary was built without OpenBLAS (NO_BLAS=1)");
-#endif
 }
 
 json config_to_json(const Config& c) {
@@ -793,158 +611,6 @@ std::vector<ConfigKeyInfo> config_keys() {
     out.push_back({k.name, type, k.help, value_text(defaults, k)});
   }
   return out;
-}
-
-ExtraOption int_option(const std::string& name, const std::string& help,
-                       const std::string& default_value, double lo, double hi) {
-  ExtraOption o{name, help, default_value};
-  o.kind = ExtraOption::Kind::Int;
-  o.lo = lo;
-  o.hi = hi;
-  return o;
-}
-
-ExtraOption number_option(const std::string& name, const std::string& help,
-                          const std::string& default_value, double lo, double hi) {
-  ExtraOption o = int_option(name, help, default_value, lo, hi);
-  o.kind = ExtraOption::Kind::Number;
-  return o;
-}
-
-namespace {
-// A subcommand's numeric option, checked as config keys are (exit code 2, naming it).
-void check_option_value(const ExtraOption& e, const std::string& text) {
-  if (e.kind == ExtraOption::Kind::Text) return;
-  errno = 0;
-  char* end = nullptr;
-  double v;
-  if (e.kind == ExtraOption::Kind::Int) {
-    const long long x = strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end || errno)
-      throw UsageError(strf("option --%s: '%s' is not an integer", e.name.c_str(), text.c_str()));
-    v = double(x);
-  } else {
-    v = strtod(text.c_str(), &end);
-    if (text.empty() || *end || !std::isfinite(v))
-      throw UsageError(
-          strf("option --%s: '%s' is not a finite number", e.name.c_str(), text.c_str()));
-  }
-  if (!(v >= e.lo && v <= e.hi))
-    throw UsageError(
-        strf("option --%s: %s is out of range [%g, %g]", e.name.c_str(), text.c_str(), e.lo, e.hi));
-}
-
-// cxxopts matches every argument with std::regex, whose recursion overflows the stack on an
-// argument of some 20000 characters; no path or key needs more than this.
-constexpr size_t kMaxArgLength = 4096;
-
-void check_arg_lengths(int argc, char** argv) {
-  for (int i = 0; i < argc; i++) {
-    const size_t n = strlen(argv[i]);
-    if (n > kMaxArgLength)
-      throw UsageError(
-          strf("command-line argument %d is %zu characters long, more than the %zu allowed "
-               "(put long values in the --config file)",
-               i, n, kMaxArgLength));
-  }
-}
-// The first option on the command line that is neither a config key (with_keys) nor one of
-// the subcommand's: an error naming it, with the closest names. Returns when every option is
-// known.
-void unknown_option(bool with_keys, int argc, char** argv, const std::string& program,
-                    const std::vector<ExtraOption>& extra) {
-  std::vector<std::string> options = {"help"}, takes_value;
-  if (with_keys) options.push_back("config"), takes_value.push_back("config");
-  for (const auto& e : extra) {
-    options.push_back(e.name);
-    if (!e.is_flag) takes_value.push_back(e.name);
-  }
-  const std::vector<std::string> keys = with_keys ? key_names() : std::vector<std::string>{};
-  for (int i = 1; i < argc; i++) {
-    const std::string arg = argv[i];
-    if (arg == "--") break;  // the rest is positional
-    if (arg.size() < 2 || arg[0] != '-' || arg == "-h") continue;
-    const std::string name =
-        arg.substr(arg[1] == '-' ? 2 : 1, arg.find('=') - (arg[1] == '-' ? 2 : 1));
-    const bool is_key = std::find(keys.begin(), keys.end(), name) != keys.end();
-    if (is_key || std::find(options.begin(), options.end(), name) != options.end()) {
-      // "--config FILE": FILE is the option's value, not an option.
-      const bool value_next =
-          arg.find('=') == std::string::npos &&
-          (is_key || std::find(takes_value.begin(), takes_value.end(), name) != takes_value.end());
-      if (value_next) i++;
-      continue;
-    }
-    if (with_keys && name.find('.') != std::string::npos)
-      unknown_key(name, "on the command line", "--");
-    std::vector<std::string> known = options;
-    known.insert(known.end(), keys.begin(), keys.end());
-    std::string hint = with_keys ? alias_hint(name, "--") : "";
-    if (hint.empty()) hint = did_you_mean(name, known, "--");
-    throw UsageError(strf("unknown option '%s' of %s%s", arg.substr(0, arg.find('=')).c_str(),
-                          program.c_str(), hint.c_str()));
-  }
-}
-}  // namespace
-
-bool config_parse_args(Config* cfg, int argc, char** argv, const std::string& program,
-                       const std::vector<ExtraOption>& extra,
-                       std::vector<std::pair<std::string, std::string>>* extra_values,
-                       bool* config_file_given) {
-  cxxopts::Options opts(program, "");
-  opts.custom_help(cfg ? "[--config FILE] [--section.key=value ...]" : "[options]");
-  opts.add_options()("h,help", "print this help");
-  if (cfg)
-    opts.add_options()("config", "JSON config file (keys below; command line wins)",
-                       cxxopts::value<std::string>());
-  for (const auto& e : extra) {
-    if (e.is_flag)
-      opts.add_options()(e.name, e.help);
-    else if (e.default_value.empty())
-      opts.add_options()(e.name, e.help, cxxopts::value<std::string>());
-    else
-      opts.add_options()(e.name, e.help,
-                         cxxopts::value<std::string>()->default_value(e.default_value));
-  }
-  if (cfg)
-    for (const auto& k : config_keys())
-      opts.add_options("config keys")(
-          k.name, k.help + " [" + k.type + "]",
-          cxxopts::value<std::string>()->default_value(k.default_value));
-  check_arg_lengths(argc, argv);
-  cxxopts::ParseResult r;
-  try {
-    r = opts.parse(argc, argv);
-  } catch (const cxxopts::exceptions::no_such_option& e) {
-    unknown_option(cfg != nullptr, argc, argv, program, extra);
-    throw UsageError(e.what());  // not found again: cxxopts' own words
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
-  }
-  if (!r.unmatched().empty())
-    throw UsageError(strf("unexpected argument '%s'", r.unmatched()[0].c_str()));
-  if (r.count("help")) {
-    printf("%s\n", opts.help({"", "config keys"}).c_str());
-    return false;
-  }
-  if (cfg) {
-    if (config_file_given) *config_file_given = r.count("config") > 0;
-    if (r.count("config")) config_load_file(*cfg, r["config"].as<std::string>());
-    // Command-line values are applied in table order after the file, so they win.
-    for (const auto& k : table())
-      if (r.count(k.name)) config_set(*cfg, k.name, r[k.name].as<std::string>());
-  }
-  if (extra_values) {
-    for (const auto& e : extra) {
-      if (e.is_flag) {
-        if (r.count(e.name)) extra_values->push_back({e.name, "true"});
-      } else if (r.count(e.name) || !e.default_value.empty()) {
-        check_option_value(e, r[e.name].as<std::string>());
-        extra_values->push_back({e.name, r[e.name].as<std::string>()});
-      }
-    }
-  }
-  return true;
 }
 
 }  // namespace tg

@@ -14,7 +14,6 @@ namespace {
 
 json rng_to_json(const Rng& r) { return json::array({r.s[0], r.s[1], r.s[2], r.s[3]}); }
 
-json nan_to_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
 // Typed, range-checked access to the fields of one state file; every error names the file
 // and the field's dotted name.
@@ -218,7 +217,7 @@ json run_state_to_json(const RunState& s) {
                 {"scale", s.loss_scale.scale},
                 {"good_steps", s.loss_scale.good_steps},
                 {"hysteresis_left", s.loss_scale.hysteresis_left}}}}},
-            {"initial_val_loss", nan_to_null(s.initial_val_loss)}};
+            {"initial_val_loss", json_or_null(s.initial_val_loss)}};
   if (!s.fp8.is_null()) j[mode_name(Mode::FP8)] = s.fp8;
   if (!s.auto_precision.is_null()) j[mode_name(Mode::Auto)] = s.auto_precision;
   if (!s.smoothing.is_null()) j["smoothing"] = s.smoothing;
@@ -250,5 +249,7 @@ std::string new_run_id() {
   uint64_t x = t ^ (uint64_t(getpid()) << 40) ^ uint64_t(gethostid());
   return strf("%016llx", (unsigned long long)splitmix64(x));
 }
+
+json json_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
 }  // namespace tg

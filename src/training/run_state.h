@@ -48,6 +48,8 @@ struct RunState {
 };
 
 nlohmann::json run_state_to_json(const RunState& s);
+// x, or null where it is not finite (JSON has no NaN): for state.json and summary.json.
+nlohmann::json json_or_null(double x);
 
 // What the resuming run requires of a checkpoint's state.
 struct ResumeRequirements {

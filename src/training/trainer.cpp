@@ -1,19 +1,16 @@
-// trainer.cpp: one training run: set-up, start, step, evaluation, checkpoints, summary.
+// trainer.cpp: one training run: set-up, start, the step and its numerics telemetry (resume:
+// trainer_resume.cpp; evaluation, checkpoints and the summary: trainer_summary.cpp).
 #include "trainer.h"
 
 #include <omp.h>
-#include <sys/resource.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 
 #include "backend_factory.h"
-#include "checkpoint_cleanup.h"
 #include "gpu_peak.h"
 #include "hf.h"
 #include "memory_check.h"
-#include "moment_resume.h"
 #include "run_dir.h"
 #include "schedule.h"
 #include "signals.h"
@@ -23,8 +20,6 @@
 #include "src/base/common.h"
 #include "src/base/test_hooks.h"
 #include "src/comm/comm.h"
-#include "src/data/prepare.h"
-#include "src/model/sample.h"
 #include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 #include "state_telemetry.h"
@@ -33,51 +28,6 @@ namespace tg {
 using json = nlohmann::json;
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string fmt_rate(double x) {
-  if (x >= 1e6) return strf("%.2fM", x / 1e6);
-  if (x >= 1e3) return strf("%.1fk", x / 1e3);
-  return strf("%.0f", x);
-}
-
-size_t peak_rss_bytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return size_t(ru.ru_maxrss) * 1024;
-}
-
-json nan_to_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-
-// The summary's "machine": the CPU, and whether other processes shared its cores during the
-// run (src/base/cpu_load.h), which decides whether the run's speed figures are its own.
-json machine_json(int cpus, double share) {
-  return {{"cpu", cpu::cpu_model_name()},
-          {"cpus", cpus},
-          {"others_cpu_share", nan_to_null(share)},
-          {"shared", std::isfinite(share) ? json(share > kSharedMachineShare) : json(nullptr)}};
-}
-
-// The summary's "state": the optimizer state's formats (precision.state.*) and what they keep
-// per parameter beyond the compute weights (master weights, Adam's m and v).
-json state_json(const GPT& m, const Config& cfg) {
-  const auto& st = cfg.precision.state;
-  const size_t master = m.dtype() == DType::BF16 || m.dtype() == DType::F16
-                            ? master_format_info(m.master_format()).bytes
-                            : 0;
-  const MomentBlocking b = moment_blocking(cfg);
-  return {{"master", master_format_name(m.master_format())},
-          {"grad_comm", wire_format_name(m.grad_wire())},
-          {"grads", grad_accum_name(m.fp32_grad_accumulation())},
-          {"weight_comm", weight_comm_name(m.fp8_weights())},
-          {"adam_m", moment_blocking_name(st.adam_m, b)},
-          {"adam_v", moment_blocking_name(st.adam_v, b)},
-          {"bytes_per_parameter",
-           double(master) + state_format_bytes(st.adam_m, b) + state_format_bytes(st.adam_v, b)}};
-}
 
 AdamWArgs adamw_args(const Config& cfg, double lr, float grad_scale, int64_t opt_step) {
   AdamWArgs a{float(lr),
@@ -343,198 +293,6 @@ void Trainer::start() {
   }
 }
 
-void Trainer::resume_or_claim() {
-  const std::string& out = cfg_.train.out_dir;
-  if (!cfg_.checkpoint.resume) {
-    // Rank 0 decides; the others wait so that nobody writes into a directory being cleared.
-    std::string aside;
-    if (rank_ == 0) aside = claim_fresh_run_dir(out, cfg_.train.overwrite);
-    cm_->barrier();
-    if (!aside.empty())
-      printf("train.overwrite: the earlier run's files are now in %s\n", aside.c_str());
-    run_id_ = new_run_id();
-    cm_->broadcast(run_id_.data(), run_id_.size(), 0);  // 16 hex digits on every rank
-    return;
-  }
-  // What killed writes and prunes left is removed first (rank 0, under the run's lock), so
-  // that every rank lists the same checkpoints.
-  if (rank_ == 0) {
-    const std::string line = cleanup_line(out, cleanup_run_dir(out));
-    if (!line.empty()) printf("%s\n", line.c_str());
-  }
-  cm_->barrier();
-  const std::vector<std::string> ckpts = list_checkpoints(out);
-  if (ckpts.empty()) {
-    printf("checkpoint.resume: no checkpoint in %s, starting from scratch\n", out.c_str());
-    run_id_ = new_run_id();
-    cm_->broadcast(run_id_.data(), run_id_.size(), 0);
-    return;
-  }
-  // The newest checkpoint that every rank verifies; the rejected ones stay as they are.
-  std::string reasons;
-  for (size_t i = ckpts.size(); i-- > 0;) {
-    std::string why;
-    VerifiedCheckpoint v;
-    try {
-      v = verify_checkpoint(ckpts[i]);  // reads and checks; no collective, no change
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    // Only rank 0 writes to stdout: another rank says why on stderr.
-    if (!why.empty() && rank_ != 0)
-      fprintf(stderr, "checkpoint %s rejected on rank %d: %s\n", ckpts[i].c_str(), rank_,
-              why.c_str());
-    if (all_ranks_accept(why.empty())) {
-      apply_checkpoint(std::move(v));
-      printf("resumed from %s at step %lld\n", resumed_from_.c_str(), (long long)step_);
-      return;
-    }
-    if (why.empty()) why = "another rank could not verify its part of it";
-    printf("checkpoint %s rejected: %s%s\n", ckpts[i].c_str(), why.c_str(),
-           i > 0 ? "; trying the next older one" : "");
-    fflush(stdout);
-    reasons += "\n  " + ckpts[i] + ": " + why;
-  }
-  throw Error(strf("checkpoint.resume: no checkpoint in %s verifies (nothing was deleted):%s",
-                   out.c_str(), reasons.c_str()));
-}
-
-bool Trainer::all_ranks_accept(bool mine) {
-  double rejections = mine ? 0.0 : 1.0;
-  cm_->all_reduce_sum(&rejections, 1);
-  return rejections == 0;
-}
-
-ResumeRequirements Trainer::resume_requirements() const {
-  ResumeRequirements r;
-  r.model = mc_;
-  r.num_params = model_->num_params();
-  r.batch_size = B_;
-  r.seq_len = T_;
-  r.world_size = world_;
-  r.steps = cfg_.train.steps;
-  r.step_tokens = step_tokens_;
-  r.train_shards = train_loader_->files().size();
-  r.train_tokens = train_loader_->total_tokens();
-  return r;
-}
-
-// Everything this rank will need from `dir`, checked: files and checksums, architecture,
-// fields against this run, the loader position, the precision state. Changes nothing.
-Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) const {
-  VerifiedCheckpoint v;
-  v.dir = dir;
-  // Under ZeRO-1 each rank reads the Adam moments of its own shard, whichever way the
-  // checkpoint was sharded.
-  v.data = load_checkpoint(dir, mc_, model_->shard_begin(), model_->shard_count());
-  const std::string state_path = join_path(dir, "state.json");
-  v.state = run_state_from_json(v.data.state, state_path, resume_requirements());
-  const RunState& s = v.state;
-  const int64_t dir_step = checkpoint_dir_step(dir);
-  if (dir_step != s.step)
-    throw Error(
-        strf("checkpoint state %s: field 'step' is %lld, but the directory is named "
-             "for step %lld",
-             state_path.c_str(), (long long)s.step, (long long)dir_step));
-  try {
-    train_loader_->check_position(s.data);
-  } catch (const Error& e) {
-    throw Error(strf("checkpoint state %s: field 'data': %s", state_path.c_str(), e.what()));
-  }
-  precision_->verify(s, state_path);
-  if (test_hooks::rejects_checkpoint(rank_, s.step))
-    throw Error(
-        strf("checkpoint %s: rejected on rank %d by TG_TEST_REJECT_CKPT", dir.c_str(), rank_));
-  return v;
-}
-
-// One of a checkpoint's Adam moments into the optimizer (this rank's shard, padded): fp8
-// blocks as stored when this run blocks them alike, else the values encoded once.
-void Trainer::upload_moment(CheckpointData& cd, bool second) {
-  const GPT& model = *model_;
-  const MomentFormat& f = second ? model.moment_formats().v : model.moment_formats().m;
-  std::vector<float>& x = second ? cd.v : cd.m;
-  const Tensor t = second ? model.adam_v() : model.adam_m();
-  const Tensor meta_t = second ? model.adam_v_meta() : model.adam_m_meta();
-  x.resize(model.shard_size(), 0.0f);
-  if (!moment_is_blocked(f)) return be_->upload(t, encode_moments(x, f).data());
-  std::vector<char> codes;
-  std::vector<float> meta;
-  if (moments_kept(cd, cfg_, second)) {
-    const std::vector<uint8_t>& kept = second ? cd.v_codes : cd.m_codes;
-    codes.assign(kept.begin(), kept.end());
-    codes.resize(t.numel, 0);
-    meta = second ? cd.v_meta : cd.m_meta;
-  } else {
-    meta = encode_moment_blocks(x, f, &codes);
-  }
-  meta.resize(meta_t.numel, 0.0f);
-  be_->upload(t, codes.data());
-  be_->upload(meta_t, meta.data());
-}
-
-// Every rank accepted `v`'s checkpoint: the same state applied everywhere (the run id
-// broadcast and the ZeRO-1 weight gather are collectives every rank reaches here).
-void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
-  const RunState& s = v.state;
-  const std::string state_path = join_path(v.dir, "state.json");
-  // Every rank decides alike (the formats come from state.json), before anything changes.
-  const std::string moments_note = moment_conversion_note(v.data, cfg_, v.dir);
-  const std::string master_note = master_conversion_note(v.data, cfg_, v.dir);
-  for (const std::string& note : {moments_note, master_note})
-    if (!note.empty()) printf("%s\n", note.c_str());
-  train_loader_->set_position(s.data);
-  merge_compensation(v.data, model_->master_format(), model_->shard_begin());
-  model_->set_params(v.data.params);
-  if (v.data.master == MasterFormat::BF16Kahan && model_->compensation()) {
-    v.data.comp.resize(model_->shard_size(), 0);
-    model_->set_compensation(v.data.comp);
-  }
-  upload_moment(v.data, false);
-  upload_moment(v.data, true);
-  run_id_ = s.run_id.empty() ? new_run_id() : s.run_id;  // older checkpoints have none
-  cm_->broadcast(run_id_.data(), run_id_.size(), 0);
-  step_ = start_step_ = s.step;
-  opt_step_ = s.opt_step;
-  sample_rng_ = s.sample_rng;
-  counters_ = s.counters;
-  initial_val_loss_ = s.initial_val_loss;
-  if (s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind) {
-    scaler_.scale = s.loss_scale.scale;
-    scaler_.good_steps = s.loss_scale.good_steps;
-    scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
-  } else {
-    printf("note: the checkpoint was trained in %s; continuing in %s from its master weights\n",
-           mode_name(s.mode), mode_name(cfg_.precision.mode));
-  }
-  precision_->load(s, state_path);
-  // The compute copy of the weights is what the last update rounded, stochastic or not.
-  model_->refresh_params(weight_rounding(cfg_, int(opt_step_)));
-  resumed_from_ = v.dir;
-}
-
-RunState Trainer::run_state() const {
-  RunState s;
-  s.run_id = run_id_;
-  s.step = step_;
-  s.opt_step = opt_step_;
-  s.data = train_loader_->position();
-  s.batch_size = B_;
-  s.seq_len = T_;
-  s.world_size = world_;
-  s.sample_rng = sample_rng_;
-  s.counters = counters_;
-  s.mode = cfg_.precision.mode;
-  s.loss_scale = scaler_;
-  precision_->save(s);
-  s.initial_val_loss = initial_val_loss_;
-  s.config = cfg_json_;
-  s.tokenizer = tokenizer_record_;
-  s.model = mc_;
-  s.num_params = model_->num_params();
-  return s;
-}
-
 void Trainer::print_start() const {
   const GPT& m = *model_;
   printf("%s\n", config_line(cfg_, mc_, world_).c_str());
@@ -704,7 +462,7 @@ void Trainer::log_step(const StepResult& r) {
                        {"step", r.step},
                        {"loss", r.loss},
                        {"lr", r.lr},
-                       {"grad_norm", nan_to_null(r.norm)},
+                       {"grad_norm", json_or_null(r.norm)},
                        {"loss_scale", r.scale},
                        {"skipped", r.skipped},
                        {"ms", r.seconds * 1e3},
@@ -790,238 +548,10 @@ void Trainer::record_numerics(int64_t step, double scale) {
                      .dump());
 }
 
-// ---- evaluation, samples, checkpoints ----
-
-double Trainer::evaluate() {
-  DataLoader& val = *val_loader_;
-  val.reset();
-  double sum = 0;
-  for (int i = 0; i < cfg_.eval.batches; i++) {
-    val.next_batch(inputs_.data(), targets_.data());
-    sum += model_->forward(inputs_.data(), targets_.data(), B_, T_, 0.0f);
-  }
-  double v = sum / cfg_.eval.batches;
-  cm_->all_reduce_sum(&v, 1);
-  return v / world_;
-}
-
-void Trainer::log_val(int64_t step, double v) {
-  std::string floor_txt;
-  if (std::isfinite(loss_floor_))
-    floor_txt = strf(" | floor %.4f | gap closed %.1f%%", loss_floor_,
-                     100.0 * (ln_vocab_ - v) / (ln_vocab_ - loss_floor_));
-  const double bpb = bits_per_byte(v, val_tpb_.ratio);
-  const std::string bpb_txt = std::isfinite(bpb) ? strf(" | %.3f bpb", bpb) : "";
-  printf("val   step %lld | val loss %.4f%s%s\n", (long long)step, v, bpb_txt.c_str(),
-         floor_txt.c_str());
-  fflush(stdout);
-  json record = {{"kind", "val"}, {"step", step}, {"val_loss", v}};
-  if (std::isfinite(bpb)) record["val_bpb"] = bpb;
-  metrics_.write(record.dump());
-}
-
-void Trainer::sample() {
-  if (cfg_.sample.tokens <= 0 || rank_ != 0) return;
-  std::vector<int32_t> prompt = !cfg_.sample.prompt.empty() ? tokenizer_.encode(cfg_.sample.prompt)
-                                                            : std::vector<int32_t>{first_token_};
-  std::vector<int32_t> out = generate(*model_, prompt, cfg_.sample.tokens, cfg_.sample.temperature,
-                                      cfg_.sample.top_k, sample_rng_);
-  std::string text;
-  for (int32_t id : out) text += tokenizer_.decode(id);
-  printf("sample at step %lld:\n%s\n", (long long)step_, printable(text).c_str());
-  samples_.write(strf("--- step %lld\n%s", (long long)step_, text.c_str()));
-}
-
-void Trainer::save() {
-  GPT& model = *model_;
-  const std::string& out = cfg_.train.out_dir;
-  if (!model.sharded() && rank_ != 0) {  // every rank holds the same state; rank 0 writes it
-    cm_->barrier();
-    return;
-  }
-  // The moments as the optimizer stores them (fp32, or bf16 / fp16 codes), written as they are.
-  std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
-  std::vector<char> comp(model.compensation() ? model.compensation().bytes() : 0);
-  std::vector<float> m_meta(model.adam_m_meta().numel), v_meta(model.adam_v_meta().numel);
-  MomentBytes mb{cfg_.precision.state.adam_m,
-                 cfg_.precision.state.adam_v,
-                 m.data(),
-                 v.data(),
-                 model.master_format(),
-                 comp.data()};
-  mb.blocking = moment_blocking(cfg_);
-  mb.m_meta = m_meta.data();
-  mb.v_meta = v_meta.data();
-  if (model.compensation()) be_->download(comp.data(), model.compensation());
-  if (model.adam_m_meta()) be_->download(m_meta.data(), model.adam_m_meta());
-  if (model.adam_v_meta()) be_->download(v_meta.data(), model.adam_v_meta());
-  std::string dir;
-  if (!model.sharded()) {
-    be_->download(m.data(), model.adam_m());
-    be_->download(v.data(), model.adam_v());
-    dir = save_checkpoint(out, step_, mc_, run_state_to_json(run_state()), model.params_f32(), mb,
-                          cfg_.checkpoint.keep);
-  } else {
-    // ZeRO-1: the master weights are gathered for the model file; every rank writes the
-    // Adam moments of its shard; rank 0 publishes once all are written.
-    std::vector<float> params = model.params_f32();
-    if (rank_ == 0) prepare_checkpoint_dir(out, step_);
-    cm_->barrier();
-    be_->download(m.data(), model.adam_m());
-    be_->download(v.data(), model.adam_v());
-    OptimFileRecord mine = write_optim_shard(
-        checkpoint_tmp_dir(out, step_), int64_t(model.num_params()), int64_t(model.shard_begin()),
-        mb, int64_t(model.shard_count()), rank_, world_);
-    std::vector<OptimFileRecord> all(world_);
-    cm_->all_gather_bytes(&mine, all.data(), sizeof(mine));
-    if (rank_ == 0)
-      dir = publish_checkpoint(out, step_, mc_, run_state_to_json(run_state()), params, all,
-                               cfg_.checkpoint.keep);
-  }
-  if (rank_ == 0) {
-    printf("checkpoint %s\n", dir.c_str());
-    fflush(stdout);
-  }
-  cm_->barrier();
-}
-
-json Trainer::write_partial_summary(const json& extra) {
-  json partial = {{"stopped_at_step", step_}, {"steps", cfg_.train.steps}};
-  partial.update(extra);
-  if (rank_ == 0)
-    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), partial.dump(2) + "\n");
-  return partial;
-}
-
-json Trainer::stop_early() {
-  save();
-  printf(
-      "stopping after step %lld as train.stop_at_step asks; continue with "
-      "--checkpoint.resume=true\n",
-      (long long)step_);
-  return write_partial_summary(json::object());
-}
-
-void Trainer::stop_on_signal(int sig) {
-  save();
-  write_partial_summary({{"stopped_by", signal_name(sig)}});
-  fflush(stdout);
-  throw StoppedBySignal(sig, strf("stopped by %s after step %lld of %lld; its checkpoint is in %s",
-                                  signal_name(sig).c_str(), (long long)step_,
-                                  (long long)cfg_.train.steps, cfg_.train.out_dir.c_str()));
-}
-
-json Trainer::finish() {
-  const bool trained = step_ > start_step_ || resumed_from_.empty();
-  double final_val_loss = NAN;
-  if (val_loader_) {
-    final_val_loss = evaluate();
-    // Resumed from the final checkpoint: its val line is in the log already.
-    if (trained) log_val(step_, final_val_loss);
-  }
-  if (trained) {
-    sample();
-    save();
-  }
-  const FinalNumbers f = final_numbers(final_val_loss);
-  const json summary = summary_json(f);
-  if (rank_ == 0)
-    write_text_atomic(join_path(cfg_.train.out_dir, "summary.json"), summary.dump(2) + "\n");
-  print_summary(f);
-  return summary;
-}
-
-Trainer::FinalNumbers Trainer::final_numbers(double final_val_loss) const {
-  FinalNumbers f;
-  f.val_loss = final_val_loss;
-  f.val_bpb = bits_per_byte(final_val_loss, val_tpb_.ratio);
-  if (!recent_losses_.empty()) {
-    f.train_loss = 0;
-    for (double x : recent_losses_) f.train_loss += x;
-    f.train_loss /= recent_losses_.size();
-  }
-  f.wall = now_seconds() - t_start_;
-  f.others_cpu_share = others_cpu_share(cpu_start_, cpu_times_now());
-  f.tokens_per_second = run_train_seconds_ > 0 ? run_tokens_ / run_train_seconds_ : NAN;
-  if (std::isfinite(loss_floor_) && std::isfinite(final_val_loss))
-    f.gap = (ln_vocab_ - final_val_loss) / (ln_vocab_ - loss_floor_);
-  return f;
-}
-
-json Trainer::summary_json(const FinalNumbers& f) const {
-  const double fpt = flops_per_token(mc_, T_), tps = f.tokens_per_second;
-  const GPT& m = *model_;
-  json summary = {
-      {"mode", mode_name(cfg_.precision.mode)},
-      {"device", be_->name()},
-      {"steps", cfg_.train.steps},
-      {"num_params", m.num_params()},
-      {"tokens_per_step", step_tokens_},
-      {"initial_val_loss", nan_to_null(initial_val_loss_)},
-      {"final_train_loss", nan_to_null(f.train_loss)},
-      {"last_train_loss", nan_to_null(last_loss_)},
-      {"final_val_loss", nan_to_null(f.val_loss)},
-      {"initial_val_bpb", nan_to_null(bits_per_byte(initial_val_loss_, val_tpb_.ratio))},
-      {"final_val_bpb", nan_to_null(f.val_bpb)},
-      {"bpb_tokens_per_byte", nan_to_null(val_tpb_.ratio)},
-      {"bpb_source", val_loader_ ? json(val_tpb_.source) : json(nullptr)},
-      {"loss_floor", nan_to_null(loss_floor_)},
-      {"ln_vocab", ln_vocab_},
-      {"gap_closed", nan_to_null(f.gap)},
-      {"tokens_per_second", nan_to_null(tps)},
-      {"flops_per_token", fpt},
-      {"mfu",
-       peak_flops_ > 0 && std::isfinite(tps) ? json(tps * fpt / peak_flops_) : json(nullptr)},
-      {"gpu", be_->device_model().empty() ? json(nullptr) : json(be_->device_model())},
-      {"peak_memory_bytes", be_->peak_bytes()},
-      {"planned_memory_bytes",
-       plan_memory(mc_, m.dtype(), B_, T_, m.sharded() ? world_ : 1, m.attention_lse(), world_,
-                   m.moment_formats(), m.master_format(), m.grad_wire(), m.fp32_grad_accumulation(),
-                   m.fp8_weights())
-           .total()},
-      {"peak_rss_bytes", peak_rss_bytes()},
-      // Bytes this rank sent per step for the gradients and weights, over this process's steps.
-      {"ranks", world_},
-      {"comm_bytes_per_step",
-       run_steps_ > 0 ? json(double(run_comm_bytes_) / double(run_steps_)) : json(nullptr)},
-      {"state", state_json(m, cfg_)},
-      {"skipped_steps", counters_.skipped_steps},
-      {"final_loss_scale", scaler_.scale},
-      {"loss_scale_kind", scaler_.kind},
-      {"optimizer_steps", opt_step_},
-      {"wall_seconds", f.wall},
-      {"machine", machine_json(cpu_start_.cpus, f.others_cpu_share)},
-      {"run_id", run_id_},
-      {"resumed_from", resumed_from_.empty() ? json(nullptr) : json(resumed_from_)}};
-  if (!numerics_totals_.empty()) {
-    json nj = json::object();
-    for (const auto& [group, t] : numerics_totals_) nj[group] = stats_json(t);
-    summary["numerics"] = nj;
-  }
-  precision_->add_summary(summary);
-  return summary;
-}
-
-void Trainer::print_summary(const FinalNumbers& f) const {
-  printf(
-      "summary: train loss %.4f (mean of the last %zu steps) | final val loss %s%s | %s tok/s | "
-      "peak memory %.1f MiB | %s\n",
-      f.train_loss, recent_losses_.size(),
-      std::isfinite(f.val_loss) ? strf("%.4f", f.val_loss).c_str() : "n/a",
-      std::isfinite(f.val_bpb) ? strf(" (%.3f bpb)", f.val_bpb).c_str() : "",
-      fmt_rate(f.tokens_per_second).c_str(), be_->peak_bytes() / 1048576.0,
-      fmt_duration(f.wall).c_str());
-  if (std::isfinite(f.gap))
-    printf("summary: val loss %.4f vs floor %.4f: %.1f%% of the gap from ln(V) = %.4f closed\n",
-           f.val_loss, loss_floor_, 100 * f.gap, ln_vocab_);
-  if (f.others_cpu_share > kSharedMachineShare)
-    printf(
-        "summary: the cores were shared: other processes took %.0f%% of this run's %d CPUs' "
-        "time, so its speed is not this machine's own (summary.json: machine.shared)\n",
-        100 * f.others_cpu_share, cpu_start_.cpus);
-  precision_->print_summary();
-  printf("run directory: %s\n", cfg_.train.out_dir.c_str());
-  fflush(stdout);
+json Trainer::numerics_summary() const {
+  json nj = json::object();
+  for (const auto& [group, t] : numerics_totals_) nj[group] = stats_json(t);
+  return nj;
 }
 
 }  // namespace tg

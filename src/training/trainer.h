@@ -107,6 +107,8 @@ class Trainer {
   ResumeRequirements resume_requirements() const;
   RunState run_state() const;
   void record_numerics(int64_t step, double scale);
+  // The numerics totals over the run per tensor group, for summary.json.
+  nlohmann::json numerics_summary() const;
   // A step's parts: the micro-batches (returns this rank's mean loss); the gradients summed
   // over the ranks (returns the mean loss over them); the loss scaler's decision and AdamW;
   // timing and bookkeeping.
