@@ -327,6 +327,54 @@ TEST_CASE("emulation: async copies use pinned memory when they run; frees wait f
   check_emu();
 }
 
+namespace {
+struct SmemKernels {
+  static void fill(float* out, int n) {
+    float* s = gpu::dynamic_smem<float>();
+    for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) s[i] = float(i);
+    __syncthreads();
+    if (threadIdx.x == 0) *out = s[n - 1];
+  }
+  static void other(float* out, int n) {
+    fill(out, n);
+    if (threadIdx.x == 0) *out += 1;
+  }
+};
+}  // namespace
+
+// As on the GPU: a launch past the default 48 KiB of dynamic shared memory runs only once its
+// kernel has opted into that much, and no kernel opts into more than the device's 227 KiB.
+TEST_CASE("emulation: dynamic shared memory past 48 KiB needs the kernel's opt-in") {
+  Buf<float> out(1, 0);
+  const size_t big = 100 * 1024;
+  const int n = int(big / 4);
+  emu::launch(dim3(1), dim3(64), emu::kDefaultDynamicSmem, nullptr, &SmemKernels::fill, out.p,
+              int(emu::kDefaultDynamicSmem / 4));
+  wait_device();
+  CHECK(emu::errors().empty());
+  emu::launch(dim3(1), dim3(64), big, nullptr, &SmemKernels::fill, out.p, n);
+  wait_device();
+  CHECK(has_error("opted into"));
+  CHECK(out[0] == float(emu::kDefaultDynamicSmem / 4 - 1));  // the launch did not run
+  const void* k = reinterpret_cast<const void*>(&SmemKernels::fill);
+  CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(emu::kOptinDynamicSmem + 4)) == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(big)) ==
+          cudaSuccess);
+  emu::launch(dim3(1), dim3(64), big, nullptr, &SmemKernels::fill, out.p, n);
+  wait_device();
+  CHECK(emu::errors().empty());
+  CHECK(out[0] == float(n - 1));
+  // The opt-in is the kernel's own, and only as large as asked.
+  emu::launch(dim3(1), dim3(64), big, nullptr, &SmemKernels::other, out.p, n);
+  wait_device();
+  CHECK(has_error("opted into"));
+  emu::launch(dim3(1), dim3(64), big + 16, nullptr, &SmemKernels::fill, out.p, n);
+  wait_device();
+  CHECK(has_error("opted into"));
+  check_emu();
+}
+
 TEST_CASE("the kernels' ld/st: bit-exact with src/numerics/formats.h and the CPU's storage.h") {
   // Every 16-bit code widened; fp32 values narrowed on a stride through all bit patterns.
   // (On the host, cuda_fp16.h's __half2float/__float2half_rn; the device's _rn conversions
@@ -808,9 +856,11 @@ TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
 }
 
 // The gradient in E over the logits' own rows (backend.h's dlogits_view): fp32 in place, or
-// 16-bit values in the first half of each fp32 row, rows 2 Vp apart. Vp > 512 (the block size)
-// takes the kernel's barrier per chunk: without it, the emulation's schedule (each thread up to
-// its next barrier) lets a thread's second chunk overwrite logits another has yet to read.
+// 16-bit values in the first half of each fp32 row, rows 2 Vp apart. Rows whose V fp32 logits
+// fit a block's shared memory are staged there (V 50257 past the default 48 KiB); wider ones
+// (V 60000) take the unstaged kernel's barrier per chunk: without it, the emulation's schedule
+// (each thread up to its next barrier) lets a thread's second chunk overwrite logits another
+// has yet to read.
 template <typename E>
 void classifier_case(std::mt19937& rng, int N, int V, int Vp, float dloss) {
   CAPTURE(tname<E>());
@@ -852,7 +902,8 @@ void classifier_case(std::mt19937& rng, int N, int V, int Vp, float dloss) {
 
 TEST_CASE("classifier: losses and the gradient (fp32 in place, 16-bit over the rows) vs the CPU") {
   std::mt19937 rng(9);
-  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64}, {2, 777, 777}, {2, 1500, 1536}};
+  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64},         {2, 777, 777},
+                           {2, 1500, 1536}, {2, 50257, 50304}, {2, 60000, 60032}};
   for (const auto& sh : shapes) {
     const int N = sh[0], V = sh[1], Vp = sh[2];
     CAPTURE(N);

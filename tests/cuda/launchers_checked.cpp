@@ -122,9 +122,11 @@ TEST_CASE("checked: AdamW (host and device factors), conversions, norms, classif
         gpu::convert(c, dst, d.p, src, s->p, n, Rounding{sr, 5, 9});
       }
   // fp32 dlogits in place, and 16-bit ones over the first half of each fp32 row (the lm_head's
-  // layout: a block reads each chunk of its row before it writes over it); Vp = 1152 spans
-  // several of the kernel's chunks.
-  for (int Vp : {64, 1152})
+  // layout). The row staged in shared memory (kernels/classifier.cuh's smem kernel) in 16-byte
+  // packs (Vp 64, 1152) or not (Vp 90), past the default 48 KiB (Vp 12800) up to the most a
+  // block may opt into (Vp 58048 at V = Vp); wider rows (Vp 58112) through the kernel that
+  // reads each chunk of its row before it writes over it (many of its chunks).
+  for (int Vp : {64, 90, 1152, 12800, 58048, 58112})
     for (int V : {Vp - 14, Vp})
       for (DType g : types) {
         const int N = 3;
