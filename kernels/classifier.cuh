@@ -75,9 +75,7 @@ __device__ __forceinline__ float classifier_exp(float* s, int V, float m, int tg
 template <typename G, bool kVec>
 __device__ __forceinline__ void classifier_grad(G* g, const float* e, int V, int Vp, int tgt,
                                                 float dloss, float inv) {
-  auto val = [&](int i) {
-    return i < V ? dloss * (e[i] * inv - (i == tgt ? 1.f : 0.f)) : 0.f;
-  };
+  auto val = [&](int i) { return i < V ? dloss * (e[i] * inv - (i == tgt ? 1.f : 0.f)) : 0.f; };
   int i0 = 0;
   if constexpr (kVec) {
     constexpr int kN = Pack16<G>::N;
@@ -108,8 +106,7 @@ __global__ void classifier_smem_kernel(const float* logits, float* losses, const
     tgt_s = targets[n];
     zt = NAN;
   }
-  const float m =
-      block_reduce<true>(classifier_stage<kVec>(s, logits + size_t(n) * Vp, V), shared);
+  const float m = block_reduce<true>(classifier_stage<kVec>(s, logits + size_t(n) * Vp, V), shared);
   const int tgt = tgt_s;
   const float sum = block_reduce<false>(classifier_exp<kVec>(s, V, m, tgt, &zt), shared);
   if (threadIdx.x == 0) losses[n] = (m + logf(sum)) - zt;

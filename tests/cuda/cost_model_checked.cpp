@@ -45,11 +45,11 @@ struct Exception {
 const Exception kExceptions[] = {
     {"attention_softmax_forward", 2.05,
      "reads each causal score row three times (max, sum, probabilities)"},
-    {"encoder_backward", 1.79,
-     "the bucket indices read per warp of every row, dout twice (the wte and the wpe kernels)"},
+    {"encoder_backward", 1.35,
+     "dout read twice, by the wte kernel in each token's order and the wpe kernel in each "
+     "position's (1.30x at the least: the rounded sums, bit-exact with the CPU, need both "
+     "orders); a sector per bucket of its positions"},
     {"attention_softmax_backward", 1.65, "reads att and dP twice (the dot product, then dS)"},
-    {"encoder_forward", 1.64,
-     "the token id read per element (a sector per warp access), wpe once per sequence (B times)"},
 };
 
 // The kernels of kernels/*.cuh that no row models: the paths the bf16 GPT-2 step does not

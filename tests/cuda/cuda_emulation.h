@@ -91,10 +91,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <map>
 #include <vector>
 
 #include "memory_check.h"

@@ -902,7 +902,7 @@ void classifier_case(std::mt19937& rng, int N, int V, int Vp, float dloss) {
 
 TEST_CASE("classifier: losses and the gradient (fp32 in place, 16-bit over the rows) vs the CPU") {
   std::mt19937 rng(9);
-  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64},         {2, 777, 777},
+  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64},       {2, 777, 777},
                            {2, 1500, 1536}, {2, 50257, 50304}, {2, 60000, 60032}};
   for (const auto& sh : shapes) {
     const int N = sh[0], V = sh[1], Vp = sh[2];

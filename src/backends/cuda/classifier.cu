@@ -30,8 +30,8 @@ void classifier(Ctx& c, const float* logits, float* losses, const int32_t* targe
     G* dl = static_cast<G*>(dlogits);
     const size_t smem = staged_bytes(V);
     if (smem > stage_limit(c.prop)) {
-      launch(classifier_kernel<G>, unsigned(N), kThreads, 0, c.stream, logits, losses, targets,
-             dl, ld, dloss, V, Vp);
+      launch(classifier_kernel<G>, unsigned(N), kThreads, 0, c.stream, logits, losses, targets, dl,
+             ld, dloss, V, Vp);
       TG_LAUNCH_CHECK();
       return;
     }
