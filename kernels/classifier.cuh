@@ -19,6 +19,9 @@ namespace tg::gpu {
 
 // The smem kernel's static shared memory is under this (the launcher adds it to the dynamic).
 inline constexpr size_t kClassifierStaticSmem = 256;
+// Its block: at GPT-2's 201 KB of shared memory one block per SM, so as many threads (loads in
+// flight) as a block may have; the launch bounds keep its registers within 64 a thread.
+inline constexpr int kClassifierThreads = 1024;
 
 // Copies z[0, V) into s and returns this thread's max of it: 16-byte packs where the launcher
 // found the row aligned (kVec), then the scalars the packs leave.
@@ -95,8 +98,9 @@ __device__ __forceinline__ void classifier_grad(G* g, const float* e, int V, int
 // overlap the row's bytes in any way. The target is read once per row (by thread 0), not
 // per warp; an out-of-range target leaves the loss NaN.
 template <typename G, bool kVec>
-__global__ void classifier_smem_kernel(const float* logits, float* losses, const int32_t* targets,
-                                       G* dlogits, size_t ld, float dloss, int V, int Vp) {
+__global__ void __launch_bounds__(kClassifierThreads)
+    classifier_smem_kernel(const float* logits, float* losses, const int32_t* targets, G* dlogits,
+                           size_t ld, float dloss, int V, int Vp) {
   __shared__ float shared[32];
   __shared__ int tgt_s;
   __shared__ float zt;

@@ -10,9 +10,7 @@
 namespace tg::gpu {
 
 namespace {
-// The smem kernel: 1024 threads, a block per SM at GPT-2's 201 KB of shared memory, as many
-// loads in flight as one block can have.
-constexpr int kStagedThreads = 1024, kThreads = 512;
+constexpr int kThreads = 512;                      // the unstaged kernel's block
 constexpr size_t kDefaultSmem = size_t(48) << 10;  // a block's without opting in
 
 size_t staged_bytes(int V) { return (size_t(V) * 4 + 15) / 16 * 16; }
@@ -43,7 +41,7 @@ void classifier(Ctx& c, const float* logits, float* losses, const int32_t* targe
     if (smem + kClassifierStaticSmem > kDefaultSmem)
       TG_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    launch(kernel, unsigned(N), kStagedThreads, smem, c.stream, logits, losses, targets, dl, ld,
+    launch(kernel, unsigned(N), kClassifierThreads, smem, c.stream, logits, losses, targets, dl, ld,
            dloss, V, Vp);
     TG_LAUNCH_CHECK();
   });
