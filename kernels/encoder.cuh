@@ -77,7 +77,10 @@ __global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T
 // with token bucket_tok[k]. A warp per bucket, blockDim.x / 32 (at most 32) buckets per block:
 // the block reads its buckets' token ids and starts together (a sector per 8 buckets, not a
 // sector per warp and index), each warp its bucket's positions 32 at a time, handed round by
-// shuffles; lane l adds channel groups l, l + 32, ... (K channels each; C a multiple of K).
+// shuffles. Lane l carries kWteGroups channel groups of K (C a multiple of K) at once, groups
+// l, l + 32, ...: a common token's long bucket is one warp's chain of adds, and the loads of a
+// position's groups (GPT-2's C 768 in bf16: 3) are in flight together.
+inline constexpr int kWteGroups = 4;
 template <typename T, int K>
 __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int32_t* bucket_tok,
                                             const int32_t* bucket_start, const int32_t* bucket_pos,
@@ -91,25 +94,32 @@ __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int32_
   if (k0 + w >= nb) return;  // the whole warp: its shuffles below see no exited lane
   T* row = dwte + size_t(s_tok[w]) * C;
   const int begin = s_start[w], end = s_start[w + 1];
-  // Every lane through every group of 32 K channels (the shuffles need the whole warp); the
-  // positions are read again for each group (3 times at GPT-2's C 768 in bf16, a sector per
-  // 32 positions each time).
-  for (int c0 = 0; c0 < C; c0 += 32 * K) {
-    const int c = c0 + lane * K;
-    const bool on = c < C;
-    ChannelGroup<T, K> acc{};
-    if (on) acc = load_group<T, K>(row + c);
+  // Every lane through every span of kWteGroups x 32 groups (the shuffles need the whole warp);
+  // rows over such a span (C over 1024 in bf16) read the positions again per span.
+  for (int c0 = 0; c0 < C; c0 += kWteGroups * 32 * K) {
+    ChannelGroup<T, K> acc[kWteGroups]{};
+    for (int g = 0; g < kWteGroups; g++) {
+      const int c = c0 + (g * 32 + lane) * K;
+      if (c < C) acc[g] = load_group<T, K>(row + c);
+    }
     for (int j0 = begin; j0 < end; j0 += 32) {
       const int32_t mine = j0 + lane < end ? bucket_pos[j0 + lane] : 0;
       const int m = min(32, end - j0);
       for (int q = 0; q < m; q++) {
-        const int32_t pos = __shfl_sync(0xffffffffu, mine, q);
-        if (!on) continue;
-        const ChannelGroup<T, K> d = load_group<T, K>(dout + size_t(pos) * C + c);
-        for (int k = 0; k < K; k++) acc.v[k] = st<T>(ld(acc.v[k]) + ld(d.v[k]));
+        const T* d = dout + size_t(__shfl_sync(0xffffffffu, mine, q)) * C;
+#pragma unroll
+        for (int g = 0; g < kWteGroups; g++) {
+          const int c = c0 + (g * 32 + lane) * K;
+          if (c >= C) continue;
+          const ChannelGroup<T, K> x = load_group<T, K>(d + c);
+          for (int k = 0; k < K; k++) acc[g].v[k] = st<T>(ld(acc[g].v[k]) + ld(x.v[k]));
+        }
       }
     }
-    if (on) store_group<T, K>(row + c, acc);
+    for (int g = 0; g < kWteGroups; g++) {
+      const int c = c0 + (g * 32 + lane) * K;
+      if (c < C) store_group<T, K>(row + c, acc[g]);
+    }
   }
 }
 
