@@ -166,6 +166,18 @@ void attention_backward(bool fallback, E* dqkv, const E* dout, const E* qkv, con
   gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
   wait_device();
 }
+// attention.cu's att and dqkv on a device whose blocks have `smem` bytes of shared memory
+// (sharedMemPerBlock, without opting in): it sets how many rows a softmax block stages, or none.
+template <typename E>
+void attention_at_smem(size_t smem, E* att, E* dqkv, const E* qkv, const E* dout, int B, int T,
+                       int Cn, int NH) {
+  gpu::Ctx c = emu_ctx();
+  c.prop.sharedMemPerBlock = smem;
+  Buf<E> out(size_t(B) * T * Cn);
+  gpu::attention_forward(c, dtype_of<E>(), out.p, att, qkv, B, T, Cn, NH);
+  gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
+  wait_device();
+}
 // attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
 template <typename E, int KJ>
 void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
@@ -782,6 +794,31 @@ TEST_CASE("attention forward and backward (batched GEMMs: cuBLASLt and cuBLAS) v
         check_emu();
       })
     }
+}
+
+// The softmax kernels that stage each row in shared memory (8 rows a block, or fewer where the
+// block's shared memory holds fewer: a partial last block) compute the values of the kernels
+// that read the row from global memory again (a device with no shared memory to spare here;
+// rows past T 12288 forward, 8192 backward in bf16), in the same order: the same bits.
+TEST_CASE("attention softmax: rows staged in shared memory or not, bit-identical") {
+  std::mt19937 rng(8);
+  const int B = 2, T = 70, Cn = 64, NH = 2;  // 280 rows; up to 3 scores a lane
+  FOR_TYPES({
+    CAPTURE(tname<E>());
+    const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
+    Buf<E> qkv(3 * btc), dout(btc), att(natt), dqkv(3 * btc), att1(natt), dqkv1(3 * btc);
+    fill(qkv.p, qkv.n, rng);
+    fill(dout.p, dout.n, rng);
+    attention_at_smem<E>(emu::kDefaultDynamicSmem, att.p, dqkv.p, qkv.p, dout.p, B, T, Cn, NH);
+    // 3 rows a block backward (4 or 6 forward), then none
+    for (const size_t smem : {size_t(3) * T * (4 + sizeof(E)), size_t(0)}) {
+      CAPTURE(smem);
+      attention_at_smem<E>(smem, att1.p, dqkv1.p, qkv.p, dout.p, B, T, Cn, NH);
+      CHECK(bit_diffs(att.p, att1.p, natt) == 0);
+      CHECK(bit_diffs(dqkv.p, dqkv1.p, 3 * btc) == 0);
+    }
+    check_emu();
+  })
 }
 
 TEST_CASE("attention permutes: bit-exact round trips") {
