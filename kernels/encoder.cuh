@@ -76,20 +76,25 @@ __global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T
 // Bucket k holds positions bucket_pos[bucket_start[k] .. bucket_start[k+1]) (ascending), all
 // with token bucket_tok[k]. A warp per bucket, blockDim.x / 32 (at most 32) buckets per block:
 // the block reads its buckets' token ids and starts together (a sector per 8 buckets, not a
-// sector per warp and index), each warp its bucket's positions 32 at a time, handed round by
-// shuffles. Lane l carries kWteGroups channel groups of K (C a multiple of K) at once, groups
-// l, l + 32, ...: a common token's long bucket is one warp's chain of adds, and the loads of a
-// position's groups (GPT-2's C 768 in bf16: 3) are in flight together.
-inline constexpr int kWteGroups = 4;
+// sector per warp and index), then the first kWtePositions of its buckets' positions, which
+// lie together (a sector per 8 positions, not one per bucket of rare tokens' one or two); each
+// warp takes its bucket's positions 32 at a time from there (past them, from global memory),
+// handed round by shuffles. Lane l carries kWteGroups channel groups of K (C a multiple of K)
+// at once, groups l, l + 32, ...: a common token's long bucket is one warp's chain of adds,
+// and the loads of a position's groups (GPT-2's C 768 in bf16: 3) are in flight together.
+inline constexpr int kWteGroups = 4, kWtePositions = 256;
 template <typename T, int K>
 __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int32_t* bucket_tok,
                                             const int32_t* bucket_start, const int32_t* bucket_pos,
                                             int nb, int C) {
-  __shared__ int32_t s_tok[32], s_start[33];
+  __shared__ int32_t s_tok[32], s_start[33], s_pos[kWtePositions];
   const int warps = int(blockDim.x / 32), lane = int(threadIdx.x % 32), w = int(threadIdx.x / 32);
   const int k0 = int(blockIdx.x) * warps, i = int(threadIdx.x);
   if (i < warps && k0 + i < nb) s_tok[i] = bucket_tok[k0 + i];
   if (i <= warps && k0 + i <= nb) s_start[i] = bucket_start[k0 + i];
+  __syncthreads();
+  const int base = s_start[0], staged = min(s_start[min(warps, nb - k0)] - base, kWtePositions);
+  for (int j = i; j < staged; j += int(blockDim.x)) s_pos[j] = bucket_pos[base + j];
   __syncthreads();
   if (k0 + w >= nb) return;  // the whole warp: its shuffles below see no exited lane
   T* row = dwte + size_t(s_tok[w]) * C;
@@ -103,7 +108,8 @@ __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int32_
       if (c < C) acc[g] = load_group<T, K>(row + c);
     }
     for (int j0 = begin; j0 < end; j0 += 32) {
-      const int32_t mine = j0 + lane < end ? bucket_pos[j0 + lane] : 0;
+      const int j = j0 + lane;
+      const int32_t mine = j >= end ? 0 : j - base < staged ? s_pos[j - base] : bucket_pos[j];
       const int m = min(32, end - j0);
       for (int q = 0; q < m; q++) {
         const T* d = dout + size_t(__shfl_sync(0xffffffffu, mine, q)) * C;

@@ -415,8 +415,10 @@ TEST_CASE("the kernels' ld/st: bit-exact with src/numerics/formats.h and the CPU
 
 TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp16)") {
   std::mt19937 rng(1);
-  // B, T, C, V; the last: buckets of over 32 positions (the wte kernel's chunks of positions)
-  const int shapes[][4] = {{2, 5, 37, 9}, {3, 7, 300, 4}, {1, 64, 40, 100}, {4, 32, 40, 3}};
+  // B, T, C, V; the last two: buckets of over 32 positions (the wte kernel's chunks of
+  // positions), a block's over the 256 it stages in shared memory
+  const int shapes[][4] = {
+      {2, 5, 37, 9}, {3, 7, 300, 4}, {1, 64, 40, 100}, {4, 32, 40, 3}, {8, 64, 24, 5}};
   for (const auto& sh : shapes) {
     const int B = sh[0], T = sh[1], Cn = sh[2], V = sh[3];
     CAPTURE(B);

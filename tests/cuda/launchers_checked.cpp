@@ -74,8 +74,9 @@ TEST_CASE("checked: encoder, residual, GELU (packed, scalar, ragged)") {
   take_reports();
   FOR_TYPES({
     encoder_case<E>(c, 2, 5, 40, 11);
-    encoder_case<E>(c, 1, 3, 300, 4);  // C over one block of threads
-    encoder_case<E>(c, 2, 40, 16, 2);  // buckets of over 32 positions
+    encoder_case<E>(c, 1, 3, 300, 4);   // C over one block of threads
+    encoder_case<E>(c, 2, 40, 16, 2);   // buckets of over 32 positions
+    encoder_case<E>(c, 4, 100, 16, 3);  // a block's over the 256 it stages
     for (size_t n : {size_t(1024), size_t(1003)})
       for (size_t skew : {size_t(0), size_t(1)}) elementwise_case<E>(c, n, skew);
   })
