@@ -7,7 +7,11 @@
 //   backward: dy <- dout (permute);  dP = dy v^T (GEMM, fp32);  dv = att^T dy (GEMM);
 //             dS = att * (dP - sum_u att dP) * scale (softmax backward, stored in T);
 //             dq = dS k, dk = dS^T q (GEMMs);  dqkv <- dq, dk, dv (unpermute)
-// The softmax kernels give one warp to each row (b, h, t) and read only u <= t.
+// The softmax kernels give one warp to each row (b, h, t) and read only u <= t. The `_smem`
+// kernels (the launcher's choice wherever a warp's row fits the block's shared memory: T up to
+// 8192 in bf16) stage the row in shared memory and read each score, dP and att value from
+// global memory once; the others read the row twice (backward) or three times (forward). Both
+// compute the same values in the same order: att and dS are bit-identical between them.
 //
 // fused forward (attention_forward_fused_kernel, opt-in with cuda.attention=fused, head
 // sizes 32/64/96/128): one warp per query row reads q, k, v straight from qkv (no permutes,
@@ -101,6 +105,38 @@ __global__ void attention_softmax_forward_kernel(T* att, const float* S, int row
   for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? expf(s[u] - m) * inv : 0.f);
 }
 
+// attention_softmax_forward_kernel's att, each score read from global memory once: the warp's
+// lanes copy their scores (u = lane + 32 j <= t) into the warp's T floats of dynamic shared
+// memory as they take the max, replace each by exp(s - m) as they sum them (each lane in the
+// order of the three-pass kernel's sum), and write the probabilities from there. A lane reads
+// back only what it staged itself, so no barrier is needed. Shared memory: T floats a warp.
+template <typename T>
+__global__ void attention_softmax_forward_smem_kernel(T* att, const float* S, int rows, int T_) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + warp;
+  if (row >= rows) return;
+  const int t = row % T_;
+  const float* s = S + size_t(row) * T_;
+  float* e = dynamic_smem<float>() + size_t(warp) * T_;
+  float m = -INFINITY;
+  for (int u = lane; u <= t; u += 32) {
+    const float x = s[u];
+    e[u] = x;
+    m = fmaxf(m, x);
+  }
+  m = warp_max(m);
+  float sum = 0;
+  for (int u = lane; u <= t; u += 32) {
+    const float x = expf(e[u] - m);
+    e[u] = x;
+    sum += x;
+  }
+  sum = warp_sum(sum);
+  const float inv = 1.f / sum;
+  T* a = att + size_t(row) * T_;
+  for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? e[u] * inv : 0.f);
+}
+
 // dS row = att * (dP - sum_u att dP) * scale for u <= t, zeros for u > t.
 template <typename T>
 __global__ void attention_softmax_backward_kernel(T* dS, const float* dP, const T* att, int rows,
@@ -117,6 +153,36 @@ __global__ void attention_softmax_backward_kernel(T* dS, const float* dP, const 
   dot = warp_sum(dot);
   for (int u = lane; u < T_; u += 32)
     ds[u] = st<T>(u <= t ? ld(a[u]) * (dp[u] - dot) * scale : 0.f);
+}
+
+// attention_softmax_backward_kernel's dS, each dP and att value read from global memory once:
+// the warp's lanes copy their dP (T floats a warp) and att (T elements a warp, after every
+// warp's dP) into dynamic shared memory as they sum the dot product (each lane in the
+// three-pass kernel's order), then write dS from there. A lane reads back only what it staged
+// itself: no barrier. Shared memory: T (4 + sizeof(T)) bytes a warp.
+template <typename T>
+__global__ void attention_softmax_backward_smem_kernel(T* dS, const float* dP, const T* att,
+                                                       int rows, int T_, float scale) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int row = blockIdx.x * warps + warp;
+  if (row >= rows) return;
+  const int t = row % T_;
+  const float* dp = dP + size_t(row) * T_;
+  const T* a = att + size_t(row) * T_;
+  float* sp = dynamic_smem<float>() + size_t(warp) * T_;
+  T* sa = reinterpret_cast<T*>(dynamic_smem<float>() + size_t(warps) * T_) + size_t(warp) * T_;
+  float dot = 0;
+  for (int u = lane; u <= t; u += 32) {
+    const T x = a[u];
+    const float y = dp[u];
+    sa[u] = x;
+    sp[u] = y;
+    dot += ld(x) * y;
+  }
+  dot = warp_sum(dot);
+  T* ds = dS + size_t(row) * T_;
+  for (int u = lane; u < T_; u += 32)
+    ds[u] = st<T>(u <= t ? ld(sa[u]) * (sp[u] - dot) * scale : 0.f);
 }
 
 // One warp per row (b, h, t); lane holds q[lane + 32 j], j < KJ (hs = 32 KJ).

@@ -5,11 +5,118 @@
 //   G (fp32 in place; bf16 / fp16, the model's compute type, over the first half of the row's
 //   fp32 bytes: Backend::classifier, dlogits_view), 0 in the padding V..Vp-1 -- the
 //   probabilities never get a buffer of their own, and the lm_head's backward GEMMs read G.
-// Two block reductions (max, then sum of exp), one pass writing the gradient.
+// classifier_smem_kernel, wherever the row's V fp32 logits fit a block's dynamic shared
+// memory (GPT-2's V 50257: 201 KB of an H100's or H200's 227 KiB): the row read from global
+// memory once, into shared memory, with its max; each exponential computed once over the
+// staged row and kept in its logit's place, with their sum; the gradient written from them.
+// Global memory sees the row read once and G written once, the minimum.
+// classifier_kernel, for rows too wide to stage: two block reductions (max, then sum of exp)
+// and one pass writing the gradient, each reading the row from global memory.
 #pragma once
 #include "common.cuh"
 
 namespace tg::gpu {
+
+// The smem kernel's static shared memory is under this (the launcher adds it to the dynamic).
+inline constexpr size_t kClassifierStaticSmem = 256;
+// Its block: at GPT-2's 201 KB of shared memory one block per SM, so as many threads (loads in
+// flight) as a block may have; the launch bounds keep its registers within 64 a thread.
+inline constexpr int kClassifierThreads = 1024;
+
+// Copies z[0, V) into s and returns this thread's max of it: 16-byte packs where the launcher
+// found the row aligned (kVec), then the scalars the packs leave.
+template <bool kVec>
+__device__ __forceinline__ float classifier_stage(float* s, const float* z, int V) {
+  float m = -INFINITY;
+  int i0 = 0;
+  if constexpr (kVec) {
+    const int packs = V / 4;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack16<float> x = load16(z + 4 * size_t(p));
+      store16(s + 4 * p, x);
+      for (int k = 0; k < 4; k++) m = fmaxf(m, x.v[k]);
+    }
+    i0 = 4 * packs;
+  }
+  for (int i = i0 + threadIdx.x; i < V; i += blockDim.x) {
+    const float x = z[i];
+    s[i] = x;
+    m = fmaxf(m, x);
+  }
+  return m;
+}
+
+// Replaces each staged logit by exp(z - m) and returns this thread's sum of them. Each entry
+// has one owner here, which reads the target's logit (into *zt) before overwriting it.
+template <bool kVec>
+__device__ __forceinline__ float classifier_exp(float* s, int V, float m, int tgt, float* zt) {
+  float sum = 0;
+  int i0 = 0;
+  if constexpr (kVec) {
+    const int packs = V / 4;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      Pack16<float> x = load16(s + 4 * p);
+      for (int k = 0; k < 4; k++) {
+        if (4 * p + k == tgt) *zt = x.v[k];
+        x.v[k] = expf(x.v[k] - m);
+        sum += x.v[k];
+      }
+      store16(s + 4 * p, x);
+    }
+    i0 = 4 * packs;
+  }
+  for (int i = i0 + threadIdx.x; i < V; i += blockDim.x) {
+    if (i == tgt) *zt = s[i];
+    const float e = expf(s[i] - m);
+    s[i] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// g[0, Vp) from the exponentials e[0, V) and 1 / their sum: packs of G where aligned (kVec).
+template <typename G, bool kVec>
+__device__ __forceinline__ void classifier_grad(G* g, const float* e, int V, int Vp, int tgt,
+                                                float dloss, float inv) {
+  auto val = [&](int i) { return i < V ? dloss * (e[i] * inv - (i == tgt ? 1.f : 0.f)) : 0.f; };
+  int i0 = 0;
+  if constexpr (kVec) {
+    constexpr int kN = Pack16<G>::N;
+    const int packs = Vp / kN;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      Pack16<G> o;
+      for (int k = 0; k < kN; k++) o.v[k] = st<G>(val(kN * p + k));
+      store16(g + kN * size_t(p), o);
+    }
+    i0 = kN * packs;
+  }
+  for (int i = i0 + threadIdx.x; i < Vp; i += blockDim.x) g[i] = st<G>(val(i));
+}
+
+// The row in dynamic shared memory (V floats, 16-byte aligned). Every global read (the row,
+// the target) comes before the first barrier, every global write after the last, so G may
+// overlap the row's bytes in any way. The target is read once per row (by thread 0), not
+// per warp; an out-of-range target leaves the loss NaN.
+template <typename G, bool kVec>
+__global__ void __launch_bounds__(kClassifierThreads)
+    classifier_smem_kernel(const float* logits, float* losses, const int32_t* targets, G* dlogits,
+                           size_t ld, float dloss, int V, int Vp) {
+  __shared__ float shared[32];
+  __shared__ int tgt_s;
+  __shared__ float zt;
+  float* s = dynamic_smem<float>();
+  const int n = blockIdx.x;
+  if (threadIdx.x == 0) {
+    tgt_s = targets[n];
+    zt = NAN;
+  }
+  const float m = block_reduce<true>(classifier_stage<kVec>(s, logits + size_t(n) * Vp, V), shared);
+  const int tgt = tgt_s;
+  const float sum = block_reduce<false>(classifier_exp<kVec>(s, V, m, tgt, &zt), shared);
+  if (threadIdx.x == 0) losses[n] = (m + logf(sum)) - zt;
+  if (dloss == 0.f) return;
+  classifier_grad<G, kVec>(dlogits + size_t(n) * ld, s, V, Vp, tgt, dloss, 1.f / sum);
+}
 
 // dlogits: row n at dlogits + n * ld; it may be the logits' own memory (no __restrict__).
 template <typename G>

@@ -29,7 +29,14 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : a == cudaDevAttrMultiProcessorCount ? 1 : 0;
   return cudaSuccess;
 }
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+// Records a kernel's opt-in to more dynamic shared memory (emu::dynamic_smem_optin, checked at
+// each launch); more than the device's opt-in limit fails, as on the GPU.
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute a, int v) {
+  if (a != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (v < 0 || size_t(v) > emu::kOptinDynamicSmem) return cudaErrorInvalidValue;
+  emu::dynamic_smem_optin()[kernel] = size_t(v);
+  return cudaSuccess;
+}
 
 const char* cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS error"; }
 

@@ -10,7 +10,8 @@
 //     is `thread_local` (a kernel's shared arrays are function statics: blocks run one at a
 //     time, all fibers on one OS thread; `extern __shared__`, the dynamic shared memory, is
 //     common.cuh's dynamic_smem(), here one buffer of kMaxDynamicSmem bytes filled with 0xFF
-//     bytes before each block);
+//     bytes before each block; a launch past the default 48 KiB needs its kernel's
+//     cudaFuncSetAttribute opt-in, as on the GPU);
 //   - the CUDA runtime, cuBLAS, cuBLASLt and NCCL calls the backend makes are host stand-ins
 //     (tests/cuda/cuda_emulation.cpp, runtime_emulation.cpp, stream_emulation.cpp,
 //     cublaslt_emulation.cpp, nccl_emulation.cpp: one device with one multiprocessor, GEMMs as
@@ -56,7 +57,8 @@
 // on global memory between threads or blocks go unseen), __syncwarp and warp-synchronous code
 // without shuffles, 2-D/3-D blocks, nvcc's code generation (FMA contraction, fast-math
 // intrinsics), device libm accuracy (expf, tanhf, ... are the host's), resource limits
-// (registers, grid size; shared memory only as far as kMaxDynamicSmem goes), concurrency
+// (registers, grid size, static shared memory; the dynamic only as far as kMaxDynamicSmem
+// and the opt-in go), concurrency
 // between streams, the per-thread default stream.
 #pragma once
 #define TG_CUDA_EMULATION 1
@@ -89,6 +91,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -106,6 +109,21 @@ namespace tg::gpu {
 inline constexpr size_t kMaxDynamicSmem = 228 * 1024;  // Hopper's per-block maximum
 alignas(16) inline thread_local unsigned char tg_dynamic_smem[kMaxDynamicSmem];
 }  // namespace tg::gpu
+
+namespace emu {
+// A block's dynamic shared memory without opting in, and the most it may opt into (the
+// emulated device's sharedMemPerBlockOptin: Hopper's 227 KiB, static shared memory included
+// on the GPU, which the emulation does not size).
+inline constexpr size_t kDefaultDynamicSmem = 48 * 1024, kOptinDynamicSmem = 227 * 1024;
+// What each kernel opted into: cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) records it here (cuda_emulation.cpp). A
+// launch with more dynamic shared memory than the default and its kernel's opt-in is an
+// error, as the launch fails on the GPU.
+inline std::map<const void*, size_t>& dynamic_smem_optin() {
+  static std::map<const void*, size_t> m;
+  return m;
+}
+}  // namespace emu
 
 namespace emu {
 
@@ -407,6 +425,14 @@ void run_kernel(dim3 grid, dim3 block3, size_t smem, void (*kernel)(P...), A... 
   if (smem > tg::gpu::kMaxDynamicSmem) {
     error("dynamic shared memory of " + std::to_string(smem) + " bytes: more than emulated");
     return;
+  }
+  if (smem > kDefaultDynamicSmem) {
+    const auto it = dynamic_smem_optin().find(reinterpret_cast<const void*>(kernel));
+    if (it == dynamic_smem_optin().end() || it->second < smem) {
+      error("dynamic shared memory of " + std::to_string(smem) +
+            " bytes: over 48 KiB and over what the kernel opted into (cudaFuncSetAttribute)");
+      return;
+    }
   }
   const unsigned block = block3.x;
   block_dim = dim3(block);

@@ -178,7 +178,9 @@ inline gpu::Ctx& emu_ctx() {
   static gpu::HostStaging staging;
   static gpu::Ctx c = [] {
     gpu::Ctx x;
-    x.prop.multiProcessorCount = 1;
+    x.prop.multiProcessorCount = 1;  // the emulated device's (runtime_emulation.cpp)
+    x.prop.sharedMemPerBlock = emu::kDefaultDynamicSmem;
+    x.prop.sharedMemPerBlockOptin = emu::kOptinDynamicSmem;
     x.staging = &staging;
     cublasCreate(&x.blas);  // its GEMMs on the legacy stream (the emulated calls cannot fail)
     cublasLtCreate(&x.lt);

@@ -166,6 +166,18 @@ void attention_backward(bool fallback, E* dqkv, const E* dout, const E* qkv, con
   gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
   wait_device();
 }
+// attention.cu's att and dqkv on a device whose blocks have `smem` bytes of shared memory
+// (sharedMemPerBlock, without opting in): it sets how many rows a softmax block stages, or none.
+template <typename E>
+void attention_at_smem(size_t smem, E* att, E* dqkv, const E* qkv, const E* dout, int B, int T,
+                       int Cn, int NH) {
+  gpu::Ctx c = emu_ctx();
+  c.prop.sharedMemPerBlock = smem;
+  Buf<E> out(size_t(B) * T * Cn);
+  gpu::attention_forward(c, dtype_of<E>(), out.p, att, qkv, B, T, Cn, NH);
+  gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
+  wait_device();
+}
 // attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
 template <typename E, int KJ>
 void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
@@ -327,6 +339,54 @@ TEST_CASE("emulation: async copies use pinned memory when they run; frees wait f
   check_emu();
 }
 
+namespace {
+struct SmemKernels {
+  static void fill(float* out, int n) {
+    float* s = gpu::dynamic_smem<float>();
+    for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) s[i] = float(i);
+    __syncthreads();
+    if (threadIdx.x == 0) *out = s[n - 1];
+  }
+  static void other(float* out, int n) {
+    fill(out, n);
+    if (threadIdx.x == 0) *out += 1;
+  }
+};
+}  // namespace
+
+// As on the GPU: a launch past the default 48 KiB of dynamic shared memory runs only once its
+// kernel has opted into that much, and no kernel opts into more than the device's 227 KiB.
+TEST_CASE("emulation: dynamic shared memory past 48 KiB needs the kernel's opt-in") {
+  Buf<float> out(1, 0);
+  const size_t big = 100 * 1024;
+  const int n = int(big / 4);
+  emu::launch(dim3(1), dim3(64), emu::kDefaultDynamicSmem, nullptr, &SmemKernels::fill, out.p,
+              int(emu::kDefaultDynamicSmem / 4));
+  wait_device();
+  CHECK(emu::errors().empty());
+  emu::launch(dim3(1), dim3(64), big, nullptr, &SmemKernels::fill, out.p, n);
+  wait_device();
+  CHECK(has_error("opted into"));
+  CHECK(out[0] == float(emu::kDefaultDynamicSmem / 4 - 1));  // the launch did not run
+  const void* k = reinterpret_cast<const void*>(&SmemKernels::fill);
+  CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(emu::kOptinDynamicSmem + 4)) == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(big)) ==
+          cudaSuccess);
+  emu::launch(dim3(1), dim3(64), big, nullptr, &SmemKernels::fill, out.p, n);
+  wait_device();
+  CHECK(emu::errors().empty());
+  CHECK(out[0] == float(n - 1));
+  // The opt-in is the kernel's own, and only as large as asked.
+  emu::launch(dim3(1), dim3(64), big, nullptr, &SmemKernels::other, out.p, n);
+  wait_device();
+  CHECK(has_error("opted into"));
+  emu::launch(dim3(1), dim3(64), big + 16, nullptr, &SmemKernels::fill, out.p, n);
+  wait_device();
+  CHECK(has_error("opted into"));
+  check_emu();
+}
+
 TEST_CASE("the kernels' ld/st: bit-exact with src/numerics/formats.h and the CPU's storage.h") {
   // Every 16-bit code widened; fp32 values narrowed on a stride through all bit patterns.
   // (On the host, cuda_fp16.h's __half2float/__float2half_rn; the device's _rn conversions
@@ -355,7 +415,10 @@ TEST_CASE("the kernels' ld/st: bit-exact with src/numerics/formats.h and the CPU
 
 TEST_CASE("encoder forward and backward: bit-exact with the CPU (fp32, bf16, fp16)") {
   std::mt19937 rng(1);
-  const int shapes[][4] = {{2, 5, 37, 9}, {3, 7, 300, 4}, {1, 64, 40, 100}};  // B, T, C, V
+  // B, T, C, V; the last two: buckets of over 32 positions (the wte kernel's chunks of
+  // positions), a block's over the 256 it stages in shared memory
+  const int shapes[][4] = {
+      {2, 5, 37, 9}, {3, 7, 300, 4}, {1, 64, 40, 100}, {4, 32, 40, 3}, {8, 64, 24, 5}};
   for (const auto& sh : shapes) {
     const int B = sh[0], T = sh[1], Cn = sh[2], V = sh[3];
     CAPTURE(B);
@@ -735,6 +798,31 @@ TEST_CASE("attention forward and backward (batched GEMMs: cuBLASLt and cuBLAS) v
     }
 }
 
+// The softmax kernels that stage each row in shared memory (8 rows a block, or fewer where the
+// block's shared memory holds fewer: a partial last block) compute the values of the kernels
+// that read the row from global memory again (a device with no shared memory to spare here;
+// rows past T 12288 forward, 8192 backward in bf16), in the same order: the same bits.
+TEST_CASE("attention softmax: rows staged in shared memory or not, bit-identical") {
+  std::mt19937 rng(8);
+  const int B = 2, T = 70, Cn = 64, NH = 2;  // 280 rows; up to 3 scores a lane
+  FOR_TYPES({
+    CAPTURE(tname<E>());
+    const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
+    Buf<E> qkv(3 * btc), dout(btc), att(natt), dqkv(3 * btc), att1(natt), dqkv1(3 * btc);
+    fill(qkv.p, qkv.n, rng);
+    fill(dout.p, dout.n, rng);
+    attention_at_smem<E>(emu::kDefaultDynamicSmem, att.p, dqkv.p, qkv.p, dout.p, B, T, Cn, NH);
+    // 3 rows a block backward (4 or 6 forward), then none
+    for (const size_t smem : {size_t(3) * T * (4 + sizeof(E)), size_t(0)}) {
+      CAPTURE(smem);
+      attention_at_smem<E>(smem, att1.p, dqkv1.p, qkv.p, dout.p, B, T, Cn, NH);
+      CHECK(bit_diffs(att.p, att1.p, natt) == 0);
+      CHECK(bit_diffs(dqkv.p, dqkv1.p, 3 * btc) == 0);
+    }
+    check_emu();
+  })
+}
+
 TEST_CASE("attention permutes: bit-exact round trips") {
   std::mt19937 rng(7);
   const gpu::Ctx c = make_ctx();
@@ -808,9 +896,11 @@ TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
 }
 
 // The gradient in E over the logits' own rows (backend.h's dlogits_view): fp32 in place, or
-// 16-bit values in the first half of each fp32 row, rows 2 Vp apart. Vp > 512 (the block size)
-// takes the kernel's barrier per chunk: without it, the emulation's schedule (each thread up to
-// its next barrier) lets a thread's second chunk overwrite logits another has yet to read.
+// 16-bit values in the first half of each fp32 row, rows 2 Vp apart. Rows whose V fp32 logits
+// fit a block's shared memory are staged there (V 50257 past the default 48 KiB); wider ones
+// (V 60000) take the unstaged kernel's barrier per chunk: without it, the emulation's schedule
+// (each thread up to its next barrier) lets a thread's second chunk overwrite logits another
+// has yet to read.
 template <typename E>
 void classifier_case(std::mt19937& rng, int N, int V, int Vp, float dloss) {
   CAPTURE(tname<E>());
@@ -852,7 +942,8 @@ void classifier_case(std::mt19937& rng, int N, int V, int Vp, float dloss) {
 
 TEST_CASE("classifier: losses and the gradient (fp32 in place, 16-bit over the rows) vs the CPU") {
   std::mt19937 rng(9);
-  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64}, {2, 777, 777}, {2, 1500, 1536}};
+  const int shapes[][3] = {{3, 1000, 1024}, {5, 50, 64},       {2, 777, 777},
+                           {2, 1500, 1536}, {2, 50257, 50304}, {2, 60000, 60032}};
   for (const auto& sh : shapes) {
     const int N = sh[0], V = sh[1], Vp = sh[2];
     CAPTURE(N);

@@ -74,7 +74,9 @@ TEST_CASE("checked: encoder, residual, GELU (packed, scalar, ragged)") {
   take_reports();
   FOR_TYPES({
     encoder_case<E>(c, 2, 5, 40, 11);
-    encoder_case<E>(c, 1, 3, 300, 4);  // C over one block of threads
+    encoder_case<E>(c, 1, 3, 300, 4);   // C over one block of threads
+    encoder_case<E>(c, 2, 40, 16, 2);   // buckets of over 32 positions
+    encoder_case<E>(c, 4, 100, 16, 3);  // a block's over the 256 it stages
     for (size_t n : {size_t(1024), size_t(1003)})
       for (size_t skew : {size_t(0), size_t(1)}) elementwise_case<E>(c, n, skew);
   })
@@ -122,9 +124,11 @@ TEST_CASE("checked: AdamW (host and device factors), conversions, norms, classif
         gpu::convert(c, dst, d.p, src, s->p, n, Rounding{sr, 5, 9});
       }
   // fp32 dlogits in place, and 16-bit ones over the first half of each fp32 row (the lm_head's
-  // layout: a block reads each chunk of its row before it writes over it); Vp = 1152 spans
-  // several of the kernel's chunks.
-  for (int Vp : {64, 1152})
+  // layout). The row staged in shared memory (kernels/classifier.cuh's smem kernel) in 16-byte
+  // packs (Vp 64, 1152) or not (Vp 90), past the default 48 KiB (Vp 12800) up to the most a
+  // block may opt into (Vp 58048 at V = Vp); wider rows (Vp 58112) through the kernel that
+  // reads each chunk of its row before it writes over it (many of its chunks).
+  for (int Vp : {64, 90, 1152, 12800, 58048, 58112})
     for (int V : {Vp - 14, Vp})
       for (DType g : types) {
         const int N = 3;
@@ -231,6 +235,13 @@ void attention_case(int B, int T, int NH, int hs) {
   for (const char* kind : {"cublas", "fused"}) {
     gpu::Ctx c = checked_ctx();
     c.opt.attention = kind;
+    Dev<E> out(nout), att(size_t(B) * NH * T * T), dqkv(nqkv);
+    gpu::attention_forward(c, dtype_of<E>(), out.p, att.p, qkv->p, B, T, C, NH);
+    gpu::attention_backward(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, att.p, B, T, C, NH);
+  }
+  {  // the softmax kernels for rows too long to stage: a device with no shared memory to spare
+    gpu::Ctx c = checked_ctx();
+    c.prop.sharedMemPerBlock = 0;
     Dev<E> out(nout), att(size_t(B) * NH * T * T), dqkv(nqkv);
     gpu::attention_forward(c, dtype_of<E>(), out.p, att.p, qkv->p, B, T, C, NH);
     gpu::attention_backward(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, att.p, B, T, C, NH);

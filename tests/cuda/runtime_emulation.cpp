@@ -59,8 +59,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->minor = 0;
   p->multiProcessorCount = 1;
   p->totalGlobalMem = kDeviceBytes;
-  p->sharedMemPerBlock = 48 << 10;
-  p->sharedMemPerBlockOptin = 227 << 10;
+  p->sharedMemPerBlock = emu::kDefaultDynamicSmem;
+  p->sharedMemPerBlockOptin = emu::kOptinDynamicSmem;
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
   return cudaSuccess;

@@ -1,7 +1,10 @@
 // attention.cu: causal self-attention from batched GEMMs (cuBLASLt, one batch entry per
 // (b, h)) and the kernels of kernels/attention.cuh. Row-major throughout; see matmul.cu for
 // how a row-major product maps onto column-major cuBLAS. Scores and dP are fp32 scratch
-// (B, NH, T, T); the softmax probabilities live in the model's att tensor.
+// (B, NH, T, T); the softmax probabilities live in the model's att tensor. The softmax kernels
+// stage each row in shared memory where a block's rows fit (every T up to 6144), and read it
+// from global memory more than once otherwise.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +49,45 @@ void bgemm(Ctx& c, bool ta, bool tb, int M, int N, int K, DType ab, const void* 
 }
 
 unsigned row_blocks(size_t rows) { return unsigned((rows + 7) / 8); }  // 8 warps per block
+
+// The softmax kernels' warps (rows) per block where they stage their rows in shared memory:
+// 8 where 8 rows of `row_bytes` fit the block's shared memory without opting in (the device's
+// sharedMemPerBlock, 48 KiB: at T 1024 the forward's 4 KiB rows and the bf16 backward's 6 KiB
+// fit 8), fewer for longer rows, 0 (the kernels that read the row from global memory more
+// than once) when not even one fits: T over 12288 forward, 8192 (bf16, fp16) or 6144 (fp32)
+// backward.
+int softmax_warps(const Ctx& c, size_t row_bytes) {
+  return int(std::min<size_t>(8, size_t(c.prop.sharedMemPerBlock) / row_bytes));
+}
+
+// att = causal softmax(S) rows (kernels/attention.cuh), staged in shared memory where they fit.
+template <typename E>
+void softmax_forward(Ctx& c, E* att, const float* S, int rows, int T) {
+  const size_t row = size_t(T) * sizeof(float);
+  const int warps = softmax_warps(c, row);
+  if (warps > 0)
+    launch(attention_softmax_forward_smem_kernel<E>, unsigned((rows + warps - 1) / warps),
+           32 * warps, warps * row, c.stream, att, S, rows, T);
+  else
+    launch(attention_softmax_forward_kernel<E>, row_blocks(size_t(rows)), kThreads, 0, c.stream,
+           att, S, rows, T);
+  TG_LAUNCH_CHECK();
+}
+
+// dS = the softmax backward of dP and att (kernels/attention.cuh), staged where the rows fit.
+template <typename E>
+void softmax_backward(Ctx& c, E* dS, const float* dP, const E* att, int rows, int T,
+                      float scale) {
+  const size_t row = size_t(T) * (sizeof(float) + sizeof(E));
+  const int warps = softmax_warps(c, row);
+  if (warps > 0)
+    launch(attention_softmax_backward_smem_kernel<E>, unsigned((rows + warps - 1) / warps),
+           32 * warps, warps * row, c.stream, dS, dP, att, rows, T, scale);
+  else
+    launch(attention_softmax_backward_kernel<E>, row_blocks(size_t(rows)), kThreads, 0, c.stream,
+           dS, dP, att, rows, T, scale);
+  TG_LAUNCH_CHECK();
+}
 
 // The fused forward (attention_forward_fused_kernel): one warp per query row, 8 rows per
 // block, head sizes 32, 64, 96 and 128. Returns false (nothing enqueued) for other head sizes:
@@ -169,9 +211,7 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
            B, T, NH, hs);
     TG_LAUNCH_CHECK();
     bgemm(c, false, true, T, T, hs, t, q, hs, th, k, hs, th, DType::F32, S, T, tt, scale, BH);
-    launch(attention_softmax_forward_kernel<E>, row_blocks(size_t(BH) * T), kThreads, 0, c.stream,
-           static_cast<E*>(att), S, BH * T, T);
-    TG_LAUNCH_CHECK();
+    softmax_forward(c, static_cast<E*>(att), S, BH * T, T);
     bgemm(c, false, false, T, hs, T, t, att, T, tt, v, hs, th, t, y, hs, th, 1.f, BH);
     launch(attention_unpermute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
            static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
@@ -206,9 +246,7 @@ void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const voi
     // dP = dy v^T (fp32);  dv = att^T dy
     bgemm(c, false, true, T, T, hs, t, dy, hs, th, v, hs, th, DType::F32, dP, T, tt, 1.f, BH);
     bgemm(c, true, false, T, hs, T, t, att, T, tt, dy, hs, th, t, dv, hs, th, 1.f, BH);
-    launch(attention_softmax_backward_kernel<E>, row_blocks(size_t(BH) * T), kThreads, 0, c.stream,
-           static_cast<E*>(dS), dP, static_cast<const E*>(att), BH * T, T, scale);
-    TG_LAUNCH_CHECK();
+    softmax_backward(c, static_cast<E*>(dS), dP, static_cast<const E*>(att), BH * T, T, scale);
     // dq = dS k;  dk = dS^T q
     bgemm(c, false, false, T, hs, T, t, dS, T, tt, k, hs, th, t, dq, hs, th, 1.f, BH);
     bgemm(c, true, false, T, hs, T, t, dS, T, tt, q, hs, th, t, dk, hs, th, 1.f, BH);

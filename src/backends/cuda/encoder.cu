@@ -16,10 +16,19 @@ void encoder_forward(Ctx& c, DType t, void* out, const int32_t* tokens, const vo
                      const void* wpe, int B, int T, int C) {
   dispatch("encoder_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    const size_t n = size_t(B) * T * C;
-    launch(encoder_forward_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(out), tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe),
-           B * T, T, C);
+    constexpr int kN = Pack16<E>::N;
+    // 16-byte packs: every row of out, wte and wpe starts aligned.
+    if (can_pack16<E>(size_t(C), {out, wte, wpe})) {
+      const size_t n = size_t(T) * C / kN;
+      launch(encoder_forward_kernel<E, kN>, c.grid(n, kThreads), kThreads, 0, c.stream,
+             static_cast<E*>(out), tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe),
+             B, T, C);
+    } else {
+      const size_t n = size_t(T) * C;
+      launch(encoder_forward_kernel<E, 1>, c.grid(n, kThreads), kThreads, 0, c.stream,
+             static_cast<E*>(out), tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe),
+             B, T, C);
+    }
     TG_LAUNCH_CHECK();
   });
 }
@@ -55,9 +64,12 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
   upload(c, dev, host.data(), host.size() * 4);
   dispatch("encoder_backward", t, [&](auto tag) {
     using E = decltype(tag);
-    dim3 grid(unsigned(nb), unsigned((C + kThreads - 1) / kThreads));
-    launch(encoder_backward_wte_kernel<E>, grid, kThreads, 0, c.stream, static_cast<E*>(dwte),
-           static_cast<const E*>(dout), dev, dev + nb, dev + 2 * nb + 1, C);
+    constexpr int kN = Pack16<E>::N, kWarps = kThreads / 32;  // a warp per bucket
+    const unsigned blocks = unsigned((nb + kWarps - 1) / kWarps);
+    auto wte_kernel = can_pack16<E>(size_t(C), {dwte, dout}) ? encoder_backward_wte_kernel<E, kN>
+                                                             : encoder_backward_wte_kernel<E, 1>;
+    launch(wte_kernel, blocks, kThreads, 0, c.stream, static_cast<E*>(dwte),
+           static_cast<const E*>(dout), dev, dev + nb, dev + 2 * nb + 1, nb, C);
     TG_LAUNCH_CHECK();
     const size_t n = size_t(T) * C;
     launch(encoder_backward_wpe_kernel<E>, unsigned((n + kThreads - 1) / kThreads), kThreads, 0,
