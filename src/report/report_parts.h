@@ -1,5 +1,6 @@
 // report_parts.h: what the report's files share inside src/report/ (not the report's API, which
-// is report.h): the run groups' summaries and the numerics sections (report_numerics.cpp).
+// is report.h): the run groups' summaries, the numerics sections (report_numerics.cpp) and
+// the pictures (report_pictures.cpp).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,5 +26,16 @@ std::string underflow_md(const std::vector<RunGroup>& groups, const std::string&
 std::string quant_md(const std::vector<RunGroup>& groups);
 // precision.mode=auto's final formats per layer and linear.
 std::string auto_md(const std::vector<RunGroup>& groups);
+
+// The pictures of a report (file, caption) in report order, and what the plotter said it
+// left out and why (its "note: " lines) (report_pictures.cpp).
+struct Plots {
+  std::vector<std::pair<std::string, std::string>> pics;
+  std::vector<std::string> notes;
+};
+// Runs scripts/plot_compare.py over spec.out; returns the pictures it wrote and its notes.
+Plots draw_plots(const ReportSpec& spec);
+// The report's end: the modes' descriptions, the pictures, where the raw data is.
+std::string closing_md(const ReportSpec& spec, const Plots& plots);
 
 }  // namespace tg
