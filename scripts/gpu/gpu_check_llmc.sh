@@ -21,15 +21,18 @@
 #   tokens/s ratio (same model, same FLOPs per token).
 # ncu: the five slowest kernels of a train_gpt bf16 GPT-2 124M step (B 8 x T 1024), each with
 #   its achieved DRAM bandwidth and SM throughput, in two ncu runs of one short
-#   `train_gpt bench` (3 warm-up and 3 timed steps): first every launch's duration alone (one
-#   pass), ranked by time per step (the run's time over its 6 steps); then those five kernels'
-#   counters, one launch per launch configuration (`--filter-mode per-launch-config`; else the
-#   last step's launches, at most 60): dram__bytes_read/write.sum over gpu__time_duration.sum,
-#   dram__throughput and sm__throughput as % of peak. `--clock-control none` (the card's
-#   clocks as found; METHOD.md). The table goes to profile.md and the stage's key lines.
+#   `train_gpt bench` (3 warm-up and 3 timed steps): first the duration alone (one pass) of
+#   the run's first NCU_WINDOW launches (set-up, then about four steps of some 520 kernels:
+#   a cap, so that ncu's per-launch cost cannot eat the stage), ranked by their summed time;
+#   then those five kernels' counters, one launch per launch configuration
+#   (`--filter-mode per-launch-config`; else their last 60 launches in the window):
+#   dram__bytes_read/write.sum over gpu__time_duration.sum, dram__throughput and
+#   sm__throughput as % of peak. `--clock-control none` (the card's clocks as found;
+#   METHOD.md). The table goes to profile.md and the stage's key lines.
 
 LLMC_SRC=${LLMC_SRC:-$ROOT/.anchors/llm.c}
 LLMC_STEPS=${LLMC_STEPS:-40}
+NCU_WINDOW=${NCU_WINDOW:-2500}
 
 # The cudnn-frontend headers: .anchors/llm.c's (llmc_prepare.sh), else .deps/include's.
 llmc_frontend() {
@@ -177,27 +180,28 @@ stage_ncu() {
   local cmd=("$BUILD/train_gpt" bench --device=cuda --model=gpt2 --modes=bf16 --batch=8 --seq=1024 --repeats=1 --iters=3)
   local base=(ncu --clock-control none --target-processes all -f)
   # 1. Every launch's duration (one pass), then ranked.
-  run_limited "$(limit 150)" "$log" "${base[@]}" --metrics gpu__time_duration.sum -o "$times" "${cmd[@]}"
+  run_limited "$(limit 150)" "$log" "${base[@]}" --metrics gpu__time_duration.sum \
+    --launch-count "$NCU_WINDOW" -o "$times" "${cmd[@]}"
   rc=$?
   [ -f "$times.ncu-rep" ] || { result "FAILED (ncu, durations: status $rc; logs/ncu.log)"; return; }
   ncu -i "$times.ncu-rep" --csv --page raw --print-units base --print-kernel-base function >"$LOGS/ncu_times.csv" 2>>"$log"
-  pick=$($REPORT ncu-pick "$LOGS/ncu_times.csv" --steps 6 --top 5)
+  pick=$($REPORT ncu-pick "$LOGS/ncu_times.csv" --top 5)
   re=$(sed -n 1p <<<"$pick") skip=$(sed -n 2p <<<"$pick") count=$(sed -n 3p <<<"$pick")
   if [ -z "$re" ] || [ "$re" = none ]; then result "FAILED (no kernel durations in logs/ncu_times.csv)"; return; fi
-  # 2. Their counters: one launch per launch configuration; else the last step's launches.
+  # 2. Their counters: one launch per launch configuration; else their last launches.
   local m=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
   run_limited "$(limit 150)" "$log" "${base[@]}" --metrics "$m" --kernel-name-base function \
     --kernel-name "regex:$re" --filter-mode per-launch-config --launch-count 1 -o "$metrics" "${cmd[@]}"
   rc=$?
   if [ ! -f "$metrics.ncu-rep" ] && [ "$(limit 150)" -ge 30 ]; then
-    key "ncu --filter-mode per-launch-config: status $rc; the last step's launches instead (skip $skip, count $count)"
+    key "ncu --filter-mode per-launch-config: status $rc; their last launches in the window instead (skip $skip, count $count)"
     run_limited "$(limit 150)" "$log" "${base[@]}" --metrics "$m" --kernel-name-base function \
       --kernel-name "regex:$re" --launch-skip "$skip" --launch-count "$count" -o "$metrics" "${cmd[@]}"
     rc=$?
   fi
   [ -f "$metrics.ncu-rep" ] && ncu -i "$metrics.ncu-rep" --csv --page raw --print-units base \
     --print-kernel-base function >"$LOGS/ncu_metrics.csv" 2>>"$log"
-  $REPORT ncu-table "$LOGS/ncu_times.csv" "$LOGS/ncu_metrics.csv" --steps 6 --top 5 >"$WORK/ncu.md"
+  $REPORT ncu-table "$LOGS/ncu_times.csv" "$LOGS/ncu_metrics.csv" --top 5 >"$WORK/ncu.md"
   { echo "## ncu: the five slowest kernels of a bf16 step (GPT-2 124M, B 8 x T 1024)"; echo; cat "$WORK/ncu.md"; echo; } >>"$OUTDIR/profile.md"
   grep '^| [^-]' "$WORK/ncu.md" | tail -n +2 | cut -c1-220 >>"$STATE/keys"
   if [ -s "$LOGS/ncu_metrics.csv" ]; then result "ok (five kernels' DRAM bandwidth and SM throughput; profile.md, logs/ncu_*.csv)"

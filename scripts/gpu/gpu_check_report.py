@@ -16,12 +16,11 @@ missing or unreadable input prints a line that says so, and the exit code is 0.
                             first three, tokens/s, its own MFU where it knows the GPU
   compare --bench LOG --torch JSON [--llmc NAME=LOG ...]
                             a markdown table: train_gpt bf16, PyTorch, llm.c side by side
-  ncu-pick CSV --steps N --top K
-                            from ncu's per-launch durations: the regex of the K kernels with
-                            the most time, and the launch skip and count of the last step's
-                            launches of them (three lines)
-  ncu-table TIMES METRICS --steps N --top K
-                            a markdown table of those kernels: time per step, DRAM GB/s and %
+  ncu-pick CSV --top K      from ncu's per-launch durations: the regex of the K kernels with
+                            the most time, and the launch skip and count of their last 60
+                            launches (three lines)
+  ncu-table TIMES METRICS --top K
+                            a markdown table of those kernels: time, share, DRAM GB/s and %
                             of peak, SM throughput %
 """
 
@@ -282,7 +281,7 @@ def ncu_rows(path):
     return sorted(out, key=lambda x: x["id"])
 
 
-def ncu_ranked(times, steps, top):
+def ncu_ranked(times, top):
     by = {}
     for r in times:
         if "gpu__time_duration.sum" in r:
@@ -298,21 +297,19 @@ def ncu_regex(names):
 
 
 def cmd_ncu_pick(a):
-    top, _, _ = ncu_ranked(ncu_rows(a.csv), a.steps, a.top)
+    top, _, _ = ncu_ranked(ncu_rows(a.csv), a.top)
     if not top:
         print("none\n0\n0")
         return
-    names = [n for n, _ in top]
     matching = sum(v[1] for _, v in top)
-    last = sum(max(1, v[1] // a.steps) for _, v in top)  # one step's launches of them
-    count = min(last, 60)
-    print(ncu_regex(names))
-    print(matching - last)
+    count = min(matching, 60)  # the last ones: the latest steps in ncu's window
+    print(ncu_regex([n for n, _ in top]))
+    print(matching - count)
     print(count)
 
 
 def cmd_ncu_table(a):
-    top, total_ns, launches = ncu_ranked(ncu_rows(a.times), a.steps, a.top)
+    top, total_ns, launches = ncu_ranked(ncu_rows(a.times), a.top)
     if not top:
         print("no kernel durations (logs/ncu_times.csv)")
         return
@@ -329,17 +326,17 @@ def cmd_ncu_table(a):
             m["nb"] += 1
         m["dram"] += t * r.get("dram__throughput.avg.pct_of_peak_sustained_elapsed", float("nan"))
         m["sm"] += t * r.get("sm__throughput.avg.pct_of_peak_sustained_elapsed", float("nan"))
-    print(f"Kernel time {total_ns / a.steps / 1e6:.2f} ms per step over {launches / a.steps:.0f} "
-          f"launches (ncu's durations over the run's {a.steps} steps, kernels serialised); "
-          f"counters of the profiled launches, weighted by their durations.")
+    print(f"{launches} launches, {total_ns / 1e6:.2f} ms of kernel time in ncu's window (the "
+          f"run's first launches: set-up, then the first steps; kernels serialised, durations "
+          f"by ncu); the counters of the profiled launches weighted by their durations.")
     print()
-    print("| kernel | launches / step | ms / step | share | profiled | DRAM GB/s | DRAM % of peak | SM % of peak |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| kernel | launches | ms | share | us / launch | profiled | DRAM GB/s | DRAM % of peak | SM % of peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, (ns, n) in top:
         m = met.get(name)
         short = name if len(name) <= 80 else name[:77] + "..."
-        cells = [f"`{short}`", f"{n / a.steps:.1f}", f"{ns / a.steps / 1e6:.3f}",
-                 f"{100 * ns / total_ns:.1f}%"]
+        cells = [f"`{short}`", str(n), f"{ns / 1e6:.3f}", f"{100 * ns / total_ns:.1f}%",
+                 f"{ns / n / 1e3:.1f}"]
         if m and m["t"] > 0:
             gbs = f"{m['b'] / m['t']:.0f}" if m["nb"] == m["n"] else "-"
             cells += [str(m["n"]), gbs, f"{m['dram'] / m['t']:.1f}", f"{m['sm'] / m['t']:.1f}"]
@@ -377,12 +374,10 @@ def main():
     p.add_argument("--llmc", action="append", default=[], help="NAME=LOG")
     p = sub.add_parser("ncu-pick")
     p.add_argument("csv")
-    p.add_argument("--steps", type=int, required=True)
     p.add_argument("--top", type=int, default=5)
     p = sub.add_parser("ncu-table")
     p.add_argument("times")
     p.add_argument("metrics")
-    p.add_argument("--steps", type=int, required=True)
     p.add_argument("--top", type=int, default=5)
     a = ap.parse_args()
     globals()["cmd_" + a.cmd.replace("-", "_")](a)
