@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the one command for a machine with a GPU and no package registry (the lent
-# H200): environment, build, benchmarks against PyTorch, CUDA tests, compute-sanitizer,
-# GPU-vs-CPU parity and the opt-in paths, all inside one deadline, so one call brings back
-# the evidence.
+# H100 or H200): environment, build, the FP8 discriminator, the per-op profile, benchmarks
+# against PyTorch and llm.c, ncu on the slowest kernels, CUDA tests, GPU-vs-CPU parity, the
+# opt-in paths and compute-sanitizer, all inside one deadline, so one call brings back the
+# evidence.
 #
 #   bash scripts/gpu/gpu_check.sh [--deadline S] [--out DIR] [--work DIR] [--build DIR]
 #                             [--stages LIST] [--jobs N]
@@ -12,16 +13,19 @@
 #   --work DIR      logs, data and run folders (default runs/gpu_check_work; not inside --out)
 #   --build DIR     the sm_90 build folder (default build/gpu-sm90; kept, so a second call on
 #                   a warm machine rebuilds only what changed)
-#   --stages LIST   which of probe,fp8,bench,profile,torch,tests,sanitizer,parity,extras run
-#                   (default: all);
+#   --stages LIST   which of probe,fp8,profile,bench,torch,llmc,ncu,tests,parity,extras,
+#                   sanitizer run (default: all);
 #                   env and build always run (a current build takes seconds)
 #   --jobs N        make -j and the tests' OpenMP threads (default: nproc)
 #   --prebuilt      no build: the binaries of .prebuilt/ (scripts/gpu/gpu_prebuild.sh), for a
 #                   short second call once the build is known to work there
 #
-# Needs .deps/include (scripts/gpu/gpu_deps.sh, run where the header packages are; carry .deps).
+# Needs .deps/include (scripts/gpu/gpu_deps.sh, run where the header packages are; carry .deps);
+# the llmc stage needs .anchors/llm.c (scripts/gpu/llmc_prepare.sh, run here; carry .anchors).
 #
-# Stages, in this order. Each is independent: it runs under `timeout min(its own limit, its
+# Stages, in this order: the most telling first, so that the deadline cuts the least telling
+# (the issue's order: the FP8 discriminator, the profiles, the benches beside PyTorch and
+# llm.c; the sanitizers last). Each is independent: it runs under `timeout min(its own limit, its
 # stage's cap, time left)`; a failure is a FAILED line and the next stage runs; a stage with
 # too little time left is skipped with a line. Without a GPU (a dry run) the GPU stages say
 # "skipped: no GPU"; the build really builds, and the CUDA tests run (their cases skip).
@@ -36,27 +40,33 @@
 #   fp8        the per-tensor FP8 refusal settled (scripts/gpu/gpu_check_fp8.sh): the probe's FP8
 #              launches, torch._scaled_mm on the same shapes and one train_gpt fp8 step, each
 #              under cuBLASLt's log; which ran, in fp8.md
-#   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
-#              (a process each)
 #   profile    train_gpt bench --profile, GPT-2 124M bf16 and fp8 at B 8 x T 1024: every op of
 #              a step timed with CUDA events against its floor (docs/gpu.md), the slowest
 #              rows in profile.md
+#   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
+#              (a process each)
 #   torch      scripts/gpu/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
 #              torch.compile), the headline ratio; without a GPU its CPU smoke test
+#   llmc       llm.c's train_gpt2cu (plain and cuDNN builds, .prebuilt's or built here) at the
+#              same model and B x T on the same text's shards: tokens/s beside train_gpt bf16
+#              and PyTorch, a table in bench.md and summary.md (scripts/gpu/gpu_check_llmc.sh)
+#   ncu        the five slowest kernels of a bf16 step, by ncu's durations, and their DRAM
+#              bandwidth and SM throughput, a table in profile.md (scripts/gpu/gpu_check_llmc.sh)
 #   tests      tests/cuda/test_*.cu, one process per file; a crashed file again case by case
 #              under CUDA_LAUNCH_BLOCKING=1, naming the case
-#   sanitizer  memcheck, racecheck, synccheck, initcheck on small kernel cases
 #   parity     the toy model on cuda and on cpu in fp32, bf16, fp8, fp8-block, mxfp8: the max
 #              relative loss gap per mode, and the GEMM path the cuda run took
-#   extras     while time remains: flash and fused attention, block-scaled
-#              recipes under CUBLASLT_LOG_LEVEL=1 with their GEMM-path lines
+#   extras     flash and fused attention, block-scaled recipes under CUBLASLT_LOG_LEVEL=1 with
+#              their GEMM-path lines
+#   sanitizer  memcheck, racecheck, synccheck, initcheck on small kernel cases
 #
 # What lands in --out (8 files, each rewritten as the run goes, so a kill at the limit leaves
 # the latest): summary.md (a line per stage with its result and seconds, the key numbers
-# under it, the headline ratio; printed after every stage), logs.tgz (every log of the work
-# folder, no data or checkpoints), bench.md (the bench tables and path lines),
-# torch_bench.json, tests.md (per test file, and the sanitizer), parity.md (the parity table),
-# profile.md (the per-op profile's tables), fp8.md (the fp8 stage's findings).
+# under it, the headline ratio and the table beside PyTorch and llm.c; printed after every
+# stage), logs.tgz (every log of the work folder, no data or checkpoints), bench.md (the bench
+# tables and path lines, llm.c's rows and the comparison), torch_bench.json, tests.md (per
+# test file, and the sanitizer), parity.md (the parity table), profile.md (the per-op
+# profile's tables, then ncu's kernel table), fp8.md (the fp8 stage's findings).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -66,7 +76,7 @@ OUTDIR=${OUT:-runs/gpu_check}
 WORK=runs/gpu_check_work
 BUILD=build/gpu-sm90
 JOBS=$(nproc)
-STAGES=probe,fp8,bench,profile,torch,tests,sanitizer,parity,extras
+STAGES=probe,fp8,profile,bench,torch,llmc,ncu,tests,parity,extras,sanitizer
 PREBUILT_ONLY=0
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -102,10 +112,12 @@ STATE=$WORK/state  # what stages tell later stages (env.sh) and the stage in fli
 rm -rf "$LOGS" "$STATE" "$WORK/runs"
 mkdir -p "$LOGS" "$STATE" "$WORK/runs"
 SUMMARY=$OUTDIR/summary.md
-rm -f "$OUTDIR"/{summary.md,logs.tgz,bench.md,torch_bench.json,tests.md,parity.md}
+rm -f "$OUTDIR"/{summary.md,logs.tgz,bench.md,torch_bench.json,tests.md,parity.md,profile.md,fp8.md}
 REPORT="python3 $ROOT/scripts/gpu/gpu_check_report.py"
 # shellcheck source=scripts/gpu/gpu_check_fp8.sh
 . "$ROOT/scripts/gpu/gpu_check_fp8.sh"
+# shellcheck source=scripts/gpu/gpu_check_llmc.sh
+. "$ROOT/scripts/gpu/gpu_check_llmc.sh"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
 
 # ---------------------------------------------------------------- time and the summary
@@ -696,17 +708,21 @@ stage env       "(machine, tools)"                    5   60  stage_env
 stage build     "(sm_90, make -k)"                   30  420  stage_build
 stage probe     "(cuBLASLt heuristic and FP8 launches)" 20 90 stage_probe
 stage fp8       "(the per-tensor FP8 refusal)"       20  200  stage_fp8
-stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  300  stage_bench
 stage profile   "(per-op profile, GPT-2 124M)"       30  130  stage_profile
+stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  300  stage_bench
 stage torch     "(PyTorch baseline, GPT-2 124M)"     30  180  stage_torch
+stage llmc      "(llm.c beside us, GPT-2 124M)"      30  300  stage_llmc
+stage ncu       "(the five slowest kernels)"         40  200  stage_ncu
 stage tests     "(tests/cuda, one process per file)" 20  180  stage_tests
-stage sanitizer "(compute-sanitizer)"                20  200  stage_sanitizer
 stage parity    "(GPU vs CPU, toy model)"            20  150  stage_parity
-stage extras    "(attention, block-scaled)"          25  600  stage_extras
+stage extras    "(attention, block-scaled)"          25  200  stage_extras
+stage sanitizer "(compute-sanitizer)"                20  200  stage_sanitizer
 
 if [ -f "$LOGS/bench_gpt2_bf16.log" ] && [ -f "$WORK/torch_bench.json" ]; then
   echo "- **headline**: $($REPORT headline "$LOGS/bench_gpt2_bf16.log" "$WORK/torch_bench.json")" >>"$SUMMARY"
 fi
+# The table beside PyTorch and llm.c, as the llmc stage made it (bench.md has it too).
+[ -s "$WORK/compare.md" ] && { echo; cat "$WORK/compare.md"; echo; } >>"$SUMMARY"
 echo "- **total**: $(($(now) - T0)) s of the ${DEADLINE} s deadline" >>"$SUMMARY"
 pack_logs
 echo "== gpu_check done: $OUTDIR ($(ls "$OUTDIR" | wc -l) files)"

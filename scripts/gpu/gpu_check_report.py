@@ -12,12 +12,24 @@ missing or unreadable input prints a line that says so, and the exit code is 0.
   headline LOG JSON         train_gpt bf16 (GPT-2 124M) against PyTorch: the headline ratio
   parity GPU_DIR CPU_DIR    max relative loss gap between two runs' metrics.jsonl
   doctest LOG               "N passed, N failed" of a test log, with the failed cases
+  llmc LOG [--tag T]        llm.c's train_gpt2cu run: median ms/step over its steps after the
+                            first three, tokens/s, its own MFU where it knows the GPU
+  compare --bench LOG --torch JSON [--llmc NAME=LOG ...]
+                            a markdown table: train_gpt bf16, PyTorch, llm.c side by side
+  ncu-pick CSV --top K      from ncu's per-launch durations: the regex of the K kernels with
+                            the most time, and the launch skip and count of their last 60
+                            launches (three lines)
+  ncu-table TIMES METRICS --top K
+                            a markdown table of those kernels: time, share, DRAM GB/s and %
+                            of peak, SM throughput %
 """
 
 import argparse
+import csv
 import json
 import os
 import re
+import statistics
 
 
 def bench_rows(paths):
@@ -157,6 +169,182 @@ def cmd_doctest(a):
     print(counts + ("; failed: " + "; ".join(failed) if failed else ""))
 
 
+LLMC_STEP = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) .*\| ([\d.]+) ms \| (-?[\d.]+)% bf16 MFU "
+                       r"\| (\d+) tok/s", re.M)
+
+
+def llmc_run(path):
+    """llm.c's train_gpt2.cu output: its parameter table (B, T, device) and step lines
+    ("step %4d/%d | loss %7.6f (%+.2fz)| norm ... | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s")."""
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        return {"error": f"{os.path.basename(path)}: no log"}
+    table = dict(re.findall(r"^\| (\S[^|]*?)\s+\| (.*?)\s+\|$", text, re.M))
+    steps = [(int(m[0]), float(m[3]), float(m[4]), m[2]) for m in LLMC_STEP.findall(text)]
+    if not steps:
+        return {"error": f"{os.path.basename(path)}: no step lines"}
+    try:
+        b, t = int(table["micro batch size B"]), int(table["sequence length T"])
+    except (KeyError, ValueError):
+        return {"error": f"{os.path.basename(path)}: no B and T in its table"}
+    timed = [s for s in steps if s[0] > 3] or steps  # after the first three, as train_gpt bench
+    ms = statistics.median(s[1] for s in timed)
+    mfu = statistics.median(s[2] for s in timed)
+    return {"ms": ms, "tps": b * t * 1000.0 / ms, "mfu": mfu if mfu > 0 else None,
+            "device": table.get("device", "?"), "b": b, "t": t, "steps": len(steps),
+            "first": timed[0][0], "last": timed[-1][0], "loss0": steps[0][3], "loss1": steps[-1][3]}
+
+
+def cmd_llmc(a):
+    r = llmc_run(a.log)
+    if "error" in r:
+        print(f"llm.c{a.tag}: {r['error']}")
+        return
+    mfu = (f"MFU by llm.c {r['mfu']:.1f}%" if r["mfu"] is not None
+           else f"no MFU from llm.c (its mfu.h has no peak for {r['device']})")
+    print(f"llm.c{a.tag}: {r['tps']:.0f} tokens/s, {r['ms']:.2f} ms/step (median of steps "
+          f"{r['first']}-{r['last']}, B {r['b']} x T {r['t']}), {mfu}; loss {r['loss0']} -> {r['loss1']}")
+
+
+def pct(s):
+    try:
+        return float(str(s).rstrip("%"))
+    except ValueError:
+        return None
+
+
+def cmd_compare(a):
+    ours = [r for r in bench_rows([a.bench]) if r["mode"] == "bf16"]
+    o = ours[0] if ours else None
+    o_mfu = pct(o["mfu"]) if o else None
+    rows = []
+    if o:
+        rows.append(("train_gpt bf16", o["tps"], o["ms"], f"{o_mfu:.1f}%" if o_mfu is not None else "-"))
+    j = load_json(a.torch)
+    for r in j.get("results", []):
+        m = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
+        rows.append((f"PyTorch {r['variant']}", r["tokens_per_second"], r["ms_per_step"], m))
+    for spec in a.llmc:
+        name, _, path = spec.partition("=")
+        r = llmc_run(path)
+        if "error" in r:
+            rows.append((f"llm.c {name}: {r['error']}", None, None, "-"))
+            continue
+        m = []
+        if o and o_mfu is not None:  # the same model and B x T: MFU scales with tokens/s
+            m.append(f"{o_mfu * r['tps'] / o['tps']:.1f}% at train_gpt's count")
+        if r["mfu"] is not None:
+            m.append(f"{r['mfu']:.1f}% by llm.c")
+        rows.append((f"llm.c {name} (-r 0)", r["tps"], r["ms"], "; ".join(m) or "-"))
+    print("| GPT-2 124M, B 8 x T 1024 | tokens/s | ms/step | MFU | vs train_gpt bf16 |")
+    print("|---|---:|---:|---|---:|")
+    for name, tps, ms, mfu in rows:
+        vs = f"{tps / o['tps']:.2f}x" if o and tps else "-"
+        print(f"| {name} | {f'{tps:.0f}' if tps else '-'} | {f'{ms:.2f}' if ms else '-'} | {mfu} | {vs} |")
+    if not o:
+        print("\n(no train_gpt bf16 row: logs/bench_gpt2_bf16.log has none)")
+
+
+# ncu --csv --page raw --print-units base: a row of column names, a row of units, a row per
+# profiled launch. Values may carry thousands separators; units are scaled to ns and bytes.
+NCU_SCALE = {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+             "second": 1e9, "s": 1e9, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,
+             "Tbyte": 1e12, "KB": 1e3, "MB": 1e6, "GB": 1e9, "%": 1, "": 1}
+
+
+def ncu_rows(path):
+    try:
+        lines = [l for l in open(path, errors="replace").read().splitlines() if l.startswith('"')]
+    except OSError:
+        return []
+    rows = list(csv.reader(lines))
+    head = next((r for r in rows if "Kernel Name" in r and "ID" in r), None)
+    if head is None:
+        return []
+    units, out = [""] * len(head), []
+    for r in rows[rows.index(head) + 1:]:
+        if len(r) != len(head):
+            continue
+        d = dict(zip(head, r))
+        if not d["ID"].strip().isdigit():
+            units = r
+            continue
+        rec = {"id": int(d["ID"]), "name": d["Kernel Name"]}
+        for col, unit, v in zip(head, units, r):
+            if "__" in col:
+                try:
+                    rec[col] = float(v.replace(",", "")) * NCU_SCALE.get(unit.strip(), 1)
+                except ValueError:
+                    pass
+        out.append(rec)
+    return sorted(out, key=lambda x: x["id"])
+
+
+def ncu_ranked(times, top):
+    by = {}
+    for r in times:
+        if "gpu__time_duration.sum" in r:
+            t = by.setdefault(r["name"], [0.0, 0])
+            t[0] += r["gpu__time_duration.sum"]
+            t[1] += 1
+    ranked = sorted(by.items(), key=lambda kv: -kv[1][0])
+    return ranked[:top], sum(v[0] for v in by.values()), sum(v[1] for v in by.values())
+
+
+def ncu_regex(names):
+    return "^(" + "|".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", n) for n in names) + ")$"
+
+
+def cmd_ncu_pick(a):
+    top, _, _ = ncu_ranked(ncu_rows(a.csv), a.top)
+    if not top:
+        print("none\n0\n0")
+        return
+    matching = sum(v[1] for _, v in top)
+    count = min(matching, 60)  # the last ones: the latest steps in ncu's window
+    print(ncu_regex([n for n, _ in top]))
+    print(matching - count)
+    print(count)
+
+
+def cmd_ncu_table(a):
+    top, total_ns, launches = ncu_ranked(ncu_rows(a.times), a.top)
+    if not top:
+        print("no kernel durations (logs/ncu_times.csv)")
+        return
+    met = {}
+    for r in ncu_rows(a.metrics):
+        if r["name"] not in dict(top) or "gpu__time_duration.sum" not in r:
+            continue
+        m = met.setdefault(r["name"], {"n": 0, "t": 0.0, "b": 0.0, "dram": 0.0, "sm": 0.0, "nb": 0})
+        t = r["gpu__time_duration.sum"]
+        m["n"] += 1
+        m["t"] += t
+        if "dram__bytes_read.sum" in r and "dram__bytes_write.sum" in r:
+            m["b"] += r["dram__bytes_read.sum"] + r["dram__bytes_write.sum"]
+            m["nb"] += 1
+        m["dram"] += t * r.get("dram__throughput.avg.pct_of_peak_sustained_elapsed", float("nan"))
+        m["sm"] += t * r.get("sm__throughput.avg.pct_of_peak_sustained_elapsed", float("nan"))
+    print(f"{launches} launches, {total_ns / 1e6:.2f} ms of kernel time in ncu's window (the "
+          f"run's first launches: set-up, then the first steps; kernels serialised, durations "
+          f"by ncu); the counters of the profiled launches weighted by their durations.")
+    print()
+    print("| kernel | launches | ms | share | us / launch | profiled | DRAM GB/s | DRAM % of peak | SM % of peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, (ns, n) in top:
+        m = met.get(name)
+        short = name if len(name) <= 80 else name[:77] + "..."
+        cells = [f"`{short}`", str(n), f"{ns / 1e6:.3f}", f"{100 * ns / total_ns:.1f}%",
+                 f"{ns / n / 1e3:.1f}"]
+        if m and m["t"] > 0:
+            gbs = f"{m['b'] / m['t']:.0f}" if m["nb"] == m["n"] else "-"
+            cells += [str(m["n"]), gbs, f"{m['dram'] / m['t']:.1f}", f"{m['sm'] / m['t']:.1f}"]
+        else:
+            cells += ["0", "-", "-", "-"]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -177,8 +365,22 @@ def main():
     p.add_argument("cpu")
     p = sub.add_parser("doctest")
     p.add_argument("log")
+    p = sub.add_parser("llmc")
+    p.add_argument("log")
+    p.add_argument("--tag", default="")
+    p = sub.add_parser("compare")
+    p.add_argument("--bench", required=True)
+    p.add_argument("--torch", required=True)
+    p.add_argument("--llmc", action="append", default=[], help="NAME=LOG")
+    p = sub.add_parser("ncu-pick")
+    p.add_argument("csv")
+    p.add_argument("--top", type=int, default=5)
+    p = sub.add_parser("ncu-table")
+    p.add_argument("times")
+    p.add_argument("metrics")
+    p.add_argument("--top", type=int, default=5)
     a = ap.parse_args()
-    globals()["cmd_" + a.cmd](a)
+    globals()["cmd_" + a.cmd.replace("-", "_")](a)
 
 
 if __name__ == "__main__":
