@@ -381,22 +381,25 @@ def plot_state(name, records, path):
         if os.path.exists(path):
             os.remove(path)
         return
+    # The share panels, each left out (and said) where it holds nothing.
+    shares = {
+        "stag": (stag, f"share of updates lost (master {rec['master']})",
+                 f"no update was lost to the master format ({rec['master']})"),
+        "lost": (lost, f"moments zero or saturated ({moments})",
+                 f"no Adam moment ({moments}) underflowed to zero or saturated"),
+    }
     panels = []
-    if empty(stag):
-        print(f"note: {name}: no update was lost to the master format ({rec['master']}) at "
-              f"any sampled step (panel left out of state_{name}.png)")
-    else:
-        top = share_top(stag)
-        panels.append((stag, "magma", 0, top,
-                       f"{name}: share of updates lost (master {rec['master']}), 0-{top:g}"))
-    panels.append((ratio, "viridis", -6, -1, f"{name}: log10 rms(update) / rms(weight)"))
-    if empty(lost):
-        print(f"note: {name}: no Adam moment ({moments}) underflowed to zero or saturated at any "
-              f"sampled step (panel left out of state_{name}.png)")
-    else:
-        top = share_top(lost)
-        panels.append((lost, "magma", 0, top,
-                       f"{name}: moments zero or saturated ({moments}), 0-{top:g}"))
+    for key in ("stag", "ratio", "lost"):
+        if key == "ratio":
+            panels.append((ratio, "viridis", -6, -1, f"{name}: log10 rms(update) / rms(weight)"))
+            continue
+        grid, title, nothing = shares[key]
+        if empty(grid):
+            print(f"note: {name}: {nothing} at any sampled step (panel left out of "
+                  f"state_{name}.png)")
+            continue
+        top = share_top(grid)
+        panels.append((grid, "magma", 0, top, f"{name}: {title}, 0-{top:g}"))
     save(heatmaps(labels, steps, panels, width=6 * len(panels) - 1), path, 100)
 
 
