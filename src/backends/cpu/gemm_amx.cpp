@@ -38,22 +38,22 @@ static_assert(kKC % 32 == 0 && kMC % 32 == 0 && kNC % 32 == 0, "blocking");
 // kc) and `panels` panels, zero beyond the edges.
 void pack16(uint32_t* out, const uint16_t* X, int ld, bool trans, int r0, int rows, int k0, int kc,
             int pp, int panels) {
-  const int full = kc / 2;
-  std::fill(out, out + size_t(panels) * pp * 16, 0u);
-  for (int q = 0; q * 16 < rows; q++) {
+  const int full = kc / 2, pairs = (kc + 1) / 2;
+  for (int q = 0; q < panels; q++) {
     uint32_t* panel = out + size_t(q) * pp * 16;
-    const int w = std::min(16, rows - q * 16), r = r0 + q * 16;
+    const int w = std::clamp(rows - q * 16, 0, 16), r = r0 + q * 16;
+    // Zeros where no value lands: the pairs past kc, and whole rows of a partial panel.
+    std::fill(panel + size_t(w < 16 ? 0 : pairs) * 16, panel + size_t(pp) * 16, 0u);
+    if (w == 0) continue;
     if (!trans) {
-      // Rows of X are contiguous along k: each pair is one 32-bit word.
-      for (int i = 0; i < w; i++) {
-        const uint16_t* x = X + size_t(r + i) * ld + k0;
-        for (int p = 0; p < full; p++) {
-          uint32_t v;
-          std::memcpy(&v, x + 2 * p, 4);
-          panel[size_t(p) * 16 + i] = v;
-        }
-        if (kc % 2) panel[size_t(full) * 16 + i] = x[kc - 1];
-      }
+      // Rows of X are contiguous along k: each pair is one 32-bit word, gathered from the
+      // panel's 16 rows (their cache lines stay in L1) into one 64-byte row of the panel.
+      const uint16_t* x = X + size_t(r) * ld + k0;
+      for (int p = 0; p < full; p++)
+        for (int i = 0; i < w; i++)
+          std::memcpy(panel + size_t(p) * 16 + i, x + size_t(i) * ld + 2 * p, 4);
+      if (kc % 2)
+        for (int i = 0; i < w; i++) panel[size_t(full) * 16 + i] = x[size_t(i) * ld + kc - 1];
       continue;
     }
     // X(k, r): a pair comes from two rows of X, contiguous along r.
@@ -81,16 +81,18 @@ void to_tile_rows(uint32_t* out, const uint32_t* in, int panels, int nt) {
     }
 }
 
-// A's tiles straight from rows of A contiguous along k: each tile row is 64 bytes of a row.
+// A's tiles straight from rows of A contiguous along k: each tile row is 64 bytes of a row
+// (zero past kc), rows past `rows` zero.
 void pack_rows_a(uint32_t* out, const uint16_t* X, int ld, int r0, int rows, int k0, int kc, int nt,
                  int panels) {
-  std::fill(out, out + size_t(panels) * nt * 256, 0u);
-  for (int i = 0; i < rows; i++) {
-    const uint16_t* x = X + size_t(r0 + i) * ld + k0;
+  for (int i = 0; i < panels * 16; i++) {
+    const uint16_t* x = i < rows ? X + size_t(r0 + i) * ld + k0 : nullptr;
     uint32_t* d = out + size_t(i / 16) * nt * 256 + size_t(i % 16) * 16;
     for (int t = 0; t < nt; t++) {
-      const int n = std::min(32, kc - 32 * t);
-      if (n > 0) std::memcpy(d + size_t(t) * 256, x + 32 * t, size_t(n) * 2);
+      const int n = x ? std::clamp(kc - 32 * t, 0, 32) : 0;
+      uint16_t* dt = reinterpret_cast<uint16_t*>(d + size_t(t) * 256);
+      if (n > 0) std::memcpy(dt, x + 32 * t, size_t(n) * 2);
+      if (n < 32) std::fill(dt + n, dt + 32, uint16_t(0));
     }
   }
 }
