@@ -56,7 +56,7 @@ inline std::vector<float> run_kernel(const Problem& p) {
 }
 
 // Awkward shapes: edges in every blocking dimension of both kernels (AVX512-BF16: MR 8, NR 32,
-// KC 256, MC 96, NC 1024; AMX: 32 x 32 micro-tiles, K tiles of 32, KC 512, MC 128, NC 512),
+// KC 256, MC 96, NC 1024; AMX: 32 x 32 micro-tiles, K tiles of 32, KC 256, MC 64, NC 512),
 // odd K, K spanning several slices, a single element.
 inline const int kShapes[][3] = {{1, 1, 1},      {3, 5, 7},     {9, 33, 17},
                                  {8, 32, 256},   {13, 70, 513}, {200, 41, 300},

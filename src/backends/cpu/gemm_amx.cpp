@@ -30,7 +30,7 @@ namespace tg::cpu {
 
 namespace {
 
-constexpr int kMC = 128, kNC = 512, kKC = 512;  // kKC a multiple of 32: tiles start at k0 % 32 == 0
+constexpr int kMC = 64, kNC = 512, kKC = 256;  // kKC a multiple of 32: tiles start at k0 % 32 == 0
 static_assert(kKC % 32 == 0 && kMC % 32 == 0 && kNC % 32 == 0, "blocking");
 
 // Rows [r0, r0 + rows) of op(X), k in [k0, k0 + kc), as panels of 16 rows: out[panel][pair][16],
