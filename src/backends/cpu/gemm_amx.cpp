@@ -30,7 +30,8 @@ namespace tg::cpu {
 
 namespace {
 
-constexpr int kMC = 64, kNC = 512, kKC = 256;  // kKC a multiple of 32: tiles start at k0 % 32 == 0
+// kKC a multiple of 32: tiles start at k0 % 32 == 0. kGroup slices of B (1 MiB) fit in L2.
+constexpr int kMC = 64, kNC = 512, kKC = 256, kGroup = 4;
 static_assert(kKC % 32 == 0 && kMC % 32 == 0 && kNC % 32 == 0, "blocking");
 
 // Rows [r0, r0 + rows) of op(X), k in [k0, k0 + kc), as panels of 16 rows: out[panel][pair][16],
@@ -227,19 +228,26 @@ bool amx_tiles_granted() {
 void gemm_bf16_amx(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
                    const uint16_t* B, int ldb, bool load, float* C, int ldc) {
 #ifdef TG_AMX_KERNEL
-  static thread_local std::vector<uint32_t> pa, pb, tmp;
+  // The B slices of up to kGroup along K stay packed while every row block runs through them,
+  // so each C block (MC x NC fp32, 128 KiB) stays in L2 from one slice to the next.
+  static thread_local std::vector<uint32_t> pa, pb[kGroup], tmp;
   load_tile_config();  // per thread and call: the configuration is the thread's
   for (int j0 = 0; j0 < N; j0 += kNC) {
     const int nc = std::min(kNC, N - j0);
-    for (int k0 = 0; k0 < K; k0 += kKC) {
-      const int kc = std::min(kKC, K - k0);
+    for (int g0 = 0; g0 < K; g0 += kGroup * kKC) {
+      const int slices = std::min(kGroup, (K - g0 + kKC - 1) / kKC);
       // op(B)'s columns are the rows of B^T: transposed unless B is stored (N, K).
-      pack_operand(pb, tmp, false, B, ldb, !tb, j0, nc, k0, kc);
+      for (int s = 0; s < slices; s++)
+        pack_operand(pb[s], tmp, false, B, ldb, !tb, j0, nc, g0 + s * kKC,
+                     std::min(kKC, K - g0 - s * kKC));
       for (int i0 = 0; i0 < M; i0 += kMC) {
         const int mc = std::min(kMC, M - i0);
-        pack_operand(pa, tmp, true, A, lda, ta, i0, mc, k0, kc);
-        block(mc, nc, padded_pairs(kc), pa.data(), pb.data(), C + size_t(i0) * ldc + j0, ldc,
-              load || k0 > 0);
+        for (int s = 0; s < slices; s++) {
+          const int k0 = g0 + s * kKC, kc = std::min(kKC, K - k0);
+          pack_operand(pa, tmp, true, A, lda, ta, i0, mc, k0, kc);
+          block(mc, nc, padded_pairs(kc), pa.data(), pb[s].data(), C + size_t(i0) * ldc + j0, ldc,
+                load || k0 > 0);
+        }
       }
     }
   }
