@@ -3,7 +3,7 @@
 //
 // What TDPBF16PS computes, measured on an Intel Xeon (Sapphire Rapids class, under KVM) bit for
 // bit against 440,000 random dot products (K 2 to 32, normal, wide-exponent and subnormal
-// ranges; tests/backends/test_gemm_bf16.cpp keeps a sample), as Intel's pseudo-code has it: for
+// ranges; tests/backends/test_gemm_amx.cpp keeps a sample), as Intel's pseudo-code has it: for
 // each output, one instruction's K (up to 32 values, 16 pairs) feeds two chains, e over the
 // even k and o over the odd k, each a sequence of fp32 fused multiply-adds from +0, then
 //     c = c + (e + o)
@@ -16,7 +16,7 @@
 // as gemm_bf16.h's, summed in another fixed order that does not depend on the blocking or on
 // the thread count. gemm_bf16.h's own order cannot use the tiles' width: each instruction adds
 // to C once per output, so reproducing it takes one product per instruction (a masked pair),
-// which measured 75 GFLOP/s here against vdpbf16ps's 93 (docs/benchmarks.md, 2026-12-06).
+// which measured 64-81 GFLOP/s here against vdpbf16ps's 85-99 (docs/benchmarks.md, 2026-12-06).
 #pragma once
 #include <cstdint>
 
