@@ -20,7 +20,12 @@
 #include "src/base/common.h"
 
 #if defined(__x86_64__) && defined(__linux__)
+// GCC 12 warns on its own _mm512_undefined_* (self-initialised) in the intrinsics that use it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <sys/syscall.h>
 #include <unistd.h>
 #define TG_AMX_KERNEL 1
@@ -33,6 +38,36 @@ namespace {
 // kKC a multiple of 32: tiles start at k0 % 32 == 0. kGroup slices of B (1 MiB) fit in L2.
 constexpr int kMC = 64, kNC = 512, kKC = 256, kGroup = 4;
 static_assert(kKC % 32 == 0 && kMC % 32 == 0 && kNC % 32 == 0, "blocking");
+
+#ifdef TG_AMX_KERNEL
+// d[p * 16 + i] = the 32-bit word p of row i (x + i * ld), for 16 rows and 16 words: a 16 x 16
+// transpose of 32-bit lanes (pairs of bf16 stay together).
+__attribute__((target("avx512f"))) void transpose16(uint32_t* d, const uint16_t* x, int ld) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(x + size_t(i) * ld);
+  for (int i = 0; i < 16; i += 2) {  // 32-bit lanes of row pairs
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4)  // 64-bit lanes of row quads
+    for (int j = 0; j < 2; j++) {
+      r[i + j] = _mm512_unpacklo_epi64(t[i + j], t[i + 2 + j]);
+      r[i + 2 + j] = _mm512_unpackhi_epi64(t[i + j], t[i + 2 + j]);
+    }
+  for (int i = 0; i < 16; i += 8)  // 128-bit blocks of row octets
+    for (int j = 0; j < 4; j++) {
+      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + 4 + j], 0x88);
+      t[i + 4 + j] = _mm512_shuffle_i32x4(r[i + j], r[i + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; j++) {  // 256-bit halves of the two row octets
+    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+  }
+  // r[j] ends up holding word kWord[j] of the 16 rows, in row order.
+  constexpr int kWord[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+  for (int j = 0; j < 16; j++) _mm512_storeu_si512(d + size_t(kWord[j]) * 16, r[j]);
+}
+#endif
 
 // Rows [r0, r0 + rows) of op(X), k in [k0, k0 + kc), as panels of 16 rows: out[panel][pair][16],
 // a pair op(X)(r, 2p) | op(X)(r, 2p + 1) << 16 per word, for pairs [0, pp) (pp >= the pairs of
@@ -48,9 +83,15 @@ void pack16(uint32_t* out, const uint16_t* X, int ld, bool trans, int r0, int ro
     if (w == 0) continue;
     if (!trans) {
       // Rows of X are contiguous along k: each pair is one 32-bit word, gathered from the
-      // panel's 16 rows (their cache lines stay in L1) into one 64-byte row of the panel.
+      // panel's 16 rows (their cache lines stay in L1) into one 64-byte row of the panel,
+      // 16 pairs at a time by a transpose in registers where the panel is whole.
       const uint16_t* x = X + size_t(r) * ld + k0;
-      for (int p = 0; p < full; p++)
+      int p0 = 0;
+#ifdef TG_AMX_KERNEL
+      if (w == 16 && cpu_features().avx512f)
+        for (; p0 + 16 <= full; p0 += 16) transpose16(panel + size_t(p0) * 16, x + 2 * p0, ld);
+#endif
+      for (int p = p0; p < full; p++)
         for (int i = 0; i < w; i++)
           std::memcpy(panel + size_t(p) * 16 + i, x + size_t(i) * ld + 2 * p, 4);
       if (kc % 2)
