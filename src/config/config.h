@@ -157,7 +157,8 @@ struct Config {
   struct Cpu {
     std::string gemm = "auto";  // auto (OpenBLAS when built with it) | blas | loops
     // auto: the narrow modes' matmuls as bf16 products on the CPU's instructions when it has
-    // them (AVX512-BF16), else and with exact: widened to fp32 through cpu.gemm
+    // them (AMX-BF16, else AVX512-BF16; avx512_bf16 and amx_bf16 name one), else and with
+    // exact: widened to fp32 through cpu.gemm
     std::string narrow_gemm = "auto";
   } cpu;
   struct Cuda {

@@ -2,7 +2,9 @@
 // callers) against references: bit for bit against a scalar loop that adds in the kernel's
 // order (gemm_bf16.h), within the fp32 summation bound of an fp64 product otherwise; the
 // block-scaled and FP8 GEMMs through both paths; the dispatch's fallback; subnormals.
-// Cases that need AVX512-BF16 say so and skip on CPUs without it.
+// The linears and the chunked GEMM run on every hardware path the CPU has (AVX512-BF16 and
+// AMX: test_gemm_amx.cpp checks the tiles' own order). Cases that need AVX512-BF16 say so and
+// skip on CPUs without it.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -16,11 +18,25 @@
 #include "src/backends/cpu/parallel.h"
 #include "src/numerics/formats.h"
 #include "src/numerics/recipe.h"
+#include "tests/backends/gemm_bf16_problem.h"
 #include "tests/test_util.h"
 
 using tg::cpu::NarrowGemm;
+using tgt::NarrowPath, tgt::Problem, tgt::ftz, tgt::kShapes, tgt::random_problem, tgt::run_kernel;
 
 namespace {
+
+// The hardware paths this CPU has: AVX512-BF16, and AMX where the process may use the tiles.
+std::vector<NarrowGemm> hardware_paths() {
+  std::vector<NarrowGemm> v;
+  for (NarrowGemm g : {NarrowGemm::Avx512Bf16, NarrowGemm::AmxBf16}) {
+    tg::cpu::set_narrow_gemm(g);
+    if (tg::cpu::narrow_gemm() == g) v.push_back(g);
+  }
+  tg::cpu::set_narrow_gemm(NarrowGemm::Exact);
+  if (v.size() < 2) MESSAGE("some paths skipped: this CPU has " << tg::cpu::cpu_isa_summary());
+  return v;
+}
 
 bool have_bf16_kernel() {
   tg::cpu::set_narrow_gemm(NarrowGemm::Avx512Bf16);
@@ -28,51 +44,6 @@ bool have_bf16_kernel() {
   tg::cpu::set_narrow_gemm(NarrowGemm::Exact);
   if (!on) MESSAGE("skipped: this CPU has no AVX512-BF16 (" << tg::cpu::cpu_isa_summary() << ")");
   return on;
-}
-
-// Sets the process-wide path for one scope.
-struct NarrowPath {
-  explicit NarrowPath(NarrowGemm g) { tg::cpu::set_narrow_gemm(g); }
-  ~NarrowPath() { tg::cpu::set_narrow_gemm(NarrowGemm::Exact); }
-};
-
-// vdpbf16ps's fp32 arithmetic: subnormals in and out count as zero.
-float ftz(float x) { return std::fabs(x) < 0x1p-126f ? 0.0f * x : x; }
-
-struct Problem {
-  int M, N, K;
-  bool ta, tb;
-  float beta;
-  std::vector<uint16_t> A, B;
-  std::vector<float> C0;
-  int lda() const { return ta ? M : K; }
-  int ldb() const { return tb ? K : N; }
-  float a(int i, int k) const {
-    return tg::bf16_to_f32(ta ? A[size_t(k) * M + i] : A[size_t(i) * K + k]);
-  }
-  float b(int k, int j) const {
-    return tg::bf16_to_f32(tb ? B[size_t(j) * K + k] : B[size_t(k) * N + j]);
-  }
-};
-
-Problem random_problem(int M, int N, int K, bool ta, bool tb, float beta, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd(0, 1);
-  Problem p{M, N, K, ta, tb, beta, {}, {}, {}};
-  p.A.resize(size_t(M) * K);
-  p.B.resize(size_t(K) * N);
-  p.C0.resize(size_t(M) * N);
-  for (auto& x : p.A) x = tg::f32_to_bf16(nd(rng));
-  for (auto& x : p.B) x = tg::f32_to_bf16(nd(rng));
-  for (auto& x : p.C0) x = nd(rng);
-  return p;
-}
-
-std::vector<float> run_kernel(const Problem& p) {
-  std::vector<float> C = p.C0;
-  tg::cpu::gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.A.data(), p.lda(), p.B.data(), p.ldb(), p.beta,
-                     C.data(), p.N);
-  return C;
 }
 
 // gemm_bf16.h's order: c = beta C, then per pair (c + a[2p+1] b[2p+1]) + a[2p] b[2p], each
@@ -88,11 +59,6 @@ float ordered_dot(const Problem& p, int i, int j) {
   }
   return c;
 }
-
-// Awkward shapes: edges in every blocking dimension (MR 8, NR 32, KC 256, MC 96, NC 1024),
-// odd K, K spanning several slices, a single element.
-const int kShapes[][3] = {{1, 1, 1},     {3, 5, 7},      {9, 33, 17},    {8, 32, 256},
-                          {13, 70, 513}, {200, 41, 300}, {97, 1030, 65}, {17, 19, 1}};
 
 }  // namespace
 
@@ -266,21 +232,24 @@ TEST_CASE("cpu backend: bf16 linears through gemm_bf16 match the exact path") {
   tg::cpu::set_parallelism(2, 2);
   const int N = 70, C = 96, OC = 50;  // no shape a multiple of the micro-tile
   const LinearResult exact = bf16_linear(NarrowGemm::Exact, N, C, OC);
-  if (!have_bf16_kernel()) return;
-  const LinearResult hw = bf16_linear(NarrowGemm::Avx512Bf16, N, C, OC);
-  // The same exact products summed in another fp32 order, then rounded to bf16: at most a
-  // bf16 rounding apart (2^-8 relative), far less on average.
-  CHECK(rel_diff(hw.out, exact.out) < 4e-3);
-  CHECK(rel_diff(hw.dinp, exact.dinp) < 4e-3);
-  CHECK(rel_diff(hw.dw, exact.dw) < 4e-3);
-  CHECK(hw.db == exact.db);  // the bias gradient is summed the same way on both paths
-  // and bit-identical for 1 or 2 threads
-  tg::cpu::set_parallelism(1, 1);
-  const LinearResult one = bf16_linear(NarrowGemm::Avx512Bf16, N, C, OC);
+  for (NarrowGemm path : hardware_paths()) {
+    INFO(tg::cpu::narrow_gemm_name(path));
+    tg::cpu::set_parallelism(2, 2);
+    const LinearResult hw = bf16_linear(path, N, C, OC);
+    // The same exact products summed in another fp32 order, then rounded to bf16: at most a
+    // bf16 rounding apart (2^-8 relative), far less on average.
+    CHECK(rel_diff(hw.out, exact.out) < 4e-3);
+    CHECK(rel_diff(hw.dinp, exact.dinp) < 4e-3);
+    CHECK(rel_diff(hw.dw, exact.dw) < 4e-3);
+    CHECK(hw.db == exact.db);  // the bias gradient is summed the same way on both paths
+    // and bit-identical for 1 or 2 threads
+    tg::cpu::set_parallelism(1, 1);
+    const LinearResult one = bf16_linear(path, N, C, OC);
+    CHECK(one.out == hw.out);
+    CHECK(one.dinp == hw.dinp);
+    CHECK(one.dw == hw.dw);
+  }
   tg::cpu::set_parallelism(2, 2);
-  CHECK(one.out == hw.out);
-  CHECK(one.dinp == hw.dinp);
-  CHECK(one.dw == hw.dw);
 }
 
 namespace {
@@ -443,8 +412,9 @@ TEST_CASE("block-scaled GEMMs through gemm_bf16: exact products in the kernel's 
   }
 }
 
-TEST_CASE("gemm_bf16_chunks: each chunk's gemm_bf16 scaled into C by fma, bit for bit") {
-  if (!have_bf16_kernel()) return;
+namespace {
+// gemm_bf16_chunks on the current path against one gemm_bf16 per chunk and the scaling loop.
+void chunks_match_per_chunk_gemms() {
   // Edges in every blocking dimension, odd chunks and last chunks, chunks of 1 and of the slice.
   const int shapes[][4] = {{1, 1, 1, 1},        {3, 5, 7, 2},       {9, 33, 300, 128},
                            {8, 32, 256, 128},   {13, 70, 513, 256}, {100, 41, 385, 128},
@@ -482,6 +452,16 @@ TEST_CASE("gemm_bf16_chunks: each chunk's gemm_bf16 scaled into C by fma, bit fo
     for (size_t i = 0; i < C.size(); i++)
       mismatches += !(C[i] == want[i] || (std::isnan(C[i]) && std::isnan(want[i])));
     CHECK(mismatches == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm_bf16_chunks: each chunk's gemm_bf16 scaled into C by fma, bit for bit") {
+  for (NarrowGemm path : hardware_paths()) {
+    INFO(tg::cpu::narrow_gemm_name(path));
+    NarrowPath np(path);
+    chunks_match_per_chunk_gemms();
   }
 }
 

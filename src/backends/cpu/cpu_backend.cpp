@@ -224,14 +224,16 @@ class CpuBackend final : public Backend {
   // tolerances.
   void set_quant_options(const QuantOptions&) override {}
   // The start-up line's path: the formats are emulated bit for bit; the GEMMs take the bf16
-  // kernel where the CPU has AVX512-BF16 and the dequantized operands are exact in bf16.
+  // kernel (AMX or AVX512-BF16, cpu.narrow_gemm) where the dequantized operands are exact in
+  // bf16.
   std::string fp8_path_name() const override {
     return std::string(
                "CPU emulation, bit-faithful (operands rounded to the recipe's formats and "
                "scales); GEMMs: ") +
            (cpu::narrow_gemm_hardware()
-                ? "bf16 products with fp32 sums (AVX512-BF16) where the dequantized operands "
-                  "are exact in bf16, else fp32"
+                ? std::string("bf16 products with fp32 sums (") +
+                      cpu::narrow_gemm_name(cpu::narrow_gemm()) +
+                      ") where the dequantized operands are exact in bf16, else fp32"
                 : "fp32 GEMMs of the dequantized operands");
   }
   bool has_block_scaled_linears() const override { return true; }

@@ -36,12 +36,13 @@ CpuFeatures detect() {
   f.avx512dq = f.avx512f && ((b >> 17) & 1);
   f.avx512vl = f.avx512f && ((b >> 31) & 1);
   f.avx512_fp16 = f.avx512f && ((d >> 23) & 1);
-  f.amx_bf16 = tile_state && ((d >> 22) & 1);
+  f.amx_tile = tile_state && ((d >> 24) & 1);
+  f.amx_bf16 = f.amx_tile && ((d >> 22) & 1);
   const unsigned max_sub = a;
   if (max_sub >= 1) {
     __cpuid_count(7, 1, a, b, c, d);
     f.avx512_bf16 = f.avx512f && ((a >> 5) & 1);
-    f.amx_fp16 = tile_state && ((a >> 21) & 1);
+    f.amx_fp16 = f.amx_tile && ((a >> 21) & 1);
   }
   return f;
 }

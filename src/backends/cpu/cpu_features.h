@@ -13,7 +13,9 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512_bf16 = false;  // vdpbf16ps: bf16 pair dot products into fp32
   bool avx512_fp16 = false;  // fp16 arithmetic
-  bool amx_bf16 = false;     // tile matrix multiply on bf16 (OS permission not checked)
+  bool amx_tile = false;     // the tile registers (and the OS saves them: XCR0 bits 17, 18)
+  bool amx_bf16 = false;     // tile matrix multiply on bf16 (the process still has to ask
+                             // Linux for the tile state: gemm_amx.h's amx_tiles_granted)
   bool amx_fp16 = false;
 };
 

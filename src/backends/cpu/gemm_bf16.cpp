@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm_amx.h"
 #include "src/base/common.h"
 
 #if defined(__x86_64__)
@@ -164,6 +165,8 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda
       for (int i = 0; i < M; i++) std::fill(C + size_t(i) * ldc, C + size_t(i) * ldc + N, 0.0f);
     return;
   }
+  if (narrow_gemm() == NarrowGemm::AmxBf16)  // the tiles' order: gemm_amx.h
+    return gemm_bf16_amx(ta, tb, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
 #ifdef TG_BF16_KERNEL
   // Thread-local packing buffers: callers run one gemm_bf16 per OpenMP thread.
   static thread_local std::vector<uint32_t> pa, pb;
@@ -197,6 +200,8 @@ void gemm_bf16_chunks(int M, int N, int K, int chunk, const uint16_t* A, int lda
   if (M <= 0 || N <= 0 || K <= 0) return;
   if (chunk <= 0 || chunk > kGemmBf16MaxChunk)
     throw Error(strf("gemm_bf16_chunks: chunk %d outside 1..%d", chunk, kGemmBf16MaxChunk));
+  if (narrow_gemm() == NarrowGemm::AmxBf16)
+    return gemm_bf16_amx_chunks(M, N, K, chunk, A, lda, B, ldb, sa, sb, C, ldc);
 #ifdef TG_BF16_KERNEL
   const int nch = (K + chunk - 1) / chunk;
   static thread_local std::vector<uint32_t> pa, pb;
@@ -228,6 +233,10 @@ void gemm_bf16_chunks(int M, int N, int K, int chunk, const uint16_t* A, int lda
 
 NarrowGemm choose_narrow_gemm(const std::string& key, bool gemm_loops, const CpuFeatures& f) {
   if (key == "exact" || gemm_loops) return NarrowGemm::Exact;
+  if (key == "avx512_bf16") return NarrowGemm::Avx512Bf16;
+  if (key == "amx_bf16") return NarrowGemm::AmxBf16;
+  // auto: the fastest this CPU has (the OS's permission for the tiles: set_narrow_gemm).
+  if (f.amx_tile && f.amx_bf16) return NarrowGemm::AmxBf16;
   return f.avx512_bf16 && f.avx512bw ? NarrowGemm::Avx512Bf16 : NarrowGemm::Exact;
 }
 
@@ -236,18 +245,25 @@ NarrowGemm g_narrow = NarrowGemm::Exact;
 }  // namespace
 
 void set_narrow_gemm(NarrowGemm g) {
+  bool bf16 = cpu_features().avx512_bf16 && cpu_features().avx512bw;
 #ifndef TG_BF16_KERNEL
-  g = NarrowGemm::Exact;
+  bf16 = false;
 #endif
-  if (g == NarrowGemm::Avx512Bf16 && !(cpu_features().avx512_bf16 && cpu_features().avx512bw))
-    g = NarrowGemm::Exact;
+  if (g == NarrowGemm::AmxBf16 && !amx_tiles_granted())
+    g = bf16 ? NarrowGemm::Avx512Bf16 : NarrowGemm::Exact;
+  if (g == NarrowGemm::Avx512Bf16 && !bf16) g = NarrowGemm::Exact;
   g_narrow = g;
 }
 
 NarrowGemm narrow_gemm() { return g_narrow; }
 
 const char* narrow_gemm_name(NarrowGemm g) {
-  return g == NarrowGemm::Exact ? "exact (fp32 sgemm of widened values)" : "avx512_bf16";
+  switch (g) {
+    case NarrowGemm::Exact: return "exact (fp32 sgemm of widened values)";
+    case NarrowGemm::Avx512Bf16: return "avx512_bf16";
+    case NarrowGemm::AmxBf16: return "amx_bf16";
+  }
+  return "?";
 }
 
 }  // namespace tg::cpu

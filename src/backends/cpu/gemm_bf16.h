@@ -1,6 +1,8 @@
 // gemm_bf16: C(M,N) = op(A)(M,K) op(B)(K,N) + beta C with bf16 operands (16-bit codes) and
 // fp32 accumulation and output, on the CPU's bf16 dot-product instruction (AVX512-BF16's
 // vdpbf16ps), single-threaded like gemm() (callers split the rows across OpenMP threads).
+// With cpu.narrow_gemm=amx_bf16 (auto's choice where the CPU has AMX-BF16) it runs on AMX
+// tiles instead and sums in their order (gemm_amx.h); what follows is the AVX512-BF16 path.
 //
 // What it computes, measured on AMD Zen 4 and as Intel's manual defines vdpbf16ps: each
 // product of two bf16 values is exact in fp32; the K values are taken in pairs (2p, 2p+1)
@@ -37,17 +39,21 @@ void gemm_bf16_chunks(int M, int N, int K, int chunk, const uint16_t* A, int lda
                       int ldb, const float* sa, const float* sb, float* C, int ldc);
 
 // How the narrow modes' matmuls multiply (cpu.narrow_gemm): widened to fp32 and through
-// gemm() (Exact, the reference), or as bf16 products on the CPU's instructions.
-enum class NarrowGemm { Exact, Avx512Bf16 };
-// The path for a cpu.narrow_gemm value ("auto" | "exact") on a CPU with features f.
-// cpu.gemm=loops (rounding independent of the CPU) keeps auto on the exact path too.
+// gemm() (Exact, the reference), or as bf16 products on the CPU's instructions: this file's
+// function on AVX512-BF16 (Avx512Bf16), or AMX tiles in their own order of the additions
+// (AmxBf16: another function, gemm_amx.h), where gemm_bf16 and gemm_bf16_chunks go then.
+enum class NarrowGemm { Exact, Avx512Bf16, AmxBf16 };
+// The path for a cpu.narrow_gemm value ("auto" | "exact" | "avx512_bf16" | "amx_bf16") on a CPU
+// with features f; auto is the fastest the CPU has: AmxBf16, else Avx512Bf16, else Exact.
+// cpu.gemm=loops (rounding independent of the CPU) keeps every value on the exact path.
 NarrowGemm choose_narrow_gemm(const std::string& key, bool gemm_loops, const CpuFeatures& f);
 // Process-wide, like set_gemm_loops; make_backend sets it from the config. A path the CPU
-// lacks falls back to Exact.
+// (or the OS: the tile state) lacks falls back to the next: AmxBf16 to Avx512Bf16 to Exact.
 void set_narrow_gemm(NarrowGemm g);
 NarrowGemm narrow_gemm();
 inline bool narrow_gemm_hardware() { return narrow_gemm() != NarrowGemm::Exact; }
-// "exact (fp32 sgemm)" or "avx512_bf16", for logs and the benchmark.
+// "exact (fp32 sgemm of widened values)", "avx512_bf16" or "amx_bf16", for logs and the
+// benchmark.
 const char* narrow_gemm_name(NarrowGemm g);
 
 }  // namespace tg::cpu
