@@ -1,6 +1,8 @@
 // gemm_bf16_problem.h: random bf16 GEMM problems and the scope guard of cpu.narrow_gemm's path,
 // for the tests of the bf16 kernels (test_gemm_bf16.cpp, test_gemm_amx.cpp).
 #pragma once
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -61,5 +63,24 @@ inline std::vector<float> run_kernel(const Problem& p) {
 inline const int kShapes[][3] = {{1, 1, 1},      {3, 5, 7},     {9, 33, 17},
                                  {8, 32, 256},   {13, 70, 513}, {200, 41, 300},
                                  {97, 1030, 65}, {17, 19, 1},   {160, 64, 1100}};
+
+// f(p) for a random problem of every shape of kShapes, both transposes of each operand and
+// beta 0 and 1 (seeds from `seed` up), with the problem's dimensions captured for a failure.
+template <typename F>
+void for_each_problem(uint64_t seed, F&& f) {
+  for (const auto& s : kShapes)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (float beta : {0.0f, 1.0f}) {
+          const Problem p = random_problem(s[0], s[1], s[2], ta, tb, beta, seed++);
+          CAPTURE(p.M);
+          CAPTURE(p.N);
+          CAPTURE(p.K);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(beta);
+          f(p);
+        }
+}
 
 }  // namespace tgt

@@ -22,7 +22,8 @@
 #include "tests/test_util.h"
 
 using tg::cpu::NarrowGemm;
-using tgt::NarrowPath, tgt::Problem, tgt::ftz, tgt::kShapes, tgt::random_problem, tgt::run_kernel;
+using tgt::NarrowPath, tgt::Problem, tgt::ftz, tgt::kShapes, tgt::random_problem, tgt::run_kernel,
+    tgt::for_each_problem;
 
 namespace {
 
@@ -64,25 +65,13 @@ float ordered_dot(const Problem& p, int i, int j) {
 
 TEST_CASE("gemm_bf16: bit-identical to a scalar loop adding in the kernel's order") {
   if (!have_bf16_kernel()) return;
-  uint64_t seed = 1;
-  for (const auto& s : kShapes)
-    for (int ta = 0; ta < 2; ta++)
-      for (int tb = 0; tb < 2; tb++)
-        for (float beta : {0.0f, 1.0f}) {
-          const Problem p = random_problem(s[0], s[1], s[2], ta, tb, beta, seed++);
-          CAPTURE(p.M);
-          CAPTURE(p.N);
-          CAPTURE(p.K);
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CAPTURE(beta);
-          const std::vector<float> C = run_kernel(p);
-          int mismatches = 0;
-          for (int i = 0; i < p.M; i++)
-            for (int j = 0; j < p.N; j++)
-              mismatches += C[size_t(i) * p.N + j] != ordered_dot(p, i, j);
-          CHECK(mismatches == 0);
-        }
+  for_each_problem(1, [](const Problem& p) {
+    const std::vector<float> C = run_kernel(p);
+    int mismatches = 0;
+    for (int i = 0; i < p.M; i++)
+      for (int j = 0; j < p.N; j++) mismatches += C[size_t(i) * p.N + j] != ordered_dot(p, i, j);
+    CHECK(mismatches == 0);
+  });
 }
 
 TEST_CASE("gemm_bf16: within the fp32 summation bound of the exact product, as sgemm is") {
