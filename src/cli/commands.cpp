@@ -25,12 +25,14 @@ int cmd_train(int argc, char** argv) {
 
 namespace {
 // Prints the error; in a multi-process job, names the rank and ends every process so that
-// none waits forever in a collective.
+// none waits forever in a collective, unless every rank agreed to stop here (each prints its
+// own error and exits plainly: an abort from the first could cut off another's message).
 int fail(int code, const char* what) {
   if (comm_is_distributed()) {
     fprintf(stderr, "train_gpt: error (rank %d): %s\n", comm_rank(), what);
     fflush(stderr);
-    comm_abort(code);
+    if (!comm_stop_agreed()) comm_abort(code);
+    return code;
   }
   fprintf(stderr, "train_gpt: error: %s\n", what);
   return code;

@@ -289,6 +289,12 @@ void comm_abort(int code) {
   std::exit(code);
 }
 
+namespace {
+bool g_stop_agreed = false;
+}
+void comm_agree_to_stop() { g_stop_agreed = true; }
+bool comm_stop_agreed() { return g_stop_agreed; }
+
 int comm_local_rank() {
   for (const char* v :
        {"TG_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})

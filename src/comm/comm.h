@@ -117,6 +117,12 @@ std::unique_ptr<Comm> make_single_comm();
 std::unique_ptr<Comm> make_nccl_comm(Bootstrap& bootstrap, Backend& backend);
 // Ends every process of a distributed job (MPI_Abort, or through the rendezvous) with `code`.
 [[noreturn]] void comm_abort(int code);
+// Says that every process of the job stops here together: each is about to throw the same
+// refusal after a collective that agreed on it (train.out_dir in use). The error is then
+// printed by every rank and each exits plainly, where comm_abort could end a rank before its
+// message is out.
+void comm_agree_to_stop();
+bool comm_stop_agreed();
 // True once this process is connected to others: MPI with more than one process, or the
 // rendezvous joined.
 bool comm_is_distributed();

@@ -200,6 +200,7 @@ void Trainer::lock_out_dir() {
   // The others wait for rank 0's word, so that every rank goes on or stops together.
   int32_t refused = why.empty() ? 0 : 1;
   if (world_ > 1) cm_->broadcast(&refused, sizeof(refused), 0);
+  if (refused && world_ > 1) comm_agree_to_stop();
   if (refused)
     throw UsageError(rank_ == 0
                          ? why
