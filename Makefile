@@ -309,7 +309,8 @@ FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/
                 src/config/key_aliases.cpp src/data/bpe_long_piece.cpp src/backends/backend.cpp \
                 src/training/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
                 src/comm/rendezvous_secret.cpp \
-                src/model/model.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
+                src/model/model.cpp src/model/model_plan.cpp src/model/model_params.cpp \
+                src/model/model_grads.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
                 src/training/checkpoint.cpp src/training/run_state.cpp src/training/hf.cpp \
                 tests/fuzz/fuzz_entries.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)
