@@ -41,29 +41,15 @@
 #include <string>
 #include <vector>
 
-#include "src/data/tokenizer.h"
+#include "model_file.h"
 #include "src/model/model.h"
 #include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
 
 namespace tg {
 
-constexpr int32_t kModelMagic = 20240326;
 constexpr int32_t kStateMagic = 20261129;
 constexpr int kStateVersion = 2;  // state.json; 1 (no manifest) is still read
-
-void write_model_file(const std::string& path, const GPTConfig& cfg, const std::vector<float>& p);
-struct ModelFile {
-  GPTConfig cfg;
-  std::vector<float> params;
-  TokenizerRecord tokenizer;  // a checkpoint's or an export's; unknown for llm.c files
-};
-ModelFile read_model_file(const std::string& path);
-// The architecture fields of a model-file header (h[2..7]), unchecked.
-GPTConfig model_header_config(const int32_t h[8]);
-// Whether a shape read from a file is one this program can build: positive sizes, heads
-// dividing the channels, Vp >= V, and bounds that keep the parameter count's arithmetic safe.
-bool model_config_valid(const GPTConfig& c);
 
 struct CheckpointData {
   nlohmann::json state;
