@@ -108,6 +108,13 @@ Trainer::VerifiedCheckpoint Trainer::verify_checkpoint(const std::string& dir) c
         strf("checkpoint state %s: field 'step' is %lld, but the directory is named "
              "for step %lld",
              state_path.c_str(), (long long)s.step, (long long)dir_step));
+  // The weights learned one tokenizer's ids: data of another would give them other meanings.
+  if (s.tokenizer.known() && tokenizer_record_.known() &&
+      !same_tokenizer(s.tokenizer, tokenizer_record_))
+    throw Error(strf("checkpoint state %s: field 'tokenizer': the run was trained with %s, but "
+                     "the data (data.train) is %s; resume on the data it was trained on",
+                     state_path.c_str(), describe_tokenizer(s.tokenizer).c_str(),
+                     describe_tokenizer(tokenizer_record_).c_str()));
   try {
     train_loader_->check_position(s.data);
   } catch (const Error& e) {

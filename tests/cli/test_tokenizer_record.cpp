@@ -1,8 +1,8 @@
 // test_tokenizer_record.cpp: a checkpoint and an export record the tokenizer of their data
 // (src/data/tokenizer.h, TokenizerRecord): `sample` uses it without being told and refuses
 // another by name, `export` writes only the model's and refuses a vocabulary of another size,
-// model.init_from refuses data of another tokenizer; checkpoints from before the record still
-// sample, as bytes, saying so.
+// model.init_from and checkpoint.resume refuse data of another tokenizer; checkpoints from
+// before the record still sample, as bytes, saying so.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -170,6 +170,29 @@ TEST_CASE("cli: model.init_from refuses data of another tokenizer") {
   // On its own data it starts.
   CHECK(run_binary(gpt2_run_args(d / "g", d / "e") + " --model.init_from=" + (d / "hf"), &out) ==
         0);
+}
+
+TEST_CASE("cli: checkpoint.resume refuses data of another tokenizer, naming both") {
+  tgt::TempDir d;
+  write_gpt2_like_data(d / "g");
+  std::string out;
+  REQUIRE(run_binary(gpt2_run_args(d / "g", d / "run"), &out) == 0);
+  // The same shards under another tokenizer (another vocabulary file's digest): every token
+  // still in range and the loader's position still valid, but the ids mean other pieces.
+  write_gpt2_like_data(d / "h");
+  json meta = json::parse(tgt::slurp(d / "h/meta.json"));
+  meta["gpt2"]["content_sha256"] = "another";
+  tg::write_text_atomic(d / "h/meta.json", meta.dump(2));
+  const std::string resume = " --train.steps=4 --checkpoint.resume=true";
+  CHECK(run_binary(gpt2_run_args(d / "h", d / "run") + resume, &out) == 1);
+  CHECK(has(out, "ckpt_00000002/state.json: field 'tokenizer': the run was trained with GPT-2's "
+                 "BPE (vocabulary 50257, "));
+  CHECK(has(out, "but the data (data.train) is GPT-2's BPE (vocabulary 50257, "));
+  CHECK(has(out, "nothing was deleted"));
+  CHECK(tg::list_checkpoints(d / "run").size() == 1);
+  // On its own data it resumes.
+  CHECK(run_binary(gpt2_run_args(d / "g", d / "run") + resume, &out) == 0);
+  CHECK(has(out, "resumed from "));
 }
 
 TEST_CASE("cli: a GPT-2 run samples GPT-2's text without --tokenizer, its export too") {
