@@ -301,18 +301,18 @@ FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wex
 FUZZ_TARGETS := shard model_file checkpoint config hf_model bpe
 FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/base/suggest.cpp \
                 src/base/host_memory.cpp src/base/test_hooks.cpp src/data/data.cpp \
-                src/data/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp \
+                src/io/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp \
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/numerics/state_format.cpp \
                 src/numerics/master_format.cpp src/numerics/wire_format.cpp \
                 src/config/config.cpp src/config/config_cli.cpp src/config/config_validate.cpp \
                 src/config/config_text.cpp src/config/state_presets.cpp \
                 src/config/key_aliases.cpp src/data/bpe_long_piece.cpp src/backends/backend.cpp \
-                src/training/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
+                src/io/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
                 src/comm/rendezvous_secret.cpp \
                 src/model/model.cpp src/model/model_plan.cpp src/model/model_params.cpp \
                 src/model/model_grads.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
-                src/training/checkpoint.cpp src/training/model_file.cpp src/training/optim_file.cpp \
-                src/training/run_state.cpp src/training/hf.cpp \
+                src/io/checkpoint.cpp src/io/model_file.cpp src/io/optim_file.cpp \
+                src/training/run_state.cpp src/io/hf.cpp \
                 tests/fuzz/fuzz_entries.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

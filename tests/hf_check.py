@@ -3,7 +3,7 @@
 
 usage: hf_check.py EXPORT_DIR PROMPT LOGITS_FILE GREEDY_FILE NEW_TOKENS
 
-Run by tests/training/test_hf.cpp. It loads EXPORT_DIR with transformers'
+Run by tests/io/test_hf.cpp. It loads EXPORT_DIR with transformers'
 GPT2LMHeadModel.from_pretrained (CPU, fp32) and checks that
   - safetensors reads the file and its metadata says format "pt";
   - lm_head is tied to wte;

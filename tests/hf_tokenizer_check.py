@@ -3,7 +3,7 @@
 
 usage: hf_tokenizer_check.py EXPORT_DIR PROMPT GREEDY_FILE NEW_TOKENS
 
-Run by tests/training/test_hf.cpp. Loads EXPORT_DIR with AutoTokenizer.from_pretrained and
+Run by tests/io/test_hf.cpp. Loads EXPORT_DIR with AutoTokenizer.from_pretrained and
 GPT2LMHeadModel.from_pretrained (CPU, fp32), encodes PROMPT with that tokenizer, generates
 NEW_TOKENS tokens greedily, and checks that the text is what GREEDY_FILE holds: the output of
 `train_gpt sample --temperature 0 --tokens NEW_TOKENS --prompt PROMPT` (prompt included),

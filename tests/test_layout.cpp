@@ -54,15 +54,16 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"backends", {"base", "comm", "numerics"}},
       {"config", {"base", "numerics"}},
       {"model", {"base", "comm", "numerics", "backends", "config"}},
+      {"io", {"base", "numerics", "data", "model"}},
       {"precision", {"base", "comm", "numerics", "backends", "model", "config", "data"}},
       {"training",
-       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision"}},
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "io", "precision"}},
       {"report",
-       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision",
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "io", "precision",
         "training"}},
       {"cli",
-       {"base", "comm", "numerics", "backends", "model", "config", "data", "precision", "training",
-        "report"}},
+       {"base", "comm", "numerics", "backends", "model", "config", "data", "io", "precision",
+        "training", "report"}},
   };
   return kAllowed;
 }

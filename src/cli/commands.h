@@ -9,7 +9,7 @@ namespace tg {
 int cmd_train(int argc, char** argv);    // commands.cpp
 int cmd_prepare(int argc, char** argv);  // prepare_command.cpp
 int cmd_sample(int argc, char** argv);   // sample_command.cpp
-// A checkpoint or model file as a Hugging Face GPT-2 directory (src/training/hf.h) that
+// A checkpoint or model file as a Hugging Face GPT-2 directory (src/io/hf.h) that
 // transformers' GPT2LMHeadModel.from_pretrained loads (export.cpp).
 int cmd_export(int argc, char** argv);
 int cmd_compare(int argc, char** argv);  // compare_command.cpp

@@ -1,5 +1,5 @@
 // export.cpp: `train_gpt export`: a checkpoint or model file as a Hugging Face GPT-2
-// directory (src/training/hf.h) that transformers' GPT2LMHeadModel.from_pretrained loads.
+// directory (src/io/hf.h) that transformers' GPT2LMHeadModel.from_pretrained loads.
 #include "commands.h"
 
 #include <cstdio>
@@ -13,8 +13,8 @@
 #include "src/data/data.h"
 #include "src/data/prepare.h"
 #include "src/data/tokenizer.h"
-#include "src/training/checkpoint.h"
-#include "src/training/hf.h"
+#include "src/io/checkpoint.h"
+#include "src/io/hf.h"
 
 namespace tg {
 

@@ -14,11 +14,11 @@
 #include "src/base/host_memory.h"
 #include "src/base/suggest.h"
 #include "src/config/config.h"
+#include "src/io/hf.h"
 #include "src/model/model.h"
 #include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 #include "src/precision/scaled_scratch.h"
-#include "src/training/hf.h"
 #include "src/training/memory_check.h"
 
 namespace tg {

@@ -12,11 +12,11 @@
 #include "src/base/rng.h"
 #include "src/config/config.h"
 #include "src/data/tokenizer.h"
+#include "src/io/checkpoint.h"
+#include "src/io/hf.h"
 #include "src/model/model.h"
 #include "src/model/sample.h"
 #include "src/training/backend_factory.h"
-#include "src/training/checkpoint.h"
-#include "src/training/hf.h"
 
 namespace tg {
 

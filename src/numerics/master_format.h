@@ -31,7 +31,7 @@ struct MasterFormatInfo {
   MasterFormat format;
   const char* name;      // the config value
   size_t bytes;          // per parameter beyond the compute weights (bf16 models)
-  int32_t file_code;     // in the optimizer files' header (src/training/checkpoint.h)
+  int32_t file_code;     // in the optimizer files' header (src/io/checkpoint.h)
   const char* summary;   // for the start line and `memory`
 };
 

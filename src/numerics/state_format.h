@@ -26,7 +26,7 @@ struct StateFormatInfo {
   const char* name;   // the config value
   DType storage;      // element type of the stored moments (FP8: with a scale per block)
   bool stochastic;    // the store rounds stochastically (seeded per step, moment, element)
-  int32_t file_code;  // in the optimizer files' header (src/training/checkpoint.h)
+  int32_t file_code;  // in the optimizer files' header (src/io/checkpoint.h)
 };
 
 // Every row, in the order `--help` lists them.

@@ -2,7 +2,7 @@
 // resumes stores them in other formats (precision.state.adam_m / adam_v).
 //
 // A checkpoint stores each moment in the format it was trained with; its loader widens them
-// to fp32, exactly (src/training/checkpoint.h). Resuming encodes them once into this run's
+// to fp32, exactly (src/io/checkpoint.h). Resuming encodes them once into this run's
 // formats. The rule: a conversion that keeps every value (src/numerics/state_format.h's
 // state_format_lossless: into fp32, or between bf16 and bf16-sr, which store the same codes) is
 // made and said on stdout; one that would round values away (fp32 into bf16 or fp16, bf16 and
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
 #include "src/backends/backend.h"
 #include "src/config/config.h"
+#include "src/io/checkpoint.h"
 
 namespace tg {
 

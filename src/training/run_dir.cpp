@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/io/checkpoint.h"
 
 namespace tg {
 

@@ -9,7 +9,6 @@
 
 #include "backend_factory.h"
 #include "gpu_peak.h"
-#include "hf.h"
 #include "memory_check.h"
 #include "run_dir.h"
 #include "schedule.h"
@@ -20,6 +19,7 @@
 #include "src/base/common.h"
 #include "src/base/test_hooks.h"
 #include "src/comm/comm.h"
+#include "src/io/hf.h"
 #include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 #include "state_telemetry.h"

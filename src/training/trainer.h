@@ -23,20 +23,20 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
 #include "precision_runtime.h"
 #include "progress.h"
 #include "run_lock.h"
 #include "run_state.h"
 #include "src/backends/backend.h"
+#include "src/base/cpu_load.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/data.h"
 #include "src/data/prepare.h"
 #include "src/data/tokenizer.h"
+#include "src/io/checkpoint.h"
 #include "src/model/model.h"
 #include "src/numerics/loss_scaler.h"
-#include "src/base/cpu_load.h"
 #include "thread_tuner.h"
 
 namespace tg {

@@ -4,12 +4,12 @@
 // every rank), and the RunState a checkpoint saves.
 #include <cstdio>
 
-#include "checkpoint_cleanup.h"
 #include "moment_resume.h"
 #include "run_dir.h"
 #include "src/base/common.h"
 #include "src/base/test_hooks.h"
 #include "src/comm/comm.h"
+#include "src/io/checkpoint_cleanup.h"
 #include "src/precision/precision.h"
 #include "trainer.h"
 

@@ -20,7 +20,7 @@
 #include "src/data/data.h"
 #include "src/model/model.h"
 #include "src/report/runs_file.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 

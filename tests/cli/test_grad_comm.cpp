@@ -12,7 +12,7 @@
 #include "src/model/model.h"
 #include "src/precision/cuda_scratch.h"
 #include "src/report/runs_file.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/base/fileio.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "src/base/common.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 

@@ -14,7 +14,7 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/data/data.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 
 using nlohmann::json;

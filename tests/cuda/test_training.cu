@@ -13,7 +13,7 @@
 #include "src/model/model.h"
 #include "src/model/quant_state.h"
 #include "src/numerics/state_format.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/test_util.h"
 
 using namespace tgc;

@@ -1,4 +1,4 @@
-// fuzz_checkpoint.cpp: libFuzzer target for the checkpoint loader (src/training/checkpoint.cpp:
+// fuzz_checkpoint.cpp: libFuzzer target for the checkpoint loader (src/io/checkpoint.cpp:
 // load_checkpoint), fed a whole directory (state.json, model.bin, optimizer files) through
 // fuzz_load_checkpoint_dir.
 // Input layout and what counts as a finding: fuzz_entries.h. Built by `make fuzz`.

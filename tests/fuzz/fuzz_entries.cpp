@@ -14,8 +14,8 @@
 #include "src/config/config.h"
 #include "src/data/bpe.h"
 #include "src/data/data.h"
-#include "src/training/checkpoint.h"
-#include "src/training/hf.h"
+#include "src/io/checkpoint.h"
+#include "src/io/hf.h"
 #include "src/training/run_state.h"
 
 namespace tgfuzz {

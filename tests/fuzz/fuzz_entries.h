@@ -24,7 +24,7 @@
 //               and key=value lines applied with config_set (mode 2: arguments, "--"
 //               added in front of those without a leading '-').
 //   hf_model:   [0..3] the length of config.json (uint32; a length past the end takes the
-//               rest), config.json's text, then model.safetensors (src/training/hf.h).
+//               rest), config.json's text, then model.safetensors (src/io/hf.h).
 //   bpe:        the whole input is text for GPT-2's encoder (src/data/bpe.h), whose
 //               vocabulary is read once from $TG_GPT2_VOCAB or data/gpt2/: invalid UTF-8 is
 //               rejected at its first bad byte; valid text must decode back to itself,

@@ -1,5 +1,5 @@
-// fuzz_hf_model.cpp: libFuzzer target for the Hugging Face GPT-2 reader (src/training/hf.cpp:
-// read_hf_model, over src/data/safetensors.cpp) and its config.json checks.
+// fuzz_hf_model.cpp: libFuzzer target for the Hugging Face GPT-2 reader (src/io/hf.cpp:
+// read_hf_model, over src/io/safetensors.cpp) and its config.json checks.
 // Input layout and what counts as a finding: fuzz_entries.h. Built by `make fuzz`.
 #include "fuzz_entries.h"
 

@@ -1,5 +1,5 @@
 // fuzz_model_file.cpp: libFuzzer target for the llm.c model-file reader
-// (src/training/checkpoint.cpp: read_model_file).
+// (src/io/checkpoint.cpp: read_model_file).
 // Input layout and what counts as a finding: fuzz_entries.h. Built by `make fuzz`.
 #include "fuzz_entries.h"
 

@@ -15,8 +15,8 @@
 #include "src/data/data.h"
 #include "src/numerics/moment_block.h"
 #include "src/numerics/state_format.h"
-#include "src/training/checkpoint.h"
-#include "src/training/hf.h"
+#include "src/io/checkpoint.h"
+#include "src/io/hf.h"
 #include "src/training/run_state.h"
 
 using json = nlohmann::json;

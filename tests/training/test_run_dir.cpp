@@ -12,7 +12,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "src/training/run_dir.h"
 #include "src/training/run_lock.h"
 #include "src/training/run_state.h"

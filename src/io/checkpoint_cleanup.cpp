@@ -11,9 +11,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
-#include "src/training/checkpoint.h"
 
 namespace tg {
 

@@ -11,7 +11,7 @@
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/numerics/moment_block.h"
-#include "src/training/checkpoint.h"
+#include "src/io/checkpoint.h"
 #include "tests/test_util.h"
 
 using namespace tg;

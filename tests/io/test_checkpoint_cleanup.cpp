@@ -7,8 +7,8 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
-#include "src/training/checkpoint.h"
-#include "src/training/checkpoint_cleanup.h"
+#include "src/io/checkpoint.h"
+#include "src/io/checkpoint_cleanup.h"
 #include "tests/test_util.h"
 
 using namespace tg;

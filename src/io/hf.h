@@ -1,6 +1,6 @@
 // hf.h: Hugging Face interop: our GPT as a transformers GPT2LMHeadModel directory.
 //
-// The directory holds model.safetensors (src/data/safetensors.h; __metadata__ {"format": "pt"},
+// The directory holds model.safetensors (src/io/safetensors.h; __metadata__ {"format": "pt"},
 // which transformers requires) and config.json (model_type gpt2). The tensors are named
 // transformer.wte.weight, transformer.wpe.weight, transformer.h.<l>.{ln_1, attn.c_attn,
 // attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.{weight,bias}, transformer.ln_f.{weight,bias};

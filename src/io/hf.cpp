@@ -4,10 +4,10 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "safetensors.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/data/bpe.h"
-#include "src/data/safetensors.h"
 #include "src/numerics/formats.h"
 
 namespace tg {

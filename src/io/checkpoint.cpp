@@ -13,12 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "checkpoint_cleanup.h"
 #include "checkpoint_fields.h"
 #include "optim_file.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/numerics/moment_block.h"
-#include "src/training/checkpoint_cleanup.h"
 
 namespace tg {
 using json = nlohmann::json;

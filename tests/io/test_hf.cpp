@@ -13,10 +13,10 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
-#include "src/data/safetensors.h"
+#include "src/io/safetensors.h"
 #include "src/numerics/formats.h"
-#include "src/training/checkpoint.h"
-#include "src/training/hf.h"
+#include "src/io/checkpoint.h"
+#include "src/io/hf.h"
 #include "tests/test_util.h"
 
 using nlohmann::json;
