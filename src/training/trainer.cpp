@@ -174,15 +174,19 @@ void Trainer::setup_comm_and_backend() {
 
 void Trainer::check_memory() const {
   if (!cfg_.train.memory_check) return;
-  const bool lse =
-      be_->attention_saves_lse(mc_.n_embd / mc_.n_head, precision_spec(cfg_).compute);
+  const int hs = mc_.n_embd / mc_.n_head;
+  const bool lse = be_->attention_saves_lse(hs, precision_spec(cfg_).compute);
+  // The GPU plan of the path this backend takes (auto resolved), not of the key's value.
+  Config planned = cfg_;
+  planned.cuda.attention =
+      attention_path_name(be_->attention_choice(hs, precision_spec(cfg_).compute).path);
   const int zero = cfg_.train.zero_stage == 1 ? world_ : 1;
   const MemoryPlan p = plan_memory_of(cfg_, cfg_.precision.mode, mc_, cfg_.data.batch_size,
                                       cfg_.data.seq_len, zero, world_, lse);
   size_t free = 0, total = 0;
   const std::string why =
       be_->device_memory(&free, &total)
-          ? gpu_memory_refusal(cfg_, p, planned_gpu_bytes(cfg_, mc_, world_), free, total,
+          ? gpu_memory_refusal(cfg_, p, planned_gpu_bytes(planned, mc_, world_), free, total,
                                be_->device_model())
           : memory_refusal(cfg_, p, comm_local_world(world_), host_memory());
   if (!why.empty()) throw UsageError(why);
