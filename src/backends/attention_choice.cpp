@@ -20,9 +20,10 @@ bool cudnn_attention_supported(DType t, int head_size, std::string* why) {
     return false;
   }
   if (head_size % 8 != 0 || head_size < 8 || head_size > 128) {
-    *why = strf("cuDNN's fused attention takes head sizes that are multiples of 8 up to 128, "
-                "not %d",
-                head_size);
+    *why = strf(
+        "cuDNN's fused attention takes head sizes that are multiples of 8 up to 128, "
+        "not %d",
+        head_size);
     return false;
   }
   return true;
@@ -76,8 +77,7 @@ AttentionChoice choose_attention(const std::string& requested, const CudnnProbe&
     return c;
   }
   if (requested == "auto") {
-    if (why.empty())
-      return lse_path(AttentionPath::Cudnn, "cuda.attention=auto: " + cudnn.detail);
+    if (why.empty()) return lse_path(AttentionPath::Cudnn, "cuda.attention=auto: " + cudnn.detail);
     return att_path(AttentionPath::Cublas, "cuda.attention=auto: no cuDNN: " + why);
   }
   AttentionChoice c;

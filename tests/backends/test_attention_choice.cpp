@@ -24,7 +24,9 @@ CudnnProbe probe(bool built_in, bool loaded) {
   return p;
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace
 
@@ -99,7 +101,8 @@ TEST_CASE("attention choice: cublas, fused and flash are as before, whatever cuD
   CHECK(std::string(attention_path_name(AttentionPath::Cudnn)) == "cudnn");
 }
 
-TEST_CASE("attention choice: the CPU runs flash's twin for flash and cudnn, its reference for auto") {
+TEST_CASE(
+    "attention choice: the CPU runs flash's twin for flash and cudnn, its reference for auto") {
   for (const char* key : {"flash", "cudnn"}) {
     BackendOptions o;
     o.attention = key;

@@ -60,7 +60,8 @@ TEST_CASE("cuda: cuDNN attention forward (out, lse) and backward (dq, dk, dv)") 
       tw.gpu->attention_backward_lse(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH);
       const std::vector<double> gc = tw.get(*tw.cpu, dqkv.cpu), gg = tw.get(*tw.gpu, dqkv.gpu);
       for (int part = 0; part < 3; part++) {
-        INFO("part " << "qkv"[part]);
+        INFO("part "
+             << "qkv"[part]);
         CHECK(part_err(gg, gc, size_t(B) * T, C, part) < tol(t));
       }
       // Deterministic (set_deterministic_algorithm): the backward again gives the same bits.

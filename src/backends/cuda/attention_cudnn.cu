@@ -23,6 +23,7 @@
 #include "launch.h"
 
 #ifdef TG_CUDNN
+#include <cudnn_frontend.h>
 #include <dlfcn.h>
 #include <glob.h>
 #include <link.h>
@@ -34,8 +35,6 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
-
-#include <cudnn_frontend.h>
 
 // The frontend reaches every cuDNN function through this handle (cudnn_frontend_shim.h).
 namespace cudnn_frontend {
@@ -49,8 +48,9 @@ namespace tg::gpu {
 
 CudnnProbe cudnn_probe(const std::string&) {
   CudnnProbe p;
-  p.detail = "this build has no cuDNN: cudnn_frontend.h was not found when it was compiled "
-             "(scripts/gpu/gpu_deps.sh fetches it into .deps/include; then rebuild with CUDA=1)";
+  p.detail =
+      "this build has no cuDNN: cudnn_frontend.h was not found when it was compiled "
+      "(scripts/gpu/gpu_deps.sh fetches it into .deps/include; then rebuild with CUDA=1)";
   return p;
 }
 
@@ -120,8 +120,8 @@ CudnnProbe load_cudnn(const std::string& lib) {
     tried += (tried.empty() ? "" : "; ") + std::string(e ? e : n.c_str());
   }
   if (!h) {
-    p.detail = strf("libcudnn not found (%s%s)", lib.empty() ? "" : "cuda.cudnn_lib: ",
-                    tried.c_str());
+    p.detail =
+        strf("libcudnn not found (%s%s)", lib.empty() ? "" : "cuda.cudnn_lib: ", tried.c_str());
     return p;
   }
   using GetVersion = size_t (*)();
@@ -138,10 +138,9 @@ CudnnProbe load_cudnn(const std::string& lib) {
   }
   fe::cudnn_dlhandle = h;
   p.loaded = true;
-  p.detail = strf("libcudnn %zu.%zu.%zu from %s, cudnn-frontend %d.%d.%d", v / 10000,
-                  v / 100 % 100, v % 100, loaded_path(h, name).c_str(),
-                  CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION,
-                  CUDNN_FRONTEND_PATCH_VERSION);
+  p.detail = strf("libcudnn %zu.%zu.%zu from %s, cudnn-frontend %d.%d.%d", v / 10000, v / 100 % 100,
+                  v % 100, loaded_path(h, name).c_str(), CUDNN_FRONTEND_MAJOR_VERSION,
+                  CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
   return p;
 }
 
@@ -149,8 +148,8 @@ CudnnProbe load_cudnn(const std::string& lib) {
 
 void fe_check(fe::error_object e, const char* what) {
   if (!e.is_good())
-    throw Error(strf("cuDNN attention: %s: %s (cuda.attention=flash or cublas avoid cuDNN)",
-                     what, e.get_message().c_str()));
+    throw Error(strf("cuDNN attention: %s: %s (cuda.attention=flash or cublas avoid cuDNN)", what,
+                     e.get_message().c_str()));
 }
 
 void cudnn_check(cudnnStatus_t s, const char* what) {
@@ -294,8 +293,8 @@ Dims dims_of(int B, int T, int C, int NH) { return {B, T, NH, C / NH}; }
 
 void need_16bit(DType t, const char* op) {
   if (t != DType::BF16 && t != DType::F16)
-    throw Error(strf("%s: cuDNN's fused attention computes in bf16 or fp16, not %s", op,
-                     dtype_name(t)));
+    throw Error(
+        strf("%s: cuDNN's fused attention computes in bf16 or fp16, not %s", op, dtype_name(t)));
 }
 
 // The element `off` elements into p, whose elements are of type t.
@@ -317,8 +316,8 @@ CudnnProbe cudnn_probe(const std::string& lib) {
   return probe;
 }
 
-void attention_forward_cudnn(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B,
-                             int T, int C, int NH) {
+void attention_forward_cudnn(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
+                             int C, int NH) {
   need_16bit(t, "attention_forward_cudnn");
   const Dims d = dims_of(B, T, C, NH);
   CudnnAttention& s = state(c);
@@ -336,16 +335,15 @@ void attention_backward_cudnn(Ctx& c, DType t, void* dqkv, const void* dout, con
   const Dims d = dims_of(B, T, C, NH);
   CudnnAttention& s = state(c);
   GraphPtr g = backward_graph(s, d, t);
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, at(qkv, t, 0)},
-      {kK, at(qkv, t, C)},
-      {kV, at(qkv, t, 2 * int64_t(C))},
-      {kO, const_cast<void*>(out)},
-      {kDO, const_cast<void*>(dout)},
-      {kStats, const_cast<float*>(lse)},
-      {kDQ, dqkv},
-      {kDK, at(dqkv, t, C)},
-      {kDV, at(dqkv, t, 2 * int64_t(C))}};
+  std::unordered_map<int64_t, void*> pack = {{kQ, at(qkv, t, 0)},
+                                             {kK, at(qkv, t, C)},
+                                             {kV, at(qkv, t, 2 * int64_t(C))},
+                                             {kO, const_cast<void*>(out)},
+                                             {kDO, const_cast<void*>(dout)},
+                                             {kStats, const_cast<float*>(lse)},
+                                             {kDQ, dqkv},
+                                             {kDK, at(dqkv, t, C)},
+                                             {kDV, at(dqkv, t, 2 * int64_t(C))}};
   fe_check(g->execute(s.handle, pack, workspace(c, *g)), "backward");
   TG_LAUNCH_CHECK();
 }

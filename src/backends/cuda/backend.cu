@@ -332,49 +332,47 @@ class CudaBackend final : public Backend {
     if (a == "cudnn" || a == "auto") cudnn = gpu::cudnn_probe(ctx_.opt.cudnn_lib);
     return choose_attention(a, cudnn, t, head_size, gpu::flash_attention_supported(head_size));
   }
-  // The lse ops run cuDNN where the choice is cudnn, else the hand-written flash kernels.
-  bool runs_cudnn(DType t, int head_size) const {
-    return !cudnn_failed_ && attention_choice(head_size, t).path == AttentionPath::Cudnn;
-  }
-  // cuda.attention=auto only: a cuDNN graph that cannot be built here (an engine the GPU lacks)
-  // hands over to the flash kernels, which keep the same lse, once and for the run, said on
-  // stderr; cudnn asked for by name stops with the error instead. Called in the handler.
-  void cudnn_failed(int head_size, const std::exception& e) {
-    if (ctx_.opt.attention != "auto" || !gpu::flash_attention_supported(head_size)) throw;
-    std::fprintf(stderr, "warning: cuda.attention=auto: cuDNN failed (%s); the flash kernels run "
-                 "instead\n", e.what());
-    cudnn_failed_ = true;
+  // The lse ops run cuDNN (f) where the choice is cudnn, else the hand-written flash kernels
+  // (false). Under auto only, a cuDNN graph that cannot be built here (an engine this GPU
+  // lacks) hands over to the flash kernels, which keep the same lse, for the rest of the run,
+  // said on stderr; cudnn asked for by name stops with the error instead.
+  template <typename F>
+  bool ran_cudnn(DType t, int hs, F&& f) {
+    if (cudnn_failed_ || attention_choice(hs, t).path != AttentionPath::Cudnn) return false;
+    try {
+      f();
+      return true;
+    } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
+      if (ctx_.opt.attention != "auto" || !gpu::flash_attention_supported(hs)) throw;
+      std::fprintf(stderr, "warning: cuda.attention=auto: cuDNN failed (%s); the flash kernels "
+                   "run instead\n", e.what());
+      cudnn_failed_ = true;
+      return false;
+    }
   }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override {
     need_same("attention_forward_lse", {out, qkv});
     need_f32("attention_forward_lse", lse);
-    if (runs_cudnn(out.dtype, C / NH)) {
-      try {
-        gpu::attention_forward_cudnn(ctx_, out.dtype, out.data, lse.as<float>(), qkv.data, B, T,
-                                     C, NH);
-        return;
-      } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
-        cudnn_failed(C / NH, e);
-      }
-    }
-    gpu::attention_forward_lse(ctx_, out.dtype, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+    const DType t = out.dtype;
+    if (ran_cudnn(t, C / NH, [&] {
+          gpu::attention_forward_cudnn(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+        }))
+      return;
+    gpu::attention_forward_lse(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
   }
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
                               int T, int C, int NH) override {
     need_same("attention_backward_lse", {dqkv, dout, qkv, out});
     need_f32("attention_backward_lse", lse);
-    if (runs_cudnn(dout.dtype, C / NH)) {
-      try {
-        gpu::attention_backward_cudnn(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                                      lse.as<const float>(), B, T, C, NH);
-        return;
-      } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
-        cudnn_failed(C / NH, e);
-      }
-    }
-    gpu::attention_backward_lse(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                                lse.as<const float>(), B, T, C, NH);
+    const DType t = dout.dtype;
+    const float* l = lse.as<const float>();
+    if (ran_cudnn(t, C / NH, [&] {
+          gpu::attention_backward_cudnn(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T,
+                                        C, NH);
+        }))
+      return;
+    gpu::attention_backward_lse(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T, C, NH);
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     need_same("gelu_forward", {out, inp});
@@ -581,7 +579,7 @@ class CudaBackend final : public Backend {
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
-  bool cudnn_failed_ = false;  // auto's hand-over to the flash kernels (cudnn_failed)
+  bool cudnn_failed_ = false;  // auto's hand-over to the flash kernels (ran_cudnn)
   unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
   size_t amax_words_ = 0;
 };
