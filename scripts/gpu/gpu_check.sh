@@ -558,7 +558,7 @@ stage_tests() {
   [ "${BUILT_run_tests:-0}" = 1 ] || { result "skipped: run_tests not built"; return; }
   mkdir -p "$LOGS/tests"
   local f log rc t line bad=0 crashed=0 ran=0
-  local files=(test_kernels.cu test_fp8_backend.cu test_training.cu
+  local files=(test_kernels.cu test_attention_cudnn.cu test_fp8_backend.cu test_training.cu
     test_scaled_backend.cu test_scratch_plan.cu test_auto_backend.cu test_nccl.cu)
   for f in tests/cuda/test_*.cu; do  # any file not in the list above runs last
     [[ " ${files[*]} " == *" ${f##*/} "* ]] || files+=("${f##*/}")
