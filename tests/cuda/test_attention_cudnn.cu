@@ -72,6 +72,33 @@ TEST_CASE("cuda: cuDNN attention forward (out, lse) and backward (dq, dk, dv)") 
   }
 }
 
+// No GPU needed: the frontend's validate() of the three graphs, told the compute capability,
+// runs wherever libcudnn loads (this machine's toolkit, CI with cuDNN), so the graphs' shapes,
+// strides and options are checked before any GPU run.
+TEST_CASE("cuda: cuDNN's attention graphs validate for sm_80, sm_90 and sm_100 (no GPU needed)") {
+  const tg::CudnnProbe p = tg::gpu::cudnn_probe("");
+  if (!p.built_in || !p.loaded) {
+    MESSAGE("cuDNN graphs not validated: " << p.detail);
+    return;
+  }
+  MESSAGE(p.detail);
+  for (auto sh : {std::array<int, 4>{8, 1024, 768, 12},  // GPT-2 124M
+                  {2, 40, 96, 3},
+                  {2, 24, 64, 4},
+                  {1, 257, 256, 4},
+                  {4, 64, 1024, 16}})
+    for (DType t : {DType::BF16, DType::F16})
+      for (int sm : {80, 90, 100}) {
+        INFO(name(t) << " B=" << sh[0] << " T=" << sh[1] << " C=" << sh[2] << " NH=" << sh[3]
+                     << " sm_" << sm);
+        CHECK(tg::gpu::cudnn_validate_graphs(sh[0], sh[1], sh[2], sh[3], t, sm) == "");
+      }
+  // A head size cuDNN refuses (12: not a multiple of 8) is refused by validate too, so the
+  // check above is not vacuous.
+  CHECK(tg::gpu::cudnn_validate_graphs(2, 24, 48, 4, DType::BF16, 90).find("multiple of 8") !=
+        std::string::npos);
+}
+
 TEST_CASE("cuda: cuDNN attention refuses fp32 by name; auto then runs cublas") {
   TG_REQUIRE_GPU();
   tg::BackendOptions o;

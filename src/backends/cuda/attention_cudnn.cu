@@ -62,6 +62,9 @@ void attention_backward_cudnn(Ctx&, DType, void*, const void*, const void*, cons
                               const float*, int, int, int, int) {
   throw Error("cuda.attention=cudnn: this build has no cuDNN");
 }
+std::string cudnn_validate_graphs(int, int, int, int, DType, int) {
+  return "this build has no cuDNN";
+}
 
 #else
 
@@ -176,11 +179,14 @@ fe::DataType_t fe_type(DType t) {
   return t == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
 }
 
-GraphPtr new_graph(DType t) {
+// sm: the compute capability to plan for (0: the device's). Set before the nodes are added,
+// which copy the graph's context.
+GraphPtr new_graph(DType t, int sm) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe_type(t))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  if (sm > 0) g->set_sm_version(sm);
   return g;
 }
 
@@ -223,11 +229,9 @@ void build(fe::graph::Graph& g, cudnnHandle_t h) {
   fe_check(g.build_plans(h), "build_plans");
 }
 
-GraphPtr forward_graph(CudnnAttention& s, const Dims& d, DType t, bool stats) {
-  const auto key = std::make_tuple(d.B, d.T, d.NH, d.hs, int(t), stats);
-  auto it = s.forward.find(key);
-  if (it != s.forward.end()) return it->second;
-  GraphPtr g = new_graph(t);
+// The forward graph of one shape, not yet built: q, k, v in, out and (with stats) lse out.
+GraphPtr make_forward_graph(const Dims& d, DType t, bool stats, int sm) {
+  GraphPtr g = new_graph(t, sm);
   TensorPtr q = input(*g, "q", kQ, d.dims(), d.qkv_strides());
   TensorPtr k = input(*g, "k", kK, d.dims(), d.qkv_strides());
   TensorPtr v = input(*g, "v", kV, d.dims(), d.qkv_strides());
@@ -244,16 +248,22 @@ GraphPtr forward_graph(CudnnAttention& s, const Dims& d, DType t, bool stats) {
         .set_data_type(fe::DataType_t::FLOAT)
         .set_dim(stats_dims(d))
         .set_stride(stats_strides(d));
+  return g;
+}
+
+GraphPtr forward_graph(CudnnAttention& s, const Dims& d, DType t, bool stats) {
+  const auto key = std::make_tuple(d.B, d.T, d.NH, d.hs, int(t), stats);
+  auto it = s.forward.find(key);
+  if (it != s.forward.end()) return it->second;
+  GraphPtr g = make_forward_graph(d, t, stats, 0);
   build(*g, s.handle);
   s.forward.emplace(key, g);
   return g;
 }
 
-GraphPtr backward_graph(CudnnAttention& s, const Dims& d, DType t) {
-  const auto key = std::make_tuple(d.B, d.T, d.NH, d.hs, int(t));
-  auto it = s.backward.find(key);
-  if (it != s.backward.end()) return it->second;
-  GraphPtr g = new_graph(t);
+// The backward graph of one shape, not yet built: q, k, v, out, dout, lse in; dq, dk, dv out.
+GraphPtr make_backward_graph(const Dims& d, DType t, int sm) {
+  GraphPtr g = new_graph(t, sm);
   TensorPtr q = input(*g, "q", kQ, d.dims(), d.qkv_strides());
   TensorPtr k = input(*g, "k", kK, d.dims(), d.qkv_strides());
   TensorPtr v = input(*g, "v", kV, d.dims(), d.qkv_strides());
@@ -270,6 +280,14 @@ GraphPtr backward_graph(CudnnAttention& s, const Dims& d, DType t) {
   dq->set_output(true).set_uid(kDQ).set_dim(d.dims()).set_stride(d.qkv_strides());
   dk->set_output(true).set_uid(kDK).set_dim(d.dims()).set_stride(d.qkv_strides());
   dv->set_output(true).set_uid(kDV).set_dim(d.dims()).set_stride(d.qkv_strides());
+  return g;
+}
+
+GraphPtr backward_graph(CudnnAttention& s, const Dims& d, DType t) {
+  const auto key = std::make_tuple(d.B, d.T, d.NH, d.hs, int(t));
+  auto it = s.backward.find(key);
+  if (it != s.backward.end()) return it->second;
+  GraphPtr g = make_backward_graph(d, t, 0);
   build(*g, s.handle);
   s.backward.emplace(key, g);
   return g;
@@ -303,6 +321,18 @@ void* at(const void* p, DType t, int64_t off) {
 }
 
 }  // namespace
+
+std::string cudnn_validate_graphs(int B, int T, int C, int NH, DType t, int sm) {
+  if (!cudnn_probe("").loaded) return "libcudnn not loaded";
+  const Dims d = dims_of(B, T, C, NH);
+  for (int i = 0; i < 3; i++) {
+    // The capability given instead of asked of the device, so that no GPU is needed.
+    GraphPtr g = i == 2 ? make_backward_graph(d, t, sm) : make_forward_graph(d, t, i == 1, sm);
+    const fe::error_object e = g->validate();
+    if (!e.is_good()) return strf("%s graph: %s", i == 2 ? "backward" : "forward", e.err_msg.c_str());
+  }
+  return "";
+}
 
 CudnnProbe cudnn_probe(const std::string& lib) {
   static std::mutex mu;

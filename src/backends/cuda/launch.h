@@ -254,5 +254,9 @@ void attention_forward_cudnn(Ctx& c, DType t, void* out, float* lse, const void*
                              int T, int C, int NH);
 void attention_backward_cudnn(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                               const void* out, const float* lse, int B, int T, int C, int NH);
+// The three graphs of one shape (forward with and without lse, backward) checked by the
+// frontend's validate() as for compute capability `sm` (e.g. 90), which needs no GPU: "" when
+// valid, else the frontend's message.
+std::string cudnn_validate_graphs(int B, int T, int C, int NH, DType t, int sm);
 
 }  // namespace tg::gpu
