@@ -33,7 +33,11 @@ namespace {
 
 // Why cuDNN cannot run here ("" when it can).
 std::string cudnn_unusable(const CudnnProbe& cudnn, DType t, int head_size) {
-  if (!cudnn.built_in || !cudnn.loaded) return cudnn.detail;
+  if (!cudnn.built_in) return cudnn.detail;
+  if (!cudnn.loaded)
+    return cudnn.detail +
+           " (pip install nvidia-cudnn-cu13, which PyTorch brings, or name the file with "
+           "cuda.cudnn_lib)";
   std::string why;
   return cudnn_attention_supported(t, head_size, &why) ? "" : why;
 }
