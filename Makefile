@@ -112,6 +112,15 @@ ifneq ($(HAVE_NCCL),)
   CUDA_LIBS  += -Xlinker -rpath,$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64
 endif
 
+# cuDNN's fused attention (src/backends/cuda/attention_cudnn.cu, cuda.attention=cudnn|auto): built
+# in (-DTG_CUDNN on that file alone) when the header-only cudnn-frontend is found in
+# CUDNN_FRONTEND_INC (scripts/gpu/gpu_deps.sh puts its pinned 1.32.0 in .deps/include) and
+# cudnn.h in the toolkit or beside it; NO_CUDNN=1 leaves it out. libcudnn is never linked: the
+# file opens libcudnn.so.9 with dlopen when a run first asks for it. The CPU build, and CI's
+# CUDA build without the headers, compile the file without TG_CUDNN (it then says so).
+CUDNN_FRONTEND_INC ?= .deps/include
+HAVE_CUDNN := $(if $(filter 1,$(NO_CUDNN) $(SAN)),,$(if $(USE_NVCC),$(if $(wildcard $(CUDNN_FRONTEND_INC)/cudnn_frontend.h),$(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h $(CUDNN_FRONTEND_INC)/cudnn.h)))))
+CUDNN_FLAGS := $(if $(HAVE_CUDNN),-DTG_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -isystem $(CUDNN_FRONTEND_INC) -isystem $(dir $(HAVE_CUDNN)))
 SRC      := $(wildcard src/*/*.cpp src/backends/cpu/*.cpp)
 OBJ      := $(SRC:%.cpp=$(BUILD)/%.o)
 # tests/fuzz/fuzz_entries.cpp: the fuzz targets' bodies, also run by test_fuzz_regressions.cpp.
@@ -154,6 +163,12 @@ CUDA_STAMP := $(BUILD)/.cuda-$(if $(USE_NVCC),on,off)
 $(CUDA_STAMP): | deps
 	@mkdir -p $(dir $@) && rm -f $(BUILD)/.cuda-on $(BUILD)/.cuda-off && touch $@
 $(BUILD)/src/backends/cuda_library.o: $(CUDA_STAMP)
+# The same for the cuDNN file: finding (or losing) the frontend's headers recompiles it.
+CUDNN_STAMP := $(BUILD)/.cudnn-$(if $(HAVE_CUDNN),on,off)
+$(CUDNN_STAMP): | deps
+	@mkdir -p $(dir $@) && rm -f $(BUILD)/.cudnn-on $(BUILD)/.cudnn-off && touch $@
+$(BUILD)/src/backends/cuda/attention_cudnn.o: NVCCFLAGS += $(CUDNN_FLAGS)
+$(BUILD)/src/backends/cuda/attention_cudnn.o: $(CUDNN_STAMP)
 
 $(BUILD)/train_gpt.o: train_gpt.cu | deps
 	@mkdir -p $(dir $@)

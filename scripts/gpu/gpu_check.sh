@@ -44,7 +44,9 @@
 #              a step timed with CUDA events against its floor (docs/gpu.md), the slowest
 #              rows in profile.md
 #   bench      train_gpt bench, B 8 x T 1024: GPT-2 124M bf16, fp8, fp16; 350M bf16, fp8
-#              (a process each)
+#              (a process each; cuda.attention's default, auto: the start-up lines say which
+#              path); then 124M bf16 with each attention path named, cublas, flash and cudnn
+#              (cuDNN's fused attention), side by side
 #   torch      scripts/gpu/torch_gpt2_bench.py: the same model and B x T in PyTorch (eager, then
 #              torch.compile), the headline ratio; without a GPU its CPU smoke test
 #   llmc       llm.c's train_gpt2cu (plain and cuDNN builds, .prebuilt's or built here) at the
@@ -54,10 +56,13 @@
 #              bandwidth and SM throughput, a table in profile.md (scripts/gpu/gpu_check_llmc.sh)
 #   tests      tests/cuda/test_*.cu, one process per file; a crashed file again case by case
 #              under CUDA_LAUNCH_BLOCKING=1, naming the case
-#   parity     the toy model on cuda and on cpu in fp32, bf16, fp8, fp8-block, mxfp8: the max
-#              relative loss gap per mode, and the GEMM path the cuda run took
-#   extras     flash and fused attention, block-scaled recipes under CUBLASLT_LOG_LEVEL=1 with
-#              their GEMM-path lines
+#   parity     the toy model on cuda and on cpu in fp32, bf16, fp8, fp8-block, mxfp8 (attention
+#              cublas against the CPU's reference): the max relative loss gap per mode, and the
+#              GEMM path the cuda run took; then bf16 with cuda.attention=flash and =cudnn
+#              against the CPU's flash twin: cudnn passes within twice flash's gap over the
+#              first ten steps (at least 2e-3)
+#   extras     fused attention, block-scaled recipes under CUBLASLT_LOG_LEVEL=1 with their
+#              GEMM-path lines
 #   sanitizer  memcheck, racecheck, synccheck, initcheck on small kernel cases
 #
 # What lands in --out (8 files, each rewritten as the run goes, so a kill at the limit leaves
@@ -224,12 +229,30 @@ PY
     echo "NCCL: wheel $wheel ($so), linked into $WORK/nccl" >>"$log"
     fact NCCL_MAKE "NCCL_HOME=$WORK/nccl"
     fact LD_LIBRARY_PATH "$WORK/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH=$WORK/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # find_cudnn adds to it
     key "NCCL: pip wheel nvidia-nccl-cu13 at $wheel (NCCL_HOME=$WORK/nccl)"
   else
     echo "NCCL: neither $CUDA_HOME/include/nccl.h + libnccl.so.2 nor the wheel (wheel dir: '${wheel}')" >>"$log"
     fact NCCL_MAKE "NO_NCCL=1"
     key "NCCL: not found, built with NO_NCCL=1 (test_nccl.cu has nothing to run)"
   fi
+}
+
+# cuDNN for cuda.attention=cudnn|auto: the library train_gpt opens at run time (the toolkit's,
+# else the nvidia-cudnn-cu13 wheel that PyTorch brings, whose lib folder then goes on
+# LD_LIBRARY_PATH), and whether the build has the cudnn-frontend headers (.deps/include,
+# scripts/gpu/gpu_deps.sh). Said as a key line; the start-up lines of the runs say what ran.
+find_cudnn() {
+  local log=$1 so wheel fe
+  so=$(find_lib libcudnn.so.9 "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib" /usr/lib/x86_64-linux-gnu)
+  if [ -z "$so" ]; then
+    wheel=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.cudnn"); print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else "")' 2>>"$log")
+    so=$( [ -n "$wheel" ] && find_lib libcudnn.so.9 "$wheel/lib")
+    [ -z "$so" ] || fact LD_LIBRARY_PATH "${so%/*}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  fe=$(grep -m1 -o 'CUDNN_FRONTEND_MINOR_VERSION [0-9]*' "$ROOT/.deps/include/cudnn_frontend_version.h" 2>/dev/null)
+  echo "cuDNN: library ${so:-not found}; cudnn-frontend ${fe:-not in .deps/include}" >>"$log"
+  key "cuDNN: ${so:-libcudnn.so.9 not found (toolkit or nvidia-cudnn-cu13 wheel)}; cudnn-frontend: ${fe:+1.${fe##* }}${fe:-none (run scripts/gpu/gpu_deps.sh here, carry .deps): built without cuDNN}"
 }
 
 stage_env() {
@@ -266,6 +289,7 @@ stage_env() {
   echo "cuBLASLt: ${lt:-not found} (header: $(ls "$CUDA_HOME"/include/cublasLt.h 2>/dev/null || echo none))" >>"$log"
   key "cuBLASLt: ${lt:-not found under $CUDA_HOME}"
   find_nccl "$log"
+  find_cudnn "$log"
   # Header-only dependencies (the machine has no package registry).
   local d missing=""
   for d in cxxopts.hpp nlohmann/json.hpp doctest/doctest.h boost/math/distributions/students_t.hpp; do
@@ -409,7 +433,7 @@ bench_one() {
   {
     echo "### $name: train_gpt bench --device=cuda $* (status $rc)"
     echo
-    grep -E '^(fp8:|block-scaled GEMM|train_gpt bench)' "$log" | awk '!seen[$0]++' | sed 's/^/    /'
+    grep -E '^(fp8:|block-scaled GEMM|train_gpt bench|attention)' "$log" | awk '!seen[$0]++' | sed 's/^/    /'
     echo
     grep -E '^\|' "$log"
     echo
@@ -420,6 +444,7 @@ bench_one() {
     key "$name: FAILED (status $rc$([ "$rc" -eq 124 ] && echo ', timed out')): $(grep -v '^+' "$log" | tail -1 | cut -c1-200)"
   fi
   grep -qE '^(fp8:|block-scaled GEMM)' "$log" && key "$name: $(gemm_path "$log")"
+  grep -m1 '^attention (' "$log" | sed "s/^/$name: /" | cut -c1-240 >>"$STATE/keys"
   return "$rc"
 }
 
@@ -444,8 +469,15 @@ stage_bench() {
       --repeats=2 --iters=10 || fails=$((fails + 1))
   done
   $REPORT ratio "$LOGS"/bench_gpt2-medium_{bf16,fp8}.log --num fp8 --den bf16 >>"$STATE/keys"
-  if [ $fails -eq 0 ]; then result "ok (GPT-2 124M bf16 fp8 fp16, 350M bf16 fp8, B 8 x T 1024; tables in bench.md)"
-  else result "FAILED ($fails of 5 benches; bench.md, logs/bench_gpt2*.log)"; fi
+  # The attention paths side by side at 124M bf16: cuDNN's fused attention (issue 44) beside
+  # the cuBLAS path and the hand-written flash kernels, one process each, the same B x T.
+  local opt
+  for opt in cublas flash cudnn; do
+    bench_one "gpt2_bf16_attention-$opt" 75 --model=gpt2 --modes=bf16 --batch=8 --seq=1024 \
+      --repeats=1 --iters=8 --cuda.attention=$opt || fails=$((fails + 1))
+  done
+  if [ $fails -eq 0 ]; then result "ok (GPT-2 124M bf16 fp8 fp16, 350M bf16 fp8, 124M bf16 attention cublas flash cudnn, B 8 x T 1024; tables in bench.md)"
+  else result "FAILED ($fails of 8 benches; bench.md, logs/bench_gpt2*.log)"; fi
 }
 
 # ---------------------------------------------------------------- the per-op profile
@@ -526,7 +558,7 @@ stage_tests() {
   [ "${BUILT_run_tests:-0}" = 1 ] || { result "skipped: run_tests not built"; return; }
   mkdir -p "$LOGS/tests"
   local f log rc t line bad=0 crashed=0 ran=0
-  local files=(test_kernels.cu test_fp8_backend.cu test_training.cu
+  local files=(test_kernels.cu test_attention_cudnn.cu test_fp8_backend.cu test_training.cu
     test_scaled_backend.cu test_scratch_plan.cu test_auto_backend.cu test_nccl.cu)
   for f in tests/cuda/test_*.cu; do  # any file not in the list above runs last
     [[ " ${files[*]} " == *" ${f##*/} "* ]] || files+=("${f##*/}")
@@ -623,6 +655,36 @@ stage_sanitizer() {
 
 # ---------------------------------------------------------------- 7. GPU vs CPU parity
 
+# parity_run NAME DEV ARGS...: one toy run of the parity stage (P, below), its records kept.
+parity_run() {
+  local name=$1 dev=$2 run=$WORK/runs/parity_$1_$2; shift 2
+  run_limited "$(limit 60)" "$LOGS/parity_${name}_$dev.log" "$BUILD/train_gpt" train "${P[@]}" \
+    --train.device="$dev" --train.out_dir="$run" "$@"
+  # The run's small records travel with the logs; checkpoints stay behind.
+  mkdir -p "$LOGS/parity/${name}_$dev"
+  cp "$run"/{metrics.jsonl,summary.json,config.json} "$LOGS/parity/${name}_$dev/" 2>/dev/null
+}
+
+# cuDNN's fused attention in bf16 against the CPU's flash twin (what cuda.attention=cudnn runs
+# on the CPU), with the hand-written flash kernels beside it as the measure: cudnn passes when
+# its gap over the first ten steps is within twice flash's (at least 2e-3). Returns 1 on failure.
+parity_attention() {
+  local res path
+  if [ "$(limit 120)" -lt 40 ]; then key "bf16 cudnn: skipped (out of time)"; return 1; fi
+  parity_run bf16_flash cpu --precision.mode=bf16 --cuda.attention=flash
+  parity_run bf16_flash cuda --precision.mode=bf16 --cuda.attention=flash
+  parity_run bf16_cudnn cuda --precision.mode=bf16 --cuda.attention=cudnn
+  path=$(grep -m1 '^attention:' "$LOGS/parity_bf16_cudnn_cuda.log" | cut -c1-160)
+  res=$($REPORT parity "$WORK/runs/parity_bf16_flash_cuda" "$WORK/runs/parity_bf16_flash_cpu")
+  echo "| bf16 flash | $res | attention: flash kernels vs the CPU's flash twin |" >>"$OUTDIR/parity.md"
+  key "bf16 flash: $res"
+  res=$($REPORT parity "$WORK/runs/parity_bf16_cudnn_cuda" "$WORK/runs/parity_bf16_flash_cpu" \
+    --ref "$WORK/runs/parity_bf16_flash_cuda")
+  echo "| bf16 cudnn | $res | ${path:-no attention line} |" >>"$OUTDIR/parity.md"
+  key "bf16 cudnn: $res; ${path:-no attention line (logs/parity_bf16_cudnn_cuda.log)}"
+  [[ $res != FAILED* ]]
+}
+
 stage_parity() {
   gpu_or_skip || return
   local data=$WORK/data/toy log=$LOGS/parity.log mode dev res bad=0 run
@@ -633,6 +695,8 @@ stage_parity() {
     "--data.val=$data/toy_val_*.bin" --eval.every=0 --eval.batches=4 --sample.tokens=0
     --train.steps=50 --optim.lr=6e-4 --optim.warmup_steps=5 --train.log_every=10
     --checkpoint.every=0)
+  # The modes' rows compare the cuBLAS attention with the CPU's reference (auto would take
+  # cuDNN in bf16 on the GPU and the reference on the CPU); parity_attention the lse paths.
   {
     echo "## GPU vs CPU parity: toy model (L2 C64, B 16 x T 64), 50 steps"
     echo
@@ -642,12 +706,7 @@ stage_parity() {
   for mode in fp32 bf16 fp8 fp8-block mxfp8; do
     if [ "$(limit 60)" -lt 20 ]; then key "$mode: skipped (out of time)"; bad=$((bad + 1)); continue; fi
     for dev in cuda cpu; do
-      run=$WORK/runs/parity_${mode}_$dev
-      run_limited "$(limit 60)" "$LOGS/parity_${mode}_$dev.log" "$BUILD/train_gpt" train "${P[@]}" \
-        --precision.mode=$mode --train.device=$dev --train.out_dir="$run"
-      # The run's small records travel with the logs; checkpoints stay behind.
-      mkdir -p "$LOGS/parity/${mode}_$dev"
-      cp "$run"/{metrics.jsonl,summary.json,config.json} "$LOGS/parity/${mode}_$dev/" 2>/dev/null
+      parity_run "$mode" "$dev" --precision.mode="$mode" --cuda.attention=cublas
     done
     res=$($REPORT parity "$WORK/runs/parity_${mode}_cuda" "$WORK/runs/parity_${mode}_cpu")
     [[ $res == FAILED* ]] && bad=$((bad + 1))
@@ -656,23 +715,21 @@ stage_parity() {
     echo "| $mode | $res | $path |" >>"$OUTDIR/parity.md"
     key "$mode: $res$([ "$path" = - ] || echo "; $path")"
   done
+  parity_attention || bad=$((bad + 1))
   echo >>"$OUTDIR/parity.md"
-  if [ $bad -eq 0 ]; then result "ok (5 modes ran on both devices; parity.md)"
-  else result "FAILED ($bad of 5 modes; parity.md, logs/parity_*.log)"; fi
+  if [ $bad -eq 0 ]; then result "ok (5 modes ran on both devices, and bf16 cudnn within flash's gap; parity.md)"
+  else result "FAILED ($bad of 6 rows; parity.md, logs/parity_*.log)"; fi
 }
 
 # ---------------------------------------------------------------- 8. while time remains
 
 stage_extras() {
   gpu_or_skip || return
-  local ran=0 fails=0 opt name m
+  local ran=1 fails=0 name m
   local B=(--batch=8 --seq=1024)
-  # The opt-in attention paths, bf16 at 124M: compare with the bf16 row of stage 3.
-  for opt in flash fused; do
-    ran=$((ran + 1))
-    bench_one "gpt2_bf16_attention-$opt" 90 --model=gpt2 --modes=bf16 "${B[@]}" --repeats=1 --iters=5 \
-      --cuda.attention=$opt || fails=$((fails + 1))
-  done
+  # The fused forward, bf16 at 124M: compare with the attention rows of stage 3.
+  bench_one "gpt2_bf16_attention-fused" 90 --model=gpt2 --modes=bf16 "${B[@]}" --repeats=1 --iters=5 \
+    --cuda.attention=fused || fails=$((fails + 1))
   # Block-scaled recipes at 124M with cuBLASLt's error log: the start-up and self-check
   # lines say which GEMM path runs (native on sm_90: fp8-rowwise, fp8-block; mxfp8 portable).
   for m in fp8-block fp8-rowwise mxfp8; do
@@ -709,12 +766,12 @@ stage build     "(sm_90, make -k)"                   30  420  stage_build
 stage probe     "(cuBLASLt heuristic and FP8 launches)" 20 90 stage_probe
 stage fp8       "(the per-tensor FP8 refusal)"       20  200  stage_fp8
 stage profile   "(per-op profile, GPT-2 124M)"       30  130  stage_profile
-stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  300  stage_bench
+stage bench     "(train_gpt, GPT-2 124M and 350M)"   30  400  stage_bench
 stage torch     "(PyTorch baseline, GPT-2 124M)"     30  180  stage_torch
 stage llmc      "(llm.c beside us, GPT-2 124M)"      30  300  stage_llmc
 stage ncu       "(the five slowest kernels)"         40  200  stage_ncu
 stage tests     "(tests/cuda, one process per file)" 20  180  stage_tests
-stage parity    "(GPU vs CPU, toy model)"            20  150  stage_parity
+stage parity    "(GPU vs CPU, toy model)"            20  210  stage_parity
 stage extras    "(attention, block-scaled)"          25  200  stage_extras
 stage sanitizer "(compute-sanitizer)"                20  200  stage_sanitizer
 

@@ -9,6 +9,8 @@
 # (llmc_build of scripts/gpu/gpu_check_llmc.sh, as the llmc stage builds them there), kept as
 # .prebuilt/llmc_train_gpt2cu_{plain,cudnn}.gz: the stage takes them before building its own
 # (a minute or two of the call's time). A failed llm.c build is a line, not a failure.
+# Where .deps/include holds the cudnn-frontend headers (gpu_deps.sh), the binaries have cuDNN's
+# attention built in (cuda.attention=cudnn|auto; libcudnn is opened there at run time).
 #
 #   bash scripts/gpu/gpu_prebuild.sh        (after scripts/gpu/gpu_deps.sh; about 6 minutes on 2 cores)
 set -euo pipefail

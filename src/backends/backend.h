@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "src/backends/attention_choice.h"
 #include "src/base/common.h"
 #include "src/numerics/adamw_math.h"
 #include "src/numerics/loss_scaler.h"
@@ -34,7 +35,8 @@ namespace tg {
 // How a backend computes, from the config (cuda.*, precision.loss_scale.on_device): passed
 // when the backend is made, recorded in config.json and every checkpoint's state.json.
 struct BackendOptions {
-  std::string attention = "cublas";  // cublas | fused (single-pass forward) | flash (lse)
+  std::string attention = "cublas";  // auto | cublas | fused (single-pass) | flash | cudnn (lse)
+  std::string cudnn_lib;             // cuda.cudnn_lib: the libcudnn file ("" searches)
   bool gemm_fallback = false;        // every GEMM through cuBLAS + our epilogue (cuda.gemm)
   bool gelu_epilogue = false;        // the MLP's GELU fused into cuBLASLt's epilogue
   bool device_loss_scale = false;    // the loss-scale decision on the device
@@ -262,10 +264,18 @@ class Backend {
   // dqkv = gradient of the attention input
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
                                   int C, int NH) = 0;
-  // Flash-style attention (BackendOptions::attention = flash when the backend is made):
-  // whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two ops
-  // below for heads of this size. lse is in the statistics type (fp32; fp64 in fp64 models).
-  virtual bool attention_saves_lse(int /*head_size*/) const { return false; }
+  // Flash-style attention (BackendOptions::attention = flash or cudnn, or auto where cuDNN
+  // runs): the path for heads of this size in compute type t (attention_choice.h), whose lse
+  // says whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two
+  // ops below. lse is in the statistics type (fp32; fp64 in fp64 models).
+  virtual AttentionChoice attention_choice(int /*head_size*/, DType /*t*/) const { return {}; }
+  // attention_choice's lse; a usage error (naming cuda.attention) where the configured path
+  // cannot run, so that a run asking for cudnn without it stops before training.
+  bool attention_saves_lse(int head_size, DType t) const {
+    const AttentionChoice c = attention_choice(head_size, t);
+    if (!c.error.empty()) throw UsageError(c.error);
+    return c.lse;
+  }
   // out as attention_forward; lse = the logsumexp of each row's scaled causal scores.
   virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int) {
     throw Error(name() + " has no flash attention");

@@ -92,8 +92,8 @@ class ProfilingBackend final : public Backend {
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
                           int NH) override;
-  bool attention_saves_lse(int head_size) const override {
-    return in_.attention_saves_lse(head_size);
+  AttentionChoice attention_choice(int head_size, DType t) const override {
+    return in_.attention_choice(head_size, t);
   }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override;

@@ -176,6 +176,13 @@ void print_gpu_header(Backend& be, const BenchArgs& a) {
       be.set_quant_options(o);
       printf("fp8: %s scaling, path: %s\n", a.fp8cfg.recipe.c_str(), be.fp8_path_name().c_str());
     }
+  // The attention path of each model and mode (cuda.attention; auto decides per compute type).
+  for (const BenchCase& bc : bench_cases(a))
+    for (Mode m : a.modes) {
+      const AttentionChoice c = be.attention_choice(bc.C / bc.NH, mode_dtype(m));
+      printf("attention (%s, %s): %s (%s)\n", bc.name, mode_name(m), attention_path_name(c.path),
+             c.error.empty() ? c.reason.c_str() : c.error.c_str());
+    }
   printf("\n");
 }
 

@@ -10,6 +10,35 @@
 
 namespace tg {
 
+namespace {
+
+// Which attention path each mode was planned with, where that is not simply the key's value.
+void print_attention_plan(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes) {
+  const std::string& a = cfg.cuda.attention;
+  const int hs = mc.n_embd / mc.n_head;
+  if (a == "auto") {
+    printf("cuda.attention=auto is planned as cublas (T x T probabilities), the larger of its two "
+           "outcomes; where cuDNN runs (the start-up line says), --cuda.attention=cudnn shows "
+           "its plan: lse (B, NH, T) and cuDNN's workspace instead.\n");
+    return;
+  }
+  if (a != "cudnn" && a != "flash") return;
+  for (Mode m : modes) {
+    const AttentionPath p = planned_attention(a, mode_dtype(m), hs);
+    std::string why = "the flash kernels take head sizes 32, 64, 96 and 128";
+    if (a == "cudnn" && p != AttentionPath::Cudnn) cudnn_attention_supported(mode_dtype(m), hs, &why);
+    if (p == AttentionPath::Cublas)
+      printf("%s: cuda.attention=%s cannot run (%s): planned as cublas%s.\n", mode_name(m),
+             a.c_str(), why.c_str(), a == "cudnn" ? "; a run stops with that error" : "");
+  }
+  if (a == "cudnn")
+    printf("cuDNN's workspace is in the attention column: its backward's fp32 dQ accumulator "
+           "(B, NH, T, hs) and row sums (B, NH, T); the model keeps lse (B, NH, T) as flash "
+           "does.\n");
+}
+
+}  // namespace
+
 void print_cuda_scratch(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes) {
   if (modes.empty()) return;
   auto mib = [](size_t b) { return strf("%.1f MiB", double(b) / 1048576.0); };
@@ -34,6 +63,7 @@ void print_cuda_scratch(const Config& cfg, const GPTConfig& mc, const std::vecto
       "\nThe GPU total is the first table's plan with this scratch (and, for the block-scaled "
       "modes, their native path's copies and scratch below); the CUDA context and the "
       "allocator's slack come on top.\n");
+  print_attention_plan(cfg, mc, modes);
 }
 
 }  // namespace tg

@@ -162,7 +162,8 @@ struct Config {
     std::string narrow_gemm = "auto";
   } cpu;
   struct Cuda {
-    std::string attention = "cublas";  // cublas | fused | flash
+    std::string attention = "auto";  // auto | cublas | fused | flash | cudnn
+    std::string cudnn_lib;           // libcudnn's file for cudnn / auto ("": searched)
     std::string gemm = "lt";           // lt (cuBLASLt) | fallback (cuBLAS + our epilogue)
     bool gelu_epilogue = false;
   } cuda;

@@ -27,7 +27,7 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, DType dtype, DataParallel dp,
       dp_(dp),
       moments_(moments),
       master_format_(master),
-      lse_(be.attention_saves_lse(cfg.n_embd / cfg.n_head)) {
+      lse_(be.attention_saves_lse(cfg.n_embd / cfg.n_head, dtype)) {
   if (dtype_ != DType::F32 && dtype_ != DType::BF16 && dtype_ != DType::F16 && dtype_ != DType::F64)
     throw Error(strf("a model cannot compute in %s", dtype_name(dtype_)));
   if (dtype_ == DType::F64 && !(moment_is_plain(moments.m) && moment_is_plain(moments.v)))

@@ -1,3 +1,4 @@
+// cuda_scratch.cpp: the CUDA backend's scratch plan (cuda_scratch.h), slot by slot.
 #include "cuda_scratch.h"
 
 #include <algorithm>
@@ -17,13 +18,19 @@ size_t round64(size_t b) { return (b + 63) / 64 * 64; }
 
 void grow(size_t& slot, size_t bytes) { slot = std::max(slot, bytes); }
 
-// The materialised path's slots (forward and backward), or flash's row sums.
+// The materialised path's slots (forward and backward), flash's row sums, or cuDNN's
+// workspace (its backward's fp32 dQ accumulator and row sums).
 void plan_attention(CudaScratchPlan& p, const GPTConfig& c, DType t, int B, int T,
                     const std::string& attention) {
   const int NH = c.n_head, hs = c.n_embd / c.n_head;
   const size_t es = dtype_size(t), btc = size_t(B) * T * c.n_embd, bh = size_t(B) * NH;
-  if (attention == "flash" && flash_head(hs)) {
+  const AttentionPath path = planned_attention(attention, t, hs);
+  if (path == AttentionPath::Flash) {
     grow(p.slot[kCudaS], bh * T * 4);
+    return;
+  }
+  if (path == AttentionPath::Cudnn) {
+    p.cudnn = bh * T * (size_t(hs) + 1) * 4;
     return;
   }
   for (int s : {kCudaQ, kCudaK, kCudaV, kCudaY, kCudaDQ, kCudaDK, kCudaDV}) grow(p.slot[s], btc * es);
@@ -40,14 +47,22 @@ const char* cuda_slot_name(int slot) {
   return slot >= 0 && slot < kCudaSlots ? names[slot] : "?";
 }
 
+AttentionPath planned_attention(const std::string& attention, DType t, int hs) {
+  std::string why;
+  if (attention == "flash" && flash_head(hs)) return AttentionPath::Flash;
+  if (attention == "cudnn" && cudnn_attention_supported(t, hs, &why)) return AttentionPath::Cudnn;
+  if (attention == "fused") return AttentionPath::Fused;
+  return AttentionPath::Cublas;
+}
+
 size_t CudaScratchPlan::attention() const {
-  size_t s = 0;
+  size_t s = cudnn;
   for (int i = kCudaQ; i <= kCudaDV; i++) s += slot[i];
   return s;
 }
 
 size_t CudaScratchPlan::total() const {
-  size_t s = round64(workspace) + round64(results);
+  size_t s = round64(workspace) + round64(results) + round64(cudnn);
   for (size_t b : slot)
     if (b) s += round64(b);
   return s;

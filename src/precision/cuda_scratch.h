@@ -11,6 +11,11 @@
 //                                    the fp32 scores / dP (B, NH, T, T), dS (B, NH, T, T) in the
 //                                    compute type, dq, dk, dv; flash (lse) keeps only the
 //                                    backward's fp32 row sums D (B, NH, T) in the scores' slot
+//   src/backends/cuda/attention_cudnn.cu  cuDNN's workspace (kScratchCudnn), the largest its
+//                                    graphs ask for: planned as the frontend's backward asks
+//                                    (an fp32 dQ accumulator (B, NH, T, hs) and fp32 row sums
+//                                    (B, NH, T)); the engine's own part, known only on the GPU,
+//                                    is not in the plan (none for SDPA on cuDNN 9 so far)
 //   src/backends/cuda/layernorm.cu   dw and db partials, one row of C per chunk of rows
 //   src/backends/cuda/matmul.cu      the bias gradient's partials (PartialA, OC per chunk);
 //                                    cuda.gemm=fallback's fp32 products (Acc)
@@ -23,6 +28,7 @@
 #include <cstddef>
 #include <string>
 
+#include "src/backends/attention_choice.h"
 #include "src/model/model.h"
 
 namespace tg {
@@ -59,14 +65,21 @@ constexpr size_t kCudaResultBuffer = 64;
 struct CudaScratchPlan {
   size_t slot[kCudaSlots] = {};  // each slot's largest request, in bytes
   size_t workspace = kCudaLtWorkspace, results = kCudaResultBuffer;
-  // Attention's slots (q .. dv).
+  size_t cudnn = 0;  // cuDNN's attention workspace (cuda.attention=cudnn)
+  // Attention's slots (q .. dv) and cuDNN's workspace.
   size_t attention() const;
   // Everything, each allocation rounded up to 64 bytes as the backend allocates.
   size_t total() const;
 };
 
+// The attention path planned for cuda.attention = `attention` (its name, or `auto`), compute
+// type t and head size hs: the path that runs where it can (flash and cudnn where they take
+// t and hs, attention_choice.h's rules), and auto as cublas, the larger of its two outcomes
+// (the run itself knows which it took: Trainer::check_memory plans that one).
+AttentionPath planned_attention(const std::string& attention, DType t, int hs);
+
 // The plan of one training step of model c in compute type t at B x T; `attention` is
-// cuda.attention (cublas | fused | flash), `gemm_fallback` cuda.gemm=fallback.
+// cuda.attention (auto | cublas | fused | flash | cudnn), `gemm_fallback` cuda.gemm=fallback.
 CudaScratchPlan plan_cuda_scratch(const GPTConfig& c, DType t, int B, int T,
                                   const std::string& attention, bool gemm_fallback);
 

@@ -74,6 +74,7 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
 BackendOptions backend_options(const Config& cfg) {
   BackendOptions o;
   o.attention = cfg.cuda.attention;
+  o.cudnn_lib = cfg.cuda.cudnn_lib;
   o.gemm_fallback = cfg.cuda.gemm == "fallback";
   o.gelu_epilogue = cfg.cuda.gelu_epilogue;
   o.device_loss_scale = cfg.precision.loss_scale.on_device;

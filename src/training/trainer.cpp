@@ -174,14 +174,19 @@ void Trainer::setup_comm_and_backend() {
 
 void Trainer::check_memory() const {
   if (!cfg_.train.memory_check) return;
-  const bool lse = be_->attention_saves_lse(mc_.n_embd / mc_.n_head);
+  const int hs = mc_.n_embd / mc_.n_head;
+  const bool lse = be_->attention_saves_lse(hs, precision_spec(cfg_).compute);
+  // The GPU plan of the path this backend takes (auto resolved), not of the key's value.
+  Config planned = cfg_;
+  planned.cuda.attention =
+      attention_path_name(be_->attention_choice(hs, precision_spec(cfg_).compute).path);
   const int zero = cfg_.train.zero_stage == 1 ? world_ : 1;
   const MemoryPlan p = plan_memory_of(cfg_, cfg_.precision.mode, mc_, cfg_.data.batch_size,
                                       cfg_.data.seq_len, zero, world_, lse);
   size_t free = 0, total = 0;
   const std::string why =
       be_->device_memory(&free, &total)
-          ? gpu_memory_refusal(cfg_, p, planned_gpu_bytes(cfg_, mc_, world_), free, total,
+          ? gpu_memory_refusal(cfg_, p, planned_gpu_bytes(planned, mc_, world_), free, total,
                                be_->device_model())
           : memory_refusal(cfg_, p, comm_local_world(world_), host_memory());
   if (!why.empty()) throw UsageError(why);
@@ -333,8 +338,11 @@ void Trainer::print_start() const {
   if (std::isfinite(loss_floor_))
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
-  if (m.attention_lse())
-    printf("attention: flash (per-row logsumexp kept, no T x T probabilities)\n");
+  // Which attention path runs and why (cuda.attention); a CPU run on the reference says nothing,
+  // as before the choice existed.
+  const AttentionChoice att = be_->attention_choice(mc_.n_embd / mc_.n_head, m.dtype());
+  if (att.lse || !att.reason.empty())
+    printf("attention: %s (%s)\n", attention_path_name(att.path), att.reason.c_str());
   fflush(stdout);
 }
 

@@ -91,6 +91,26 @@ TEST_CASE("config: errors name the key") {
         }).find("'optim.foo'") != std::string::npos);
 }
 
+TEST_CASE("config: cuda.attention takes auto (the default) and cudnn, and names its choices") {
+  Config c;
+  CHECK(c.cuda.attention == "auto");
+  CHECK(c.cuda.cudnn_lib.empty());
+  for (const char* v : {"auto", "cublas", "fused", "flash", "cudnn"}) {
+    config_set(c, "cuda.attention", v);
+    CHECK(c.cuda.attention == v);
+  }
+  config_set(c, "cuda.cudnn_lib", "/opt/cudnn/lib/libcudnn.so.9");
+  CHECK(c.cuda.cudnn_lib == "/opt/cudnn/lib/libcudnn.so.9");
+  const std::string e = usage_error([&] { config_set(c, "cuda.attention", "cudnn9"); });
+  CHECK(e.find("'cuda.attention'") != std::string::npos);
+  CHECK(e.find("auto|cublas|fused|flash|cudnn") != std::string::npos);
+  // Both travel through the effective config (config.json, a checkpoint's state.json).
+  Config c2;
+  config_apply_json(c2, config_to_json(c), "round trip");
+  CHECK(c2.cuda.attention == "cudnn");
+  CHECK(c2.cuda.cudnn_lib == c.cuda.cudnn_lib);
+}
+
 TEST_CASE("config: an integer list entry past int64 is out of range, not wrapped") {
   Config c;
   const std::string e = usage_error([&] {

@@ -58,7 +58,10 @@ std::string train_args(const std::string& out_dir, const std::string& device,
          d + "/toy_train_*.bin' --data.val='" + d +
          "/toy_val_*.bin' --eval.batches=2 --eval.every=0 --sample.tokens=0 --train.threads=2 "
          "--optim.warmup_steps=2 --optim.lr=3e-3 --train.device=" +
-         device + " --precision.mode=" + mode + " --train.out_dir=" + out_dir;
+         device + " --precision.mode=" + mode + " --train.out_dir=" + out_dir +
+         // The cuBLAS attention against the CPU's reference, as the tolerances were set for
+         // (auto would take cuDNN on the GPU in bf16 and fp16: test_attention_cudnn.cu).
+         " --cuda.attention=cublas";
 }
 
 }  // namespace

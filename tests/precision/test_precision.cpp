@@ -405,7 +405,7 @@ TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
       BackendOptions o;
       if (flash) o.attention = "flash";
       auto be = make_cpu_backend(o);
-      CHECK(be->attention_saves_lse(16) == bool(flash));
+      CHECK(be->attention_saves_lse(16, dt) == bool(flash));
       size_t peak = 0;
       {
         GPT m(c, *be, dt);

@@ -423,7 +423,16 @@ TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory p
   REQUIRE(run_binary("memory --cuda.attention=flash", &out) == 0);
   CHECK(has(out, "flash attention"));
   CHECK(run_binary("train --cuda.attention=magic", &out) == 2);
-  CHECK(has(out, "cublas|fused|flash"));
+  CHECK(has(out, "auto|cublas|fused|flash|cudnn"));
+  // cudnn's CPU twin is flash's; the memory plan counts cuDNN's workspace for the GPU.
+  REQUIRE(run_binary(tiny_args(d / "run_cudnn") + " --train.steps=1 --cuda.attention=cudnn", &out) ==
+          0);
+  CHECK(has(out, "attention: flash (the CPU's flash twin of cuda.attention=cudnn"));
+  REQUIRE(run_binary("memory --cuda.attention=cudnn --modes=bf16,fp32", &out) == 0);
+  CHECK(has(out, "cuDNN's workspace is in the attention column"));
+  CHECK(has(out, "fp32: cuda.attention=cudnn cannot run"));
+  REQUIRE(run_binary("memory", &out) == 0);
+  CHECK(has(out, "cuda.attention=auto is planned as cublas"));
 }
 
 TEST_CASE("bench: every row has its spread over the repeats and its share of the sgemm ceiling") {

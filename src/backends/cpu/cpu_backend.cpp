@@ -78,9 +78,13 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override {
     for (auto& kv : sizes_) std::free(kv.first);
   }
-  explicit CpuBackend(const BackendOptions& o) : flash_(o.attention == "flash") {}
+  // cuda.attention=cudnn's twin is flash's (the same lse contract); auto keeps the reference
+  // (the CPU has no cuDNN, and a CPU run's numbers must not move with a GPU key).
+  explicit CpuBackend(const BackendOptions& o)
+      : flash_(o.attention == "flash" || o.attention == "cudnn"), attention_(o.attention) {}
   std::string name() const override { return "cpu"; }
   const bool flash_;
+  const std::string attention_;  // cuda.attention, named on the start-up line
 
   Tensor alloc(DType dtype, size_t numel) override {
     size_t bytes = numel * dtype_size(dtype);
@@ -287,9 +291,18 @@ class CpuBackend final : public Backend {
       cpu::attention_backward(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C, NH);
     });
   }
-  // The CPU keeps the att path (the reference) unless cuda.attention=flash: then it runs the
-  // lse twin, so that a GPU run with flash attention has a CPU run to compare with.
-  bool attention_saves_lse(int) const override { return flash_; }
+  // The CPU keeps the att path (the reference) unless cuda.attention=flash or cudnn: then it
+  // runs the lse twin, so that a GPU run with flash or cuDNN attention has a CPU run to
+  // compare with.
+  AttentionChoice attention_choice(int, DType) const override {
+    AttentionChoice c;
+    if (!flash_) return c;
+    c.path = AttentionPath::Flash;
+    c.lse = true;
+    c.reason = "the CPU's flash twin of cuda.attention=" + attention_ +
+               ": per-row logsumexp kept, no T x T probabilities";
+    return c;
+  }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override {
     dispatch("attention_forward_lse", out.dtype, [&](auto* tag) {

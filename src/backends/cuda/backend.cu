@@ -102,7 +102,7 @@ void need_adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const BackendOptions& o)
-      : flash_(o.attention == "flash"), device_scale_(o.device_loss_scale), device_(device) {
+      : device_scale_(o.device_loss_scale), device_(device) {
     ctx_.opt = o;
     const int n = cuda_device_count();
     if (n == 0) throw Error("cuda backend: no CUDA device found");
@@ -127,6 +127,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return ctx_.stream; }
   ~CudaBackend() override {
     cudaStreamSynchronize(ctx_.stream);
+    ctx_.cudnn.reset();  // cuDNN's handle and graphs, before the stream they ran on
     for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     gpu::staging_release(staging_);
     for (auto& kv : sizes_) cudaFree(kv.first);
@@ -324,22 +325,54 @@ class CudaBackend final : public Backend {
     gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
                             NH);
   }
-  const bool flash_;  // BackendOptions::attention == flash
-  bool attention_saves_lse(int head_size) const override {
-    return flash_ && gpu::flash_attention_supported(head_size);
+  // cuda.attention (attention_choice.h); cuDNN is looked for only when cudnn or auto asks.
+  AttentionChoice attention_choice(int head_size, DType t) const override {
+    const std::string& a = ctx_.opt.attention;
+    CudnnProbe cudnn;
+    if (a == "cudnn" || a == "auto") cudnn = gpu::cudnn_probe(ctx_.opt.cudnn_lib);
+    return choose_attention(a, cudnn, t, head_size, gpu::flash_attention_supported(head_size));
+  }
+  // The lse ops run cuDNN (f) where the choice is cudnn, else the hand-written flash kernels
+  // (false). Under auto only, a cuDNN graph that cannot be built here (an engine this GPU
+  // lacks) hands over to the flash kernels, which keep the same lse, for the rest of the run,
+  // said on stderr; cudnn asked for by name stops with the error instead.
+  template <typename F>
+  bool ran_cudnn(DType t, int hs, F&& f) {
+    if (cudnn_failed_ || attention_choice(hs, t).path != AttentionPath::Cudnn) return false;
+    try {
+      f();
+      return true;
+    } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
+      if (ctx_.opt.attention != "auto" || !gpu::flash_attention_supported(hs)) throw;
+      std::fprintf(stderr, "warning: cuda.attention=auto: cuDNN failed (%s); the flash kernels "
+                   "run instead\n", e.what());
+      cudnn_failed_ = true;
+      return false;
+    }
   }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override {
     need_same("attention_forward_lse", {out, qkv});
     need_f32("attention_forward_lse", lse);
-    gpu::attention_forward_lse(ctx_, out.dtype, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+    const DType t = out.dtype;
+    if (ran_cudnn(t, C / NH, [&] {
+          gpu::attention_forward_cudnn(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+        }))
+      return;
+    gpu::attention_forward_lse(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
   }
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
                               int T, int C, int NH) override {
     need_same("attention_backward_lse", {dqkv, dout, qkv, out});
     need_f32("attention_backward_lse", lse);
-    gpu::attention_backward_lse(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                                lse.as<const float>(), B, T, C, NH);
+    const DType t = dout.dtype;
+    const float* l = lse.as<const float>();
+    if (ran_cudnn(t, C / NH, [&] {
+          gpu::attention_backward_cudnn(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T,
+                                        C, NH);
+        }))
+      return;
+    gpu::attention_backward_lse(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T, C, NH);
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     need_same("gelu_forward", {out, inp});
@@ -546,6 +579,7 @@ class CudaBackend final : public Backend {
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
+  bool cudnn_failed_ = false;  // auto's hand-over to the flash kernels (ran_cudnn)
   unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
   size_t amax_words_ = 0;
 };

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 
 #include "cublaslt.h"
 #include "kernels/common.cuh"
@@ -95,6 +97,7 @@ enum ScratchSlot {
   kScratchStatsSums,    // per block partial sums
   kScratchStatsWords,   // maxima, counts and totals read back by the host
   kScratchStatsArgs,    // smoothing factors and split channels
+  kScratchCudnn,        // cuDNN's attention workspace (attention_cudnn.cu), sized by its graphs
   kNumScratch
 };
 
@@ -108,6 +111,8 @@ inline unsigned grid_stride_blocks(size_t n, int threads, int sms, int blocks_pe
   return unsigned(blocks > 0 ? blocks : 1);
 }
 
+struct CudnnAttention;  // attention_cudnn.cu: the cuDNN handle and its graphs, made on first use
+
 struct Ctx {
   cudaStream_t stream = nullptr;
   cudaDeviceProp prop{};
@@ -118,6 +123,7 @@ struct Ctx {
   std::function<void*(ScratchSlot, size_t)> scratch;  // device memory of at least `bytes`
   HostStaging* staging = nullptr;  // pinned memory for upload / download (one per stream)
   BackendOptions opt;              // cuda.gemm, cuda.gelu_epilogue, cuda.attention
+  std::shared_ptr<CudnnAttention> cudnn;  // cuda.attention=cudnn|auto once cuDNN has run
 
   LtContext lt_context() const { return {lt, lt_workspace, lt_workspace_bytes, stream}; }
 
@@ -232,5 +238,25 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* att, int B, int T, int C, int NH);
+
+// ---- attention_cudnn.cu ----
+// cuDNN's fused flash attention (SDPA, through the header-only cudnn-frontend), the same
+// contract as attention_forward_lse / attention_backward_lse: q, k, v read in place from
+// qkv (B, T, 3, NH, hs), out (B, T, NH, hs), lse (B, NH, T) fp32 natural-log logsumexp of the
+// scaled causal scores, dqkv written in place (every element: no accumulation). bf16 and fp16
+// only. Built with TG_CUDNN (the Makefile defines it when cudnn_frontend.h is found); libcudnn
+// is opened with dlopen on first use, never linked.
+// The library's state: whether the build has cuDNN, whether libcudnn loaded, and a line that
+// says which library (version, file) or why not. `lib` is cuda.cudnn_lib ("" searches); the
+// first call loads for the process and later calls return the same answer.
+CudnnProbe cudnn_probe(const std::string& lib);
+void attention_forward_cudnn(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B,
+                             int T, int C, int NH);
+void attention_backward_cudnn(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                              const void* out, const float* lse, int B, int T, int C, int NH);
+// The three graphs of one shape (forward with and without lse, backward) checked by the
+// frontend's validate() as for compute capability `sm` (e.g. 90), which needs no GPU: "" when
+// valid, else the frontend's message.
+std::string cudnn_validate_graphs(int B, int T, int C, int NH, DType t, int sm);
 
 }  // namespace tg::gpu

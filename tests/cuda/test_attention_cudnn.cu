@@ -1,0 +1,116 @@
+// cuDNN's fused attention (src/backends/cuda/attention_cudnn.cu, cuda.attention=cudnn) against
+// the CPU's flash twin: out and lse from the forward, dq, dk, dv from the backward, each within
+// the 16-bit tolerance; the backward deterministic (the same bits twice); dqkv written whole
+// (poisoned first). Skipped, with the reason, where the build has no cuDNN or libcudnn is not
+// found (the emulated tests, CI, a GPU machine without the wheel).
+#include <array>
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "src/backends/cuda/launch.h"
+
+using namespace tgc;
+
+namespace {
+
+// Relative L2 error of one third (q, k or v) of (B*T, 3C) gradient rows.
+double part_err(const std::vector<double>& g, const std::vector<double>& r, size_t rows, int C,
+                int part) {
+  double num = 0, den = 0;
+  for (size_t row = 0; row < rows; row++)
+    for (int i = 0; i < C; i++) {
+      const double a = g[row * 3 * C + part * C + i], b = r[row * 3 * C + part * C + i];
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+  return std::sqrt(num / den);  // NaN (a forgotten element) fails the check
+}
+
+}  // namespace
+
+TEST_CASE("cuda: cuDNN attention forward (out, lse) and backward (dq, dk, dv)") {
+  TG_REQUIRE_GPU();
+  tg::BackendOptions o;
+  o.attention = "cudnn";
+  for (auto sh : {std::array<int, 4>{2, 40, 96, 3},  // head sizes 32, 64, 128, 64, 16
+                  {1, 64, 128, 2},
+                  {2, 33, 512, 4},
+                  {1, 257, 256, 4},
+                  {2, 24, 64, 4}}) {
+    const int B = sh[0], T = sh[1], C = sh[2], NH = sh[3];
+    for (DType t : {DType::BF16, DType::F16}) {
+      INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+      Twin tw(o);
+      const tg::AttentionChoice choice = tw.gpu->attention_choice(C / NH, t);
+      if (!choice.error.empty()) {
+        MESSAGE("cuDNN attention not checked: " << choice.error);
+        return;
+      }
+      REQUIRE(choice.path == tg::AttentionPath::Cudnn);
+      MESSAGE(choice.reason);
+      const size_t btc = size_t(B) * T * C, bht = size_t(B) * NH * T;
+      Pair qkv = tw.rand(t, 3 * btc, 71, 2.f);
+      Pair out = tw.poisoned(t, btc), lse = tw.poisoned(DType::F32, bht);
+      tw.cpu->attention_forward_lse(out.cpu, lse.cpu, qkv.cpu, B, T, C, NH);
+      tw.gpu->attention_forward_lse(out.gpu, lse.gpu, qkv.gpu, B, T, C, NH);
+      CHECK(tw.err(out) < tol(t));
+      CHECK(tw.err(lse) < 1e-4);  // fp32 statistics of 16-bit scores, exp2 inside cuDNN
+      Pair dout = tw.rand(t, btc, 72), dqkv = tw.poisoned(t, 3 * btc);
+      tw.cpu->attention_backward_lse(dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, B, T, C, NH);
+      tw.gpu->attention_backward_lse(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH);
+      const std::vector<double> gc = tw.get(*tw.cpu, dqkv.cpu), gg = tw.get(*tw.gpu, dqkv.gpu);
+      for (int part = 0; part < 3; part++) {
+        INFO("part "
+             << "qkv"[part]);
+        CHECK(part_err(gg, gc, size_t(B) * T, C, part) < tol(t));
+      }
+      // Deterministic (set_deterministic_algorithm): the backward again gives the same bits.
+      Pair dqkv2 = tw.poisoned(t, 3 * btc);
+      tw.gpu->attention_backward_lse(dqkv2.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH);
+      CHECK(tw.get(*tw.gpu, dqkv2.gpu) == gg);
+    }
+  }
+}
+
+// No GPU needed: the frontend's validate() of the three graphs, told the compute capability,
+// runs wherever libcudnn loads (this machine's toolkit, CI with cuDNN), so the graphs' shapes,
+// strides and options are checked before any GPU run.
+TEST_CASE("cuda: cuDNN's attention graphs validate for sm_80, sm_90 and sm_100 (no GPU needed)") {
+  const tg::CudnnProbe p = tg::gpu::cudnn_probe("");
+  if (!p.built_in || !p.loaded) {
+    MESSAGE("cuDNN graphs not validated: " << p.detail);
+    return;
+  }
+  MESSAGE(p.detail);
+  for (auto sh : {std::array<int, 4>{8, 1024, 768, 12},  // GPT-2 124M
+                  {2, 40, 96, 3},
+                  {2, 24, 64, 4},
+                  {1, 257, 256, 4},
+                  {4, 64, 1024, 16}})
+    for (DType t : {DType::BF16, DType::F16})
+      for (int sm : {80, 90, 100}) {
+        INFO(name(t) << " B=" << sh[0] << " T=" << sh[1] << " C=" << sh[2] << " NH=" << sh[3]
+                     << " sm_" << sm);
+        CHECK(tg::gpu::cudnn_validate_graphs(sh[0], sh[1], sh[2], sh[3], t, sm) == "");
+      }
+  // A head size cuDNN refuses (12: not a multiple of 8) is refused by validate too, so the
+  // check above is not vacuous.
+  CHECK(tg::gpu::cudnn_validate_graphs(2, 24, 48, 4, DType::BF16, 90).find("multiple of 8") !=
+        std::string::npos);
+}
+
+TEST_CASE("cuda: cuDNN attention refuses fp32 by name; auto then runs cublas") {
+  TG_REQUIRE_GPU();
+  tg::BackendOptions o;
+  o.attention = "cudnn";
+  Twin tw(o);
+  const tg::AttentionChoice c = tw.gpu->attention_choice(64, DType::F32);
+  CHECK(c.error.find("cuda.attention=cudnn cannot run") != std::string::npos);
+  CHECK_THROWS_AS(tw.gpu->attention_saves_lse(64, DType::F32), tg::UsageError);
+  o.attention = "auto";
+  Twin ta(o);
+  const tg::AttentionChoice a = ta.gpu->attention_choice(64, DType::F32);
+  CHECK(a.path == tg::AttentionPath::Cublas);
+  CHECK_FALSE(a.lse);
+  MESSAGE(a.reason);
+}
