@@ -229,8 +229,9 @@ TEST_CASE("build: the CUDA backend is built only with a GPU present or CUDA=1") 
   // What the Makefile would run nvcc as, with CUDA unset (a user's plain `make`), =1 and =0.
   auto use_nvcc = [](const std::string& cuda) {
     std::string out;
-    // MAKEFLAGS: a `make test CUDA=1` passes CUDA=1 down to every make it starts.
-    run_shell("env -u CUDA -u MAKEFLAGS -u MFLAGS -u MAKELEVEL " + cuda +
+    // MAKEFLAGS: a `make test CUDA=1` passes CUDA=1 down to every make it starts (and puts it
+    // in the environment, as `make test SAN=1` does SAN=1, which leaves nvcc out).
+    run_shell("env -u CUDA -u SAN -u MAKEFLAGS -u MFLAGS -u MAKELEVEL " + cuda +
                   " make -s SKIP_SETUP=1 --eval='tg-use-nvcc: ; @echo $(USE_NVCC)' tg-use-nvcc",
               &out);
     return out.find("nvcc") != std::string::npos;
