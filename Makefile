@@ -316,7 +316,7 @@ FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -Wall -Wex
 FUZZ_TARGETS := shard model_file checkpoint config hf_model bpe
 FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/base/suggest.cpp \
                 src/base/host_memory.cpp src/base/test_hooks.cpp src/data/data.cpp \
-                src/io/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp \
+                src/io/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp src/data/prepare.cpp \
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/numerics/state_format.cpp \
                 src/numerics/master_format.cpp src/numerics/wire_format.cpp \
                 src/config/config.cpp src/config/config_cli.cpp src/config/config_validate.cpp \
