@@ -32,6 +32,7 @@ int fail(int code, const char* what) {
     fprintf(stderr, "train_gpt: error (rank %d): %s\n", comm_rank(), what);
     fflush(stderr);
     if (!comm_stop_agreed()) comm_abort(code);
+    comm_wait_for_all();
     return code;
   }
   fprintf(stderr, "train_gpt: error: %s\n", what);

@@ -294,6 +294,16 @@ bool g_stop_agreed = false;
 }
 void comm_agree_to_stop() { g_stop_agreed = true; }
 bool comm_stop_agreed() { return g_stop_agreed; }
+void comm_wait_for_all() {
+#ifndef TG_NO_MPI
+  Launch& l = launch();
+  if (!l.comm || !launched_by_mpi()) return;
+  try {
+    l.comm->barrier();
+  } catch (const std::exception&) {  // a rank gone already: nothing left to wait for
+  }
+#endif
+}
 
 int comm_local_rank() {
   for (const char* v :

@@ -123,6 +123,10 @@ std::unique_ptr<Comm> make_nccl_comm(Bootstrap& bootstrap, Backend& backend);
 // message is out.
 void comm_agree_to_stop();
 bool comm_stop_agreed();
+// An agreed stop's last step, after each rank printed its error: under MPI, waits until every
+// process has got here, since mpirun ends the others as soon as one exits with an error (and
+// could cut off a message not yet out). Elsewhere nothing ends the others: it returns at once.
+void comm_wait_for_all();
 // True once this process is connected to others: MPI with more than one process, or the
 // rendezvous joined.
 bool comm_is_distributed();
