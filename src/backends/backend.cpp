@@ -39,6 +39,18 @@ std::vector<double> Backend::mark_times_ms() {
 
 void Backend::clear_marks() { host_marks_.clear(); }
 
+void Backend::queue_read(Tensor src) {
+  std::vector<char> bytes(src.bytes());
+  download(bytes.data(), src);
+  reads_.push_back(std::move(bytes));
+}
+
+std::vector<std::vector<char>> Backend::take_reads() {
+  std::vector<std::vector<char>> r;
+  r.swap(reads_);
+  return r;
+}
+
 void Backend::wire_encode(Tensor x, size_t part, WireFormat f, Tensor out) {
   const size_t rows = part ? x.numel / part : 0, row_bytes = wire_bytes(part, f);
   if (x.dtype != DType::F32 || rows * part != x.numel || out.bytes() < rows * row_bytes)

@@ -179,6 +179,12 @@ class Backend {
   virtual size_t peak_bytes() const = 0;
   // Waits until all queued work is done (devices run asynchronously; the CPU never queues).
   virtual void synchronize() {}
+  // Deferred reads, so that a training step waits for the device once: queue_read copies src
+  // into host memory the backend keeps, after the work queued so far, without waiting for it;
+  // take_reads waits once and returns the bytes of each read queued since its last call, in
+  // order. The default copies at once (right for a backend that never queues: the CPU).
+  virtual void queue_read(Tensor src);
+  virtual std::vector<std::vector<char>> take_reads();
   // The hardware, e.g. "NVIDIA H100 80GB HBM3" ("" when it does not matter: the CPU).
   virtual std::string device_model() const { return ""; }
   // The device's free and total memory in bytes now; false where there is no such device (the
@@ -365,7 +371,8 @@ class Backend {
   }
 
  private:
-  std::vector<double> host_marks_;  // the default time marks: the host clock, in ms
+  std::vector<double> host_marks_;         // the default time marks: the host clock, in ms
+  std::vector<std::vector<char>> reads_;  // the default deferred reads, already copied
 };
 
 }  // namespace tg

@@ -55,6 +55,8 @@ class ProfilingBackend final : public Backend {
   size_t bytes_in_use() const override { return in_.bytes_in_use(); }
   size_t peak_bytes() const override { return in_.peak_bytes(); }
   void synchronize() override { in_.synchronize(); }
+  void queue_read(Tensor src) override { in_.queue_read(src); }
+  std::vector<std::vector<char>> take_reads() override { return in_.take_reads(); }
   std::string device_model() const override { return in_.device_model(); }
   bool device_memory(size_t* free, size_t* total) const override {
     return in_.device_memory(free, total);

@@ -6,6 +6,7 @@
 #include "model.h"
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "host_copy.h"
@@ -241,6 +242,55 @@ void GPT::block_forward(int l, int B, int T, bool training) {
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+  if (!targets) {
+    forward_logits(inputs, nullptr, B, T, dloss);
+    return NAN;
+  }
+  if (!queued_losses_.empty())
+    throw Error("GPT::forward: forward_queued's losses have not been taken (take_losses)");
+  forward_queued(inputs, targets, B, T, dloss);
+  return take_losses().front();
+}
+
+void GPT::forward_queued(const int32_t* inputs, const int32_t* targets, int B, int T,
+                         float dloss) {
+  if (!targets) throw Error("GPT::forward_queued needs targets");
+  forward_logits(inputs, targets, B, T, dloss);
+  if (acts_.losses.dtype != DType::F32 && acts_.losses.dtype != DType::F64)
+    throw Error("GPT::forward_queued: losses are fp32 or fp64");
+  be_.queue_read(acts_.losses.slice(0, size_t(B) * T));
+  queued_losses_.push_back({acts_.losses.dtype, B * T});
+}
+
+std::vector<double> GPT::take_losses() {
+  const std::vector<std::vector<char>> reads = be_.take_reads();
+  if (reads.size() != queued_losses_.size())
+    throw Error(strf("GPT::take_losses: %zu reads for %zu queued losses", reads.size(),
+                     queued_losses_.size()));
+  std::vector<double> means;
+  for (size_t i = 0; i < reads.size(); i++) {
+    const auto [dtype, rows] = queued_losses_[i];
+    double sum = 0;  // in row order, in double: the loss every mode has always reported
+    for (int r = 0; r < rows; r++) {
+      if (dtype == DType::F64) {
+        double x;
+        std::memcpy(&x, reads[i].data() + size_t(r) * 8, 8);
+        sum += x;
+      } else {
+        float x;
+        std::memcpy(&x, reads[i].data() + size_t(r) * 4, 4);
+        sum += double(x);
+      }
+    }
+    means.push_back(sum / rows);
+  }
+  queued_losses_.clear();
+  return means;
+}
+
+// The forward pass; with targets, the losses (and with dloss != 0 dlogits) in acts_.
+void GPT::forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T,
+                         float dloss) {
   if (T > cfg_.max_seq_len)
     throw Error(strf("sequence of %d tokens exceeds max_seq_len %d", T, cfg_.max_seq_len));
   for (int i = 0; i < B * T; i++)
@@ -263,7 +313,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   have_dlogits_ = false;
   if (!targets) {
     take_amaxes(false, false);
-    return NAN;
+    return;
   }
 
   for (int i = 0; i < BT; i++)
@@ -276,10 +326,6 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                  Vp);
   have_dlogits_ = dloss != 0;
   take_amaxes(false, training);
-  std::vector<double> losses = download_f64(be_, a.losses);
-  double sum = 0;
-  for (double x : losses) sum += x;
-  return sum / BT;
 }
 
 void GPT::backward() {

@@ -248,6 +248,12 @@ class GPT {
   // no longer holds the logits). Without targets the logits stay in logits() and NaN is
   // returned.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  // forward() with targets whose mean loss the host collects later, with take_losses(): the
+  // training step's forward, which queues the loss's read (Backend::queue_read) instead of
+  // waiting for the device to finish the forward before the backward is queued.
+  void forward_queued(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+  // The mean loss of each forward_queued since the last call, in order, after one wait.
+  std::vector<double> take_losses();
   // Adds this micro-batch's gradients into grads (after forward with dloss != 0); with fp32
   // accumulation into the fp32 buffer instead (grads then hold zeros until finish_grads).
   void backward();
@@ -328,6 +334,7 @@ class GPT {
   // Offsets of every activation for (B, T); returns the element counts of the compute-type
   // and the statistics buffers. Fills *out (views into the buffers) when given.
   std::pair<size_t, size_t> layout_acts(int B, int T, Acts* out);
+  void forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
   // Layer l of forward() (its activations in acts_, for B rows of T tokens).
   void block_forward(int l, int B, int T, bool training);
 
@@ -370,6 +377,7 @@ class GPT {
   Acts acts_;
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;
+  std::vector<std::pair<DType, int>> queued_losses_;  // forward_queued's reads: type, rows
   QuantState* fp8_ = nullptr;
   LinearProbe* probe_ = nullptr;
 };

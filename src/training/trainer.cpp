@@ -358,18 +358,25 @@ StepResult Trainer::step() {
   r.lr = lr_at(int(opt_step_), cfg_.train.steps, cfg_.optim.lr, cfg_.optim.warmup_steps,
                cfg_.optim.schedule, cfg_.optim.final_lr_frac);
   r.scale = scaler_.scale;
-  const double loss = sum_gradients(forward_backward(r), r);
+  forward_backward(r);
+  // Where the device decides the step (one process), the losses are read after its report,
+  // which waited for the update: the step's one wait for the device. Elsewhere the host needs
+  // the loss first (the ranks' all-reduce) and waits for the gradients' norm anyway; the read
+  // is still queued, so the backward is queued before the host waits.
+  double loss = sum_gradients(device_decision_ ? NAN : take_loss(), r);
   if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
   const bool telemetry =
       cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
   if (telemetry) record_numerics(r.step, r.scale);
-  if (!std::isfinite(loss))
-    throw Error(strf("training diverged at step %lld: the loss is %g (try a lower optim.lr)",
-                     (long long)r.step, loss));
+  if (!device_decision_) check_loss(loss, r);
   // What the state's formats do to this update (src/training/state_telemetry.h).
   StateProbe probe;
   if (telemetry) probe = state_probe_before(*model_);
   update(r);
+  if (device_decision_) {
+    loss = take_loss();   // one process: sum_gradients had no use for it
+    check_loss(loss, r);  // a non-finite loss's gradients skipped the update on the device
+  }
   if (telemetry && !r.skipped)
     metrics_.write(json({{"kind", "state"},
                          {"step", r.step},
@@ -382,22 +389,31 @@ StepResult Trainer::step() {
   return r;
 }
 
-double Trainer::forward_backward(const StepResult& r) {
+void Trainer::forward_backward(const StepResult& r) {
   GPT& model = *model_;
   model.zero_grad();
   precision_->begin_step(r.step);
-  double loss = 0;
   for (int micro = 0; micro < grad_accum_; micro++) {
     train_loader_->next_batch(inputs_.data(), targets_.data());
     precision_->before_forward(micro);
-    loss += model.forward(inputs_.data(), targets_.data(), B_, T_,
-                          float(r.scale / (double(grad_accum_) * world_))) /
-            grad_accum_;
+    model.forward_queued(inputs_.data(), targets_.data(), B_, T_,
+                         float(r.scale / (double(grad_accum_) * world_)));
     model.backward();
     precision_->after_backward();
   }
   model.finish_grads();  // fp32 accumulation: the sum rounded once to the compute type
+}
+
+double Trainer::take_loss() {
+  double loss = 0;  // the micro-batches' mean losses over grad_accum, summed in their order
+  for (double l : model_->take_losses()) loss += l / grad_accum_;
   return loss;
+}
+
+void Trainer::check_loss(double loss, const StepResult& r) const {
+  if (!std::isfinite(loss))
+    throw Error(strf("training diverged at step %lld: the loss is %g (try a lower optim.lr)",
+                     (long long)r.step, loss));
 }
 
 double Trainer::sum_gradients(double loss, StepResult& r) {

@@ -112,7 +112,10 @@ class Trainer {
   // A step's parts: the micro-batches (returns this rank's mean loss); the gradients summed
   // over the ranks (returns the mean loss over them); the loss scaler's decision and AdamW;
   // timing and bookkeeping.
-  double forward_backward(const StepResult& r);
+  void forward_backward(const StepResult& r);
+  // The step's loss from its micro-batches' queued losses (GPT::take_losses: a wait).
+  double take_loss();
+  void check_loss(double loss, const StepResult& r) const;
   double sum_gradients(double loss, StepResult& r);
   void update(StepResult& r);
   void end_step(StepResult& r, double loss, double t0);

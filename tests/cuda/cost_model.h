@@ -76,9 +76,18 @@ struct LaunchCount {
   uint64_t at(int L) const { return at_1 + (at_2 - at_1) * uint64_t(L - 1); }
 };
 
+// The host's calls in one emulated step that cost it time without queueing work (waits for the
+// device, descriptor creations), by name, with the loss-scale decision on the host and on the
+// device (precision.loss_scale.on_device).
+struct HostCount {
+  std::string call;
+  uint64_t host_decided, device_decided;
+};
+
 // cost_model.md and cost_model.csv in dir; returns the step's line (predicted time, launches).
 std::string write_report(const std::string& dir, const Dims& emu, const std::vector<MemRow>& mem,
                          const std::vector<GemmRow>& gemms,
-                         const std::vector<LaunchCount>& launches, const Device& dev);
+                         const std::vector<LaunchCount>& launches,
+                         const std::vector<HostCount>& host, const Device& dev);
 
 }  // namespace cost

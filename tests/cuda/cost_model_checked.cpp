@@ -487,30 +487,47 @@ namespace {
 
 // What one training step queued: kernel launches by kernel, all work by kind.
 struct StepCount {
-  std::map<std::string, uint64_t> kernels, work;
+  std::map<std::string, uint64_t> kernels, work, host;
 };
 
-// A bf16 training step of the CUDA backend as Trainer::step takes it (zero_grad, forward,
-// backward, the gradients' norm, AdamW), after a first step that allocates, counted.
-StepCount emulated_step(const Dims& d) {
-  auto be = tg::make_cuda_backend();
+// A bf16 training step of the CUDA backend as Trainer::step takes it (zero_grad, forward with
+// its loss read queued, backward, the gradients' norm, AdamW), after a first step that
+// allocates, counted. on_device: the loss-scale decision on the device
+// (precision.loss_scale.on_device, Trainer::update's device path), else on the host.
+StepCount emulated_step(const Dims& d, bool on_device = false) {
+  tg::BackendOptions o;
+  o.device_loss_scale = on_device;
+  auto be = tg::make_cuda_backend(0, o);
   tg::GPT m(d.cfg, *be, DType::BF16, tg::DataParallel{});
   m.init_random(1);
   const std::vector<int32_t> in = tgc::random_tokens(d.BT(), d.V(), 2),
                              tgt = tgc::random_tokens(d.BT(), d.V(), 3);
+  const AdamWArgs args{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 1, Rounding{}};
   auto step = [&] {
     m.zero_grad();
-    m.forward(in.data(), tgt.data(), d.B, d.T, 1.f);
+    m.forward_queued(in.data(), tgt.data(), d.B, d.T, 1.f);
     m.backward();
-    m.check_grads(1.0);
-    m.adamw_step(AdamWArgs{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, 1, Rounding{}});
+    if (on_device) {
+      m.device_decided_step(tg::LossScaleState{}, tg::LossScaleParams{}, 1.0, args);
+      be->device_step_report();
+      m.take_losses();
+    } else {
+      m.take_losses();
+      m.check_grads(1.0);
+      m.adamw_step(args);
+    }
     be->synchronize();
   };
   step();
   take_reports();
   emu::take_work_tally();
   StepCount s;
-  for (const auto& l : counted_launches(step)) s.kernels[base_name(l.kernel)]++;
+  for (const auto& l : counted_launches([&] {
+         emu::take_host_tally();  // not the harness's waits before the step
+         step();
+         s.host = emu::take_host_tally();  // the step's, not the harness's closing wait
+       }))
+    s.kernels[base_name(l.kernel)]++;
   s.work = emu::take_work_tally();
   return s;
 }
@@ -540,6 +557,53 @@ void check_step(const StepCount& s, const Dims& d) {
   CHECK(s.work.at("a kernel launch") == kernels);
 }
 
+// The host calls of a step that blocked on the device (the emulated ones that ran queued
+// work), and those that created cuBLASLt descriptors.
+uint64_t blocking_waits(const StepCount& s) {
+  uint64_t n = 0;
+  for (const auto& [k, c] : s.host)
+    if (k.find("Synchronize") != std::string::npos || k.find("waits") != std::string::npos)
+      n += k.find("nothing left") == std::string::npos ? c : 0;
+  return n;
+}
+uint64_t descriptors_made(const StepCount& s) {
+  uint64_t n = 0;
+  for (const auto& [k, c] : s.host)
+    if (k.rfind("cublasLt", 0) == 0) n += c;
+  return n;
+}
+
+// The host's calls of a 2-layer step, decided on the host and on the device.
+std::vector<cost::HostCount> host_counts() {
+  const Dims d{tg::gpt_config(2, 2, 64, 100, 16), 2, 16};
+  const StepCount host = emulated_step(d, false), dev = emulated_step(d, true);
+  std::map<std::string, cost::HostCount> by;
+  for (const auto& [k, n] : host.host) by[k] = {k, n, 0};
+  for (const auto& [k, n] : dev.host) {
+    by[k].call = k;
+    by[k].device_decided = n;
+  }
+  std::vector<cost::HostCount> out;
+  for (const auto& [k, h] : by) out.push_back(h);
+  return out;
+}
+
+TEST_CASE(
+    "cost model: a step after the first builds no cuBLASLt descriptor, and waits for the "
+    "device once where the device decides the step") {
+  const Dims d{tg::gpt_config(2, 2, 64, 100, 16), 2, 16};
+  const StepCount host = emulated_step(d, false), dev = emulated_step(d, true);
+  for (const StepCount* s : {&host, &dev}) {
+    INFO((s == &dev ? "decided on the device" : "decided on the host"));
+    for (const auto& [k, n] : s->host) INFO(k << ": " << n);
+    CHECK(descriptors_made(*s) == 0);
+  }
+  // The host's decision reads the loss (its read queued behind the backward) and the norm,
+  // and the step's end waits for AdamW; the device's decision: its report only.
+  CHECK(blocking_waits(host) == 3);
+  CHECK(blocking_waits(dev) == 1);
+}
+
 std::string binary_dir() {
   char b[4096];
   const ssize_t n = readlink("/proc/self/exe", b, sizeof b - 1);
@@ -566,7 +630,7 @@ TEST_CASE(
   const std::string dir = binary_dir();
   const std::string step =
       cost::write_report(dir, emulator_dims(), measured_rows(), cost::step_gemms(cost::gpt2_124m()),
-                         launches, cost::kH200);
+                         launches, host_counts(), cost::kH200);
   MESSAGE("wrote " << dir << "/cost_model.md and cost_model.csv: " << step);
 }
 

@@ -118,11 +118,28 @@ void gemm_table(std::ostringstream& md, std::ostringstream& csv, const std::vect
   }
 }
 
+// The host's waits and descriptor creations per step (HostCount).
+void host_table(std::ostringstream& md, std::ostringstream& csv, const std::vector<HostCount>& host) {
+  md << "\n## The host per step\n\nCalls that cost the host time without queueing work, in an "
+        "emulated step after the first (a wait counts where it found queued work; \"nothing "
+        "left\": the device had finished). The step reads its loss with a queued copy "
+        "(GPT::forward_queued), so the backward is queued before the host first waits.\n\n"
+        "| call | decision on the host | on the device (`precision.loss_scale.on_device`) |\n"
+        "|---|---:|---:|\n";
+  if (host.empty()) md << "| (none) | 0 | 0 |\n";
+  for (const HostCount& h : host) {
+    md << "| " << h.call << " | " << h.host_decided << " | " << h.device_decided << " |\n";
+    csv << "host," << h.call << "," << h.host_decided << "," << h.device_decided
+        << ",0,0,0,0,0,0\n";
+  }
+}
+
 }  // namespace
 
 std::string write_report(const std::string& dir, const Dims& emu, const std::vector<MemRow>& mem,
                          const std::vector<GemmRow>& gemms,
-                         const std::vector<LaunchCount>& launches, const Device& dev) {
+                         const std::vector<LaunchCount>& launches,
+                         const std::vector<HostCount>& host, const Device& dev) {
   const Dims d = gpt2_124m();
   std::ostringstream md, csv;
   csv << "section,name,calls,launches,flops,min_bytes,model_bytes,ratio,unique_ratio,predicted_"
@@ -152,6 +169,7 @@ std::string write_report(const std::string& dir, const Dims& emu, const std::vec
     csv << "launches," << l.kind << "," << l.at(d.L()) << "," << l.at(d.L()) << ",0,0,0,0,0,0\n";
     total += l.at(d.L());
   }
+  host_table(md, csv, host);
   const double step = mem_s + gemm_s;
   const std::string summary =
       "memory-bound kernels " + fmt("%.2f", mem_s * 1e3) + " ms, GEMMs " +

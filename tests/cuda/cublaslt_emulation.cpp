@@ -47,6 +47,10 @@ void store(cudaDataType_t t, void* p, size_t i, float v);
 size_t elem_bytes(cudaDataType_t t);
 }  // namespace emu_blas
 
+namespace emu {
+void note_host_call(const char* name);  // stream_emulation.cpp (traffic.h)
+}  // namespace emu
+
 namespace emu_test {
 int lt_matmul_calls = 0;
 int emu_lt_matmul_calls() { return lt_matmul_calls; }
@@ -235,6 +239,7 @@ size_t cublasLtGetVersion() { return CUBLAS_VERSION; }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
                                         cudaDataType_t scale) {
+  emu::note_host_call("cublasLtMatmulDescCreate");
   if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   auto* e = new EmuMatmulDesc;
   e->compute = compute;
@@ -269,6 +274,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
+  emu::note_host_call("cublasLtMatrixLayoutCreate");
   if (ld < int64_t(rows)) return CUBLAS_STATUS_INVALID_VALUE;  // column-major: ld >= rows
   auto* e = new EmuLayout;
   e->type = type;
@@ -294,6 +300,7 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
 
 // Preferences only narrow the heuristic's choice; the emulation has one algorithm.
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  emu::note_host_call("cublasLtMatmulPreferenceCreate");
   *p = reinterpret_cast<cublasLtMatmulPreference_t>(new int);
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -101,6 +101,8 @@ std::shared_ptr<Stream> stream_of(cudaStream_t h) {
   return it == g_streams.end() ? nullptr : it->second;
 }
 
+uint64_t g_items_run = 0;  // work items run so far (a wait that runs none did not block)
+
 // Runs s's items up to sequence number upto (a wait item first runs the stream it waits for).
 // No cycle is possible: a wait names an item queued before the wait itself was.
 void run_until(const std::shared_ptr<Stream>& s, uint64_t upto) {
@@ -113,10 +115,12 @@ void run_until(const std::shared_ptr<Stream>& s, uint64_t upto) {
   while (s->done < upto && !s->queue.empty()) {
     Item it = std::move(s->queue.front());
     s->queue.pop_front();
-    if (it.wait_on)
+    if (it.wait_on) {
       run_until(it.wait_on, it.wait_upto);
-    else
+    } else {
       it.work();
+      g_items_run++;
+    }
     s->done = it.seq;
   }
   s->running = false;
@@ -150,7 +154,20 @@ void order_with_legacy(const std::shared_ptr<Stream>& s) {
   }
 }
 
-std::map<std::string, uint64_t> g_tally;  // emu::take_work_tally()
+std::map<std::string, uint64_t> g_tally;       // emu::take_work_tally()
+std::map<std::string, uint64_t> g_host_tally;  // emu::take_host_tally()
+
+// Counts a host call that waits for the device under its name in the host tally when it ran
+// queued work (the host blocked), else under "<name> (nothing left to wait for)".
+struct HostWait {
+  const char* name;
+  uint64_t before;
+  explicit HostWait(const char* n) : name(n), before(g_items_run) {}
+  ~HostWait() {
+    g_host_tally[g_items_run > before ? std::string(name)
+                                      : std::string(name) + " (nothing left to wait for)"]++;
+  }
+};
 
 // Queues work on s (after its implicit waits); returns the item's sequence number.
 uint64_t queue_work(const std::shared_ptr<Stream>& s, std::string what, std::vector<emu::Use> uses,
@@ -231,6 +248,18 @@ std::map<std::string, uint64_t> take_work_tally() {
   return t;
 }
 
+std::map<std::string, uint64_t> take_host_tally() {
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  std::map<std::string, uint64_t> t;
+  t.swap(g_host_tally);
+  return t;
+}
+
+void note_host_call(const char* name) {
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  g_host_tally[name]++;
+}
+
 bool pinned_host(const void* p, size_t bytes) {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
   return pinned(p, bytes);
@@ -301,6 +330,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t h) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t h) {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
+  const HostWait wait("cudaStreamSynchronize");
   const std::shared_ptr<Stream> s = stream_of(h);
   if (!s) return cudaErrorInvalidResourceHandle;
   run_all(s);
@@ -326,6 +356,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned) {
 }
 cudaError_t cudaDeviceSynchronize() {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
+  const HostWait wait("cudaDeviceSynchronize");
   run_everything();
   return cudaSuccess;
 }
@@ -356,6 +387,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
+  const HostWait wait("cudaEventSynchronize");
   auto ev = g_events.find(e);
   if (ev == g_events.end()) return cudaErrorInvalidResourceHandle;
   if (ev->second.stream) run_until(ev->second.stream, ev->second.seq);
@@ -433,7 +465,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     std::memmove(dst, src, n);
   });
   // To pageable memory or host to host: synchronous with respect to the host.
-  if (dst_pageable || (dst_host && src_host)) run_until(s, seq);
+  if (dst_pageable || (dst_host && src_host)) {
+    g_host_tally["cudaMemcpyAsync (to pageable memory: waits)"]++;
+    run_until(s, seq);
+  }
   return cudaSuccess;
 }
 
@@ -453,6 +488,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
       emu::check::note_write(dst, n, what.c_str());
       std::memcpy(dst, staged->data(), n);
     });
+    g_host_tally["cudaMemcpy (waits)"]++;
     run_until(g_legacy, seq - 1);
     return cudaSuccess;
   }
@@ -460,7 +496,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
     emu::check::note_copy(dst, src, n, what.c_str());
     std::memmove(dst, src, n);
   });
-  if (dst_host || src_host) run_until(g_legacy, seq);  // device to device: asynchronous
+  if (dst_host || src_host) {  // device to device: asynchronous
+    g_host_tally["cudaMemcpy (waits)"]++;
+    run_until(g_legacy, seq);
+  }
   return cudaSuccess;
 }
 

@@ -69,4 +69,11 @@ namespace emu {
 // by kind: its description up to the first " of " ("a kernel launch", "cublasLtMatmul",
 // "cudaMemsetAsync", "cudaMemcpyAsync", ...). Cleared by the call.
 std::map<std::string, uint64_t> take_work_tally();
+// The host's calls that cost it time but queue nothing, counted by name since the last call
+// (then cleared): the waits for the device (cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize, the synchronous cudaMemcpy and cudaMemset) and cuBLASLt's descriptor
+// creations (cublaslt_emulation.cpp). What "one host wait per step" and "descriptors cached per
+// shape" are checked against.
+std::map<std::string, uint64_t> take_host_tally();
+void note_host_call(const char* name);
 }  // namespace emu

@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
     ctx_.cudnn.reset();  // cuDNN's handle and graphs, before the stream they ran on
     for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     gpu::staging_release(staging_);
+    gpu::deferred_release(reads_, ctx_.stream);
     for (auto& kv : sizes_) cudaFree(kv.first);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     if (ctx_.lt) cublasLtDestroy(ctx_.lt);
@@ -168,6 +169,12 @@ class CudaBackend final : public Backend {
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override { return peak_; }
   void synchronize() override { TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+  void queue_read(Tensor src) override {
+    gpu::deferred_queue(reads_, ctx_.stream, src.data, src.bytes());
+  }
+  std::vector<std::vector<char>> take_reads() override {
+    return gpu::deferred_take(reads_, ctx_.stream);
+  }
 
   // The per-op profile's marks: CUDA events on the stream, reused across steps.
   size_t record_mark() override {
@@ -575,6 +582,7 @@ class CudaBackend final : public Backend {
   std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
   float* result_ = nullptr;
   gpu::HostStaging staging_;  // pinned memory of upload / download (ctx_.staging)
+  gpu::DeferredReads reads_;  // queue_read's pinned buffers
   std::unique_ptr<Backend> cpu_;
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name

@@ -1,8 +1,9 @@
-// cublaslt.cu: the cuBLASLt wrapper (cublaslt.h): descriptors per call, the heuristic's answer
-// cached per GEMM configuration (the query costs tens of microseconds; a training step makes
-// the same dozen GEMMs over and over).
+// cublaslt.cu: the cuBLASLt wrapper (cublaslt.h): the descriptors (per thread) and the
+// heuristic's answer cached per GEMM configuration (the query costs tens of microseconds, the
+// descriptors a few; a training step makes the same dozen GEMMs over and over).
 #include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -53,17 +54,27 @@ bool is_fp8(cudaDataType_t t) {
   return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2 || t == CUDA_R_4F_E2M1;
 }
 
+// The epilogue's kind and the types and leading dimension it reads (its pointers: set_pointers).
 void set_epilogue(cublasLtMatmulDesc_t op, const LtGemm& g) {
   if (g.epilogue == LtEpilogue::kNone) return;
   const cublasLtEpilogue_t epi =
       g.epilogue == LtEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
-  set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(g.d_type));
-  if (g.epilogue == LtEpilogue::kGeluAuxBias) {
-    set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
+  if (g.epilogue == LtEpilogue::kGeluAuxBias)
     set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(g.ldd));
+}
+
+// The pointers a descriptor carries (bias, GELU's pre-activation, FP8 descales): they change
+// from call to call of one configuration, so a cached descriptor takes each call's.
+void set_pointers(cublasLtMatmulDesc_t op, const LtGemm& g) {
+  if (is_fp8(g.a_type)) {
+    set_attr(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
+    set_attr(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
   }
+  if (g.epilogue != LtEpilogue::kNone) set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.epilogue == LtEpilogue::kGeluAuxBias)
+    set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
 }
 
 void make_descs(LtDescs& d, const LtGemm& g) {
@@ -75,8 +86,6 @@ void make_descs(LtDescs& d, const LtGemm& g) {
   if (is_fp8(g.a_type)) {
     if (g.a_scale_mode) set_attr(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, g.a_scale_mode);
     if (g.b_scale_mode) set_attr(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, g.b_scale_mode);
-    set_attr(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
-    set_attr(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
     set_attr(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(g.fast_accum ? 1 : 0));
   }
   set_epilogue(d.op, g);
@@ -113,7 +122,7 @@ constexpr int kAsk = 8;  // algorithms asked of the heuristic per query
 // second query does not depend on how the library reads a mask that cannot name "no
 // reduction").
 int ask_heuristic(const LtContext& c, LtDescs& d, const LtGemm& g, cublasLtMatmulAlgo_t* algos) {
-  TG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  if (!d.pref) TG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   set_pref(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(c.workspace_bytes));
   // The heuristic assumes 256-byte aligned pointers unless told otherwise (a weight or bias
   // slice of a small model may be aligned to 16 bytes only).
@@ -194,6 +203,25 @@ AlgoEntry cached_algo(const LtContext& c, LtDescs& d, const LtGemm& g, const Alg
   return e;
 }
 
+// The descriptors of each configuration this thread has run, built on first sight: a step
+// makes the same GEMMs over and over, and building them (five objects, a dozen attributes)
+// costs the host more than the launch. Per thread, because a call sets its pointers on them.
+// Dropped whole past kMaxDescs configurations (a bound on what a run of changing shapes keeps).
+constexpr size_t kMaxDescs = 1024;
+thread_local std::map<AlgoKey, std::unique_ptr<LtDescs>> t_descs;
+
+LtDescs& cached_descs(const LtGemm& g, const AlgoKey& key) {
+  auto it = t_descs.find(key);
+  if (it == t_descs.end()) {
+    if (t_descs.size() >= kMaxDescs) t_descs.clear();
+    auto d = std::make_unique<LtDescs>();
+    make_descs(*d, g);
+    it = t_descs.emplace(key, std::move(d)).first;
+  }
+  set_pointers(it->second->op, g);
+  return *it->second;
+}
+
 void remember_working(const AlgoKey& key, int working) {
   std::lock_guard<std::mutex> lock(g_cache_mu);
   g_cache[key].working = working;
@@ -265,9 +293,8 @@ bool lt_matmul(const LtContext& c, const LtGemm& g) {
     t_refusal = "the bias pointer is not 16-byte aligned";
     return false;
   }
-  LtDescs d;
-  make_descs(d, g);
   const AlgoKey key = key_of(c, g);
+  LtDescs& d = cached_descs(g, key);
   const AlgoEntry e = cached_algo(c, d, g, key);
   if (e.count == 0) {
     t_refusal = "the heuristic offered no algorithm that sums in fp32 for " + describe(c, g);

@@ -1,12 +1,13 @@
 // cublaslt.h: the one cuBLASLt wrapper every GEMM of the CUDA backend goes through (matmul.cu's
-// GEMMs, the GELU epilogue, attention.cu's batched GEMMs, the FP8 block linears of
-// matmul_fp8.cu).
+// GEMMs, the GELU epilogue, attention.cu's batched GEMMs, the quantized linears' native GEMMs of
+// matmul_native.cu).
 //
 // A GEMM is described by an LtGemm (column-major, cuBLAS's convention); lt_matmul builds its
-// descriptors, asks cuBLASLt's heuristic once per configuration (the answer is cached under a
-// key of everything the descriptors and preferences say except the pointers themselves:
-// handle, types, transposes, shape, leading dimensions, epilogue, scaling, pointer alignments,
-// workspace size) and runs it on the context's stream with the context's workspace.
+// descriptors and asks cuBLASLt's heuristic once per configuration (both cached under a key of
+// everything the descriptors and preferences say except the pointers themselves: handle,
+// types, transposes, shape, leading dimensions, epilogue, scaling, pointer alignments,
+// workspace size; each call sets its own pointers on the cached descriptors) and runs it on
+// the context's stream with the context's workspace.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>

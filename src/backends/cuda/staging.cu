@@ -99,3 +99,46 @@ void staging_release(HostStaging& s) {
 }
 
 }  // namespace tg::gpu
+
+namespace tg::gpu {
+
+void deferred_queue(DeferredReads& r, cudaStream_t stream, const void* src, size_t bytes) {
+  const size_t i = r.queued;
+  if (i == r.buf.size()) {
+    r.buf.push_back(nullptr);
+    r.cap.push_back(0);
+    r.bytes.push_back(0);
+  }
+  if (r.cap[i] < bytes) {
+    // Buffer i is not a pending copy's target (only those below r.queued are); a buffer of
+    // an earlier step's read was collected by its deferred_take.
+    if (r.buf[i]) TG_CUDA_CHECK(cudaFreeHost(r.buf[i]));
+    r.buf[i] = nullptr;
+    r.cap[i] = 0;
+    void* p = nullptr;
+    TG_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    r.buf[i] = static_cast<char*>(p);
+    r.cap[i] = bytes;
+  }
+  TG_CUDA_CHECK(cudaMemcpyAsync(r.buf[i], src, bytes, cudaMemcpyDeviceToHost, stream));
+  r.bytes[i] = bytes;
+  r.queued++;
+}
+
+std::vector<std::vector<char>> deferred_take(DeferredReads& r, cudaStream_t stream) {
+  std::vector<std::vector<char>> out;
+  if (r.queued == 0) return out;
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < r.queued; i++) out.emplace_back(r.buf[i], r.buf[i] + r.bytes[i]);
+  r.queued = 0;
+  return out;
+}
+
+void deferred_release(DeferredReads& r, cudaStream_t stream) {
+  if (stream) cudaStreamSynchronize(stream);
+  for (char* p : r.buf)
+    if (p) cudaFreeHost(p);
+  r = DeferredReads{};
+}
+
+}  // namespace tg::gpu

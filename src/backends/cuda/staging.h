@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <vector>
 
 namespace tg::gpu {
 
@@ -33,5 +34,21 @@ void stage_download(HostStaging& s, cudaStream_t stream, void* host, const void*
 // Waits for the staging's copies, then frees its memory and events (for destructors: errors
 // are ignored).
 void staging_release(HostStaging& s);
+
+// Reads the host collects later (Backend::queue_read / take_reads): each into a pinned buffer
+// of its own, kept and reused from step to step (a step queues the same reads), so that the
+// copy needs no wait when it is queued and the host waits once for all of them.
+struct DeferredReads {
+  std::vector<char*> buf;     // cudaMallocHost
+  std::vector<size_t> cap;    // bytes of each buffer
+  std::vector<size_t> bytes;  // of each queued read
+  size_t queued = 0;          // reads queued since the last take
+};
+// host <- src (device), queued on `stream` after its earlier work; no wait.
+void deferred_queue(DeferredReads& r, cudaStream_t stream, const void* src, size_t bytes);
+// Waits for `stream` once, then returns the queued reads' bytes in order and forgets them.
+std::vector<std::vector<char>> deferred_take(DeferredReads& r, cudaStream_t stream);
+// Waits for `stream`, then frees the buffers (for destructors: errors are ignored).
+void deferred_release(DeferredReads& r, cudaStream_t stream);
 
 }  // namespace tg::gpu
