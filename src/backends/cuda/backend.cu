@@ -1,12 +1,12 @@
 // backend.cu: CudaBackend, the Backend interface on one CUDA device.
 //
-// Memory is plain cudaMalloc (never managed memory), tracked per allocation for
-// bytes_in_use / peak_bytes (rounded to 64 bytes like the CPU backend; scratch buffers and
-// the cuBLASLt workspace count too; the pinned host staging of copies, at most
-// 2 x kStagingHalfMax bytes, is host memory and does not). All work is queued on one
-// non-blocking stream; only the methods that return values to the host (download,
-// sum_squares, unscale_check_norm, stats, take_amaxes) and frees wait for
-// it. Host data goes to and from the device through pinned staging (staging.h): cudaMemcpyAsync
+// Memory is plain cudaMalloc (device_memory.h), counted for bytes_in_use / peak_bytes
+// (scratch buffers and the cuBLASLt workspace count too; the pinned host staging of copies, at
+// most 2 x kStagingHalfMax bytes, and the deferred reads' buffers are host memory and do not).
+// All work is queued on one non-blocking stream; only the methods that return values to the
+// host (download, take_reads, sum_squares, unscale_check_norm, stats, take_amaxes,
+// device_step_report) and frees wait for it. Host data goes to and from the device through
+// pinned staging (staging.h): cudaMemcpyAsync
 // never sees pageable memory. encoder_backward groups token positions on the host
 // from the copy of the last token upload (reading the tokens back, with a wait, only if there
 // is none).
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cuda_backend.h"
+#include "device_memory.h"
 #include "launch.h"
 #include "operand_stats.h"
 #include "scaled.h"
@@ -111,16 +112,17 @@ class CudaBackend final : public Backend {
     TG_CUDA_CHECK(cudaSetDevice(device));
     TG_CUDA_CHECK(cudaGetDeviceProperties(&ctx_.prop, device));
     TG_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    mem_.set_stream(ctx_.stream);
     TG_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
     TG_CUBLAS_CHECK(cublasCreate(&ctx_.blas));
     TG_CUBLAS_CHECK(cublasSetStream(ctx_.blas, ctx_.stream));
     // 32 MiB of cuBLASLt workspace: what NVIDIA advises for Hopper.
     ctx_.lt_workspace_bytes = size_t(32) << 20;
-    ctx_.lt_workspace = raw_alloc(ctx_.lt_workspace_bytes);
+    ctx_.lt_workspace = mem_.alloc(ctx_.lt_workspace_bytes);
     TG_CUBLAS_CHECK(cublasSetWorkspace(ctx_.blas, ctx_.lt_workspace, ctx_.lt_workspace_bytes));
-    ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return scratch(s, bytes); };
+    ctx_.scratch = [this](gpu::ScratchSlot s, size_t bytes) { return mem_.scratch(s, bytes); };
     ctx_.staging = &staging_;
-    result_ = static_cast<float*>(raw_alloc(64));
+    result_ = static_cast<float*>(mem_.alloc(64));
     cpu_ = make_cpu_backend(o);
   }
   int device_index() const override { return device_; }
@@ -131,7 +133,7 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     gpu::staging_release(staging_);
     gpu::deferred_release(reads_, ctx_.stream);
-    for (auto& kv : sizes_) cudaFree(kv.first);
+    mem_.release_all();
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     if (ctx_.lt) cublasLtDestroy(ctx_.lt);
     if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
@@ -143,11 +145,11 @@ class CudaBackend final : public Backend {
   }
 
   Tensor alloc(DType dtype, size_t numel) override {
-    return Tensor{raw_alloc(numel * dtype_size(dtype)), dtype, numel};
+    return Tensor{mem_.alloc(numel * dtype_size(dtype)), dtype, numel};
   }
   void free(Tensor t) override {
     token_shadow_.erase(t.data);
-    raw_free(t.data);
+    mem_.free(t.data);
   }
   // Through pinned staging (callers' buffers are pageable): the caller may reuse its buffer
   // at once, and the host does not wait for the device unless the staging is full. Token ids
@@ -166,8 +168,8 @@ class CudaBackend final : public Backend {
   void zero(Tensor t) override {
     TG_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), ctx_.stream));
   }
-  size_t bytes_in_use() const override { return in_use_; }
-  size_t peak_bytes() const override { return peak_; }
+  size_t bytes_in_use() const override { return mem_.in_use(); }
+  size_t peak_bytes() const override { return mem_.peak(); }
   void synchronize() override { TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
   void queue_read(Tensor src) override {
     gpu::deferred_queue(reads_, ctx_.stream, src.data, src.bytes());
@@ -286,7 +288,7 @@ class CudaBackend final : public Backend {
   bool has_block_scaled_linears() const override { return true; }
   // A scratch slot's size (cuda_scratch_bytes).
   size_t scratch_bytes(int s) const {
-    return s >= 0 && s < gpu::kNumScratch ? scratch_[s].second : 0;
+    return mem_.scratch_bytes(s);
   }
   // Per-tensor-scaled linears leave their operands' amax bits in their slot of amax_ (device),
   // read back by take_amaxes once per pass: no wait per GEMM.
@@ -339,13 +341,22 @@ class CudaBackend final : public Backend {
     if (a == "cudnn" || a == "auto") cudnn = gpu::cudnn_probe(ctx_.opt.cudnn_lib);
     return choose_attention(a, cudnn, t, head_size, gpu::flash_attention_supported(head_size));
   }
+  // attention_choice's path is cudnn: asked once per head size and type (the choice is the
+  // run's; each attention call asking again would probe and format its reasons 24 times a step).
+  bool chooses_cudnn(int hs, DType t) {
+    const auto key = std::make_pair(hs, t);
+    auto it = cudnn_choice_.find(key);
+    if (it == cudnn_choice_.end())
+      it = cudnn_choice_.emplace(key, attention_choice(hs, t).path == AttentionPath::Cudnn).first;
+    return it->second;
+  }
   // The lse ops run cuDNN (f) where the choice is cudnn, else the hand-written flash kernels
   // (false). Under auto only, a cuDNN graph that cannot be built here (an engine this GPU
   // lacks) hands over to the flash kernels, which keep the same lse, for the rest of the run,
   // said on stderr; cudnn asked for by name stops with the error instead.
   template <typename F>
   bool ran_cudnn(DType t, int hs, F&& f) {
-    if (cudnn_failed_ || attention_choice(hs, t).path != AttentionPath::Cudnn) return false;
+    if (cudnn_failed_ || !chooses_cudnn(hs, t)) return false;
     try {
       f();
       return true;
@@ -418,12 +429,12 @@ class CudaBackend final : public Backend {
     return g;
   }
   const bool device_scale_;
-  LossScaleDevice* ls_dev_ = nullptr;  // raw_alloc'ed on first use
+  LossScaleDevice* ls_dev_ = nullptr;  // allocated on first use
   bool device_loss_scale() const override { return device_scale_; }
   void device_decide_step(Tensor grads, const LossScaleState& st, const LossScaleParams& p,
                           double clip) override {
     if (!ls_dev_) {
-      ls_dev_ = static_cast<LossScaleDevice*>(raw_alloc(sizeof(LossScaleDevice)));
+      ls_dev_ = static_cast<LossScaleDevice*>(mem_.alloc(sizeof(LossScaleDevice)));
       TG_CUDA_CHECK(cudaMemsetAsync(ls_dev_, 0, sizeof(LossScaleDevice), ctx_.stream));
     }
     // The host's state is the device's after the last report (or a resumed one): set it.
@@ -487,48 +498,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  void* raw_alloc(size_t bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, rounded ? rounded : 64);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      throw Error(strf("out of GPU memory allocating %zu bytes (%zu in use): %s", bytes, in_use_,
-                       cudaGetErrorString(e)));
-    }
-    sizes_[p] = rounded;
-    in_use_ += rounded;
-    if (in_use_ > peak_) peak_ = in_use_;
-    return p;
-  }
-  void raw_free(void* p) {
-    auto it = sizes_.find(p);
-    if (it == sizes_.end()) return;
-    // Queued work may still use p: wait for it before the memory goes. cudaFree would wait
-    // for the whole device anyway, but only as the driver's habit, not a documented guarantee
-    // of this code's order (a stream-ordered or caching allocator would not); the wait costs
-    // nothing more, and the emulated runtime checks that frees come after the work is done.
-    TG_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    TG_CUDA_CHECK(cudaFree(p));
-    in_use_ -= it->second;
-    sizes_.erase(it);
-  }
-  void* scratch(gpu::ScratchSlot s, size_t bytes) {
-    auto& buf = scratch_[s];
-    if (buf.second < bytes) {
-      if (buf.first) raw_free(buf.first);
-      buf.first = nullptr;
-      buf.second = 0;
-      buf.first = raw_alloc(bytes);
-      buf.second = bytes;
-    }
-    return buf.first;
-  }
   // fp32 view of t: its own memory when fp32, else a scratch slot (filled when `load`).
   float* wide(Tensor t, gpu::ScratchSlot s, bool load) {
     if (!t) return nullptr;
     if (t.dtype == DType::F32) return t.as<float>();
-    float* p = static_cast<float*>(scratch(s, t.numel * 4));
+    float* p = static_cast<float*>(mem_.scratch(s, t.numel * 4));
     if (load) gpu::convert(ctx_, DType::F32, p, t.dtype, t.data, t.numel, Rounding{});
     return p;
   }
@@ -560,12 +534,12 @@ class CudaBackend final : public Backend {
     const size_t need = size_t(slot + 1) * kTensorOperands;
     if (need > amax_words_) {
       const size_t words = std::max(need, size_t(64) * kTensorOperands);
-      unsigned* fresh = static_cast<unsigned*>(raw_alloc(words * sizeof(unsigned)));
+      unsigned* fresh = static_cast<unsigned*>(mem_.alloc(words * sizeof(unsigned)));
       TG_CUDA_CHECK(cudaMemsetAsync(fresh, 0, words * sizeof(unsigned), ctx_.stream));
       if (amax_) {
         TG_CUDA_CHECK(cudaMemcpyAsync(fresh, amax_, amax_words_ * sizeof(unsigned),
                                       cudaMemcpyDeviceToDevice, ctx_.stream));
-        raw_free(amax_);  // waits for the copy
+        mem_.free(amax_);  // waits for the copy
       }
       amax_ = fresh;
       amax_words_ = words;
@@ -575,11 +549,9 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   Ctx ctx_;
-  std::map<void*, size_t> sizes_;
+  gpu::DeviceMemory mem_;  // every allocation and the scratch slots
   std::vector<cudaEvent_t> marks_;  // the profile's time marks; marks_used_ of them recorded
   size_t marks_used_ = 0;
-  size_t in_use_ = 0, peak_ = 0;
-  std::pair<void*, size_t> scratch_[gpu::kNumScratch] = {};
   float* result_ = nullptr;
   gpu::HostStaging staging_;  // pinned memory of upload / download (ctx_.staging)
   gpu::DeferredReads reads_;  // queue_read's pinned buffers
@@ -588,6 +560,7 @@ class CudaBackend final : public Backend {
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
   bool cudnn_failed_ = false;  // auto's hand-over to the flash kernels (ran_cudnn)
+  std::map<std::pair<int, DType>, bool> cudnn_choice_;  // chooses_cudnn's answers
   unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
   size_t amax_words_ = 0;
 };
