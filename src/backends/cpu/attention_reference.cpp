@@ -1,9 +1,10 @@
 // attention_reference: the scalar loops src/backends/cpu/attention.cpp replaced, kept verbatim
-// (only the names changed and the lines reflowed) as the bit-for-bit reference that attention.cpp
-// checks itself against at first use and its tests compare with. Their compiled code (GCC 12, -O3
-// -march=native) is what the regression fixtures were recorded with. They compute causal
-// multi-head self-attention on qkv(B,T,3C) = [q | k | v], head size hs = C/NH, scores scaled by
-// 1/sqrt(hs):
+// (only the names changed, the lines reflowed and, since the CUDA path stores them in the compute
+// type, the scores and dP of the att pair rounded to it) as the bit-for-bit reference that
+// attention.cpp checks itself against at first use and its tests compare with. Their compiled
+// code (GCC 12, -O3 -march=native) is what the regression fixtures were recorded with. They
+// compute causal multi-head self-attention on qkv(B,T,3C) = [q | k | v], head size hs = C/NH,
+// scores scaled by 1/sqrt(hs):
 //   att[b,h,t,:] = softmax(q_t . k_u * scale for u <= t; 0 for u > t)
 //   out[b,t,h]   = sum_u att[b,h,t,u] v_u
 // Backward, per (b,h), with P = att and dP = dout . v:
