@@ -1,21 +1,27 @@
 // attention.cuh: causal multi-head self-attention around cuBLAS batched GEMMs
 // (src/backends/cuda/attention.cu runs the GEMMs). qkv(B,T,3C) = [q | k | v], head size hs = C/NH,
 // scale = 1/sqrt(hs):
-//   forward:  q,k,v -> (B,NH,T,hs) (permute);  S = scale q k^T (GEMM, fp32);
+//   forward:  q,k,v -> (B,NH,T,hs) (permute);  S = scale q k^T (GEMM, stored in T);
 //             att = causal softmax(S) rows (zeros above the diagonal, stored in T);
 //             y = att v (GEMM);  out(B,T,C) <- y (unpermute)
-//   backward: dy <- dout (permute);  dP = dy v^T (GEMM, fp32);  dv = att^T dy (GEMM);
+//   backward: dy <- dout (permute);  dP = dy v^T (GEMM, stored in T);  dv = att^T dy (GEMM);
 //             dS = att * (dP - sum_u att dP) * scale (softmax backward, stored in T);
 //             dq = dS k, dk = dS^T q (GEMMs);  dqkv <- dq, dk, dv (unpermute)
-// The softmax kernels give one warp to each row (b, h, t) and read only u <= t. The `_smem`
+// S and dP are the GEMMs' fp32 sums rounded once to T (bf16, fp16 or fp32), as the CPU twin
+// rounds them. The GEMMs run per row block (src/backends/attention_blocks.h) over the columns
+// up to the block's end only, so S and dP hold values only there; the softmax kernels read
+// u <= t. att is written in full, its zeros included: the GEMMs read them inside the diagonal
+// blocks and the quantization telemetry reads the whole tensor. dS is written up to the end of
+// the row's block, what dq and dk read; the rest of it is never read.
+// The softmax kernels give one warp to each row (b, h, t). The `_smem`
 // kernels (the launcher's choice wherever a warp's row fits the block's shared memory: T up to
-// 8192 in bf16) stage the row in shared memory and read each score, dP and att value from
+// 12288 in bf16) stage the row in shared memory and read each score, dP and att value from
 // global memory once; the others read the row twice (backward) or three times (forward). Both
 // compute the same values in the same order: att and dS are bit-identical between them.
 //
 // fused forward (attention_forward_fused_kernel, opt-in with cuda.attention=fused, head
 // sizes 32/64/96/128): one warp per query row reads q, k, v straight from qkv (no permutes,
-// no T x T fp32 scores): pass 1 runs the online softmax (running max m and sum l, the output
+// no T x T scores): pass 1 runs the online softmax (running max m and sum l, the output
 // accumulator rescaled as m grows), out = acc / l; pass 2 recomputes each score to store the
 // probabilities exp(s - m) / l into att for the backward pass. A first step towards a tiled
 // flash-style kernel: it is not tiled through shared memory yet. The cuBLAS path stays the
@@ -88,39 +94,40 @@ __global__ void attention_unpermute_qkv_kernel(T* dqkv, const T* dq, const T* dk
 // att row (bh, t) = softmax over u <= t of S (already scaled), zeros for u > t.
 // rows = B*NH*T; one warp per row.
 template <typename T>
-__global__ void attention_softmax_forward_kernel(T* att, const float* S, int rows, int T_) {
+__global__ void attention_softmax_forward_kernel(T* att, const T* S, int rows, int T_) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const int t = row % T_;
-  const float* s = S + size_t(row) * T_;
+  const T* s = S + size_t(row) * T_;
   T* a = att + size_t(row) * T_;
   float m = -INFINITY;
-  for (int u = lane; u <= t; u += 32) m = fmaxf(m, s[u]);
+  for (int u = lane; u <= t; u += 32) m = fmaxf(m, ld(s[u]));
   m = warp_max(m);
   float sum = 0;
-  for (int u = lane; u <= t; u += 32) sum += expf(s[u] - m);
+  for (int u = lane; u <= t; u += 32) sum += expf(ld(s[u]) - m);
   sum = warp_sum(sum);
   const float inv = 1.f / sum;
-  for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? expf(s[u] - m) * inv : 0.f);
+  for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? expf(ld(s[u]) - m) * inv : 0.f);
 }
 
 // attention_softmax_forward_kernel's att, each score read from global memory once: the warp's
-// lanes copy their scores (u = lane + 32 j <= t) into the warp's T floats of dynamic shared
-// memory as they take the max, replace each by exp(s - m) as they sum them (each lane in the
-// order of the three-pass kernel's sum), and write the probabilities from there. A lane reads
-// back only what it staged itself, so no barrier is needed. Shared memory: T floats a warp.
+// lanes copy their scores (u = lane + 32 j <= t), widened to fp32, into the warp's T floats of
+// dynamic shared memory as they take the max, replace each by exp(s - m) as they sum them (each
+// lane in the order of the three-pass kernel's sum), and write the probabilities from there. A
+// lane reads back only what it staged itself, so no barrier is needed. Shared memory: T floats
+// a warp.
 template <typename T>
-__global__ void attention_softmax_forward_smem_kernel(T* att, const float* S, int rows, int T_) {
+__global__ void attention_softmax_forward_smem_kernel(T* att, const T* S, int rows, int T_) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row = blockIdx.x * (blockDim.x / 32) + warp;
   if (row >= rows) return;
   const int t = row % T_;
-  const float* s = S + size_t(row) * T_;
+  const T* s = S + size_t(row) * T_;
   float* e = dynamic_smem<float>() + size_t(warp) * T_;
   float m = -INFINITY;
   for (int u = lane; u <= t; u += 32) {
-    const float x = s[u];
+    const float x = ld(s[u]);
     e[u] = x;
     m = fmaxf(m, x);
   }
@@ -137,52 +144,58 @@ __global__ void attention_softmax_forward_smem_kernel(T* att, const float* S, in
   for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? e[u] * inv : 0.f);
 }
 
-// dS row = att * (dP - sum_u att dP) * scale for u <= t, zeros for u > t.
+// The end of row t's columns that the GEMMs after the softmax backward read: the end of its row
+// block of `block` rows (src/backends/attention_blocks.h).
+__device__ __forceinline__ int attention_block_end(int t, int T_, int block) {
+  return min(T_, (t / block + 1) * block);
+}
+
+// dS row = att * (dP - sum_u att dP) * scale for u <= t, zeros for t < u < the end of the
+// row's block (nothing after it is read).
 template <typename T>
-__global__ void attention_softmax_backward_kernel(T* dS, const float* dP, const T* att, int rows,
-                                                  int T_, float scale) {
+__global__ void attention_softmax_backward_kernel(T* dS, const T* dP, const T* att, int rows,
+                                                  int T_, int block, float scale) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
-  const int t = row % T_;
-  const float* dp = dP + size_t(row) * T_;
+  const int t = row % T_, end = attention_block_end(t, T_, block);
+  const T* dp = dP + size_t(row) * T_;
   const T* a = att + size_t(row) * T_;
   T* ds = dS + size_t(row) * T_;
   float dot = 0;
-  for (int u = lane; u <= t; u += 32) dot += ld(a[u]) * dp[u];
+  for (int u = lane; u <= t; u += 32) dot += ld(a[u]) * ld(dp[u]);
   dot = warp_sum(dot);
-  for (int u = lane; u < T_; u += 32)
-    ds[u] = st<T>(u <= t ? ld(a[u]) * (dp[u] - dot) * scale : 0.f);
+  for (int u = lane; u < end; u += 32)
+    ds[u] = st<T>(u <= t ? ld(a[u]) * (ld(dp[u]) - dot) * scale : 0.f);
 }
 
 // attention_softmax_backward_kernel's dS, each dP and att value read from global memory once:
-// the warp's lanes copy their dP (T floats a warp) and att (T elements a warp, after every
+// the warp's lanes copy their dP (T elements a warp) and att (T elements a warp, after every
 // warp's dP) into dynamic shared memory as they sum the dot product (each lane in the
 // three-pass kernel's order), then write dS from there. A lane reads back only what it staged
-// itself: no barrier. Shared memory: T (4 + sizeof(T)) bytes a warp.
+// itself: no barrier. Shared memory: 2 T sizeof(T) bytes a warp.
 template <typename T>
-__global__ void attention_softmax_backward_smem_kernel(T* dS, const float* dP, const T* att,
-                                                       int rows, int T_, float scale) {
+__global__ void attention_softmax_backward_smem_kernel(T* dS, const T* dP, const T* att, int rows,
+                                                       int T_, int block, float scale) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int row = blockIdx.x * warps + warp;
   if (row >= rows) return;
-  const int t = row % T_;
-  const float* dp = dP + size_t(row) * T_;
+  const int t = row % T_, end = attention_block_end(t, T_, block);
+  const T* dp = dP + size_t(row) * T_;
   const T* a = att + size_t(row) * T_;
-  float* sp = dynamic_smem<float>() + size_t(warp) * T_;
-  T* sa = reinterpret_cast<T*>(dynamic_smem<float>() + size_t(warps) * T_) + size_t(warp) * T_;
+  T* sp = dynamic_smem<T>() + size_t(warp) * T_;
+  T* sa = dynamic_smem<T>() + size_t(warps + warp) * T_;
   float dot = 0;
   for (int u = lane; u <= t; u += 32) {
-    const T x = a[u];
-    const float y = dp[u];
+    const T x = a[u], y = dp[u];
     sa[u] = x;
     sp[u] = y;
-    dot += ld(x) * y;
+    dot += ld(x) * ld(y);
   }
   dot = warp_sum(dot);
   T* ds = dS + size_t(row) * T_;
-  for (int u = lane; u < T_; u += 32)
-    ds[u] = st<T>(u <= t ? ld(sa[u]) * (sp[u] - dot) * scale : 0.f);
+  for (int u = lane; u < end; u += 32)
+    ds[u] = st<T>(u <= t ? ld(sa[u]) * (ld(sp[u]) - dot) * scale : 0.f);
 }
 
 // One warp per row (b, h, t); lane holds q[lane + 32 j], j < KJ (hs = 32 KJ).

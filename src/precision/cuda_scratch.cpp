@@ -34,7 +34,8 @@ void plan_attention(CudaScratchPlan& p, const GPTConfig& c, DType t, int B, int 
     return;
   }
   for (int s : {kCudaQ, kCudaK, kCudaV, kCudaY, kCudaDQ, kCudaDK, kCudaDV}) grow(p.slot[s], btc * es);
-  grow(p.slot[kCudaS], bh * T * T * 4);
+  // Scores / dP and dS, (B, NH, T, T) in the compute type (attention.cu's GEMMs write them so).
+  grow(p.slot[kCudaS], bh * T * T * es);
   grow(p.slot[kCudaDS], bh * T * T * es);
 }
 

@@ -7,9 +7,9 @@
 // The backend grows a slot to the largest request it sees and keeps it (CudaBackend::scratch),
 // so a slot's size is the maximum over the step's calls; the sizes below follow the launchers:
 //   src/backends/cuda/attention.cu   the materialised path (cuda.attention=cublas, and fused's
-//                                    backward): q, k, v, y (B, NH, T, hs) in the compute type,
-//                                    the fp32 scores / dP (B, NH, T, T), dS (B, NH, T, T) in the
-//                                    compute type, dq, dk, dv; flash (lse) keeps only the
+//                                    backward): q, k, v, y (B, NH, T, hs), the scores / dP
+//                                    (B, NH, T, T) and dS (B, NH, T, T), all in the compute
+//                                    type, dq, dk, dv; flash (lse) keeps only the
 //                                    backward's fp32 row sums D (B, NH, T) in the scores' slot
 //   src/backends/cuda/attention_cudnn.cu  cuDNN's workspace (kScratchCudnn), the largest its
 //                                    graphs ask for: planned as the frontend's backward asks

@@ -134,7 +134,9 @@ TEST_CASE("cuda scratch: cudnn plans lse and cuDNN's workspace, auto plans cubla
   CHECK(cudnn.attention() == cudnn.cudnn);
   const CudaScratchPlan cublas = plan_cuda_scratch(c, DType::BF16, B, T, "cublas", false);
   CHECK(cublas.cudnn == 0);
-  CHECK(cublas.slot[kCudaS] == size_t(B) * NH * T * T * 4);
+  CHECK(cublas.slot[kCudaS] == size_t(B) * NH * T * T * 2);  // bf16 scores, as attention.cu
+  CHECK(plan_cuda_scratch(c, DType::F32, B, T, "cublas", false).slot[kCudaS] ==
+        size_t(B) * NH * T * T * 4);
   CHECK(cudnn.total() < cublas.total());
   const CudaScratchPlan autop = plan_cuda_scratch(c, DType::BF16, B, T, "auto", false);
   CHECK(autop.total() == cublas.total());

@@ -67,6 +67,13 @@ struct GemmRow {
 };
 // The step's GEMMs (forward, backward, attention's batched ones, the lm_head), default paths.
 std::vector<GemmRow> step_gemms(const Dims& d);
+// The cells (t, u) of one head's T x T matrix that the attention's row-block GEMMs compute
+// (src/backends/attention_blocks.h): u below the end of row t's block, the causal half and the
+// masked part of the diagonal blocks.
+double causal_block_cells(int T);
+// The FLOPs of the masked blocks that those GEMMs skip in a step: tg::flops_per_token counts
+// attention's six products over the full T x T, as MFU conventions do.
+double attention_skipped_flops(const Dims& d);
 
 // The launches of one step as counted in the emulated step (per kind of queued work, at
 // n_layer 1 and 2, extrapolated to the model's layers as fixed + per-layer).

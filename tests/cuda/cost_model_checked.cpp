@@ -83,7 +83,7 @@ const NotModelled kNotModelled[] = {
     {"tg::gpu::attention_softmax_forward_kernel",
      "score rows too long to stage a warp's in 48 KiB of shared memory (T over 12288)"},
     {"tg::gpu::attention_softmax_backward_kernel",
-     "dP and att rows too long to stage a warp's in 48 KiB of shared memory (T over 8192 in "
+     "dP and att rows too long to stage a warp's in 48 KiB of shared memory (T over 12288 in "
      "bf16)"},
     {"tg::gpu::classifier_kernel",
      "vocabularies too wide to stage a row in shared memory (V over 58048 fp32 logits on an "
@@ -222,6 +222,9 @@ void run_adamw(gpu::Ctx& c, const Dims&, const Call& k) {
 // Rows of activations (B T rows of C) and the attention's score rows, counted per call.
 Call rows_of_C(const Dims& d, int count) { return Call{count, d.BT(), size_t(d.C())}; }
 double causal(const Dims& d) { return double(d.B) * d.NH() * d.T * (d.T + 1) / 2.0; }
+// Each row up to the end of its row block (src/backends/attention_blocks.h): what the GEMMs
+// after the softmax backward read of dS.
+double blocks(const Dims& d) { return double(d.B) * d.NH() * cost::causal_block_cells(d.T); }
 double square(const Dims& d) { return double(d.B) * d.NH() * d.T * d.T; }
 double btc(const Dims& d) { return double(d.BT()) * d.C(); }
 
@@ -312,9 +315,10 @@ const std::vector<Row> kRows = {
      attention_dims},
     {"attention_softmax_forward",
      {"tg::gpu::attention_softmax_forward_smem_kernel"},
-     "the causal half of the fp32 scores; att",
+     "the causal half of the scores; att (its zeros above the diagonal included: the telemetry "
+     "reads them)",
      per_layer,
-     [](const Dims& d, const Call&) { return 4 * causal(d) + kE * square(d); },
+     [](const Dims& d, const Call&) { return kE * causal(d) + kE * square(d); },
      run_attention_forward,
      attention_dims},
     {"attention_unpermute",
@@ -333,9 +337,9 @@ const std::vector<Row> kRows = {
      attention_dims},
     {"attention_softmax_backward",
      {"tg::gpu::attention_softmax_backward_smem_kernel"},
-     "the causal half of dP and att; dS",
+     "the causal half of dP and att; dS up to the end of each row's block",
      per_layer,
-     [](const Dims& d, const Call&) { return (4 + kE) * causal(d) + kE * square(d); },
+     [](const Dims& d, const Call&) { return 2 * kE * causal(d) + kE * blocks(d); },
      run_attention_backward,
      attention_dims},
     {"attention_unpermute_qkv",
@@ -550,8 +554,9 @@ void check_step(const StepCount& s, const Dims& d) {
   for (const cost::GemmRow& g : cost::step_gemms(d)) gemms += uint64_t(g.count);
   for (const auto& [k, n] : s.kernels) kernels += n;
   CHECK(s.work.at("cublasLtMatmul") == gemms);
-  // The analytic GEMMs' FLOPs are the model's own count (tg::flops_per_token).
-  double flops = 0;
+  // The analytic GEMMs' FLOPs are the model's own count (tg::flops_per_token), less the masked
+  // blocks that the attention's GEMMs skip.
+  double flops = cost::attention_skipped_flops(d);
   for (const cost::GemmRow& g : cost::step_gemms(d)) flops += g.flops;
   CHECK(flops == doctest::Approx(tg::flops_per_token(d.cfg, d.T) * double(d.BT())).epsilon(1e-9));
   CHECK(s.work.at("a kernel launch") == kernels);
@@ -617,7 +622,8 @@ TEST_CASE(
     "says; the report at GPT-2 124M") {
   StepCount at[2];
   for (int L : {1, 2}) {
-    const Dims d{tg::gpt_config(L, 2, 64, 100, 16), 2, 16};
+    // T 64: the attention's GEMMs in four row blocks, as at T 1024 (src/backends/attention_blocks.h)
+    const Dims d{tg::gpt_config(L, 2, 64, 100, 64), 2, 64};
     INFO("n_layer " << L);
     at[L - 1] = emulated_step(d);
     check_step(at[L - 1], d);

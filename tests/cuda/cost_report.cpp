@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cost_model.h"
+#include "src/backends/attention_blocks.h"
 
 namespace cost {
 
@@ -36,10 +37,54 @@ void linear(std::vector<GemmRow>& out, const std::string& name, int L, double N,
                         dinp.min_bytes + dw.min_bytes});
 }
 
+void add(GemmRow& sum, const GemmRow& g) {
+  sum.flops += g.flops;
+  sum.min_bytes += g.min_bytes;
+}
+
+// Attention (cuda.attention=cublas): each product one batched GEMM (all B x NH heads) per row
+// block [r0, r1) (src/backends/attention_blocks.h): S = q k^T and dP = dy v^T in bf16 over
+// columns u < r1; y = att v and dq = dS k summing over u < r1; dv = att^T dy and dk = dS^T q
+// over rows t >= r0. The masked half is computed only inside the diagonal blocks.
+void attention_gemms(std::vector<GemmRow>& g, const Dims& d) {
+  const double hs = double(d.C()) / d.NH(), BH = double(d.B) * d.NH();
+  const int L = d.L(), T = d.T, R = tg::attention_row_block(T), n = tg::attention_row_blocks(T);
+  GemmRow S{"forward: attention S = q k^T", L * n, 0, 0};
+  GemmRow y{"forward: attention y = att v", L * n, 0, 0};
+  GemmRow back{"backward: attention dP, dv, dq, dk", 4 * L * n, 0, 0};
+  for (int r0 = 0; r0 < T; r0 += R) {
+    const double r1 = std::min(T, r0 + R), m = r1 - r0, below = T - r0;
+    add(S, gemm("", L, m, r1, hs, BH, kE, false, false));
+    add(y, gemm("", L, m, hs, r1, BH, kE, false, false));
+    add(back, gemm("", L, m, r1, hs, BH, kE, false, false));     // dP
+    add(back, gemm("", L, m, hs, below, BH, kE, false, false));  // dv
+    add(back, gemm("", L, m, hs, r1, BH, kE, false, false));     // dq
+    add(back, gemm("", L, m, hs, below, BH, kE, false, false));  // dk
+  }
+  g.push_back(S);
+  g.push_back(y);
+  g.push_back(back);
+}
+
 }  // namespace
 
+double causal_block_cells(int T) {
+  const int R = tg::attention_row_block(T);
+  double cells = 0;
+  for (int r0 = 0; r0 < T; r0 += R) {
+    const int r1 = std::min(T, r0 + R);
+    cells += double(r1 - r0) * r1;
+  }
+  return cells;
+}
+
+double attention_skipped_flops(const Dims& d) {
+  const double hs = double(d.C()) / d.NH(), BH = double(d.B) * d.NH();
+  return 6 * d.L() * BH * 2 * hs * (double(d.T) * d.T - causal_block_cells(d.T));
+}
+
 std::vector<GemmRow> step_gemms(const Dims& d) {
-  const double BT = double(d.BT()), C = d.C(), T = d.T, hs = C / d.NH(), BH = double(d.B) * d.NH();
+  const double BT = double(d.BT()), C = d.C();
   const double Vp = d.Vp();
   const int L = d.L();
   std::vector<GemmRow> g;
@@ -47,14 +92,7 @@ std::vector<GemmRow> step_gemms(const Dims& d) {
   linear(g, "attention projection", L, BT, C, C);
   linear(g, "MLP fc", L, BT, C, 4 * C);
   linear(g, "MLP projection", L, BT, 4 * C, C);
-  // Attention (cuda.attention=cublas): S = q k^T and dP = dy v^T in fp32, full T x T (the
-  // masked half computed); y = att v, dv = att^T dy, dq = dS k, dk = dS^T q in bf16.
-  g.push_back(gemm("forward: attention S = q k^T", L, T, T, hs, BH, 4, false, false));
-  g.push_back(gemm("forward: attention y = att v", L, T, hs, T, BH, kE, false, false));
-  GemmRow dp = gemm("", L, T, T, hs, BH, 4, false, false);
-  GemmRow rest = gemm("", 3 * L, T, hs, T, BH, kE, false, false);
-  g.push_back(GemmRow{"backward: attention dP, dv, dq, dk", 4 * L, dp.flops + rest.flops,
-                      dp.min_bytes + rest.min_bytes});
+  attention_gemms(g, d);
   // The tied lm_head: fp32 logits; its backward reads the bf16 dlogits.
   g.push_back(gemm("forward: lm_head logits", 1, BT, Vp, C, 1, 4, false, false));
   GemmRow dinp = gemm("", 1, BT, C, Vp, 1, kE, false, false);

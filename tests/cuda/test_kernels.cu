@@ -273,8 +273,8 @@ TEST_CASE("cuda: fused single-pass attention forward (cuda.attention=fused)") {
   }
 }
 
-// Flash attention (kernels/flash_attention.cuh) against the CPU's att path (out, dq, dk, dv)
-// and its lse twin (lse); head sizes 32..128, odd T (partial tiles), several heads.
+// Flash attention (kernels/flash_attention.cuh) against the CPU's att path (out) and its lse
+// twin (lse, dq, dk, dv); head sizes 32..128, odd T (partial tiles), several heads.
 TEST_CASE("cuda: flash attention forward (out, lse) and backward (dq, dk, dv)") {
   TG_REQUIRE_GPU();
   for (auto sh : {std::array<int, 4>{2, 40, 96, 3},
@@ -297,7 +297,10 @@ TEST_CASE("cuda: flash attention forward (out, lse) and backward (dq, dk, dv)") 
       CHECK(tw.err(out) < tol(t));
       CHECK(tw.err(lse) < 1e-5);
       Pair dout = tw.rand(t, btc, 54), dqkv = tw.poisoned(t, 3 * btc);
-      tw.cpu->attention_backward(dqkv.cpu, dout.cpu, qkv.cpu, att.cpu, B, T, C, NH);
+      // against the lse twin: the att path rounds its scores and dP to t as the cuBLAS path's
+      // GEMMs store them, which flash does not
+      tw.cpu->attention_backward_lse(dqkv.cpu, dout.cpu, qkv.cpu, out_twin.cpu, lse.cpu, B, T, C,
+                                     NH);
       tw.gpu->attention_backward_lse(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, B, T, C, NH);
       // dq, dk, dv separately: rows of (B*T, 3C) split into thirds
       std::vector<double> gc = tw.get(*tw.cpu, dqkv.cpu), gg = tw.get(*tw.gpu, dqkv.gpu);

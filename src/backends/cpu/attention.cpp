@@ -6,7 +6,9 @@
 //   dv_u += P[t,u] dout_t;  dS[t,u] = P[t,u] (dP[t,u] - sum_u' P[t,u'] dP[t,u'])
 //   dq_t = scale sum_u dS[t,u] k_u;  dk_u += scale dS[t,u] q_t
 // Scores, softmax and sums run in the accumulation type; att (kept for the backward pass)
-// and the outputs are rounded to T once. Both passes parallelise over (b,h): each thread
+// and the outputs are rounded to T once, and so, in attention_forward / attention_backward (the
+// twin of the CUDA backend's cuBLAS path, whose GEMMs store them in T), each score and dP. Both
+// passes parallelise over (b,h): each thread
 // widens one head's q, k, v once and accumulates its dq/dk/dv in the accumulation type.
 //
 // Speed without new bits. The results equal the scalar loops this file replaced, kept verbatim
@@ -250,14 +252,15 @@ void load_head(Head<A>& hd, const T* qkv, int b, int h, int C) {
   }
 }
 
-// Row t of a causal head: s[u] = exp(q_t . k_u * scale - max) for u <= t; returns the max and
-// the sum of s (the softmax is s / sum; its logsumexp max + log(sum)). s has hd.tp entries.
-template <typename A>
+// Row t of a causal head: s[u] = exp(q_t . k_u * scale - max) for u <= t, each score rounded to
+// S first (S = A: not rounded); returns the max and the sum of s (the softmax is s / sum; its
+// logsumexp max + log(sum)). s has hd.tp entries.
+template <typename S, typename A>
 void causal_scores(const Head<A>& hd, int t, A scale, A* s, A* maxv, A* sum) {
   dots_across(hd.q_row(t), hd.kt.data(), hd.tp, hd.hs, t + 1, s);
   A m = -INFINITY;
   for (int u = 0; u <= t; u++) {
-    s[u] = s[u] * scale;
+    s[u] = round_as<S>(s[u] * scale);
     if (s[u] > m) m = s[u];
   }
   for (int u = 0; u <= t; u++) s[u] = s[u] - m;
@@ -280,8 +283,8 @@ struct Row {
 };
 
 // row(r) for every (b, h, t), in parallel over (b, h) (each thread widens one head's q, k, v
-// once), and the weighted sums of v.
-template <typename T, typename F>
+// once), the scores rounded to S, and the weighted sums of v.
+template <typename S, typename T, typename F>
 void forward_rows(T* out, const T* qkv, int B, int T_, int C, int NH, F&& row) {
   using A = acc_t<T>;
   const int hs = C / NH;
@@ -298,7 +301,7 @@ void forward_rows(T* out, const T* qkv, int B, int T_, int C, int NH, F&& row) {
           const int rows = std::min(2, T_ - t);
           for (int k = 0; k < rows; k++) {
             Row<A> r{b, h, t + k, s.data(), A(0), A(0), w.data() + k * size_t(T_)};
-            causal_scores(hd, t + k, scale, s.data(), &r.maxv, &r.sum);
+            causal_scores<S>(hd, t + k, scale, s.data(), &r.maxv, &r.sum);
             row(r);
           }
           std::fill(o.begin(), o.end(), A(0));
@@ -367,7 +370,7 @@ void head_grads(const Head<A>& hd, Back<A>& bk) {
 template <typename T>
 void forward_lanes(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
   using A = acc_t<T>;
-  forward_rows(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
+  forward_rows<T>(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
     T* a = att + ((size_t(r.b) * NH + r.h) * T_ + r.t) * T_;
     A inv = A(1) / r.sum;
     for (int u = 0; u <= r.t; u++) {
@@ -397,10 +400,12 @@ void backward_lanes(T* dqkv, const T* dout, const T* qkv, const T* att, int B, i
           const T* a = att + ((size_t(b) * NH + h) * T_ + t) * T_;
           const A* go = bk.go.data() + size_t(t) * hs;
           dots_across(go, hd.vt.data(), hd.tp, hs, t + 1, bk.dp.data());  // dp[u] = go . v_u
-          // The reference adds P dP as rounded products (its compiled code does not fuse them).
+          // dP rounded to T as the GPU stores it; the reference adds P dP as rounded products (its
+          // compiled code does not fuse them).
           A dot = 0, *p = bk.p_row(t), *ds = bk.ds_row(t);
           for (int u = 0; u <= t; u++) {
             p[u] = ld(a[u]);
+            bk.dp[u] = round_as<T>(bk.dp[u]);
             dot = dot + p[u] * bk.dp[u];
           }
           for (int u = 0; u <= t; u++) ds[u] = p[u] * (bk.dp[u] - dot) * scale;
@@ -414,7 +419,7 @@ void backward_lanes(T* dqkv, const T* dout, const T* qkv, const T* att, int B, i
 template <typename T>
 void forward_lse_lanes(T* out, acc_t<T>* lse, const T* qkv, int B, int T_, int C, int NH) {
   using A = acc_t<T>;
-  forward_rows(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
+  forward_rows<A>(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
     const A inv = A(1) / r.sum;
     for (int u = 0; u <= r.t; u++) r.w[u] = r.s[u] * inv;
     lse[(size_t(r.b) * NH + r.h) * T_ + r.t] = r.maxv + std::log(r.sum);

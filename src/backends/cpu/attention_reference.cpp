@@ -1,16 +1,21 @@
 // attention_reference: the scalar loops src/backends/cpu/attention.cpp replaced, kept verbatim
-// (only the names changed and the lines reflowed) as the bit-for-bit reference that attention.cpp
-// checks itself against at first use and its tests compare with. Their compiled code (GCC 12, -O3
-// -march=native) is what the regression fixtures were recorded with. They compute causal
-// multi-head self-attention on qkv(B,T,3C) = [q | k | v], head size hs = C/NH, scores scaled by
-// 1/sqrt(hs):
+// (only the names changed, the lines reflowed and, since the CUDA path stores them in the compute
+// type, the scores and dP of the att pair rounded to it) as the bit-for-bit reference that
+// attention.cpp checks itself against at first use and its tests compare with. Their compiled
+// code (GCC 12, -O3 -march=native) is what the regression fixtures were recorded with. They
+// compute causal multi-head self-attention on qkv(B,T,3C) = [q | k | v], head size hs = C/NH,
+// scores scaled by 1/sqrt(hs):
 //   att[b,h,t,:] = softmax(q_t . k_u * scale for u <= t; 0 for u > t)
 //   out[b,t,h]   = sum_u att[b,h,t,u] v_u
 // Backward, per (b,h), with P = att and dP = dout . v:
 //   dv_u += P[t,u] dout_t;  dS[t,u] = P[t,u] (dP[t,u] - sum_u' P[t,u'] dP[t,u'])
 //   dq_t = scale sum_u dS[t,u] k_u;  dk_u += scale dS[t,u] q_t
 // Scores, softmax and sums run in the accumulation type; att (kept for the backward pass)
-// and the outputs are rounded to T once. Both passes parallelise over (b,h): each thread
+// and the outputs are rounded to T once. The materialised pair (attention_forward_reference,
+// attention_backward_reference: the CUDA backend's cuBLAS path) rounds each score q_t . k_u
+// * scale and each dP = dout_t . v_u to T too, where the GPU's GEMMs store them (their fp32
+// sums rounded once); the lse pair (the flash / cuDNN twin) keeps them in the accumulation
+// type, as those kernels do. Both passes parallelise over (b,h): each thread
 // widens one head's q, k, v once and accumulates its dq/dk/dv in the accumulation type.
 #include <algorithm>
 #include <cmath>
@@ -36,16 +41,17 @@ void load_head(const T* qkv, int b, int h, int T_, int C, int hs, A* q, A* k, A*
   }
 }
 
-// Row t of a causal head: s[u] = exp(q_t . k_u * scale - max) for u <= t; returns the max and
-// the sum of s (the softmax is s / sum; its logsumexp max + log(sum)).
-template <typename A>
+// Row t of a causal head: s[u] = exp(q_t . k_u * scale - max) for u <= t, each score rounded to
+// S first (S = A: not rounded); returns the max and the sum of s (the softmax is s / sum; its
+// logsumexp max + log(sum)).
+template <typename S, typename A>
 void causal_scores(const A* qt, const A* k, int t, int hs, A scale, A* s, A* maxv, A* sum) {
   A m = -INFINITY;
   for (int u = 0; u <= t; u++) {
     const A* ku = k + size_t(u) * hs;
     A dot = 0;
     for (int i = 0; i < hs; i++) dot += qt[i] * ku[i];
-    s[u] = dot * scale;
+    s[u] = round_as<S>(dot * scale);
     if (s[u] > m) m = s[u];
   }
   A total = 0;
@@ -70,8 +76,8 @@ struct Row {
 };
 
 // row(r) for every (b, h, t), in parallel over (b, h) (each thread widens one head's q, k, v
-// once); then out[b,t,h] = o.
-template <typename T, typename F>
+// once), the scores rounded to S; then out[b,t,h] = o.
+template <typename S, typename T, typename F>
 void forward_rows(T* out, const T* qkv, int B, int T_, int C, int NH, F&& row) {
   using A = acc_t<T>;
   const int hs = C / NH;
@@ -85,8 +91,8 @@ void forward_rows(T* out, const T* qkv, int B, int T_, int C, int NH, F&& row) {
         load_head(qkv, b, h, T_, C, hs, q.data(), k.data(), v.data());
         for (int t = 0; t < T_; t++) {
           Row<A> r{b, h, t, s.data(), A(0), A(0), v.data(), o.data()};
-          causal_scores(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &r.maxv,
-                        &r.sum);
+          causal_scores<S>(q.data() + size_t(t) * hs, k.data(), t, hs, scale, s.data(), &r.maxv,
+                           &r.sum);
           for (int i = 0; i < hs; i++) o[i] = 0;
           row(r);
           T* out_t = out + (size_t(b) * T_ + t) * C + h * hs;
@@ -101,7 +107,7 @@ template <typename T>
 void attention_forward_reference(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
   using A = acc_t<T>;
   const int hs = C / NH;
-  forward_rows(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
+  forward_rows<T>(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
     T* a = att + ((size_t(r.b) * NH + r.h) * T_ + r.t) * T_;
     A inv = A(1) / r.sum;
     for (int u = 0; u <= r.t; u++) {
@@ -145,8 +151,8 @@ void attention_backward_reference(T* dqkv, const T* dout, const T* qkv, const T*
               dvu[i] += pu * go[i];
             }
             p[u] = pu;
-            dp[u] = s;
-            dot += pu * s;
+            dp[u] = round_as<T>(s);
+            dot += pu * dp[u];
           }
           const A* qt = q.data() + size_t(t) * hs;
           A* dqt = dq.data() + size_t(t) * hs;
@@ -170,7 +176,7 @@ void attention_forward_lse_reference(T* out, acc_t<T>* lse, const T* qkv, int B,
                                      int NH) {
   using A = acc_t<T>;
   const int hs = C / NH;
-  forward_rows(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
+  forward_rows<A>(out, qkv, B, T_, C, NH, [&](const Row<A>& r) {
     const A inv = A(1) / r.sum;
     for (int u = 0; u <= r.t; u++) {
       const A* vu = r.v + size_t(u) * hs;

@@ -1,11 +1,20 @@
 // attention_store.h: what attention.cpp and its reference loops (attention_reference.cpp) share
-// outside the arithmetic that must round differently in each: storing one head's gradients.
+// outside the arithmetic that must round differently in each: storing one head's gradients,
+// and rounding a score or dP where the GPU's cuBLAS path stores it.
 #pragma once
 #include <cstddef>
 
 #include "storage.h"
 
 namespace tg::cpu {
+
+// x rounded to the storage type S and widened back: the materialised attention's scores and dP,
+// which the CUDA backend's GEMMs write in the compute type (their fp32 sums rounded once). For S
+// the accumulation type itself (fp32 and fp64 runs, the lse twin): x, unchanged.
+template <typename S, typename A>
+inline A round_as(A x) {
+  return A(ld(st<S>(x)));
+}
 
 // One head's dq, dk, dv (widened, T x hs each) stored into dqkv(B,T,3C), rounded once.
 template <typename T, typename A>

@@ -1,9 +1,11 @@
 // attention.cu: causal self-attention from batched GEMMs (cuBLASLt, one batch entry per
 // (b, h)) and the kernels of kernels/attention.cuh. Row-major throughout; see matmul.cu for
-// how a row-major product maps onto column-major cuBLAS. Scores and dP are fp32 scratch
-// (B, NH, T, T); the softmax probabilities live in the model's att tensor. The softmax kernels
-// stage each row in shared memory where a block's rows fit (every T up to 6144), and read it
-// from global memory more than once otherwise.
+// how a row-major product maps onto column-major cuBLAS. Scores and dP are (B, NH, T, T)
+// scratch in the compute type (the GEMMs' fp32 sums rounded once, as the CPU twin rounds
+// them), computed per row block over the causal columns only (src/backends/attention_blocks.h,
+// which says why 4 blocks); the softmax probabilities live in the model's att tensor. The
+// softmax kernels stage each row in shared memory where a block's rows fit (every T up to
+// 6144), and read it from global memory more than once otherwise.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <type_traits>
 
 #include "cublaslt.h"
+#include "src/backends/attention_blocks.h"
 #include "kernels/attention.cuh"
 #include "kernels/flash_attention.cuh"
 #include "launch.h"
@@ -52,9 +55,9 @@ unsigned row_blocks(size_t rows) { return unsigned((rows + 7) / 8); }  // 8 warp
 
 // The softmax kernels' warps (rows) per block where they stage their rows in shared memory:
 // 8 where 8 rows of `row_bytes` fit the block's shared memory without opting in (the device's
-// sharedMemPerBlock, 48 KiB: at T 1024 the forward's 4 KiB rows and the bf16 backward's 6 KiB
+// sharedMemPerBlock, 48 KiB: at T 1024 the forward's 4 KiB rows and the bf16 backward's 4 KiB
 // fit 8), fewer for longer rows, 0 (the kernels that read the row from global memory more
-// than once) when not even one fits: T over 12288 forward, 8192 (bf16, fp16) or 6144 (fp32)
+// than once) when not even one fits: T over 12288 forward, 12288 (bf16, fp16) or 6144 (fp32)
 // backward.
 int softmax_warps(const Ctx& c, size_t row_bytes) {
   return int(std::min<size_t>(8, size_t(c.prop.sharedMemPerBlock) / row_bytes));
@@ -62,7 +65,7 @@ int softmax_warps(const Ctx& c, size_t row_bytes) {
 
 // att = causal softmax(S) rows (kernels/attention.cuh), staged in shared memory where they fit.
 template <typename E>
-void softmax_forward(Ctx& c, E* att, const float* S, int rows, int T) {
+void softmax_forward(Ctx& c, E* att, const E* S, int rows, int T) {
   const size_t row = size_t(T) * sizeof(float);
   const int warps = softmax_warps(c, row);
   if (warps > 0)
@@ -74,19 +77,65 @@ void softmax_forward(Ctx& c, E* att, const float* S, int rows, int T) {
   TG_LAUNCH_CHECK();
 }
 
-// dS = the softmax backward of dP and att (kernels/attention.cuh), staged where the rows fit.
+// dS = the softmax backward of dP and att (kernels/attention.cuh), staged where the rows fit,
+// written up to the end of each row's block.
 template <typename E>
-void softmax_backward(Ctx& c, E* dS, const float* dP, const E* att, int rows, int T,
-                      float scale) {
-  const size_t row = size_t(T) * (sizeof(float) + sizeof(E));
-  const int warps = softmax_warps(c, row);
+void softmax_backward(Ctx& c, E* dS, const E* dP, const E* att, int rows, int T, float scale) {
+  const size_t row = size_t(T) * 2 * sizeof(E);
+  const int warps = softmax_warps(c, row), block = attention_row_block(T);
   if (warps > 0)
     launch(attention_softmax_backward_smem_kernel<E>, unsigned((rows + warps - 1) / warps),
-           32 * warps, warps * row, c.stream, dS, dP, att, rows, T, scale);
+           32 * warps, warps * row, c.stream, dS, dP, att, rows, T, block, scale);
   else
     launch(attention_softmax_backward_kernel<E>, row_blocks(size_t(rows)), kThreads, 0, c.stream,
-           dS, dP, att, rows, T, scale);
+           dS, dP, att, rows, T, block, scale);
   TG_LAUNCH_CHECK();
+}
+
+// Element `i` of an array of `es`-byte elements.
+template <typename P>
+P* elem(P* p, size_t i, size_t es) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<Byte*>(p) + i * es;
+}
+
+// fn(r0, r1) for each row block [r0, r1) of the causal products (attention_blocks.h).
+template <typename F>
+void for_row_blocks(int T, F&& fn) {
+  const int R = attention_row_block(T);
+  for (int r0 = 0; r0 < T; r0 += R) fn(r0, std::min(T, r0 + R));
+}
+
+// The causal products of one head's (T, T) and (T, hs) matrices, per row block [r0, r1), in the
+// compute type t, for every (b, h) at once. Row-block shapes:
+//   scores: D(T, T) = alpha X Y^T, rows r0..r1 over columns 0..r1 (S, dP);
+//   rows:   D(T, hs) = P Z, rows r0..r1 summing over u < r1 (y = att v, dq = dS k; P is zero
+//           above the diagonal);
+//   cols:   D(T, hs) = P^T Z, rows r0..r1 summing over t >= r0 (dv = att^T dy, dk = dS^T q).
+void causal_scores(Ctx& c, DType t, void* D, const void* X, const void* Y, int T, int hs, int BH,
+                   float alpha) {
+  const size_t es = dtype_size(t);
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  for_row_blocks(T, [&](int r0, int r1) {
+    bgemm(c, false, true, r1 - r0, r1, hs, t, elem(X, size_t(r0) * hs, es), hs, th, Y, hs, th, t,
+          elem(D, size_t(r0) * T, es), T, tt, alpha, BH);
+  });
+}
+void causal_rows(Ctx& c, DType t, void* D, const void* P, const void* Z, int T, int hs, int BH) {
+  const size_t es = dtype_size(t);
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  for_row_blocks(T, [&](int r0, int r1) {
+    bgemm(c, false, false, r1 - r0, hs, r1, t, elem(P, size_t(r0) * T, es), T, tt, Z, hs, th, t,
+          elem(D, size_t(r0) * hs, es), hs, th, 1.f, BH);
+  });
+}
+void causal_cols(Ctx& c, DType t, void* D, const void* P, const void* Z, int T, int hs, int BH) {
+  const size_t es = dtype_size(t);
+  const long long th = (long long)T * hs, tt = (long long)T * T;
+  for_row_blocks(T, [&](int r0, int r1) {
+    bgemm(c, true, false, r1 - r0, hs, T - r0, t, elem(P, size_t(r0) * T + r0, es), T, tt,
+          elem(Z, size_t(r0) * hs, es), hs, th, t, elem(D, size_t(r0) * hs, es), hs, th, 1.f, BH);
+  });
 }
 
 // The fused forward (attention_forward_fused_kernel): one warp per query row, 8 rows per
@@ -188,7 +237,7 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
                        int NH) {
   const int hs = C / NH, BH = B * NH;
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
-  const long long th = (long long)T * hs, tt = (long long)T * T;
+  const size_t tt = size_t(T) * T;
   const float scale = 1.f / std::sqrt(float(hs));
   if (c.opt.attention == "fused") {
     bool done = false;
@@ -203,16 +252,16 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   void* k = c.scratch(kScratchK, btc * es);
   void* v = c.scratch(kScratchV, btc * es);
   void* y = c.scratch(kScratchY, btc * es);
-  float* S = static_cast<float*>(c.scratch(kScratchS, size_t(BH) * tt * 4));
+  void* S = c.scratch(kScratchS, size_t(BH) * tt * es);
   dispatch("attention_forward", t, [&](auto tag) {
     using E = decltype(tag);
     launch(attention_permute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
            static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
            B, T, NH, hs);
     TG_LAUNCH_CHECK();
-    bgemm(c, false, true, T, T, hs, t, q, hs, th, k, hs, th, DType::F32, S, T, tt, scale, BH);
-    softmax_forward(c, static_cast<E*>(att), S, BH * T, T);
-    bgemm(c, false, false, T, hs, T, t, att, T, tt, v, hs, th, t, y, hs, th, 1.f, BH);
+    causal_scores(c, t, S, q, k, T, hs, BH, scale);
+    softmax_forward(c, static_cast<E*>(att), static_cast<const E*>(S), BH * T, T);
+    causal_rows(c, t, y, att, v, T, hs, BH);
     launch(attention_unpermute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
            static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
     TG_LAUNCH_CHECK();
@@ -223,13 +272,13 @@ void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const voi
                         const void* att, int B, int T, int C, int NH) {
   const int hs = C / NH, BH = B * NH;
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
-  const long long th = (long long)T * hs, tt = (long long)T * T;
+  const size_t tt = size_t(T) * T;
   const float scale = 1.f / std::sqrt(float(hs));
   void* q = c.scratch(kScratchQ, btc * es);
   void* k = c.scratch(kScratchK, btc * es);
   void* v = c.scratch(kScratchV, btc * es);
   void* dy = c.scratch(kScratchY, btc * es);
-  float* dP = static_cast<float*>(c.scratch(kScratchS, size_t(BH) * tt * 4));
+  void* dP = c.scratch(kScratchS, size_t(BH) * tt * es);
   void* dS = c.scratch(kScratchDS, size_t(BH) * tt * es);
   void* dq = c.scratch(kScratchDQ, btc * es);
   void* dk = c.scratch(kScratchDK, btc * es);
@@ -243,13 +292,14 @@ void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const voi
     launch(attention_permute_one_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
            static_cast<E*>(dy), static_cast<const E*>(dout), B, T, NH, hs);
     TG_LAUNCH_CHECK();
-    // dP = dy v^T (fp32);  dv = att^T dy
-    bgemm(c, false, true, T, T, hs, t, dy, hs, th, v, hs, th, DType::F32, dP, T, tt, 1.f, BH);
-    bgemm(c, true, false, T, hs, T, t, att, T, tt, dy, hs, th, t, dv, hs, th, 1.f, BH);
-    softmax_backward(c, static_cast<E*>(dS), dP, static_cast<const E*>(att), BH * T, T, scale);
+    // dP = dy v^T;  dv = att^T dy
+    causal_scores(c, t, dP, dy, v, T, hs, BH, 1.f);
+    causal_cols(c, t, dv, att, dy, T, hs, BH);
+    softmax_backward(c, static_cast<E*>(dS), static_cast<const E*>(dP), static_cast<const E*>(att),
+                     BH * T, T, scale);
     // dq = dS k;  dk = dS^T q
-    bgemm(c, false, false, T, hs, T, t, dS, T, tt, k, hs, th, t, dq, hs, th, 1.f, BH);
-    bgemm(c, true, false, T, hs, T, t, dS, T, tt, q, hs, th, t, dk, hs, th, 1.f, BH);
+    causal_rows(c, t, dq, dS, k, T, hs, BH);
+    causal_cols(c, t, dk, dS, q, T, hs, BH);
     launch(attention_unpermute_qkv_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
            static_cast<E*>(dqkv), static_cast<const E*>(dq), static_cast<const E*>(dk),
            static_cast<const E*>(dv), B, T, NH, hs);

@@ -65,7 +65,7 @@ enum ScratchSlot {
   kScratchK,
   kScratchV,
   kScratchY,
-  kScratchS,   // attention: fp32 scores / dP (B, NH, T, T)
+  kScratchS,   // attention: scores / dP in T (B, NH, T, T)
   kScratchDS,  // attention: dS in T (B, NH, T, T)
   kScratchDQ,
   kScratchDK,
