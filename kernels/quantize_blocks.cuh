@@ -320,8 +320,8 @@ __host__ __device__ inline size_t native_scale_count(cublasLtMatmulMatrixScale_t
 }
 
 // One thread per scale entry (grid-stride over native_scale_count): the layout above, from the
-// groups' scales; neutral everywhere when the tensor held a non-finite value (the GEMM's
-// factor is NaN then).
+// groups' scales; when the tensor held a non-finite value (the GEMM's factor is NaN then),
+// NaN for the fp32 layouts and neutral for the byte ones (padding is neutral always).
 static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_t m,
                                            const Scale2* scales, QuantParams p, int rows,
                                            const unsigned* tensor_bits) {
@@ -349,7 +349,16 @@ static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_
         gi = r / p.gr;
       }
     }
-    const float dec = in && finite ? scales[size_t(gi) * nj + j].dec : 1.0f;
+    // A non-finite operand: NaN fp32 scales, so that code 0 times NaN makes every product NaN
+    // in a GEMM that writes the output itself (matmul_scaled.cu's direct form, which has no
+    // epilogue to apply the NaN factor); neutral byte scales (E8M0 / UE4M3, whose GEMMs keep
+    // the epilogue and its factor).
+    const bool bytes = m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ||
+                       m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+    const float dec = !in      ? 1.0f
+                      : finite ? scales[size_t(gi) * nj + j].dec
+                      : bytes  ? 1.0f
+                               : bits_f32(0x7fc00000u);
     if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0)
       static_cast<uint8_t*>(out)[t] = f32_to_e8m0(dec, false, true);  // dec: a power of two
     else if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3)

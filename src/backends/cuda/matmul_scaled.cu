@@ -6,9 +6,12 @@
 // Each operand is quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands
 // straight from the model's tensor, transposed for the backward as the recipe's blocks run
 // along each GEMM's own reduction dimension (the quantizer reads the transpose in tiles: no
-// copy), and multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies
-// the operands' tensor factors, accumulation, the split channels' product and the bias in the
-// CPU's order and rounds once. The Hadamard rotation (H: the same signs for both operands of
+// copy), and multiplied by the GEMM wrapper. Where the operands have tensor factors (NVFP4's
+// 1 / S) or the split channels' product joins, the GEMM writes fp32 products and one epilogue
+// kernel applies the factors, accumulation, that product and the bias in the CPU's order and
+// rounds once; otherwise the GEMM writes the output itself, accumulation as beta 1 and the bias
+// in cuBLASLt's epilogue, the same fp32 operations rounded once (no fp32 product written and
+// read back). The Hadamard rotation (H: the same signs for both operands of
 // a role that has it, the wgrad in the presets) is part of that read for sizes up to 32
 // points. Where a step changes an operand's values first, the operand is staged in fp32 and
 // changed in place: a larger rotation, a recipe's smooth factors
@@ -51,6 +54,22 @@ void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSour
   gemm(c, false, true, M, N, K, qt, qa, K, qb, K, DType::F32, acc, N, 0.f, nullptr);
 }
 
+bool portable_scaled_output(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
+                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                            uint64_t sa, uint64_t sb) {
+  const DType qt = dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? DType::BF16 : DType::F32;
+  // The GEMM wrapper writes its operands' type or fp32 (cuBLASLt's type combinations).
+  if (!o.direct || (o.type != qt && o.type != DType::F32)) return false;
+  const size_t qs = dtype_size(qt);
+  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
+  void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);
+  quantize_dequantize(c, g.a, sa, A, M, K, qt, qa, post);
+  quantize_dequantize(c, g.b, sb, B, N, K, qt, qb, post + 1);
+  gemm(c, false, true, M, N, K, qt, qa, K, qb, K, o.type, o.out, N, o.accumulate ? 1.f : 0.f,
+       o.bias);
+  return true;
+}
+
 namespace {
 
 // The operand's fp32 copy in scratch slot s, for a step that changes it in place; none is made
@@ -82,14 +101,25 @@ void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, i
   }
   // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
-  float* acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+  ScaledOut o;
+  o.acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+  // The epilogue kernel only adds where the operands' tensor factors are 1 (all but UE4M3
+  // scales, NVFP4's 1 / S) and no split channels' product joins: then the GEMM writes the
+  // output itself (acc [+ out] [+ bias] in fp32, rounded once: the CPU's operations) and no
+  // fp32 product of M x Nout is written and read back.
+  o.direct = !extra && g.a.scale != ScaleFormat::E4M3 && g.b.scale != ScaleFormat::E4M3;
+  o.type = t, o.out = out, o.accumulate = accumulate, o.bias = bias;
   const uint64_t sa = stream_of(seed, role, 0), sb = stream_of(seed, role, 1);
-  if (!native_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb)) {
+  const Product p = native_scaled_products(c, o, post, A, B, M, Nout, K, g, sa, sb);
+  if (p == Product::kDirect) return;
+  if (p == Product::kNone) {
     // (the native path's self-check may have grown the scratch: take the pointers afresh)
     post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
-    acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
-    portable_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb);
+    o.acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+    if (portable_scaled_output(c, o, post, A, B, M, Nout, K, g, sa, sb)) return;
+    portable_scaled_products(c, o.acc, post, A, B, M, Nout, K, g, sa, sb);
   }
+  const float* acc = o.acc;
   const size_t n = size_t(M) * Nout;
   dispatch("scaled_gemm", t, [&](auto tag) {
     using E = decltype(tag);
