@@ -500,6 +500,14 @@ static __global__ void take_columns_kernel(float* dst, float* x, int rows, int c
   }
 }
 
+// A scaled GEMM's scalars on the device where it writes the output itself with the operands'
+// tensor factors (NVFP4's 1 / S, src/backends/cuda/matmul_scaled.cu): alpha = post_a post_b,
+// the epilogue's f below (the same fp32 product), and beta = 1 when accumulating, else 0.
+static __global__ void gemm_scalars_kernel(float* scalars, const float* post, bool accumulate) {
+  scalars[0] = post[0] * post[1];
+  scalars[1] = accumulate ? 1.0f : 0.0f;
+}
+
 // The scaled GEMM's epilogue, in matmul_scaled.cpp's order of fp32 operations:
 // out(M,N) = [out +] acc * (post_a post_b) [+ extra] [+ bias(N)], rounded once into O.
 template <typename O>

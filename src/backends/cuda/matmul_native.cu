@@ -185,16 +185,6 @@ uint8_t* scratch_bytes(Ctx& c, ScratchSlot s, size_t n) {
   return static_cast<uint8_t*>(c.scratch(s, n));
 }
 
-// cuBLASLt's name of a linear's output type (the model's tensors: fp32, bf16 or fp16).
-cudaDataType_t output_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: throw Error(strf("cuda backend: no scaled linear writes %s", dtype_name(t)));
-  }
-}
-
 // Where a native GEMM writes: fp32 acc (beta 0, no bias), or the linear's output (ScaledOut's
 // direct form: beta 1 when accumulating, the bias in cuBLASLt's epilogue).
 struct Target {
@@ -354,6 +344,15 @@ bool native_verdict(Ctx& c, const GemmRecipe& g, const Plan& p, const ShapeClass
 
 }  // namespace
 
+cudaDataType_t lt_output_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: throw Error(strf("cuda backend: no scaled linear writes %s", dtype_name(t)));
+  }
+}
+
 std::string describe_operand_scales(const OperandRecipe& o) {
   const char* scale = o.scale == ScaleFormat::FP32   ? dtype_name(DType::F32)
                       : o.scale == ScaleFormat::Pow2 ? "power-of-two"
@@ -392,12 +391,12 @@ Product native_scaled_products(Ctx& c, const ScaledOut& o, float* post, const Op
   // makes the product NaN without the epilogue's factor.
   const std::string dkey =
       key + char('a' + int(o.type)) + char('0' + o.accumulate) + char('0' + (o.bias != nullptr));
-  bool direct = o.direct && fp32_scale(g.a.scale) && fp32_scale(g.b.scale);
+  bool direct = o.direct && !o.factors && fp32_scale(g.a.scale) && fp32_scale(g.b.scale);
   if (direct) {
     std::lock_guard<std::mutex> lock(g_mu);
     direct = !g_direct_refused.count(dkey);
   }
-  const Target targets[2] = {{output_type(o.type), o.out, o.accumulate, o.bias},
+  const Target targets[2] = {{lt_output_type(o.type), o.out, o.accumulate, o.bias},
                              {CUDA_R_32F, o.acc, false, nullptr}};
   const int ran = run_native(c, direct ? targets : targets + 1, direct ? 2 : 1, post, A, B, M, N, K,
                              g, p, sa, sb);

@@ -10,8 +10,9 @@
 // times its block scale), and the existing GEMM wrapper multiplies them with fp32
 // accumulation; the operands' tensor factors (NVFP4's 1 / S) and the bias follow in one fp32
 // epilogue that rounds the output once, or, where there are no such factors, the GEMM writes
-// the output itself (bias, accumulation and the one rounding in cuBLASLt's epilogue). The operands are bf16 when both are exact in bf16
-// (dequantizes_to_bf16), else fp32 (CUBLAS_COMPUTE_32F, no TF32).
+// the output itself (bias, accumulation and the one rounding in cuBLASLt's epilogue). The operands
+// are bf16 when both are exact in bf16 (dequantizes_to_bf16), else fp32 (CUBLAS_COMPUTE_32F, no
+// TF32).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -121,6 +122,8 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
 struct ScaledOut {
   float* acc = nullptr;
   bool direct = false;
+  bool factors = false;  // the operands have tensor factors (UE4M3 scales' 1 / S): alpha
+                         // = their product, a device scalar, in the direct form
   DType type = DType::BF16;
   void* out = nullptr;
   bool accumulate = false;
@@ -132,9 +135,10 @@ enum class Product { kNone, kAcc, kDirect };  // nothing enqueued, acc written, 
 // operands' random streams:
 //   portable_scaled_products  acc = Q(A)(M,K) Q(B)(N,K)^T: quantize-dequantize and an ordinary
 //                             GEMM (every GPU)
-//   portable_scaled_output    the same GEMM writing o.out (o.direct); false (nothing enqueued)
-//                             where the GEMM cannot write o.type from the operands' type
-//                             (fp32 operands into a 16-bit output)
+//   portable_scaled_output    the same GEMM writing o.out (o.direct; kDirect), or acc should
+//                             cuBLASLt have no algorithm for that with o.factors (kAcc); kNone
+//                             (nothing enqueued) where the GEMM cannot write o.type from the
+//                             operands' type (fp32 operands into a 16-bit output)
 //   native_scaled_products    codes and scales into cuBLASLt's block-scaled GEMM, writing out
 //                             where o.direct and the operands' scales are fp32 tensors (a
 //                             non-finite operand's scales are NaN then: the all-NaN product
@@ -145,9 +149,11 @@ enum class Product { kNone, kAcc, kDirect };  // nothing enqueued, acc written, 
 void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
                               uint64_t sa, uint64_t sb);
-bool portable_scaled_output(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
-                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
-                            uint64_t sa, uint64_t sb);
+Product portable_scaled_output(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
+                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                               uint64_t sa, uint64_t sb);
+// cuBLASLt's name of a linear's output type (the model's tensors: fp32, bf16 or fp16).
+cudaDataType_t lt_output_type(DType t);
 Product native_scaled_products(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
                                const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
                                uint64_t sa, uint64_t sb);
