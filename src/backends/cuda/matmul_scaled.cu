@@ -123,7 +123,8 @@ void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, i
       A = fp32_operand(a), B = fp32_operand(b);
     }
   }
-  // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
+  // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors; [3], [4]:
+  // a direct GEMM's device alpha and beta (portable_scaled_output).
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
   ScaledOut o;
   o.acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
