@@ -15,8 +15,9 @@
 // tensor scale and the all-NaN rule need the whole operand's), so the source is read twice;
 // three kernels, in stream order:
 //   operand_amax_kernel one block per 32 x 32 tile: each row's amax per column group (bits,
-//                       atomicMax: a max is order-free), and the operand's largest |x| bits,
-//                       which also say whether any value is non-finite (bits >= inf's)
+//                       atomicMax: a max is order-free; none for a one-group operand), and the
+//                       operand's largest |x| bits, which also say whether any value is
+//                       non-finite (bits >= inf's)
 //   group_scale_kernel  one thread per group: the max over its rows, then the scale pair
 //                       (enc before rounding, dec after) by src/numerics/group_scale.h (the rule
 //                       the CPU calls), the NVFP4 tensor scale from the tensor amax, and the GEMM's
@@ -29,9 +30,13 @@
 //   native_scale_kernel the groups' dec in cuBLASLt's scale-tensor layout for the scale mode
 //   codes_kernel        round(x enc) as element codes (apply_kernel's rounding and bits)
 // Per element of a bf16 operand that is 2 + 2 bytes read and 1 or 2 written, where staging
-// first moved 2 + 4 (the copy) + 4 + 4 (rotation) + 4 + 4 (amax, apply) + 2. Every formula is
-// quantize.cpp's in the same fp32 operations (IEEE division and ldexpf; no operation here can be
-// contracted into an FMA), so the values are bit-identical.
+// first moved 2 + 4 (the copy) + 4 + 4 (rotation) + 4 + 4 (amax, apply) + 2. The row maxima
+// and the scales lie group-major (row_amax[j * rows + r], scales[j * ngr + gi]), so that a
+// tile's 32 rows of one column group are consecutive: the amax kernel's atomics and the quantize
+// kernels' scale reads, staged per tile in shared memory, take a few sectors per tile rather
+// than one per row (or per row and element), about 0.3 bytes per element where they took 3. Every
+// formula is quantize.cpp's in the same fp32 operations (IEEE division and ldexpf; no operation
+// here can be contracted into an FMA), so the values are bit-identical.
 #pragma once
 #include <cublasLt.h>
 
@@ -165,40 +170,53 @@ static __global__ void hadamard_rows_kernel(float* x, int rows, int cols, int n,
   }
 }
 
+// The column groups a tile's 32 columns c0 .. c0 + 31 meet: the first, and how many (1 to 32).
+__device__ __forceinline__ int tile_groups(int c0, int cols, int gc, int* j0) {
+  *j0 = c0 / gc;
+  return ((c0 + 32 < cols ? c0 + 32 : cols) - 1) / gc - *j0 + 1;
+}
+
 // The max of |x|'s bits a (lane's value; 0 outside the operand) over each column group of the
-// lanes' 32 columns c0 .. c0 + 31 of one row, into that row's row_amax bits (atomicMax: a max
-// is order-free). A group of 32k columns (or one that spans the row) holds all 32 lanes, one
-// of 16 half of them: a shuffle reduction and one atomic per group; other widths, an atomic
-// per lane.
-__device__ __forceinline__ void group_amax_into(unsigned* row_amax, unsigned a, int c0, int cols,
-                                                int gc) {
+// lanes' 32 columns c0 .. c0 + 31 of the tile's row i, into gmax[group - j0][i] (shared, zeroed;
+// a max is order-free). A group of 32k columns (or one that spans the row) holds all 32 lanes,
+// one of 16 half of them: a shuffle reduction, and the lane that holds the max stores it (the
+// one writer of that entry: a row is one warp's); other widths, a shared atomic per lane.
+__device__ __forceinline__ void group_amax_into(unsigned (&gmax)[32][33], int i, unsigned a, int c0,
+                                                int cols, int gc) {
   const int lane = threadIdx.x % 32;
   if (gc % 32 == 0 || gc >= cols) {
     const unsigned m = __reduce_max_sync(0xffffffffu, a);
-    if (lane == 0) atomicMax(&row_amax[c0 / gc], m);
+    if (lane == 0) gmax[0][i] = m;
   } else if (gc == 16) {
     unsigned m = a;
     for (int o = 8; o > 0; o >>= 1) {
       const unsigned x = __shfl_xor_sync(0xffffffffu, m, o);
       m = x > m ? x : m;
     }
-    if (lane % 16 == 0 && c0 + lane < cols) atomicMax(&row_amax[(c0 + lane) / 16], m);
+    if (lane % 16 == 0 && c0 + lane < cols) gmax[lane / 16][i] = m;
   } else if (c0 + lane < cols) {
-    atomicMax(&row_amax[(c0 + lane) / gc], a);
+    atomicMax(&gmax[(c0 + lane) / gc - c0 / gc][i], a);
   }
 }
 
-// row_amax[r * ngc + j] = the bits of max |x| over the operand's row r, column group j (gc
-// columns), and *tensor_bits = the max of |x|'s bits over the operand; both must start at 0.
-// |x|'s bits order as |x| does, inf above every finite value and NaNs above inf, so the
-// tensor's bits also say whether any value is non-finite. Reads the source once, in tiles.
+// row_amax[j * rows + r] = the bits of max |x| over the operand's row r, column group j (gc
+// columns; group-major, so that the tile's 32 rows of a group are 32 consecutive words: one
+// warp-wide atomic of 4 sectors, not a sector per row), and *tensor_bits = the max of |x|'s
+// bits over the operand; both must start at 0. row_amax null: the operand is one group, whose
+// amax is the tensor's (the per-tensor recipes). |x|'s bits order as |x| does, inf above every
+// finite value and NaNs above inf, so the tensor's bits also say whether any value is
+// non-finite. Reads the source once, in tiles; the tile's maxima meet in shared memory first,
+// one global atomic per (row, group) and one per block for the tensor.
 template <typename T>
 __global__ void operand_amax_kernel(const T* src, int rows, int cols, bool transposed, Rotation h,
-                                    int gc, int ngc, unsigned* row_amax, unsigned* tensor_bits) {
+                                    int gc, unsigned* row_amax, unsigned* tensor_bits) {
   __shared__ float tile[32][33];
+  __shared__ unsigned gmax[32][33];  // [group - j0][row - r0]
+  __shared__ unsigned wmax[8];       // each warp's
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  load_tile(tile, src, rows, cols, transposed, r0, c0);
+  for (int t = threadIdx.x; t < 32 * 33; t += blockDim.x) (&gmax[0][0])[t] = 0;
+  load_tile(tile, src, rows, cols, transposed, r0, c0);  // (its barrier orders the zeros too)
   unsigned tmax = 0;
   const int c = c0 + tx;
   for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
@@ -206,15 +224,30 @@ __global__ void operand_amax_kernel(const T* src, int rows, int cols, bool trans
         rotate_in_warp(c < cols ? tile_value(tile, transposed, i, tx) : 0.0f, c, cols, h);
     const unsigned a = c < cols ? f32_bits(v) & 0x7fffffffu : 0u;
     tmax = a > tmax ? a : tmax;
-    group_amax_into(row_amax + size_t(r0 + i) * ngc, a, c0, cols, gc);
+    if (row_amax) group_amax_into(gmax, i, a, c0, cols, gc);
   }
   tmax = __reduce_max_sync(0xffffffffu, tmax);
-  if (tx == 0) atomicMax(tensor_bits, tmax);
+  if (tx == 0) wmax[ty] = tmax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned m = 0;
+    for (int w = 0; w < 8; w++) m = wmax[w] > m ? wmax[w] : m;
+    atomicMax(tensor_bits, m);
+  }
+  if (!row_amax) return;
+  int j0 = 0;
+  const int ng = tile_groups(c0, cols, gc, &j0);
+  for (int t = threadIdx.x; t < ng * 32; t += blockDim.x) {
+    const int g = t / 32, i = t % 32;
+    if (r0 + i < rows) atomicMax(&row_amax[size_t(j0 + g) * rows + r0 + i], gmax[g][i]);
+  }
 }
 
-// scales[g] for every group g = gi * ngc + j, and *post = the GEMM's factor for the operand.
-// nonfinite_post: *post when the tensor held a non-finite value (1 for the portable path, whose
-// operand is all NaN then; NaN for the native path, whose codes cannot all be NaN).
+// scales[j * ngr + gi] for every group (row group gi, column group j; group-major, as
+// row_amax), and *post = the GEMM's factor for the operand. row_amax null: one group, whose
+// amax is the tensor's (the max over its rows' either way, bit for bit). nonfinite_post: *post
+// when the tensor held a non-finite value (1 for the portable path, whose operand is all NaN
+// then; NaN for the native path, whose codes cannot all be NaN).
 static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, QuantParams p,
                                           const unsigned* tensor_bits, Scale2* scales, float* post,
                                           float nonfinite_post) {
@@ -232,11 +265,11 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
     *post = !finite ? nonfinite_post : p.scale == ScaleFormat::E4M3 ? 1.0f / tscale : 1.0f;
   if (!finite) return;  // apply_kernel writes NaN without reading a scale
   for (size_t t = t0; t < total; t += size_t(gridDim.x) * blockDim.x) {
-    const int gi = int(t / p.ngc), j = int(t % p.ngc);
+    const int j = int(t / p.ngr), gi = int(t % p.ngr);
     const int r1 = (gi + 1) * p.gr < rows ? (gi + 1) * p.gr : rows;
-    float m = 0;
-    for (int r = gi * p.gr; r < r1; r++) {
-      const float a = bits_f32(row_amax[size_t(r) * p.ngc + j]);
+    float m = row_amax ? 0.0f : bits_f32(tb);
+    for (int r = gi * p.gr; row_amax && r < r1; r++) {
+      const float a = bits_f32(row_amax[size_t(j) * rows + r]);
       m = a > m ? a : m;
     }
     // A given delayed scale or a margin: the per-tensor recipes' enc, dec = 1 / enc
@@ -248,6 +281,32 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
   }
 }
 
+// The scales of the tile's rows r0 .. r0 + 31 and the column groups its columns meet, staged in
+// shared memory (ts.at(group - j0, row - r0); a warp reads 32 consecutive entries of a group,
+// not a sector per row and element), and the tensor's amax bits, read once per block. Ends
+// with a barrier.
+struct TileScales {  // (plain arrays: a __shared__ object has no initializers)
+  float enc[32][32], dec[32][32];
+  unsigned tbits;
+  __device__ Scale2 at(int g, int i) const { return Scale2{enc[g][i], dec[g][i]}; }
+};
+__device__ __forceinline__ void load_tile_scales(TileScales& ts, const Scale2* scales,
+                                                 const unsigned* tensor_bits, const QuantParams& p,
+                                                 int rows, int cols, int r0, int c0) {
+  if (threadIdx.x == 0) ts.tbits = *tensor_bits;
+  __syncthreads();
+  if (ts.tbits >= 0x7f800000u) return;  // no scales were drawn (the operand goes NaN)
+  int j0 = 0;
+  const int ng = tile_groups(c0, cols, p.gc, &j0);
+  for (int t = threadIdx.x; t < ng * 32; t += blockDim.x) {
+    const int g = t / 32, i = t % 32;
+    if (r0 + i >= rows) continue;
+    const Scale2 x = scales[size_t(j0 + g) * p.ngr + (r0 + i) / p.gr];
+    ts.enc[g][i] = x.enc, ts.dec[g][i] = x.dec;
+  }
+  __syncthreads();
+}
+
 // out (rows, cols, row-major) = round(x enc) dec at each element's group scale, stored as O
 // (exact when the caller chose O = bf16); all NaN when the operand held a non-finite value.
 // The source read in tiles, as operand_amax_kernel read it.
@@ -256,10 +315,12 @@ __global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool tran
                              QuantParams p, const Scale2* scales, const unsigned* tensor_bits,
                              uint64_t mixed) {
   __shared__ float tile[32][33];
+  __shared__ TileScales ts;
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  load_tile_scales(ts, scales, tensor_bits, p, rows, cols, r0, c0);
   load_tile(tile, src, rows, cols, transposed, r0, c0);
-  const bool finite = *tensor_bits < 0x7f800000u;
+  const bool finite = ts.tbits < 0x7f800000u;
   const int c = c0 + tx;
   for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
     const int r = r0 + i;
@@ -271,7 +332,7 @@ __global__ void apply_kernel(O* out, const T* src, int rows, int cols, bool tran
       out[at] = st<O>(bits_f32(0x7fc00000u));
       continue;
     }
-    const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
+    const Scale2 g = ts.at(c / p.gc - c0 / p.gc, i);
     const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
     out[at] = st<O>(round_elem<F, SR>(v * g.enc, bits) * g.dec);
   }
@@ -320,8 +381,8 @@ __host__ __device__ inline size_t native_scale_count(cublasLtMatmulMatrixScale_t
 }
 
 // One thread per scale entry (grid-stride over native_scale_count): the layout above, from the
-// groups' scales; neutral everywhere when the tensor held a non-finite value (the GEMM's
-// factor is NaN then).
+// groups' scales; when the tensor held a non-finite value (the GEMM's factor is NaN then),
+// NaN for the fp32 layouts and neutral for the byte ones (padding is neutral always).
 static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_t m,
                                            const Scale2* scales, QuantParams p, int rows,
                                            const unsigned* tensor_bits) {
@@ -349,7 +410,16 @@ static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_
         gi = r / p.gr;
       }
     }
-    const float dec = in && finite ? scales[size_t(gi) * nj + j].dec : 1.0f;
+    // A non-finite operand: NaN fp32 scales, so that code 0 times NaN makes every product NaN
+    // in a GEMM that writes the output itself (matmul_scaled.cu's direct form, which has no
+    // epilogue to apply the NaN factor); neutral byte scales (E8M0 / UE4M3, whose GEMMs keep
+    // the epilogue and its factor).
+    const bool bytes = m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ||
+                       m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+    const float dec = !in      ? 1.0f
+                      : finite ? scales[size_t(j) * p.ngr + gi].dec
+                      : bytes  ? 1.0f
+                               : bits_f32(0x7fc00000u);
     if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0)
       static_cast<uint8_t*>(out)[t] = f32_to_e8m0(dec, false, true);  // dec: a power of two
     else if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3)
@@ -374,10 +444,12 @@ __global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, boo
                              Rotation h, QuantParams p, const Scale2* scales,
                              const unsigned* tensor_bits, uint64_t mixed) {
   __shared__ float tile[32][33];
+  __shared__ TileScales ts;
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  load_tile_scales(ts, scales, tensor_bits, p, rows, cols, r0, c0);
   load_tile(tile, src, rows, cols, transposed, r0, c0);
-  const bool finite = *tensor_bits < 0x7f800000u;
+  const bool finite = ts.tbits < 0x7f800000u;
   const int c = c0 + tx;
   for (int i = ty; i < 32 && r0 + i < rows; i += 8) {  // the condition is the warp's
     const int r = r0 + i;
@@ -386,7 +458,7 @@ __global__ void codes_kernel(uint8_t* out, const T* src, int rows, int cols, boo
         rotate_in_warp(c < cols ? tile_value(tile, transposed, i, tx) : 0.0f, c, cols, h);
     uint8_t code = 0;
     if (finite && c < cols) {
-      const Scale2 g = scales[size_t(r / p.gr) * p.ngc + c / p.gc];
+      const Scale2 g = ts.at(c / p.gc - c0 / p.gc, i);
       const uint32_t bits = SR ? quant_sr_bits(mixed, uint64_t(at)) : 0u;
       code = elem_code<F, SR>(v * g.enc, bits);
     }
@@ -426,6 +498,14 @@ static __global__ void take_columns_kernel(float* dst, float* x, int rows, int c
     dst[t] = v;
     v = 0.0f;
   }
+}
+
+// A scaled GEMM's scalars on the device where it writes the output itself with the operands'
+// tensor factors (NVFP4's 1 / S, src/backends/cuda/matmul_scaled.cu): alpha = post_a post_b,
+// the epilogue's f below (the same fp32 product), and beta = 1 when accumulating, else 0.
+static __global__ void gemm_scalars_kernel(float* scalars, const float* post, bool accumulate) {
+  scalars[0] = post[0] * post[1];
+  scalars[1] = accumulate ? 1.0f : 0.0f;
 }
 
 // The scaled GEMM's epilogue, in matmul_scaled.cpp's order of fp32 operations:

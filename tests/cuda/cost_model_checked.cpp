@@ -58,7 +58,8 @@ struct NotModelled {
 };
 const NotModelled kNotModelled[] = {
     {"quantize_blocks",
-     "the quantized recipes (fp8 per-tensor, fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4)"},
+     "the quantized recipes (fp8 per-tensor, fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4): "
+     "their linears are modelled apart, cost_model_quant_checked.cpp"},
     {"operand_stats", "the quantization telemetry, outside the step"},
     {"wire", "gradients on the wire (precision.state.grad_comm, several ranks)"},
     {"flash_attention", "cuda.attention=flash"},

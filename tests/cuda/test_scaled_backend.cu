@@ -143,26 +143,35 @@ TEST_CASE("cuda: block-scaled split channels (precision.mode=auto's outliers) ma
   check_linear(r, {40, 72, 48}, DType::BF16, 950);
 }
 
+// nvfp4: the GEMMs' NaN factor in the epilogue; fp8-block: the native GEMMs (whole 128-blocks)
+// writing the outputs themselves, NaN through NaN scales; mxfp8: the portable GEMMs writing
+// the outputs themselves, NaN through the all-NaN operand.
 TEST_CASE("cuda: a non-finite gradient makes the block-scaled gradients NaN, as on the CPU") {
   TG_REQUIRE_GPU();
-  const int N = 32, C = 64, OC = 32;
-  const tg::QuantRecipe r = tg::block_scaled_recipe("nvfp4", {});
-  const tg::ScaledLinear q{&r, 5};
-  Twin tw;
-  Pair inp = tw.rand(DType::BF16, size_t(N) * C, 1), w = tw.rand(DType::BF16, size_t(OC) * C, 2);
-  std::vector<float> g = randn(size_t(N) * OC, 3, 1e-3f);
-  g[77] = INFINITY;
-  Pair dout = tw.make(DType::BF16, g);
-  Pair dinp = tw.poisoned(DType::BF16, size_t(N) * C), dw = tw.rand(DType::BF16, size_t(OC) * C, 4);
-  tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, Tensor{}, dout.cpu, inp.cpu, w.cpu, N, C, OC, q);
-  tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, Tensor{}, dout.gpu, inp.gpu, w.gpu, N, C, OC, q);
-  for (Pair p : {dinp, dw})
-    for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()}) {
-      size_t nan = 0;
-      const auto v = tw.get(*be, be == tw.cpu.get() ? p.cpu : p.gpu);
-      for (double x : v) nan += std::isnan(x);
-      CHECK(nan == v.size());
-    }
+  const int N = 128, C = 128, OC = 128;
+  for (const char* mode : {"nvfp4", "fp8-block", "mxfp8"}) {
+    INFO(std::string(mode));
+    const tg::QuantRecipe r = tg::block_scaled_recipe(mode, {});
+    const tg::ScaledLinear q{&r, 5};
+    Twin tw;
+    Pair inp = tw.rand(DType::BF16, size_t(N) * C, 1), w = tw.rand(DType::BF16, size_t(OC) * C, 2);
+    std::vector<float> g = randn(size_t(N) * OC, 3, 1e-3f);
+    g[77] = INFINITY;
+    Pair dout = tw.make(DType::BF16, g);
+    Pair dinp = tw.poisoned(DType::BF16, size_t(N) * C),
+         dw = tw.rand(DType::BF16, size_t(OC) * C, 4);
+    tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, Tensor{}, dout.cpu, inp.cpu, w.cpu, N, C, OC,
+                                   q);
+    tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, Tensor{}, dout.gpu, inp.gpu, w.gpu, N, C, OC,
+                                   q);
+    for (Pair p : {dinp, dw})
+      for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()}) {
+        size_t nan = 0;
+        const auto v = tw.get(*be, be == tw.cpu.get() ? p.cpu : p.gpu);
+        for (double x : v) nan += std::isnan(x);
+        CHECK(nan == v.size());
+      }
+  }
 }
 
 // A few steps of a whole model per preset: the losses follow the CPU's. Each linear differs

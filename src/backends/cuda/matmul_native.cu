@@ -14,8 +14,10 @@
 // The rest of a recipe stays where the portable path has it: channel smoothing, the
 // Hadamard rotation and the split channels act on the staged fp32 operands before
 // quantization, stochastic rounding is in the quantizer, NVFP4's fp32 tensor scales (1 / S
-// per operand), accumulation and bias in matmul_scaled.cu's epilogue, which reads this GEMM's
-// fp32 product like the portable one.
+// per operand) and the split channels' product in matmul_scaled.cu's epilogue, which reads this
+// GEMM's fp32 product like the portable one. Where that epilogue would only add (fp32 scale
+// tensors: fp8, fp8-rowwise, fp8-block), the GEMM writes the linear's output itself instead,
+// accumulation as beta 1 and the bias in its epilogue (ScaledOut, scaled.h).
 // The codes and scales are quantize_blocks.cu's quantize_codes: the very values the portable
 // path multiplies (element times block scale), bit for bit.
 //
@@ -35,6 +37,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -182,11 +185,23 @@ uint8_t* scratch_bytes(Ctx& c, ScratchSlot s, size_t n) {
   return static_cast<uint8_t*>(c.scratch(s, n));
 }
 
-// acc(M,N) = Q(A) Q(B)^T through cuBLASLt's block-scaled GEMM; *post, post[1] the operands'
-// tensor factors (NaN for an operand that held a non-finite value). False when cuBLASLt has no
-// algorithm or refuses the call (nothing written to acc then).
-bool run_native(Ctx& c, float* acc, float* post, const OperandSource& A, const OperandSource& B,
-                int M, int N, int K, const GemmRecipe& g, const Plan& p, uint64_t sa, uint64_t sb) {
+// Where a native GEMM writes: fp32 acc (beta 0, no bias), or the linear's output (ScaledOut's
+// direct form: beta 1 when accumulating, the bias in cuBLASLt's epilogue).
+struct Target {
+  cudaDataType_t type = CUDA_R_32F;
+  void* d = nullptr;
+  bool accumulate = false;
+  const void* bias = nullptr;
+};
+
+// Q(A) Q(B)^T through cuBLASLt's block-scaled GEMM into the first of the n targets cuBLASLt
+// runs (the direct form, with acc after it should cuBLASLt have no algorithm for that output);
+// *post, post[1] the operands' tensor factors (NaN for an operand that held a non-finite
+// value). Returns 1 + the index of the target written, 0 when cuBLASLt has no algorithm or
+// refuses every call (nothing written then).
+int run_native(Ctx& c, const Target* targets, int n, float* post, const OperandSource& A,
+               const OperandSource& B, int M, int N, int K, const GemmRecipe& g, const Plan& p,
+               uint64_t sa, uint64_t sb) {
   const int per = p.a.type == CUDA_R_4F_E2M1 ? 2 : 1;
   uint8_t* ca = scratch_bytes(c, kScratchQA, size_t(M) * K / per);
   uint8_t* cb = scratch_bytes(c, kScratchQB, size_t(N) * K / per);
@@ -200,21 +215,29 @@ bool run_native(Ctx& c, float* acc, float* post, const OperandSource& A, const O
   quantize_codes(c, g.a, p.a.mode, sa, A, M, K, ca, xa, post);
   quantize_codes(c, g.b, p.b.mode, sb, B, N, K, cb, xb, post + 1);
   static const float one = 1.0f, zero = 0.0f;
-  LtGemm lt =
-      lt_gemm_of(p.b.type, p.a.type, CUDA_R_32F, true, false, N, M, K, cb, K, ca, K, acc, N);
-  lt.a_scale = xb;
-  lt.a_scale_mode = int32_t(p.b.mode);
-  lt.b_scale = xa;
-  lt.b_scale_mode = int32_t(p.a.mode);
-  lt.alpha = &one;
-  lt.beta = &zero;
-  return lt_matmul(c.lt_context(), lt);
+  for (int i = 0; i < n; i++) {
+    const Target& t = targets[i];
+    LtGemm lt = lt_gemm_of(p.b.type, p.a.type, t.type, true, false, N, M, K, cb, K, ca, K, t.d, N);
+    lt.a_scale = xb;
+    lt.a_scale_mode = int32_t(p.b.mode);
+    lt.b_scale = xa;
+    lt.b_scale_mode = int32_t(p.a.mode);
+    lt.alpha = &one;
+    lt.beta = t.accumulate ? &one : &zero;
+    lt.bias = t.bias;
+    lt.epilogue = t.bias ? LtEpilogue::kBias : LtEpilogue::kNone;
+    if (lt_matmul(c.lt_context(), lt)) return i + 1;
+  }
+  return 0;
 }
 
 enum class Verdict { kUnchecked, kNative, kPortable };
 
 std::mutex g_mu;
 std::map<std::string, Verdict> g_verdicts;
+// The direct forms (key, output type, accumulation, bias) cuBLASLt had no algorithm for: their
+// GEMMs write acc for the rest of the run.
+std::set<std::string> g_direct_refused;
 
 // The shape class of a GEMM: whether its rows fill whole 128-row scale tiles and its K whole
 // 4-block column groups of the 128x4 layouts (the padding cases of the layouts).
@@ -258,7 +281,8 @@ std::string self_check(Ctx& c, const GemmRecipe& g, const Plan& p, const ShapeCl
   upload(c, a, ha.data(), ha.size() * 4);
   upload(c, b, hb.data(), hb.size() * 4);
   const uint64_t sa = 0x5eed0001ull, sb = 0x5eed0002ull;
-  if (!run_native(c, acc, post, fp32_operand(a), fp32_operand(b), M, N, K, g, p, sa, sb))
+  const Target t{CUDA_R_32F, acc, false, nullptr};
+  if (!run_native(c, &t, 1, post, fp32_operand(a), fp32_operand(b), M, N, K, g, p, sa, sb))
     return strf("cuBLASLt has no algorithm for %s x %s (or refused the call): %s",
                 mode_name(p.b.mode), mode_name(p.a.mode), lt_last_refusal().c_str());
   // Both paths write the tensor factors to `post`: the native one's is read back before the
@@ -291,7 +315,43 @@ std::string gemm_label(const GemmRecipe& g, const Plan& p, const ShapeClass& s) 
               s.k4 ? "in whole 4-block groups" : "not in whole 4-block groups");
 }
 
+// Whether the (operand pair, shape class) `key` runs natively: its self-check, on first use.
+bool native_verdict(Ctx& c, const GemmRecipe& g, const Plan& p, const ShapeClass& s,
+                    const std::string& key) {
+  Verdict v;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    v = g_verdicts[key];
+  }
+  if (v == Verdict::kUnchecked) {
+    const std::string why = self_check(c, g, p, s);
+    v = why.empty() ? Verdict::kNative : Verdict::kPortable;
+    if (why.empty())
+      printf(
+          "block-scaled GEMM %s: native cuBLASLt path, self-check against the portable path "
+          "passed\n",
+          gemm_label(g, p, s).c_str());
+    else
+      printf(
+          "block-scaled GEMM %s: native cuBLASLt path failed its self-check (%s); the portable "
+          "path runs these GEMMs for the rest of the run\n",
+          gemm_label(g, p, s).c_str(), why.c_str());
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_verdicts[key] = v;
+  }
+  return v == Verdict::kNative;
+}
+
 }  // namespace
+
+cudaDataType_t lt_output_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: throw Error(strf("cuda backend: no scaled linear writes %s", dtype_name(t)));
+  }
+}
 
 std::string describe_operand_scales(const OperandRecipe& o) {
   const char* scale = o.scale == ScaleFormat::FP32   ? dtype_name(DType::F32)
@@ -318,44 +378,48 @@ std::string native_problem(const Ctx& c, const GemmRecipe& g, int M, int N, int 
   return plan_of(c, g, M, N, K).why;
 }
 
-bool native_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
-                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
-                            uint64_t sa, uint64_t sb) {
-  if (c.opt.gemm_fallback) return false;  // cuda.gemm=fallback: no cuBLASLt at all
+Product native_scaled_products(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
+                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                               uint64_t sa, uint64_t sb) {
+  if (c.opt.gemm_fallback) return Product::kNone;  // cuda.gemm=fallback: no cuBLASLt at all
   const Plan p = plan_of(c, g, M, N, K);
-  if (!p.why.empty()) return false;
+  if (!p.why.empty()) return Product::kNone;
   const ShapeClass s = class_of(p, M, N, K);
   const std::string key = key_of(g, s);
-  Verdict v;
-  {
+  if (!native_verdict(c, g, p, s, key)) return Product::kNone;
+  // The direct form where the scales are fp32 tensors, whose NaN for a non-finite operand
+  // makes the product NaN without the epilogue's factor.
+  const std::string dkey =
+      key + char('a' + int(o.type)) + char('0' + o.accumulate) + char('0' + (o.bias != nullptr));
+  bool direct = o.direct && !o.factors && fp32_scale(g.a.scale) && fp32_scale(g.b.scale);
+  if (direct) {
     std::lock_guard<std::mutex> lock(g_mu);
-    v = g_verdicts[key];
+    direct = !g_direct_refused.count(dkey);
   }
-  if (v == Verdict::kUnchecked) {
-    const std::string why = self_check(c, g, p, s);
-    v = why.empty() ? Verdict::kNative : Verdict::kPortable;
-    if (why.empty())
-      printf(
-          "block-scaled GEMM %s: native cuBLASLt path, self-check against the portable path "
-          "passed\n",
-          gemm_label(g, p, s).c_str());
-    else
-      printf(
-          "block-scaled GEMM %s: native cuBLASLt path failed its self-check (%s); the portable "
-          "path runs these GEMMs for the rest of the run\n",
-          gemm_label(g, p, s).c_str(), why.c_str());
+  const Target targets[2] = {{lt_output_type(o.type), o.out, o.accumulate, o.bias},
+                             {CUDA_R_32F, o.acc, false, nullptr}};
+  const int ran = run_native(c, direct ? targets : targets + 1, direct ? 2 : 1, post, A, B, M, N, K,
+                             g, p, sa, sb);
+  if (direct && ran == 2) {
+    printf(
+        "block-scaled GEMM %s: cuBLASLt has no algorithm for the %s output%s (%s); the fp32 "
+        "product and the epilogue kernel run instead for the rest of the run\n",
+        gemm_label(g, p, s).c_str(), dtype_name(o.type),
+        o.bias         ? " with the bias epilogue"
+        : o.accumulate ? " accumulated"
+                       : "",
+        lt_last_refusal().c_str());
     std::lock_guard<std::mutex> lock(g_mu);
-    g_verdicts[key] = v;
+    g_direct_refused.insert(dkey);
   }
-  if (v != Verdict::kNative) return false;
-  if (run_native(c, acc, post, A, B, M, N, K, g, p, sa, sb)) return true;
+  if (ran) return direct && ran == 1 ? Product::kDirect : Product::kAcc;
   printf(
       "block-scaled GEMM %s (%dx%dx%d): cuBLASLt has no algorithm or refused the call (%s); "
       "the portable path runs these GEMMs for the rest of the run\n",
       gemm_label(g, p, s).c_str(), M, N, K, lt_last_refusal().c_str());
   std::lock_guard<std::mutex> lock(g_mu);
   g_verdicts[key] = Verdict::kPortable;
-  return false;
+  return Product::kNone;
 }
 
 int native_checks_failed() {
@@ -368,6 +432,7 @@ int native_checks_failed() {
 void native_forget_checks() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_verdicts.clear();
+  g_direct_refused.clear();
 }
 
 std::string scaled_path_name(const Ctx& c, const QuantRecipe* r) {

@@ -6,9 +6,12 @@
 // Each operand is quantize-dequantized (quantize_blocks.cu) into bf16 or fp32 operands
 // straight from the model's tensor, transposed for the backward as the recipe's blocks run
 // along each GEMM's own reduction dimension (the quantizer reads the transpose in tiles: no
-// copy), and multiplied by the GEMM wrapper into fp32 products; one epilogue kernel applies
-// the operands' tensor factors, accumulation, the split channels' product and the bias in the
-// CPU's order and rounds once. The Hadamard rotation (H: the same signs for both operands of
+// copy), and multiplied by the GEMM wrapper. Where the operands have tensor factors (NVFP4's
+// 1 / S) or the split channels' product joins, the GEMM writes fp32 products and one epilogue
+// kernel applies the factors, accumulation, that product and the bias in the CPU's order and
+// rounds once; otherwise the GEMM writes the output itself, accumulation as beta 1 and the bias
+// in cuBLASLt's epilogue, the same fp32 operations rounded once (no fp32 product written and
+// read back). The Hadamard rotation (H: the same signs for both operands of
 // a role that has it, the wgrad in the presets) is part of that read for sizes up to 32
 // points. Where a step changes an operand's values first, the operand is staged in fp32 and
 // changed in place: a larger rotation, a recipe's smooth factors
@@ -19,6 +22,7 @@
 // (matmul_native.cu), the product comes from it instead, on the same quantized values.
 #include <vector>
 
+#include "cublaslt.h"
 #include "kernels/quantize_blocks.cuh"
 #include "scaled.h"
 
@@ -51,6 +55,45 @@ void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSour
   gemm(c, false, true, M, N, K, qt, qa, K, qb, K, DType::F32, acc, N, 0.f, nullptr);
 }
 
+Product portable_scaled_output(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
+                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                               uint64_t sa, uint64_t sb) {
+  const DType qt = dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? DType::BF16 : DType::F32;
+  // The GEMM wrapper writes its operands' type or fp32 (cuBLASLt's type combinations); device
+  // scalars (the tensor factors) need cuBLASLt itself.
+  if (!o.direct || (o.type != qt && o.type != DType::F32) || (o.factors && c.opt.gemm_fallback))
+    return Product::kNone;
+  const size_t qs = dtype_size(qt);
+  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
+  void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);
+  quantize_dequantize(c, g.a, sa, A, M, K, qt, qa, post);
+  quantize_dequantize(c, g.b, sb, B, N, K, qt, qb, post + 1);
+  if (!o.factors) {
+    gemm(c, false, true, M, N, K, qt, qa, K, qb, K, o.type, o.out, N, o.accumulate ? 1.f : 0.f,
+         o.bias);
+    return Product::kDirect;
+  }
+  // alpha = post_a post_b and beta on the device, after post (kScratchQWords' words 3 and 4):
+  // D = alpha acc [+ beta out] [+ bias], the epilogue's fp32 operations.
+  float* scalars = post + 2;
+  launch(quant::gemm_scalars_kernel, 1, 1, 0, c.stream, scalars, static_cast<const float*>(post),
+         o.accumulate);
+  TG_LAUNCH_CHECK();
+  // Row-major out(M,N) = A B^T: column-major out^T = B A^T (cuBLASLt's A is our B).
+  const cudaDataType_t ct = lt_output_type(qt);
+  LtGemm lt =
+      lt_gemm_of(ct, ct, lt_output_type(o.type), true, false, N, M, K, qb, K, qa, K, o.out, N);
+  lt.device_scalars = true;
+  lt.alpha = scalars;
+  lt.beta = scalars + 1;
+  lt.bias = o.bias;
+  lt.epilogue = o.bias ? LtEpilogue::kBias : LtEpilogue::kNone;
+  if (lt_matmul(c.lt_context(), lt)) return Product::kDirect;
+  // No algorithm for that: the fp32 product for the epilogue kernel, the operands as they are.
+  gemm(c, false, true, M, N, K, qt, qa, K, qb, K, DType::F32, o.acc, N, 0.f, nullptr);
+  return Product::kAcc;
+}
+
 namespace {
 
 // The operand's fp32 copy in scratch slot s, for a step that changes it in place; none is made
@@ -80,16 +123,30 @@ void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, i
       A = fp32_operand(a), B = fp32_operand(b);
     }
   }
-  // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors.
+  // [0]: the quantizer's tensor amax bits; [1], [2]: the operands' tensor factors; [3], [4]:
+  // a direct GEMM's device alpha and beta (portable_scaled_output).
   float* post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
-  float* acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+  ScaledOut o;
+  o.acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+  // Where no split channels' product joins, the GEMM writes the output itself (f acc [+ out]
+  // [+ bias] in fp32, rounded once: the epilogue kernel's operations, the CPU's) and no fp32
+  // product of M x Nout is written and read back: natively where the tensor factors f are 1
+  // (all but UE4M3 scales, NVFP4's 1 / S), on the portable path with f as cuBLASLt's alpha.
+  o.direct = !extra;
+  o.factors = g.a.scale == ScaleFormat::E4M3 || g.b.scale == ScaleFormat::E4M3;
+  o.type = t, o.out = out, o.accumulate = accumulate, o.bias = bias;
   const uint64_t sa = stream_of(seed, role, 0), sb = stream_of(seed, role, 1);
-  if (!native_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb)) {
+  const Product p = native_scaled_products(c, o, post, A, B, M, Nout, K, g, sa, sb);
+  if (p == Product::kDirect) return;
+  if (p == Product::kNone) {
     // (the native path's self-check may have grown the scratch: take the pointers afresh)
     post = static_cast<float*>(c.scratch(kScratchQWords, 64)) + 1;
-    acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
-    portable_scaled_products(c, acc, post, A, B, M, Nout, K, g, sa, sb);
+    o.acc = scratch_f32(c, kScratchQAcc, size_t(M) * Nout);
+    const Product q = portable_scaled_output(c, o, post, A, B, M, Nout, K, g, sa, sb);
+    if (q == Product::kDirect) return;
+    if (q == Product::kNone) portable_scaled_products(c, o.acc, post, A, B, M, Nout, K, g, sa, sb);
   }
+  const float* acc = o.acc;
   const size_t n = size_t(M) * Nout;
   dispatch("scaled_gemm", t, [&](auto tag) {
     using E = decltype(tag);

@@ -90,18 +90,21 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const OperandSou
 // a non-finite value).
 const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x, int rows, int cols,
                            float* post, float nonfinite_post, const unsigned** tbits_out) {
+  // One group (the per-tensor recipes): its amax is the tensor's, no row maxima needed.
+  const bool one_group = p.ngr == 1 && p.ngc == 1;
   const size_t amax_bytes = size_t(rows) * p.ngc * sizeof(unsigned);
-  unsigned* row_amax = static_cast<unsigned*>(c.scratch(kScratchQAmax, amax_bytes));
+  unsigned* row_amax =
+      one_group ? nullptr : static_cast<unsigned*>(c.scratch(kScratchQAmax, amax_bytes));
   Scale2* scales =
       static_cast<Scale2*>(c.scratch(kScratchQScales, size_t(p.ngr) * p.ngc * sizeof(Scale2)));
   unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
-  TG_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, amax_bytes, c.stream));
+  if (row_amax) TG_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, amax_bytes, c.stream));
   TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
   dispatch("quantize (amax)", x.type, [&](auto tag) {
     using T = decltype(tag);
     launch(quant::operand_amax_kernel<T>, tile_grid(rows, cols), kThreads, 0, c.stream,
-           static_cast<const T*>(x.data), rows, cols, x.transposed, rotation_of(x), p.gc, p.ngc,
-           row_amax, tbits);
+           static_cast<const T*>(x.data), rows, cols, x.transposed, rotation_of(x), p.gc, row_amax,
+           tbits);
     TG_LAUNCH_CHECK();
   });
   if (x.amax_out)  // the per-tensor recipes' amax, for the host's history

@@ -9,8 +9,10 @@
 // into a GEMM operand that holds exactly the values a block-scaled GEMM multiplies (element
 // times its block scale), and the existing GEMM wrapper multiplies them with fp32
 // accumulation; the operands' tensor factors (NVFP4's 1 / S) and the bias follow in one fp32
-// epilogue that rounds the output once. The operands are bf16 when both are exact in bf16
-// (dequantizes_to_bf16), else fp32 (CUBLAS_COMPUTE_32F, no TF32).
+// epilogue that rounds the output once, or, where there are no such factors, the GEMM writes
+// the output itself (bias, accumulation and the one rounding in cuBLASLt's epilogue). The operands
+// are bf16 when both are exact in bf16 (dequantizes_to_bf16), else fp32 (CUBLAS_COMPUTE_32F, no
+// TF32).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -112,19 +114,49 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
                     const OperandSource& x, int rows, int cols, uint8_t* codes, void* scale,
                     float* post);
 
-// acc(M,N) = Q(A)(M,K) Q(B)(N,K)^T in fp32 and post[0..1] the operands' tensor factors (the
-// product before the epilogue), with seeds sa, sb for the operands' random streams:
-//   portable_scaled_products  quantize-dequantize and an ordinary GEMM (every GPU)
-//   native_scaled_products    codes and scales into cuBLASLt's block-scaled GEMM; false (and
+// Where a scaled GEMM's product goes: `acc`, fp32 (M,N), which the epilogue kernel reads back;
+// or, where that epilogue would only add (scaled_gemm in matmul_scaled.cu says when) and
+// `direct` is set, the linear's output itself: out(M,N) of type `type` = [out +] product
+// [+ bias(N)], summed in fp32 and rounded once by the GEMM (cuBLASLt's beta 1 and bias
+// epilogue, in the CPU's order of operations), so no fp32 product is written and read back.
+struct ScaledOut {
+  float* acc = nullptr;
+  bool direct = false;
+  bool factors = false;  // the operands have tensor factors (UE4M3 scales' 1 / S): alpha
+                         // = their product, a device scalar, in the direct form
+  DType type = DType::BF16;
+  void* out = nullptr;
+  bool accumulate = false;
+  const void* bias = nullptr;
+};
+enum class Product { kNone, kAcc, kDirect };  // nothing enqueued, acc written, out written
+
+// The product with post[0..1] the operands' tensor factors, with seeds sa, sb for the
+// operands' random streams:
+//   portable_scaled_products  acc = Q(A)(M,K) Q(B)(N,K)^T: quantize-dequantize and an ordinary
+//                             GEMM (every GPU)
+//   portable_scaled_output    the same GEMM writing o.out (o.direct; kDirect), or acc should
+//                             cuBLASLt have no algorithm for that with o.factors (kAcc); kNone
+//                             (nothing enqueued) where the GEMM cannot write o.type from the
+//                             operands' type (fp32 operands into a 16-bit output)
+//   native_scaled_products    codes and scales into cuBLASLt's block-scaled GEMM, writing out
+//                             where o.direct and the operands' scales are fp32 tensors (a
+//                             non-finite operand's scales are NaN then: the all-NaN product
+//                             the epilogue's NaN factor gives otherwise), else acc; kNone (and
 //                             nothing enqueued) when that GEMM cannot run natively: not
 //                             expressible, not on this GPU, cuBLASLt without an algorithm, or
 //                             its (operand pair, shape class) failed the self-check (printed)
 void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
                               uint64_t sa, uint64_t sb);
-bool native_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
-                            const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
-                            uint64_t sa, uint64_t sb);
+Product portable_scaled_output(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
+                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                               uint64_t sa, uint64_t sb);
+// cuBLASLt's name of a linear's output type (the model's tensors: fp32, bf16 or fp16).
+cudaDataType_t lt_output_type(DType t);
+Product native_scaled_products(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
+                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
+                               uint64_t sa, uint64_t sb);
 // The scale mode that expresses operand o exactly in *mode, or why none does ("" when one does).
 std::string native_operand_mode(const OperandRecipe& o, cublasLtMatmulMatrixScale_t* mode);
 // Why g's GEMM of this shape cannot run natively on c's GPU ("" when it can, pending the
