@@ -139,7 +139,7 @@ bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
         strf("bench: --model must be small, toy, l4, gpt2 or gpt2-medium, not '%s'", m.c_str()));
   a->modes = parse_mode_list(modes_arg, "precision.mode");
   if (a->modes.empty()) throw UsageError("bench: --modes names no mode");
-  a->cfg.train.device = a->device;
+  parse_enum(a->device, &a->cfg.train.device);  // cpu or cuda, checked above
   return true;
 }
 

@@ -129,7 +129,7 @@ void print_memory_fit(const Config& cfg,
                       const std::vector<std::pair<std::string, MemoryPlan>>& plans,
                       int zero_ranks) {
   if (plans.empty()) return;
-  if (cfg.train.device == "cuda") {
+  if (cfg.train.device == DeviceChoice::Cuda) {
     printf(
         "\ntrain.device=cuda: the GPU's memory is not queried here; compare each total with it "
         "(nvidia-smi), leaving room for the CUDA context and the block-scaled scratch below.\n");

@@ -48,12 +48,13 @@ void print_cuda_scratch(const Config& cfg, const GPTConfig& mc, const std::vecto
       "cuda.attention=%s%s):\n\n"
       "| mode | cuBLASLt workspace | attention scratch | partials, buckets, results | GPU total "
       "per process |\n|---|---:|---:|---:|---:|\n",
-      cfg.cuda.attention.c_str(), cfg.cuda.gemm == "fallback" ? ", cuda.gemm=fallback" : "");
+      cfg.cuda.attention.c_str(), cfg.cuda.gemm == CudaGemm::Fallback ? ", cuda.gemm=fallback" : "");
   for (Mode m : modes) {
     Config c = cfg;
     c.precision.mode = m;
     const CudaScratchPlan p =
-        plan_cuda_scratch(mc, mode_dtype(m), B, T, cfg.cuda.attention, cfg.cuda.gemm == "fallback");
+        plan_cuda_scratch(mc, mode_dtype(m), B, T, cfg.cuda.attention,
+                          cfg.cuda.gemm == CudaGemm::Fallback);
     const size_t rest = p.total() - p.workspace - p.attention();
     printf("| %s | %s | %s | %s | %s |\n", mode_name(m), mib(p.workspace).c_str(),
            mib(p.attention()).c_str(), mib(rest).c_str(),

@@ -87,7 +87,7 @@ int cmd_sample(int argc, char** argv) {
   if (ckpt.empty() == model_path.empty())
     throw UsageError("sample: give exactly one of --checkpoint DIR or --model FILE");
   ModelFile mf = ckpt.empty() ? read_model(model_path) : load_checkpoint_model(ckpt);
-  cfg.train.device = "cpu";
+  cfg.train.device = DeviceChoice::Cpu;
   const int asked = int(to_int("threads", extra(ex, "threads")));
   cfg.train.threads = sample_threads(mf.cfg, asked);
   auto be = make_backend(cfg);

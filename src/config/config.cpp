@@ -43,7 +43,8 @@ using Getter = T& (*)(Config&);
 using FieldRef =
     std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
                  Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>,
-                 Getter<StateFormat>, Getter<MasterFormat>, Getter<WireFormat>>;
+                 Getter<StateFormat>, Getter<MasterFormat>, Getter<WireFormat>,
+                 Getter<DeviceChoice>, Getter<CpuGemm>, Getter<CudaGemm>, Getter<OutlierHandling>>;
 
 struct KeyDef {
   const char* name;
@@ -57,12 +58,15 @@ struct KeyDef {
 // The kind of a field of type T; a string with choices is a Choice (key() below). KindOf of
 // any other type is left undefined, so a table row with a field of a type the table does not
 // handle fails to compile.
-template <typename T>
+template <typename T, typename = void>
 struct KindOf;
 template <Kind K>
 struct KindIs {
   static constexpr Kind kind = K;
 };
+// Every enum with EnumNames (src/base/named_enum.h): a choice among its names.
+template <typename T>
+struct KindOf<T, std::enable_if_t<is_named_enum<T>>> : KindIs<Kind::Choice> {};
 template <>
 struct KindOf<int> : KindIs<Kind::Int> {};
 template <>
@@ -96,6 +100,7 @@ template <typename T>
 KeyDef key(const char* name, Getter<T> get, double lo, double hi, std::vector<std::string> choices,
            const char* help) {
   Kind kind = KindOf<T>::kind;
+  if constexpr (is_named_enum<T>) choices = enum_choices<T>();  // the type's names, in order
   if (kind == Kind::String && !choices.empty()) kind = Kind::Choice;
   return KeyDef{name, kind, get, lo, hi, std::move(choices), help};
 }
@@ -140,7 +145,7 @@ const std::vector<KeyDef>& table() {
       key("optim.grad_clip", TG_FIELD(optim.grad_clip), 0, kInf, {}, "global gradient norm clip (0: off)"),
       key("train.steps", TG_FIELD(train.steps), 0, 1e9, {}, "optimizer steps"),
       key("train.seed", TG_FIELD(train.seed), 0, 9.007199254740992e15, {}, "seed of init, shuffling and sampling"),
-      key("train.device", TG_FIELD(train.device), 0, 0, {"auto", "cpu", "cuda"}, "backend (auto: cuda when a GPU is present)"),
+      key("train.device", TG_FIELD(train.device), 0, 0, {}, "backend (auto: cuda when a GPU is present)"),
       key("train.threads", TG_FIELD(train.threads), 0, 4096, {}, "CPU threads (0: all cores)"),
       key("train.out_dir", TG_FIELD(train.out_dir), 0, 0, {}, "run directory"),
       key("train.log_every", TG_FIELD(train.log_every), 1, 1e9, {}, "progress line every N steps"),
@@ -189,7 +194,7 @@ const std::vector<KeyDef>& table() {
       key("precision.auto.priors", TG_FIELD(precision.auto_.priors), 0, 0, {}, "auto: the first and last layers start in the widest candidate (the others in the widest 8-bit one)"),
       key("precision.auto.window", TG_FIELD(precision.auto_.window), 1, 4096, {}, "auto: measurements in the amax drift window"),
       key("precision.auto.outlier_k", TG_FIELD(precision.auto_.outlier_k), 1, 1e9, {}, "auto: an input channel of a block linear whose amax exceeds k x the median channel's is an outlier"),
-      key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {"split", "smooth", "none"}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
+      key("precision.auto.outliers", TG_FIELD(precision.auto_.outliers), 0, 0, {}, "auto: outlier channels run unquantized beside the quantized rest of the forward GEMM (split), every input channel is smoothed as precision.recipe.smooth does (smooth), or outliers are only counted (none)"),
       key(kStatePresetKey, TG_FIELD(precision.state.preset), 0, 0, state_preset_choices(), "a named combination of every precision.state key but allow_narrowing, applied before them so that keys given beside it win (docs/precision.md, \"State presets\", says what each sets): lean (bf16-sr master weights, fp8 e4m3 moments, bf16 gradients on the wire), zero-fp8 (ZeRO-1: fp8 gradients, weights and moments), the names of compare --states, or none (the keys as given)"),
       key("precision.state.adam_m", TG_FIELD(precision.state.adam_m), 0, 0, state_format_names(), "storage of Adam's first moment: fp32, bf16 (nearest even), bf16-sr (stochastic rounding, seeded per step and element), fp16 (scaled by 2^12) or fp8-e4m3 / fp8-e5m2 (a scale per block of moment_block elements; docs/precision.md)"),
       key("precision.state.adam_v", TG_FIELD(precision.state.adam_v), 0, 0, state_format_names(), "storage of Adam's second moment: as adam_m; fp16 and fp8 store sqrt(v)"),
@@ -211,11 +216,11 @@ const std::vector<KeyDef>& table() {
       key("sample.temperature", TG_FIELD(sample.temperature), 0, 100, {}, "softmax temperature (0: greedy)"),
       key("sample.top_k", TG_FIELD(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"),
       key("sample.prompt", TG_FIELD(sample.prompt), 0, 0, {}, "prompt text (encoded by the dataset's tokenizer)"),
-      key("cpu.gemm", TG_FIELD(cpu.gemm), 0, 0, {"auto", "blas", "loops"}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"),
+      key("cpu.gemm", TG_FIELD(cpu.gemm), 0, 0, {}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"),
       key("cpu.narrow_gemm", TG_FIELD(cpu.narrow_gemm), 0, 0, {"auto", "exact", "avx512_bf16", "amx_bf16"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation, on AMX tiles in their own order of the additions (amx_bf16) or on AVX512-BF16's vdpbf16ps in gemm_bf16.h's order (avx512_bf16): the same exact products, fp32 sums that differ in their last bits (auto: the fastest the CPU has, in that order; not with cpu.gemm=loops); or the operands widened to fp32 through cpu.gemm, the exact reference (exact). A path the CPU lacks falls back to the next"),
       key("cuda.attention", TG_FIELD(cuda.attention), 0, 0, {"auto", "cublas", "fused", "flash", "cudnn"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash), or cuDNN's fused flash attention, bf16/fp16 only, head sizes multiples of 8 up to 128, deterministic backward (cudnn; the binary built with the cudnn-frontend headers, libcudnn.so.9 opened at run time); auto: cudnn where it is built in, libcudnn loads and the mode and head size suit it, else cublas; the start-up line says which runs and why. With flash or cudnn the CPU runs its flash twin; on the CPU auto is cublas's reference"),
       key("cuda.cudnn_lib", TG_FIELD(cuda.cudnn_lib), 0, 0, {}, "libcudnn for cuda.attention=cudnn or auto: a file (only that one is tried); \"\": libcudnn.so.9 through the loader's search (LD_LIBRARY_PATH, the toolkit's lib folders), then a pip wheel's (site-packages/nvidia/cudnn/lib: nvidia-cudnn-cu13, which PyTorch brings)"),
-      key("cuda.gemm", TG_FIELD(cuda.gemm), 0, 0, {"lt", "fallback"}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"),
+      key("cuda.gemm", TG_FIELD(cuda.gemm), 0, 0, {}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"),
       key("cuda.gelu_epilogue", TG_FIELD(cuda.gelu_epilogue), 0, 0, {}, "CUDA: the MLP's GELU fused into its first GEMM (cuBLASLt GELU_AUX_BIAS)"),
       key("checkpoint.every", TG_FIELD(checkpoint.every), 0, 1e9, {}, "checkpoint every N steps (0: at the end only)"),
       key("checkpoint.keep", TG_FIELD(checkpoint.keep), 1, 1e6, {}, "checkpoints kept (oldest deleted)"),
@@ -278,6 +283,10 @@ std::string text_of(Mode v) { return mode_name(v); }
 std::string text_of(StateFormat v) { return state_format_name(v); }
 std::string text_of(MasterFormat v) { return master_format_name(v); }
 std::string text_of(WireFormat v) { return wire_format_name(v); }
+template <typename E, typename = std::enable_if_t<is_named_enum<E>>>
+std::string text_of(E v) {
+  return enum_name(v);
+}
 template <typename T>
 std::string text_of(const std::vector<T>& v) {
   std::string s;
@@ -373,6 +382,8 @@ void set_json(Config& c, const KeyDef& k, const json& v, const std::string& orig
       f = parse_master_format(json_choice(k, v, origin), k.name);
     } else if constexpr (std::is_same_v<T, WireFormat>) {
       f = parse_wire_format(json_choice(k, v, origin), k.name);
+    } else if constexpr (is_named_enum<T>) {
+      parse_enum(json_choice(k, v, origin), &f);  // json_choice checked the name
     } else {
       static_assert(std::is_same_v<T, std::vector<Mode>>, "a key type set_json does not read");
       std::vector<Mode> out;
@@ -590,6 +601,8 @@ json config_to_json(const Config& c) {
         return master_format_name(v);
       } else if constexpr (std::is_same_v<T, WireFormat>) {
         return wire_format_name(v);
+      } else if constexpr (is_named_enum<T>) {
+        return enum_name(v);
       } else if constexpr (std::is_same_v<T, std::vector<Mode>>) {
         json names = json::array();
         for (Mode m : v) names.push_back(mode_name(m));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/named_enum.h"
 #include "src/numerics/precision_mode.h"
 #include "src/numerics/master_format.h"
 #include "src/numerics/state_format.h"
@@ -17,6 +18,29 @@
 #include "state_presets.h"
 
 namespace tg {
+
+// The enumerated keys' values that are the config's own (named_enum.h): parsed once where
+// the config is read, compared as enums everywhere else.
+enum class DeviceChoice { Auto, Cpu, Cuda };                 // train.device
+enum class CpuGemm { Auto, Blas, Loops };                    // cpu.gemm
+enum class CudaGemm { Lt, Fallback };                        // cuda.gemm
+enum class OutlierHandling { Split, Smooth, None };          // precision.auto.outliers
+template <>
+struct EnumNames<DeviceChoice> {
+  static constexpr std::array names{"auto", "cpu", "cuda"};
+};
+template <>
+struct EnumNames<CpuGemm> {
+  static constexpr std::array names{"auto", "blas", "loops"};
+};
+template <>
+struct EnumNames<CudaGemm> {
+  static constexpr std::array names{"lt", "fallback"};
+};
+template <>
+struct EnumNames<OutlierHandling> {
+  static constexpr std::array names{"split", "smooth", "none"};
+};
 
 struct Config {
   struct Model {
@@ -49,7 +73,7 @@ struct Config {
   struct Train {
     int steps = 5000;
     int64_t seed = 1337;
-    std::string device = "auto";
+    DeviceChoice device = DeviceChoice::Auto;  // auto: cuda when a GPU is present
     int threads = 0;  // 0: all cores
     std::string out_dir = "runs/default";
     int log_every = 100;
@@ -121,7 +145,7 @@ struct Config {
       bool priors = true;              // first and last layers start in the widest candidate
       int window = 8;                  // measurements in the amax drift window
       double outlier_k = 8;            // input channels above k x the median channel are outliers
-      std::string outliers = "split";  // split: outlier channels unquantized | smooth | none
+      OutlierHandling outliers = OutlierHandling::Split;  // split: outlier channels unquantized
     } auto_;
     // How the optimizer state is stored (src/numerics/state_format.h; docs/precision.md, "State
     // precision: Adam moments").
@@ -155,7 +179,7 @@ struct Config {
     std::string prompt;
   } sample;
   struct Cpu {
-    std::string gemm = "auto";  // auto (OpenBLAS when built with it) | blas | loops
+    CpuGemm gemm = CpuGemm::Auto;  // auto (OpenBLAS when built with it) | blas | loops
     // auto: the narrow modes' matmuls as bf16 products on the CPU's instructions when it has
     // them (AMX-BF16, else AVX512-BF16; avx512_bf16 and amx_bf16 name one), else and with
     // exact: widened to fp32 through cpu.gemm
@@ -164,7 +188,7 @@ struct Config {
   struct Cuda {
     std::string attention = "auto";  // auto | cublas | fused | flash | cudnn
     std::string cudnn_lib;           // libcudnn's file for cudnn / auto ("": searched)
-    std::string gemm = "lt";           // lt (cuBLASLt) | fallback (cuBLAS + our epilogue)
+    CudaGemm gemm = CudaGemm::Lt;    // lt (cuBLASLt) | fallback (cuBLAS + our epilogue)
     bool gelu_epilogue = false;
   } cuda;
   struct Checkpoint {

@@ -196,7 +196,7 @@ void config_validate(const Config& c, int world) {
     err("precision.inject_outlier", why);
   if (c.train.out_dir.empty()) err("train.out_dir", "must not be empty");
 #ifdef TG_NO_BLAS
-  if (c.cpu.gemm == "blas")
+  if (c.cpu.gemm == CpuGemm::Blas)
     err("cpu.gemm", "blas: this binary was built without OpenBLAS (NO_BLAS=1)");
 #endif
 }

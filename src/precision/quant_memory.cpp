@@ -113,7 +113,7 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
   const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, cfg.train.zero_stage == 1 ? ranks : 1,
                                       ranks, lse);
   const size_t scratch = plan_cuda_scratch(mc, mode_dtype(mode), B, T, cfg.cuda.attention,
-                                           cfg.cuda.gemm == "fallback")
+                                           cfg.cuda.gemm == CudaGemm::Fallback)
                              .total();
   if (!is_block_scaled(mode)) return p.total() + scratch;
   const QuantRecipe r = block_scaled_recipe(mode, recipe_options(cfg));

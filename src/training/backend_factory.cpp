@@ -19,16 +19,16 @@ namespace tg {
 namespace {
 
 // cpu or cuda for train.device (cpu, cuda or auto); UsageError when cuda cannot run.
-std::string resolve_device(const std::string& device) {
-  if (device == "cpu") return "cpu";
+std::string resolve_device(DeviceChoice device) {
+  if (device == DeviceChoice::Cpu) return "cpu";
   if (!cuda_built()) {
-    if (device == "cuda")
+    if (device == DeviceChoice::Cuda)
       throw UsageError(
           "config key 'train.device': cuda is not available: this binary was built without "
           "CUDA (rebuild with `make CUDA=1`, nvcc installed; use cpu or auto)");
     return "cpu";
   }
-  if (device == "cuda") {
+  if (device == DeviceChoice::Cuda) {
     int gpus = 0;
     try {
       gpus = cuda_library().device_count();
@@ -60,9 +60,9 @@ std::unique_ptr<Backend> make_backend(const Config& cfg, int local_rank) {
   cpu::set_parallelism(threads, threads);
   // The CPU ops split GEMMs across OpenMP threads themselves (src/backends/cpu/matmul.cpp).
   cpu::blas_set_threads(1);
-  cpu::set_gemm_loops(cfg.cpu.gemm == "loops");
-  cpu::set_narrow_gemm(
-      cpu::choose_narrow_gemm(cfg.cpu.narrow_gemm, cfg.cpu.gemm == "loops", cpu::cpu_features()));
+  const bool loops = cfg.cpu.gemm == CpuGemm::Loops;
+  cpu::set_gemm_loops(loops);
+  cpu::set_narrow_gemm(cpu::choose_narrow_gemm(cfg.cpu.narrow_gemm, loops, cpu::cpu_features()));
   const BackendOptions options = backend_options(cfg);
   if (device == "cuda") {
     const CudaLibrary& cuda = cuda_library();
@@ -75,7 +75,7 @@ BackendOptions backend_options(const Config& cfg) {
   BackendOptions o;
   o.attention = cfg.cuda.attention;
   o.cudnn_lib = cfg.cuda.cudnn_lib;
-  o.gemm_fallback = cfg.cuda.gemm == "fallback";
+  o.gemm_fallback = cfg.cuda.gemm == CudaGemm::Fallback;
   o.gelu_epilogue = cfg.cuda.gelu_epilogue;
   o.device_loss_scale = cfg.precision.loss_scale.on_device;
   return o;

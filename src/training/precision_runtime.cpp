@@ -37,7 +37,7 @@ PrecisionRuntime::PrecisionRuntime(const Config& cfg, Backend& be, GPT& model)
 void PrecisionRuntime::make_smoothing_and_auto() {
   const auto& rc = cfg_.precision.recipe;
   const bool is_auto = cfg_.precision.mode == Mode::Auto;
-  if (rc.smooth || (is_auto && cfg_.precision.auto_.outliers == "smooth")) {
+  if (rc.smooth || (is_auto && cfg_.precision.auto_.outliers == OutlierHandling::Smooth)) {
     // Every backend with block-scaled linears (checked above) smooths their forward GEMM.
     if (!state_->block_scaled())  // config_validate refuses the other modes
       throw UsageError("config key 'precision.recipe.smooth': needs block-scaled linears");
