@@ -48,7 +48,7 @@ void PrecisionRuntime::make_smoothing_and_auto() {
   const auto& a = cfg_.precision.auto_;
   const AutoOptions ao{a.candidates, a.threshold_db, a.hysteresis_db,
                        a.budget,     a.priors,       a.every,
-                       a.window,     a.outlier_k,    a.outliers == "split"};
+                       a.window,     a.outlier_k,    a.outliers == OutlierHandling::Split};
   auto_ = std::make_unique<AutoPrecision>(ao, auto_candidates(ao, recipe_options(cfg_)), mc_);
   auto_->set_smoothing(smooth_.get());
 }
