@@ -39,5 +39,16 @@ __global__ void adamw_device_kernel(P* params, MasterPtrs master, const P* grads
        i += size_t(gridDim.x) * blockDim.x)
     adamw_element(params, master, grads, m, v, i, a, gs);
 }
+// The same four elements a thread (adamw.cuh's adamw_packed_kernel).
+template <typename P, typename SM, typename SV>
+__global__ void adamw_device_packed_kernel(P* params, MasterPtrs master, const P* grads, SM* m,
+                                           SV* v, size_t n, AdamWParams a,
+                                           const LossScaleDevice* d) {
+  if (d->step.skip) return;
+  const float gs = d->step.grad_scale;
+  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < n / kAdamWPack;
+       j += size_t(gridDim.x) * blockDim.x)
+    adamw_group(params, master, grads, m, v, j, a, gs);
+}
 
 }  // namespace tg::gpu

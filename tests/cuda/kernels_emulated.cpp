@@ -1079,7 +1079,7 @@ TEST_CASE("AdamW: master, moments (every state format) and the 16-bit copy bit-e
       {StateFormat::FP32, StateFormat::FP32},     {StateFormat::BF16, StateFormat::BF16},
       {StateFormat::BF16SR, StateFormat::BF16SR}, {StateFormat::FP16, StateFormat::FP16},
       {StateFormat::BF16, StateFormat::FP16},     {StateFormat::FP32, StateFormat::BF16SR}};
-  for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
+  for (size_t n : {size_t(3), size_t(1001), size_t(2048), size_t(20011)})
     for (bool sr : {false, true})
       for (const auto& [fm, fv] : formats) {
         CAPTURE(n);
@@ -1132,7 +1132,7 @@ void adamw_bf16_master_case(std::mt19937& rng, size_t n, MasterFormat mf, StateF
 
 TEST_CASE("AdamW: bf16 master weights (bf16-sr, bf16-kahan) bit-exact vs the CPU") {
   std::mt19937 rng(12);
-  for (size_t n : {size_t(3), size_t(1001), size_t(20011)})
+  for (size_t n : {size_t(3), size_t(1001), size_t(2048), size_t(20011)})
     for (MasterFormat mf : {MasterFormat::BF16SR, MasterFormat::BF16Kahan})
       for (const auto& [fm, fv] : {std::pair{StateFormat::FP32, StateFormat::FP32},
                                    std::pair{StateFormat::BF16SR, StateFormat::FP16}}) {

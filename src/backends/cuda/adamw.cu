@@ -3,6 +3,8 @@
 // storage, fp32 or 16-bit codes; kernels/adamw_blocked.cuh when a moment is in FP8 blocks) and
 // of the type conversion beside it.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "kernels/adamw.cuh"
@@ -24,6 +26,15 @@ void moment_storage(const MomentFormat& fmt, F&& f) {
     f(static_cast<float*>(nullptr));
   else
     f(static_cast<uint16_t*>(nullptr));
+}
+
+// Whether the packed kernels take these arrays: n a whole number of groups, every array (the
+// null ones aside) 16-byte aligned.
+bool adamw_packs(size_t n, std::initializer_list<const void*> arrays) {
+  if (n % kAdamWPack) return false;
+  for (const void* p : arrays)
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  return true;
 }
 
 AdamWParams adamw_params(const AdamWArgs& a) {
@@ -83,12 +94,23 @@ void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void
         using SV = std::remove_pointer_t<decltype(vtag)>;
         SM* pm = static_cast<SM*>(m);
         SV* pv = static_cast<SV*>(v);
-        if (d)
-          launch(adamw_device_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream,
-                 static_cast<E*>(params), w, static_cast<const E*>(grads), pm, pv, n, p, d);
-        else
-          launch(adamw_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream,
-                 static_cast<E*>(params), w, static_cast<const E*>(grads), pm, pv, n, p);
+        E* pp = static_cast<E*>(params);
+        const E* pg = static_cast<const E*>(grads);
+        if (adamw_packs(n, {params, grads, m, v, w.master, w.comp})) {
+          const size_t groups = n / kAdamWPack;
+          if (d)
+            launch(adamw_device_packed_kernel<E, SM, SV>, c.grid(groups, kThreads), kThreads, 0,
+                   c.stream, pp, w, pg, pm, pv, n, p, d);
+          else
+            launch(adamw_packed_kernel<E, SM, SV>, c.grid(groups, kThreads), kThreads, 0,
+                   c.stream, pp, w, pg, pm, pv, n, p);
+        } else if (d) {
+          launch(adamw_device_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream, pp,
+                 w, pg, pm, pv, n, p, d);
+        } else {
+          launch(adamw_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream, pp, w, pg,
+                 pm, pv, n, p);
+        }
         TG_LAUNCH_CHECK();
       });
     });
