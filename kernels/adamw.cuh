@@ -108,7 +108,7 @@ __device__ __forceinline__ void adamw_element(P* params, MasterPtrs w, const P* 
 // warp's access covers whole sectors), the same adamw_core per element (the same bits as
 // adamw_element), in a quarter of the memory instructions. Eight elements a thread would make
 // the fp32 arrays' accesses 32 bytes apart, each warp access half of every sector it touches.
-// Only where n is a whole number of groups and every array is 16-byte aligned (adamw_packs);
+// Only where n is a whole number of groups and every array is 16-byte aligned (can_pack16);
 // params may alias master (fp32: the group is stored twice, alike).
 constexpr int kAdamWPack = 4;
 template <typename T>

@@ -73,7 +73,7 @@ const NotModelled kNotModelled[] = {
      "fp32 gradient accumulation (precision.state.grads=fp32)"},
     {"tg::gpu::matmul_epilogue_kernel", "cuda.gemm=fallback"},
     {"tg::gpu::adamw_kernel",
-     "AdamW on a tensor whose length or arrays fit no pack of 4 elements (adamw_packs)"},
+     "AdamW on a tensor whose length or arrays fit no pack of 4 elements (can_pack16)"},
     {"tg::gpu::layernorm_forward_kernel",
      "rows too wide to stage a block's rows in shared memory (C over 8191 in bf16)"},
     {"tg::gpu::residual_layernorm_forward_kernel",

@@ -3,8 +3,6 @@
 // storage, fp32 or 16-bit codes; kernels/adamw_blocked.cuh when a moment is in FP8 blocks) and
 // of the type conversion beside it.
 #include <cmath>
-#include <cstdint>
-#include <initializer_list>
 #include <type_traits>
 
 #include "kernels/adamw.cuh"
@@ -28,14 +26,9 @@ void moment_storage(const MomentFormat& fmt, F&& f) {
     f(static_cast<uint16_t*>(nullptr));
 }
 
-// Whether the packed kernels take these arrays: n a whole number of groups, every array (the
-// null ones aside) 16-byte aligned.
-bool adamw_packs(size_t n, std::initializer_list<const void*> arrays) {
-  if (n % kAdamWPack) return false;
-  for (const void* p : arrays)
-    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
-  return true;
-}
+// The packed kernels' group is an fp32 16-byte pack (kernels/common.cuh's can_pack16 says
+// whether a tensor's arrays and length allow it; null arrays pass).
+static_assert(Pack16<float>::N == kAdamWPack, "a group of AdamW is one fp32 pack");
 
 AdamWParams adamw_params(const AdamWArgs& a) {
   AdamWParams p;
@@ -96,7 +89,7 @@ void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void
         SV* pv = static_cast<SV*>(v);
         E* pp = static_cast<E*>(params);
         const E* pg = static_cast<const E*>(grads);
-        if (adamw_packs(n, {params, grads, m, v, w.master, w.comp})) {
+        if (can_pack16<float>(n, {params, grads, m, v, w.master, w.comp})) {
           const size_t groups = n / kAdamWPack;
           if (d)
             launch(adamw_device_packed_kernel<E, SM, SV>, c.grid(groups, kThreads), kThreads, 0,

@@ -43,31 +43,50 @@ float* scratch_f32(Ctx& c, ScratchSlot s, size_t n) {
 
 }  // namespace
 
+namespace {
+
+// The GEMM operands' type: bf16 where both operands' values are exact in it, else fp32.
+DType operand_type(const GemmRecipe& g) {
+  return dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? DType::BF16 : DType::F32;
+}
+
+// Both operands quantize-dequantized into scratch: a (M,K) and b (N,K) of operand_type(g).
+struct QuantizedPair {
+  DType type;
+  void* a;
+  void* b;
+};
+QuantizedPair quantize_pair(Ctx& c, float* post, const OperandSource& A, const OperandSource& B,
+                            int M, int N, int K, const GemmRecipe& g, uint64_t sa, uint64_t sb) {
+  const DType qt = operand_type(g);
+  const size_t qs = dtype_size(qt);
+  QuantizedPair q{qt, c.scratch(kScratchQA, size_t(M) * K * qs),
+                  c.scratch(kScratchQB, size_t(N) * K * qs)};
+  quantize_dequantize(c, g.a, sa, A, M, K, qt, q.a, post);
+  quantize_dequantize(c, g.b, sb, B, N, K, qt, q.b, post + 1);
+  return q;
+}
+
+}  // namespace
+
 void portable_scaled_products(Ctx& c, float* acc, float* post, const OperandSource& A,
                               const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
                               uint64_t sa, uint64_t sb) {
-  const DType qt = dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? DType::BF16 : DType::F32;
-  const size_t qs = dtype_size(qt);
-  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
-  void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);
-  quantize_dequantize(c, g.a, sa, A, M, K, qt, qa, post);
-  quantize_dequantize(c, g.b, sb, B, N, K, qt, qb, post + 1);
-  gemm(c, false, true, M, N, K, qt, qa, K, qb, K, DType::F32, acc, N, 0.f, nullptr);
+  const QuantizedPair q = quantize_pair(c, post, A, B, M, N, K, g, sa, sb);
+  gemm(c, false, true, M, N, K, q.type, q.a, K, q.b, K, DType::F32, acc, N, 0.f, nullptr);
 }
 
 Product portable_scaled_output(Ctx& c, const ScaledOut& o, float* post, const OperandSource& A,
                                const OperandSource& B, int M, int N, int K, const GemmRecipe& g,
                                uint64_t sa, uint64_t sb) {
-  const DType qt = dequantizes_to_bf16(g.a) && dequantizes_to_bf16(g.b) ? DType::BF16 : DType::F32;
+  const DType qt = operand_type(g);
   // The GEMM wrapper writes its operands' type or fp32 (cuBLASLt's type combinations); device
   // scalars (the tensor factors) need cuBLASLt itself.
   if (!o.direct || (o.type != qt && o.type != DType::F32) || (o.factors && c.opt.gemm_fallback))
     return Product::kNone;
-  const size_t qs = dtype_size(qt);
-  void* qa = c.scratch(kScratchQA, size_t(M) * K * qs);
-  void* qb = c.scratch(kScratchQB, size_t(N) * K * qs);
-  quantize_dequantize(c, g.a, sa, A, M, K, qt, qa, post);
-  quantize_dequantize(c, g.b, sb, B, N, K, qt, qb, post + 1);
+  const QuantizedPair q = quantize_pair(c, post, A, B, M, N, K, g, sa, sb);
+  void* qa = q.a;
+  void* qb = q.b;
   if (!o.factors) {
     gemm(c, false, true, M, N, K, qt, qa, K, qb, K, o.type, o.out, N, o.accumulate ? 1.f : 0.f,
          o.bias);
