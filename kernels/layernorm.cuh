@@ -13,6 +13,8 @@
 // once into dw/db. Every sum has a fixed order (rows ascending in a chunk, chunks ascending), so
 // the results do not depend on scheduling. Rows too wide to stage take the dinp and partial
 // kernels instead, which read dout and inp again; they sum in the same order, to the same bits.
+// Where a row is a whole number of 16-byte packs and the tensors are aligned, every row access
+// is a 16-byte vector per lane (Run, V below); the lane's sums then take its elements in runs.
 #pragma once
 #include "common.cuh"
 
@@ -25,139 +27,209 @@ inline int rows_per_chunk(int N) {
   return N <= 64 * kMaxChunks ? 64 : (N + kMaxChunks - 1) / kMaxChunks;
 }
 
+// A lane's elements of a row, in the order its sums take them: runs of V consecutive elements
+// starting at lane * V, then 32 V further on. V is 1 (elements lane, lane + 32, ...) or a
+// 16-byte pack's count (Pack16<T>::N), one vector access per run, where the launcher finds C
+// a whole number of packs and the pointers aligned (can_pack16): a warp then moves 512 bytes
+// per access instead of 64 (bf16), a quarter or an eighth of the memory instructions. Every
+// kernel of a launch takes the same V, so the staged and the plain kernels sum the same
+// elements in the same order, to the same bits.
+template <typename T, int V>
+struct alignas(V == 1 ? alignof(T) : 16) Run {
+  T v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ Run<T, V> load_run(const T* p) {
+  Run<T, V> r;
+  if constexpr (V == 1)
+    r.v[0] = *p;
+  else
+    *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_run(T* p, const Run<T, V>& r) {
+  if constexpr (V == 1)
+    *p = r.v[0];
+  else
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
+}
+__device__ __forceinline__ int run_start() { return int(threadIdx.x % 32); }
+
 // Mean, rstd and out of one row x whose lane sums s the caller took (each lane reads back only
-// the elements it summed itself, so a row staged by its own lanes needs no synchronisation).
-template <typename T>
-__device__ __forceinline__ void layernorm_row(T* o, float* mean, float* rstd, const T* x,
-                                              const T* w, const T* b, float s, int row, int C) {
-  const int lane = threadIdx.x % 32;
+// the elements it summed itself, so a row staged by its own lanes needs no synchronisation);
+// returns {mean, rstd} for the caller to store.
+template <int V, typename T>
+__device__ __forceinline__ float2 layernorm_row(T* o, const T* x, const T* w, const T* b, float s,
+                                                int C) {
   const float m = warp_sum(s) / C;
   float v = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float d = ld(x[c]) - m;
-    v += d * d;
+  for (int c = run_start() * V; c < C; c += 32 * V) {
+    const Run<T, V> xr = load_run<V>(x + c);
+    for (int j = 0; j < V; j++) {
+      const float d = ld(xr.v[j]) - m;
+      v += d * d;
+    }
   }
   const float var = warp_sum(v) / C;
   const float r = 1.f / sqrtf(var + 1e-5f);
-  for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
+  for (int c = run_start() * V; c < C; c += 32 * V) {
+    const Run<T, V> xr = load_run<V>(x + c), wr = load_run<V>(w + c), br = load_run<V>(b + c);
+    Run<T, V> out;
+    for (int j = 0; j < V; j++) out.v[j] = st<T>((ld(xr.v[j]) - m) * r * ld(wr.v[j]) + ld(br.v[j]));
+    store_run<V>(o + c, out);
   }
+  return make_float2(m, r);
 }
 
-// blockDim.x = 32 * warps; row = blockIdx.x * warps + warp.
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
-                                         const T* b, int N, int C) {
-  const int lane = threadIdx.x % 32;
+// The sum of a row's elements in the lane's order, each run copied to `copy` (a staged row) when
+// it is not null, or, given a second row bb, res = round(x + bb) stored to `res` (and `copy`) and
+// summed instead.
+template <int V, typename T>
+__device__ __forceinline__ float lane_sum(const T* x, const T* bb, T* res, T* copy, int C) {
+  float s = 0;
+  for (int c = run_start() * V; c < C; c += 32 * V) {
+    Run<T, V> r = load_run<V>(x + c);
+    if (bb) {
+      const Run<T, V> br = load_run<V>(bb + c);
+      for (int j = 0; j < V; j++) r.v[j] = st<T>(ld(r.v[j]) + ld(br.v[j]));
+      store_run<V>(res + c, r);
+    }
+    if (copy) store_run<V>(copy + c, r);
+    for (int j = 0; j < V; j++) s += ld(r.v[j]);
+  }
+  return s;
+}
+
+// blockDim.x = 32 * warps; row = blockIdx.x * warps + warp. With bb: res = a + bb (rounded to T
+// and stored), out = layernorm(res); each lane rereads only the res elements it wrote itself,
+// so no synchronisation is needed between the add and the statistics.
+template <typename T, int V>
+__device__ __forceinline__ void layernorm_rows(T* res, T* out, float* mean, float* rstd, const T* a,
+                                               const T* bb, const T* w, const T* b, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;
-  const T* x = inp + size_t(row) * C;
-  float s = 0;
-  for (int c = lane; c < C; c += 32) s += ld(x[c]);
-  layernorm_row(out + size_t(row) * C, mean, rstd, x, w, b, s, row, C);
+  const size_t off = size_t(row) * C;
+  const T* x = bb ? res + off : a + off;
+  const float s =
+      lane_sum<V, T>(a + off, bb ? bb + off : nullptr, bb ? res + off : nullptr, nullptr, C);
+  const float2 ms = layernorm_row<V>(out + off, x, w, b, s, C);
+  if (threadIdx.x % 32 == 0) {
+    mean[row] = ms.x;
+    rstd[row] = ms.y;
+  }
 }
-
-// res = a + b (stored), out = layernorm(res). Each lane rereads only the res elements it wrote
-// itself, so no synchronisation is needed between the add and the statistics.
-template <typename T>
+template <typename T, int V>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
+                                         const T* b, int N, int C) {
+  layernorm_rows<T, V>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C);
+}
+template <typename T, int V>
 __global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, float* rstd,
                                                   const T* a, const T* bb, const T* w, const T* b,
                                                   int N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= N) return;
-  const size_t off = size_t(row) * C;
-  T* x = res + off;
-  float s = 0;
-  for (int c = lane; c < C; c += 32) {
-    const T r = st<T>(ld(a[off + c]) + ld(bb[off + c]));
-    x[c] = r;
-    s += ld(r);
-  }
-  layernorm_row(out + off, mean, rstd, x, w, b, s, row, C);
+  layernorm_rows<T, V>(res, out, mean, rstd, a, bb, w, b, N, C);
 }
 
-// The same two kernels with the block's rows and the weight and bias staged in shared memory
-// (dynamic_smem: w, b, then one row of C per warp, all in T): each row is read from global
-// memory once, the weight and bias once per block, where the kernels above read the row three
-// times and the weight and bias once per row. The arithmetic is theirs, value for value (a
-// staged element is the element itself), so they compute the same bits. The launcher takes
-// them when (2 + warps) C elements of T fit the block's 48 KiB (layernorm_rows_in_smem).
-template <typename T>
-__device__ __forceinline__ void stage_weight_bias(T* sw, T* sb, const T* w, const T* b, int C) {
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    sw[c] = w[c];
-    sb[c] = b[c];
+// The same kernel with the block's rows and the weight and bias staged in shared memory
+// (dynamic_smem: the rows' mean and rstd in kStatBytes, then w, b and one row of C per warp,
+// all in T): each row is read from global memory once, the weight and bias once per block,
+// where the kernel above reads the row three times and the weight and bias once per row, and
+// the block's means and rstds leave in one access each, not a sector per row. The arithmetic is
+// the plain kernel's, value for value (a staged element is the element itself), so they compute
+// the same bits. The launcher takes it when a block's rows fit (layernorm.cu's staged_warps).
+constexpr int kMaxStagedWarps = 16;
+constexpr size_t kStatBytes = 2 * kMaxStagedWarps * sizeof(float);
+template <typename T, int V>
+__device__ __forceinline__ void layernorm_rows_staged(T* res, T* out, float* mean, float* rstd,
+                                                      const T* a, const T* bb, const T* w,
+                                                      const T* b, int N, int C) {
+  float* stat = dynamic_smem<float>();
+  T* sw = reinterpret_cast<T*>(dynamic_smem<unsigned char>() + kStatBytes);
+  T* sb = sw + C;
+  for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+    store_run<V>(sw + c, load_run<V>(w + c));
+    store_run<V>(sb + c, load_run<V>(b + c));
   }
   __syncthreads();
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, row0 = blockIdx.x * warps;
+  const int rows = min(warps, N - row0);
+  if (warp < rows) {
+    T* x = sb + C + size_t(warp) * C;
+    const size_t off = size_t(row0 + warp) * C;
+    const float s =
+        lane_sum<V, T>(a + off, bb ? bb + off : nullptr, bb ? res + off : nullptr, x, C);
+    const float2 ms = layernorm_row<V>(out + off, x, sw, sb, s, C);
+    if (threadIdx.x % 32 == 0) {
+      stat[warp] = ms.x;
+      stat[kMaxStagedWarps + warp] = ms.y;
+    }
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < rows) {
+    mean[row0 + threadIdx.x] = stat[threadIdx.x];
+    rstd[row0 + threadIdx.x] = stat[kMaxStagedWarps + threadIdx.x];
+  }
 }
-
-template <typename T>
+template <typename T, int V>
 __global__ void layernorm_forward_smem_kernel(T* out, float* mean, float* rstd, const T* inp,
                                               const T* w, const T* b, int N, int C) {
-  T* sw = dynamic_smem<T>();
-  T* sb = sw + C;
-  stage_weight_bias(sw, sb, w, b, C);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int row = blockIdx.x * (blockDim.x / 32) + warp;
-  if (row >= N) return;
-  T* x = sb + C + size_t(warp) * C;
-  const T* g = inp + size_t(row) * C;
-  float s = 0;
-  for (int c = lane; c < C; c += 32) {
-    const T e = g[c];
-    x[c] = e;
-    s += ld(e);
-  }
-  layernorm_row(out + size_t(row) * C, mean, rstd, x, sw, sb, s, row, C);
+  layernorm_rows_staged<T, V>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C);
 }
-
-template <typename T>
+template <typename T, int V>
 __global__ void residual_layernorm_forward_smem_kernel(T* res, T* out, float* mean, float* rstd,
                                                        const T* a, const T* bb, const T* w,
                                                        const T* b, int N, int C) {
-  T* sw = dynamic_smem<T>();
-  T* sb = sw + C;
-  stage_weight_bias(sw, sb, w, b, C);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int row = blockIdx.x * (blockDim.x / 32) + warp;
-  if (row >= N) return;
-  T* x = sb + C + size_t(warp) * C;
-  const size_t off = size_t(row) * C;
-  float s = 0;
-  for (int c = lane; c < C; c += 32) {
-    const T r = st<T>(ld(a[off + c]) + ld(bb[off + c]));
-    res[off + c] = r;
-    x[c] = r;
-    s += ld(r);
+  layernorm_rows_staged<T, V>(res, out, mean, rstd, a, bb, w, b, N, C);
+}
+
+// dinp += ... of one row whose dout and inp lie at d and x (global memory, or the row staged in
+// shared memory by the lanes that read it back), the lane's sums first: dnorm and dnorm * norm
+// over the lane's runs. With sd and sx (the fused kernel), each run of dout and inp read from
+// global memory is also staged there for the dw/db sums.
+template <int V, typename T>
+__device__ __forceinline__ void layernorm_backward_row(T* dinp, const T* d, const T* x, T* sd,
+                                                       T* sx, const T* w, float m, float s, int C) {
+  float a = 0, bsum = 0;
+  for (int c = run_start() * V; c < C; c += 32 * V) {
+    const Run<T, V> dr = load_run<V>(d + c), xr = load_run<V>(x + c), wr = load_run<V>(w + c);
+    if (sd) {
+      store_run<V>(sd + c, dr);
+      store_run<V>(sx + c, xr);
+    }
+    for (int j = 0; j < V; j++) {
+      const float norm = (ld(xr.v[j]) - m) * s;
+      const float dnorm = ld(wr.v[j]) * ld(dr.v[j]);
+      a += dnorm;
+      bsum += dnorm * norm;
+    }
   }
-  layernorm_row(out + off, mean, rstd, x, sw, sb, s, row, C);
+  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
+  if (sd) {  // read back what this lane staged
+    d = sd;
+    x = sx;
+  }
+  for (int c = run_start() * V; c < C; c += 32 * V) {
+    const Run<T, V> dr = load_run<V>(d + c), xr = load_run<V>(x + c), wr = load_run<V>(w + c);
+    Run<T, V> di = load_run<V>(dinp + c);
+    for (int j = 0; j < V; j++) {
+      const float norm = (ld(xr.v[j]) - m) * s;
+      const float dnorm = ld(wr.v[j]) * ld(dr.v[j]);
+      di.v[j] = st<T>(ld(di.v[j]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+    }
+    store_run<V>(dinp + c, di);
+  }
 }
 
 // dinp += ..., one warp per row.
-template <typename T>
+template <typename T, int V>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w,
                                                const float* mean, const float* rstd, int N, int C) {
-  const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;
   const size_t off = size_t(row) * C;
-  const float m = mean[row], s = rstd[row];
-  float a = 0, bsum = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (ld(inp[off + c]) - m) * s;
-    const float dnorm = ld(w[c]) * ld(dout[off + c]);
-    a += dnorm;
-    bsum += dnorm * norm;
-  }
-  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (ld(inp[off + c]) - m) * s;
-    const float dnorm = ld(w[c]) * ld(dout[off + c]);
-    dinp[off + c] = st<T>(ld(dinp[off + c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
-  }
+  layernorm_backward_row<V>(dinp + off, dout + off, inp + off, static_cast<T*>(nullptr),
+                            static_cast<T*>(nullptr), w, mean[row], rstd[row], C);
 }
 
 // grid = (ceil(C / blockDim.x), chunks); partial[chunk][c] over the chunk's `rows` rows.
@@ -181,41 +253,13 @@ __global__ void layernorm_backward_partial_kernel(float* pdw, float* pdb, const 
   pdb[size_t(chunk) * C + c] = sb;
 }
 
-// The fused backward's row: one warp stages dout and inp of `row` (sd, sx) while summing
-// dnorm and dnorm * norm, then writes dinp from the staged copy. Each lane rereads only the
-// elements it staged itself, so the row needs no synchronisation; ms = {mean, rstd} of the row.
-template <typename T>
-__device__ __forceinline__ void layernorm_backward_row(T* dinp, T* sd, T* sx, const float* ms,
-                                                       const T* dout, const T* inp, const T* sw,
-                                                       int row, int C) {
-  const int lane = threadIdx.x % 32;
-  const size_t off = size_t(row) * C;
-  const float m = ms[0], s = ms[1];
-  float a = 0, bsum = 0;
-  for (int c = lane; c < C; c += 32) {
-    const T d = dout[off + c], x = inp[off + c];
-    sd[c] = d;
-    sx[c] = x;
-    const float norm = (ld(x) - m) * s;
-    const float dnorm = ld(sw[c]) * ld(d);
-    a += dnorm;
-    bsum += dnorm * norm;
-  }
-  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (ld(sx[c]) - m) * s;
-    const float dnorm = ld(sw[c]) * ld(sd[c]);
-    dinp[off + c] = st<T>(ld(dinp[off + c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
-  }
-}
-
 // grid = chunks of `rows` rows, blockDim.x = 32 * warps; pdw and pdb are (chunks, C) fp32.
 // dynamic_smem (the launcher's backward_smem): the chunk's dw and db sums (C fp32 each), mean and
-// rstd of the round's rows (2 fp32 per warp), the weight (C of T), a row of dout and of inp per
-// warp (2 C of T each). Each round a warp per row writes dinp; then each thread adds its
-// channels over the round's staged rows in row order: the partial kernel's sums, bit for bit,
-// with dout and inp read once.
-template <typename T>
+// rstd of the round's rows (4 fp32 per warp, 2 used: what follows stays 16-byte aligned), the
+// weight (C of T), a row of dout and of inp per warp (2 C of T each). Each round a warp per row
+// writes dinp; then each thread adds its channels over the round's staged rows in row order:
+// the partial kernel's sums, bit for bit, with dout and inp read once.
+template <typename T, int V>
 __global__ void layernorm_backward_fused_kernel(T* dinp, float* pdw, float* pdb, const T* dout,
                                                 const T* inp, const T* w, const float* mean,
                                                 const float* rstd, int N, int C, int rows) {
@@ -223,10 +267,11 @@ __global__ void layernorm_backward_fused_kernel(T* dinp, float* pdw, float* pdb,
   float* aw = dynamic_smem<float>();
   float* ab = aw + C;
   float* stat = ab + C;
-  T* sw = reinterpret_cast<T*>(stat + 2 * warps);
+  T* sw = reinterpret_cast<T*>(stat + 4 * warps);
   T* sd = sw + C + size_t(warp) * 2 * C;
+  for (int c = threadIdx.x * V; c < C; c += blockDim.x * V)
+    store_run<V>(sw + c, load_run<V>(w + c));
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    sw[c] = w[c];
     aw[c] = 0;
     ab[c] = 0;
   }
@@ -240,7 +285,9 @@ __global__ void layernorm_backward_fused_kernel(T* dinp, float* pdw, float* pdb,
     }
     __syncthreads();
     if (warp < n) {
-      layernorm_backward_row(dinp, sd, sd + C, stat + 2 * warp, dout, inp, sw, base + warp, C);
+      const size_t off = size_t(base + warp) * C;
+      layernorm_backward_row<V>(dinp + off, dout + off, inp + off, sd, sd + C, sw, stat[2 * warp],
+                                stat[2 * warp + 1], C);
     }
     __syncthreads();
     for (int c = threadIdx.x; c < C; c += blockDim.x) {

@@ -51,6 +51,8 @@ struct MemRow {
   std::vector<std::string> kernels;
   double min_bytes = 0;  // at the emulator's call
   uint64_t requested = 0, unique = 0, sector_bytes = 0;
+  uint64_t accesses = 0;  // warp-wide (traffic.h)
+  double bytes_per_access() const { return accesses ? double(requested) / accesses : 0; }
   double ratio() const { return double(sector_bytes) / min_bytes; }
   double unique_ratio() const { return double(unique) / min_bytes; }
   // The step at GPT-2 124M: its calls, their launches, their minimum bytes summed.

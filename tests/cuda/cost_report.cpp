@@ -127,17 +127,17 @@ void memory_table(std::ostringstream& md, std::ostringstream& csv, std::vector<M
             [](const MemRow& a, const MemRow& b) { return a.step_bytes() > b.step_bytes(); });
   md << "| op | kernels | measured at B x T | launches | minimum MB | modelled MB | sectors / min "
         "| "
-        "unique / min | requested / min | us at "
-     << dev.name << " |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+        "unique / min | requested / min | bytes / warp access | us at "
+     << dev.name << " |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const MemRow& r : mem) {
     const double t = us(r.step_bytes() / dev.bytes_per_s);
     md << "| " << r.name << " | " << kernel_list(r) << " | " << r.measured_at << " | " << r.launches
        << " | " << mb(r.step_min) << " | " << mb(r.step_bytes()) << " | " << fmt("%.2f", r.ratio())
        << " | " << fmt("%.2f", r.unique_ratio()) << " | " << fmt("%.2f", r.requested / r.min_bytes)
-       << " | " << fmt("%.1f", t) << " |\n";
+       << " | " << fmt("%.0f", r.bytes_per_access()) << " | " << fmt("%.1f", t) << " |\n";
     csv << "memory," << r.name << "," << r.calls << "," << r.launches << ",0," << r.step_min << ","
         << r.step_bytes() << "," << fmt("%.4f", r.ratio()) << "," << fmt("%.4f", r.unique_ratio())
-        << "," << fmt("%.2f", t) << "\n";
+        << "," << fmt("%.2f", t) << "," << fmt("%.1f", r.bytes_per_access()) << "\n";
   }
 }
 
@@ -152,12 +152,13 @@ void gemm_table(std::ostringstream& md, std::ostringstream& csv, const std::vect
        << mb(g.min_bytes) << " | " << fmt("%.1f", t) << " | " << (compute ? "FLOPs" : "bytes")
        << " |\n";
     csv << "gemm," << g.name << "," << g.count << "," << g.count << "," << g.flops << ","
-        << g.min_bytes << "," << g.min_bytes << ",1,1," << fmt("%.2f", t) << "\n";
+        << g.min_bytes << "," << g.min_bytes << ",1,1," << fmt("%.2f", t) << ",0\n";
   }
 }
 
 // The host's waits and descriptor creations per step (HostCount).
-void host_table(std::ostringstream& md, std::ostringstream& csv, const std::vector<HostCount>& host) {
+void host_table(std::ostringstream& md, std::ostringstream& csv,
+                const std::vector<HostCount>& host) {
   md << "\n## The host per step\n\nCalls that cost the host time without queueing work, in an "
         "emulated step after the first (a wait counts where it found queued work; \"nothing "
         "left\": the device had finished). The step reads its loss with a queued copy "
@@ -168,7 +169,7 @@ void host_table(std::ostringstream& md, std::ostringstream& csv, const std::vect
   for (const HostCount& h : host) {
     md << "| " << h.call << " | " << h.host_decided << " | " << h.device_decided << " |\n";
     csv << "host," << h.call << "," << h.host_decided << "," << h.device_decided
-        << ",0,0,0,0,0,0\n";
+        << ",0,0,0,0,0,0,0\n";
   }
 }
 
@@ -181,7 +182,7 @@ std::string write_report(const std::string& dir, const Dims& emu, const std::vec
   const Dims d = gpt2_124m();
   std::ostringstream md, csv;
   csv << "section,name,calls,launches,flops,min_bytes,model_bytes,ratio,unique_ratio,predicted_"
-         "us\n";
+         "us,bytes_per_access\n";
   md << "# Cost model: one bf16 training step of GPT-2 124M (B " << d.B << " x T " << d.T << ")\n\n"
      << "Written by `make cost-model` (tests/cuda/cost_model_checked.cpp; docs/gpu.md, \"The cost "
         "model\"). Predicted times at "
@@ -190,7 +191,9 @@ std::string write_report(const std::string& dir, const Dims& emu, const std::vec
      << "## Memory-bound kernels\n\nMeasured under the emulator at C " << emu.C() << ", NH "
      << emu.NH() << ", V " << emu.V() << " and the B x T of each row (traffic per minimum "
      << "byte carries over; bytes scale with the op's minimum at 124M). Modelled = 32-byte "
-        "sectors of the warps' accesses, nothing cached.\n\n";
+        "sectors of the warps' accesses, nothing cached. Bytes / warp access: the bytes the "
+        "threads ask for "
+        "per warp-wide memory instruction (512 for 16-byte accesses, 64 for 2-byte ones).\n\n";
   memory_table(md, csv, mem, dev);
   md << "\n## GEMMs (cuBLASLt, analytic)\n\n";
   gemm_table(md, csv, gemms, dev);
@@ -204,7 +207,7 @@ std::string write_report(const std::string& dir, const Dims& emu, const std::vec
   uint64_t total = 0;
   for (const LaunchCount& l : launches) {
     md << "| " << l.kind << " | " << l.at_1 << " | " << l.at_2 << " | " << l.at(d.L()) << " |\n";
-    csv << "launches," << l.kind << "," << l.at(d.L()) << "," << l.at(d.L()) << ",0,0,0,0,0,0\n";
+    csv << "launches," << l.kind << "," << l.at(d.L()) << "," << l.at(d.L()) << ",0,0,0,0,0,0,0\n";
     total += l.at(d.L());
   }
   host_table(md, csv, host);

@@ -571,6 +571,75 @@ TEST_CASE("layernorm forward, fused residual + layernorm, backward vs the CPU") 
   }
 }
 
+// The staged (shared-memory) layernorm kernels and the plain ones the launcher takes for rows
+// too wide to stage compute the same bits, with one element per lane step (V 1) and with 16-byte
+// runs (V a pack); the two orders of the sums agree within rounding.
+template <typename E, int V>
+void layernorm_kernels(int N, int Cn, const Buf<E>& x, const Buf<E>& a, const Buf<E>& w,
+                       const Buf<E>& b, const Buf<E>& dout, Buf<E>* out, Buf<E>* dinp) {
+  const size_t n = size_t(N) * Cn, smem = 128 + size_t(2 + 4) * Cn * sizeof(E);
+  Buf<E> out2(n), res(n), res2(n), dinp2(n);
+  Buf<float> mean(N), rstd(N), mean2(N), rstd2(N), pdw(Cn), pdb(Cn);
+  const unsigned blocks = unsigned((N + 3) / 4);
+  emu::launch(dim3(blocks), dim3(128), smem, nullptr, &gpu::layernorm_forward_smem_kernel<E, V>,
+              out->p, mean.p, rstd.p, static_cast<const E*>(x.p), static_cast<const E*>(w.p),
+              static_cast<const E*>(b.p), N, Cn);
+  emu::launch(dim3(blocks), 128, &gpu::layernorm_forward_kernel<E, V>, out2.p, mean2.p, rstd2.p,
+              static_cast<const E*>(x.p), static_cast<const E*>(w.p), static_cast<const E*>(b.p), N,
+              Cn);
+  wait_device();
+  CHECK(bit_diffs(out->p, out2.p, n) == 0);
+  CHECK(bit_diffs(mean.p, mean2.p, N) == 0);
+  CHECK(bit_diffs(rstd.p, rstd2.p, N) == 0);
+  emu::launch(dim3(blocks), dim3(128), smem, nullptr,
+              &gpu::residual_layernorm_forward_smem_kernel<E, V>, res.p, out->p, mean.p, rstd.p,
+              static_cast<const E*>(x.p), static_cast<const E*>(a.p), static_cast<const E*>(w.p),
+              static_cast<const E*>(b.p), N, Cn);
+  emu::launch(dim3(blocks), 128, &gpu::residual_layernorm_forward_kernel<E, V>, res2.p, out2.p,
+              mean2.p, rstd2.p, static_cast<const E*>(x.p), static_cast<const E*>(a.p),
+              static_cast<const E*>(w.p), static_cast<const E*>(b.p), N, Cn);
+  wait_device();
+  CHECK(bit_diffs(res.p, res2.p, n) == 0);
+  CHECK(bit_diffs(out->p, out2.p, n) == 0);
+  CHECK(bit_diffs(mean.p, mean2.p, N) == 0);
+  // the backward: the fused kernel (4 warps, one chunk) and the dinp kernel, from zero
+  for (size_t i = 0; i < n; i++) dinp->p[i] = dinp2.p[i] = E{};
+  const size_t bsmem = size_t(Cn) * (8 + sizeof(E)) + 4 * (16 + 2 * size_t(Cn) * sizeof(E));
+  emu::launch(dim3(1), dim3(128), bsmem, nullptr, &gpu::layernorm_backward_fused_kernel<E, V>,
+              dinp->p, pdw.p, pdb.p, static_cast<const E*>(dout.p), static_cast<const E*>(x.p),
+              static_cast<const E*>(w.p), static_cast<const float*>(mean2.p),
+              static_cast<const float*>(rstd2.p), N, Cn, N);
+  emu::launch(dim3(blocks), 128, &gpu::layernorm_backward_dinp_kernel<E, V>, dinp2.p,
+              static_cast<const E*>(dout.p), static_cast<const E*>(x.p), static_cast<const E*>(w.p),
+              static_cast<const float*>(mean2.p), static_cast<const float*>(rstd2.p), N, Cn);
+  wait_device();
+  CHECK(bit_diffs(dinp->p, dinp2.p, n) == 0);
+  check_emu();
+}
+
+TEST_CASE("layernorm: staged and plain kernels bit for bit, 16-byte runs and single elements") {
+  std::mt19937 rng(41);
+  for (const auto& sh : {std::pair{6, 256}, std::pair{9, 40}, std::pair{5, 1040}}) {
+    const int N = sh.first, Cn = sh.second;
+    CAPTURE(N);
+    CAPTURE(Cn);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      const size_t n = size_t(N) * Cn;
+      Buf<E> x(n), a(n), w(Cn), b(Cn), dout(n), out1(n), outv(n), dinp1(n), dinpv(n);
+      fill(x.p, n, rng, 2.f);
+      fill(a.p, n, rng);
+      fill(w.p, Cn, rng);
+      fill(b.p, Cn, rng);
+      fill(dout.p, n, rng);
+      layernorm_kernels<E, 1>(N, Cn, x, a, w, b, dout, &out1, &dinp1);
+      layernorm_kernels<E, gpu::Pack16<E>::N>(N, Cn, x, a, w, b, dout, &outv, &dinpv);
+      CHECK(rel_err(outv.p, out1.p, n) <= tol<E>());
+      CHECK(rel_err(dinpv.p, dinp1.p, n) <= tol<E>());
+    })
+  }
+}
+
 TEST_CASE("bias backward, and the GEMMs (cuBLASLt wrapper and fallback) vs the CPU matmul") {
   std::mt19937 rng(5);
   const int shapes[][3] = {{1, 3, 5}, {13, 20, 37}, {150, 9, 300}};  // N, C, OC

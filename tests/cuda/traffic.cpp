@@ -65,6 +65,7 @@ void finish_block() {
     const uint64_t n =
         uint64_t(std::unique(gr.sectors.begin(), gr.sectors.end()) - gr.sectors.begin());
     (gr.write ? g.t.write_sectors : g.t.read_sectors) += n;
+    (gr.write ? g.t.write_accesses : g.t.read_accesses)++;
   }
   g.runs.clear();
   g.group_of.clear();

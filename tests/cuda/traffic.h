@@ -20,6 +20,9 @@
 //                    lane's access to unvisited bytes of an aligned 16-byte chunk among the
 //                    last four it touched, in the same direction from another site than the
 //                    chunk's last access, continues it.
+//   warp accesses    the warp-wide accesses themselves: the memory instructions the warps
+//                    issue, which a kernel of scalar 2-byte accesses needs 8 times as many of
+//                    as one of 16-byte packs for the same bytes.
 // Limits: code whose lanes reach one site a different number of times before it in
 // unstructured ways (data-dependent branches inside a loop) is grouped by count, not by the
 // GPU's reconvergence; two scalar loads of neighbouring elements from two sites count as one
@@ -42,9 +45,11 @@ struct LaunchTraffic {
   uint64_t read_bytes = 0, write_bytes = 0;  // requested
   uint64_t unique_read = 0, unique_written = 0;
   uint64_t read_sectors = 0, write_sectors = 0;
+  uint64_t read_accesses = 0, write_accesses = 0;  // warp-wide: a warp's memory instructions
   uint64_t bytes() const { return read_bytes + write_bytes; }
   uint64_t unique() const { return unique_read + unique_written; }
   uint64_t sector_bytes() const { return 32 * (read_sectors + write_sectors); }
+  uint64_t accesses() const { return read_accesses + write_accesses; }
 };
 
 // Counting on or off (off at start). The launches counted wait until take().

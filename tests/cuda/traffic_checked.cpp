@@ -3,7 +3,8 @@
 // lane every 32 bytes 32 sectors, one address read by every lane 1, a warp of 8 lanes 1; a
 // 16-byte pack per lane (split by GCC into its elements) 16 sectors per warp, as nvcc's one
 // 16-byte access would; a lane re-reading the same element in a loop counts each read; unique
-// bytes count each byte once. tests/cuda/cost_model_checked.cpp measures the real kernels.
+// bytes count each byte once; a warp-wide access (a memory instruction of the warp) counts once
+// whatever it spans. tests/cuda/cost_model_checked.cpp measures the real kernels.
 #include "checked_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <vector>
@@ -61,6 +62,8 @@ TEST_CASE("traffic: sectors of coalesced, strided, broadcast and ragged warp acc
     CHECK(t.write_sectors == uint64_t(c.threads == 64 ? 8 : 5));
     CHECK(t.unique_read == c.unique_read);
     CHECK(t.unique_written == uint64_t(4 * c.threads));
+    CHECK(t.read_accesses == 2);  // a warp-wide access per warp, however many sectors it spans
+    CHECK(t.write_accesses == 2);
   }
 }
 
@@ -70,10 +73,13 @@ TEST_CASE("traffic: a 16-byte pack per lane is one access; a re-read in a loop c
   CHECK(p.read_bytes == 1024);
   CHECK(p.read_sectors == 2 * 16);  // 512 bytes a warp
   CHECK(p.write_sectors == 2 * 16);
+  CHECK(p.read_accesses == 2);  // one 16-byte access per lane: one instruction per warp
+  CHECK(p.write_accesses == 2);
   const auto r = one_launch([&] { gpu::launch(reread_kernel, 1, 32, 0, nullptr, out.p, in.p, 3); });
   CHECK(r.read_sectors == 3 * 4);  // one warp, 128 bytes, read three times
   CHECK(r.unique_read == 128);
   CHECK(r.write_sectors == 4);
+  CHECK(r.read_accesses == 3);
 }
 
 }  // namespace
