@@ -41,53 +41,58 @@ __device__ __forceinline__ size_t head_to_row_index(size_t i, int T_, int NH, in
   return (size_t(b) * T_ + t) * rows * NH * hs + size_t(h) * hs + d;
 }
 
-// q, k, v (B,NH,T,hs) from qkv (B,T,3,NH,hs); one thread per element of q.
-template <typename T>
+// The permutes move runs of V elements (common.cuh's Run) a thread: V a 16-byte pack's count
+// where hs is a whole number of packs and the tensors are aligned (a run then stays inside one
+// head's row on both sides), else 1; i counts runs, i * V is the first element's index in
+// (B,NH,T,hs). Copies, so the values are the same either way.
+
+// q, k, v (B,NH,T,hs) from qkv (B,T,3,NH,hs).
+template <typename T, int V>
 __global__ void attention_permute_kernel(T* q, T* k, T* v, const T* qkv, int B, int T_, int NH,
                                          int hs) {
-  const size_t n = size_t(B) * NH * T_ * hs;
+  const size_t n = size_t(B) * NH * T_ * hs / V;
   const int C = NH * hs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const size_t src = head_to_row_index(i, T_, NH, hs, 3);
-    q[i] = qkv[src];
-    k[i] = qkv[src + C];
-    v[i] = qkv[src + 2 * C];
+    const size_t e = i * V, src = head_to_row_index(e, T_, NH, hs, 3);
+    store_run<V>(q + e, load_run<V>(qkv + src));
+    store_run<V>(k + e, load_run<V>(qkv + src + C));
+    store_run<V>(v + e, load_run<V>(qkv + src + 2 * C));
   }
 }
 
-// out (B,T,NH,hs) = y (B,NH,T,hs); one thread per element.
-template <typename T>
+// out (B,T,NH,hs) = y (B,NH,T,hs).
+template <typename T, int V>
 __global__ void attention_unpermute_kernel(T* out, const T* y, int B, int T_, int NH, int hs) {
-  const size_t n = size_t(B) * NH * T_ * hs;
+  const size_t n = size_t(B) * NH * T_ * hs / V;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    out[head_to_row_index(i, T_, NH, hs, 1)] = y[i];
+    store_run<V>(out + head_to_row_index(i * V, T_, NH, hs, 1), load_run<V>(y + i * V));
   }
 }
 
 // y (B,NH,T,hs) = out (B,T,NH,hs): the inverse of the unpermute (for dout).
-template <typename T>
+template <typename T, int V>
 __global__ void attention_permute_one_kernel(T* y, const T* out, int B, int T_, int NH, int hs) {
-  const size_t n = size_t(B) * NH * T_ * hs;
+  const size_t n = size_t(B) * NH * T_ * hs / V;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    y[i] = out[head_to_row_index(i, T_, NH, hs, 1)];
+    store_run<V>(y + i * V, load_run<V>(out + head_to_row_index(i * V, T_, NH, hs, 1)));
   }
 }
 
 // dqkv (B,T,3,NH,hs) from dq, dk, dv (B,NH,T,hs): the inverse of the permute.
-template <typename T>
+template <typename T, int V>
 __global__ void attention_unpermute_qkv_kernel(T* dqkv, const T* dq, const T* dk, const T* dv,
                                                int B, int T_, int NH, int hs) {
-  const size_t n = size_t(B) * NH * T_ * hs;
+  const size_t n = size_t(B) * NH * T_ * hs / V;
   const int C = NH * hs;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const size_t dst = head_to_row_index(i, T_, NH, hs, 3);
-    dqkv[dst] = dq[i];
-    dqkv[dst + C] = dk[i];
-    dqkv[dst + 2 * C] = dv[i];
+    const size_t e = i * V, dst = head_to_row_index(e, T_, NH, hs, 3);
+    store_run<V>(dqkv + dst, load_run<V>(dq + e));
+    store_run<V>(dqkv + dst + C, load_run<V>(dk + e));
+    store_run<V>(dqkv + dst + 2 * C, load_run<V>(dv + e));
   }
 }
 

@@ -78,6 +78,29 @@ template <typename T>
 __device__ __forceinline__ void store16(T* p, const Pack16<T>& x) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
 }
+// V consecutive elements of T accessed as one: a 16-byte vector access where V is a pack's
+// count (Pack16<T>::N; the address then 16-byte aligned), a plain one where V is 1, so that a
+// kernel templated on V is its scalar and its vector form at once.
+template <typename T, int V>
+struct alignas(V == 1 ? alignof(T) : 16) Run {
+  T v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ Run<T, V> load_run(const T* p) {
+  Run<T, V> r;
+  if constexpr (V == 1)
+    r.v[0] = *p;
+  else
+    *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_run(T* p, const Run<T, V>& r) {
+  if constexpr (V == 1)
+    *p = r.v[0];
+  else
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
+}
 // Whether all pointers are 16-byte aligned and n is a whole number of packs.
 template <typename T>
 inline bool can_pack16(size_t n, std::initializer_list<const void*> ptrs) {

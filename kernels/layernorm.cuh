@@ -28,32 +28,12 @@ inline int rows_per_chunk(int N) {
 }
 
 // A lane's elements of a row, in the order its sums take them: runs of V consecutive elements
-// starting at lane * V, then 32 V further on. V is 1 (elements lane, lane + 32, ...) or a
-// 16-byte pack's count (Pack16<T>::N), one vector access per run, where the launcher finds C
-// a whole number of packs and the pointers aligned (can_pack16): a warp then moves 512 bytes
-// per access instead of 64 (bf16), a quarter or an eighth of the memory instructions. Every
-// kernel of a launch takes the same V, so the staged and the plain kernels sum the same
-// elements in the same order, to the same bits.
-template <typename T, int V>
-struct alignas(V == 1 ? alignof(T) : 16) Run {
-  T v[V];
-};
-template <int V, typename T>
-__device__ __forceinline__ Run<T, V> load_run(const T* p) {
-  Run<T, V> r;
-  if constexpr (V == 1)
-    r.v[0] = *p;
-  else
-    *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
-  return r;
-}
-template <int V, typename T>
-__device__ __forceinline__ void store_run(T* p, const Run<T, V>& r) {
-  if constexpr (V == 1)
-    *p = r.v[0];
-  else
-    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
-}
+// (common.cuh's Run) starting at lane * V, then 32 V further on. V is 1 (elements lane, lane +
+// 32, ...) or a 16-byte pack's count (Pack16<T>::N), one vector access per run, where the
+// launcher finds C a whole number of packs and the pointers aligned (can_pack16): a warp then
+// moves 512 bytes per access instead of 64 (bf16), a quarter or an eighth of the memory
+// instructions. Every kernel of a launch takes the same V, so the staged and the plain kernels
+// sum the same elements in the same order, to the same bits.
 __device__ __forceinline__ int run_start() { return int(threadIdx.x % 32); }
 
 // Mean, rstd and out of one row x whose lane sums s the caller took (each lane reads back only

@@ -18,18 +18,38 @@ namespace tg::gpu {
 // outgrow the grid's y dimension (at most 4096 chunks).
 inline int bias_rows_per_chunk(int N) { return N <= 64 * 4096 ? 64 : (N + 4095) / 4096; }
 
-// grid = (ceil(OC / blockDim.x), chunks); partial (chunks, OC) fp32.
-template <typename T>
+// grid = (ceil(OC / (V kBiasThreads)), chunks), kBiasThreads threads; partial (chunks, OC)
+// fp32. A thread sums V adjacent columns (common.cuh's Run: a 16-byte read of each row where OC
+// is a whole number of packs and dout is aligned, else V 1), each column over the chunk's rows
+// in row order: the same sums whatever V is. With V > 1 the block's sums leave through shared
+// memory in 16-byte runs of consecutive columns (a lane's own V sums, written directly, would
+// put 32 or 16 bytes between the lanes of each store: 2 to 8 times the sectors).
+constexpr int kBiasThreads = 256;
+template <typename T, int V>
 __global__ void bias_backward_partial_kernel(float* partial, const T* dout, int N, int OC,
                                              int rows) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= OC) return;
+  const int j0 = blockIdx.x * kBiasThreads * V, j = j0 + int(threadIdx.x) * V;
   const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-  float s = 0;
-  for (int r = r0; r < r1; r++) s += ld(dout[size_t(r) * OC + j]);
-  partial[size_t(blockIdx.y) * OC + j] = s;
+  float s[V] = {};
+  if (j < OC)
+    for (int r = r0; r < r1; r++) {
+      const Run<T, V> d = load_run<V>(dout + size_t(r) * OC + j);
+      for (int k = 0; k < V; k++) s[k] += ld(d.v[k]);
+    }
+  float* out = partial + size_t(blockIdx.y) * OC + j0;
+  if constexpr (V == 1) {
+    if (j < OC) out[threadIdx.x] = s[0];
+  } else {
+    __shared__ __align__(16) float sums[kBiasThreads * V];
+    for (int k = 0; k < V; k++) sums[threadIdx.x * V + k] = s[k];
+    __syncthreads();
+    const int n = min(kBiasThreads * V, OC - j0);  // a whole number of packs, so of 4 floats
+    for (int i = threadIdx.x * 4; i < n; i += kBiasThreads * 4)
+      store_run<4>(out + i, load_run<4>(sums + i));
+  }
 }
 
+// dbias += the chunks' partials, each column's in chunk order, rounded once.
 template <typename T>
 __global__ void bias_backward_final_kernel(T* dbias, const float* partial, int chunks, int OC) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;

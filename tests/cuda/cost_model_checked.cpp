@@ -465,16 +465,21 @@ TEST_CASE(
 }
 
 // The rows whose kernels read and write 16-byte packs where the shapes allow (they do at the
-// emulator's C 128 and at GPT-2's C 768): a warp-wide access of theirs asks for 200 bytes or
-// more on average (512 a pure 16-byte access; the fp32 partial sums, the row statistics and
-// the scalar tails bring it down), where 2-byte scalar accesses ask for 64.
+// emulator's C 128, head size 64, and at GPT-2's C 768): a warp-wide access of theirs asks for 200
+// bytes or more on average (512 a pure 16-byte access; the fp32 partial sums, the row statistics
+// and the scalar tails bring it down), where 2-byte scalar accesses ask for 64.
 const char* const kPackedRows[] = {"adamw",
                                    "classifier",
                                    "gelu_forward",
                                    "gelu_backward",
                                    "layernorm_forward",
                                    "residual_layernorm_forward",
-                                   "layernorm_backward"};
+                                   "layernorm_backward",
+                                   "attention_permute",
+                                   "attention_permute_one",
+                                   "attention_unpermute",
+                                   "attention_unpermute_qkv",
+                                   "bias_backward"};
 
 TEST_CASE(
     "cost model: the 16-byte kernels issue a quarter of the memory instructions of 2-byte ones") {

@@ -640,6 +640,30 @@ TEST_CASE("layernorm: staged and plain kernels bit for bit, 16-byte runs and sin
   }
 }
 
+TEST_CASE("bias backward's partial sums: a 16-byte run of columns a thread, the same bits") {
+  std::mt19937 rng(42);
+  const int N = 150, rows = 64, chunks = 3;
+  for (const int OC : {40, 2080}) {  // 2080: more than one block of columns
+    CAPTURE(OC);
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      constexpr int V = gpu::Pack16<E>::N, kT = gpu::kBiasThreads;
+      Buf<E> dout(size_t(N) * OC);
+      Buf<float> p1(size_t(chunks) * OC), pv(size_t(chunks) * OC);
+      fill(dout.p, dout.n, rng);
+      emu::launch(dim3(unsigned((OC + kT - 1) / kT), chunks), kT,
+                  &gpu::bias_backward_partial_kernel<E, 1>, p1.p, static_cast<const E*>(dout.p), N,
+                  OC, rows);
+      emu::launch(dim3(unsigned((OC / V + kT - 1) / kT), chunks), kT,
+                  &gpu::bias_backward_partial_kernel<E, V>, pv.p, static_cast<const E*>(dout.p), N,
+                  OC, rows);
+      wait_device();
+      CHECK(bit_diffs(p1.p, pv.p, p1.n) == 0);
+      check_emu();
+    })
+  }
+}
+
 TEST_CASE("bias backward, and the GEMMs (cuBLASLt wrapper and fallback) vs the CPU matmul") {
   std::mt19937 rng(5);
   const int shapes[][3] = {{1, 3, 5}, {13, 20, 37}, {150, 9, 300}};  // N, C, OC
@@ -892,45 +916,55 @@ TEST_CASE("attention softmax: rows staged in shared memory or not, bit-identical
   })
 }
 
-TEST_CASE("attention permutes: bit-exact round trips") {
-  std::mt19937 rng(7);
+// The permutes with runs of V elements a thread (kernels/attention.cuh): q, k, v from qkv
+// checked element by element, then the round trips back, bit for bit.
+template <typename E, int V>
+void permute_round_trips(std::mt19937& rng, int hs) {
   const gpu::Ctx c = make_ctx();
-  const int B = 2, T = 11, NH = 3, hs = 5, Cn = NH * hs;
+  const int B = 2, T = 11, NH = 3, Cn = NH * hs;
   const size_t btc = size_t(B) * T * Cn;
+  const unsigned grid = c.grid(btc / V, kThreads);
+  Buf<E> qkv(3 * btc), q(btc + 1), k(btc + 1), v(btc + 1), back(3 * btc + 1), y(btc + 1),
+      o(btc + 1);
+  fill(qkv.p, qkv.n, rng);
+  emu::launch(dim3(grid), kThreads, &gpu::attention_permute_kernel<E, V>, q.p, k.p, v.p,
+              static_cast<const E*>(qkv.p), B, T, NH, hs);
+  wait_device();
+  size_t bad = 0;  // q[b,h,t,d] = qkv[b,t,0,h,d], likewise k, v
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++)
+        for (int d = 0; d < hs; d++) {
+          const size_t i = ((size_t(b) * NH + h) * T + t) * hs + d;
+          const size_t s = (size_t(b) * T + t) * 3 * Cn + size_t(h) * hs + d;
+          bad += (bits(q[i]) != bits(qkv[s])) + (bits(k[i]) != bits(qkv[s + Cn])) +
+                 (bits(v[i]) != bits(qkv[s + 2 * Cn]));
+        }
+  CHECK(bad == 0);
+  emu::launch(dim3(grid), kThreads, &gpu::attention_unpermute_qkv_kernel<E, V>, back.p,
+              static_cast<const E*>(q.p), static_cast<const E*>(k.p), static_cast<const E*>(v.p), B,
+              T, NH, hs);
+  wait_device();
+  CHECK(bit_diffs(back.p, qkv.p, 3 * btc) == 0);
+  emu::launch(dim3(grid), kThreads, &gpu::attention_permute_one_kernel<E, V>, y.p,
+              static_cast<const E*>(qkv.p), B, T, NH, hs);  // first btc elements as (B,T,C)
+  emu::launch(dim3(grid), kThreads, &gpu::attention_unpermute_kernel<E, V>, o.p,
+              static_cast<const E*>(y.p), B, T, NH, hs);
+  wait_device();
+  CHECK(bit_diffs(o.p, qkv.p, btc) == 0);
+  CHECK(all_poison(q.p + btc, 1));
+  CHECK(all_poison(o.p + btc, 1));
+  CHECK(all_poison(back.p + 3 * btc, 1));
+  check_emu();
+}
+
+TEST_CASE("attention permutes: bit-exact round trips, an element or a 16-byte run a thread") {
+  std::mt19937 rng(7);
   FOR_TYPES({
     CAPTURE(tname<E>());
-    Buf<E> qkv(3 * btc), q(btc + 1), k(btc + 1), v(btc + 1), back(3 * btc + 1), y(btc + 1),
-        o(btc + 1);
-    fill(qkv.p, qkv.n, rng);
-    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_kernel<E>, q.p, k.p,
-                v.p, static_cast<const E*>(qkv.p), B, T, NH, hs);
-    wait_device();
-    size_t bad = 0;  // q[b,h,t,d] = qkv[b,t,0,h,d], likewise k, v
-    for (int b = 0; b < B; b++)
-      for (int h = 0; h < NH; h++)
-        for (int t = 0; t < T; t++)
-          for (int d = 0; d < hs; d++) {
-            const size_t i = ((size_t(b) * NH + h) * T + t) * hs + d;
-            const size_t s = (size_t(b) * T + t) * 3 * Cn + size_t(h) * hs + d;
-            bad += (bits(q[i]) != bits(qkv[s])) + (bits(k[i]) != bits(qkv[s + Cn])) +
-                   (bits(v[i]) != bits(qkv[s + 2 * Cn]));
-          }
-    CHECK(bad == 0);
-    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_qkv_kernel<E>,
-                back.p, static_cast<const E*>(q.p), static_cast<const E*>(k.p),
-                static_cast<const E*>(v.p), B, T, NH, hs);
-    wait_device();
-    CHECK(bit_diffs(back.p, qkv.p, 3 * btc) == 0);
-    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_permute_one_kernel<E>, y.p,
-                static_cast<const E*>(qkv.p), B, T, NH, hs);  // first btc elements as (B,T,C)
-    emu::launch(dim3(c.grid(btc, kThreads)), kThreads, &gpu::attention_unpermute_kernel<E>, o.p,
-                static_cast<const E*>(y.p), B, T, NH, hs);
-    wait_device();
-    CHECK(bit_diffs(o.p, qkv.p, btc) == 0);
-    CHECK(all_poison(q.p + btc, 1));
-    CHECK(all_poison(o.p + btc, 1));
-    CHECK(all_poison(back.p + 3 * btc, 1));
-    check_emu();
+    permute_round_trips<E, 1>(rng, 5);
+    permute_round_trips<E, 1>(rng, 16);
+    permute_round_trips<E, gpu::Pack16<E>::N>(rng, 16);
   })
 }
 

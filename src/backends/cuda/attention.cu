@@ -13,16 +13,29 @@
 #include <type_traits>
 
 #include "cublaslt.h"
-#include "src/backends/attention_blocks.h"
 #include "kernels/attention.cuh"
 #include "kernels/flash_attention.cuh"
 #include "launch.h"
+#include "src/backends/attention_blocks.h"
 
 namespace tg::gpu {
 
 namespace {
 
 constexpr int kThreads = 256;
+
+// Launches a permute (kernels/attention.cuh) of n elements through f(V, grid): V a 16-byte pack's
+// count of E where hs is a whole number of packs and every tensor is aligned, else 1; the grid
+// covers n / V runs.
+template <typename E, typename F>
+void permute_runs(const Ctx& c, int hs, size_t n, std::initializer_list<const void*> ptrs, F&& f) {
+  constexpr int N = Pack16<E>::N;
+  if (hs % N == 0 && can_pack16<E>(n, ptrs))
+    f(std::integral_constant<int, N>{}, c.grid(n / N, kThreads));
+  else
+    f(std::integral_constant<int, 1>{}, c.grid(n, kThreads));
+  TG_LAUNCH_CHECK();
+}
 
 cudaDataType_t cuda_type(DType t) {
   return t == DType::F32 ? CUDA_R_32F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -255,16 +268,18 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   void* S = c.scratch(kScratchS, size_t(BH) * tt * es);
   dispatch("attention_forward", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(attention_permute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
-           B, T, NH, hs);
-    TG_LAUNCH_CHECK();
+    permute_runs<E>(c, hs, btc, {q, k, v, qkv}, [&](auto run, unsigned grid) {
+      launch(attention_permute_kernel<E, decltype(run)::value>, grid, kThreads, 0, c.stream,
+             static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
+             B, T, NH, hs);
+    });
     causal_scores(c, t, S, q, k, T, hs, BH, scale);
     softmax_forward(c, static_cast<E*>(att), static_cast<const E*>(S), BH * T, T);
     causal_rows(c, t, y, att, v, T, hs, BH);
-    launch(attention_unpermute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
-    TG_LAUNCH_CHECK();
+    permute_runs<E>(c, hs, btc, {out, y}, [&](auto run, unsigned grid) {
+      launch(attention_unpermute_kernel<E, decltype(run)::value>, grid, kThreads, 0, c.stream,
+             static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
+    });
   });
 }
 
@@ -285,13 +300,15 @@ void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const voi
   void* dv = c.scratch(kScratchDV, btc * es);
   dispatch("attention_backward", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(attention_permute_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
-           B, T, NH, hs);
-    TG_LAUNCH_CHECK();
-    launch(attention_permute_one_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(dy), static_cast<const E*>(dout), B, T, NH, hs);
-    TG_LAUNCH_CHECK();
+    permute_runs<E>(c, hs, btc, {q, k, v, qkv}, [&](auto run, unsigned grid) {
+      launch(attention_permute_kernel<E, decltype(run)::value>, grid, kThreads, 0, c.stream,
+             static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v), static_cast<const E*>(qkv),
+             B, T, NH, hs);
+    });
+    permute_runs<E>(c, hs, btc, {dy, dout}, [&](auto run, unsigned grid) {
+      launch(attention_permute_one_kernel<E, decltype(run)::value>, grid, kThreads, 0, c.stream,
+             static_cast<E*>(dy), static_cast<const E*>(dout), B, T, NH, hs);
+    });
     // dP = dy v^T;  dv = att^T dy
     causal_scores(c, t, dP, dy, v, T, hs, BH, 1.f);
     causal_cols(c, t, dv, att, dy, T, hs, BH);
@@ -300,10 +317,11 @@ void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const voi
     // dq = dS k;  dk = dS^T q
     causal_rows(c, t, dq, dS, k, T, hs, BH);
     causal_cols(c, t, dk, dS, q, T, hs, BH);
-    launch(attention_unpermute_qkv_kernel<E>, c.grid(btc, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(dqkv), static_cast<const E*>(dq), static_cast<const E*>(dk),
-           static_cast<const E*>(dv), B, T, NH, hs);
-    TG_LAUNCH_CHECK();
+    permute_runs<E>(c, hs, btc, {dqkv, dq, dk, dv}, [&](auto run, unsigned grid) {
+      launch(attention_unpermute_qkv_kernel<E, decltype(run)::value>, grid, kThreads, 0, c.stream,
+             static_cast<E*>(dqkv), static_cast<const E*>(dq), static_cast<const E*>(dk),
+             static_cast<const E*>(dv), B, T, NH, hs);
+    });
   });
 }
 

@@ -89,9 +89,16 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
   float* partial = static_cast<float*>(c.scratch(kScratchPartialA, size_t(chunks) * OC * 4));
   dispatch("bias_backward", t, [&](auto tag) {
     using E = decltype(tag);
-    dim3 grid(unsigned((OC + 255) / 256), unsigned(chunks));
-    launch(bias_backward_partial_kernel<E>, grid, 256, 0, c.stream, partial,
-           static_cast<const E*>(dout), N, OC, rows);
+    const auto partials = [&](auto run) {
+      constexpr int V = decltype(run)::value;
+      const dim3 grid(unsigned((OC / V + kBiasThreads - 1) / kBiasThreads), unsigned(chunks));
+      launch(bias_backward_partial_kernel<E, V>, grid, kBiasThreads, 0, c.stream, partial,
+             static_cast<const E*>(dout), N, OC, rows);
+    };
+    if (can_pack16<E>(size_t(OC), {dout}))  // each row then starts aligned
+      partials(std::integral_constant<int, Pack16<E>::N>{});
+    else
+      partials(std::integral_constant<int, 1>{});
     TG_LAUNCH_CHECK();
     launch(bias_backward_final_kernel<E>, unsigned((OC + 255) / 256), 256, 0, c.stream,
            static_cast<E*>(dbias), partial, chunks, OC);
