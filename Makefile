@@ -327,7 +327,7 @@ FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/
                 src/model/model.cpp src/model/model_plan.cpp src/model/model_params.cpp \
                 src/model/model_grads.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
                 src/io/checkpoint.cpp src/io/model_file.cpp src/io/optim_file.cpp \
-                src/training/run_state.cpp src/io/hf.cpp \
+                src/io/run_state.cpp src/io/hf.cpp \
                 tests/fuzz/fuzz_entries.cpp
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/%.o)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

@@ -55,7 +55,7 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"config", {"base", "numerics"}},
       {"model", {"base", "comm", "numerics", "backends", "config"}},
       {"io", {"base", "numerics", "data", "model"}},
-      {"precision", {"base", "comm", "numerics", "backends", "model", "config", "data"}},
+      {"precision", {"base", "comm", "numerics", "backends", "model", "config", "data", "io"}},
       {"training",
        {"base", "comm", "numerics", "backends", "model", "config", "data", "io", "precision"}},
       {"report",

@@ -24,7 +24,7 @@
 #include "src/precision/precision.h"
 #include "src/training/backend_factory.h"
 #include "src/training/gpu_peak.h"
-#include "src/training/precision_runtime.h"
+#include "src/precision/precision_runtime.h"
 #include "src/training/trainer.h"
 
 namespace tg {

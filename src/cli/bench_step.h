@@ -12,7 +12,7 @@
 #include "src/model/model.h"
 #include "src/model/quant_state.h"
 #include "src/numerics/loss_scaler.h"
-#include "src/training/precision_runtime.h"
+#include "src/precision/precision_runtime.h"
 
 namespace tg {
 

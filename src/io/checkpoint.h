@@ -23,7 +23,7 @@
 //               kind resumes with or without sharding: each rank reads the range it owns
 //               from the files.
 //   state.json  step, run id, config, data-loader position, RNG states, counters, and
-//               the size and FNV-1a checksum of each binary file (src/training/run_state.h);
+//               the size and FNV-1a checksum of each binary file (src/io/run_state.h);
 //               an optimizer file's entry also names its range and its state's formats
 //               ("adam_m", "adam_v", "master"; "moment_block", "moment_scale",
 //               "moment_expand" with fp8 moments), so that every rank learns them from
@@ -122,7 +122,7 @@ std::vector<std::string> list_checkpoints(const std::string& out_dir);
 // The step in a checkpoint directory's name, or -1 when it is not ckpt_<digits>.
 int64_t checkpoint_dir_step(const std::string& dir);
 // A checkpoint's state.json, verified against manifest.json and checked for its format
-// and version (its fields are checked by src/training/run_state.h).
+// and version (its fields are checked by src/io/run_state.h).
 nlohmann::json read_checkpoint_state(const std::string& dir);
 // The model of a checkpoint directory, or of a run directory's latest checkpoint, verified as
 // resume verifies it: state.json under its manifest, model.bin's size and checksum, every

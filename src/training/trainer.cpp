@@ -22,7 +22,7 @@
 #include "src/io/hf.h"
 #include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
-#include "state_telemetry.h"
+#include "src/precision/state_telemetry.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -369,7 +369,7 @@ StepResult Trainer::step() {
       cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
   if (telemetry) record_numerics(r.step, r.scale);
   if (!device_decision_) check_loss(loss, r);
-  // What the state's formats do to this update (src/training/state_telemetry.h).
+  // What the state's formats do to this update (src/precision/state_telemetry.h).
   StateProbe probe;
   if (telemetry) probe = state_probe_before(*model_);
   update(r);

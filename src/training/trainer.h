@@ -11,7 +11,7 @@
 //   }
 //   t.finish();            final evaluation, checkpoint, sample, summary.json
 //
-// What a checkpoint holds besides the tensors is a RunState (src/training/run_state.h); the Trainer
+// What a checkpoint holds besides the tensors is a RunState (src/io/run_state.h); the Trainer
 // fills one to save. Resume is verify, vote, apply: each rank reads and checks its part of a
 // checkpoint without changing anything or calling a collective, the ranks vote, and only a
 // checkpoint every rank accepted is applied (on all of them, together).
@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "precision_runtime.h"
+#include "src/precision/precision_runtime.h"
 #include "progress.h"
 #include "run_lock.h"
-#include "run_state.h"
+#include "src/io/run_state.h"
 #include "src/backends/backend.h"
 #include "src/base/cpu_load.h"
 #include "src/base/fileio.h"

@@ -4,7 +4,7 @@
 // every rank), and the RunState a checkpoint saves.
 #include <cstdio>
 
-#include "moment_resume.h"
+#include "src/precision/moment_resume.h"
 #include "run_dir.h"
 #include "src/base/common.h"
 #include "src/base/test_hooks.h"

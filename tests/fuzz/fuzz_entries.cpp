@@ -16,7 +16,7 @@
 #include "src/data/data.h"
 #include "src/io/checkpoint.h"
 #include "src/io/hf.h"
-#include "src/training/run_state.h"
+#include "src/io/run_state.h"
 
 namespace tgfuzz {
 using json = nlohmann::json;

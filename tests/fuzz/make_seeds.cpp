@@ -17,7 +17,7 @@
 #include "src/numerics/state_format.h"
 #include "src/io/checkpoint.h"
 #include "src/io/hf.h"
-#include "src/training/run_state.h"
+#include "src/io/run_state.h"
 
 using json = nlohmann::json;
 
@@ -88,7 +88,7 @@ void model_seeds() {
   tg::remove_tree(dir);
 }
 
-// A state as the Trainer saves it (src/training/run_state.h), for the seed checkpoint's model.
+// A state as the Trainer saves it (src/io/run_state.h), for the seed checkpoint's model.
 json train_state(int64_t step) {
   tg::RunState st;
   st.run_id = "00112233445566ff";

@@ -15,7 +15,7 @@
 #include "src/io/checkpoint.h"
 #include "src/training/run_dir.h"
 #include "src/training/run_lock.h"
-#include "src/training/run_state.h"
+#include "src/io/run_state.h"
 #include "tests/test_util.h"
 
 using json = nlohmann::json;

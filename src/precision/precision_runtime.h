@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "run_state.h"
+#include "src/io/run_state.h"
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
