@@ -96,9 +96,18 @@ __global__ void attention_unpermute_qkv_kernel(T* dqkv, const T* dq, const T* dk
   }
 }
 
+// The softmax kernels read and write their rows in runs of V elements a lane (common.cuh's Run):
+// run r covers columns [r V, r V + V), lane l takes runs l, l + 32, ..., and its sums take the
+// elements in that order. V is a 16-byte pack's count where T is a whole number of packs and
+// the tensors are aligned (rows then start aligned), else 1 (columns lane, lane + 32, ...). A
+// run that holds column t also holds up to V - 1 columns past it: the row block's end, a
+// multiple of 16 (src/backends/attention_blocks.h), is past them, so the GEMMs wrote them; they
+// are read and left out of every sum. The staged and plain kernels of one V compute the same
+// bits.
+
 // att row (bh, t) = softmax over u <= t of S (already scaled), zeros for u > t.
 // rows = B*NH*T; one warp per row.
-template <typename T>
+template <typename T, int V>
 __global__ void attention_softmax_forward_kernel(T* att, const T* S, int rows, int T_) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -107,22 +116,36 @@ __global__ void attention_softmax_forward_kernel(T* att, const T* S, int rows, i
   const T* s = S + size_t(row) * T_;
   T* a = att + size_t(row) * T_;
   float m = -INFINITY;
-  for (int u = lane; u <= t; u += 32) m = fmaxf(m, ld(s[u]));
+  for (int u0 = lane * V; u0 <= t; u0 += 32 * V) {
+    const Run<T, V> x = load_run<V>(s + u0);
+    for (int j = 0; j < V && u0 + j <= t; j++) m = fmaxf(m, ld(x.v[j]));
+  }
   m = warp_max(m);
   float sum = 0;
-  for (int u = lane; u <= t; u += 32) sum += expf(ld(s[u]) - m);
+  for (int u0 = lane * V; u0 <= t; u0 += 32 * V) {
+    const Run<T, V> x = load_run<V>(s + u0);
+    for (int j = 0; j < V && u0 + j <= t; j++) sum += expf(ld(x.v[j]) - m);
+  }
   sum = warp_sum(sum);
   const float inv = 1.f / sum;
-  for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? expf(ld(s[u]) - m) * inv : 0.f);
+  for (int u0 = lane * V; u0 < T_; u0 += 32 * V) {
+    Run<T, V> out;
+    if (u0 <= t) {
+      const Run<T, V> x = load_run<V>(s + u0);
+      for (int j = 0; j < V; j++) out.v[j] = st<T>(u0 + j <= t ? expf(ld(x.v[j]) - m) * inv : 0.f);
+    } else {
+      for (int j = 0; j < V; j++) out.v[j] = st<T>(0.f);
+    }
+    store_run<V>(a + u0, out);
+  }
 }
 
 // attention_softmax_forward_kernel's att, each score read from global memory once: the warp's
-// lanes copy their scores (u = lane + 32 j <= t), widened to fp32, into the warp's T floats of
-// dynamic shared memory as they take the max, replace each by exp(s - m) as they sum them (each
-// lane in the order of the three-pass kernel's sum), and write the probabilities from there. A
-// lane reads back only what it staged itself, so no barrier is needed. Shared memory: T floats
-// a warp.
-template <typename T>
+// lanes copy their scores, widened to fp32, into the warp's T floats of dynamic shared memory as
+// they take the max, replace each by exp(s - m) as they sum them (each lane in the order of the
+// three-pass kernel's sum), and write the probabilities from there. A lane reads back only what
+// it staged itself, so no barrier is needed. Shared memory: T floats a warp.
+template <typename T, int V>
 __global__ void attention_softmax_forward_smem_kernel(T* att, const T* S, int rows, int T_) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row = blockIdx.x * (blockDim.x / 32) + warp;
@@ -131,22 +154,29 @@ __global__ void attention_softmax_forward_smem_kernel(T* att, const T* S, int ro
   const T* s = S + size_t(row) * T_;
   float* e = dynamic_smem<float>() + size_t(warp) * T_;
   float m = -INFINITY;
-  for (int u = lane; u <= t; u += 32) {
-    const float x = ld(s[u]);
-    e[u] = x;
-    m = fmaxf(m, x);
+  for (int u0 = lane * V; u0 <= t; u0 += 32 * V) {
+    const Run<T, V> x = load_run<V>(s + u0);
+    for (int j = 0; j < V && u0 + j <= t; j++) {
+      e[u0 + j] = ld(x.v[j]);
+      m = fmaxf(m, e[u0 + j]);
+    }
   }
   m = warp_max(m);
   float sum = 0;
-  for (int u = lane; u <= t; u += 32) {
-    const float x = expf(e[u] - m);
-    e[u] = x;
-    sum += x;
-  }
+  for (int u0 = lane * V; u0 <= t; u0 += 32 * V)
+    for (int j = 0; j < V && u0 + j <= t; j++) {
+      const float x = expf(e[u0 + j] - m);
+      e[u0 + j] = x;
+      sum += x;
+    }
   sum = warp_sum(sum);
   const float inv = 1.f / sum;
   T* a = att + size_t(row) * T_;
-  for (int u = lane; u < T_; u += 32) a[u] = st<T>(u <= t ? e[u] * inv : 0.f);
+  for (int u0 = lane * V; u0 < T_; u0 += 32 * V) {
+    Run<T, V> out;
+    for (int j = 0; j < V; j++) out.v[j] = st<T>(u0 + j <= t ? e[u0 + j] * inv : 0.f);
+    store_run<V>(a + u0, out);
+  }
 }
 
 // The end of row t's columns that the GEMMs after the softmax backward read: the end of its row
@@ -157,7 +187,7 @@ __device__ __forceinline__ int attention_block_end(int t, int T_, int block) {
 
 // dS row = att * (dP - sum_u att dP) * scale for u <= t, zeros for t < u < the end of the
 // row's block (nothing after it is read).
-template <typename T>
+template <typename T, int V>
 __global__ void attention_softmax_backward_kernel(T* dS, const T* dP, const T* att, int rows,
                                                   int T_, int block, float scale) {
   const int lane = threadIdx.x % 32;
@@ -168,10 +198,22 @@ __global__ void attention_softmax_backward_kernel(T* dS, const T* dP, const T* a
   const T* a = att + size_t(row) * T_;
   T* ds = dS + size_t(row) * T_;
   float dot = 0;
-  for (int u = lane; u <= t; u += 32) dot += ld(a[u]) * ld(dp[u]);
+  for (int u0 = lane * V; u0 <= t; u0 += 32 * V) {
+    const Run<T, V> x = load_run<V>(a + u0), y = load_run<V>(dp + u0);
+    for (int j = 0; j < V && u0 + j <= t; j++) dot += ld(x.v[j]) * ld(y.v[j]);
+  }
   dot = warp_sum(dot);
-  for (int u = lane; u < end; u += 32)
-    ds[u] = st<T>(u <= t ? ld(a[u]) * (ld(dp[u]) - dot) * scale : 0.f);
+  for (int u0 = lane * V; u0 < end; u0 += 32 * V) {
+    Run<T, V> out;
+    if (u0 <= t) {
+      const Run<T, V> x = load_run<V>(a + u0), y = load_run<V>(dp + u0);
+      for (int j = 0; j < V; j++)
+        out.v[j] = st<T>(u0 + j <= t ? ld(x.v[j]) * (ld(y.v[j]) - dot) * scale : 0.f);
+    } else {
+      for (int j = 0; j < V; j++) out.v[j] = st<T>(0.f);
+    }
+    store_run<V>(ds + u0, out);
+  }
 }
 
 // attention_softmax_backward_kernel's dS, each dP and att value read from global memory once:
@@ -179,7 +221,7 @@ __global__ void attention_softmax_backward_kernel(T* dS, const T* dP, const T* a
 // warp's dP) into dynamic shared memory as they sum the dot product (each lane in the
 // three-pass kernel's order), then write dS from there. A lane reads back only what it staged
 // itself: no barrier. Shared memory: 2 T sizeof(T) bytes a warp.
-template <typename T>
+template <typename T, int V>
 __global__ void attention_softmax_backward_smem_kernel(T* dS, const T* dP, const T* att, int rows,
                                                        int T_, int block, float scale) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -191,16 +233,20 @@ __global__ void attention_softmax_backward_smem_kernel(T* dS, const T* dP, const
   T* sp = dynamic_smem<T>() + size_t(warp) * T_;
   T* sa = dynamic_smem<T>() + size_t(warps + warp) * T_;
   float dot = 0;
-  for (int u = lane; u <= t; u += 32) {
-    const T x = a[u], y = dp[u];
-    sa[u] = x;
-    sp[u] = y;
-    dot += ld(x) * ld(y);
+  for (int u0 = lane * V; u0 <= t; u0 += 32 * V) {
+    const Run<T, V> x = load_run<V>(a + u0), y = load_run<V>(dp + u0);
+    store_run<V>(sa + u0, x);
+    store_run<V>(sp + u0, y);
+    for (int j = 0; j < V && u0 + j <= t; j++) dot += ld(x.v[j]) * ld(y.v[j]);
   }
   dot = warp_sum(dot);
   T* ds = dS + size_t(row) * T_;
-  for (int u = lane; u < end; u += 32)
-    ds[u] = st<T>(u <= t ? ld(sa[u]) * (ld(sp[u]) - dot) * scale : 0.f);
+  for (int u0 = lane * V; u0 < end; u0 += 32 * V) {
+    Run<T, V> out;
+    for (int j = 0; j < V; j++)
+      out.v[j] = st<T>(u0 + j <= t ? ld(sa[u0 + j]) * (ld(sp[u0 + j]) - dot) * scale : 0.f);
+    store_run<V>(ds + u0, out);
+  }
 }
 
 // One warp per row (b, h, t); lane holds q[lane + 32 j], j < KJ (hs = 32 KJ).

@@ -464,35 +464,33 @@ TEST_CASE(
   }
 }
 
-// The rows whose kernels read and write 16-byte packs where the shapes allow (they do at the
-// emulator's C 128, head size 64, and at GPT-2's C 768): a warp-wide access of theirs asks for 200
-// bytes or more on average (512 a pure 16-byte access; the fp32 partial sums, the row statistics
-// and the scalar tails bring it down), where 2-byte scalar accesses ask for 64.
-const char* const kPackedRows[] = {"adamw",
-                                   "classifier",
-                                   "gelu_forward",
-                                   "gelu_backward",
-                                   "layernorm_forward",
-                                   "residual_layernorm_forward",
-                                   "layernorm_backward",
-                                   "attention_permute",
-                                   "attention_permute_one",
-                                   "attention_unpermute",
-                                   "attention_unpermute_qkv",
-                                   "bias_backward"};
+// Every row's kernels read and write 16-byte packs where the shapes allow (they do at the
+// emulator's C 128, head size 64 and T 256, and at GPT-2's C 768 and T 1024): a warp-wide access
+// asks for 200 bytes or more on average (512 a pure 16-byte access; fp32 partial sums, row
+// statistics, staged rows and scalar tails bring it down), where 2-byte scalar accesses ask
+// for 64; but for the rows named here, with why.
+struct ScalarRow {
+  const char* op;
+  const char* why;
+};
+const ScalarRow kScalarRows[] = {
+    {"encoder_backward",
+     "the wte kernel sums each token's dout rows in the order of the token's positions, a lane a "
+     "channel (bit-exact with the CPU's order); 0.2% of the step's memory-bound time"},
+};
 
 TEST_CASE(
-    "cost model: the 16-byte kernels issue a quarter of the memory instructions of 2-byte ones") {
-  int found = 0;
-  for (const cost::MemRow& m : measured_rows())
-    for (const char* name : kPackedRows) {
-      if (m.name != name) continue;
-      found++;
-      INFO(m.name << ": " << m.requested << " bytes requested in " << m.accesses
-                  << " warp accesses");
+    "cost model: 16-byte accesses, a quarter or less of the memory instructions of 2-byte "
+    "ones, or a named exception") {
+  for (const cost::MemRow& m : measured_rows()) {
+    bool scalar = false;
+    for (const ScalarRow& r : kScalarRows) scalar |= m.name == r.op;
+    INFO(m.name << ": " << m.requested << " bytes requested in " << m.accesses << " warp accesses");
+    if (scalar)
+      CHECK_MESSAGE(m.bytes_per_access() < 200, "16-byte now: remove it from kScalarRows");
+    else
       CHECK(m.bytes_per_access() >= 200);
-    }
-  CHECK(found == int(std::size(kPackedRows)));
+  }
 }
 
 TEST_CASE(

@@ -854,7 +854,8 @@ TEST_CASE("column sums with more than 64 * 4096 rows (chunks of more than 64 row
 
 TEST_CASE("attention forward and backward (batched GEMMs: cuBLASLt and cuBLAS) vs the CPU") {
   std::mt19937 rng(6);
-  const int shapes[][4] = {{1, 5, 8, 2}, {2, 37, 24, 3}, {1, 70, 64, 2}};  // B, T, C, NH
+  // B, T, C, NH; T 72: the softmax kernels' 16-byte runs
+  const int shapes[][4] = {{1, 5, 8, 2}, {2, 37, 24, 3}, {1, 70, 64, 2}, {1, 72, 64, 2}};
   for (const bool fallback : {false, true})
     for (const auto& sh : shapes) {
       CAPTURE(fallback);
@@ -897,23 +898,27 @@ TEST_CASE("attention forward and backward (batched GEMMs: cuBLASLt and cuBLAS) v
 // rows past T 12288 forward and backward in bf16), in the same order: the same bits.
 TEST_CASE("attention softmax: rows staged in shared memory or not, bit-identical") {
   std::mt19937 rng(8);
-  const int B = 2, T = 70, Cn = 64, NH = 2;  // 280 rows; up to 3 scores a lane
-  FOR_TYPES({
-    CAPTURE(tname<E>());
-    const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
-    Buf<E> qkv(3 * btc), dout(btc), att(natt), dqkv(3 * btc), att1(natt), dqkv1(3 * btc);
-    fill(qkv.p, qkv.n, rng);
-    fill(dout.p, dout.n, rng);
-    attention_at_smem<E>(emu::kDefaultDynamicSmem, att.p, dqkv.p, qkv.p, dout.p, B, T, Cn, NH);
-    // 3 rows a block backward (3 or 6 forward), then none
-    for (const size_t smem : {size_t(3) * T * 2 * sizeof(E), size_t(0)}) {
-      CAPTURE(smem);
-      attention_at_smem<E>(smem, att1.p, dqkv1.p, qkv.p, dout.p, B, T, Cn, NH);
-      CHECK(bit_diffs(att.p, att1.p, natt) == 0);
-      CHECK(bit_diffs(dqkv.p, dqkv1.p, 3 * btc) == 0);
-    }
-    check_emu();
-  })
+  // T 70: 280 rows, up to 3 scores a lane; 72: 16-byte runs (V 4 in fp32, 8 in bf16 and fp16)
+  for (const int T : {70, 72}) {
+    CAPTURE(T);
+    const int B = 2, Cn = 64, NH = 2;
+    FOR_TYPES({
+      CAPTURE(tname<E>());
+      const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
+      Buf<E> qkv(3 * btc), dout(btc), att(natt), dqkv(3 * btc), att1(natt), dqkv1(3 * btc);
+      fill(qkv.p, qkv.n, rng);
+      fill(dout.p, dout.n, rng);
+      attention_at_smem<E>(emu::kDefaultDynamicSmem, att.p, dqkv.p, qkv.p, dout.p, B, T, Cn, NH);
+      // 3 rows a block backward (3 or 6 forward), then none
+      for (const size_t smem : {size_t(3) * T * 2 * sizeof(E), size_t(0)}) {
+        CAPTURE(smem);
+        attention_at_smem<E>(smem, att1.p, dqkv1.p, qkv.p, dout.p, B, T, Cn, NH);
+        CHECK(bit_diffs(att.p, att1.p, natt) == 0);
+        CHECK(bit_diffs(dqkv.p, dqkv1.p, 3 * btc) == 0);
+      }
+      check_emu();
+    })
+  }
 }
 
 // The permutes with runs of V elements a thread (kernels/attention.cuh): q, k, v from qkv

@@ -10,8 +10,14 @@ void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out)
   float* pb = static_cast<float*>(c.scratch(kScratchPartialB, kNormBlocks * sizeof(float)));
   dispatch("norm", t, [&](auto tag) {
     using E = decltype(tag);
-    launch(norm_partial_kernel<E>, kNormBlocks, kNormThreads, 0, c.stream, ps, pb,
-           static_cast<const E*>(x), n, inv_scale);
+    const auto partials = [&](auto run) {
+      launch(norm_partial_kernel<E, decltype(run)::value>, kNormBlocks, kNormThreads, 0, c.stream,
+             ps, pb, static_cast<const E*>(x), n, inv_scale);
+    };
+    if (can_pack16<E>(0, {x}))  // the tail of n % 8 (or 4) elements apart
+      partials(std::integral_constant<int, Pack16<E>::N>{});
+    else
+      partials(std::integral_constant<int, 1>{});
     TG_LAUNCH_CHECK();
   });
   launch(norm_final_kernel, 1, kNormThreads, 0, c.stream, out, ps, pb, kNormBlocks);
