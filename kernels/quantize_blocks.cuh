@@ -12,8 +12,9 @@
 // by hadamard_rows_kernel). Its scale groups are the whole tensor, each row, each 1 x B
 // block of a row or each B x B tile; partial groups at the edges are groups of their own.
 // Current scaling needs every group's amax before the first value is rounded (and NVFP4's
-// tensor scale and the all-NaN rule need the whole operand's), so the source is read twice;
-// three kernels, in stream order:
+// tensor scale and the all-NaN rule need the whole operand's), so the source is read twice
+// (but where every group fits the block that reads it, or the scale is given: then
+// kernels/quantize_tile.cuh reads it once); three kernels, in stream order:
 //   operand_amax_kernel one block per 32 x 32 tile: each row's amax per column group (bits,
 //                       atomicMax: a max is order-free; none for a one-group operand), and the
 //                       operand's largest |x| bits, which also say whether any value is
@@ -243,6 +244,16 @@ __global__ void operand_amax_kernel(const T* src, int rows, int cols, bool trans
   }
 }
 
+// The scale pair of a group of amax m: a given delayed scale or a margin gives the per-tensor
+// recipes' enc, dec = 1 / enc (quantize.cpp's qdq_tensor_fp8); with neither, group_scale's (its
+// FP32 case is the same rule). p carries the operand's tensor_enc and margin.
+__device__ __forceinline__ Scale2 scale_pair(const QuantParams& p, float m, float tscale) {
+  if (p.tensor_enc <= 0 && p.margin == 0) return group_scale(p, m, tscale);
+  const float enc =
+      p.tensor_enc > 0 ? p.tensor_enc : fp8_scale_from_amax(m, elem_format_max(p.elem), p.margin);
+  return Scale2{enc, 1.0f / enc};
+}
+
 // scales[j * ngr + gi] for every group (row group gi, column group j; group-major, as
 // row_amax), and *post = the GEMM's factor for the operand. row_amax null: one group, whose
 // amax is the tensor's (the max over its rows' either way, bit for bit). nonfinite_post: *post
@@ -272,12 +283,7 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
       const float a = bits_f32(row_amax[size_t(j) * rows + r]);
       m = a > m ? a : m;
     }
-    // A given delayed scale or a margin: the per-tensor recipes' enc, dec = 1 / enc
-    // (quantize.cpp's qdq_tensor_fp8); with neither, group_scale's FP32 case is the same rule.
-    const float enc =
-        p.tensor_enc > 0 ? p.tensor_enc : fp8_scale_from_amax(m, elem_format_max(p.elem), p.margin);
-    scales[t] =
-        p.tensor_enc > 0 || p.margin != 0 ? Scale2{enc, 1.0f / enc} : group_scale(p, m, tscale);
+    scales[t] = scale_pair(p, m, tscale);
   }
 }
 
@@ -380,52 +386,81 @@ __host__ __device__ inline size_t native_scale_count(cublasLtMatmulMatrixScale_t
   }
 }
 
+__host__ __device__ inline bool native_scale_bytes_mode(cublasLtMatmulMatrixScale_t m) {
+  return m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ||
+         m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+}
+
+// Entry t of the layout: the row group gi and block j whose dec it holds; false for padding.
+__device__ __forceinline__ bool native_entry(cublasLtMatmulMatrixScale_t m, size_t t, int rows,
+                                             int gr, int nj, int* gi, int* j) {
+  const int njp = (nj + 3) / 4 * 4;
+  *gi = 0, *j = 0;
+  switch (m) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: *gi = int(t); return true;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return true;  // the one group
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F:
+      *gi = int(t % rows) / gr, *j = int(t / rows);
+      return true;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F:
+      *gi = int(t / njp), *j = int(t % njp);
+      return *j < nj;
+    default: {
+      const int tile = int(t / 512), w = int(t % 512), nct = njp / 4;
+      const int r = (tile / nct) * 128 + ((w % 16) / 4) * 32 + w / 16;
+      *j = (tile % nct) * 4 + w % 4;
+      *gi = r / gr;
+      return r < rows && *j < nj;
+    }
+  }
+}
+
+// The inverse: the entry of row r (of row group gi) and block j (native_entry's layouts).
+__device__ __forceinline__ size_t native_index(cublasLtMatmulMatrixScale_t m, int r, int gi, int j,
+                                               int rows, int nj) {
+  const int njp = (nj + 3) / 4 * 4;
+  switch (m) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: return size_t(r);
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return 0;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return size_t(j) * rows + r;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return size_t(gi) * njp + j;
+    default:
+      return (size_t(r / 128) * (njp / 4) + j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 +
+             j % 4;
+  }
+}
+
+// out[t] = dec in the mode's type (an E8M0 / UE4M3 byte: dec is a power of two / a UE4M3 value).
+__device__ __forceinline__ void native_scale_store(void* out, cublasLtMatmulMatrixScale_t m,
+                                                   size_t t, float dec) {
+  if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0)
+    static_cast<uint8_t*>(out)[t] = f32_to_e8m0(dec, false, true);
+  else if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3)
+    static_cast<uint8_t*>(out)[t] = f32_to_ue4m3(dec);
+  else
+    static_cast<float*>(out)[t] = dec;
+}
+
 // One thread per scale entry (grid-stride over native_scale_count): the layout above, from the
 // groups' scales; when the tensor held a non-finite value (the GEMM's factor is NaN then),
-// NaN for the fp32 layouts and neutral for the byte ones (padding is neutral always).
+// NaN for the fp32 layouts and neutral for the byte ones (padding is neutral always): NaN fp32
+// scales, so that code 0 times NaN makes every product NaN in a GEMM that writes the output
+// itself (matmul_scaled.cu's direct form, which has no epilogue to apply the NaN factor);
+// neutral byte scales (E8M0 / UE4M3, whose GEMMs keep the epilogue and its factor).
 static __global__ void native_scale_kernel(void* out, cublasLtMatmulMatrixScale_t m,
                                            const Scale2* scales, QuantParams p, int rows,
                                            const unsigned* tensor_bits) {
   const bool finite = *tensor_bits < 0x7f800000u;
-  const int nj = p.ngc, njp = (nj + 3) / 4 * 4;
-  const size_t n = native_scale_count(m, rows, p.ngr, nj);
+  const size_t n = native_scale_count(m, rows, p.ngr, p.ngc);
   for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n;
        t += size_t(gridDim.x) * blockDim.x) {
     int gi = 0, j = 0;
-    bool in = true;
-    switch (m) {
-      case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: gi = int(t); break;
-      case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: break;  // the one group
-      case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F:
-        gi = int(t % rows) / p.gr, j = int(t / rows);
-        break;
-      case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F:
-        gi = int(t / njp), j = int(t % njp), in = j < nj;
-        break;
-      default: {
-        const int tile = int(t / 512), w = int(t % 512), nct = njp / 4;
-        const int r = (tile / nct) * 128 + ((w % 16) / 4) * 32 + w / 16;
-        j = (tile % nct) * 4 + w % 4;
-        in = r < rows && j < nj;
-        gi = r / p.gr;
-      }
-    }
-    // A non-finite operand: NaN fp32 scales, so that code 0 times NaN makes every product NaN
-    // in a GEMM that writes the output itself (matmul_scaled.cu's direct form, which has no
-    // epilogue to apply the NaN factor); neutral byte scales (E8M0 / UE4M3, whose GEMMs keep
-    // the epilogue and its factor).
-    const bool bytes = m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ||
-                       m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-    const float dec = !in      ? 1.0f
-                      : finite ? scales[size_t(j) * p.ngr + gi].dec
-                      : bytes  ? 1.0f
-                               : bits_f32(0x7fc00000u);
-    if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0)
-      static_cast<uint8_t*>(out)[t] = f32_to_e8m0(dec, false, true);  // dec: a power of two
-    else if (m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3)
-      static_cast<uint8_t*>(out)[t] = f32_to_ue4m3(dec);  // dec: a UE4M3 value (or 0)
-    else
-      static_cast<float*>(out)[t] = dec;
+    const bool in = native_entry(m, t, rows, p.gr, p.ngc, &gi, &j);
+    const float dec = !in                         ? 1.0f
+                      : finite                    ? scales[size_t(j) * p.ngr + gi].dec
+                      : native_scale_bytes_mode(m) ? 1.0f
+                                                  : bits_f32(0x7fc00000u);
+    native_scale_store(out, m, t, dec);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "src/model/quant_state.h"
+#include "src/numerics/one_pass.h"
 
 namespace tg {
 
@@ -15,6 +16,7 @@ size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // quant_params.h's params_of: the scale groups of o over a (rows, cols) operand, clipped.
 struct Groups {
   size_t ngr = 1, ngc = 1;
+  size_t gr = 1, gc = 1;
 };
 Groups groups_of(const OperandRecipe& o, size_t rows, size_t cols) {
   size_t gr = rows, gc = cols;
@@ -26,7 +28,7 @@ Groups groups_of(const OperandRecipe& o, size_t rows, size_t cols) {
   }
   gr = std::max<size_t>(1, std::min(gr, rows));
   gc = std::max<size_t>(1, std::min(gc, cols));
-  return {ceil_div(rows, gr), ceil_div(cols, gc)};
+  return {ceil_div(rows, gr), ceil_div(cols, gc), gr, gc};
 }
 
 constexpr size_t kScale2 = 8;  // quant::Scale2 (GroupScale): enc, dec
@@ -34,9 +36,15 @@ constexpr size_t kWords = 64;  // kScratchQWords, as every launcher asks for it
 // operand_stats.cu's StatsWords: 2 words, post, pad, 6 counts, 2 totals.
 constexpr size_t kStatsWords = 2 * 4 + 4 + 4 + 6 * 8 + 2 * 8;
 
-// quantize_blocks.cu's group_scales over x(rows, cols) quantized as o says.
+// quantize_blocks.cu's group_scales over x(rows, cols) quantized as o says, where the operand
+// takes the two passes (one_pass.h; the block-scaled recipes' scales are their operands' own).
 void group_scales(ScaledScratch& s, const OperandRecipe& o, size_t rows, size_t cols) {
   const Groups g = groups_of(o, rows, cols);
+  s.grow(kSlotWords, kWords);  // the amax bits and the factor, either way
+  OnePassPlan plan;
+  if (one_pass_plan(int(rows), int(cols), int(g.gr), int(g.gc),
+                    int(g.ngr), int(g.ngc), o.scale == ScaleFormat::E4M3, false, &plan))
+    return;
   s.grow(kSlotAmax, rows * g.ngc * 4);
   s.grow(kSlotScales, g.ngr * g.ngc * kScale2);
   s.grow(kSlotWords, kWords);

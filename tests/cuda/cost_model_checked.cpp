@@ -60,6 +60,9 @@ const NotModelled kNotModelled[] = {
     {"quantize_blocks",
      "the quantized recipes (fp8 per-tensor, fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4): "
      "their linears are modelled apart, cost_model_quant_checked.cpp"},
+    {"quantize_tile",
+     "the quantized recipes' one-pass quantizer (fp8-block, mxfp8, mxfp4, fp8 delayed): "
+     "modelled with their linears, cost_model_quant_checked.cpp"},
     {"operand_stats", "the quantization telemetry, outside the step"},
     {"wire", "gradients on the wire (precision.state.grad_comm, several ranks)"},
     {"flash_attention", "cuda.attention=flash"},

@@ -1,7 +1,8 @@
 // quantize_emulated.cpp: the block-scaled operand quantizer of the GPU (src/backends/cuda/
 // quantize_blocks.cu, kernels/quantize_blocks.cuh) on the CPU, CUDA threads emulated, against
 // the CPU's quantizer (src/backends/cpu/quantize.cpp) bit for bit in every quantized value and in
-// the GEMM factor it returns: every operand of every block-scaled preset and of their switchable
+// the GEMM factor it returns (one pass, kernels/quantize_tile.cuh, where it applies; the last case
+// also against the two passes forced, codes and scale tensors included): every operand of every block-scaled preset and of their switchable
 // ingredients (pow2 scales, OCP / ceil E8M0 rules, E5M2 gradients, stochastic rounding,
 // Hadamard sizes, 1-D weights), plus every scale format at tensor, row, block and tile
 // granularity, on random and adversarial tensors (outliers, all-zero blocks, subnormal-only
@@ -15,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/quantize_tile.cuh"
+#include "src/backends/cuda/quant_params.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/numerics/recipe.h"
 
@@ -331,4 +334,116 @@ TEST_CASE(
           CHECK(bad == 0);
           CHECK(bits(post[0]) == bits(post_ref));
         }
+}
+
+namespace {
+
+// Both quantizers of one operand through one path (true: the two passes forced): the
+// dequantized fp32 values, the codes and the native scale tensor (where the recipe has a native
+// mode), and each one's factor.
+struct Quantized {
+  std::vector<float> values, post;
+  std::vector<uint8_t> codes, scales;
+};
+Quantized quantize_both(const OperandRecipe& o, const gpu::OperandSource& x, int rows, int cols,
+                        uint64_t seed, bool two_pass) {
+  const size_t n = size_t(rows) * cols;
+  gpu::force_two_pass_quantizer(two_pass);
+  Quantized q;
+  Buf<float> out(n), post(2);
+  gpu::quantize_dequantize(emu_ctx(), o, seed, x, rows, cols, DType::F32, out.p, post.p);
+  cublasLtMatmulMatrixScale_t mode;
+  if (gpu::native_operand_mode(o, &mode).empty() && cols % 2 == 0) {
+    Buf<uint8_t> codes(n), scale(gpu::native_scale_bytes(o, mode, rows, cols));
+    gpu::quantize_codes(emu_ctx(), o, mode, seed, x, rows, cols, codes.p, scale.p, post.p + 1);
+    check_emu();
+    q.codes.assign(codes.p, codes.p + n * size_t(elem_bits(o.elem)) / 8);
+    q.scales.assign(scale.p, scale.p + scale.n);
+  }
+  check_emu();
+  gpu::force_two_pass_quantizer(false);
+  q.values.assign(out.p, out.p + n);
+  q.post.assign(post.p, post.p + 2);
+  return q;
+}
+
+size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t bad = a.size() != b.size();
+  for (size_t i = 0; i < a.size() && i < b.size(); i++)
+    bad += std::isnan(a[i]) ? !std::isnan(b[i]) : bits(a[i]) != bits(b[i]);
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, values, codes, scales") {
+  // The operands one pass covers: fp8-block's 1 x 128 activations and 128 x 128 weights, mxfp8's
+  // 1 x 32, mxfp4's wgrad operand (stochastic rounding, read through a 32-point rotation), E4M3
+  // 16 x 16 tiles with E8M0 scales, and a delayed per-tensor E4M3 scale (given, no amax).
+  struct Case {
+    OperandRecipe o;
+    int rotate;
+    float tensor_scale;
+  };
+  std::vector<Case> cases;
+  const QuantRecipe block = block_scaled_recipe("fp8-block", RecipeOptions{});
+  cases.push_back({block.gemm[kForward].a, 0, 0});
+  cases.push_back({block.gemm[kForward].b, 0, 0});
+  cases.push_back({block_scaled_recipe("mxfp8", RecipeOptions{}).gemm[kForward].a, 0, 0});
+  OperandRecipe fp4 = block_scaled_recipe("mxfp4", RecipeOptions{}).gemm[kWeightGrad].a;
+  fp4.rounding = RoundMode::Stochastic;
+  cases.push_back({fp4, 32, 0});
+  OperandRecipe tile;
+  tile.elem = ElemFormat::E4M3, tile.scale = ScaleFormat::E8M0, tile.granularity = Granularity::Tile;
+  tile.block = 16, tile.source = ScaleSource::Current;
+  cases.push_back({tile, 0, 0});
+  OperandRecipe delayed;
+  delayed.elem = ElemFormat::E4M3, delayed.granularity = Granularity::Tensor;
+  delayed.source = ScaleSource::Delayed;
+  cases.push_back({delayed, 0, 24.0f});
+  // Edge super-tiles both ways (150 x 260: rows and columns past whole 32 and 128 spans), the
+  // presets' partial blocks (37 x 100), and an inf and a NaN (all NaN, codes 0, NaN scales).
+  std::vector<Operand> ops = operands();
+  {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    Operand big{"150x260 (edge super-tiles)", 150, 260, std::vector<float>(150 * 260)};
+    for (float& v : big.x) v = nd(rng) * 2.0f;
+    big.x[7 * 260 + 200] = 900.0f;  // an outlier sets one group's scale
+    ops.push_back(big);
+  }
+  uint64_t seed = 7000;
+  for (const Case& k : cases) {
+    INFO(describe_operand(k.o) << " rotate " << k.rotate << " tensor scale " << k.tensor_scale);
+    for (const Operand& op : ops)
+      for (bool transposed : {false, true}) {
+        INFO(op.what << (transposed ? ", transposed bf16" : ", fp32"));
+        const int rows = op.rows, cols = op.cols;
+        std::vector<bf16> src_t = source_of<bf16>(op.x, rows, cols, true);
+        gpu::OperandSource x = transposed ? gpu::OperandSource{DType::BF16, src_t.data(), true}
+                                          : gpu::fp32_operand(op.x.data());
+        x.rotate = k.rotate, x.rotate_seed = 0x4ada32;
+        x.tensor_scale = k.tensor_scale;
+        gpu::quant::QuantParams p = gpu::params_of(k.o, rows, cols);
+        p.tensor_enc = k.tensor_scale;
+        gpu::quant::TilePlan plan;
+        REQUIRE(gpu::quant::plan_one_pass(p, rows, cols, &plan));  // the path under test
+        const Quantized one = quantize_both(k.o, x, rows, cols, ++seed, false);
+        const Quantized two = quantize_both(k.o, x, rows, cols, seed, true);
+        CHECK(differing(one.values, two.values) == 0);
+        CHECK(differing(one.post, two.post) == 0);
+        CHECK(one.codes == two.codes);
+        CHECK(one.scales == two.scales);
+        if (k.tensor_scale > 0) continue;  // the CPU's delayed path: tensor_scaled_emulated.cpp
+        std::vector<float> ref(size_t(rows) * cols);
+        for (int r = 0; r < rows; r++)
+          for (int c = 0; c < cols; c++)
+            ref[size_t(r) * cols + c] =
+                transposed ? f(src_t[size_t(c) * rows + r]) : op.x[size_t(r) * cols + c];
+        if (k.rotate) cpu::hadamard_rows(ref.data(), rows, cols, k.rotate, 0x4ada32, false);
+        const float post_ref = cpu::quantize_dequantize(ref.data(), rows, cols, k.o, seed);
+        CHECK(differing(one.values, ref) == 0);
+        CHECK(bits(one.post[0]) == bits(post_ref));
+      }
+  }
 }

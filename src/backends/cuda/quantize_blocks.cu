@@ -2,9 +2,12 @@
 // of one GEMM operand, read where it lies (transposed or not, any storage type), and its
 // quantization into codes and a scale tensor for the native GEMMs; staging into fp32 and the
 // random Hadamard rotation for the steps that change an operand first (declared in scaled.h).
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "kernels/quantize_blocks.cuh"
+#include "kernels/quantize_tile.cuh"
 #include "quant_params.h"
 #include "scaled.h"
 
@@ -85,6 +88,13 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const OperandSou
     apply<F, false>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
 }
 
+// The operand's quantizer parameters with its per-tensor scale rule (a delayed scale, a margin).
+QuantParams with_tensor_rule(QuantParams p, const OperandSource& x) {
+  p.tensor_enc = x.tensor_scale;
+  p.margin = x.margin;
+  return p;
+}
+
 // The groups' scales of x (operand_amax_kernel, group_scale_kernel; in scratch), *tbits the
 // operand's amax bits they were drawn from, *post the GEMM's factor (nonfinite_post if x holds
 // a non-finite value).
@@ -110,9 +120,7 @@ const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x,
   if (x.amax_out)  // the per-tensor recipes' amax, for the host's history
     TG_CUDA_CHECK(
         cudaMemcpyAsync(x.amax_out, tbits, sizeof(unsigned), cudaMemcpyDeviceToDevice, c.stream));
-  QuantParams ps = p;  // the per-tensor recipes' own scale rule
-  ps.tensor_enc = x.tensor_scale;
-  ps.margin = x.margin;
+  const QuantParams ps = with_tensor_rule(p, x);  // the per-tensor recipes' own scale rule
   const size_t groups = size_t(p.ngr) * p.ngc;
   launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream,
          static_cast<const unsigned*>(row_amax), rows, ps, static_cast<const unsigned*>(tbits),
@@ -120,6 +128,84 @@ const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x,
   TG_LAUNCH_CHECK();
   *tbits_out = tbits;
   return scales;
+}
+
+// ---- the one-pass quantizer (kernels/quantize_tile.cuh) ----
+
+std::atomic<bool> g_two_pass{false};
+
+// The one-pass kernels' grid: one block per super-tile.
+dim3 super_tile_grid(int rows, int cols, const quant::TilePlan& tp) {
+  return dim3(unsigned((cols + 32 * tp.nc - 1) / (32 * tp.nc)),
+              unsigned((rows + 32 * tp.nr - 1) / (32 * tp.nr)));
+}
+
+// The finish kernels' grid: a few blocks (each reads the flag word once; they write only the
+// layout's padding, or everything for a non-finite operand).
+unsigned finish_grid(Ctx& c, size_t n) { return std::min(c.grid(n, kThreads), 64u); }
+
+// The operand's amax bits word (zeroed) for the one-pass kernel's atomics; copied to
+// x.amax_out after the kernel when the recipe keeps an amax history.
+unsigned* zeroed_tensor_bits(Ctx& c) {
+  unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
+  TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
+  return tbits;
+}
+void copy_amax_out(Ctx& c, const OperandSource& x, const unsigned* tbits) {
+  if (x.amax_out)
+    TG_CUDA_CHECK(
+        cudaMemcpyAsync(x.amax_out, tbits, sizeof(unsigned), cudaMemcpyDeviceToDevice, c.stream));
+}
+
+template <ElemFormat F, bool SR>
+void one_pass_codes(Ctx& c, cublasLtMatmulMatrixScale_t mode, const OperandSource& x, int rows,
+                    int cols, const QuantParams& p, const quant::TilePlan& tp, uint8_t* codes,
+                    void* scale, float* post, uint64_t mixed) {
+  unsigned* tbits = zeroed_tensor_bits(c);
+  dispatch("quantize_codes", x.type, [&](auto tag) {
+    using T = decltype(tag);
+    launch(quant::one_pass_codes_kernel<T, F, SR>, super_tile_grid(rows, cols, tp), kThreads, 0,
+           c.stream, codes, scale, mode, static_cast<const T*>(x.data), rows, cols, x.transposed,
+           rotation_of(x), p, tp, tbits, mixed);
+    TG_LAUNCH_CHECK();
+  });
+  copy_amax_out(c, x, tbits);
+  const size_t code_bytes = size_t(rows) * cols * elem_bits(F) / 8;
+  launch(quant::finish_codes_kernel, finish_grid(c, code_bytes), kThreads, 0, c.stream,
+         static_cast<const unsigned*>(tbits), post, float(NAN), codes, code_bytes, scale, mode,
+         rows, p);
+  TG_LAUNCH_CHECK();
+}
+
+template <ElemFormat F, bool SR, typename O>
+void one_pass_operand(Ctx& c, const OperandSource& x, int rows, int cols, const QuantParams& p,
+                      const quant::TilePlan& tp, O* out, float* post, uint64_t mixed) {
+  unsigned* tbits = zeroed_tensor_bits(c);
+  dispatch("quantize_dequantize", x.type, [&](auto tag) {
+    using T = decltype(tag);
+    launch(quant::one_pass_operand_kernel<T, F, SR, O>, super_tile_grid(rows, cols, tp), kThreads,
+           0, c.stream, out, static_cast<const T*>(x.data), rows, cols, x.transposed,
+           rotation_of(x), p, tp, tbits, mixed);
+    TG_LAUNCH_CHECK();
+  });
+  copy_amax_out(c, x, tbits);
+  const size_t n = size_t(rows) * cols;
+  launch(quant::finish_operand_kernel<O>, finish_grid(c, n), kThreads, 0, c.stream,
+         static_cast<const unsigned*>(tbits), post, out, n);
+  TG_LAUNCH_CHECK();
+}
+
+// quantize_dequantize's one pass, where plan_one_pass says it applies (false: it does not).
+template <ElemFormat F, bool SR>
+bool one_pass_dequantize(Ctx& c, const OperandSource& x, int rows, int cols, const QuantParams& p,
+                         DType out_type, void* out, float* post, uint64_t mixed) {
+  quant::TilePlan tp;
+  if (g_two_pass || !quant::plan_one_pass(p, rows, cols, &tp)) return false;
+  if (out_type == DType::BF16)
+    one_pass_operand<F, SR>(c, x, rows, cols, p, tp, static_cast<bf16*>(out), post, mixed);
+  else
+    one_pass_operand<F, SR>(c, x, rows, cols, p, tp, static_cast<float*>(out), post, mixed);
+  return true;
 }
 
 template <ElemFormat F, bool SR>
@@ -147,6 +233,8 @@ void codes_rounding(Ctx& c, bool sr, uint8_t* codes, const OperandSource& x, int
 
 }  // namespace
 
+void force_two_pass_quantizer(bool two_pass) { g_two_pass = two_pass; }
+
 size_t native_scale_bytes(const OperandRecipe& o, cublasLtMatmulMatrixScale_t mode, int rows,
                           int cols) {
   const QuantParams p = params_of(o, rows, cols);
@@ -164,14 +252,27 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
   if (elem_bits(o.elem) == 4 && cols % 2)
     throw Error("cuda backend: packed 4-bit codes need an even row length");
   const QuantParams p = params_of(o, rows, cols);
+  const bool sr = o.rounding == RoundMode::Stochastic;
+  const uint64_t mixed = quant_sr_seed(seed);
+  quant::TilePlan tp;
+  if (!g_two_pass && quant::plan_one_pass(with_tensor_rule(p, x), rows, cols, &tp)) {
+    dispatch_operand_format(o.elem, [&](auto format) {
+      constexpr ElemFormat F = decltype(format)::value;
+      if (sr)
+        one_pass_codes<F, true>(c, mode, x, rows, cols, with_tensor_rule(p, x), tp, codes, scale,
+                                post, mixed);
+      else
+        one_pass_codes<F, false>(c, mode, x, rows, cols, with_tensor_rule(p, x), tp, codes, scale,
+                                 post, mixed);
+    });
+    return;
+  }
   const unsigned* tbits = nullptr;
   const Scale2* scales = group_scales(c, p, x, rows, cols, post, NAN, &tbits);
   const size_t n = quant::native_scale_count(mode, rows, p.ngr, p.ngc);
   launch(quant::native_scale_kernel, c.grid(n, kThreads), kThreads, 0, c.stream, scale, mode,
          scales, p, rows, tbits);
   TG_LAUNCH_CHECK();
-  const bool sr = o.rounding == RoundMode::Stochastic;
-  const uint64_t mixed = quant_sr_seed(seed);
   dispatch_operand_format(o.elem, [&](auto format) {
     codes_rounding<decltype(format)::value>(c, sr, codes, x, rows, cols, p, scales, tbits, mixed);
   });
@@ -214,10 +315,18 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
     return;
   }
   const QuantParams p = params_of(o, rows, cols);
-  const unsigned* tbits = nullptr;
-  const Scale2* scales = group_scales(c, p, x, rows, cols, post, 1.0f, &tbits);
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);
+  bool one_pass = false;
+  dispatch_operand_format(o.elem, [&](auto format) {
+    constexpr ElemFormat F = decltype(format)::value;
+    const QuantParams pt = with_tensor_rule(p, x);
+    one_pass = sr ? one_pass_dequantize<F, true>(c, x, rows, cols, pt, out_type, out, post, mixed)
+                  : one_pass_dequantize<F, false>(c, x, rows, cols, pt, out_type, out, post, mixed);
+  });
+  if (one_pass) return;
+  const unsigned* tbits = nullptr;
+  const Scale2* scales = group_scales(c, p, x, rows, cols, post, 1.0f, &tbits);
   const bool known = dispatch_operand_format(o.elem, [&](auto format) {
     apply_rounding<decltype(format)::value>(c, sr, out_type, out, x, rows, cols, p, scales, tbits,
                                             mixed);

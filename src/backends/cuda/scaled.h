@@ -66,6 +66,11 @@ void hadamard_rows(Ctx& c, float* x, int rows, int cols, int n, uint64_t seed);
 // (out_type F32 then).
 void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const OperandSource& x,
                          int rows, int cols, DType out_type, void* out, float* post);
+// Both quantizers (quantize_dequantize, quantize_codes) read the source once where every scale
+// group fits a block's super-tile or the scale is given (kernels/quantize_tile.cuh), else in two
+// passes (kernels/quantize_blocks.cuh), the same values either way. Tests: true forces the two
+// passes everywhere, so that the paths can be compared bit for bit.
+void force_two_pass_quantizer(bool two_pass);
 
 // The block-scaled linear (Backend::matmul_forward_scaled / matmul_backward_scaled), every
 // tensor of type t:
