@@ -59,12 +59,23 @@ AttentionChoice att_path(AttentionPath p, std::string reason) {
 
 }  // namespace
 
-AttentionChoice choose_attention(const std::string& requested, const CudnnProbe& cudnn, DType t,
+AttentionRequest attention_request(AttentionPath p) {
+  switch (p) {
+    case AttentionPath::Cublas: return AttentionRequest::Cublas;
+    case AttentionPath::Fused: return AttentionRequest::Fused;
+    case AttentionPath::Flash: return AttentionRequest::Flash;
+    case AttentionPath::Cudnn: return AttentionRequest::Cudnn;
+  }
+  return AttentionRequest::Cublas;
+}
+
+AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& cudnn, DType t,
                                  int head_size, bool flash_ok) {
-  if (requested == "cublas") return att_path(AttentionPath::Cublas, "cuda.attention=cublas");
-  if (requested == "fused")
+  using R = AttentionRequest;
+  if (requested == R::Cublas) return att_path(AttentionPath::Cublas, "cuda.attention=cublas");
+  if (requested == R::Fused)
     return att_path(AttentionPath::Fused, "cuda.attention=fused: single-pass forward");
-  if (requested == "flash") {
+  if (requested == R::Flash) {
     // As before cudnn existed: a head size the kernels lack runs the materialised path.
     if (flash_ok)
       return lse_path(AttentionPath::Flash,
@@ -75,19 +86,14 @@ AttentionChoice choose_attention(const std::string& requested, const CudnnProbe&
                          head_size));
   }
   const std::string why = cudnn_unusable(cudnn, t, head_size);
-  if (requested == "cudnn") {
+  if (requested == R::Cudnn) {
     AttentionChoice c = lse_path(AttentionPath::Cudnn, "cuda.attention=cudnn: " + cudnn.detail);
     if (!why.empty()) c.error = "cuda.attention=cudnn cannot run: " + why;
     return c;
   }
-  if (requested == "auto") {
-    if (why.empty()) return lse_path(AttentionPath::Cudnn, "cuda.attention=auto: " + cudnn.detail);
-    return att_path(AttentionPath::Cublas, "cuda.attention=auto: no cuDNN: " + why);
-  }
-  AttentionChoice c;
-  c.error = strf("cuda.attention: unknown path '%s' (auto, cublas, fused, flash, cudnn)",
-                 requested.c_str());
-  return c;
+  // auto
+  if (why.empty()) return lse_path(AttentionPath::Cudnn, "cuda.attention=auto: " + cudnn.detail);
+  return att_path(AttentionPath::Cublas, "cuda.attention=auto: no cuDNN: " + why);
 }
 
 }  // namespace tg

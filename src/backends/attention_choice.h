@@ -11,6 +11,7 @@
 #include <string>
 
 #include "src/base/common.h"
+#include "src/base/path_choices.h"
 
 namespace tg {
 
@@ -32,16 +33,18 @@ struct AttentionChoice {
 };
 
 const char* attention_path_name(AttentionPath p);
+// The cuda.attention value that asks for path p by name.
+AttentionRequest attention_request(AttentionPath p);
 
 // Whether cuDNN's SDPA takes this compute type and head size; *why says why not. bf16 and fp16
 // only (cuDNN has no fp32 SDPA); head sizes multiples of 8 up to 128 (what cuDNN 9 serves on
 // every architecture from sm_80).
 bool cudnn_attention_supported(DType t, int head_size, std::string* why);
 
-// The path for cuda.attention = `requested` (auto | cublas | fused | flash | cudnn), a model
-// computing in `t` with heads of `head_size`, on a CUDA backend whose flash kernels take that
-// head size when `flash_ok` and whose cuDNN is `cudnn`.
-AttentionChoice choose_attention(const std::string& requested, const CudnnProbe& cudnn, DType t,
+// The path for cuda.attention = `requested`, a model computing in `t` with heads of
+// `head_size`, on a CUDA backend whose flash kernels take that head size when `flash_ok` and
+// whose cuDNN is `cudnn`.
+AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& cudnn, DType t,
                                  int head_size, bool flash_ok);
 
 }  // namespace tg

@@ -35,11 +35,11 @@ namespace tg {
 // How a backend computes, from the config (cuda.*, precision.loss_scale.on_device): passed
 // when the backend is made, recorded in config.json and every checkpoint's state.json.
 struct BackendOptions {
-  std::string attention = "cublas";  // auto | cublas | fused (single-pass) | flash | cudnn (lse)
-  std::string cudnn_lib;             // cuda.cudnn_lib: the libcudnn file ("" searches)
-  bool gemm_fallback = false;        // every GEMM through cuBLAS + our epilogue (cuda.gemm)
-  bool gelu_epilogue = false;        // the MLP's GELU fused into cuBLASLt's epilogue
-  bool device_loss_scale = false;    // the loss-scale decision on the device
+  AttentionRequest attention = AttentionRequest::Cublas;  // fused: single-pass; flash, cudnn: lse
+  std::string cudnn_lib;           // cuda.cudnn_lib: the libcudnn file ("" searches)
+  bool gemm_fallback = false;      // every GEMM through cuBLAS + our epilogue (cuda.gemm)
+  bool gelu_epilogue = false;      // the MLP's GELU fused into cuBLASLt's epilogue
+  bool device_loss_scale = false;  // the loss-scale decision on the device
 };
 
 // A view of backend memory: a pointer, an element type and a length. Not an owner.

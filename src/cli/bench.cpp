@@ -1,7 +1,5 @@
 // bench.cpp: `train_gpt bench`: the step time and throughput of the training step for a few
 // model sizes on synthetic tokens, plus the BLAS sgemm rate that bounds them.
-#include "commands.h"
-
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "bench_step.h"
+#include "commands.h"
 #include "profile.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/gemm.h"
@@ -122,15 +121,14 @@ bool parse_bench_args(int argc, char** argv, BenchArgs* a) {
     if (kv.first == "modes") modes_arg = kv.second;
     if (kv.first == "batch") a->gpt2_B = atoi(kv.second.c_str());
     if (kv.first == "seq") a->gpt2_T = atoi(kv.second.c_str());
-    if (kv.first == "fp8_recipe") a->fp8cfg.recipe = kv.second;
+    if (kv.first == "fp8_recipe" && !parse_enum(kv.second, &a->fp8cfg.recipe))
+      throw UsageError(
+          strf("bench: --fp8_recipe must be delayed or current, not '%s'", kv.second.c_str()));
     if (kv.first == "fp8_fast_accum")
       a->fp8opt.fast_accum = kv.second != "false" && kv.second != "0";
     if (kv.first == "profile") a->profile = true;
     if (kv.first == "out") a->out = kv.second;
   }
-  if (a->fp8cfg.recipe != "delayed" && a->fp8cfg.recipe != "current")
-    throw UsageError(
-        strf("bench: --fp8_recipe must be delayed or current, not '%s'", a->fp8cfg.recipe.c_str()));
   if (a->device != "cpu" && a->device != "cuda")
     throw UsageError(strf("bench: --device must be cpu or cuda, not '%s'", a->device.c_str()));
   const std::string& m = a->model;
@@ -174,7 +172,7 @@ void print_gpu_header(Backend& be, const BenchArgs& a) {
       QuantOptions o = a.fp8opt;
       o.recipe = &r;
       be.set_quant_options(o);
-      printf("fp8: %s scaling, path: %s\n", a.fp8cfg.recipe.c_str(), be.fp8_path_name().c_str());
+      printf("fp8: %s scaling, path: %s\n", enum_name(a.fp8cfg.recipe), be.fp8_path_name().c_str());
     }
   // The attention path of each model and mode (cuda.attention; auto decides per compute type).
   for (const BenchCase& bc : bench_cases(a))

@@ -1,13 +1,12 @@
 // memory_command.cpp: `train_gpt memory`: the bytes each mode needs for any shape, without
 // allocating them, whether they fit this machine, and the block-scaled and state presets' plans.
-#include "commands.h"
-
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "cli_args.h"
+#include "commands.h"
 #include "memory_gpu.h"
 #include "memory_states.h"
 #include "src/base/common.h"
@@ -184,7 +183,8 @@ int cmd_memory(int argc, char** argv) {
   const int zero_ranks = int(to_int("zero_ranks", extra(ex, "zero_ranks")));
   // cuda.attention=flash or cudnn: the CPU runs its flash twin (lse instead of the T x T
   // probabilities); auto is the reference there. The GPU's own choice: print_cuda_scratch.
-  const bool lse = cfg.cuda.attention == "flash" || cfg.cuda.attention == "cudnn";
+  const bool lse = cfg.cuda.attention == AttentionRequest::Flash ||
+                   cfg.cuda.attention == AttentionRequest::Cudnn;
   printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process%s%s\n\n",
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
          zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",

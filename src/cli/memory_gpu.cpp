@@ -14,27 +14,31 @@ namespace {
 
 // Which attention path each mode was planned with, where that is not simply the key's value.
 void print_attention_plan(const Config& cfg, const GPTConfig& mc, const std::vector<Mode>& modes) {
-  const std::string& a = cfg.cuda.attention;
+  using R = AttentionRequest;
+  const R a = cfg.cuda.attention;
   const int hs = mc.n_embd / mc.n_head;
-  if (a == "auto") {
-    printf("cuda.attention=auto is planned as cublas (T x T probabilities), the larger of its two "
-           "outcomes; where cuDNN runs (the start-up line says), --cuda.attention=cudnn shows "
-           "its plan: lse (B, NH, T) and cuDNN's workspace instead.\n");
+  if (a == R::Auto) {
+    printf(
+        "cuda.attention=auto is planned as cublas (T x T probabilities), the larger of its two "
+        "outcomes; where cuDNN runs (the start-up line says), --cuda.attention=cudnn shows "
+        "its plan: lse (B, NH, T) and cuDNN's workspace instead.\n");
     return;
   }
-  if (a != "cudnn" && a != "flash") return;
+  if (a != R::Cudnn && a != R::Flash) return;
   for (Mode m : modes) {
     const AttentionPath p = planned_attention(a, mode_dtype(m), hs);
     std::string why = "the flash kernels take head sizes 32, 64, 96 and 128";
-    if (a == "cudnn" && p != AttentionPath::Cudnn) cudnn_attention_supported(mode_dtype(m), hs, &why);
+    if (a == R::Cudnn && p != AttentionPath::Cudnn)
+      cudnn_attention_supported(mode_dtype(m), hs, &why);
     if (p == AttentionPath::Cublas)
       printf("%s: cuda.attention=%s cannot run (%s): planned as cublas%s.\n", mode_name(m),
-             a.c_str(), why.c_str(), a == "cudnn" ? "; a run stops with that error" : "");
+             enum_name(a), why.c_str(), a == R::Cudnn ? "; a run stops with that error" : "");
   }
-  if (a == "cudnn")
-    printf("cuDNN's workspace is in the attention column: its backward's fp32 dQ accumulator "
-           "(B, NH, T, hs) and row sums (B, NH, T); the model keeps lse (B, NH, T) as flash "
-           "does.\n");
+  if (a == R::Cudnn)
+    printf(
+        "cuDNN's workspace is in the attention column: its backward's fp32 dQ accumulator "
+        "(B, NH, T, hs) and row sums (B, NH, T); the model keeps lse (B, NH, T) as flash "
+        "does.\n");
 }
 
 }  // namespace
@@ -48,7 +52,8 @@ void print_cuda_scratch(const Config& cfg, const GPTConfig& mc, const std::vecto
       "cuda.attention=%s%s):\n\n"
       "| mode | cuBLASLt workspace | attention scratch | partials, buckets, results | GPU total "
       "per process |\n|---|---:|---:|---:|---:|\n",
-      cfg.cuda.attention.c_str(), cfg.cuda.gemm == CudaGemm::Fallback ? ", cuda.gemm=fallback" : "");
+      enum_name(cfg.cuda.attention),
+      cfg.cuda.gemm == CudaGemm::Fallback ? ", cuda.gemm=fallback" : "");
   for (Mode m : modes) {
     Config c = cfg;
     c.precision.mode = m;

@@ -20,15 +20,15 @@
 #include <utility>
 #include <variant>
 
+#include "config_keys.h"
 #include "config_text.h"
+#include "key_aliases.h"
 #include "src/base/common.h"
 #include "src/base/fileio.h"
 #include "src/base/host_memory.h"
 #include "src/base/suggest.h"
 #include "src/numerics/moment_block.h"
 #include "src/numerics/recipe.h"
-#include "config_keys.h"
-#include "key_aliases.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -44,7 +44,11 @@ using FieldRef =
     std::variant<Getter<int>, Getter<int64_t>, Getter<double>, Getter<bool>, Getter<std::string>,
                  Getter<std::vector<int>>, Getter<Mode>, Getter<std::vector<Mode>>,
                  Getter<StateFormat>, Getter<MasterFormat>, Getter<WireFormat>,
-                 Getter<DeviceChoice>, Getter<CpuGemm>, Getter<CudaGemm>, Getter<OutlierHandling>>;
+                 Getter<DeviceChoice>, Getter<CpuGemm>, Getter<CudaGemm>, Getter<OutlierHandling>,
+                 Getter<LrSchedule>, Getter<LossScaling>, Getter<ScaleSource>,
+                 Getter<ScaleRuleChoice>, Getter<GradFormat>, Getter<GradAccum>, Getter<WeightComm>,
+                 Getter<MomentScale>, Getter<MomentExpand>, Getter<NarrowGemmRequest>,
+                 Getter<AttentionRequest>>;
 
 struct KeyDef {
   const char* name;
@@ -64,9 +68,10 @@ template <Kind K>
 struct KindIs {
   static constexpr Kind kind = K;
 };
-// Every enum with EnumNames (src/base/named_enum.h): a choice among its names.
+// Every enum: one with EnumNames (src/base/named_enum.h) or a registry's (Mode, the state
+// formats): a choice among its names.
 template <typename T>
-struct KindOf<T, std::enable_if_t<is_named_enum<T>>> : KindIs<Kind::Choice> {};
+struct KindOf<T, std::enable_if_t<std::is_enum_v<T>>> : KindIs<Kind::Choice> {};
 template <>
 struct KindOf<int> : KindIs<Kind::Int> {};
 template <>
@@ -80,15 +85,7 @@ struct KindOf<std::string> : KindIs<Kind::String> {};
 template <>
 struct KindOf<std::vector<int>> : KindIs<Kind::IntList> {};
 template <>
-struct KindOf<Mode> : KindIs<Kind::Choice> {};
-template <>
 struct KindOf<std::vector<Mode>> : KindIs<Kind::ChoiceList> {};
-template <>
-struct KindOf<StateFormat> : KindIs<Kind::Choice> {};
-template <>
-struct KindOf<MasterFormat> : KindIs<Kind::Choice> {};
-template <>
-struct KindOf<WireFormat> : KindIs<Kind::Choice> {};
 static_assert(KindOf<int64_t>::kind == Kind::Int64 && KindOf<Mode>::kind == Kind::Choice,
               "a key's kind follows from its field's type");
 
@@ -136,7 +133,7 @@ const std::vector<KeyDef>& table() {
       key("data.shuffle", TG_FIELD(data.shuffle), 0, 0, {}, "shuffle shards and rows each epoch (seeded)"),
       key("optim.lr", TG_FIELD(optim.lr), 0, 10, {}, "peak learning rate"),
       key("optim.warmup_steps", TG_FIELD(optim.warmup_steps), 0, 1e9, {}, "linear warmup steps"),
-      key("optim.schedule", TG_FIELD(optim.schedule), 0, 0, {"cosine", "linear", "constant"}, "decay after warmup"),
+      key("optim.schedule", TG_FIELD(optim.schedule), 0, 0, {}, "decay after warmup"),
       key("optim.final_lr_frac", TG_FIELD(optim.final_lr_frac), 0, 1, {}, "final lr as a fraction of lr"),
       key("optim.beta1", TG_FIELD(optim.beta1), 0, 0.999999, {}, "Adam beta1"),
       key("optim.beta2", TG_FIELD(optim.beta2), 0, 0.999999999, {}, "Adam beta2"),
@@ -161,7 +158,7 @@ const std::vector<KeyDef>& table() {
       key("dist.timeout", TG_FIELD(dist.timeout), 1, 86400, {}, "seconds to wait for every process at the rendezvous"),
       key("precision.mode", TG_FIELD(precision.mode), 0, 0, mode_names(), "numeric mode (docs/precision.md; auto: its section Adaptive precision)"),
       key("precision.stochastic_rounding", TG_FIELD(precision.stochastic_rounding), 0, 0, {}, "round the master -> 16-bit weight copy stochastically (seeded)"),
-      key("precision.loss_scale.kind", TG_FIELD(precision.loss_scale.kind), 0, 0, {"auto", "dynamic", "static", "none"}, "loss scaling (auto: dynamic for fp16, none otherwise)"),
+      key("precision.loss_scale.kind", TG_FIELD(precision.loss_scale.kind), 0, 0, {}, "loss scaling (auto: dynamic for fp16, none otherwise)"),
       key("precision.loss_scale.init", TG_FIELD(precision.loss_scale.init), 1e-30, 1e30, {}, "initial (or static) loss scale"),
       key("precision.loss_scale.growth_interval", TG_FIELD(precision.loss_scale.growth_interval), 1, 1e9, {}, "finite steps before the scale grows"),
       key("precision.loss_scale.growth", TG_FIELD(precision.loss_scale.growth), 1, 1e6, {}, "growth factor"),
@@ -170,14 +167,14 @@ const std::vector<KeyDef>& table() {
       key("precision.loss_scale.max", TG_FIELD(precision.loss_scale.max), 1e-30, 1e30, {}, "largest dynamic scale"),
       key("precision.loss_scale.hysteresis", TG_FIELD(precision.loss_scale.hysteresis), 1, 1e6, {}, "non-finite steps tolerated before backing off"),
       key("precision.loss_scale.on_device", TG_FIELD(precision.loss_scale.on_device), 0, 0, {}, "CUDA, one process, unsharded: the skip/scale decision and AdamW's factor stay on the GPU (the host reads the result once per step)"),
-      key("precision.fp8.recipe", TG_FIELD(precision.fp8.recipe), 0, 0, {"delayed", "current"}, "FP8 scaling: amax history (delayed) or this tensor's amax (current)"),
+      key("precision.fp8.recipe", TG_FIELD(precision.fp8.recipe), 0, 0, {}, "FP8 scaling: amax history (delayed) or this tensor's amax (current)"),
       key("precision.fp8.history_len", TG_FIELD(precision.fp8.history_len), 1, 1024, {}, "amax history length of the delayed recipe"),
       key("precision.fp8.margin", TG_FIELD(precision.fp8.margin), 0, 16, {}, "scale = (fmax/amax) / 2^margin"),
       key("precision.fp8.keep_bf16", TG_FIELD(precision.fp8.keep_bf16), -1024, 1023, {}, "layers kept in bf16, e.g. [0, -1] = first and last"),
       key("precision.fp8.fast_accum", TG_FIELD(precision.fp8.fast_accum), 0, 0, {}, "fast accumulation in the forward FP8 GEMM on GPUs (backward: never; CPU: exact fp32); not applied yet by the per-tensor recipe path, which accumulates exactly"),
       key("precision.recipe.pow2_scales", TG_FIELD(precision.recipe.pow2_scales), 0, 0, {}, "fp8-rowwise: round each scale down to a power of two"),
-      key("precision.recipe.scale_rule", TG_FIELD(precision.recipe.scale_rule), 0, 0, {"auto", "ocp", "ceil"}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"),
-      key("precision.recipe.grad_format", TG_FIELD(precision.recipe.grad_format), 0, 0, {"auto", "e4m3", "e5m2"}, "mxfp8: element format of the output gradients (auto: e4m3)"),
+      key("precision.recipe.scale_rule", TG_FIELD(precision.recipe.scale_rule), 0, 0, {}, "mxfp8, mxfp4: E8M0 block scale 2^(floor(log2 amax) - emax) (ocp) or 2^ceil(log2(amax / max)) (ceil); auto: mxfp8 ceil, mxfp4 ocp"),
+      key("precision.recipe.grad_format", TG_FIELD(precision.recipe.grad_format), 0, 0, {}, "mxfp8: element format of the output gradients (auto: e4m3)"),
       key("precision.recipe.stochastic_grads", TG_FIELD(precision.recipe.stochastic_grads), 0, 0, {}, "mxfp4, nvfp4: round the output gradients stochastically (seeded by train.seed, step, layer)"),
       key("precision.recipe.hadamard", TG_FIELD(precision.recipe.hadamard), 0, 0, {}, "mxfp4, nvfp4: random Hadamard transform of both wgrad operands along the tokens"),
       key("precision.recipe.hadamard_size", TG_FIELD(precision.recipe.hadamard_size), 2, 256, {}, "points of that Hadamard transform (a power of two)"),
@@ -199,11 +196,11 @@ const std::vector<KeyDef>& table() {
       key("precision.state.adam_m", TG_FIELD(precision.state.adam_m), 0, 0, state_format_names(), "storage of Adam's first moment: fp32, bf16 (nearest even), bf16-sr (stochastic rounding, seeded per step and element), fp16 (scaled by 2^12) or fp8-e4m3 / fp8-e5m2 (a scale per block of moment_block elements; docs/precision.md)"),
       key("precision.state.adam_v", TG_FIELD(precision.state.adam_v), 0, 0, state_format_names(), "storage of Adam's second moment: as adam_m; fp16 and fp8 store sqrt(v)"),
       key("precision.state.moment_block", TG_FIELD(precision.state.moment_block), kMomentBlockMin, kMomentBlockMax, {}, "fp8 moments: elements per scale block, a power of two (blocks of the flat parameter vector)"),
-      key("precision.state.moment_scale", TG_FIELD(precision.state.moment_scale), 0, 0, moment_scale_names(), "fp8 moments: a block's scale is its amax in fp32, or the power of two at or above it (e8m0)"),
-      key("precision.state.moment_expand", TG_FIELD(precision.state.moment_expand), 0, 0, moment_expand_names(), "fp8 moments: COAT's dynamic range expansion, codes holding (|x|/scale)^k with k in 4, 2, 1 per block (coat), or none"),
+      key("precision.state.moment_scale", TG_FIELD(precision.state.moment_scale), 0, 0, {}, "fp8 moments: a block's scale is its amax in fp32, or the power of two at or above it (e8m0)"),
+      key("precision.state.moment_expand", TG_FIELD(precision.state.moment_expand), 0, 0, {}, "fp8 moments: COAT's dynamic range expansion, codes holding (|x|/scale)^k with k in 4, 2, 1 per block (coat), or none"),
       key("precision.state.master", TG_FIELD(precision.state.master), 0, 0, master_format_names(), "where the master weights live: fp32 (a copy beside the compute weights), bf16-sr (the bf16 weights themselves, updates stored with stochastic rounding; no copy) or bf16-kahan (the bf16 weights plus a bf16 compensation buffer); the bf16 ones need bf16 weights (docs/precision.md)"),
-      key("precision.state.grads", TG_FIELD(precision.state.grads), 0, 0, grad_accum_names(), "what a step's gradients accumulate in over its micro-steps in the 16-bit modes: the compute type (compute: each micro-step adds into bf16 / fp16 gradients) or an fp32 buffer beside them, rounded once to the compute type at the step's end (fp32: 4 more bytes per parameter); fp32 modes accumulate in fp32 either way"),
-      key("precision.state.weight_comm", TG_FIELD(precision.state.weight_comm), 0, 0, weight_comm_names(), "with ZeRO-1 (train.zero_stage=1), the format the updated weights are all-gathered in: the compute type (compute) or fp8 e4m3 with an fp32 scale per 128 (every rank then computes with the decoded weights; needs 16-bit weights and fp32 master weights)"),
+      key("precision.state.grads", TG_FIELD(precision.state.grads), 0, 0, {}, "what a step's gradients accumulate in over its micro-steps in the 16-bit modes: the compute type (compute: each micro-step adds into bf16 / fp16 gradients) or an fp32 buffer beside them, rounded once to the compute type at the step's end (fp32: 4 more bytes per parameter); fp32 modes accumulate in fp32 either way"),
+      key("precision.state.weight_comm", TG_FIELD(precision.state.weight_comm), 0, 0, {}, "with ZeRO-1 (train.zero_stage=1), the format the updated weights are all-gathered in: the compute type (compute) or fp8 e4m3 with an fp32 scale per 128 (every rank then computes with the decoded weights; needs 16-bit weights and fp32 master weights)"),
       key("precision.state.grad_comm", TG_FIELD(precision.state.grad_comm), 0, 0, wire_format_names(), "with several ranks, the format gradients travel in: fp32 (MPI's all-reduce / reduce-scatter), bf16 (half the bytes; lossless for bf16 gradients), fp8-e4m3 or fp8-e5m2 (a quarter, an fp32 scale per 128 elements; e5m2 trades precision for range); parts are summed in fp32 where they arrive (docs/distributed.md)"),
       key("precision.state.allow_narrowing", TG_FIELD(precision.state.allow_narrowing), 0, 0, {}, "resume may convert a checkpoint's Adam moments or master weights into formats that cannot hold them exactly (rounded once, to nearest); without it such a resume is refused (widening is always allowed)"),
       key("precision.telemetry_every", TG_FIELD(precision.telemetry_every), 0, 1e9, {}, "numerics telemetry (amax, zero/subnormal/non-finite fractions per tensor) every N steps (0: off)"),
@@ -217,8 +214,8 @@ const std::vector<KeyDef>& table() {
       key("sample.top_k", TG_FIELD(sample.top_k), 0, 1 << 24, {}, "keep the k most likely tokens (0: all)"),
       key("sample.prompt", TG_FIELD(sample.prompt), 0, 0, {}, "prompt text (encoded by the dataset's tokenizer)"),
       key("cpu.gemm", TG_FIELD(cpu.gemm), 0, 0, {}, "CPU matmul kernel: OpenBLAS (auto, blas) or the built-in loop nest, whose rounding is the same on every CPU (loops)"),
-      key("cpu.narrow_gemm", TG_FIELD(cpu.narrow_gemm), 0, 0, {"auto", "exact", "avx512_bf16", "amx_bf16"}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation, on AMX tiles in their own order of the additions (amx_bf16) or on AVX512-BF16's vdpbf16ps in gemm_bf16.h's order (avx512_bf16): the same exact products, fp32 sums that differ in their last bits (auto: the fastest the CPU has, in that order; not with cpu.gemm=loops); or the operands widened to fp32 through cpu.gemm, the exact reference (exact). A path the CPU lacks falls back to the next"),
-      key("cuda.attention", TG_FIELD(cuda.attention), 0, 0, {"auto", "cublas", "fused", "flash", "cudnn"}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash), or cuDNN's fused flash attention, bf16/fp16 only, head sizes multiples of 8 up to 128, deterministic backward (cudnn; the binary built with the cudnn-frontend headers, libcudnn.so.9 opened at run time); auto: cudnn where it is built in, libcudnn loads and the mode and head size suit it, else cublas; the start-up line says which runs and why. With flash or cudnn the CPU runs its flash twin; on the CPU auto is cublas's reference"),
+      key("cpu.narrow_gemm", TG_FIELD(cpu.narrow_gemm), 0, 0, {}, "CPU matmuls of bf16, fp8 and the block-scaled modes: bf16 products with fp32 accumulation, on AMX tiles in their own order of the additions (amx_bf16) or on AVX512-BF16's vdpbf16ps in gemm_bf16.h's order (avx512_bf16): the same exact products, fp32 sums that differ in their last bits (auto: the fastest the CPU has, in that order; not with cpu.gemm=loops); or the operands widened to fp32 through cpu.gemm, the exact reference (exact). A path the CPU lacks falls back to the next"),
+      key("cuda.attention", TG_FIELD(cuda.attention), 0, 0, {}, "CUDA attention: cuBLAS batched GEMMs + softmax kernels (cublas), a fused single-pass forward (fused), tiled flash forward/backward keeping the logsumexp instead of the T x T probabilities (flash), or cuDNN's fused flash attention, bf16/fp16 only, head sizes multiples of 8 up to 128, deterministic backward (cudnn; the binary built with the cudnn-frontend headers, libcudnn.so.9 opened at run time); auto: cudnn where it is built in, libcudnn loads and the mode and head size suit it, else cublas; the start-up line says which runs and why. With flash or cudnn the CPU runs its flash twin; on the CPU auto is cublas's reference"),
       key("cuda.cudnn_lib", TG_FIELD(cuda.cudnn_lib), 0, 0, {}, "libcudnn for cuda.attention=cudnn or auto: a file (only that one is tried); \"\": libcudnn.so.9 through the loader's search (LD_LIBRARY_PATH, the toolkit's lib folders), then a pip wheel's (site-packages/nvidia/cudnn/lib: nvidia-cudnn-cu13, which PyTorch brings)"),
       key("cuda.gemm", TG_FIELD(cuda.gemm), 0, 0, {}, "CUDA GEMMs: cuBLASLt with bias epilogue (lt), or plain cuBLAS + our epilogue kernel for every GEMM (fallback)"),
       key("cuda.gelu_epilogue", TG_FIELD(cuda.gelu_epilogue), 0, 0, {}, "CUDA: the MLP's GELU fused into its first GEMM (cuBLASLt GELU_AUX_BIAS)"),
@@ -622,7 +619,9 @@ std::vector<ConfigKeyInfo> config_keys() {
     std::string type = k.kind == Kind::Choice       ? choices_text(k)
                        : k.kind == Kind::ChoiceList ? "list of " + choices_text(k)
                                                     : kind_name(k.kind);
-    out.push_back({k.name, type, k.help, value_text(defaults, k)});
+    const bool string_choice =
+        k.kind == Kind::Choice && std::holds_alternative<Getter<std::string>>(k.field);
+    out.push_back({k.name, type, k.help, value_text(defaults, k), string_choice});
   }
   return out;
 }

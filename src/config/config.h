@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "src/base/named_enum.h"
-#include "src/numerics/precision_mode.h"
+#include "src/base/path_choices.h"
+#include "src/numerics/loss_scaler.h"
 #include "src/numerics/master_format.h"
+#include "src/numerics/precision_mode.h"
+#include "src/numerics/recipe.h"
 #include "src/numerics/state_format.h"
 #include "src/numerics/wire_format.h"
 #include "state_presets.h"
@@ -21,10 +24,11 @@ namespace tg {
 
 // The enumerated keys' values that are the config's own (named_enum.h): parsed once where
 // the config is read, compared as enums everywhere else.
-enum class DeviceChoice { Auto, Cpu, Cuda };                 // train.device
-enum class CpuGemm { Auto, Blas, Loops };                    // cpu.gemm
-enum class CudaGemm { Lt, Fallback };                        // cuda.gemm
-enum class OutlierHandling { Split, Smooth, None };          // precision.auto.outliers
+enum class DeviceChoice { Auto, Cpu, Cuda };         // train.device
+enum class CpuGemm { Auto, Blas, Loops };            // cpu.gemm
+enum class CudaGemm { Lt, Fallback };                // cuda.gemm
+enum class OutlierHandling { Split, Smooth, None };  // precision.auto.outliers
+enum class LrSchedule { Cosine, Linear, Constant };  // optim.schedule (schedule.h)
 template <>
 struct EnumNames<DeviceChoice> {
   static constexpr std::array names{"auto", "cpu", "cuda"};
@@ -40,6 +44,10 @@ struct EnumNames<CudaGemm> {
 template <>
 struct EnumNames<OutlierHandling> {
   static constexpr std::array names{"split", "smooth", "none"};
+};
+template <>
+struct EnumNames<LrSchedule> {
+  static constexpr std::array names{"cosine", "linear", "constant"};
 };
 
 struct Config {
@@ -62,7 +70,7 @@ struct Config {
   struct Optim {
     double lr = 3e-3;
     int warmup_steps = 100;
-    std::string schedule = "cosine";
+    LrSchedule schedule = LrSchedule::Cosine;
     double final_lr_frac = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;
@@ -98,7 +106,7 @@ struct Config {
     Mode mode = Mode::FP32;            // src/numerics/precision_mode.h
     bool stochastic_rounding = false;  // of the master -> 16-bit weight copy
     struct LossScale {
-      std::string kind = "auto";  // auto: dynamic for fp16, none otherwise
+      LossScaling kind = LossScaling::Auto;  // auto: dynamic for fp16, none otherwise
       double init = 65536.0;
       int growth_interval = 2000;
       double growth = 2.0;
@@ -112,7 +120,7 @@ struct Config {
     int inject_nonfinite_step = 0;  // for tests and demos: poison that step's gradients
     std::string inject_outlier;     // "LAYER:CHANNEL:FACTOR,...": scale ln2 gains ("": off)
     struct Fp8 {
-      std::string recipe = "delayed";
+      ScaleSource recipe = ScaleSource::Delayed;
       int history_len = 16;
       int margin = 0;
       std::vector<int> keep_bf16;  // layer indices; negative counts from the last
@@ -121,17 +129,17 @@ struct Config {
     // Options of the block-scaled presets (fp8-rowwise, fp8-block, mxfp8, mxfp4, nvfp4;
     // src/numerics/recipe.h), each switchable on its own so a study can remove them one at a time.
     struct Recipe {
-      bool pow2_scales = false;          // fp8-rowwise: scales rounded down to powers of two
-      std::string scale_rule = "auto";   // mx*: E8M0 rule ocp | ceil (auto: mxfp8 ceil, mxfp4 ocp)
-      std::string grad_format = "auto";  // mxfp8: e4m3 | e5m2 output gradients (auto: e4m3)
-      bool stochastic_grads = true;      // mxfp4, nvfp4: output gradients rounded stochastically
-      bool hadamard = true;              // mxfp4, nvfp4: random Hadamard on the wgrad inputs
-      int hadamard_size = 16;            // its points (a power of two)
-      bool weight_2d = true;             // nvfp4: 16x16 weight tiles (else 1x16 blocks)
-      int bf16_last = -1;                // last N block layers in bf16 (-1: nvfp4 1, others 0)
-      bool smooth = false;               // SmoothQuant smoothing of the forward GEMM
-      double smooth_alpha = 0.5;         // s_c = amax_x(c)^alpha / amax_w(c)^(1 - alpha)
-      int smooth_every = 10;             // recompute the factors every N steps (and at step 1)
+      bool pow2_scales = false;  // fp8-rowwise: scales rounded down to powers of two
+      ScaleRuleChoice scale_rule = ScaleRuleChoice::Auto;  // mx*: auto: mxfp8 ceil, mxfp4 ocp
+      GradFormat grad_format = GradFormat::Auto;           // mxfp8's output gradients (auto: e4m3)
+      bool stochastic_grads = true;  // mxfp4, nvfp4: output gradients rounded stochastically
+      bool hadamard = true;          // mxfp4, nvfp4: random Hadamard on the wgrad inputs
+      int hadamard_size = 16;        // its points (a power of two)
+      bool weight_2d = true;         // nvfp4: 16x16 weight tiles (else 1x16 blocks)
+      int bf16_last = -1;            // last N block layers in bf16 (-1: nvfp4 1, others 0)
+      bool smooth = false;           // SmoothQuant smoothing of the forward GEMM
+      double smooth_alpha = 0.5;     // s_c = amax_x(c)^alpha / amax_w(c)^(1 - alpha)
+      int smooth_every = 10;         // recompute the factors every N steps (and at step 1)
     } recipe;
     // precision.mode=auto (src/precision/auto_precision.h): formats chosen per layer while
     // training.
@@ -157,14 +165,14 @@ struct Config {
       StateFormat adam_v = StateFormat::FP32;
       MasterFormat master = MasterFormat::FP32;  // src/numerics/master_format.h
       WireFormat grad_comm = WireFormat::FP32;   // src/numerics/wire_format.h
-      std::string grads = grad_accum_name(false);  // compute | fp32 (grad_accum_name)
-      std::string weight_comm = weight_comm_name(false);  // compute | fp8-e4m3 (ZeRO-1 all-gather)
+      GradAccum grads = GradAccum::Compute;
+      WeightComm weight_comm = WeightComm::Compute;  // ZeRO-1's all-gather
       bool allow_narrowing = false;  // resume may round a checkpoint's moments into narrower ones
       // FP8 moments (src/numerics/moment_block.h): elements per scale block, the scale's
       // format (fp32: the block's amax; e8m0: a power of two), COAT's range expansion.
       int moment_block = 128;
-      std::string moment_scale = moment_scale_name(false);
-      std::string moment_expand = moment_expand_name(false);
+      MomentScale moment_scale = MomentScale::FP32;
+      MomentExpand moment_expand = MomentExpand::None;
     } state;
   } precision;
   struct Eval {
@@ -183,12 +191,12 @@ struct Config {
     // auto: the narrow modes' matmuls as bf16 products on the CPU's instructions when it has
     // them (AMX-BF16, else AVX512-BF16; avx512_bf16 and amx_bf16 name one), else and with
     // exact: widened to fp32 through cpu.gemm
-    std::string narrow_gemm = "auto";
+    NarrowGemmRequest narrow_gemm = NarrowGemmRequest::Auto;
   } cpu;
   struct Cuda {
-    std::string attention = "auto";  // auto | cublas | fused | flash | cudnn
-    std::string cudnn_lib;           // libcudnn's file for cudnn / auto ("": searched)
-    CudaGemm gemm = CudaGemm::Lt;    // lt (cuBLASLt) | fallback (cuBLAS + our epilogue)
+    AttentionRequest attention = AttentionRequest::Auto;
+    std::string cudnn_lib;         // libcudnn's file for cudnn / auto ("": searched)
+    CudaGemm gemm = CudaGemm::Lt;  // lt (cuBLASLt) | fallback (cuBLAS + our epilogue)
     bool gelu_epilogue = false;
   } cuda;
   struct Checkpoint {
@@ -230,6 +238,9 @@ nlohmann::json config_to_json(const Config& cfg);
 // All key names, in table order, with help text and default values (for --help).
 struct ConfigKeyInfo {
   std::string name, type, help, default_value;
+  // A string field checked against a list of names (precision.state.preset: a registry's,
+  // open), where every other key with choices is an enum (tests/config hold them to it).
+  bool string_choice = false;
 };
 std::vector<ConfigKeyInfo> config_keys();
 

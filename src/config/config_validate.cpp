@@ -100,9 +100,9 @@ void validate_state(const Config& c, Err err) {
 // precision.state.weight_comm=fp8-e4m3: the gathered weights are decoded into the compute
 // weights of every rank, which must therefore be a copy of an fp32 master (16-bit weights).
 static void validate_weight_comm(const Config& c) {
-  if (c.precision.state.weight_comm != weight_comm_name(true)) return;
+  if (c.precision.state.weight_comm != WeightComm::FP8E4M3) return;
   const char* key = "precision.state.weight_comm";
-  const char* fp8 = weight_comm_name(true);
+  const char* fp8 = enum_name(WeightComm::FP8E4M3);
   if (c.train.zero_stage != 1)
     throw UsageError(
         strf("config key '%s': %s gathers ZeRO-1's weight shards, and "
@@ -155,8 +155,8 @@ void config_validate_run(const Config& c, int world) {
     // Name the preset the user typed, and the mode that keeps it.
     const std::optional<Mode> keeps = state_keeping_mode(c);
     if (!keeps)  // not the mode's doing (e.g. a ZeRO-1 preset without ZeRO-1)
-      throw UsageError(strf("state preset '%s' (precision.state.preset): %s", preset.c_str(),
-                            e.what()));
+      throw UsageError(
+          strf("state preset '%s' (precision.state.preset): %s", preset.c_str(), e.what()));
     throw UsageError(strf(
         "state preset '%s' (precision.state.preset) cannot be kept in precision.mode=%s: %s; it "
         "can with --precision.mode=%s",

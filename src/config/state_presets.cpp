@@ -16,19 +16,20 @@ struct StateChoice {
   StateFormat m = StateFormat::FP32, v = StateFormat::FP32;
   MomentBlocking blocking = {};
   WireFormat grad_comm = WireFormat::FP32;
-  bool fp32_grads = false, fp8_weights = false;
+  GradAccum grads = GradAccum::Compute;
+  WeightComm weight_comm = WeightComm::Compute;
 };
 
 KeyValues keys_of(const StateChoice& s) {
   return {{"precision.state.master", master_format_name(s.master)},
           {"precision.state.grad_comm", wire_format_name(s.grad_comm)},
-          {"precision.state.grads", grad_accum_name(s.fp32_grads)},
-          {"precision.state.weight_comm", weight_comm_name(s.fp8_weights)},
+          {"precision.state.grads", enum_name(s.grads)},
+          {"precision.state.weight_comm", enum_name(s.weight_comm)},
           {"precision.state.adam_m", state_format_name(s.m)},
           {"precision.state.adam_v", state_format_name(s.v)},
           {"precision.state.moment_block", std::to_string(s.blocking.block)},
-          {"precision.state.moment_scale", moment_scale_name(s.blocking.pow2)},
-          {"precision.state.moment_expand", moment_expand_name(s.blocking.expand)}};
+          {"precision.state.moment_scale", enum_name(s.blocking.scale)},
+          {"precision.state.moment_expand", enum_name(s.blocking.expand)}};
 }
 
 StatePreset preset(std::string name, const char* what, StateChoice s) {
@@ -45,12 +46,12 @@ StateChoice wire(WireFormat f) {
 // fp8 (weights).
 StateChoice fp32_grads() {
   StateChoice s;
-  s.fp32_grads = true;
+  s.grads = GradAccum::FP32;
   return s;
 }
 StateChoice fp8_weights() {
   StateChoice s;
-  s.fp8_weights = true;
+  s.weight_comm = WeightComm::FP8E4M3;
   return s;
 }
 
@@ -58,7 +59,7 @@ std::vector<StatePreset> make_presets() {
   using MF = MasterFormat;
   using SF = StateFormat;
   using WF = WireFormat;
-  const MomentBlocking coat{128, false, true};
+  const MomentBlocking coat{128, MomentScale::FP32, MomentExpand::Coat};
   // clang-format off
   return {
       preset(state_format_name(SF::FP32), "fp32 master weights and Adam moments", {}),
@@ -94,7 +95,8 @@ std::vector<StatePreset> make_presets() {
       preset("weights-fp8", "ZeRO-1's weight all-gather in fp8 e4m3 (a scale per 128)",
              fp8_weights()),
       preset("zero-fp8", "ZeRO-1 with gradients and weights in fp8 e4m3 on the wire, fp8 Adam moments",
-             {MF::FP32, SF::FP8E4M3, SF::FP8E4M3, {}, WF::FP8E4M3, false, true}),
+             {MF::FP32, SF::FP8E4M3, SF::FP8E4M3, {}, WF::FP8E4M3, GradAccum::Compute,
+              WeightComm::FP8E4M3}),
       preset("lean", "bf16-sr master weights, fp8 e4m3 Adam moments, bf16 gradients on the wire",
              {MF::BF16SR, SF::FP8E4M3, SF::FP8E4M3, {}, WF::BF16}),
   };

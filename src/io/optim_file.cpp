@@ -33,6 +33,10 @@ size_t comp_bytes(MasterFormat f) { return f == MasterFormat::BF16Kahan ? 2 : 0;
 size_t moment_file_bytes(StateFormat f, bool second, const MomentBlocking& b, size_t count) {
   return moment_storage_bytes(count, moment_format(f, second, b));
 }
+// The header's word 14: bit 0 e8m0 scales, bit 1 COAT's expansion.
+int32_t blocking_flags(const MomentBlocking& b) {
+  return (b.scale == MomentScale::E8M0 ? 1 : 0) + (b.expand == MomentExpand::Coat ? 2 : 0);
+}
 bool any_blocked(StateFormat m, StateFormat v) {
   return state_format_blocked(m) || state_format_blocked(v);
 }
@@ -68,7 +72,7 @@ std::vector<char> optim_file_bytes(int64_t total, int64_t begin, const MomentByt
   h[12] = master_format_info(mb.master).file_code;
   if (any_blocked(mb.m_format, mb.v_format)) {
     h[13] = mb.blocking.block;
-    h[14] = (mb.blocking.pow2 ? 1 : 0) + (mb.blocking.expand ? 2 : 0);
+    h[14] = blocking_flags(mb.blocking);
   }
   memcpy(out.data(), h, sizeof(h));
   if (count > 0) {
@@ -119,14 +123,14 @@ json optim_file_state_entry(const OptimFileRecord& r) {
             {"master", master_format_name(r.master)}};
   if (any_blocked(r.m_format, r.v_format)) {
     e["moment_block"] = r.blocking.block;
-    e["moment_scale"] = moment_scale_name(r.blocking.pow2);
-    e["moment_expand"] = moment_expand_name(r.blocking.expand);
+    e["moment_scale"] = enum_name(r.blocking.scale);
+    e["moment_expand"] = enum_name(r.blocking.expand);
   }
   return e;
+
 }
 
 namespace {
-
 
 // One optimizer file of a checkpoint: which parameters [begin, begin + count) of the n it
 // holds the Adam moments of (all of them for optim.bin, a shard for optim_rank<R>.bin).
@@ -150,11 +154,11 @@ MomentBlocking entry_blocking(const std::string& state_path, const std::string& 
                         (k.get<int64_t>() & (k.get<int64_t>() - 1)) == 0;
   const std::string scale = f.contains("moment_scale") ? string_field(f, "moment_scale") : "",
                     expand = f.contains("moment_expand") ? string_field(f, "moment_expand") : "";
-  if (!ok_block || !parse_moment_scale(scale, &b.pow2) || !parse_moment_expand(expand, &b.expand))
-    throw Error(strf("checkpoint state %s: entry %s has a bad fp8 moment blocking "
-                     "(moment_block %s, moment_scale '%s', moment_expand '%s')",
-                     state_path.c_str(), name.c_str(), k.dump().c_str(), scale.c_str(),
-                     expand.c_str()));
+  if (!ok_block || !parse_enum(scale, &b.scale) || !parse_enum(expand, &b.expand))
+    throw Error(
+        strf("checkpoint state %s: entry %s has a bad fp8 moment blocking "
+             "(moment_block %s, moment_scale '%s', moment_expand '%s')",
+             state_path.c_str(), name.c_str(), k.dump().c_str(), scale.c_str(), expand.c_str()));
   b.block = int(k.get<int64_t>());
   return b;
 }
@@ -239,7 +243,7 @@ void check_optim_header(const std::string& path, const std::vector<char>& bytes,
                       moment_file_bytes(o.v_format, true, o.blocking, c) + comp_bytes(o.master) * c;
   const bool blocked = any_blocked(o.m_format, o.v_format);
   const int32_t block = blocked ? o.blocking.block : 0,
-                flags = blocked ? (o.blocking.pow2 ? 1 : 0) + (o.blocking.expand ? 2 : 0) : 0;
+                flags = blocked ? blocking_flags(o.blocking) : 0;
   if (h[0] != kStateMagic || h[1] != (o.sharded ? 2 : 1) || total != int64_t(n) || hb != o.begin ||
       hc != o.count || h[10] != state_format_info(o.m_format).file_code ||
       h[11] != state_format_info(o.v_format).file_code ||
@@ -314,11 +318,12 @@ void entry_formats(const std::string& dir, const json& files, size_t n, Checkpoi
                "different formats",
                state_path.c_str()));
     if (!first && any_blocked(o.m_format, o.v_format) &&
-        (o.blocking.block != cd->blocking.block || o.blocking.pow2 != cd->blocking.pow2 ||
+        (o.blocking.block != cd->blocking.block || o.blocking.scale != cd->blocking.scale ||
          o.blocking.expand != cd->blocking.expand))
-      throw Error(strf("checkpoint state %s: the optimizer files block their fp8 moments "
-                       "differently",
-                       state_path.c_str()));
+      throw Error(
+          strf("checkpoint state %s: the optimizer files block their fp8 moments "
+               "differently",
+               state_path.c_str()));
     cd->m_format = o.m_format;
     cd->v_format = o.v_format;
     cd->master = o.master;

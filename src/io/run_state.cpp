@@ -156,9 +156,9 @@ void read_precision(const Fields& f, RunState& s) {
   if (!m) f.bad("precision.mode", strf("is '%s', not a precision mode", mode.c_str()));
   s.mode = m->mode;
   LossScaler& ls = s.loss_scale;
-  ls.kind = f.text("precision.loss_scale.kind");
-  if (ls.kind != "dynamic" && ls.kind != "static" && ls.kind != "none")
-    f.bad("precision.loss_scale.kind", strf("is '%s'", ls.kind.c_str()));
+  const std::string kind = f.text("precision.loss_scale.kind");
+  if (!parse_enum(kind, &ls.kind) || ls.kind == LossScaling::Auto)  // a scaler's is resolved
+    f.bad("precision.loss_scale.kind", strf("is '%s'", kind.c_str()));
   ls.scale = f.number("precision.loss_scale.scale", 1e-30, 1e30);
   ls.good_steps = int(f.integer("precision.loss_scale.good_steps", 0, INT32_MAX));
   ls.hysteresis_left = int(f.integer("precision.loss_scale.hysteresis_left", 0, INT32_MAX));
@@ -213,7 +213,7 @@ json run_state_to_json(const RunState& s) {
              {{"mode", mode_name(s.mode)},
               {"opt_step", s.opt_step},
               {"loss_scale",
-               {{"kind", s.loss_scale.kind},
+               {{"kind", enum_name(s.loss_scale.kind)},
                 {"scale", s.loss_scale.scale},
                 {"good_steps", s.loss_scale.good_steps},
                 {"hysteresis_left", s.loss_scale.hysteresis_left}}}}},

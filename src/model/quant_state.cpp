@@ -10,8 +10,7 @@
 namespace tg {
 
 QuantRecipe fp8_recipe(const Fp8Config& c) {
-  return fp8_tensor_recipe(c.recipe == "current" ? ScaleSource::Current : ScaleSource::Delayed,
-                           c.history_len, c.margin, c.keep_bf16);
+  return fp8_tensor_recipe(c.recipe, c.history_len, c.margin, c.keep_bf16);
 }
 
 namespace {
@@ -166,7 +165,7 @@ nlohmann::json QuantState::to_json() const {
       for (int op = 0; op < kOperands; op++) {
         scales.push_back(scale(l, lin, op));
       }
-  return {{"recipe", scale_source_name(cfg_.gemm[kForward].a.source)},
+  return {{"recipe", enum_name(cfg_.gemm[kForward].a.source)},
           {"history_len", cfg_.history_len},
           {"amax_history", hist},
           {"scales", scales}};

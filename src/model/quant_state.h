@@ -27,7 +27,7 @@ namespace tg {
 
 // The precision.fp8.* keys; fp8_recipe() turns them into the recipe QuantState reads.
 struct Fp8Config {
-  std::string recipe = "delayed";
+  ScaleSource recipe = ScaleSource::Delayed;
   int history_len = 16;
   int margin = 0;
   std::vector<int> keep_bf16;

@@ -12,8 +12,17 @@
 #include <string>
 
 #include "src/base/host_device.h"
+#include "src/base/named_enum.h"
 
 namespace tg {
+
+// precision.loss_scale.kind; a scaler's kind is never Auto (resolved by the mode: its
+// registry row, precision_mode.h). The names are what config.json and state.json hold.
+enum class LossScaling { Auto, Dynamic, Static, None };
+template <>
+struct EnumNames<LossScaling> {
+  static constexpr std::array names{"auto", "dynamic", "static", "none"};
+};
 
 // The state machine as plain data and one function, run by the host (LossScaler::update) and
 // by the device (kernels/loss_scale.cuh), so that both produce identical state.
@@ -82,7 +91,7 @@ struct LossScaleDevice {
 };
 
 struct LossScaler {
-  std::string kind = "none";  // dynamic | static | none
+  LossScaling kind = LossScaling::None;
   double scale = 1.0;
   int growth_interval = 2000;
   double growth = 2.0, backoff = 0.5, min_scale = 1.0, max_scale = 16777216.0;
@@ -91,11 +100,11 @@ struct LossScaler {
   int good_steps = 0;
   int hysteresis_left = 1;
 
-  static LossScaler make(const std::string& kind, double init, int growth_interval, double growth,
+  static LossScaler make(LossScaling kind, double init, int growth_interval, double growth,
                          double backoff, double min_scale, double max_scale, int hysteresis) {
     LossScaler s;
     s.kind = kind;
-    s.scale = kind == "none" ? 1.0 : init;
+    s.scale = kind == LossScaling::None ? 1.0 : init;
     s.growth_interval = growth_interval;
     s.growth = growth;
     s.backoff = backoff;
@@ -108,7 +117,7 @@ struct LossScaler {
 
   LossScaleParams params() const {
     LossScaleParams p;
-    p.dynamic = kind == "dynamic";
+    p.dynamic = kind == LossScaling::Dynamic;
     p.growth_interval = growth_interval;
     p.growth = growth;
     p.backoff = backoff;

@@ -7,21 +7,22 @@ namespace tg {
 namespace {
 using R = ModeRecipe;
 using P = PeakClass;
+using L = LossScaling;
 // Block-scaled and fp8 modes keep bf16 everywhere but the block linears; auto starts every
 // linear in bf16 and chooses their formats while training.
 // clang-format off
 constexpr ModeInfo kRows[] = {
     // mode               name           storage      quantized loss scale  recipe          candidate peak
-    {Mode::FP32,       "fp32",        DType::F32,  false,    "none",     R::None,        false, P::Fp32},
-    {Mode::BF16,       "bf16",        DType::BF16, false,    "none",     R::None,        true,  P::Tensor16},
-    {Mode::FP16,       "fp16",        DType::F16,  false,    "dynamic",  R::None,        false, P::Tensor16},
-    {Mode::FP8,        "fp8",         DType::BF16, true,     "none",     R::Fp8Tensor,   true,  P::Tensor16},
-    {Mode::FP8Rowwise, "fp8-rowwise", DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-    {Mode::FP8Block,   "fp8-block",   DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-    {Mode::MXFP8,      "mxfp8",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-    {Mode::MXFP4,      "mxfp4",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-    {Mode::NVFP4,      "nvfp4",       DType::BF16, true,     "none",     R::BlockScaled, true,  P::Tensor16},
-    {Mode::Auto,       "auto",        DType::BF16, true,     "none",     R::Auto,        false, P::Tensor16},
+    {Mode::FP32,       "fp32",        DType::F32,  false,    L::None,    R::None,        false, P::Fp32},
+    {Mode::BF16,       "bf16",        DType::BF16, false,    L::None,    R::None,        true,  P::Tensor16},
+    {Mode::FP16,       "fp16",        DType::F16,  false,    L::Dynamic, R::None,        false, P::Tensor16},
+    {Mode::FP8,        "fp8",         DType::BF16, true,     L::None,    R::Fp8Tensor,   true,  P::Tensor16},
+    {Mode::FP8Rowwise, "fp8-rowwise", DType::BF16, true,     L::None,    R::BlockScaled, true,  P::Tensor16},
+    {Mode::FP8Block,   "fp8-block",   DType::BF16, true,     L::None,    R::BlockScaled, true,  P::Tensor16},
+    {Mode::MXFP8,      "mxfp8",       DType::BF16, true,     L::None,    R::BlockScaled, true,  P::Tensor16},
+    {Mode::MXFP4,      "mxfp4",       DType::BF16, true,     L::None,    R::BlockScaled, true,  P::Tensor16},
+    {Mode::NVFP4,      "nvfp4",       DType::BF16, true,     L::None,    R::BlockScaled, true,  P::Tensor16},
+    {Mode::Auto,       "auto",        DType::BF16, true,     L::None,    R::Auto,        false, P::Tensor16},
 };
 // clang-format on
 constexpr size_t kModes = sizeof(kRows) / sizeof(kRows[0]);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "loss_scaler.h"
 #include "src/base/common.h"
 
 namespace tg {
@@ -34,7 +35,7 @@ struct ModeInfo {
   const char* name;        // precision.mode's value
   DType storage;           // weights' compute copy and activations
   bool quantized;          // the block linears run below 16 bits (or may: auto)
-  const char* loss_scale;  // what precision.loss_scale.kind=auto means for this mode
+  LossScaling loss_scale;  // what precision.loss_scale.kind=auto means for this mode
   ModeRecipe recipe;
   bool auto_candidate;  // may be one of precision.auto.candidates
   PeakClass peak;

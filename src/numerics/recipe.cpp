@@ -75,13 +75,12 @@ QuantRecipe block_scaled_recipe(Mode mode, const RecipeOptions& opt) {
   } else if (mode == Mode::MXFP8 || mode == Mode::MXFP4) {
     const bool fp8 = mode == Mode::MXFP8;
     OperandRecipe o = operand(fp8 ? E::E4M3 : E::E2M1, G::Block, 32, S::E8M0);
-    const std::string rule = opt.scale_rule == "auto" ? (fp8 ? "ceil" : "ocp") : opt.scale_rule;
-    o.scale_rule = rule == "ceil" ? ScaleRule::Ceil : ScaleRule::Ocp;
+    const ScaleRuleChoice rule = opt.scale_rule;
+    const bool ceil = rule == ScaleRuleChoice::Ceil || (rule == ScaleRuleChoice::Auto && fp8);
+    o.scale_rule = ceil ? ScaleRule::Ceil : ScaleRule::Ocp;
     all_operands(&r, o);
     OperandRecipe g = o;
-    if (fp8 && opt.grad_format != "auto" && !find_elem_format(opt.grad_format.c_str(), &g.elem))
-      throw UsageError(strf("config key 'precision.recipe.grad_format': no element format '%s'",
-                            opt.grad_format.c_str()));
+    if (fp8 && opt.grad_format == GradFormat::E5M2) g.elem = E::E5M2;  // auto, e4m3: o's E4M3
     if (!fp8 && opt.stochastic_grads) g.rounding = RoundMode::Stochastic;
     r.gemm[kInputGrad].a = r.gemm[kWeightGrad].a = g;
     if (!fp8 && opt.hadamard) hadamard_wgrad(&r, opt.hadamard_size);
@@ -164,10 +163,6 @@ bool dequantizes_to_bf16(const OperandRecipe& o) {
   return false;
 }
 
-const char* scale_source_name(ScaleSource s) {
-  return s == ScaleSource::Delayed ? "delayed" : "current";
-}
-
 namespace {
 // e.g. "E2M1 1x16 E4M3+fp32 SR H16"
 std::string describe(const OperandRecipe& o) {
@@ -206,7 +201,7 @@ std::string describe(const QuantRecipe& r) {
     s += strf("%s%s %s x %s", g ? ", " : "", roles[g], elem_format_name(r.gemm[g].a.elem),
               elem_format_name(r.gemm[g].b.elem));
   const OperandRecipe& a = r.gemm[kForward].a;
-  s += strf(", per-tensor fp32 scales, %s", scale_source_name(a.source));
+  s += strf(", per-tensor fp32 scales, %s", enum_name(a.source));
   if (a.source == ScaleSource::Delayed)
     s += strf(" (history %d, margin %d)", r.history_len, r.margin);
   else

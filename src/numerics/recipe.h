@@ -25,19 +25,38 @@
 
 #include "elem_format.h"
 #include "precision_mode.h"
+#include "src/base/named_enum.h"
 
 namespace tg {
 
 // Element formats (ElemFormat) and their facts: elem_format.h's table.
 enum class Granularity { Tensor, Row, Block, Tile };
 enum class ScaleFormat { FP32, Pow2, E8M0, E4M3 };
+// precision.fp8.recipe's values name the per-tensor FP8 scale's source: an amax history
+// (delayed) or the tensor's own amax (current).
 enum class ScaleSource { Delayed, Current };
+template <>
+struct EnumNames<ScaleSource> {
+  static constexpr std::array names{"delayed", "current"};
+};
 enum class RoundMode { Nearest, Stochastic };
 enum class Transform { None, Hadamard };
 // How an E8M0 block scale follows from the block's amax: OCP MX v1.0 2^(floor(log2 amax) -
 // emax_elem) (values above the element max saturate), or NVIDIA's MXFP8 rule (arXiv
 // 2506.08027) 2^ceil(log2(amax / max_elem)), which never saturates.
 enum class ScaleRule { Ocp, Ceil };
+// precision.recipe.scale_rule: a ScaleRule, or auto (mxfp8 ceil, mxfp4 ocp).
+enum class ScaleRuleChoice { Auto, Ocp, Ceil };
+template <>
+struct EnumNames<ScaleRuleChoice> {
+  static constexpr std::array names{"auto", "ocp", "ceil"};
+};
+// precision.recipe.grad_format: the element format of mxfp8's output gradients (auto: E4M3).
+enum class GradFormat { Auto, E4M3, E5M2 };
+template <>
+struct EnumNames<GradFormat> {
+  static constexpr std::array names{"auto", "e4m3", "e5m2"};
+};
 
 // Scale formats: FP32 s = max_elem / amax (q = x s, dequantized q / s); Pow2 the same rounded
 // down to a power of two; E8M0 a power of two by scale_rule; E4M3 (NVFP4) an unsigned-E4M3
@@ -96,8 +115,8 @@ QuantRecipe fp8_tensor_recipe(ScaleSource source, int history_len, int margin,
 // Every operand takes its scale from its current amax (no history).
 struct RecipeOptions {
   bool pow2_scales = false;
-  std::string scale_rule = "auto";   // auto | ocp | ceil
-  std::string grad_format = "auto";  // auto | e4m3 | e5m2
+  ScaleRuleChoice scale_rule = ScaleRuleChoice::Auto;
+  GradFormat grad_format = GradFormat::Auto;
   bool stochastic_grads = true;
   bool hadamard = true;
   int hadamard_size = 16;
@@ -133,8 +152,6 @@ bool is_low_bit(const OperandRecipe& o);
 // fp32 scales (fp8-rowwise, fp8-block, the per-tensor recipes) are not exact: q (1/s) has up
 // to 24 bits.
 bool dequantizes_to_bf16(const OperandRecipe& o);
-
-const char* scale_source_name(ScaleSource s);
 
 // One line for the start-up log, e.g. "fwd E4M3 x E4M3, dgrad E5M2 x E4M3, wgrad E5M2 x E4M3,
 // per-tensor fp32 scales, delayed (history 16, margin 0)".

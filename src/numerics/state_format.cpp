@@ -55,30 +55,14 @@ std::vector<std::string> state_format_names() {
   return out;
 }
 
-const char* moment_scale_name(bool pow2) { return pow2 ? "e8m0" : "fp32"; }
-const char* moment_expand_name(bool expand) { return expand ? "coat" : "none"; }
-std::vector<std::string> moment_scale_names() { return {"fp32", "e8m0"}; }
-std::vector<std::string> moment_expand_names() { return {"none", "coat"}; }
-bool parse_moment_scale(const std::string& name, bool* pow2) {
-  for (bool p : {false, true})
-    if (name == moment_scale_name(p)) return *pow2 = p, true;
-  return false;
-}
-bool parse_moment_expand(const std::string& name, bool* expand) {
-  for (bool e : {false, true})
-    if (name == moment_expand_name(e)) return *expand = e, true;
-  return false;
-}
-
-const char* grad_accum_name(bool fp32) { return fp32 ? "fp32" : "compute"; }
-std::vector<std::string> grad_accum_names() {
-  return {grad_accum_name(false), grad_accum_name(true)};
-}
+const std::array<const char*, 2> EnumNames<MomentScale>::names = {"fp32", "e8m0"};
+const std::array<const char*, 2> EnumNames<MomentExpand>::names = {"none", "coat"};
+const std::array<const char*, 2> EnumNames<GradAccum>::names = {"compute", "fp32"};
 
 std::string moment_blocking_name(StateFormat f, const MomentBlocking& b) {
   if (!state_format_blocked(f)) return state_format_name(f);
-  return strf("%s/%d/%s%s", state_format_name(f), b.block, moment_scale_name(b.pow2),
-              b.expand ? "+coat" : "");
+  return strf("%s/%d/%s%s", state_format_name(f), b.block, enum_name(b.scale),
+              b.expand == MomentExpand::Coat ? "+coat" : "");
 }
 
 MomentFormat moment_format(StateFormat f, bool second, const MomentBlocking& b) {
@@ -95,8 +79,8 @@ MomentFormat moment_format(StateFormat f, bool second, const MomentBlocking& b) 
   if (state_format_blocked(f)) {
     mf.sqrt = second;
     mf.block = b.block;
-    mf.pow2 = b.pow2;
-    mf.expand = b.expand;
+    mf.pow2 = b.scale == MomentScale::E8M0;
+    mf.expand = b.expand == MomentExpand::Coat;
   }
   return mf;
 }

@@ -16,6 +16,7 @@
 
 #include "moment_format.h"
 #include "src/base/common.h"
+#include "src/base/named_enum.h"
 
 namespace tg {
 
@@ -39,22 +40,28 @@ StateFormat parse_state_format(const std::string& name, const char* key);
 const StateFormatInfo* find_state_format_code(int32_t code);
 std::vector<std::string> state_format_names();
 
+// precision.state.moment_scale: an FP8 block's normalizer is its amax (fp32) or the power
+// of two at or above it (e8m0). precision.state.moment_expand: COAT's dynamic range
+// expansion (coat) or none. The names (named_enum.h) are spelled in state_format.cpp only (a
+// storage type's name is the registries'); config.json and a checkpoint's state.json hold them.
+enum class MomentScale { FP32, E8M0 };
+enum class MomentExpand { None, Coat };
+template <>
+struct EnumNames<MomentScale> {
+  static const std::array<const char*, 2> names;
+};
+template <>
+struct EnumNames<MomentExpand> {
+  static const std::array<const char*, 2> names;
+};
+
 // How FP8 moments are cut into blocks and scaled (precision.state.moment_block,
 // moment_scale, moment_expand; src/numerics/moment_block.h); other formats ignore it.
 struct MomentBlocking {
-  int block = 128;      // elements per scale block, a power of two in 16 .. 1024
-  bool pow2 = false;    // normalizer a power of two (e8m0) instead of the block's amax (fp32)
-  bool expand = false;  // COAT's dynamic range expansion
+  int block = 128;  // elements per scale block, a power of two in 16 .. 1024
+  MomentScale scale = MomentScale::FP32;
+  MomentExpand expand = MomentExpand::None;
 };
-// The values of precision.state.moment_scale (fp32, e8m0) and moment_expand (none, coat),
-// spelled here only; a name parses back with parse_moment_scale / parse_moment_expand
-// (false for an unknown one).
-const char* moment_scale_name(bool pow2);
-const char* moment_expand_name(bool expand);
-std::vector<std::string> moment_scale_names();
-std::vector<std::string> moment_expand_names();
-bool parse_moment_scale(const std::string& name, bool* pow2);
-bool parse_moment_expand(const std::string& name, bool* expand);
 // "fp8-e4m3/128/fp32", "+coat" when expanding: the blocking a report names.
 std::string moment_blocking_name(StateFormat f, const MomentBlocking& b);
 
@@ -73,9 +80,12 @@ size_t moment_storage_bytes(size_t count, const MomentFormat& f);
 // What precision.state.grads accumulates a step's gradients in (over its micro-steps) in the
 // 16-bit modes: the compute type itself (each micro-step's sum rounded to it) or an fp32 buffer
 // beside the gradients, rounded once to the compute type when the step's micro-steps are done.
-// Spelled here only; `fp32` is grad_accum_name(true).
-const char* grad_accum_name(bool fp32);
-std::vector<std::string> grad_accum_names();
+// The names are spelled in state_format.cpp only.
+enum class GradAccum { Compute, FP32 };
+template <>
+struct EnumNames<GradAccum> {
+  static const std::array<const char*, 2> names;
+};
 
 // Whether moments stored in `from` convert into `to` without losing anything: every value
 // `from` holds is one `to` holds exactly (fp32 holds them all; bf16 and bf16-sr store the

@@ -63,12 +63,7 @@ std::vector<std::string> wire_format_names() {
   return out;
 }
 
-const char* weight_comm_name(bool fp8) {
-  return fp8 ? wire_format_name(WireFormat::FP8E4M3) : "compute";
-}
-std::vector<std::string> weight_comm_names() {
-  return {weight_comm_name(false), weight_comm_name(true)};
-}
+const std::array<const char*, 2> EnumNames<WeightComm>::names = {"compute", "fp8-e4m3"};
 
 double wire_bytes_per_element(WireFormat f) {
   const double e = wire_format_info(f).element_bytes;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "formats.h"
+#include "src/base/named_enum.h"
 
 namespace tg {
 
@@ -59,10 +60,13 @@ WireFormat parse_wire_format(const std::string& name, const char* key);
 std::vector<std::string> wire_format_names();
 
 // precision.state.weight_comm: ZeRO-1's all-gather of the updated weights in the compute type
-// ("compute") or encoded in fp8-e4m3 like the gradients (every rank, this one included, then
-// computes with the decoded weights). Spelled in wire_format.cpp only.
-const char* weight_comm_name(bool fp8);
-std::vector<std::string> weight_comm_names();
+// (compute) or encoded in fp8-e4m3 like the gradients (every rank, this one included, then
+// computes with the decoded weights). The names are spelled in wire_format.cpp only.
+enum class WeightComm { Compute, FP8E4M3 };
+template <>
+struct EnumNames<WeightComm> {
+  static const std::array<const char*, 2> names;
+};
 
 TG_HD inline bool wire_is_fp8(WireFormat f) {
   return f == WireFormat::FP8E4M3 || f == WireFormat::FP8E5M2;

@@ -21,7 +21,7 @@ void grow(size_t& slot, size_t bytes) { slot = std::max(slot, bytes); }
 // The materialised path's slots (forward and backward), flash's row sums, or cuDNN's
 // workspace (its backward's fp32 dQ accumulator and row sums).
 void plan_attention(CudaScratchPlan& p, const GPTConfig& c, DType t, int B, int T,
-                    const std::string& attention) {
+                    AttentionRequest attention) {
   const int NH = c.n_head, hs = c.n_embd / c.n_head;
   const size_t es = dtype_size(t), btc = size_t(B) * T * c.n_embd, bh = size_t(B) * NH;
   const AttentionPath path = planned_attention(attention, t, hs);
@@ -48,11 +48,12 @@ const char* cuda_slot_name(int slot) {
   return slot >= 0 && slot < kCudaSlots ? names[slot] : "?";
 }
 
-AttentionPath planned_attention(const std::string& attention, DType t, int hs) {
+AttentionPath planned_attention(AttentionRequest attention, DType t, int hs) {
+  using R = AttentionRequest;
   std::string why;
-  if (attention == "flash" && flash_head(hs)) return AttentionPath::Flash;
-  if (attention == "cudnn" && cudnn_attention_supported(t, hs, &why)) return AttentionPath::Cudnn;
-  if (attention == "fused") return AttentionPath::Fused;
+  if (attention == R::Flash && flash_head(hs)) return AttentionPath::Flash;
+  if (attention == R::Cudnn && cudnn_attention_supported(t, hs, &why)) return AttentionPath::Cudnn;
+  if (attention == R::Fused) return AttentionPath::Fused;
   return AttentionPath::Cublas;
 }
 
@@ -70,7 +71,7 @@ size_t CudaScratchPlan::total() const {
 }
 
 CudaScratchPlan plan_cuda_scratch(const GPTConfig& c, DType t, int B, int T,
-                                  const std::string& attention, bool gemm_fallback) {
+                                  AttentionRequest attention, bool gemm_fallback) {
   CudaScratchPlan p;
   const int N = B * T, C = c.n_embd;
   plan_attention(p, c, t, B, T, attention);

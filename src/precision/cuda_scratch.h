@@ -76,11 +76,11 @@ struct CudaScratchPlan {
 // type t and head size hs: the path that runs where it can (flash and cudnn where they take
 // t and hs, attention_choice.h's rules), and auto as cublas, the larger of its two outcomes
 // (the run itself knows which it took: Trainer::check_memory plans that one).
-AttentionPath planned_attention(const std::string& attention, DType t, int hs);
+AttentionPath planned_attention(AttentionRequest attention, DType t, int hs);
 
 // The plan of one training step of model c in compute type t at B x T; `attention` is
 // cuda.attention (auto | cublas | fused | flash | cudnn), `gemm_fallback` cuda.gemm=fallback.
 CudaScratchPlan plan_cuda_scratch(const GPTConfig& c, DType t, int B, int T,
-                                  const std::string& attention, bool gemm_fallback);
+                                  AttentionRequest attention, bool gemm_fallback);
 
 }  // namespace tg

@@ -21,7 +21,7 @@ bool moment_changes(StateFormat from, const MomentBlocking& bf, StateFormat to,
                     const MomentBlocking& bt) {
   if (from != to) return true;
   return state_format_blocked(to) &&
-         (bf.block != bt.block || bf.pow2 != bt.pow2 || bf.expand != bt.expand);
+         (bf.block != bt.block || bf.scale != bt.scale || bf.expand != bt.expand);
 }
 std::string change_text_master(MasterFormat from, MasterFormat to) {
   return strf("precision.state.master=%s (the checkpoint's %s)", master_format_name(to),
@@ -77,14 +77,14 @@ std::string master_conversion_note(const CheckpointData& cd, const Config& cfg,
     return strf("note: the checkpoint's master weights convert once, losing nothing: %s",
                 what.c_str());
   if (!cfg.precision.state.allow_narrowing)
-    throw UsageError(strf(
-        "config key 'precision.state.master': resuming checkpoint %s with %s would round its "
-        "master weights (%s). Resume with precision.state.master=%s, or set "
-        "precision.state.allow_narrowing=true to round them once",
-        dir.c_str(), what.c_str(),
-        cd.master == MasterFormat::BF16Kahan ? "the compensation is dropped or rounded away"
-                                             : "fp32 values rounded to bf16",
-        master_format_name(cd.master)));
+    throw UsageError(
+        strf("config key 'precision.state.master': resuming checkpoint %s with %s would round its "
+             "master weights (%s). Resume with precision.state.master=%s, or set "
+             "precision.state.allow_narrowing=true to round them once",
+             dir.c_str(), what.c_str(),
+             cd.master == MasterFormat::BF16Kahan ? "the compensation is dropped or rounded away"
+                                                  : "fp32 values rounded to bf16",
+             master_format_name(cd.master)));
   return strf(
       "note: the checkpoint's master weights are rounded once, to nearest "
       "(precision.state.allow_narrowing): %s",

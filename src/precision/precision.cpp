@@ -6,9 +6,9 @@
 
 namespace tg {
 
-std::string loss_scale_kind(const Config& cfg) {
-  const std::string& k = cfg.precision.loss_scale.kind;
-  if (k != "auto") return k;
+LossScaling loss_scale_kind(const Config& cfg) {
+  const LossScaling k = cfg.precision.loss_scale.kind;
+  if (k != LossScaling::Auto) return k;
   return mode_info(cfg.precision.mode).loss_scale;
 }
 
@@ -52,8 +52,8 @@ MomentBlocking moment_blocking(const Config& cfg) {
   const auto& st = cfg.precision.state;
   MomentBlocking b;
   b.block = st.moment_block;
-  parse_moment_scale(st.moment_scale, &b.pow2);  // the config checked the names
-  parse_moment_expand(st.moment_expand, &b.expand);
+  b.scale = st.moment_scale;
+  b.expand = st.moment_expand;
   return b;
 }
 

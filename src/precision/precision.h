@@ -16,11 +16,11 @@ namespace tg {
 struct PrecisionSpec {
   Mode mode = Mode::FP32;  // its row in src/numerics/precision_mode.h
   DType compute = DType::F32;
-  bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
-  std::string loss_scale;          // dynamic | static | none (auto resolved)
-  QuantRecipe recipe;              // of the quantized linears
-  MomentFormats moments;           // Adam's m and v (precision.state.*)
-  MasterFormat master = MasterFormat::FP32;  // precision.state.master
+  bool quantized_linears = false;              // the four block linears in FP8 (Fp8Config below)
+  LossScaling loss_scale = LossScaling::None;  // auto resolved
+  QuantRecipe recipe;                          // of the quantized linears
+  MomentFormats moments;                       // Adam's m and v (precision.state.*)
+  MasterFormat master = MasterFormat::FP32;    // precision.state.master
 };
 
 PrecisionSpec precision_spec(const Config& cfg);
@@ -36,7 +36,7 @@ MomentBlocking moment_blocking(const Config& cfg);
 
 // precision.loss_scale.kind with `auto` resolved (the mode's default: dynamic for fp16, none
 // otherwise).
-std::string loss_scale_kind(const Config& cfg);
+LossScaling loss_scale_kind(const Config& cfg);
 // How the update numbered opt_step (1-based; 0 = the initial copy) rounds master weights
 // into the compute copy: nearest, or stochastic from a stream derived from the seed.
 Rounding weight_rounding(const Config& cfg, int opt_step);

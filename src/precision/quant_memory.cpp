@@ -92,15 +92,15 @@ MemoryPlan plan_memory_of(const Config& cfg, Mode mode, const GPTConfig& mc, int
   const auto& st = cfg.precision.state;
   return plan_memory(mc, mode_dtype(mode), B, T, zero_ranks, lse, ranks,
                      moment_formats(st.adam_m, st.adam_v, moment_blocking(cfg)),
-                     mode_master(cfg, mode), st.grad_comm, st.grads == grad_accum_name(true),
-                     st.weight_comm == weight_comm_name(true));
+                     mode_master(cfg, mode), st.grad_comm, st.grads == GradAccum::FP32,
+                     st.weight_comm == WeightComm::FP8E4M3);
 }
 
 uint64_t planned_comm_bytes(const Config& cfg, const GPTConfig& mc, int ranks, bool zero) {
   const auto& st = cfg.precision.state;
   return plan_comm_bytes(mc, mode_dtype(cfg.precision.mode), ranks, zero,
                          moment_formats(st.adam_m, st.adam_v, moment_blocking(cfg)), st.grad_comm,
-                         st.weight_comm == weight_comm_name(true));
+                         st.weight_comm == WeightComm::FP8E4M3);
 }
 
 size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {

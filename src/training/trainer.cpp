@@ -179,7 +179,7 @@ void Trainer::check_memory() const {
   // The GPU plan of the path this backend takes (auto resolved), not of the key's value.
   Config planned = cfg_;
   planned.cuda.attention =
-      attention_path_name(be_->attention_choice(hs, precision_spec(cfg_).compute).path);
+      attention_request(be_->attention_choice(hs, precision_spec(cfg_).compute).path);
   const int zero = cfg_.train.zero_stage == 1 ? world_ : 1;
   const MemoryPlan p = plan_memory_of(cfg_, cfg_.precision.mode, mc_, cfg_.data.batch_size,
                                       cfg_.data.seq_len, zero, world_, lse);
@@ -256,10 +256,10 @@ void Trainer::setup_model() {
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
   dp.grad_wire = c.precision.state.grad_comm;
-  dp.fp8_weights = c.precision.state.weight_comm == weight_comm_name(true);
+  dp.fp8_weights = c.precision.state.weight_comm == WeightComm::FP8E4M3;
   const PrecisionSpec spec = precision_spec(cfg_);
   model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
-  model_->set_fp32_grad_accumulation(c.precision.state.grads == grad_accum_name(true));
+  model_->set_fp32_grad_accumulation(c.precision.state.grads == GradAccum::FP32);
   const auto& lsc = c.precision.loss_scale;
   scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
@@ -325,7 +325,7 @@ void Trainer::print_start() const {
       be_->name().c_str(),
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
       omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
-      master_format_info(m.master_format()).summary, scaler_.kind.c_str(),
+      master_format_info(m.master_format()).summary, enum_name(scaler_.kind),
       cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
   const auto& st = cfg_.precision.state;
   if (st.adam_m != StateFormat::FP32 || st.adam_v != StateFormat::FP32)
@@ -497,7 +497,8 @@ void Trainer::log_step(const StepResult& r) {
                      .dump());
   const int64_t steps = cfg_.train.steps;
   if (r.step % cfg_.train.log_every != 0 && r.step != steps && r.step != start_step_ + 1) return;
-  const std::string scale_txt = scaler_.kind == "none" ? "" : strf(" | scale %g", r.scale);
+  const std::string scale_txt =
+      scaler_.kind == LossScaling::None ? "" : strf(" | scale %g", r.scale);
   const std::string skip_txt = counters_.skipped_steps > 0
                                    ? strf(" | skipped %lld", (long long)counters_.skipped_steps)
                                    : "";

@@ -28,6 +28,13 @@ bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// cuda.attention's value named `name`.
+AttentionRequest req(const char* name) {
+  AttentionRequest r = AttentionRequest::Auto;
+  REQUIRE(parse_enum(name, &r));
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("attention choice: cudnn and auto follow the build, the library, the type, the head") {
@@ -35,7 +42,7 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   SUBCASE("cuDNN available, bf16 or fp16, head size 64: both run cuDNN and keep lse") {
     for (DType t : {DType::BF16, DType::F16})
       for (const char* key : {"cudnn", "auto"}) {
-        const AttentionChoice c = choose_attention(key, ok, t, 64, true);
+        const AttentionChoice c = choose_attention(req(key), ok, t, 64, true);
         CHECK(c.path == AttentionPath::Cudnn);
         CHECK(c.lse);
         CHECK(c.error.empty());
@@ -45,10 +52,10 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   }
   SUBCASE("not built in, or not found: cudnn is an error naming the key, auto runs cublas") {
     for (const CudnnProbe& p : {none, lost}) {
-      const AttentionChoice c = choose_attention("cudnn", p, DType::BF16, 64, true);
+      const AttentionChoice c = choose_attention(req("cudnn"), p, DType::BF16, 64, true);
       CHECK(has(c.error, "cuda.attention=cudnn cannot run"));
       CHECK(has(c.error, p.detail));
-      const AttentionChoice a = choose_attention("auto", p, DType::BF16, 64, true);
+      const AttentionChoice a = choose_attention(req("auto"), p, DType::BF16, 64, true);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK_FALSE(a.lse);
       CHECK(a.error.empty());
@@ -57,10 +64,10 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   }
   SUBCASE("fp32 (and fp64): cuDNN has no fp32 SDPA") {
     for (DType t : {DType::F32, DType::F64}) {
-      const AttentionChoice c = choose_attention("cudnn", ok, t, 64, true);
+      const AttentionChoice c = choose_attention(req("cudnn"), ok, t, 64, true);
       CHECK(has(c.error, "bf16 or fp16"));
       CHECK(has(c.error, dtype_name(t)));
-      const AttentionChoice a = choose_attention("auto", ok, t, 64, true);
+      const AttentionChoice a = choose_attention(req("auto"), ok, t, 64, true);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK(has(a.reason, "bf16 or fp16"));
     }
@@ -68,14 +75,14 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   SUBCASE("head sizes: multiples of 8 up to 128") {
     for (int hs : {8, 16, 24, 64, 72, 128}) {
       INFO(hs);
-      CHECK(choose_attention("auto", ok, DType::BF16, hs, false).path == AttentionPath::Cudnn);
+      CHECK(choose_attention(req("auto"), ok, DType::BF16, hs, false).path == AttentionPath::Cudnn);
     }
     for (int hs : {4, 12, 100, 136, 256}) {
       INFO(hs);
-      const AttentionChoice a = choose_attention("auto", ok, DType::BF16, hs, false);
+      const AttentionChoice a = choose_attention(req("auto"), ok, DType::BF16, hs, false);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK(has(a.reason, std::to_string(hs)));
-      CHECK(has(choose_attention("cudnn", ok, DType::BF16, hs, false).error, "head sizes"));
+      CHECK(has(choose_attention(req("cudnn"), ok, DType::BF16, hs, false).error, "head sizes"));
     }
   }
 }
@@ -83,21 +90,20 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
 TEST_CASE("attention choice: cublas, fused and flash are as before, whatever cuDNN is") {
   const CudnnProbe ok = probe(true, true);
   for (DType t : {DType::F32, DType::BF16}) {
-    CHECK(choose_attention("cublas", ok, t, 64, true).path == AttentionPath::Cublas);
-    CHECK_FALSE(choose_attention("cublas", ok, t, 64, true).lse);
-    CHECK(choose_attention("fused", ok, t, 64, true).path == AttentionPath::Fused);
-    CHECK_FALSE(choose_attention("fused", ok, t, 64, true).lse);
-    const AttentionChoice f = choose_attention("flash", ok, t, 64, true);
+    CHECK(choose_attention(req("cublas"), ok, t, 64, true).path == AttentionPath::Cublas);
+    CHECK_FALSE(choose_attention(req("cublas"), ok, t, 64, true).lse);
+    CHECK(choose_attention(req("fused"), ok, t, 64, true).path == AttentionPath::Fused);
+    CHECK_FALSE(choose_attention(req("fused"), ok, t, 64, true).lse);
+    const AttentionChoice f = choose_attention(req("flash"), ok, t, 64, true);
     CHECK(f.path == AttentionPath::Flash);
     CHECK(f.lse);
     // A head size the flash kernels lack: the materialised path, said, not an error.
-    const AttentionChoice g = choose_attention("flash", ok, t, 16, false);
+    const AttentionChoice g = choose_attention(req("flash"), ok, t, 16, false);
     CHECK(g.path == AttentionPath::Cublas);
     CHECK_FALSE(g.lse);
     CHECK(g.error.empty());
     CHECK(has(g.reason, "16"));
   }
-  CHECK(has(choose_attention("magic", ok, DType::BF16, 64, true).error, "cuda.attention"));
   CHECK(std::string(attention_path_name(AttentionPath::Cudnn)) == "cudnn");
 }
 
@@ -105,7 +111,7 @@ TEST_CASE(
     "attention choice: the CPU runs flash's twin for flash and cudnn, its reference for auto") {
   for (const char* key : {"flash", "cudnn"}) {
     BackendOptions o;
-    o.attention = key;
+    o.attention = req(key);
     auto be = make_cpu_backend(o);
     // Any type: the twin has no cuDNN limits (fp32 included), so a CPU run never refuses.
     for (DType t : {DType::F32, DType::BF16, DType::F64}) {
@@ -117,7 +123,7 @@ TEST_CASE(
   }
   for (const char* key : {"auto", "cublas", "fused"}) {
     BackendOptions o;
-    o.attention = key;
+    o.attention = req(key);
     auto be = make_cpu_backend(o);
     const AttentionChoice c = be->attention_choice(64, DType::BF16);
     CHECK_FALSE(c.lse);
@@ -128,24 +134,24 @@ TEST_CASE(
 TEST_CASE("cuda scratch: cudnn plans lse and cuDNN's workspace, auto plans cublas") {
   const GPTConfig c = gpt_config(2, 4, 256, 1000, 256);  // head size 64
   const int B = 4, T = 256, NH = 4, hs = 64;
-  const CudaScratchPlan cudnn = plan_cuda_scratch(c, DType::BF16, B, T, "cudnn", false);
+  const CudaScratchPlan cudnn = plan_cuda_scratch(c, DType::BF16, B, T, req("cudnn"), false);
   CHECK(cudnn.cudnn == size_t(B) * NH * T * (hs + 1) * 4);
   for (int s = kCudaQ; s <= kCudaDV; s++) CHECK(cudnn.slot[s] == 0);
   CHECK(cudnn.attention() == cudnn.cudnn);
-  const CudaScratchPlan cublas = plan_cuda_scratch(c, DType::BF16, B, T, "cublas", false);
+  const CudaScratchPlan cublas = plan_cuda_scratch(c, DType::BF16, B, T, req("cublas"), false);
   CHECK(cublas.cudnn == 0);
   CHECK(cublas.slot[kCudaS] == size_t(B) * NH * T * T * 2);  // bf16 scores, as attention.cu
-  CHECK(plan_cuda_scratch(c, DType::F32, B, T, "cublas", false).slot[kCudaS] ==
+  CHECK(plan_cuda_scratch(c, DType::F32, B, T, req("cublas"), false).slot[kCudaS] ==
         size_t(B) * NH * T * T * 4);
   CHECK(cudnn.total() < cublas.total());
-  const CudaScratchPlan autop = plan_cuda_scratch(c, DType::BF16, B, T, "auto", false);
+  const CudaScratchPlan autop = plan_cuda_scratch(c, DType::BF16, B, T, req("auto"), false);
   CHECK(autop.total() == cublas.total());
   // fp32 cannot run cuDNN: its plan is cublas's (and the run stops; the start-up says why).
-  CHECK(plan_cuda_scratch(c, DType::F32, B, T, "cudnn", false).total() ==
-        plan_cuda_scratch(c, DType::F32, B, T, "cublas", false).total());
-  CHECK(planned_attention("cudnn", DType::F16, hs) == AttentionPath::Cudnn);
-  CHECK(planned_attention("cudnn", DType::F32, hs) == AttentionPath::Cublas);
-  CHECK(planned_attention("auto", DType::BF16, hs) == AttentionPath::Cublas);
-  CHECK(planned_attention("flash", DType::BF16, 16) == AttentionPath::Cublas);
-  CHECK(planned_attention("flash", DType::BF16, hs) == AttentionPath::Flash);
+  CHECK(plan_cuda_scratch(c, DType::F32, B, T, req("cudnn"), false).total() ==
+        plan_cuda_scratch(c, DType::F32, B, T, req("cublas"), false).total());
+  CHECK(planned_attention(req("cudnn"), DType::F16, hs) == AttentionPath::Cudnn);
+  CHECK(planned_attention(req("cudnn"), DType::F32, hs) == AttentionPath::Cublas);
+  CHECK(planned_attention(req("auto"), DType::BF16, hs) == AttentionPath::Cublas);
+  CHECK(planned_attention(req("flash"), DType::BF16, 16) == AttentionPath::Cublas);
+  CHECK(planned_attention(req("flash"), DType::BF16, hs) == AttentionPath::Flash);
 }

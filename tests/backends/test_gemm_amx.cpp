@@ -125,9 +125,12 @@ TEST_CASE("narrow gemm dispatch: auto takes AMX where the CPU has it, named path
   tg::cpu::CpuFeatures amx;
   amx.avx512f = amx.avx512bw = amx.avx512vl = amx.avx512_bf16 = true;
   amx.amx_tile = amx.amx_bf16 = true;
-  CHECK(tg::cpu::choose_narrow_gemm("auto", false, amx) == NarrowGemm::AmxBf16);
-  CHECK(tg::cpu::choose_narrow_gemm("avx512_bf16", false, amx) == NarrowGemm::Avx512Bf16);
-  CHECK(tg::cpu::choose_narrow_gemm("amx_bf16", true, amx) == NarrowGemm::Exact);  // loops
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::Auto, false, amx) ==
+        NarrowGemm::AmxBf16);
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::Avx512Bf16, false, amx) ==
+        NarrowGemm::Avx512Bf16);
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::AmxBf16, true, amx) ==
+        NarrowGemm::Exact);  // loops
   CHECK(std::string(tg::cpu::narrow_gemm_name(NarrowGemm::AmxBf16)) == "amx_bf16");
   // AMX asked for without the tiles' permission: AVX512-BF16 where present, else exact.
   tg::cpu::set_narrow_gemm(NarrowGemm::AmxBf16);

@@ -141,10 +141,12 @@ TEST_CASE("gemm_bf16: subnormal operands and results are zeros (the exact path k
 TEST_CASE("narrow gemm dispatch: hardware only where the CPU has it; exact and loops keep sgemm") {
   tg::cpu::CpuFeatures none, bf16;
   bf16.avx512f = bf16.avx512bw = bf16.avx512vl = bf16.avx512_bf16 = true;
-  CHECK(tg::cpu::choose_narrow_gemm("auto", false, bf16) == NarrowGemm::Avx512Bf16);
-  CHECK(tg::cpu::choose_narrow_gemm("auto", false, none) == NarrowGemm::Exact);
-  CHECK(tg::cpu::choose_narrow_gemm("exact", false, bf16) == NarrowGemm::Exact);
-  CHECK(tg::cpu::choose_narrow_gemm("auto", true, bf16) == NarrowGemm::Exact);
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::Auto, false, bf16) ==
+        NarrowGemm::Avx512Bf16);
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::Auto, false, none) == NarrowGemm::Exact);
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::Exact, false, bf16) ==
+        NarrowGemm::Exact);
+  CHECK(tg::cpu::choose_narrow_gemm(tg::NarrowGemmRequest::Auto, true, bf16) == NarrowGemm::Exact);
   CHECK(tg::cpu::cpu_isa_summary(none) == "none");
   CHECK(tg::cpu::cpu_isa_summary(bf16) == "avx512f avx512bw avx512vl avx512_bf16");
   CHECK(!tg::cpu::cpu_model_name().empty());

@@ -557,8 +557,8 @@ TEST_CASE("recipe: presets and their switches") {
   auto mx8 = tg::block_scaled_recipe("mxfp8", d);
   CHECK(mx8.gemm[tg::kForward].a.scale_rule == ScaleRule::Ceil);
   CHECK(mx8.gemm[tg::kWeightGrad].a.elem == ElemFormat::E4M3);
-  d.grad_format = "e5m2";
-  d.scale_rule = "ocp";
+  d.grad_format = tg::GradFormat::E5M2;
+  d.scale_rule = tg::ScaleRuleChoice::Ocp;
   mx8 = tg::block_scaled_recipe("mxfp8", d);
   CHECK(mx8.gemm[tg::kInputGrad].a.elem == ElemFormat::E5M2);
   CHECK(mx8.gemm[tg::kInputGrad].b.elem == ElemFormat::E4M3);

@@ -9,10 +9,10 @@
 
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/io/checkpoint.h"
 #include "src/model/model.h"
 #include "src/precision/cuda_scratch.h"
 #include "src/report/runs_file.h"
-#include "src/io/checkpoint.h"
 #include "tests/cli/cli_helpers.h"
 #include "tests/test_util.h"
 
@@ -229,11 +229,12 @@ TEST_CASE("mpi: compare with ZeRO-1 runs fp32 accumulation and fp8 weight gather
     const json& s = first_summary[g["name"].get<std::string>()];
     const json& m = first_config[g["name"].get<std::string>()]["model"];
     const json& d = first_config[g["name"].get<std::string>()]["data"];
-    const tg::GPTConfig mc = tg::gpt_config(m["n_layer"], m["n_head"], m["n_embd"],
-                                            m["vocab_size"], m["max_seq_len"]);
-    const double scratch = double(
-        tg::plan_cuda_scratch(mc, tg::DType::BF16, d["batch_size"], d["seq_len"], "cublas", false)
-            .total());
+    const tg::GPTConfig mc =
+        tg::gpt_config(m["n_layer"], m["n_head"], m["n_embd"], m["vocab_size"], m["max_seq_len"]);
+    const double scratch =
+        double(tg::plan_cuda_scratch(mc, tg::DType::BF16, d["batch_size"], d["seq_len"],
+                                     tg::AttentionRequest::Cublas, false)
+                   .total());
     INFO(g["name"].get<std::string>());
     CHECK(g["stats"]["planned_gpu_bytes"].get<double>() ==
           s["planned_memory_bytes"].get<double>() + scratch);

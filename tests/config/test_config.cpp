@@ -43,7 +43,7 @@ TEST_CASE("config: JSON sections set keys and the command line wins") {
   CHECK(c.model.n_embd == 96);
   CHECK(c.model.n_head == Config().model.n_head);
   CHECK(c.optim.lr == 0.5);
-  CHECK(c.optim.schedule == "linear");
+  CHECK(c.optim.schedule == LrSchedule::Linear);
   CHECK(c.data.shuffle == false);
   CHECK(c.data.total_batch_tokens == 4096);
   config_set(c, "model.n_layer", "5");
@@ -93,11 +93,11 @@ TEST_CASE("config: errors name the key") {
 
 TEST_CASE("config: cuda.attention takes auto (the default) and cudnn, and names its choices") {
   Config c;
-  CHECK(c.cuda.attention == "auto");
+  CHECK(c.cuda.attention == AttentionRequest::Auto);
   CHECK(c.cuda.cudnn_lib.empty());
   for (const char* v : {"auto", "cublas", "fused", "flash", "cudnn"}) {
     config_set(c, "cuda.attention", v);
-    CHECK(c.cuda.attention == v);
+    CHECK(std::string(enum_name(c.cuda.attention)) == v);
   }
   config_set(c, "cuda.cudnn_lib", "/opt/cudnn/lib/libcudnn.so.9");
   CHECK(c.cuda.cudnn_lib == "/opt/cudnn/lib/libcudnn.so.9");
@@ -107,7 +107,7 @@ TEST_CASE("config: cuda.attention takes auto (the default) and cudnn, and names 
   // Both travel through the effective config (config.json, a checkpoint's state.json).
   Config c2;
   config_apply_json(c2, config_to_json(c), "round trip");
-  CHECK(c2.cuda.attention == "cudnn");
+  CHECK(c2.cuda.attention == AttentionRequest::Cudnn);
   CHECK(c2.cuda.cudnn_lib == c.cuda.cudnn_lib);
 }
 
@@ -190,8 +190,9 @@ TEST_CASE("config: a file nested too deep, too large or of 300k objects: refused
   CHECK(seconds < 2.0);
   // A key twice is still refused, with its path.
   std::ofstream(d / "twice.json") << R"({"train": {"steps": 1, "steps": 2}})";
-  CHECK(usage_error([&] { config_load_file(c, d / "twice.json"); })
-            .find("key 'train.steps' appears twice") != std::string::npos);
+  CHECK(usage_error([&] {
+          config_load_file(c, d / "twice.json");
+        }).find("key 'train.steps' appears twice") != std::string::npos);
   // More than 16 MiB: refused by its size, unread.
   std::ofstream(d / "big.json") << "{}" << std::string((16u << 20) + 1, ' ');
   e = usage_error([&] { config_load_file(c, d / "big.json"); });
@@ -222,7 +223,7 @@ TEST_CASE("config: integer lists from JSON and the command line") {
           config_apply_json(c, json::parse(R"({"precision": {"fp8": {"keep_bf16": 3}}})"), "x");
         }).find("wrong type") != std::string::npos);
   config_set(c, "precision.loss_scale.kind", "static");
-  CHECK(c.precision.loss_scale.kind == "static");
+  CHECK(c.precision.loss_scale.kind == LossScaling::Static);
   c.precision.loss_scale.min = 10;
   c.precision.loss_scale.max = 5;
   CHECK(usage_error([&] { config_validate(c); }).find("'precision.loss_scale.min'") !=
@@ -272,8 +273,8 @@ TEST_CASE("config: precision modes are typed values, read and written by their r
   CHECK(mode_dtype(Mode::FP32) == DType::F32);
   CHECK(mode_dtype(Mode::FP16) == DType::F16);
   CHECK(mode_dtype(Mode::NVFP4) == DType::BF16);
-  CHECK(std::string(mode_info(Mode::FP16).loss_scale) == "dynamic");
-  CHECK(std::string(mode_info(Mode::BF16).loss_scale) == "none");
+  CHECK(mode_info(Mode::FP16).loss_scale == LossScaling::Dynamic);
+  CHECK(mode_info(Mode::BF16).loss_scale == LossScaling::None);
   CHECK(is_block_scaled(Mode::MXFP8));
   CHECK(!is_block_scaled(Mode::FP8));
   CHECK(!is_block_scaled(Mode::Auto));

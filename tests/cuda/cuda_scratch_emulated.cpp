@@ -39,8 +39,10 @@ void train_step(tg::GPT& m) {
   m.adamw_step(a);
 }
 
-void check_plan(tg::DType t, const std::string& attention, bool fallback, int n_embd) {
-  INFO("dtype " << tg::dtype_name(t) << ", attention " << attention << ", fallback " << fallback
+void check_plan(tg::DType t, const std::string& name, bool fallback, int n_embd) {
+  tg::AttentionRequest attention = tg::AttentionRequest::Auto;
+  REQUIRE(tg::parse_enum(name, &attention));
+  INFO("dtype " << tg::dtype_name(t) << ", attention " << name << ", fallback " << fallback
                 << ", C " << n_embd);
   tg::BackendOptions o;
   o.attention = attention;

@@ -182,7 +182,7 @@ void attention_at_smem(size_t smem, E* att, E* dqkv, const E* qkv, const E* dout
 template <typename E, int KJ>
 void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
   gpu::Ctx c = emu_ctx();
-  c.opt.attention = "fused";
+  c.opt.attention = tg::AttentionRequest::Fused;
   gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
   wait_device();
 }
@@ -1350,11 +1350,11 @@ TEST_CASE(
     "AdamW: fp8 moments in blocks (every blocking, mixed with other formats) bit-exact vs the "
     "CPU") {
   std::mt19937 rng(13);
-  const MomentBlocking blockings[] = {{128, false, false},
-                                      {32, true, false},
-                                      {128, false, true},
-                                      {1024, true, true},
-                                      {16, false, true}};
+  const MomentBlocking blockings[] = {{128, MomentScale::FP32, MomentExpand::None},
+                                      {32, MomentScale::E8M0, MomentExpand::None},
+                                      {128, MomentScale::FP32, MomentExpand::Coat},
+                                      {1024, MomentScale::E8M0, MomentExpand::Coat},
+                                      {16, MomentScale::FP32, MomentExpand::Coat}};
   const std::pair<StateFormat, StateFormat> formats[] = {
       {StateFormat::FP8E4M3, StateFormat::FP8E4M3},
       {StateFormat::FP8E4M3, StateFormat::FP16},

@@ -234,7 +234,7 @@ void attention_case(int B, int T, int NH, int hs) {
   const int C = NH * hs;
   const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
   auto qkv = rnd<E>(nqkv), dout = rnd<E>(nout);
-  for (const char* kind : {"cublas", "fused"}) {
+  for (tg::AttentionRequest kind : {tg::AttentionRequest::Cublas, tg::AttentionRequest::Fused}) {
     gpu::Ctx c = checked_ctx();
     c.opt.attention = kind;
     Dev<E> out(nout), att(size_t(B) * NH * T * T), dqkv(nqkv);
@@ -249,7 +249,7 @@ void attention_case(int B, int T, int NH, int hs) {
     gpu::attention_backward(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, att.p, B, T, C, NH);
   }
   gpu::Ctx c = checked_ctx();
-  c.opt.attention = "flash";
+  c.opt.attention = tg::AttentionRequest::Flash;
   Dev<E> out(nout), dqkv(nqkv);
   Dev<float> lse(size_t(B) * NH * T);
   gpu::attention_forward_lse(c, dtype_of<E>(), out.p, lse.p, qkv->p, B, T, C, NH);
@@ -300,7 +300,8 @@ TEST_CASE("checked: per-tensor FP8 linears forward and backward, portable and na
 std::vector<OperandRecipe> preset_operands() {
   std::vector<OperandRecipe> out;
   std::vector<RecipeOptions> opts(3);
-  opts[1].pow2_scales = true, opts[1].grad_format = "e5m2", opts[1].scale_rule = "ceil";
+  opts[1].pow2_scales = true, opts[1].grad_format = tg::GradFormat::E5M2;
+  opts[1].scale_rule = tg::ScaleRuleChoice::Ceil;
   opts[2].stochastic_grads = false, opts[2].hadamard = false, opts[2].weight_2d = false;
   for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
     for (const RecipeOptions& o : opts)

@@ -63,9 +63,9 @@ struct DeviceMajor {
 std::vector<RecipeOptions> option_sets() {
   std::vector<RecipeOptions> opts(6);
   opts[1].pow2_scales = true;
-  opts[2].scale_rule = "ocp";
-  opts[3].scale_rule = "ceil";
-  opts[4].grad_format = "e5m2";
+  opts[2].scale_rule = tg::ScaleRuleChoice::Ocp;
+  opts[3].scale_rule = tg::ScaleRuleChoice::Ceil;
+  opts[4].grad_format = tg::GradFormat::E5M2;
   opts[5].stochastic_grads = false, opts[5].hadamard = false, opts[5].weight_2d = false;
   return opts;
 }

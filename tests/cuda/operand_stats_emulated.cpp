@@ -1,8 +1,8 @@
 // operand_stats_emulated.cpp: the CUDA backend's operand view (src/backends/cuda/operand_stats.cu,
 // kernels/operand_stats.cuh) on the CPU, CUDA threads emulated, against the host view
-// (src/backends/cpu/host_operand_view.cpp over cpu::quant_error): the amax and per-column amax bit for bit, and
-// every field of the quantization error of every candidate recipe operand (nvfp4, mxfp4,
-// mxfp8, fp8-block, fp8-rowwise, per-tensor fp8, and the presets' switchable ingredients):
+// (src/backends/cpu/host_operand_view.cpp over cpu::quant_error): the amax and per-column amax bit
+// for bit, and every field of the quantization error of every candidate recipe operand (nvfp4,
+// mxfp4, mxfp8, fp8-block, fp8-rowwise, per-tensor fp8, and the presets' switchable ingredients):
 // the counts (values, nonzero, underflow, saturated, zeros, groups, saturated and underflowing
 // groups) exactly, the sums of squares to 1e-12 (their order of summation differs), on
 // random and adversarial operands (outliers, all-zero blocks and tensors, subnormal-only
@@ -35,9 +35,9 @@ std::vector<OperandRecipe> candidate_operand_recipes() {
   };
   std::vector<RecipeOptions> opts(6);
   opts[1].pow2_scales = true;
-  opts[2].scale_rule = "ocp";
-  opts[3].scale_rule = "ceil";
-  opts[4].grad_format = "e5m2";
+  opts[2].scale_rule = tg::ScaleRuleChoice::Ocp;
+  opts[3].scale_rule = tg::ScaleRuleChoice::Ceil;
+  opts[4].grad_format = tg::GradFormat::E5M2;
   opts[5].weight_2d = false, opts[5].hadamard_size = 32;
   for (const char* name : {"nvfp4", "mxfp4", "mxfp8", "fp8-block", "fp8-rowwise", "fp8"})
     for (const RecipeOptions& o : opts) {

@@ -36,9 +36,9 @@ std::vector<OperandRecipe> all_operand_recipes() {
   };
   std::vector<RecipeOptions> opts(7);
   opts[1].pow2_scales = true;
-  opts[2].scale_rule = "ocp";
-  opts[3].scale_rule = "ceil";
-  opts[4].grad_format = "e5m2";
+  opts[2].scale_rule = tg::ScaleRuleChoice::Ocp;
+  opts[3].scale_rule = tg::ScaleRuleChoice::Ceil;
+  opts[4].grad_format = tg::GradFormat::E5M2;
   opts[5].stochastic_grads = false, opts[5].hadamard = false, opts[5].weight_2d = false;
   opts[6].hadamard_size = 32;
   for (const char* mode : {"fp8-rowwise", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})

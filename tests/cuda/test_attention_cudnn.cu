@@ -31,7 +31,7 @@ double part_err(const std::vector<double>& g, const std::vector<double>& r, size
 TEST_CASE("cuda: cuDNN attention forward (out, lse) and backward (dq, dk, dv)") {
   TG_REQUIRE_GPU();
   tg::BackendOptions o;
-  o.attention = "cudnn";
+  o.attention = tg::AttentionRequest::Cudnn;
   for (auto sh : {std::array<int, 4>{2, 40, 96, 3},  // head sizes 32, 64, 128, 64, 16
                   {1, 64, 128, 2},
                   {2, 33, 512, 4},
@@ -102,12 +102,12 @@ TEST_CASE("cuda: cuDNN's attention graphs validate for sm_80, sm_90 and sm_100 (
 TEST_CASE("cuda: cuDNN attention refuses fp32 by name; auto then runs cublas") {
   TG_REQUIRE_GPU();
   tg::BackendOptions o;
-  o.attention = "cudnn";
+  o.attention = tg::AttentionRequest::Cudnn;
   Twin tw(o);
   const tg::AttentionChoice c = tw.gpu->attention_choice(64, DType::F32);
   CHECK(c.error.find("cuda.attention=cudnn cannot run") != std::string::npos);
   CHECK_THROWS_AS(tw.gpu->attention_saves_lse(64, DType::F32), tg::UsageError);
-  o.attention = "auto";
+  o.attention = tg::AttentionRequest::Auto;
   Twin ta(o);
   const tg::AttentionChoice a = ta.gpu->attention_choice(64, DType::F32);
   CHECK(a.path == tg::AttentionPath::Cublas);

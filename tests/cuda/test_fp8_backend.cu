@@ -169,7 +169,7 @@ void fp8_training_parity(const std::string& recipe, const std::vector<int>& keep
   auto cpu = tg::make_cpu_backend();
   auto gpu = tg::make_cuda_backend();
   tg::Fp8Config fc;
-  fc.recipe = recipe;
+  REQUIRE(tg::parse_enum(recipe, &fc.recipe));
   fc.history_len = 4;
   fc.keep_bf16 = keep;
   tg::QuantState sc(fc, cfg.n_layer), sg(fc, cfg.n_layer);

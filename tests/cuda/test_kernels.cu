@@ -260,7 +260,7 @@ TEST_CASE("cuda: fused single-pass attention forward (cuda.attention=fused)") {
     for (DType t : kAllTypes) {
       INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
       tg::BackendOptions o;
-      o.attention = "fused";
+      o.attention = tg::AttentionRequest::Fused;
       Twin tw(o);
       const size_t btc = size_t(B) * T * C, att_n = size_t(B) * NH * T * T;
       Pair qkv = tw.rand(t, 3 * btc, 52);
@@ -474,7 +474,8 @@ TEST_CASE("cuda: sum of squares, the fused unscale/finite/norm check, stats") {
 // that state gives adamw_kernel's bits with the same factor, and changes nothing when skipped.
 TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip flag") {
   TG_REQUIRE_GPU();
-  tg::LossScaler host = tg::LossScaler::make("dynamic", 65536, 3, 2.0, 0.5, 1, 1 << 24, 2);
+  tg::LossScaler host =
+      tg::LossScaler::make(tg::LossScaling::Dynamic, 65536, 3, 2.0, 0.5, 1, 1 << 24, 2);
   tg::LossScaleDevice init;
   init.state = host.state();
   tg::LossScaleDevice* d = nullptr;

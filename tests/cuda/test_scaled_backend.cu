@@ -72,11 +72,11 @@ std::vector<std::pair<std::string, tg::RecipeOptions>> presets() {
   o.pow2_scales = true;
   v.push_back({"fp8-rowwise", o});
   o = {};
-  o.scale_rule = "ocp";
-  o.grad_format = "e5m2";
+  o.scale_rule = tg::ScaleRuleChoice::Ocp;
+  o.grad_format = tg::GradFormat::E5M2;
   v.push_back({"mxfp8", o});
   o = {};
-  o.scale_rule = "ceil";
+  o.scale_rule = tg::ScaleRuleChoice::Ceil;
   o.stochastic_grads = false;
   o.hadamard = false;
   v.push_back({"mxfp4", o});

@@ -10,10 +10,10 @@
 
 #include "cuda_test_util.h"
 #include "src/backends/cuda/launch.h"
+#include "src/io/checkpoint.h"
 #include "src/model/model.h"
 #include "src/model/quant_state.h"
 #include "src/numerics/state_format.h"
-#include "src/io/checkpoint.h"
 #include "tests/test_util.h"
 
 using namespace tgc;
@@ -78,7 +78,7 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
       INFO(name(t) << " " << path);
       const std::string p = path;
       tg::BackendOptions o;
-      if (p == "flash" || p == "fused") o.attention = p;
+      if (p == "flash" || p == "fused") tg::parse_enum(p, &o.attention);
       o.gemm_fallback = p == "gemm fallback";
       o.gelu_epilogue = p == "gelu epilogue";
       auto cpu = tg::make_cpu_backend(o);
@@ -215,7 +215,7 @@ TEST_CASE(
   const std::pair<SF, SF> formats[] = {{SF::BF16, SF::FP16},    {SF::BF16SR, SF::BF16SR},
                                        {SF::FP16, SF::FP32},    {SF::FP8E4M3, SF::FP8E4M3},
                                        {SF::FP8E4M3, SF::FP16}, {SF::FP32, SF::FP8E5M2}};
-  const tg::MomentBlocking blocking{32, true, true};
+  const tg::MomentBlocking blocking{32, tg::MomentScale::E8M0, tg::MomentExpand::Coat};
   auto bytes_of = [](tg::Backend& be, tg::Tensor t) {
     std::vector<char> h(t.bytes());
     be.download(h.data(), t);

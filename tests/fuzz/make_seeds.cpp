@@ -13,11 +13,11 @@
 #include "src/base/fileio.h"
 #include "src/base/rng.h"
 #include "src/data/data.h"
-#include "src/numerics/moment_block.h"
-#include "src/numerics/state_format.h"
 #include "src/io/checkpoint.h"
 #include "src/io/hf.h"
 #include "src/io/run_state.h"
+#include "src/numerics/moment_block.h"
+#include "src/numerics/state_format.h"
 
 using json = nlohmann::json;
 
@@ -102,7 +102,7 @@ json train_state(int64_t step) {
   st.counters.tokens_seen = 3 * step;
   st.counters.train_seconds = 0.5;
   st.mode = tg::Mode::FP32;
-  st.loss_scale.kind = "none";
+  st.loss_scale.kind = tg::LossScaling::None;
   st.initial_val_loss = 1.6;
   st.config = json::object();
   st.model = tgfuzz::seed_checkpoint_config();
@@ -119,7 +119,7 @@ void fp8_checkpoint_seeds(const std::string& out, const tg::GPTConfig& c,
   using tgfuzz::kFixChecksums;
   using tgfuzz::kRangeShift;
   const size_t n = p.size();
-  const tg::MomentBlocking b{16, true, true};
+  const tg::MomentBlocking b{16, tg::MomentScale::E8M0, tg::MomentExpand::Coat};
   const tg::MomentFormats f =
       tg::moment_formats(tg::StateFormat::FP8E4M3, tg::StateFormat::FP8E5M2, b);
   std::vector<uint8_t> mq(n), vq(n);
@@ -145,9 +145,9 @@ void fp8_checkpoint_seeds(const std::string& out, const tg::GPTConfig& c,
   second.v = vq.data() + half;
   second.m_meta = mm.data() + 3 * 2;
   second.v_meta = vm.data() + 3 * 2;
-  std::vector<tg::OptimFileRecord> recs = {tg::write_optim_shard(tmp, n, 0, mb, half, 0, 2),
-                                           tg::write_optim_shard(tmp, n, half, second,
-                                                                 n - half, 1, 2)};
+  std::vector<tg::OptimFileRecord> recs = {
+      tg::write_optim_shard(tmp, n, 0, mb, half, 0, 2),
+      tg::write_optim_shard(tmp, n, half, second, n - half, 1, 2)};
   d = tg::publish_checkpoint(out, 16, c, train_state(16), p, recs, 9);
   parts = {file(d + "/state.json"), file(d + "/model.bin"), file(d + "/optim_rank00000.bin"),
            file(d + "/optim_rank00001.bin")};

@@ -10,8 +10,8 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
-#include "src/numerics/moment_block.h"
 #include "src/io/checkpoint.h"
+#include "src/numerics/moment_block.h"
 #include "tests/test_util.h"
 
 using namespace tg;
@@ -306,7 +306,7 @@ TEST_CASE("checkpoint: fp8 moments keep their codes and blocks' meta, whole and 
   const size_t n = num_parameters(c);
   auto p = random_params(n, 3), m = random_params(n, 4), v = random_params(n, 5);
   for (float& x : v) x = x * x * 1e-6f;
-  const MomentBlocking b{64, true, true};
+  const MomentBlocking b{64, MomentScale::E8M0, MomentExpand::Coat};
   const MomentFormats f = moment_formats(StateFormat::FP8E4M3, StateFormat::FP8E5M2, b);
   // What the optimizer holds: codes, each block's meta, and the values they stand for.
   auto encode = [&](const std::vector<float>& x, const MomentFormat& mf, std::vector<uint8_t>* q,
@@ -334,7 +334,7 @@ TEST_CASE("checkpoint: fp8 moments keep their codes and blocks' meta, whole and 
   CHECK(cd.m_codes == mq);
   CHECK(cd.v_meta == vm);
   CHECK(cd.blocking.block == 64);
-  CHECK((cd.blocking.pow2 && cd.blocking.expand));
+  CHECK((cd.blocking.scale == MomentScale::E8M0 && cd.blocking.expand == MomentExpand::Coat));
   const nlohmann::json st = nlohmann::json::parse(tgt::slurp(dir + "/state.json"));
   CHECK(st["files"]["optim.bin"]["moment_scale"] == "e8m0");
   // Sharded at a block boundary: a range across both files keeps its blocks when it starts on

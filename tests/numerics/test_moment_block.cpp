@@ -12,7 +12,9 @@
 #include "src/numerics/state_format.h"
 
 using tg::MomentBlocking;
+using tg::MomentExpand;
 using tg::MomentFormat;
+using tg::MomentScale;
 using tg::StateFormat;
 
 namespace {
@@ -41,8 +43,10 @@ TEST_CASE("fp8 moments: a block's scale, its largest value exact, the error of t
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (StateFormat sf : {StateFormat::FP8E4M3, StateFormat::FP8E5M2})
     for (bool pow2 : {false, true}) {
-      const MomentFormat f = tg::moment_format(sf, false, {128, pow2, false});
-      CAPTURE(tg::moment_blocking_name(sf, {128, pow2, false}));
+      const MomentFormat f = tg::moment_format(
+          sf, false, {128, pow2 ? MomentScale::E8M0 : MomentScale::FP32, MomentExpand::None});
+      CAPTURE(tg::moment_blocking_name(
+          sf, {128, pow2 ? MomentScale::E8M0 : MomentScale::FP32, MomentExpand::None}));
       std::vector<float> x(128);
       // values within 2^6 of the amax: normal in either element format, so the relative
       // error is at most half an ulp of the element (2^-4 in e4m3, 2^-3 in e5m2), plus
@@ -66,7 +70,8 @@ TEST_CASE("fp8 moments: a block's scale, its largest value exact, the error of t
 }
 
 TEST_CASE("fp8 moments: v is stored as sqrt(v); zero blocks and zeros stay zero") {
-  const MomentFormat v = tg::moment_format(StateFormat::FP8E4M3, true, {16, false, false});
+  const MomentFormat v =
+      tg::moment_format(StateFormat::FP8E4M3, true, {16, MomentScale::FP32, MomentExpand::None});
   CHECK(v.sqrt);
   std::vector<float> x(16, 0.f);
   float meta[2] = {-1, -1};
@@ -82,8 +87,10 @@ TEST_CASE("fp8 moments: v is stored as sqrt(v); zero blocks and zeros stay zero"
     if (x[i] > 0) CHECK(std::fabs(y[i] - x[i]) / x[i] <= 0.13);  // (1 +- 2^-4)^2 - 1
 }
 
-TEST_CASE("fp8 moments: COAT's expansion picks the largest k in 4, 2, 1 that keeps the block normal, and divides the error by it") {
-  const MomentBlocking coat{128, false, true}, plain{128, false, false};
+TEST_CASE(
+    "fp8 moments: COAT's expansion picks the largest k in 4, 2, 1 that keeps the block normal, and "
+    "divides the error by it") {
+  const MomentBlocking coat{128, MomentScale::FP32, MomentExpand::Coat}, plain{128};
   const MomentFormat fc = tg::moment_format(StateFormat::FP8E4M3, false, coat),
                      fp = tg::moment_format(StateFormat::FP8E4M3, false, plain);
   std::mt19937 rng(4);
@@ -117,7 +124,8 @@ TEST_CASE("fp8 moments: COAT's expansion picks the largest k in 4, 2, 1 that kee
 }
 
 TEST_CASE("fp8 moments: storage layout and sizes") {
-  const MomentFormat f = tg::moment_format(StateFormat::FP8E4M3, false, {128, false, true});
+  const MomentFormat f =
+      tg::moment_format(StateFormat::FP8E4M3, false, {128, MomentScale::FP32, MomentExpand::Coat});
   CHECK(tg::moment_blocks(7920, 128) == 62);
   CHECK(tg::moment_meta_offset(7920) == 7920);
   CHECK(tg::moment_meta_offset(7921) == 7936);

@@ -35,8 +35,9 @@ TEST_CASE("recipe: fp8 and fp8-current are two instances of one description") {
   CHECK(elem_format_max(ElemFormat::E4M3) == E4M3_MAX);
   CHECK(elem_format_max(ElemFormat::E5M2) == E5M2_MAX);
   // The keys map onto the presets.
-  CHECK(fp8_recipe(Fp8Config{"current", 8, 2, {}}).gemm[kForward].b.source == ScaleSource::Current);
-  CHECK(fp8_recipe(Fp8Config{"delayed", 8, 2, {}}).history_len == 8);
+  CHECK(fp8_recipe(Fp8Config{ScaleSource::Current, 8, 2, {}}).gemm[kForward].b.source ==
+        ScaleSource::Current);
+  CHECK(fp8_recipe(Fp8Config{ScaleSource::Delayed, 8, 2, {}}).history_len == 8);
 }
 
 TEST_CASE("recipe: the FP8 state reads formats and sources from the recipe") {

@@ -10,7 +10,9 @@
 #include "src/numerics/formats.h"
 #include "src/numerics/state_format.h"
 
+using tg::MomentExpand;
 using tg::MomentFormat;
+using tg::MomentScale;
 using tg::StateFormat;
 
 namespace {
@@ -57,9 +59,13 @@ TEST_CASE("state formats: the registry's names, codes and storage") {
   CHECK(tg::state_format_bytes(StateFormat::FP16) == 2);
   // fp8: a byte per element and an fp32 word per block (two with COAT's expansion).
   CHECK(tg::state_format_bytes(StateFormat::FP8E4M3) == 1.0 + 4.0 / 128);
-  CHECK(tg::state_format_bytes(StateFormat::FP8E5M2, {32, true, true}) == 1.0 + 8.0 / 32);
-  CHECK(tg::moment_blocking_name(StateFormat::FP8E4M3, {64, true, true}) == "fp8-e4m3/64/e8m0+coat");
-  CHECK(tg::moment_blocking_name(StateFormat::BF16, {64, true, true}) == "bf16");
+  CHECK(tg::state_format_bytes(StateFormat::FP8E5M2, {32, MomentScale::E8M0, MomentExpand::Coat}) ==
+        1.0 + 8.0 / 32);
+  CHECK(
+      tg::moment_blocking_name(StateFormat::FP8E4M3, {64, MomentScale::E8M0, MomentExpand::Coat}) ==
+      "fp8-e4m3/64/e8m0+coat");
+  CHECK(tg::moment_blocking_name(StateFormat::BF16, {64, MomentScale::E8M0, MomentExpand::Coat}) ==
+        "bf16");
   CHECK(tg::find_state_format_code(77) == nullptr);
   CHECK_THROWS_WITH_AS(tg::parse_state_format("fp8", "precision.state.adam_v"),
                        "config key 'precision.state.adam_v': unknown state format 'fp8'",

@@ -117,8 +117,8 @@ std::vector<int32_t> tokens(size_t n, int V, uint64_t seed) {
 TEST_CASE("fp8: amaxes read once per pass train as the CPU does (both recipes, kept layer)") {
   const GPTConfig cfg = gpt_config(3, 2, 32, 60, 16);
   const int B = 2, T = 16;
-  for (const char* recipe : {"delayed", "current"}) {
-    INFO(recipe);
+  for (ScaleSource recipe : {ScaleSource::Delayed, ScaleSource::Current}) {
+    INFO(enum_name(recipe));
     Fp8Config fc;
     fc.recipe = recipe;
     fc.history_len = 3;
@@ -164,7 +164,7 @@ TEST_CASE("fp8: amaxes read once per pass train as the CPU does (both recipes, k
     REQUIRE(j.at("scales").size() == size_t(cfg.n_layer) * 12);
     const float s = sl.scale(2, QuantState::FC, QuantState::GRAD);
     CHECK(j["scales"][(2 * 4 + QuantState::FC) * 3 + QuantState::GRAD].get<float>() == s);
-    if (std::string(recipe) == "delayed") CHECK(s != 1.0f);
+    if (recipe == ScaleSource::Delayed) CHECK(s != 1.0f);
   }
 }
 

@@ -249,7 +249,7 @@ TEST_CASE("precision: stochastic rounding of the weight copy is unbiased and see
 
 TEST_CASE("precision: loss scaler sequences") {
   SUBCASE("backoff on overflow, growth after the interval, bounded") {
-    LossScaler s = LossScaler::make("dynamic", 1024, 3, 2.0, 0.5, 256, 4096, 1);
+    LossScaler s = LossScaler::make(LossScaling::Dynamic, 1024, 3, 2.0, 0.5, 256, 4096, 1);
     CHECK(s.update(true));  // skip, 512
     CHECK(s.scale == 512);
     CHECK(s.update(true));
@@ -275,7 +275,7 @@ TEST_CASE("precision: loss scaler sequences") {
     CHECK(s.scale == 4096);
   }
   SUBCASE("hysteresis tolerates that many overflows before backing off") {
-    LossScaler s = LossScaler::make("dynamic", 1024, 100, 2.0, 0.5, 1, 1e9, 3);
+    LossScaler s = LossScaler::make(LossScaling::Dynamic, 1024, 100, 2.0, 0.5, 1, 1e9, 3);
     CHECK(s.update(true));
     CHECK(s.update(true));
     CHECK(s.scale == 1024);
@@ -285,12 +285,12 @@ TEST_CASE("precision: loss scaler sequences") {
     CHECK(s.scale == 512);
   }
   SUBCASE("static and none never change; both skip non-finite steps") {
-    LossScaler st = LossScaler::make("static", 128, 1, 2, 0.5, 1, 1e9, 1);
+    LossScaler st = LossScaler::make(LossScaling::Static, 128, 1, 2, 0.5, 1, 1e9, 1);
     CHECK(st.update(true));
     CHECK_FALSE(st.update(false));
     CHECK(st.update(true));
     CHECK(st.scale == 128);
-    LossScaler none = LossScaler::make("none", 128, 1, 2, 0.5, 1, 1e9, 1);
+    LossScaler none = LossScaler::make(LossScaling::None, 128, 1, 2, 0.5, 1, 1e9, 1);
     CHECK(none.scale == 1);
     CHECK(none.update(true));
     CHECK(none.scale == 1);
@@ -355,7 +355,8 @@ TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original st
   };
   for (int hysteresis : {1, 2, 3})
     for (double clip : {0.0, 1.0}) {
-      LossScaler s = LossScaler::make("dynamic", 1024, 4, 2.0, 0.5, 64, 8192, hysteresis);
+      LossScaler s =
+          LossScaler::make(LossScaling::Dynamic, 1024, 4, 2.0, 0.5, 64, 8192, hysteresis);
       LossScaleState dev = s.state();  // what the device kernel would hold
       Ref r{1024, 0, hysteresis};
       for (int step = 0; step < 400; step++) {
@@ -381,8 +382,8 @@ TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original st
       }
     }
   LossScaleState st{8, 0, 1};
-  CHECK(loss_scale_step(st, LossScaler::make("static", 8, 1, 2, 0.5, 1, 1e9, 1).params(), INFINITY,
-                        0.f, 0)
+  CHECK(loss_scale_step(st, LossScaler::make(LossScaling::Static, 8, 1, 2, 0.5, 1, 1e9, 1).params(),
+                        INFINITY, 0.f, 0)
             .skip);
   CHECK(st.scale == 8);
 }
@@ -403,7 +404,7 @@ TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
     std::vector<double> grads[2];
     for (int flash = 0; flash < 2; flash++) {
       BackendOptions o;
-      if (flash) o.attention = "flash";
+      if (flash) o.attention = AttentionRequest::Flash;
       auto be = make_cpu_backend(o);
       CHECK(be->attention_saves_lse(16, dt) == bool(flash));
       size_t peak = 0;
@@ -544,7 +545,7 @@ TEST_CASE("fp8: an overflowed gradient poisons the FP8 backward so the step is s
 }
 
 TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
-  QuantState d(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
+  QuantState d(Fp8Config{ScaleSource::Delayed, 3, 1, {0, -1}}, 4);
   CHECK_FALSE(d.layer_in_fp8(0));
   CHECK(d.layer_in_fp8(1));
   CHECK(d.layer_in_fp8(2));
@@ -561,12 +562,12 @@ TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
   d.record(1, QuantState::FC, QuantState::GRAD, 1.0f);
   CHECK(d.scale(1, QuantState::FC, QuantState::GRAD) == 57344.0f / 2.0f);
   // Histories round-trip through JSON (checkpoints).
-  QuantState e(Fp8Config{"delayed", 3, 1, {0, -1}}, 4);
+  QuantState e(Fp8Config{ScaleSource::Delayed, 3, 1, {0, -1}}, 4);
   e.from_json(d.to_json(), "test");
   CHECK(e.scale(1, QuantState::FC, QuantState::INP) == d.scale(1, QuantState::FC, QuantState::INP));
-  QuantState c(Fp8Config{"current", 3, 0, {}}, 2);
+  QuantState c(Fp8Config{ScaleSource::Current, 3, 0, {}}, 2);
   CHECK(c.scale(0, QuantState::QKV, QuantState::WEIGHT) == 1.0f);  // current: from the operand
-  CHECK_THROWS_AS(QuantState(Fp8Config{"delayed", 3, 0, {4}}, 4), UsageError);
+  CHECK_THROWS_AS(QuantState(Fp8Config{ScaleSource::Delayed, 3, 0, {4}}, 4), UsageError);
 }
 
 TEST_CASE("fp8: the fast round trip equals encode + decode from formats.h") {

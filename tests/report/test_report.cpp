@@ -47,7 +47,7 @@ void make_run(const std::string& dir, const std::string& mode, const std::string
               StateRecords state = StateRecords::None) {
   tg::Config c;
   c.precision.mode = tg::parse_mode(mode, "test");
-  c.precision.loss_scale.kind = scale;
+  tg::config_set(c, "precision.loss_scale.kind", scale);
   c.train.seed = seed;
   c.train.steps = 100;
   c.train.out_dir = dir;

@@ -280,7 +280,7 @@ TEST_CASE("run state: every field is range-checked against the others and the ru
   s.seq_len = 32;
   s.data.row = 8;
   s.mode = tg::Mode::FP16;
-  s.loss_scale.kind = "dynamic";
+  s.loss_scale.kind = tg::LossScaling::Dynamic;
   s.loss_scale.scale = 32768;
   s.sample_rng = tg::Rng(5);
   s.model = mc;

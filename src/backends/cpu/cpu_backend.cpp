@@ -81,10 +81,11 @@ class CpuBackend final : public Backend {
   // cuda.attention=cudnn's twin is flash's (the same lse contract); auto keeps the reference
   // (the CPU has no cuDNN, and a CPU run's numbers must not move with a GPU key).
   explicit CpuBackend(const BackendOptions& o)
-      : flash_(o.attention == "flash" || o.attention == "cudnn"), attention_(o.attention) {}
+      : flash_(o.attention == AttentionRequest::Flash || o.attention == AttentionRequest::Cudnn),
+        attention_(o.attention) {}
   std::string name() const override { return "cpu"; }
   const bool flash_;
-  const std::string attention_;  // cuda.attention, named on the start-up line
+  const AttentionRequest attention_;  // cuda.attention, named on the start-up line
 
   Tensor alloc(DType dtype, size_t numel) override {
     size_t bytes = numel * dtype_size(dtype);
@@ -299,7 +300,7 @@ class CpuBackend final : public Backend {
     if (!flash_) return c;
     c.path = AttentionPath::Flash;
     c.lse = true;
-    c.reason = "the CPU's flash twin of cuda.attention=" + attention_ +
+    c.reason = std::string("the CPU's flash twin of cuda.attention=") + enum_name(attention_) +
                ": per-row logsumexp kept, no T x T probabilities";
     return c;
   }

@@ -231,10 +231,10 @@ void gemm_bf16_chunks(int M, int N, int K, int chunk, const uint16_t* A, int lda
 #endif
 }
 
-NarrowGemm choose_narrow_gemm(const std::string& key, bool gemm_loops, const CpuFeatures& f) {
-  if (key == "exact" || gemm_loops) return NarrowGemm::Exact;
-  if (key == "avx512_bf16") return NarrowGemm::Avx512Bf16;
-  if (key == "amx_bf16") return NarrowGemm::AmxBf16;
+NarrowGemm choose_narrow_gemm(NarrowGemmRequest key, bool gemm_loops, const CpuFeatures& f) {
+  if (key == NarrowGemmRequest::Exact || gemm_loops) return NarrowGemm::Exact;
+  if (key == NarrowGemmRequest::Avx512Bf16) return NarrowGemm::Avx512Bf16;
+  if (key == NarrowGemmRequest::AmxBf16) return NarrowGemm::AmxBf16;
   // auto: the fastest this CPU has (the OS's permission for the tiles: set_narrow_gemm).
   if (f.amx_tile && f.amx_bf16) return NarrowGemm::AmxBf16;
   return f.avx512_bf16 && f.avx512bw ? NarrowGemm::Avx512Bf16 : NarrowGemm::Exact;

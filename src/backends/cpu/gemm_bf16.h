@@ -19,6 +19,7 @@
 #include <string>
 
 #include "cpu_features.h"
+#include "src/base/path_choices.h"
 
 namespace tg::cpu {
 
@@ -43,10 +44,10 @@ void gemm_bf16_chunks(int M, int N, int K, int chunk, const uint16_t* A, int lda
 // function on AVX512-BF16 (Avx512Bf16), or AMX tiles in their own order of the additions
 // (AmxBf16: another function, gemm_amx.h), where gemm_bf16 and gemm_bf16_chunks go then.
 enum class NarrowGemm { Exact, Avx512Bf16, AmxBf16 };
-// The path for a cpu.narrow_gemm value ("auto" | "exact" | "avx512_bf16" | "amx_bf16") on a CPU
-// with features f; auto is the fastest the CPU has: AmxBf16, else Avx512Bf16, else Exact.
-// cpu.gemm=loops (rounding independent of the CPU) keeps every value on the exact path.
-NarrowGemm choose_narrow_gemm(const std::string& key, bool gemm_loops, const CpuFeatures& f);
+// The path for a cpu.narrow_gemm value on a CPU with features f; auto is the fastest the CPU
+// has: AmxBf16, else Avx512Bf16, else Exact. cpu.gemm=loops (rounding independent of the CPU)
+// keeps every value on the exact path.
+NarrowGemm choose_narrow_gemm(NarrowGemmRequest key, bool gemm_loops, const CpuFeatures& f);
 // Process-wide, like set_gemm_loops; make_backend sets it from the config. A path the CPU
 // (or the OS: the tile state) lacks falls back to the next: AmxBf16 to Avx512Bf16 to Exact.
 void set_narrow_gemm(NarrowGemm g);

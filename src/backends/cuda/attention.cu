@@ -267,7 +267,7 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
   const size_t tt = size_t(T) * T;
   const float scale = 1.f / std::sqrt(float(hs));
-  if (c.opt.attention == "fused") {
+  if (c.opt.attention == AttentionRequest::Fused) {
     bool done = false;
     dispatch("attention_forward", t, [&](auto tag) {
       using E = decltype(tag);

@@ -336,9 +336,10 @@ class CudaBackend final : public Backend {
   }
   // cuda.attention (attention_choice.h); cuDNN is looked for only when cudnn or auto asks.
   AttentionChoice attention_choice(int head_size, DType t) const override {
-    const std::string& a = ctx_.opt.attention;
+    const AttentionRequest a = ctx_.opt.attention;
     CudnnProbe cudnn;
-    if (a == "cudnn" || a == "auto") cudnn = gpu::cudnn_probe(ctx_.opt.cudnn_lib);
+    if (a == AttentionRequest::Cudnn || a == AttentionRequest::Auto)
+      cudnn = gpu::cudnn_probe(ctx_.opt.cudnn_lib);
     return choose_attention(a, cudnn, t, head_size, gpu::flash_attention_supported(head_size));
   }
   // attention_choice's path is cudnn: asked once per head size and type (the choice is the
@@ -361,9 +362,12 @@ class CudaBackend final : public Backend {
       f();
       return true;
     } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
-      if (ctx_.opt.attention != "auto" || !gpu::flash_attention_supported(hs)) throw;
-      std::fprintf(stderr, "warning: cuda.attention=auto: cuDNN failed (%s); the flash kernels "
-                   "run instead\n", e.what());
+      if (ctx_.opt.attention != AttentionRequest::Auto || !gpu::flash_attention_supported(hs))
+        throw;
+      std::fprintf(stderr,
+                   "warning: cuda.attention=auto: cuDNN failed (%s); the flash kernels "
+                   "run instead\n",
+                   e.what());
       cudnn_failed_ = true;
       return false;
     }
