@@ -110,6 +110,17 @@ inline bool can_pack16(size_t n, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// f(std::integral_constant<int, V>{}): V a 16-byte pack's count of T where `packed`, else 1.
+// How a launcher picks the Run width of a kernel templated on V (packed: typically
+// can_pack16<T> of the row length and the tensors).
+template <typename T, typename F>
+inline void with_run_width(bool packed, F&& f) {
+  if (packed)
+    f(std::integral_constant<int, Pack16<T>::N>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+
 // The block's dynamic shared memory (the launch's smem bytes), 16-byte aligned.
 template <typename T>
 __device__ __forceinline__ T* dynamic_smem() {

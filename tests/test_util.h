@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/common.h"
 #include "src/base/rng.h"
 
 namespace tgt {
@@ -70,6 +71,19 @@ inline std::string error_of(const std::function<void()>& f) {
     f();
   } catch (const std::exception& e) {
     return e.what();
+  }
+  return "";
+}
+
+// The message of the UsageError f throws ("" when it throws none; another exception's message
+// behind "WRONG EXCEPTION TYPE: ", so that a check on the text fails).
+inline std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tg::UsageError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
   }
   return "";
 }

@@ -16,19 +16,7 @@
 
 using namespace tg;
 using json = nlohmann::json;
-
-namespace {
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "";
-}
-}  // namespace
+using tgt::usage_error;
 
 TEST_CASE("config: JSON sections set keys and the command line wins") {
   tgt::TempDir d;

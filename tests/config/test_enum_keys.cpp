@@ -14,9 +14,11 @@
 
 #include "src/base/common.h"
 #include "src/config/config.h"
+#include "tests/test_util.h"
 
 using namespace tg;
 using json = nlohmann::json;
+using tgt::usage_error;
 
 namespace {
 
@@ -51,16 +53,6 @@ const json& at_key(const json& j, const std::string& key) {
   return *node;
 }
 
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "";
-}
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }

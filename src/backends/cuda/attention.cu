@@ -29,11 +29,8 @@ constexpr int kThreads = 256;
 // covers n / V runs.
 template <typename E, typename F>
 void permute_runs(const Ctx& c, int hs, size_t n, std::initializer_list<const void*> ptrs, F&& f) {
-  constexpr int N = Pack16<E>::N;
-  if (hs % N == 0 && can_pack16<E>(n, ptrs))
-    f(std::integral_constant<int, N>{}, c.grid(n / N, kThreads));
-  else
-    f(std::integral_constant<int, 1>{}, c.grid(n, kThreads));
+  with_run_width<E>(hs % Pack16<E>::N == 0 && can_pack16<E>(n, ptrs),
+                    [&](auto run) { f(run, c.grid(n / decltype(run)::value, kThreads)); });
   TG_LAUNCH_CHECK();
 }
 
@@ -76,23 +73,12 @@ int softmax_warps(const Ctx& c, size_t row_bytes) {
   return int(std::min<size_t>(8, size_t(c.prop.sharedMemPerBlock) / row_bytes));
 }
 
-// The softmax kernels' V (kernels/attention.cuh): a 16-byte pack of E where T is a whole number
-// of packs and the tensors are aligned, else 1.
-template <typename E, typename F>
-void softmax_runs(int T, std::initializer_list<const void*> ptrs, F&& f) {
-  if (can_pack16<E>(size_t(T), ptrs))
-    f(std::integral_constant<int, Pack16<E>::N>{});
-  else
-    f(std::integral_constant<int, 1>{});
-  TG_LAUNCH_CHECK();
-}
-
 // att = causal softmax(S) rows (kernels/attention.cuh), staged in shared memory where they fit.
 template <typename E>
 void softmax_forward(Ctx& c, E* att, const E* S, int rows, int T) {
   const size_t row = size_t(T) * sizeof(float);
   const int warps = softmax_warps(c, row);
-  softmax_runs<E>(T, {att, S}, [&](auto run) {
+  with_run_width<E>(can_pack16<E>(size_t(T), {att, S}), [&](auto run) {
     constexpr int V = decltype(run)::value;
     if (warps > 0)
       launch(attention_softmax_forward_smem_kernel<E, V>, unsigned((rows + warps - 1) / warps),
@@ -101,6 +87,7 @@ void softmax_forward(Ctx& c, E* att, const E* S, int rows, int T) {
       launch(attention_softmax_forward_kernel<E, V>, row_blocks(size_t(rows)), kThreads, 0,
              c.stream, att, S, rows, T);
   });
+  TG_LAUNCH_CHECK();
 }
 
 // dS = the softmax backward of dP and att (kernels/attention.cuh), staged where the rows fit,
@@ -109,7 +96,7 @@ template <typename E>
 void softmax_backward(Ctx& c, E* dS, const E* dP, const E* att, int rows, int T, float scale) {
   const size_t row = size_t(T) * 2 * sizeof(E);
   const int warps = softmax_warps(c, row), block = attention_row_block(T);
-  softmax_runs<E>(T, {dS, dP, att}, [&](auto run) {
+  with_run_width<E>(can_pack16<E>(size_t(T), {dS, dP, att}), [&](auto run) {
     constexpr int V = decltype(run)::value;
     if (warps > 0)
       launch(attention_softmax_backward_smem_kernel<E, V>, unsigned((rows + warps - 1) / warps),
@@ -118,6 +105,7 @@ void softmax_backward(Ctx& c, E* dS, const E* dP, const E* att, int rows, int T,
       launch(attention_softmax_backward_kernel<E, V>, row_blocks(size_t(rows)), kThreads, 0,
              c.stream, dS, dP, att, rows, T, block, scale);
   });
+  TG_LAUNCH_CHECK();
 }
 
 // Element `i` of an array of `es`-byte elements.

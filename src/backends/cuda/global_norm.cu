@@ -14,10 +14,7 @@ void norm(Ctx& c, DType t, const void* x, size_t n, float inv_scale, float* out)
       launch(norm_partial_kernel<E, decltype(run)::value>, kNormBlocks, kNormThreads, 0, c.stream,
              ps, pb, static_cast<const E*>(x), n, inv_scale);
     };
-    if (can_pack16<E>(0, {x}))  // the tail of n % 8 (or 4) elements apart
-      partials(std::integral_constant<int, Pack16<E>::N>{});
-    else
-      partials(std::integral_constant<int, 1>{});
+    with_run_width<E>(can_pack16<E>(0, {x}), partials);  // the tail of n % 8 (or 4) apart
     TG_LAUNCH_CHECK();
   });
   launch(norm_final_kernel, 1, kNormThreads, 0, c.stream, out, ps, pb, kNormBlocks);

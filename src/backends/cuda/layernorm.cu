@@ -37,16 +37,6 @@ int backward_warps(int C, size_t es) {
   return int(std::min<size_t>(kWarps, (budget - fixed) / (16 + 2 * size_t(C) * es)));
 }
 
-// The kernels' V (kernels/layernorm.cuh, Run): a 16-byte pack of E where C is a whole number of
-// packs and every tensor is 16-byte aligned (each row then starts aligned), else 1.
-template <typename E, typename F>
-void with_run(int C, std::initializer_list<const void*> ptrs, F&& f) {
-  if (can_pack16<E>(size_t(C), ptrs))
-    f(std::integral_constant<int, Pack16<E>::N>{});
-  else
-    f(std::integral_constant<int, 1>{});
-}
-
 // The forward of N rows, with the residual add before it where bb is given (res = a + bb).
 void forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd, const void* a,
              const void* bb, const void* w, const void* b, int N, int C) {
@@ -57,7 +47,7 @@ void forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd, co
     auto* o = static_cast<E*>(out);
     const auto *pa = static_cast<const E*>(a), *pb = static_cast<const E*>(bb);
     const auto *pw = static_cast<const E*>(w), *pbias = static_cast<const E*>(b);
-    with_run<E>(C, {res, out, a, bb, w, b}, [&](auto v) {
+    with_run_width<E>(can_pack16<E>(size_t(C), {res, out, a, bb, w, b}), [&](auto v) {
       constexpr int V = decltype(v)::value;
       const unsigned blocks = warps > 0 ? unsigned((N + warps - 1) / warps) : row_blocks(N);
       const int threads = warps > 0 ? 32 * warps : kThreads;
@@ -99,7 +89,7 @@ void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const v
     auto* di = static_cast<E*>(dinp);
     const E* pw = static_cast<const E*>(w);
     const int warps = backward_warps(C, sizeof(E));
-    with_run<E>(C, {dinp, dout, inp, w}, [&](auto v) {
+    with_run_width<E>(can_pack16<E>(size_t(C), {dinp, dout, inp, w}), [&](auto v) {
       constexpr int V = decltype(v)::value;
       if (warps > 0) {
         launch(layernorm_backward_fused_kernel<E, V>, unsigned(chunks), 32 * warps,

@@ -95,10 +95,7 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
       launch(bias_backward_partial_kernel<E, V>, grid, kBiasThreads, 0, c.stream, partial,
              static_cast<const E*>(dout), N, OC, rows);
     };
-    if (can_pack16<E>(size_t(OC), {dout}))  // each row then starts aligned
-      partials(std::integral_constant<int, Pack16<E>::N>{});
-    else
-      partials(std::integral_constant<int, 1>{});
+    with_run_width<E>(can_pack16<E>(size_t(OC), {dout}), partials);  // rows start aligned
     TG_LAUNCH_CHECK();
     launch(bias_backward_final_kernel<E>, unsigned((OC + 255) / 256), 256, 0, c.stream,
            static_cast<E*>(dbias), partial, chunks, OC);
