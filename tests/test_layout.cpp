@@ -16,6 +16,8 @@
 //   (src/numerics/{state,master,wire}_format.cpp, elem_format.h), and "auto",
 //   which is also a value of other keys (train.device, loss scaling, cpu.gemm...); and no file
 //   compares a mode read as a string.
+// - Only src/precision/ and src/config/ read the precision.* keys (cfg.precision): the rest of
+//   src/ reads PrecisionSpec, the keys read once (src/precision/precision.h).
 //
 // The function scan relies on the code's format (clang-format, Google style, `make format`):
 // a function defined at namespace scope starts at column 0 and its body closes with a "}" at
@@ -165,31 +167,60 @@ std::vector<LongFunction> long_functions(const fs::path& file, int limit) {
   return found;
 }
 
-// The string literals of a C++ source, outside comments, in order (escapes kept as written;
-// no raw strings in src/).
-std::vector<std::string> string_literals(const std::string& code) {
-  std::vector<std::string> found;
-  for (size_t i = 0; i < code.size(); i++) {
-    const char c = code[i];
-    if (c == '/' && i + 1 < code.size() && code[i + 1] == '/') {
-      i = code.find('\n', i);
+// A C++ source split into its code (comments dropped, each literal left as empty quotes) and
+// its string literals, in order (escapes kept as written; no raw strings in src/).
+struct ScannedCode {
+  std::string code;
+  std::vector<std::string> literals;
+};
+
+ScannedCode scan_code(const std::string& text) {
+  ScannedCode out;
+  for (size_t i = 0; i < text.size(); i++) {
+    const char c = text[i];
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = text.find('\n', i);
       if (i == std::string::npos) break;
-    } else if (c == '/' && i + 1 < code.size() && code[i + 1] == '*') {
-      i = code.find("*/", i + 2);
+      out.code += '\n';
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      i = text.find("*/", i + 2);
       if (i == std::string::npos) break;
       i++;
     } else if (c == '"' || c == '\'') {
       std::string lit;
       size_t j = i + 1;
-      for (; j < code.size() && code[j] != c; j++) {
-        if (code[j] == '\\') lit += code[j++];
-        lit += code[j];
+      for (; j < text.size() && text[j] != c; j++) {
+        if (text[j] == '\\') lit += text[j++];
+        lit += text[j];
       }
-      if (c == '"') found.push_back(lit);
+      if (c == '"') out.literals.push_back(lit);
+      out.code += std::string(2, c);
       i = j;
+    } else {
+      out.code += c;
     }
   }
-  return found;
+  return out;
+}
+
+std::vector<std::string> string_literals(const std::string& code) {
+  return scan_code(code).literals;
+}
+
+// The lines of `file` whose code (not a comment, not a string) reads the precision.* keys:
+// `.precision` or `->precision` as a member.
+std::vector<int> precision_key_reads(const std::string& text) {
+  const std::string code = scan_code(text).code;
+  std::vector<int> lines;
+  for (const std::string member : {".precision", "->precision"}) {
+    for (size_t at = code.find(member); at != std::string::npos;
+         at = code.find(member, at + 1)) {
+      const size_t end = at + member.size();
+      const bool whole = end == code.size() || !(isalnum((unsigned char)code[end]) || code[end] == '_');
+      if (whole) lines.push_back(1 + int(std::count(code.begin(), code.begin() + long(at), '\n')));
+    }
+  }
+  return lines;
 }
 
 std::string slurp_file(const fs::path& p) {
@@ -311,6 +342,30 @@ TEST_CASE("layout: a precision mode's name is spelled in the registry only") {
       CHECK_MESSAGE(code.find(p) == std::string::npos, f << " compares a mode string: " << p);
   }
   CHECK(spelled_in_registry == int(modes.size()));
+}
+
+TEST_CASE("layout: only src/precision/ and src/config/ read the precision keys") {
+  // Everything else reads PrecisionSpec (src/precision/precision.h), the keys read once. No
+  // exceptions.
+  int files = 0;
+  for (const fs::path& f : src_files()) {
+    const std::string folder = src_folder(f);
+    if (folder == "precision" || folder == "config") continue;
+    files++;
+    for (int line : precision_key_reads(slurp_file(repo_root() / f)))
+      FAIL_CHECK(f.string() << ":" << line
+                            << " reads cfg.precision (read PrecisionSpec: precision_spec(cfg))");
+  }
+  CHECK(files > 100);
+}
+
+TEST_CASE("layout: the precision-key scan finds a member read, not a comment or a string") {
+  const std::vector<int> lines = precision_key_reads(
+      "// cfg.precision.mode in a comment\nf(\"precision.mode\", c.precision_bits);\n"
+      "Mode m = cfg.precision.mode;\nauto& s = p->precision;\n/* x.precision */\n");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == 3);
+  CHECK(lines[1] == 4);
 }
 
 TEST_CASE("layout: the literal scan skips comments and finds every string") {

@@ -10,11 +10,11 @@ namespace tg {
 
 Config bench_config(const BenchArgs& a, Mode mode) {
   Config cfg = a.cfg;
-  cfg.precision.mode = mode;
-  cfg.precision.fp8.recipe = a.fp8cfg.recipe;
-  cfg.precision.fp8.fast_accum = a.fp8opt.fast_accum;
-  cfg.precision.recipe.bf16_last = 0;
-  cfg.precision.telemetry_every = 0;
+  set_precision_mode(cfg, mode);
+  config_set(cfg, "precision.fp8.recipe", enum_name(a.fp8cfg.recipe));
+  config_set(cfg, "precision.fp8.fast_accum", a.fp8opt.fast_accum ? "true" : "false");
+  config_set(cfg, "precision.recipe.bf16_last", "0");
+  config_set(cfg, "precision.telemetry_every", "0");
   return cfg;
 }
 
@@ -28,8 +28,8 @@ double median(std::vector<double> v) {
 // auto's linears start in bf16 and are measured at step 1, as in training.
 BenchStep::BenchStep(Backend& be, const BenchCase& bc, const Config& cfg)
     : cfg_(cfg), gcfg_(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT)), bc_(bc) {
-  model_ = std::make_unique<GPT>(gcfg_, be, mode_dtype(cfg.precision.mode), DataParallel{},
-                                 precision_spec(cfg).moments);
+  const PrecisionSpec spec = precision_spec(cfg);
+  model_ = std::make_unique<GPT>(gcfg_, be, spec.compute, DataParallel{}, spec.moments);
   precision_ = std::make_unique<PrecisionRuntime>(cfg_, be, *model_);
   model_->init_random(1);
   Rng r(2);

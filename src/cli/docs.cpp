@@ -14,6 +14,7 @@
 #include "src/config/config.h"
 #include "src/model/model.h"
 #include "src/numerics/precision_mode.h"
+#include "src/precision/precision.h"
 
 namespace tg {
 using json = nlohmann::json;
@@ -91,7 +92,7 @@ std::string config_files_md(const std::string& root) {
                "parameters | %d x %d tokens x %d steps | %s |\n",
                f.c_str(), f.c_str(), cell(config_summary(path)).c_str(), m.n_layer, m.n_embd,
                m.vocab_size, num_parameters(m) / 1e6, c.data.batch_size, c.data.seq_len,
-               c.train.steps, mode_name(c.precision.mode));
+               c.train.steps, mode_name(precision_spec(c).mode));
   }
   return md;
 }

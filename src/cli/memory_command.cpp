@@ -189,7 +189,8 @@ int cmd_memory(int argc, char** argv) {
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
          zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
          lse ? ", flash attention" : "");
-  const auto& st = cfg.precision.state;
+  const PrecisionSpec spec = precision_spec(cfg);
+  const auto& st = spec.state;
   printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   auto mib = [](size_t b) { return strf("%.1f MiB", b / 1048576.0); };

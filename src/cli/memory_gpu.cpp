@@ -6,6 +6,7 @@
 #include "src/config/config.h"
 #include "src/model/model.h"
 #include "src/precision/cuda_scratch.h"
+#include "src/precision/precision.h"
 #include "src/precision/quant_memory.h"
 
 namespace tg {
@@ -56,7 +57,7 @@ void print_cuda_scratch(const Config& cfg, const GPTConfig& mc, const std::vecto
       cfg.cuda.gemm == CudaGemm::Fallback ? ", cuda.gemm=fallback" : "");
   for (Mode m : modes) {
     Config c = cfg;
-    c.precision.mode = m;
+    set_precision_mode(c, m);
     const CudaScratchPlan p =
         plan_cuda_scratch(mc, mode_dtype(m), B, T, cfg.cuda.attention,
                           cfg.cuda.gemm == CudaGemm::Fallback);

@@ -11,6 +11,7 @@
 #include "src/config/config.h"
 #include "src/model/model.h"
 #include "src/precision/quant_memory.h"
+#include "src/precision/precision.h"
 
 namespace tg {
 
@@ -51,7 +52,7 @@ void print_table(const std::vector<std::pair<const StatePreset*, Config>>& rows,
   for (const auto& [preset, c] : rows) {
     const GPTConfig xl = gpt2_xl_config();
     const double per_param = double(planned_state_bytes(c, xl, ranks)) / double(num_parameters(xl));
-    printf("| %s | %s | %.2f |", preset->name.c_str(), mode_name(c.precision.mode), per_param);
+    printf("| %s | %s | %.2f |", preset->name.c_str(), mode_name(precision_spec(c).mode), per_param);
     for (const Gpt2Size& s : gpt2_sizes())
       printf(" %s |", fmt_bytes(double(planned_state_bytes(c, gpt2_config(s), ranks))).c_str());
     if (ranks > 1)  // what this rank sends for the gradients and the weight all-gather
@@ -67,7 +68,7 @@ void print_state_presets(const Config& cfg, Mode mode, const std::string& names,
   std::vector<std::string> refused;
   for (const StatePreset* p : presets_named(names)) {
     Config c = cfg;
-    c.precision.mode = mode;
+    set_precision_mode(c, mode);
     config_set(c, "precision.state.preset", p->name);
     c.train.zero_stage = 1;  // what the ZeRO-1 presets need; the first table is one process
     try {
@@ -77,7 +78,7 @@ void print_state_presets(const Config& cfg, Mode mode, const std::string& names,
       // Planned in the mode that keeps it, and said why below the tables.
       const std::optional<Mode> keeps = state_keeping_mode(c);
       if (keeps) {
-        c.precision.mode = *keeps;
+        set_precision_mode(c, *keeps);
         rows.push_back({p, c});
       }
       refused.push_back(p->name + (keeps ? strf(" (planned in %s)", mode_name(*keeps)) : "") +

@@ -13,6 +13,7 @@
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/gemm_bf16.h"
+#include "src/precision/precision.h"
 #include "src/training/backend_factory.h"
 
 namespace tg {
@@ -155,11 +156,12 @@ ModeProfile profile_mode(Backend& be, const BenchCase& bc, const Config& cfg, in
                          int iters) {
   ModeProfile p;
   p.model = bc.name;
-  p.mode = mode_name(cfg.precision.mode);
+  const PrecisionSpec spec = precision_spec(cfg);
+  p.mode = mode_name(spec.mode);
   p.device = be.name() + (be.device_model().empty() ? "" : " (" + be.device_model() + ")");
   if (be.name() == "cpu") p.gemm_paths = cpu_gemm_paths();
   p.steps = iters;
-  p.ceilings = measure_ceilings(be, mode_dtype(cfg.precision.mode));
+  p.ceilings = measure_ceilings(be, spec.compute);
   ProfilingBackend pb(be);
   BenchStep step(pb, bc, cfg);
   for (int i = 0; i < warmup; i++) plain_step_ms(be, step);

@@ -14,6 +14,7 @@
 #include "src/base/fileio.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
+#include "src/precision/precision.h"
 #include "src/report/compare.h"
 #include "src/report/report.h"
 #include "src/report/runs_file.h"
@@ -156,10 +157,10 @@ std::vector<RunGroup> group_runs(const std::vector<FoundRun>& found, json* first
     while (i < keys.size() && keys[i] != key) i++;
     if (i == keys.size()) {
       std::string name = compare_mode_of(c);
-      const std::string what = name.empty()
-                                   ? "precision.mode=" + std::string(mode_name(c.precision.mode))
-                                   : compare_mode_what(name);
-      if (name.empty()) name = mode_name(c.precision.mode);
+      const char* mode = mode_name(precision_spec(c).mode);
+      const std::string what =
+          name.empty() ? "precision.mode=" + std::string(mode) : compare_mode_what(name);
+      if (name.empty()) name = mode;
       for (size_t j = 0; j < groups.size(); j++)
         if (groups[j].name == name) name += " (" + config_difference(key, keys[j]) + ")";
       groups.push_back({name, what});

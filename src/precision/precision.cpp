@@ -64,9 +64,15 @@ PrecisionSpec precision_spec(const Config& cfg) {
   s.mode = p.mode;
   s.compute = m.storage;
   s.quantized_linears = m.quantized;
-  s.loss_scale = loss_scale_kind(cfg);
+  s.loss_scale = p.loss_scale;
+  s.loss_scale.kind = loss_scale_kind(cfg);
   s.moments = moment_formats(p.state.adam_m, p.state.adam_v, moment_blocking(cfg));
   s.master = p.state.master;
+  s.state = p.state;
+  s.stochastic_rounding = p.stochastic_rounding;
+  s.telemetry_every = p.telemetry_every;
+  s.inject_nonfinite_step = p.inject_nonfinite_step;
+  s.inject_outlier = p.inject_outlier;
   switch (m.recipe) {
     case ModeRecipe::BlockScaled:
       s.recipe = block_scaled_recipe(p.mode, recipe_options(cfg));
@@ -85,5 +91,7 @@ PrecisionSpec precision_spec(const Config& cfg) {
   }
   return s;
 }
+
+void set_precision_mode(Config& cfg, Mode mode) { config_set(cfg, "precision.mode", mode_name(mode)); }
 
 }  // namespace tg

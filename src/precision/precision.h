@@ -13,17 +13,32 @@
 
 namespace tg {
 
+// Everything the precision.* keys say, read once: the rest of the program reads this
+// description, never cfg.precision (tests/test_layout.cpp holds every file outside
+// src/precision/ and src/config/ to that).
 struct PrecisionSpec {
   Mode mode = Mode::FP32;  // its row in src/numerics/precision_mode.h
   DType compute = DType::F32;
-  bool quantized_linears = false;              // the four block linears in FP8 (Fp8Config below)
-  LossScaling loss_scale = LossScaling::None;  // auto resolved
-  QuantRecipe recipe;                          // of the quantized linears
-  MomentFormats moments;                       // Adam's m and v (precision.state.*)
-  MasterFormat master = MasterFormat::FP32;    // precision.state.master
+  bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
+  Config::Precision::LossScale loss_scale;  // precision.loss_scale.*, its kind resolved (not auto)
+  QuantRecipe recipe;                       // of the quantized linears
+  MomentFormats moments;                    // Adam's m and v (precision.state.*)
+  MasterFormat master = MasterFormat::FP32;  // precision.state.master
+  // How the optimizer state is stored and moved between ranks (precision.state.*, its preset
+  // applied by the config).
+  Config::Precision::State state;
+  bool stochastic_rounding = false;  // of the master -> 16-bit weight copy
+  // The numerics probes: telemetry every N steps (0: off), the step whose gradients are
+  // poisoned (tests and demos; 0: none), the ln2 gains scaled ("": none).
+  int telemetry_every = 0;
+  int inject_nonfinite_step = 0;
+  std::string inject_outlier;
 };
 
 PrecisionSpec precision_spec(const Config& cfg);
+// Sets precision.mode through the config's own parser, as a command line would: `bench`,
+// `memory` and `compare` plan several modes under one config.
+void set_precision_mode(Config& cfg, Mode mode);
 // The precision.recipe.* options of the block-scaled presets (with precision.fp8.keep_bf16).
 RecipeOptions recipe_options(const Config& cfg);
 

@@ -17,6 +17,7 @@
 #include "src/comm/comm.h"
 #include "src/config/config.h"
 #include "src/data/prepare.h"
+#include "src/precision/precision.h"
 #include "src/training/run_dir.h"
 #include "src/training/train.h"
 #include "stats.h"
@@ -222,8 +223,8 @@ json prepare_mode_run(Config& c, const std::string& name) {
 
 // Sets the precision keys that mode `spec` means.
 void apply_mode(Config& c, const ModeSpec& spec) {
-  c.precision.mode = spec.mode;
-  c.precision.stochastic_rounding = false;
+  set_precision_mode(c, spec.mode);
+  config_set(c, "precision.stochastic_rounding", "false");
   for (const auto& kv : spec.overlay) config_set(c, kv.first, kv.second);
 }
 

@@ -13,6 +13,7 @@
 #include "src/backends/cuda_library.h"
 #include "src/base/common.h"
 #include "src/base/test_hooks.h"
+#include "src/precision/precision.h"
 
 namespace tg {
 
@@ -77,7 +78,7 @@ BackendOptions backend_options(const Config& cfg) {
   o.cudnn_lib = cfg.cuda.cudnn_lib;
   o.gemm_fallback = cfg.cuda.gemm == CudaGemm::Fallback;
   o.gelu_epilogue = cfg.cuda.gelu_epilogue;
-  o.device_loss_scale = cfg.precision.loss_scale.on_device;
+  o.device_loss_scale = precision_spec(cfg).loss_scale.on_device;
   return o;
 }
 

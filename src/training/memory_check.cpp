@@ -2,6 +2,7 @@
 #include "memory_check.h"
 
 #include "src/base/common.h"
+#include "src/precision/precision.h"
 
 namespace tg {
 
@@ -34,7 +35,7 @@ std::string memory_refusal(const Config& cfg, const MemoryPlan& p, int local_ran
       "with the same options shows the plan; --train.memory_check=false skips this check",
       fmt_bytes(need).c_str(), procs.c_str(), fmt_bytes(double(host.available)).c_str(),
       fmt_bytes(double(host.total)).c_str(),
-      shrink_advice(cfg, mode_name(cfg.precision.mode), p).c_str());
+      shrink_advice(cfg, mode_name(precision_spec(cfg).mode), p).c_str());
 }
 
 std::string gpu_memory_refusal(const Config& cfg, const MemoryPlan& p, size_t planned,
@@ -48,7 +49,7 @@ std::string gpu_memory_refusal(const Config& cfg, const MemoryPlan& p, size_t pl
       "--train.memory_check=false skips this check",
       fmt_bytes(double(planned)).c_str(), fmt_bytes(need).c_str(), device.c_str(),
       fmt_bytes(double(free)).c_str(), fmt_bytes(double(total)).c_str(),
-      shrink_advice(cfg, mode_name(cfg.precision.mode), p).c_str());
+      shrink_advice(cfg, mode_name(precision_spec(cfg).mode), p).c_str());
 }
 
 }  // namespace tg

@@ -5,6 +5,7 @@
 
 #include "src/base/common.h"
 #include "src/base/fileio.h"
+#include "src/precision/precision.h"
 
 namespace tg {
 
@@ -19,7 +20,7 @@ std::string config_line(const Config& cfg, const GPTConfig& mc, int world) {
   return strf(
       "config: %s | %d steps, lr %g %s | model %s | batch %d x %d%s%s | out_dir %s | full "
       "config: %s",
-      mode_name(cfg.precision.mode), cfg.train.steps, cfg.optim.lr, enum_name(cfg.optim.schedule),
+      mode_name(precision_spec(cfg).mode), cfg.train.steps, cfg.optim.lr, enum_name(cfg.optim.schedule),
       model.c_str(), cfg.data.batch_size, cfg.data.seq_len, ranks.c_str(), accum.c_str(),
       cfg.train.out_dir.c_str(), join_path(cfg.train.out_dir, "config.json").c_str());
 }

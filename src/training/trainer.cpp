@@ -136,7 +136,7 @@ Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   targets_.resize(size_t(B_) * T_);
   // MFU against the GPU's peak for this mode (src/training/gpu_peak.h); none on the CPU.
   peak_flops_ =
-      be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), cfg_.precision.mode) : 0.0;
+      be_->name() == "cuda" ? gpu_peak_flops(be_->device_model(), spec_.mode) : 0.0;
   // The skip/scale decision on the device where the backend has it (one process,
   // unsharded; otherwise the found-inf flag or the norm needs the other ranks).
   device_decision_ = be_->device_loss_scale() && world_ == 1 && !model_->sharded();
@@ -169,19 +169,20 @@ void Trainer::setup_comm_and_backend() {
   if (rank_ != 0 && !freopen("/dev/null", "w", stdout))
     throw Error("cannot silence stdout on a non-zero rank");
   config_validate_run(cfg_, world_);
+  spec_ = precision_spec(cfg_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
 }
 
 void Trainer::check_memory() const {
   if (!cfg_.train.memory_check) return;
   const int hs = mc_.n_embd / mc_.n_head;
-  const bool lse = be_->attention_saves_lse(hs, precision_spec(cfg_).compute);
+  const bool lse = be_->attention_saves_lse(hs, spec_.compute);
   // The GPU plan of the path this backend takes (auto resolved), not of the key's value.
   Config planned = cfg_;
   planned.cuda.attention =
-      attention_request(be_->attention_choice(hs, precision_spec(cfg_).compute).path);
+      attention_request(be_->attention_choice(hs, spec_.compute).path);
   const int zero = cfg_.train.zero_stage == 1 ? world_ : 1;
-  const MemoryPlan p = plan_memory_of(cfg_, cfg_.precision.mode, mc_, cfg_.data.batch_size,
+  const MemoryPlan p = plan_memory_of(cfg_, spec_.mode, mc_, cfg_.data.batch_size,
                                       cfg_.data.seq_len, zero, world_, lse);
   size_t free = 0, total = 0;
   const std::string why =
@@ -255,13 +256,12 @@ void Trainer::setup_model() {
   DataParallel dp{world_ > 1 ? cm_ : nullptr, c.train.zero_stage == 1};
   // Tests shrink the staging chunk of the gradient reduction to exercise many chunks.
   if (test_hooks::reduce_chunk() > 0) dp.chunk = test_hooks::reduce_chunk();
-  dp.grad_wire = c.precision.state.grad_comm;
-  dp.fp8_weights = c.precision.state.weight_comm == WeightComm::FP8E4M3;
-  const PrecisionSpec spec = precision_spec(cfg_);
-  model_ = std::make_unique<GPT>(mc_, *be_, spec.compute, dp, spec.moments, spec.master);
-  model_->set_fp32_grad_accumulation(c.precision.state.grads == GradAccum::FP32);
-  const auto& lsc = c.precision.loss_scale;
-  scaler_ = LossScaler::make(spec.loss_scale, lsc.init, lsc.growth_interval, lsc.growth,
+  dp.grad_wire = spec_.state.grad_comm;
+  dp.fp8_weights = spec_.state.weight_comm == WeightComm::FP8E4M3;
+  model_ = std::make_unique<GPT>(mc_, *be_, spec_.compute, dp, spec_.moments, spec_.master);
+  model_->set_fp32_grad_accumulation(spec_.state.grads == GradAccum::FP32);
+  const auto& lsc = spec_.loss_scale;
+  scaler_ = LossScaler::make(lsc.kind, lsc.init, lsc.growth_interval, lsc.growth,
                              lsc.backoff, lsc.min, lsc.max, lsc.hysteresis);
   precision_ = std::make_unique<PrecisionRuntime>(cfg_, *be_, *model_);
   if (!c.model.init_from.empty()) {
@@ -269,7 +269,7 @@ void Trainer::setup_model() {
     std::vector<float>().swap(init_.params);  // only its shape is needed from here on
   } else
     model_->init_random(uint64_t(c.train.seed));
-  inject_outlier(*model_, mc_, c.precision.inject_outlier);
+  inject_outlier(*model_, mc_, spec_.inject_outlier);
 }
 
 Trainer::~Trainer() = default;
@@ -324,10 +324,10 @@ void Trainer::print_start() const {
       "scaling %s%s\n",
       be_->name().c_str(),
       be_->device_model().empty() ? "" : (" (" + be_->device_model() + ")").c_str(),
-      omp_get_max_threads(), mode_name(cfg_.precision.mode), dtype_name(m.dtype()),
+      omp_get_max_threads(), mode_name(spec_.mode), dtype_name(m.dtype()),
       master_format_info(m.master_format()).summary, enum_name(scaler_.kind),
-      cfg_.precision.stochastic_rounding ? ", stochastic rounding" : "");
-  const auto& st = cfg_.precision.state;
+      spec_.stochastic_rounding ? ", stochastic rounding" : "");
+  const auto& st = spec_.state;
   if (st.adam_m != StateFormat::FP32 || st.adam_v != StateFormat::FP32)
     printf("optimizer state: Adam m in %s, v in %s: %.4g bytes per parameter instead of 8\n",
            moment_blocking_name(st.adam_m, moment_blocking(cfg_)).c_str(),
@@ -364,9 +364,8 @@ StepResult Trainer::step() {
   // the loss first (the ranks' all-reduce) and waits for the gradients' norm anyway; the read
   // is still queued, so the backward is queued before the host waits.
   double loss = sum_gradients(device_decision_ ? NAN : take_loss(), r);
-  if (cfg_.precision.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
-  const bool telemetry =
-      cfg_.precision.telemetry_every > 0 && r.step % cfg_.precision.telemetry_every == 0;
+  if (spec_.inject_nonfinite_step == r.step) poison_gradient(*be_, model_->grads());
+  const bool telemetry = spec_.telemetry_every > 0 && r.step % spec_.telemetry_every == 0;
   if (telemetry) record_numerics(r.step, r.scale);
   if (!device_decision_) check_loss(loss, r);
   // What the state's formats do to this update (src/precision/state_telemetry.h).
@@ -381,8 +380,8 @@ StepResult Trainer::step() {
     metrics_.write(json({{"kind", "state"},
                          {"step", r.step},
                          {"master", master_format_name(model_->master_format())},
-                         {"adam_m", state_format_name(cfg_.precision.state.adam_m)},
-                         {"adam_v", state_format_name(cfg_.precision.state.adam_v)},
+                         {"adam_m", state_format_name(spec_.state.adam_m)},
+                         {"adam_v", state_format_name(spec_.state.adam_v)},
                          {"layers", state_probe_after(*model_, probe, cm_)}})
                        .dump());
   end_step(r, loss, t0);

@@ -36,6 +36,7 @@
 #include "src/data/tokenizer.h"
 #include "src/io/checkpoint.h"
 #include "src/model/model.h"
+#include "src/precision/precision.h"
 #include "src/numerics/loss_scaler.h"
 #include "thread_tuner.h"
 
@@ -131,6 +132,7 @@ class Trainer {
   void print_summary(const FinalNumbers& f) const;
 
   Config cfg_;
+  PrecisionSpec spec_;  // cfg_'s precision.* keys, read once (src/precision/precision.h)
   double t_start_;
   RunDirLock out_dir_lock_;  // rank 0's, held for the whole run (src/training/run_lock.h)
   CpuTimes cpu_start_ = cpu_times_now();  // for the summary's share of the cores others took

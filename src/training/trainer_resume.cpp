@@ -178,13 +178,13 @@ void Trainer::apply_checkpoint(VerifiedCheckpoint&& v) {
   sample_rng_ = s.sample_rng;
   counters_ = s.counters;
   initial_val_loss_ = s.initial_val_loss;
-  if (s.mode == cfg_.precision.mode && s.loss_scale.kind == scaler_.kind) {
+  if (s.mode == spec_.mode && s.loss_scale.kind == scaler_.kind) {
     scaler_.scale = s.loss_scale.scale;
     scaler_.good_steps = s.loss_scale.good_steps;
     scaler_.hysteresis_left = s.loss_scale.hysteresis_left;
   } else {
     printf("note: the checkpoint was trained in %s; continuing in %s from its master weights\n",
-           mode_name(s.mode), mode_name(cfg_.precision.mode));
+           mode_name(s.mode), mode_name(spec_.mode));
   }
   precision_->load(s, state_path);
   // The compute copy of the weights is what the last update rounded, stochastic or not.
@@ -203,7 +203,7 @@ RunState Trainer::run_state() const {
   s.world_size = world_;
   s.sample_rng = sample_rng_;
   s.counters = counters_;
-  s.mode = cfg_.precision.mode;
+  s.mode = spec_.mode;
   s.loss_scale = scaler_;
   precision_->save(s);
   s.initial_val_loss = initial_val_loss_;

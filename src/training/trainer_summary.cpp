@@ -40,7 +40,8 @@ json machine_json(int cpus, double share) {
 // The summary's "state": the optimizer state's formats (precision.state.*) and what they keep
 // per parameter beyond the compute weights (master weights, Adam's m and v).
 json state_json(const GPT& m, const Config& cfg) {
-  const auto& st = cfg.precision.state;
+  const PrecisionSpec spec = precision_spec(cfg);
+  const auto& st = spec.state;
   const size_t master = m.dtype() == DType::BF16 || m.dtype() == DType::F16
                             ? master_format_info(m.master_format()).bytes
                             : 0;
@@ -110,8 +111,8 @@ void Trainer::save() {
   std::vector<char> m(model.adam_m().bytes()), v(model.adam_v().bytes());
   std::vector<char> comp(model.compensation() ? model.compensation().bytes() : 0);
   std::vector<float> m_meta(model.adam_m_meta().numel), v_meta(model.adam_v_meta().numel);
-  MomentBytes mb{cfg_.precision.state.adam_m,
-                 cfg_.precision.state.adam_v,
+  MomentBytes mb{spec_.state.adam_m,
+                 spec_.state.adam_v,
                  m.data(),
                  v.data(),
                  model.master_format(),
@@ -219,7 +220,7 @@ json Trainer::summary_json(const FinalNumbers& f) const {
   const double fpt = flops_per_token(mc_, T_), tps = f.tokens_per_second;
   const GPT& m = *model_;
   json summary = {
-      {"mode", mode_name(cfg_.precision.mode)},
+      {"mode", mode_name(spec_.mode)},
       {"device", be_->name()},
       {"steps", cfg_.train.steps},
       {"num_params", m.num_params()},
