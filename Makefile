@@ -320,7 +320,7 @@ FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/numerics/state_format.cpp \
                 src/numerics/master_format.cpp src/numerics/wire_format.cpp \
                 src/config/config.cpp src/config/config_cli.cpp src/config/config_validate.cpp \
-                src/config/config_text.cpp src/config/state_presets.cpp \
+                src/config/config_text.cpp src/config/presets.cpp \
                 src/config/key_aliases.cpp src/data/bpe_long_piece.cpp src/backends/backend.cpp \
                 src/io/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
                 src/comm/rendezvous_secret.cpp \

@@ -18,19 +18,19 @@ namespace tg {
 namespace {
 
 // The presets `names` lists ("all": every one), in its order.
-std::vector<const StatePreset*> presets_named(const std::string& names) {
-  std::vector<const StatePreset*> out;
+std::vector<const Preset*> presets_named(const std::string& names) {
+  std::vector<const Preset*> out;
   if (names == "all") {
-    for (const StatePreset& p : state_presets()) out.push_back(&p);
+    for (const Preset& p : presets(PresetFamily::State)) out.push_back(&p);
     return out;
   }
   std::vector<std::string> all;
-  for (const StatePreset& p : state_presets()) all.push_back(p.name);
+  for (const Preset& p : presets(PresetFamily::State)) all.push_back(p.name);
   const std::string list = names + ",";
   for (size_t pos = 0, next; (next = list.find(',', pos)) != std::string::npos; pos = next + 1) {
     const std::string name = list.substr(pos, next - pos);
     if (name.empty()) continue;
-    const StatePreset* p = find_state_preset(name);
+    const Preset* p = find_preset(PresetFamily::State, name);
     if (!p)
       throw UsageError(strf("memory: unknown state preset '%s' in --states%s (or all)",
                             name.c_str(), did_you_mean(name, all).c_str()));
@@ -40,7 +40,7 @@ std::vector<const StatePreset*> presets_named(const std::string& names) {
 }
 
 // One table: a row per preset that `mode` keeps, over `ranks` ranks of ZeRO-1 (1: none).
-void print_table(const std::vector<std::pair<const StatePreset*, Config>>& rows, int ranks) {
+void print_table(const std::vector<std::pair<const Preset*, Config>>& rows, int ranks) {
   printf("\n%s\n\n| state | mode | bytes / parameter |", ranks > 1
                                                         ? strf("Per rank, ZeRO-1 over %d ranks:",
                                                                ranks).c_str()
@@ -64,9 +64,9 @@ void print_table(const std::vector<std::pair<const StatePreset*, Config>>& rows,
 }  // namespace
 
 void print_state_presets(const Config& cfg, Mode mode, const std::string& names, int zero_ranks) {
-  std::vector<std::pair<const StatePreset*, Config>> rows;
+  std::vector<std::pair<const Preset*, Config>> rows;
   std::vector<std::string> refused;
-  for (const StatePreset* p : presets_named(names)) {
+  for (const Preset* p : presets_named(names)) {
     Config c = cfg;
     set_precision_mode(c, mode);
     config_set(c, "precision.state.preset", p->name);

@@ -108,7 +108,7 @@ constexpr const char* kStatePresetKey = "precision.state.preset";
 // The values of precision.state.preset: none, then every preset.
 std::vector<std::string> state_preset_choices() {
   std::vector<std::string> out = {no_state_preset()};
-  for (const StatePreset& p : state_presets()) out.push_back(p.name);
+  for (const Preset& p : presets(PresetFamily::State)) out.push_back(p.name);
   return out;
 }
 // A field of Config as a function pointer returning a reference to it (its type deduced).
@@ -424,7 +424,7 @@ bool valid_utf8(const std::string& s) {
 void set_key(Config& c, const KeyDef& k, const json& v, const std::string& origin) {
   set_json(c, k, v, origin);
   if (std::string(k.name) != kStatePresetKey) return;
-  if (const StatePreset* p = find_state_preset(c.precision.state.preset))
+  if (const Preset* p = find_preset(PresetFamily::State, c.precision.state.preset))
     for (const auto& [key, value] : p->keys) config_set(c, key, value);
 }
 

@@ -18,7 +18,7 @@
 #include "src/numerics/recipe.h"
 #include "src/numerics/state_format.h"
 #include "src/numerics/wire_format.h"
-#include "state_presets.h"
+#include "presets.h"
 
 namespace tg {
 
@@ -158,7 +158,7 @@ struct Config {
     // How the optimizer state is stored (src/numerics/state_format.h; docs/precision.md, "State
     // precision: Adam moments").
     struct State {
-      // A named combination of the keys below (src/config/state_presets.h), applied before
+      // A named combination of the keys below (src/config/presets.h), applied before
       // them when set; "none": the keys as given.
       std::string preset = no_state_preset();
       StateFormat adam_m = StateFormat::FP32;

@@ -27,159 +27,22 @@ using json = nlohmann::json;
 
 namespace {
 
-// What each name on --modes means: a precision mode and the config keys the study sets beyond
-// it (an overlay, each key set as `--key=value` would set it). Every study also sets
-// precision.stochastic_rounding (off unless its overlay says otherwise).
-using Overlay = std::vector<std::pair<std::string, std::string>>;
-struct ModeSpec {
-  std::string name;
-  Mode mode;
-  const char* what;
-  Overlay overlay;
-};
-
-// NVFP4's ingredients (arXiv 2509.25149), switched off one at a time by the ablation studies
-// below so that a study shows what each buys: the overlay that leaves on those in `on`.
-enum Nvfp4Ingredients {
-  kSr = 1,        // stochastic rounding of the output gradients
-  kRht = 2,       // 16-point random Hadamard transform of the wgrad operands
-  kTiles2d = 4,   // 16x16 weight tiles
-  kBf16Last = 8,  // the last layer's linears in bf16
-  kAllIngredients = kSr | kRht | kTiles2d | kBf16Last,
-};
-Overlay nvfp4_ingredients(int on) {
-  auto flag = [&](int bit) -> std::string { return (on & bit) ? "true" : "false"; };
-  return {{"precision.recipe.stochastic_grads", flag(kSr)},
-          {"precision.recipe.hadamard", flag(kRht)},
-          {"precision.recipe.weight_2d", flag(kTiles2d)},
-          {"precision.recipe.bf16_last", (on & kBf16Last) ? "-1" : "0"}};
+// A study's runs are a list of precision presets (--modes) times a list of state presets
+// (--states), from the one registry (src/config/presets.h).
+const Preset& find_study_preset(PresetFamily family, const std::string& name) {
+  if (const Preset* p = find_preset(family, name)) return *p;
+  throw UsageError(strf("compare: unknown %s '%s' (one of %s)",
+                        family == PresetFamily::Precision ? "mode" : "state choice", name.c_str(),
+                        preset_names_text(family).c_str()));
 }
-Overlay operator+(Overlay a, const Overlay& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
+const Preset& find_compare_mode(const std::string& name) {
+  return find_study_preset(PresetFamily::Precision, name);
 }
-
-// The study named after a mode plus `suffix` ("" for the mode as it is).
-std::string named(Mode m, const char* suffix) { return mode_name(m) + std::string(suffix); }
-const char* const kNoScale = "-noscale";  // the default --modes names fp16's
-
-// One study per entry: its name, mode and description first.
-// clang-format off
-// Each mode as it is (fp8 with its scaling spelled out), and the 16-bit modes' variants.
-std::vector<ModeSpec> plain_studies() {
-  return {
-      {named(Mode::FP32, ""), Mode::FP32, "fp32 everywhere", {}},
-      {named(Mode::BF16, ""), Mode::BF16,
-       "bf16 weights, activations and gradients; fp32 master weights", {}},
-      {named(Mode::BF16, "-sr"), Mode::BF16, "bf16 with stochastic rounding of the weight copy",
-       {{"precision.stochastic_rounding", "true"}}},
-      {named(Mode::FP16, ""), Mode::FP16, "fp16 with dynamic loss scaling",
-       {{"precision.loss_scale.kind", "dynamic"}}},
-      {named(Mode::FP16, kNoScale), Mode::FP16, "fp16 without loss scaling",
-       {{"precision.loss_scale.kind", "none"}}},
-      {named(Mode::FP8, ""), Mode::FP8,
-       "bf16 with the block linears in FP8 (E4M3 forward, E5M2 gradients), delayed scaling",
-       {{"precision.fp8.recipe", "delayed"}}},
-      {named(Mode::FP8, "-current"), Mode::FP8, "fp8 with current (just-in-time) scaling",
-       {{"precision.fp8.recipe", "current"}}},
-      // The block-scaled recipes (src/numerics/recipe.h; options: precision.recipe.*).
-      {named(Mode::FP8Rowwise, ""), Mode::FP8Rowwise,
-       "block linears in E4M3 with one fp32 scale per row", {}},
-      {named(Mode::FP8Block, ""), Mode::FP8Block,
-       "block linears in E4M3, fp32 scales per 1x128 block (activations, gradients) and 128x128 "
-       "tile (weights)",
-       {}},
-      {named(Mode::MXFP8, ""), Mode::MXFP8,
-       "block linears in MXFP8: E4M3 with an E8M0 scale per 32", {}},
-      {named(Mode::MXFP4, ""), Mode::MXFP4,
-       "block linears in MXFP4: E2M1 with an E8M0 scale per 32, SR gradients, Hadamard wgrad", {}},
-      {named(Mode::NVFP4, ""), Mode::NVFP4,
-       "block linears in NVFP4: E2M1, UE4M3 per 16 + fp32 tensor scale, 16x16 weights, SR "
-       "gradients, Hadamard wgrad, the last precision.recipe.bf16_last layers (default 1) "
-       "in bf16",
-       {}},
-  };
+const Preset& find_state_study(const std::string& name) {
+  return find_study_preset(PresetFamily::State, name);
 }
-
-// The ablation study of NVFP4's ingredients: each takes exactly one away (bare: all).
-std::vector<ModeSpec> nvfp4_ablations() {
-  return {
-      {named(Mode::NVFP4, "-no-sr"), Mode::NVFP4,
-       "nvfp4 without stochastic rounding of the gradients (round to nearest)",
-       nvfp4_ingredients(kAllIngredients & ~kSr)},
-      {named(Mode::NVFP4, "-no-rht"), Mode::NVFP4,
-       "nvfp4 without the random Hadamard transform of wgrad",
-       nvfp4_ingredients(kAllIngredients & ~kRht)},
-      {named(Mode::NVFP4, "-no-2d"), Mode::NVFP4,
-       "nvfp4 with 1x16 weight blocks instead of 16x16 tiles",
-       nvfp4_ingredients(kAllIngredients & ~kTiles2d)},
-      {named(Mode::NVFP4, "-no-bf16last"), Mode::NVFP4, "nvfp4 with the last layer quantized too",
-       nvfp4_ingredients(kAllIngredients & ~kBf16Last)},
-      {named(Mode::NVFP4, "-bare"), Mode::NVFP4,
-       "nvfp4 without any of them: E2M1 with UE4M3 scales per 1x16 and the tensor scale, nearest "
-       "rounding, every layer quantized",
-       nvfp4_ingredients(0)},
-  };
-}
-
-// precision.mode=auto and the outlier-handling study.
-std::vector<ModeSpec> adaptive_studies() {
-  const Overlay smooth = {{"precision.recipe.smooth", "true"}};
-  return {
-      {named(Mode::Auto, ""), Mode::Auto,
-       "per GEMM operand, the narrowest of precision.auto.candidates whose measured SQNR meets "
-       "precision.auto.threshold_db (src/precision/auto_precision.h)",
-       {}},
-      // Outlier handling (docs/precision.md: Adaptive precision; docs/outlier-study), each beside the plain
-      // recipe it changes: the same uniform NVFP4 in every layer as nvfp4-no-bf16last, with the
-      // outlier channels of the forward GEMMs split out into bf16 (auto's machinery with NVFP4
-      // as its only candidate), or every channel smoothed.
-      {named(Mode::NVFP4, "-split"), Mode::Auto,
-       "nvfp4 in every layer with the outlier input channels of the forward GEMMs in bf16 (auto, "
-       "nvfp4 its only candidate, precision.auto.outliers=split)",
-       {{"precision.auto.candidates", mode_name(Mode::NVFP4)},
-        {"precision.auto.priors", "false"},
-        {"precision.auto.outliers", "split"}}},
-      {named(Mode::NVFP4, "-smooth"), Mode::NVFP4,
-       "nvfp4 in every layer with SmoothQuant smoothing of the forward GEMMs "
-       "(precision.recipe.smooth)",
-       nvfp4_ingredients(kAllIngredients & ~kBf16Last) + smooth},
-      {named(Mode::FP8Rowwise, "-smooth"), Mode::FP8Rowwise,
-       "fp8-rowwise with SmoothQuant smoothing of the forward GEMMs (precision.recipe.smooth)",
-       smooth},
-      {named(Mode::Auto, "-nosplit"), Mode::Auto,
-       "auto with outlier channels only counted (precision.auto.outliers=none)",
-       {{"precision.auto.outliers", "none"}}},
-      {named(Mode::Auto, "-smooth"), Mode::Auto,
-       "auto with every channel smoothed instead of outliers split (precision.auto.outliers=smooth)",
-       {{"precision.auto.outliers", "smooth"}}},
-  };
-}
-// clang-format on
-
-// Every study, in --modes' order.
-const std::vector<ModeSpec>& compare_modes() {
-  static const std::vector<ModeSpec> modes = [] {
-    std::vector<ModeSpec> all = plain_studies();
-    for (auto part : {nvfp4_ablations(), adaptive_studies()})
-      all.insert(all.end(), part.begin(), part.end());
-    return all;
-  }();
-  return modes;
-}
-
-std::string mode_names_text() {
-  std::string all;
-  for (const ModeSpec& m : compare_modes()) all += (all.empty() ? "" : ", ") + m.name;
-  return all;
-}
-
-const ModeSpec& find_compare_mode(const std::string& name) {
-  for (const ModeSpec& m : compare_modes())
-    if (name == m.name) return m;
-  throw UsageError(
-      strf("compare: unknown mode '%s' (one of %s)", name.c_str(), mode_names_text().c_str()));
-}
+const std::vector<Preset>& compare_modes() { return presets(PresetFamily::Precision); }
+const std::vector<Preset>& state_studies() { return presets(PresetFamily::State); }
 
 // The config a run directory was trained with, without the keys that only say how a run
 // was started (so a resumed run matches the one it continues).
@@ -221,33 +84,6 @@ json prepare_mode_run(Config& c, const std::string& name) {
   return nullptr;
 }
 
-// Sets the precision keys that mode `spec` means.
-void apply_mode(Config& c, const ModeSpec& spec) {
-  set_precision_mode(c, spec.mode);
-  config_set(c, "precision.stochastic_rounding", "false");
-  for (const auto& kv : spec.overlay) config_set(c, kv.first, kv.second);
-}
-
-// ---- state choices (--states): the optimizer's state, combined with every mode ----
-
-// --states: the state presets (src/config/state_presets.h), each combined with every mode.
-// A run of a preset has precision.state.preset set to it (and so every state key it names).
-using StateSpec = StatePreset;
-
-const std::vector<StatePreset>& state_studies() { return state_presets(); }
-
-std::string state_names_text() { return state_preset_names_text(); }
-
-const StateSpec& find_state_study(const std::string& name) {
-  if (const StatePreset* p = find_state_preset(name)) return *p;
-  throw UsageError(strf("compare: unknown state choice '%s' (one of %s)", name.c_str(),
-                        state_names_text().c_str()));
-}
-
-void apply_state(Config& c, const StateSpec& st) {
-  config_set(c, "precision.state.preset", st.name);
-}
-
 // The state choice whose keys c has; "" for fp32 state (nothing to name: a plain mode's run)
 // or a combination no choice names.
 std::string state_study_of(const Config& c) {
@@ -259,11 +95,11 @@ std::string state_study_of(const Config& c) {
   };
   const json have = state_keys(c);
   Config fp32 = c;
-  apply_state(fp32, state_studies()[0]);
+  apply_preset(fp32, state_studies()[0]);
   if (state_keys(fp32) == have) return "";
-  for (const StateSpec& st : state_studies()) {
+  for (const Preset& st : state_studies()) {
     Config x = c;
-    apply_state(x, st);
+    apply_preset(x, st);
     if (state_keys(x) == have) return st.name;
   }
   return "";
@@ -272,11 +108,11 @@ std::string state_study_of(const Config& c) {
 // Why mode `mode` cannot keep state choice st with the base config over `world` ranks (the
 // run's own refusal, e.g. bf16 master weights in an fp32 mode, or fp8 weight gathers without
 // ZeRO-1); "" when it can.
-std::string state_misfit(const Config& base, const std::string& mode, const StateSpec* st,
+std::string state_misfit(const Config& base, const std::string& mode, const Preset* st,
                          int world) {
   Config c = base;
-  apply_mode(c, find_compare_mode(mode));
-  if (st) apply_state(c, *st);
+  apply_preset(c, find_compare_mode(mode));
+  if (st) apply_preset(c, *st);
   try {
     config_validate_run(c, world);
   } catch (const UsageError& e) {
@@ -295,15 +131,15 @@ std::string run_name(const std::string& mode, const std::string& state) {
 // specific mode that reproduces its precision keys (plain nvfp4 keeps whatever the config
 // says, so it would also match every ablation; an ablation with smoothing added matches the
 // ablation too).
-size_t mode_specificity(const ModeSpec& m) { return m.overlay.size(); }
+size_t mode_specificity(const Preset& m) { return m.keys.size(); }
 
 // One mode x state x seed run (state null: the config's own state): reuses a finished run,
 // resumes an interrupted one, else trains.
-json run_one(const Config& base, const std::string& out, const ModeSpec& spec,
-             const StateSpec* state, int64_t seed, int nseeds) {
+json run_one(const Config& base, const std::string& out, const Preset& spec,
+             const Preset* state, int64_t seed, int nseeds) {
   Config c = base;
-  apply_mode(c, spec);
-  if (state) apply_state(c, *state);
+  apply_preset(c, spec);
+  if (state) apply_preset(c, *state);
   const std::string name = run_name(spec.name, state ? state->name : "");
   c.train.seed = seed;
   c.train.out_dir = nseeds > 1 ? join_path(join_path(out, name), strf("seed%lld", (long long)seed))
@@ -332,17 +168,17 @@ json run_one(const Config& base, const std::string& out, const ModeSpec& spec,
 
 std::string compare_mode_of(const Config& c) {
   const json have = config_to_json(c)["precision"];
-  std::vector<const ModeSpec*> by_specificity;
-  for (const ModeSpec& m : compare_modes()) by_specificity.push_back(&m);
+  std::vector<const Preset*> by_specificity;
+  for (const Preset& m : compare_modes()) by_specificity.push_back(&m);
   std::stable_sort(by_specificity.begin(), by_specificity.end(),
-                   [](const ModeSpec* a, const ModeSpec* b) {
+                   [](const Preset* a, const Preset* b) {
                      return mode_specificity(*a) > mode_specificity(*b);
                    });
   // The state keys are the state choice's, matched apart.
   const std::string state = state_study_of(c);
-  for (const ModeSpec* m : by_specificity) {
+  for (const Preset* m : by_specificity) {
     Config x = c;
-    apply_mode(x, *m);
+    apply_preset(x, *m);
     if (config_to_json(x)["precision"] == have) return run_name(m->name, state);
   }
   return "";
@@ -352,7 +188,7 @@ std::string compare_mode_what(const std::string& name) {
   const size_t plus = name.find('+');
   if (plus == std::string::npos) return find_compare_mode(name).what;
   std::string mode = find_compare_mode(name.substr(0, plus)).what;
-  const StateSpec& st = find_state_study(name.substr(plus + 1));
+  const Preset& st = find_state_study(name.substr(plus + 1));
   // A state choice with master weights of its own replaces what the mode says of them.
   const std::string fp32_master =
       "; " + std::string(master_format_info(MasterFormat::FP32).summary);
@@ -368,21 +204,22 @@ std::string compare_mode_what(const std::string& name) {
 
 std::vector<std::string> compare_mode_names() {
   std::vector<std::string> names;
-  for (const ModeSpec& m : compare_modes()) names.push_back(m.name);
+  for (const Preset& m : compare_modes()) names.push_back(m.name);
   return names;
 }
 
 void apply_compare_mode(Config& c, const std::string& name) {
   const size_t plus = name.find('+');
-  apply_mode(c, find_compare_mode(name.substr(0, plus)));
-  if (plus != std::string::npos) apply_state(c, find_state_study(name.substr(plus + 1)));
+  apply_preset(c, find_compare_mode(name.substr(0, plus)));
+  if (plus != std::string::npos) apply_preset(c, find_state_study(name.substr(plus + 1)));
 }
 
-std::string compare_mode_names_text() { return mode_names_text(); }
-std::string compare_state_names_text() { return state_names_text(); }
+std::string compare_mode_names_text() { return preset_names_text(PresetFamily::Precision); }
+std::string compare_state_names_text() { return preset_names_text(PresetFamily::State); }
 std::string compare_default_modes() {
-  return mode_list_text({Mode::FP32, Mode::BF16, Mode::FP16}) + "," + named(Mode::FP16, kNoScale) +
-         "," + mode_name(Mode::FP8);
+  std::string names;
+  for (const Preset* p : default_mode_study()) names += (names.empty() ? "" : ",") + p->name;
+  return names;
 }
 void check_compare_mode(const std::string& name) { find_compare_mode(name); }
 void check_compare_state(const std::string& name) { find_state_study(name); }
@@ -407,9 +244,9 @@ std::string run_result(const json& run) {
 
 // Every seed of one mode and state, one progress line per finished run; their entry of the
 // results.
-json run_mode(const CompareRequest& a, const std::string& mode, const StateSpec* state,
+json run_mode(const CompareRequest& a, const std::string& mode, const Preset* state,
               Progress* p) {
-  const ModeSpec& spec = find_compare_mode(mode);
+  const Preset& spec = find_compare_mode(mode);
   const std::string name = run_name(mode, state ? state->name : "");
   const std::string what = compare_mode_what(name);
   json runs = json::array();
@@ -446,13 +283,13 @@ void run_compare(const CompareRequest& a) {
   const double floor = dataset_loss_floor(meta, a.base.data.seq_len);
 
   // Every mode x state x seed (the states a mode cannot keep skipped, said).
-  std::vector<std::pair<std::string, const StateSpec*>> plan;
-  std::vector<const StateSpec*> states;
+  std::vector<std::pair<std::string, const Preset*>> plan;
+  std::vector<const Preset*> states;
   std::string first_misfit;  // why the first skipped run was refused
   for (const std::string& name : a.states) states.push_back(&find_state_study(name));
   if (states.empty()) states.push_back(nullptr);
   for (const std::string& mode : a.modes)
-    for (const StateSpec* st : states) {
+    for (const Preset* st : states) {
       const std::string misfit = state_misfit(a.base, mode, st, comm_world());
       if (misfit.empty()) {
         plan.push_back({mode, st});

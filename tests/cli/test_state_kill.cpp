@@ -1,5 +1,5 @@
 // kill -9 in the middle of a run, for every kind of optimizer state (the presets of
-// src/config/state_presets.h, and the loss scaler's fp16 state): the run resumed from whatever
+// src/config/presets.h, and the loss scaler's fp16 state): the run resumed from whatever
 // checkpoint the kill left ends with the same files and the same losses as a run never killed.
 // The kills land at different points of the run (between steps, inside a checkpoint's write).
 // And the signals a scheduler or a terminal sends (src/training/signals.h): SIGTERM stops the

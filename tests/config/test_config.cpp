@@ -396,7 +396,7 @@ TEST_CASE("config: a state preset sets every state key, and keys given beside it
   CHECK(c.precision.state.adam_v == StateFormat::FP8E4M3);
   CHECK(c.precision.state.grad_comm == WireFormat::BF16);
   // Every preset sets the whole state: applied over another, it gives what it gives alone.
-  for (const StatePreset& p : state_presets()) {
+  for (const Preset& p : presets(PresetFamily::State)) {
     INFO(p.name);
     Config alone, over;
     config_set(over, "precision.state.preset", "zero-fp8");

@@ -67,7 +67,7 @@ TEST_CASE("config keys: every key with a fixed list of values is an enum, not a 
       continue;
     }
     choice_keys++;
-    // A row of a registry that grows (src/config/state_presets.h): a string, checked against
+    // A row of a registry that grows (src/config/presets.h): a string, checked against
     // the registry's names where the config is read.
     if (k.name == "precision.state.preset") {
       CHECK(k.string_choice);
