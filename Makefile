@@ -319,7 +319,8 @@ FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/
                 src/io/safetensors.cpp src/data/bpe.cpp src/data/tokenizer.cpp src/data/prepare.cpp \
                 src/numerics/recipe.cpp src/numerics/precision_mode.cpp src/numerics/state_format.cpp \
                 src/numerics/master_format.cpp src/numerics/wire_format.cpp \
-                src/config/config.cpp src/config/config_cli.cpp src/config/config_validate.cpp \
+                src/config/config.cpp src/config/config_read.cpp src/config/config_cli.cpp \
+                src/config/config_validate.cpp \
                 src/config/config_text.cpp src/config/presets.cpp \
                 src/config/key_aliases.cpp src/data/bpe_long_piece.cpp src/backends/backend.cpp \
                 src/io/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
