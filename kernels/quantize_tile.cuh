@@ -10,7 +10,8 @@
 // holds in registers. That holds for the 1 x B blocks (fp8-block's 1 x 128, mxfp8's and mxfp4's
 // 1 x 32, 1 x 16) and B x B tiles (fp8-block's 128 x 128 weights, 16 x 16) and for the per-tensor
 // delayed scale: a block reads a super-tile of nr x nc sub-tiles of 32 x 32 (1 or 4 each way, so
-// that B up to 128 fits; up to 64 values a thread), each through shared memory as load_tile reads
+// that B up to 128 fits; up to 64 values a thread; a kernel is compiled for the most its format
+// needs, kSpan: 4 only for 8-bit round-to-nearest codes, one_pass.h says why), each through shared memory as load_tile reads
 // one (coalesced whether the operand is the tensor or its transpose) and rotated as read
 // (rotate_in_warp, the FP4 recipes' Hadamard). What still needs the whole tensor's amax before the
 // first value is rounded keeps the two passes: per-tensor current scaling and NVFP4's tensor scale
@@ -33,11 +34,15 @@ namespace tg::gpu::quant {
 using TilePlan = OnePassPlan;
 constexpr int kTileGroups = kOnePassGroups;
 
-// The plan of p over an operand of `rows` x `cols`, or false where it needs two passes.
-inline bool plan_one_pass(const QuantParams& p, int rows, int cols, TilePlan* t) {
+// The plan of p over an operand of `rows` x `cols` in super-tiles of up to max_span sub-tiles
+// each way (one_pass_max_span), or false where it needs two passes.
+inline bool plan_one_pass(const QuantParams& p, int rows, int cols, int max_span, TilePlan* t) {
   return one_pass_plan(rows, cols, p.gr, p.gc, p.ngr, p.ngc, p.scale == ScaleFormat::E4M3,
-                       p.tensor_enc > 0, t);
+                       p.tensor_enc > 0, max_span, t);
 }
+// The span a kernel for format F, rounded stochastically or not, is compiled for.
+template <ElemFormat F, bool SR>
+constexpr int kSpan = one_pass_max_span(elem_bits(F), SR);
 
 // The block's shared memory: the sub-tile being read, then its groups' amax bits and scales.
 struct OnePassShared {  // (plain arrays: a __shared__ object has no initializers)
@@ -47,8 +52,10 @@ struct OnePassShared {  // (plain arrays: a __shared__ object has no initializer
   unsigned wmax[8];
 };
 
-// A thread's values of its block's super-tile: sub-tile (a, b), rows ty + 8k, column tx.
-using TileValues = float[4][4][4];
+// A thread's values of its block's super-tile: sub-tile (a, b) of at most N x N, rows ty + 8k,
+// column tx.
+template <int N>
+using TileValues = float[N][N][4];
 
 // Whether sub-tile (a, b) of the super-tile at (R0, C0) holds any of the operand (block-uniform).
 __device__ __forceinline__ bool sub_tile_in(const TilePlan& tp, int a, int b, int rows, int cols,
@@ -64,16 +71,16 @@ __device__ __forceinline__ int group_key(const QuantParams& p, const TilePlan& t
 
 // v <- the super-tile's values (0 outside the operand), each sub-tile read through shared
 // memory as load_tile reads it and rotated as read (rotate_in_warp: every lane of a row's warp).
-template <typename T>
-__device__ __forceinline__ void read_super_tile(OnePassShared& s, TileValues& v, const T* src,
+template <int N, typename T>
+__device__ __forceinline__ void read_super_tile(OnePassShared& s, TileValues<N>& v, const T* src,
                                                 int rows, int cols, bool transposed,
                                                 const Rotation& h, const TilePlan& tp, int R0,
                                                 int C0) {
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
 #pragma unroll
-  for (int a = 0; a < 4; a++)
+  for (int a = 0; a < N; a++)
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
+    for (int b = 0; b < N; b++) {
 #pragma unroll
       for (int k = 0; k < 4; k++) v[a][b][k] = 0.0f;
       if (!sub_tile_in(tp, a, b, rows, cols, R0, C0)) continue;
@@ -91,16 +98,17 @@ __device__ __forceinline__ void read_super_tile(OnePassShared& s, TileValues& v,
 // s.gmax <- the max of |x|'s bits over each group the block meets (zeroed before; a max is
 // order-free: a warp reduction where a row's 32 lanes are one group or two, else one shared
 // atomic a lane), and *tensor_bits <- the block's largest |x| bits (non-finite: >= inf's).
-__device__ __forceinline__ void super_tile_amax(OnePassShared& s, const TileValues& v,
+template <int N>
+__device__ __forceinline__ void super_tile_amax(OnePassShared& s, const TileValues<N>& v,
                                                 const QuantParams& p, const TilePlan& tp, int rows,
                                                 int cols, int R0, int C0, unsigned* tensor_bits) {
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const bool groups = p.tensor_enc <= 0;  // a given scale needs no group amax
   unsigned tmax = 0;
 #pragma unroll
-  for (int a = 0; a < 4; a++)
+  for (int a = 0; a < N; a++)
 #pragma unroll
-    for (int b = 0; b < 4; b++)
+    for (int b = 0; b < N; b++)
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const int r = R0 + 32 * a + ty + 8 * k, c = C0 + 32 * b + tx;
@@ -166,8 +174,8 @@ __device__ __forceinline__ void super_tile_scales(OnePassShared& s, const QuantP
 }
 
 // The front of both one-pass kernels: read, amax, scales (the super-tile at (R0, C0)).
-template <typename T>
-__device__ __forceinline__ void one_pass_front(OnePassShared& s, TileValues& v, const T* src,
+template <int N, typename T>
+__device__ __forceinline__ void one_pass_front(OnePassShared& s, TileValues<N>& v, const T* src,
                                                int rows, int cols, bool transposed,
                                                const Rotation& h, const QuantParams& p,
                                                const TilePlan& tp, int R0, int C0,
@@ -182,20 +190,20 @@ __device__ __forceinline__ void one_pass_front(OnePassShared& s, TileValues& v, 
 // codes (quantize_blocks.cuh's layout, codes_kernel's rounding and stochastic bits) and the
 // native scale tensor of the operand, one block per super-tile (grid (cols / 32 nc, rows /
 // 32 nr)); finish_codes_kernel runs after it. An E2M1 pair meets in the even lane.
-template <typename T, ElemFormat F, bool SR>
+template <typename T, ElemFormat F, bool SR, int N = kSpan<F, SR>>
 __global__ void one_pass_codes_kernel(uint8_t* out, void* scale_out,
                                       cublasLtMatmulMatrixScale_t m, const T* src, int rows,
                                       int cols, bool transposed, Rotation h, QuantParams p,
                                       TilePlan tp, unsigned* tensor_bits, uint64_t mixed) {
   __shared__ OnePassShared s;
-  TileValues v;
+  TileValues<N> v;
   const int R0 = blockIdx.y * 32 * tp.nr, C0 = blockIdx.x * 32 * tp.nc;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   one_pass_front(s, v, src, rows, cols, transposed, h, p, tp, R0, C0, tensor_bits, scale_out, m);
 #pragma unroll
-  for (int a = 0; a < 4; a++)
+  for (int a = 0; a < N; a++)
 #pragma unroll
-    for (int b = 0; b < 4; b++)
+    for (int b = 0; b < N; b++)
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const int r = R0 + 32 * a + ty + 8 * k, c = C0 + 32 * b + tx;
@@ -217,20 +225,20 @@ __global__ void one_pass_codes_kernel(uint8_t* out, void* scale_out,
 
 // out (rows, cols, row-major) = round(x enc) dec as O (apply_kernel's values), one block per
 // super-tile; finish_operand_kernel runs after it.
-template <typename T, ElemFormat F, bool SR, typename O>
+template <typename T, ElemFormat F, bool SR, typename O, int N = kSpan<F, SR>>
 __global__ void one_pass_operand_kernel(O* out, const T* src, int rows, int cols, bool transposed,
                                         Rotation h, QuantParams p, TilePlan tp,
                                         unsigned* tensor_bits, uint64_t mixed) {
   __shared__ OnePassShared s;
-  TileValues v;
+  TileValues<N> v;
   const int R0 = blockIdx.y * 32 * tp.nr, C0 = blockIdx.x * 32 * tp.nc;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   one_pass_front(s, v, src, rows, cols, transposed, h, p, tp, R0, C0, tensor_bits, nullptr,
                  CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F);
 #pragma unroll
-  for (int a = 0; a < 4; a++)
+  for (int a = 0; a < N; a++)
 #pragma unroll
-    for (int b = 0; b < 4; b++)
+    for (int b = 0; b < N; b++)
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const int r = R0 + 32 * a + ty + 8 * k, c = C0 + 32 * b + tx;

@@ -8,6 +8,11 @@
 // no tensor-wide quantity before rounding: a given (delayed) tensor scale needs no amax at
 // all; per-tensor current scaling and NVFP4's UE4M3 scales (whose tensor scale comes from
 // the operand's amax) keep two passes.
+//
+// Only the 8-bit round-to-nearest operands take 4 x 4 super-tiles (fp8-block's 1 x 128 and
+// 128 x 128 groups, fp8-rowwise's rows of up to 128): the others' groups (mxfp8's, mxfp4's 1 x
+// 32, 16 x 16 tiles, a given tensor scale) fit one sub-tile, and their kernels are compiled for
+// one (quantize_tile.cuh's N), a sixteenth of the unrolled code, which is where nvcc's time goes.
 #pragma once
 
 namespace tg {
@@ -19,20 +24,29 @@ struct OnePassPlan {
 };
 constexpr int kOnePassGroups = 64;  // the most groups a block keeps in shared memory
 
-// The sub-tiles (1 or 4) a span needs along a dimension of n with groups of g (clipped to n),
-// so that no group straddles two blocks; 0 if neither does. `any`: no group to keep whole.
-inline int one_pass_span(int g, int n, bool any) {
-  for (int k = 1; k <= 4; k *= 4)
+// The most sub-tiles a super-tile spans each way for an operand of elem_bits-bit codes, rounded
+// stochastically or not (see above).
+constexpr int one_pass_max_span(int elem_bits, bool stochastic) {
+  return elem_bits == 8 && !stochastic ? 4 : 1;
+}
+
+// The sub-tiles (1, or 4 up to max_span) a span needs along a dimension of n with groups of g
+// (clipped to n), so that no group straddles two blocks; 0 if none does. `any`: no group to
+// keep whole.
+inline int one_pass_span(int g, int n, bool any, int max_span) {
+  for (int k = 1; k <= max_span; k *= 4)
     if (any || (32 * k) % g == 0 || (g == n && n <= 32 * k)) return k;
   return 0;
 }
 
 // Groups gr x gc (clipped, ngr x ngc of them) over (rows, cols); e4m3_scales: NVFP4's scale
-// format; given: a delayed tensor scale. False where the operand needs two passes.
+// format; given: a delayed tensor scale; max_span: one_pass_max_span's. False where the operand
+// needs two passes.
 inline bool one_pass_plan(int rows, int cols, int gr, int gc, int ngr, int ngc, bool e4m3_scales,
-                          bool given, OnePassPlan* t) {
+                          bool given, int max_span, OnePassPlan* t) {
   if (e4m3_scales) return false;
-  t->nr = one_pass_span(gr, rows, given), t->nc = one_pass_span(gc, cols, given);
+  t->nr = one_pass_span(gr, rows, given, max_span);
+  t->nc = one_pass_span(gc, cols, given, max_span);
   if (!t->nr || !t->nc) return false;
   const int gpr = (32 * t->nr + gr - 1) / gr, gpc = (32 * t->nc + gc - 1) / gc;
   t->gpr = gpr < ngr ? gpr : ngr, t->gpc = gpc < ngc ? gpc : ngc;

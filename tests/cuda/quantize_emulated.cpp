@@ -427,7 +427,9 @@ TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, value
         gpu::quant::QuantParams p = gpu::params_of(k.o, rows, cols);
         p.tensor_enc = k.tensor_scale;
         gpu::quant::TilePlan plan;
-        REQUIRE(gpu::quant::plan_one_pass(p, rows, cols, &plan));  // the path under test
+        const int max_span =
+            one_pass_max_span(elem_bits(k.o.elem), k.o.rounding == RoundMode::Stochastic);
+        REQUIRE(gpu::quant::plan_one_pass(p, rows, cols, max_span, &plan));  // the path under test
         const Quantized one = quantize_both(k.o, x, rows, cols, ++seed, false);
         const Quantized two = quantize_both(k.o, x, rows, cols, seed, true);
         CHECK(differing(one.values, two.values) == 0);

@@ -200,7 +200,7 @@ template <ElemFormat F, bool SR>
 bool one_pass_dequantize(Ctx& c, const OperandSource& x, int rows, int cols, const QuantParams& p,
                          DType out_type, void* out, float* post, uint64_t mixed) {
   quant::TilePlan tp;
-  if (g_two_pass || !quant::plan_one_pass(p, rows, cols, &tp)) return false;
+  if (g_two_pass || !quant::plan_one_pass(p, rows, cols, quant::kSpan<F, SR>, &tp)) return false;
   if (out_type == DType::BF16)
     one_pass_operand<F, SR>(c, x, rows, cols, p, tp, static_cast<bf16*>(out), post, mixed);
   else
@@ -255,7 +255,8 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);
   quant::TilePlan tp;
-  if (!g_two_pass && quant::plan_one_pass(with_tensor_rule(p, x), rows, cols, &tp)) {
+  const int max_span = one_pass_max_span(elem_bits(o.elem), sr);
+  if (!g_two_pass && quant::plan_one_pass(with_tensor_rule(p, x), rows, cols, max_span, &tp)) {
     dispatch_operand_format(o.elem, [&](auto format) {
       constexpr ElemFormat F = decltype(format)::value;
       if (sr)
