@@ -8,11 +8,15 @@
 // Delayed scaling knows s before it reads the operand, so the amax this step reports and the
 // results come out of one pass; current scaling derives s from the operand's own amax, which
 // takes a pass of its own first. On the CPU these passes are bound by memory (from bf16, two
-// bytes read and two written per value, in vectorised loops), so the number of passes is
-// what counts: the separate amax pass of delayed scaling cost about as much as the rounding.
-// A non-finite value turns every result into NaN (the loss scaler then skips the step); the
-// single pass learns it only at its end and overwrites what it wrote, which is as rare as an
-// overflowed gradient.
+// bytes read and two written per value), so the number of passes is what counts: the separate
+// amax pass of delayed scaling cost about as much as the rounding, and the AVX-512 lanes
+// (quantize_tensor_lanes.cpp), though they round in half the instructions, gained little on a
+// cold operand. The fp8 linears therefore quantize bf16 inputs and weights with delayed
+// scales inside the GEMMs' packing instead (fp8_codes_serial on each packed panel, gemm_bf16.h's
+// PackQuant); this file's passes remain for the output gradient, current scaling and the
+// exact path. A non-finite value turns every result into NaN (the loss scaler then skips the
+// step); the single pass learns it only at its end and overwrites what it wrote, which is as
+// rare as an overflowed gradient.
 #include <omp.h>
 
 #include <algorithm>
