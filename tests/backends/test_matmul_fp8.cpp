@@ -152,3 +152,45 @@ TEST_CASE("matmul fp8: a non-finite operand is reported and leaves dW as it was"
   }
   tg::cpu::set_parallelism(2, 2);
 }
+
+TEST_CASE("linear fp8: the packed linears equal the codes' GEMMs, non-finite values included") {
+  const int N = 48, C = 80, OC = 64;
+  const tg::cpu::TensorQuant qa{4.0f, false, 0, ElemFormat::E4M3},
+      qb{30.0f, false, 0, ElemFormat::E4M3};
+  const std::vector<bf16> g = codes_of(random_bf16(size_t(N) * OC, 9), 100.0f, ElemFormat::E5M2);
+  for (NarrowGemm path : hardware_paths())
+    for (int spoilt : {0, 1, 2}) {         // nothing, the input (+inf), the weight (NaN)
+      for (float inv_g : {0.01f, 4.0f}) {  // 4 / s_a = 1: dW's GEMM accumulates in place
+        CAPTURE(tg::cpu::narrow_gemm_name(path));
+        CAPTURE(spoilt);
+        CAPTURE(inv_g);
+        tgt::NarrowPath guard(path);
+        tg::cpu::set_parallelism(2, 2);
+        std::vector<bf16> inp = random_bf16(size_t(N) * C, 7), w = random_bf16(size_t(OC) * C, 8);
+        if (spoilt == 1) inp[100] = bf16{0x7f80};
+        if (spoilt == 2) w[5] = bf16{0x7fc1};
+        const std::vector<bf16> ci = codes_of(inp, qa.scale, qa.format);
+        const std::vector<bf16> cw = codes_of(w, qb.scale, qb.format);
+        std::vector<float> want(size_t(N) * OC), got(size_t(N) * OC);
+        tg::cpu::matmul_forward_bf16(want.data(), ci.data(), cw.data(), nullptr,
+                                     (1.0f / qa.scale) * (1.0f / qb.scale), N, C, OC);
+        float amax_a = 0, amax_b = 0;
+        const bool ok = tg::cpu::linear_forward_fp8(got.data(), inp.data(), w.data(), nullptr, N, C,
+                                                    OC, qa, qb, &amax_a, &amax_b);
+        CHECK(ok == (spoilt == 0));
+        if (ok) CHECK(same_bits(got, want));
+        if (ok) CHECK(tg::f32_bits(amax_a) == amax_bits(inp));
+        std::vector<float> di_want(size_t(N) * C), di_got(size_t(N) * C);
+        std::vector<float> dw_want(size_t(OC) * C, 0.125f), dw_got(size_t(OC) * C, 0.125f);
+        tg::cpu::matmul_backward_bf16(di_want.data(), dw_want.data(), g.data(), ci.data(),
+                                      cw.data(), N, C, OC, inv_g * (1.0f / qb.scale),
+                                      inv_g * (1.0f / qa.scale));
+        std::vector<bf16> scratch_a, scratch_b;
+        tg::cpu::linear_backward_fp8(di_got.data(), dw_got.data(), g.data(), inv_g, inp.data(),
+                                     w.data(), N, C, OC, qa, qb, scratch_a, scratch_b);
+        CHECK(same_bits(di_got, di_want));
+        CHECK(same_bits(dw_got, dw_want));
+      }
+    }
+  tg::cpu::set_parallelism(2, 2);
+}

@@ -559,7 +559,7 @@ class CpuBackend final : public Backend {
       // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after; the
       // codes of inp and w made as the GEMM packs them where it can.
       if (packs_fp8(inp, w, qa, qb) &&
-          forward_packed(o, inp, w, b, N, C, OC, qa, qb, amax_a, amax_b))
+          cpu::linear_forward_fp8(o, P<bf16>(inp), P<bf16>(w), b, N, C, OC, qa, qb, amax_a, amax_b))
         return narrow_back(out, o);
       const float sa = quantize_codes(q_a_, inp, s_a_, qa, amax_a);
       const float sb = quantize_codes(q_b_, w, s_b_, qb, amax_b);
@@ -620,7 +620,8 @@ class CpuBackend final : public Backend {
     const float inv_g =
         1.0f / quantize_codes(q_g_, dout, s_g_, bq.g, amax_at(q.tensor.slot, kTensorGrad));
     if (packs_fp8(inp, w, bq.a, bq.b)) {
-      backward_packed(di, dwf, inp, w, N, C, OC, inv_g, bq);
+      cpu::linear_backward_fp8(di, dwf, q_g_.data(), inv_g, P<bf16>(inp), P<bf16>(w), N, C, OC,
+                               bq.a, bq.b, q_a_, q_b_);
     } else {
       const float sa = quantize_codes(q_a_, inp, s_a_, bq.a, &unused);
       const float sb = quantize_codes(q_b_, w, s_b_, bq.b, &unused);
@@ -635,45 +636,6 @@ class CpuBackend final : public Backend {
   static bool packs_fp8(Tensor inp, Tensor w, const cpu::TensorQuant& qa,
                         const cpu::TensorQuant& qb) {
     return inp.dtype == DType::BF16 && w.dtype == DType::BF16 && !qa.current && !qb.current;
-  }
-  static bool finite_bits(uint32_t amax_bits) { return amax_bits < 0x7f800000u; }
-  // The forward with inp and w quantized as the GEMM packs them: their codes are never written
-  // out and read back. False when a value was not finite: the caller's quantizer then writes
-  // the NaN codes (and the amax) as before.
-  bool forward_packed(float* o, Tensor inp, Tensor w, const float* bias, int N, int C, int OC,
-                      const cpu::TensorQuant& qa, const cpu::TensorQuant& qb, float* amax_a,
-                      float* amax_b) {
-    cpu::PackQuant pa{qa.scale, qa.format}, pb{qb.scale, qb.format};
-    cpu::matmul_forward_fp8(o, P<bf16>(inp), P<bf16>(w), bias,
-                            (1.0f / qa.scale) * (1.0f / qb.scale), N, C, OC, &pa, &pb);
-    if (!finite_bits(pa.amax_bits) || !finite_bits(pb.amax_bits)) return false;
-    *amax_a = bits_f32(pa.amax_bits);
-    *amax_b = bits_f32(pb.amax_bits);
-    return true;
-  }
-  // The backward from dout's codes (q_g_) with inp and w quantized as the GEMMs pack them; what
-  // a non-finite value spoilt (dinp for w, dW for inp) recomputed from the quantizer's NaN
-  // codes. dW's GEMM accumulates into dW itself when its scale is 1: inp's codes first then.
-  void backward_packed(float* di, float* dwf, Tensor inp, Tensor w, int N, int C, int OC,
-                       float inv_g, const BackwardQuant& bq) {
-    const float dinp_scale = inv_g * (1.0f / bq.b.scale), dw_scale = inv_g * (1.0f / bq.a.scale);
-    cpu::PackQuant pi{bq.a.scale, bq.a.format}, pw{bq.b.scale, bq.b.format};
-    cpu::PackQuant* qi = dw_scale != 1.0f ? &pi : nullptr;
-    float unused;
-    if (!qi) quantize_codes(q_a_, inp, s_a_, bq.a, &unused);
-    const bf16* a = qi ? P<bf16>(inp) : q_a_.data();
-    cpu::matmul_backward_fp8(di, dwf, q_g_.data(), a, P<bf16>(w), N, C, OC, dinp_scale, dw_scale,
-                             qi, &pw);
-    if (!finite_bits(pw.amax_bits)) {
-      quantize_codes(q_b_, w, s_b_, bq.b, &unused);
-      cpu::matmul_backward_bf16(di, nullptr, q_g_.data(), nullptr, q_b_.data(), N, C, OC,
-                                dinp_scale, dw_scale);
-    }
-    if (qi && !finite_bits(pi.amax_bits)) {
-      quantize_codes(q_a_, inp, s_a_, bq.a, &unused);
-      cpu::matmul_backward_bf16(nullptr, dwf, q_g_.data(), q_a_.data(), nullptr, N, C, OC,
-                                dinp_scale, dw_scale);
-    }
   }
   // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
   static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n,
