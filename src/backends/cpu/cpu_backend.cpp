@@ -619,17 +619,34 @@ class CpuBackend final : public Backend {
     float* dwf = wide(dw, s_dw_, true);
     const float inv_g =
         1.0f / quantize_codes(q_g_, dout, s_g_, bq.g, amax_at(q.tensor.slot, kTensorGrad));
+    float dinp_scale;  // applied as dinp is rounded to its type
     if (packs_fp8(inp, w, bq.a, bq.b)) {
-      cpu::linear_backward_fp8(di, dwf, q_g_.data(), inv_g, P<bf16>(inp), P<bf16>(w), N, C, OC,
-                               bq.a, bq.b, q_a_, q_b_);
+      dinp_scale = cpu::linear_backward_fp8(di, dwf, q_g_.data(), inv_g, P<bf16>(inp), P<bf16>(w),
+                                            N, C, OC, bq.a, bq.b, q_a_, q_b_);
     } else {
       const float sa = quantize_codes(q_a_, inp, s_a_, bq.a, &unused);
       const float sb = quantize_codes(q_b_, w, s_b_, bq.b, &unused);
-      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC,
-                                inv_g * (1.0f / sb), inv_g * (1.0f / sa));
+      dinp_scale = inv_g * (1.0f / sb);
+      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC, 1.0f,
+                                inv_g * (1.0f / sa));
     }
-    narrow_back(dinp, di);
+    narrow_back_scaled(dinp, di, dinp_scale);
     narrow_back(dw, dwf);
+  }
+  // narrow_back of f times scale: a bf16 tensor gets round(f scale), the same two roundings as
+  // scaling f in place first, in the one pass that rounds (a pass over fp32 values fewer).
+  void narrow_back_scaled(Tensor t, float* f, float scale) {
+    if (t.dtype == DType::BF16) {
+      bf16* d = P<bf16>(t);
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < t.numel; i++) d[i] = bf16{f32_to_bf16(f[i] * scale)};
+      return;
+    }
+    if (scale != 1.0f) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < t.numel; i++) f[i] *= scale;
+    }
+    narrow_back(t, f);
   }
   // Whether the GEMMs can quantize inp and w as they pack them: bf16 tensors (read as they
   // lie) at given scales (delayed scaling; current scaling needs the amax before the codes).

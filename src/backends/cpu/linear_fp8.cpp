@@ -38,24 +38,26 @@ bool linear_forward_fp8(float* out, const bf16* inp, const bf16* w, const float*
   return true;
 }
 
+// dinp is left unscaled: its caller applies the scale as it rounds dinp to its storage type.
 // dW's GEMM accumulates into dW itself when its scale is 1 (no product buffer), so nothing a
 // non-finite input spoilt could be left out: inp's codes are made first then.
-void linear_backward_fp8(float* dinp, float* dw, const bf16* dout_codes, float inv_g,
-                         const bf16* inp, const bf16* w, int N, int C, int OC,
-                         const TensorQuant& qa, const TensorQuant& qb, std::vector<bf16>& codes_a,
-                         std::vector<bf16>& codes_b) {
+float linear_backward_fp8(float* dinp, float* dw, const bf16* dout_codes, float inv_g,
+                          const bf16* inp, const bf16* w, int N, int C, int OC,
+                          const TensorQuant& qa, const TensorQuant& qb, std::vector<bf16>& codes_a,
+                          std::vector<bf16>& codes_b) {
   const float dinp_scale = inv_g * (1.0f / qb.scale), dw_scale = inv_g * (1.0f / qa.scale);
   const size_t n_inp = size_t(N) * C, n_w = size_t(OC) * C;
   PackQuant pi{qa.scale, qa.format}, pw{qb.scale, qb.format};
   PackQuant* qi = dw_scale != 1.0f ? &pi : nullptr;
   const bf16* a = qi ? inp : codes_into(codes_a, inp, n_inp, qa);
-  matmul_backward_fp8(dinp, dw, dout_codes, a, w, N, C, OC, dinp_scale, dw_scale, qi, &pw);
+  matmul_backward_fp8(dinp, dw, dout_codes, a, w, N, C, OC, 1.0f, dw_scale, qi, &pw);
   if (!finite_bits(pw.amax_bits))  // dinp again (dW does not read w)
     matmul_backward_bf16(dinp, nullptr, dout_codes, nullptr, codes_into(codes_b, w, n_w, qb), N, C,
-                         OC, dinp_scale, dw_scale);
+                         OC, 1.0f, dw_scale);
   if (qi && !finite_bits(pi.amax_bits))  // dW, which matmul_backward_fp8 left as it was
     matmul_backward_bf16(nullptr, dw, dout_codes, codes_into(codes_a, inp, n_inp, qa), nullptr, N,
-                         C, OC, dinp_scale, dw_scale);
+                         C, OC, 1.0f, dw_scale);
+  return dinp_scale;
 }
 
 }  // namespace tg::cpu

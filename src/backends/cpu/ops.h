@@ -218,17 +218,18 @@ uint32_t fp8_codes_serial(uint16_t* codes, const uint16_t* x, size_t n, float s,
 // from bf16 inp and W at given (delayed) scales qa, qb, quantized as the GEMMs pack them.
 // Forward: out = (Q(inp) Q(W)^T) / (s_a s_b) + bias, the amaxes out; false when a value was
 // not finite (out and the amaxes meaningless: the caller quantizes again and gets the NaN
-// codes). Backward from dout's codes and 1 / s_g: dinp = (dout Q(W)) inv_g / s_b (overwrites),
-// dW += (dout^T Q(inp)) inv_g / s_a; codes_a, codes_b: scratch for the codes where the GEMMs
-// cannot quantize as they pack (a non-finite value, dW's scale 1). Both equal the GEMMs of
-// quantize_tensor_fp8's codes bit for bit.
+// codes). Backward from dout's codes and 1 / s_g: dinp = dout Q(W) (overwrites; returns its
+// scale inv_g / s_b, for the caller to apply as it rounds dinp), dW += (dout^T Q(inp)) inv_g /
+// s_a; codes_a, codes_b: scratch for the codes where the GEMMs cannot quantize as they pack (a
+// non-finite value, dW's scale 1). Both equal the GEMMs of quantize_tensor_fp8's codes bit for
+// bit.
 bool linear_forward_fp8(float* out, const bf16* inp, const bf16* w, const float* bias, int N, int C,
                         int OC, const TensorQuant& qa, const TensorQuant& qb, float* amax_a,
                         float* amax_b);
-void linear_backward_fp8(float* dinp, float* dw, const bf16* dout_codes, float inv_g,
-                         const bf16* inp, const bf16* w, int N, int C, int OC,
-                         const TensorQuant& qa, const TensorQuant& qb, std::vector<bf16>& codes_a,
-                         std::vector<bf16>& codes_b);
+float linear_backward_fp8(float* dinp, float* dw, const bf16* dout_codes, float inv_g,
+                          const bf16* inp, const bf16* w, int N, int C, int OC,
+                          const TensorQuant& qa, const TensorQuant& qb, std::vector<bf16>& codes_a,
+                          std::vector<bf16>& codes_b);
 
 // matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
 // (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates. The
