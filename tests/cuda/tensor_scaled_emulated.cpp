@@ -2,8 +2,8 @@
 // weights, E5M2 gradients, one fp32 scale per tensor, delayed or current) through the GPU's
 // quantizer (src/backends/cuda/quantize_blocks.cu with an OperandSource's tensor_scale, margin
 // and amax_out) on the CPU, CUDA threads emulated, against the CPU backend's per-tensor
-// quantize-dequantize (src/backends/cpu/quantize.cpp's qdq_tensor_fp8, what the fp8 regression
-// fixture runs) bit for bit in every value and in the amax: given delayed scales (saturating
+// quantize-dequantize (src/backends/cpu/quantize_tensor.cpp's qdq_tensor_fp8, what the fp8
+// regression fixture runs) bit for bit in every value and in the amax: given delayed scales (saturating
 // ones too), current scales with margins 0 to 2, bf16 and fp32 sources read where they lie
 // (plain and transposed), adversarial tensors (outliers, zeros, tiny and huge values) and an
 // inf or a NaN that poisons the operand (amax +inf).

@@ -253,6 +253,8 @@ class CpuBackend final : public Backend {
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
+    if (q.tensor.slot >= 0 && cpu::narrow_gemm_hardware())
+      return tensor_backward_codes(dinp, dw, dbias, dout, inp, w, N, C, OC, q);
     float* g = copy_wide(dout, s_g_);
     if (dbias) {  // the bias gradient comes from the unquantized gradient
       float* dbf = wide(dbias, s_db_, true);
@@ -552,48 +554,105 @@ class CpuBackend final : public Backend {
     float* amax_a = amax_at(q.tensor.slot, kTensorInput);
     float* amax_b = amax_at(q.tensor.slot, kTensorWeight);
     float* o = wide(out, s_out_, false);
+    const float* b = wide(bias, s_c_, true);
     if (cpu::narrow_gemm_hardware()) {
-      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after.
+      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after; the
+      // codes of inp and w made as the GEMM packs them where it can.
+      if (packs_fp8(inp, w, qa, qb) &&
+          cpu::linear_forward_fp8(o, P<bf16>(inp), P<bf16>(w), b, N, C, OC, qa, qb, amax_a, amax_b))
+        return narrow_back(out, o);
       const float sa = quantize_codes(q_a_, inp, s_a_, qa, amax_a);
       const float sb = quantize_codes(q_b_, w, s_b_, qb, amax_b);
-      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), wide(bias, s_c_, true),
-                               (1.0f / sa) * (1.0f / sb), N, C, OC);
+      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), b, (1.0f / sa) * (1.0f / sb), N, C, OC);
     } else {
       float* a = copy_wide(inp, s_a_);
-      float* b = copy_wide(w, s_b_);
+      float* wb = copy_wide(w, s_b_);
       cpu::qdq_tensor_fp8(a, inp.numel, qa, amax_a);
-      cpu::qdq_tensor_fp8(b, w.numel, qb, amax_b);
-      cpu::matmul_forward(o, a, b, wide(bias, s_c_, true), N, C, OC);
+      cpu::qdq_tensor_fp8(wb, w.numel, qb, amax_b);
+      cpu::matmul_forward(o, a, wb, b, N, C, OC);
     }
     narrow_back(out, o);
   }
-  // g: dout's fp32 copy (quantized in place).
+  // The backward's three operands at their scales: dout's own, the input's and the weight's
+  // the forward's again.
+  struct BackwardQuant {
+    cpu::TensorQuant g, a, b;
+  };
+  static BackwardQuant backward_quant(const ScaledLinear& q) {
+    const QuantRecipe& r = *q.recipe;
+    return {tensor_quant(q, r.gemm[kInputGrad].a, kTensorGrad),
+            tensor_quant(q, r.gemm[kWeightGrad].b, kTensorInput),
+            tensor_quant(q, r.gemm[kInputGrad].b, kTensorWeight)};
+  }
+  // The exact path. g: dout's fp32 copy (quantized in place).
   void tensor_backward(Tensor dinp, Tensor dw, float* g, Tensor inp, Tensor w, int N, int C, int OC,
                        const ScaledLinear& q) {
-    const QuantRecipe& r = *q.recipe;
-    const cpu::TensorQuant gq = tensor_quant(q, r.gemm[kInputGrad].a, kTensorGrad);
-    const cpu::TensorQuant qa = tensor_quant(q, r.gemm[kWeightGrad].b, kTensorInput);
-    const cpu::TensorQuant qb = tensor_quant(q, r.gemm[kInputGrad].b, kTensorWeight);
-    float* amax_g = amax_at(q.tensor.slot, kTensorGrad);
+    const BackwardQuant bq = backward_quant(q);
     float unused;
     float* di = wide(dinp, s_out_, false);
     float* dwf = wide(dw, s_dw_, true);
-    if (cpu::narrow_gemm_hardware()) {
-      const float inv_g = 1.0f / quantize_codes(q_g_, g, size_t(N) * OC, gq, amax_g);
-      const float sa = quantize_codes(q_a_, inp, s_a_, qa, &unused);
-      const float sb = quantize_codes(q_b_, w, s_b_, qb, &unused);
-      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC,
-                                inv_g * (1.0f / sb), inv_g * (1.0f / sa));
-    } else {
-      float* a = copy_wide(inp, s_a_);
-      float* b = copy_wide(w, s_b_);
-      cpu::qdq_tensor_fp8(g, size_t(N) * OC, gq, amax_g);
-      cpu::qdq_tensor_fp8(a, inp.numel, qa, &unused);
-      cpu::qdq_tensor_fp8(b, w.numel, qb, &unused);
-      cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
-    }
+    float* a = copy_wide(inp, s_a_);
+    float* b = copy_wide(w, s_b_);
+    cpu::qdq_tensor_fp8(g, size_t(N) * OC, bq.g, amax_at(q.tensor.slot, kTensorGrad));
+    cpu::qdq_tensor_fp8(a, inp.numel, bq.a, &unused);
+    cpu::qdq_tensor_fp8(b, w.numel, bq.b, &unused);
+    cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
     narrow_back(dinp, di);
     narrow_back(dw, dwf);
+  }
+  // The hardware path: FP8 codes as bf16 through the bf16 GEMMs, the tensor scales applied
+  // after. dout is read where it lies (no fp32 copy): its bias sums and codes equal those of
+  // its exact widening.
+  void tensor_backward_codes(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                             Tensor w, int N, int C, int OC, const ScaledLinear& q) {
+    if (dbias) {  // the bias gradient comes from the unquantized gradient
+      float* dbf = wide(dbias, s_db_, true);
+      if (dout.dtype == DType::BF16)
+        cpu::bias_backward(dbf, P<bf16>(dout), N, OC);
+      else
+        cpu::bias_backward(dbf, wide(dout, s_g_, true), N, OC);
+      narrow_back(dbias, dbf);
+    }
+    const BackwardQuant bq = backward_quant(q);
+    float unused;
+    float* di = wide(dinp, s_out_, false);
+    float* dwf = wide(dw, s_dw_, true);
+    const float inv_g =
+        1.0f / quantize_codes(q_g_, dout, s_g_, bq.g, amax_at(q.tensor.slot, kTensorGrad));
+    float dinp_scale;  // applied as dinp is rounded to its type
+    if (packs_fp8(inp, w, bq.a, bq.b)) {
+      dinp_scale = cpu::linear_backward_fp8(di, dwf, q_g_.data(), inv_g, P<bf16>(inp), P<bf16>(w),
+                                            N, C, OC, bq.a, bq.b, q_a_, q_b_);
+    } else {
+      const float sa = quantize_codes(q_a_, inp, s_a_, bq.a, &unused);
+      const float sb = quantize_codes(q_b_, w, s_b_, bq.b, &unused);
+      dinp_scale = inv_g * (1.0f / sb);
+      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC, 1.0f,
+                                inv_g * (1.0f / sa));
+    }
+    narrow_back_scaled(dinp, di, dinp_scale);
+    narrow_back(dw, dwf);
+  }
+  // narrow_back of f times scale: a bf16 tensor gets round(f scale), the same two roundings as
+  // scaling f in place first, in the one pass that rounds (a pass over fp32 values fewer).
+  void narrow_back_scaled(Tensor t, float* f, float scale) {
+    if (t.dtype == DType::BF16) {
+      bf16* d = P<bf16>(t);
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < t.numel; i++) d[i] = bf16{f32_to_bf16(f[i] * scale)};
+      return;
+    }
+    if (scale != 1.0f) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < t.numel; i++) f[i] *= scale;
+    }
+    narrow_back(t, f);
+  }
+  // Whether the GEMMs can quantize inp and w as they pack them: bf16 tensors (read as they
+  // lie) at given scales (delayed scaling; current scaling needs the amax before the codes).
+  static bool packs_fp8(Tensor inp, Tensor w, const cpu::TensorQuant& qa,
+                        const cpu::TensorQuant& qb) {
+    return inp.dtype == DType::BF16 && w.dtype == DType::BF16 && !qa.current && !qb.current;
   }
   // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
   static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n,
@@ -601,12 +660,13 @@ class CpuBackend final : public Backend {
     grow(buf, n);
     return cpu::quantize_tensor_fp8(buf.data(), x, n, q, amax);
   }
-  // The same straight from t: a bf16 tensor is read as it is (its fp32 copy would hold the
-  // same values), anything else is widened into `wide_buf` first.
+  // The same straight from t: a bf16 or fp32 tensor is read as it is (the quantizer does not
+  // write it; a bf16 tensor's fp32 copy would hold the same values), anything else is widened
+  // into `wide_buf` first.
   float quantize_codes(std::vector<bf16>& buf, Tensor t, std::vector<float>& wide_buf,
                        const cpu::TensorQuant& q, float* amax) {
     if (t.dtype != DType::BF16)
-      return quantize_codes(buf, copy_wide(t, wide_buf), t.numel, q, amax);
+      return quantize_codes(buf, wide(t, wide_buf, true), t.numel, q, amax);
     grow(buf, t.numel);
     return cpu::quantize_tensor_fp8(buf.data(), P<bf16>(t), t.numel, q, amax);
   }

@@ -142,17 +142,24 @@ void pack_rows_a(uint32_t* out, const uint16_t* X, int ld, int r0, int rows, int
 // Pairs per packed panel: whole tiles of 16.
 int padded_pairs(int kc) { return ((kc + 1) / 2 + 15) / 16 * 16; }
 
-// Packs op(X) rows [r0, r0 + rows) x [k0, k0 + kc) as operand A (tile rows) or B.
+// Packs op(X) rows [r0, r0 + rows) x [k0, k0 + kc) as operand A (tile rows) or B, quantized
+// as q says (every packed word: the zeros past the edges stay zeros).
 void pack_operand(std::vector<uint32_t>& out, std::vector<uint32_t>& tmp, bool is_a,
-                  const uint16_t* X, int ld, bool trans, int r0, int rows, int k0, int kc) {
+                  const uint16_t* X, int ld, bool trans, int r0, int rows, int k0, int kc,
+                  PackQuant* q) {
   const int pp = padded_pairs(kc), panels = (rows + 31) / 32 * 2;
   const size_t words = size_t(panels) * pp * 16;
   if (out.size() < words) out.resize(words);
-  if (!is_a) return pack16(out.data(), X, ld, trans, r0, rows, k0, kc, pp, panels);
-  if (!trans) return pack_rows_a(out.data(), X, ld, r0, rows, k0, kc, pp / 16, panels);
-  if (tmp.size() < words) tmp.resize(words);
-  pack16(tmp.data(), X, ld, trans, r0, rows, k0, kc, pp, panels);
-  to_tile_rows(out.data(), tmp.data(), panels, pp / 16);
+  if (!is_a) {
+    pack16(out.data(), X, ld, trans, r0, rows, k0, kc, pp, panels);
+  } else if (!trans) {
+    pack_rows_a(out.data(), X, ld, r0, rows, k0, kc, pp / 16, panels);
+  } else {
+    if (tmp.size() < words) tmp.resize(words);
+    pack16(tmp.data(), X, ld, trans, r0, rows, k0, kc, pp, panels);
+    to_tile_rows(out.data(), tmp.data(), panels, pp / 16);
+  }
+  quantize_packed(out.data(), words, q);
 }
 
 #ifdef TG_AMX_KERNEL
@@ -267,7 +274,8 @@ bool amx_tiles_granted() {
 }
 
 void gemm_bf16_amx(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
-                   const uint16_t* B, int ldb, bool load, float* C, int ldc) {
+                   const uint16_t* B, int ldb, bool load, float* C, int ldc, PackQuant* qa,
+                   PackQuant* qb) {
 #ifdef TG_AMX_KERNEL
   // The B slices of up to kGroup along K stay packed while every row block runs through them,
   // so each C block (MC x NC fp32, 128 KiB) stays in L2 from one slice to the next.
@@ -280,12 +288,12 @@ void gemm_bf16_amx(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int
       // op(B)'s columns are the rows of B^T: transposed unless B is stored (N, K).
       for (int s = 0; s < slices; s++)
         pack_operand(pb[s], tmp, false, B, ldb, !tb, j0, nc, g0 + s * kKC,
-                     std::min(kKC, K - g0 - s * kKC));
+                     std::min(kKC, K - g0 - s * kKC), qb);
       for (int i0 = 0; i0 < M; i0 += kMC) {
         const int mc = std::min(kMC, M - i0);
         for (int s = 0; s < slices; s++) {
           const int k0 = g0 + s * kKC, kc = std::min(kKC, K - k0);
-          pack_operand(pa, tmp, true, A, lda, ta, i0, mc, k0, kc);
+          pack_operand(pa, tmp, true, A, lda, ta, i0, mc, k0, kc, qa);
           block(mc, nc, padded_pairs(kc), pa.data(), pb[s].data(), C + size_t(i0) * ldc + j0, ldc,
                 load || k0 > 0);
         }
@@ -295,7 +303,7 @@ void gemm_bf16_amx(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int
   release_tiles();  // the tile state back to its initial state: cheap context switches
 #else
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
-  (void)load, (void)C, (void)ldc;
+  (void)load, (void)C, (void)ldc, (void)qa, (void)qb;
   throw Error("gemm_bf16_amx: this build has no AMX kernel");
 #endif
 }
@@ -314,11 +322,11 @@ void gemm_bf16_amx_chunks(int M, int N, int K, int chunk, const uint16_t* A, int
     const int nc = std::min(kNC, N - j0);
     for (int ch = 0; ch < nch; ch++) {
       const int k0 = ch * chunk, kc = std::min(chunk, K - k0);
-      pack_operand(pb, tmp, false, B, ldb, false, j0, nc, k0, kc);
+      pack_operand(pb, tmp, false, B, ldb, false, j0, nc, k0, kc, nullptr);
       for (int j = 0; j < nc; j++) sbc[j] = sb[size_t(j0 + j) * nch + ch];
       for (int i0 = 0; i0 < M; i0 += kMC) {
         const int mc = std::min(kMC, M - i0);
-        pack_operand(pa, tmp, true, A, lda, false, i0, mc, k0, kc);
+        pack_operand(pa, tmp, true, A, lda, false, i0, mc, k0, kc, nullptr);
         for (int i = 0; i < mc; i++) sac[i] = sa[size_t(i0 + i) * nch + ch];
         block(mc, nc, padded_pairs(kc), pa.data(), pb.data(), C + size_t(i0) * ldc + j0, ldc, false,
               sac.data(), sbc.data(), ch == 0);

@@ -28,9 +28,13 @@ namespace tg::cpu {
 // share it (each thread loads its own tile configuration: every kernel call does).
 bool amx_tiles_granted();
 
-// C(M,N) = (load ? C : 0) + op(A)(M,K) op(B)(K,N) in the tiles' order; M, N, K > 0.
+struct PackQuant;  // gemm_bf16.h
+
+// C(M,N) = (load ? C : 0) + op(A)(M,K) op(B)(K,N) in the tiles' order; M, N, K > 0. qa, qb
+// (when given): A or B quantized as it is packed (gemm_bf16.h's PackQuant).
 void gemm_bf16_amx(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda,
-                   const uint16_t* B, int ldb, bool load, float* C, int ldc);
+                   const uint16_t* B, int ldb, bool load, float* C, int ldc,
+                   PackQuant* qa = nullptr, PackQuant* qb = nullptr);
 
 // gemm_bf16_chunks (gemm_bf16.h) with each chunk's product in the tiles' order: A(M,K), B(N,K)
 // row-major, chunk in [1, kGemmBf16MaxChunk].

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gemm_amx.h"
+#include "ops.h"
 #include "src/base/common.h"
 
 #if defined(__x86_64__)
@@ -154,8 +155,14 @@ void block_kernel(int mc, int nc, int pairs, const uint32_t* pa, const uint32_t*
 
 }  // namespace
 
+void quantize_packed(uint32_t* words, size_t n, PackQuant* q) {
+  if (!q) return;
+  uint16_t* h = reinterpret_cast<uint16_t*>(words);
+  q->amax_bits = std::max(q->amax_bits, fp8_codes_serial(h, h, 2 * n, q->scale, q->format));
+}
+
 void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
-               int ldb, float beta, float* C, int ldc) {
+               int ldb, float beta, float* C, int ldc, PackQuant* qa, PackQuant* qb) {
   if (M <= 0 || N <= 0) return;
   if (beta != 0.0f && beta != 1.0f)
     for (int i = 0; i < M; i++)
@@ -166,7 +173,7 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda
     return;
   }
   if (narrow_gemm() == NarrowGemm::AmxBf16)  // the tiles' order: gemm_amx.h
-    return gemm_bf16_amx(ta, tb, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
+    return gemm_bf16_amx(ta, tb, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc, qa, qb);
 #ifdef TG_BF16_KERNEL
   // Thread-local packing buffers: callers run one gemm_bf16 per OpenMP thread.
   static thread_local std::vector<uint32_t> pa, pb;
@@ -178,10 +185,12 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda
       const int kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
       // op(B)'s columns are the rows of B^T: transposed unless B is stored (N, K).
       pack_pairs(pb.data(), B, ldb, !tb, j0, nc, k0, kc, kNR);
+      quantize_packed(pb.data(), size_t(nc + kNR - 1) / kNR * kNR * pairs, qb);
       const bool load = k0 > 0 || beta != 0.0f;
       for (int i0 = 0; i0 < M; i0 += kMC) {
         const int mc = std::min(kMC, M - i0);
         pack_pairs(pa.data(), A, lda, ta, i0, mc, k0, kc, kMR);
+        quantize_packed(pa.data(), size_t(mc + kMR - 1) / kMR * kMR * pairs, qa);
         block_kernel(mc, nc, pairs, pa.data(), pb.data(), C + size_t(i0) * ldc + j0, ldc, load);
       }
     }

@@ -15,17 +15,36 @@
 // below 2^-126 is flushed to zero (a product that small is still exact inside the sum); the
 // instruction ignores MXCSR. tests/backends/test_gemm_bf16.cpp checks all of this.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "cpu_features.h"
 #include "src/base/path_choices.h"
+#include "src/numerics/elem_format.h"
 
 namespace tg::cpu {
 
-// beta: 0 overwrites C, 1 adds to it (other values scale C first).
+// An operand quantized as it is packed (the fp8 mode's per-tensor FP8): each of its values x
+// enters the products as the bf16 code of round_F(x scale), F = format (E4M3 or E5M2), the
+// code quantize_tensor_fp8 writes (ops.h), and amax_bits collects the largest |x| packed, as
+// fp32 bits (>= 0x7f800000: a value was not finite, and the products are then meaningless).
+// The packed panels are quantized in place while they are in cache: the operand is read once,
+// as an unquantized one is, instead of once more by a quantizing pass (which, bound by
+// memory, cost as much as the rest of the fp8 mode's overhead on the CPU).
+struct PackQuant {
+  float scale = 1.0f;
+  ElemFormat format = ElemFormat::E4M3;
+  uint32_t amax_bits = 0;
+};
+// The packed words' 16-bit halves as q says (nothing when q is null).
+void quantize_packed(uint32_t* words, size_t n, PackQuant* q);
+
+// beta: 0 overwrites C, 1 adds to it (other values scale C first). qa, qb (when given): A or B
+// quantized as it is packed.
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda,
-               const uint16_t* B, int ldb, float beta, float* C, int ldc);
+               const uint16_t* B, int ldb, float beta, float* C, int ldc, PackQuant* qa = nullptr,
+               PackQuant* qb = nullptr);
 
 // The deepest K chunk gemm_bf16_chunks takes (the kernel's K slice).
 constexpr int kGemmBf16MaxChunk = 256;

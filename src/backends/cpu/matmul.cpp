@@ -128,15 +128,32 @@ void bias_backward(T* dbias, const T* dout, int N, int OC) {
 }
 void bias_backward(float* dbias, const bf16* dout, int N, int OC) { bias_sums(dbias, dout, N, OC); }
 
-void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
-                         int N, int C, int OC) {
+namespace {
+// One copy of a PackQuant per part (each collects its own amax), merged in the end: a max,
+// the same whatever the split.
+struct PartQuant {
+  std::vector<PackQuant> q;
+  explicit PartQuant(const PackQuant* p) : q(p ? size_t(num_parts()) : 0, p ? *p : PackQuant{}) {}
+  PackQuant* at(int part) { return q.empty() ? nullptr : &q[size_t(part)]; }
+  void merge(PackQuant* p) const {
+    for (const PackQuant& x : q) p->amax_bits = std::max(p->amax_bits, x.amax_bits);
+  }
+};
+
+bool finite_amax(const PackQuant* q) { return !q || q->amax_bits < 0x7f800000u; }
+
+void forward_bf16(float* out, const bf16* inp, const bf16* w, const float* bias, float scale, int N,
+                  int C, int OC, PackQuant* qi, PackQuant* qw) {
+  PartQuant pi(qi), pw(qw);
   for_each_part([&](int id, int nt) {
     int n0, n1;
     thread_rows(N, id, nt, &n0, &n1);
     if (n1 > n0)
       gemm_bf16(false, true, n1 - n0, OC, C, codes(inp) + size_t(n0) * C, C, codes(w), C, 0.0f,
-                out + size_t(n0) * OC, OC);
+                out + size_t(n0) * OC, OC, pi.at(id), pw.at(id));
   });
+  if (qi) pi.merge(qi);
+  if (qw) pw.merge(qw);
   if (!bias && scale == 1.0f) return;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
@@ -145,31 +162,67 @@ void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float
   }
 }
 
-void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
-                          int N, int C, int OC, float dinp_scale, float dw_scale, size_t ld_dout) {
+// qi: inp quantized as dW's GEMM packs it, which then writes its product to a buffer, added to
+// dW only where inp was finite. qw: w quantized as dinp's GEMM packs it.
+void backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, int N,
+                   int C, int OC, float dinp_scale, float dw_scale, size_t ld_dout, PackQuant* qi,
+                   PackQuant* qw) {
   const int ldo = int(ld_dout ? ld_dout : size_t(OC));
+  PartQuant pi(qi), pw(qw);
   for_each_part([&](int id, int nt) {
     int r0, r1;
     thread_rows(N, id, nt, &r0, &r1);
     if (dinp && r1 > r0) {
       gemm_bf16(false, false, r1 - r0, C, OC, codes(dout) + size_t(r0) * ldo, ldo, codes(w), C,
-                0.0f, dinp + size_t(r0) * C, C);
+                0.0f, dinp + size_t(r0) * C, C, nullptr, pw.at(id));
       if (dinp_scale != 1.0f)
         for (size_t i = size_t(r0) * C; i < size_t(r1) * C; i++) dinp[i] *= dinp_scale;
     }
     thread_rows(OC, id, nt, &r0, &r1);
-    if (r1 <= r0) return;
+    if (!dw || r1 <= r0) return;
     float* dwr = dw + size_t(r0) * C;
     if (dw_scale == 1.0f) {
       gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, ldo, codes(inp), C, 1.0f, dwr, C);
       return;
     }
-    // dW += scale x (the product): the product first, as the exact path's scaled GEMMs.
-    std::vector<float> prod(size_t(r1 - r0) * C);
+    // dW += scale x (the product): the product first, as the exact path's scaled GEMMs. The
+    // product's buffer is this thread's, kept: a fresh one was zeroed and page-faulted in on
+    // every call (2-3% of an fp8 step).
+    static thread_local std::vector<float> prod;
+    const size_t n = size_t(r1 - r0) * C;
+    if (prod.size() < n) prod.resize(n);
     gemm_bf16(true, false, r1 - r0, C, N, codes(dout) + r0, ldo, codes(inp), C, 0.0f, prod.data(),
-              C);
-    for (size_t i = 0; i < prod.size(); i++) dwr[i] += prod[i] * dw_scale;
+              C, nullptr, pi.at(id));
+    // Every part packs all of inp, so all of them see a non-finite value and add nothing.
+    if (!finite_amax(pi.at(id))) return;
+    for (size_t i = 0; i < n; i++) dwr[i] += prod[i] * dw_scale;
   });
+  if (qi) pi.merge(qi);
+  if (qw) pw.merge(qw);
+}
+}  // namespace
+
+void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
+                         int N, int C, int OC) {
+  forward_bf16(out, inp, w, bias, scale, N, C, OC, nullptr, nullptr);
+}
+
+void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
+                          int N, int C, int OC, float dinp_scale, float dw_scale, size_t ld_dout) {
+  backward_bf16(dinp, dw, dout, inp, w, N, C, OC, dinp_scale, dw_scale, ld_dout, nullptr, nullptr);
+}
+
+void matmul_forward_fp8(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
+                        int N, int C, int OC, PackQuant* qi, PackQuant* qw) {
+  forward_bf16(out, inp, w, bias, scale, N, C, OC, qi, qw);
+}
+
+void matmul_backward_fp8(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
+                         int N, int C, int OC, float dinp_scale, float dw_scale, PackQuant* qi,
+                         PackQuant* qw) {
+  if (qi && dw_scale == 1.0f)
+    throw Error("matmul_backward_fp8: inp quantized as packed needs dw_scale != 1");
+  backward_bf16(dinp, dw, dout, inp, w, N, C, OC, dinp_scale, dw_scale, 0, qi, qw);
 }
 
 #define TG_INSTANTIATE(T)                                                                    \

@@ -49,6 +49,8 @@ template <typename T>
 void bias_backward(T* dbias, const T* dout, int N, int OC);
 void bias_backward(float* dbias, const bf16* dout, int N, int OC);
 
+struct PackQuant;  // gemm_bf16.h
+
 // The hardware path of cpu.narrow_gemm (gemm_bf16.h; only while narrow_gemm_hardware()):
 // bf16 operands, fp32 results. Forward: out = scale (inp W^T) + bias. Backward: dinp =
 // dinp_scale (dout W) (overwrites; skipped when null), dW += dw_scale (dout^T inp); dout's rows
@@ -58,6 +60,17 @@ void matmul_forward_bf16(float* out, const bf16* inp, const bf16* w, const float
 void matmul_backward_bf16(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
                           int N, int C, int OC, float dinp_scale = 1.0f, float dw_scale = 1.0f,
                           size_t ld_dout = 0);
+// The same with the fp8 mode's inp and W quantized to FP8 codes as the GEMMs pack them (qi,
+// qw: gemm_bf16.h's PackQuant, its scale and format in, the largest |x| out; null: taken as
+// they are, codes already), the same bits as quantize_tensor_fp8's codes passed in. Where a
+// value was not finite (amax_bits >= 0x7f800000) the results are meaningless and the caller
+// recomputes them from NaN codes: the forward's out, the backward's dinp (w) or dW (inp),
+// which the backward then leaves as it was. The backward's qi needs dw_scale != 1.
+void matmul_forward_fp8(float* out, const bf16* inp, const bf16* w, const float* bias, float scale,
+                        int N, int C, int OC, PackQuant* qi, PackQuant* qw);
+void matmul_backward_fp8(float* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
+                         int N, int C, int OC, float dinp_scale, float dw_scale, PackQuant* qi,
+                         PackQuant* qw);
 
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
@@ -196,6 +209,27 @@ float qdq_tensor_fp8(float* x, size_t n, const TensorQuant& q, float* amax);
 float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const TensorQuant& q, float* amax);
 // The same from bf16 values (the codes and amax of their exact fp32 widening).
 float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const TensorQuant& q, float* amax);
+// The codes of n bf16 values x at scale s in f (E4M3 or E5M2) on this thread, in place when
+// codes == x: what quantize_tensor_fp8 writes, without its NaN rule. Returns max |x| as fp32
+// bits. For quantizing GEMM operands as they are packed (gemm_bf16.h's PackQuant).
+uint32_t fp8_codes_serial(uint16_t* codes, const uint16_t* x, size_t n, float s, ElemFormat f);
+
+// linear_fp8.cpp: the fp8 mode's per-tensor-scaled linears on the bf16 GEMMs (hardware path)
+// from bf16 inp and W at given (delayed) scales qa, qb, quantized as the GEMMs pack them.
+// Forward: out = (Q(inp) Q(W)^T) / (s_a s_b) + bias, the amaxes out; false when a value was
+// not finite (out and the amaxes meaningless: the caller quantizes again and gets the NaN
+// codes). Backward from dout's codes and 1 / s_g: dinp = dout Q(W) (overwrites; returns its
+// scale inv_g / s_b, for the caller to apply as it rounds dinp), dW += (dout^T Q(inp)) inv_g /
+// s_a; codes_a, codes_b: scratch for the codes where the GEMMs cannot quantize as they pack (a
+// non-finite value, dW's scale 1). Both equal the GEMMs of quantize_tensor_fp8's codes bit for
+// bit.
+bool linear_forward_fp8(float* out, const bf16* inp, const bf16* w, const float* bias, int N, int C,
+                        int OC, const TensorQuant& qa, const TensorQuant& qb, float* amax_a,
+                        float* amax_b);
+float linear_backward_fp8(float* dinp, float* dw, const bf16* dout_codes, float inv_g,
+                          const bf16* inp, const bf16* w, int N, int C, int OC,
+                          const TensorQuant& qa, const TensorQuant& qb, std::vector<bf16>& codes_a,
+                          std::vector<bf16>& codes_b);
 
 // matmul_scaled.cpp: the block-scaled linears (Backend::matmul_*_scaled) in fp32. inp and w
 // (forward) and dout (backward) are scratch copies, quantized in place; dw accumulates. The

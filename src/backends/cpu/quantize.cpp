@@ -24,8 +24,8 @@
 // wide choice) is left as it is. *saturated, when given, counts the values clipped to the
 // element format's largest (sensitivity statistics).
 //
-// Also here: the random Hadamard transform of operand rows, and the per-tensor FP8
-// quantize-dequantize of the fp8 mode's linears (qdq_tensor_fp8).
+// Also here: the random Hadamard transform of operand rows. The per-tensor FP8 of the fp8
+// mode's linears is quantize_tensor.cpp.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -369,66 +369,6 @@ void hadamard_rows(float* x, int rows, int cols, int n, uint64_t seed, bool inve
 
 void hadamard_rows_reference(float* x, int rows, int cols, int n, uint64_t seed, bool inverse) {
   hadamard_impl(x, rows, cols, n, seed, inverse, false);
-}
-
-namespace {
-// The per-tensor FP8 scale of x (q's, or from x's amax when q.current); sets *amax
-// (infinite when x holds a non-finite value).
-template <typename T>
-float tensor_fp8_scale(const T* x, size_t n, const TensorQuant& q, float* amax) {
-  // |x|'s bits order as |x| does (inf above every finite value, NaNs above inf), so one
-  // integer max, which vectorises where a float max with NaN checks does not, gives both the
-  // amax and whether x holds a non-finite value. A max does not depend on the order.
-  uint32_t m = 0;
-#pragma omp parallel for simd reduction(max : m) schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const uint32_t a = f32_bits(ld(x[i])) & 0x7fffffffu;
-    m = a > m ? a : m;
-  }
-  *amax = m < 0x7f800000u ? bits_f32(m) : INFINITY;
-  return q.current ? fp8_scale_from_amax(*amax, elem_format_max(q.format), q.margin) : q.scale;
-}
-
-// x rounded to q's format (E4M3 or E5M2, saturating) and back, unscaled.
-inline float fp8_round_trip(float v, bool e4m3) {
-  return e4m3 ? e4m3_round_trip(v) : e5m2_round_trip(v);
-}
-}  // namespace
-
-float qdq_tensor_fp8(float* x, size_t n, const TensorQuant& q, float* amax) {
-  const float s = tensor_fp8_scale(x, n, q, amax);
-  const bool finite = std::isfinite(*amax), e4m3 = q.format == ElemFormat::E4M3;
-  const float inv = 1.0f / s;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) x[i] = finite ? fp8_round_trip(x[i] * s, e4m3) * inv : NAN;
-  return s;
-}
-
-namespace {
-// codes[i] = round(x[i] s) in q's format, as bf16: FP8 values have 3 (E4M3) or 2 (E5M2)
-// mantissa bits and exponents in [-9, 8] / [-16, 15], well inside bf16's 7 bits and
-// [-126, 127], so the top half of the fp32 value is the exact bf16 code.
-template <typename T>
-float quantize_codes(bf16* codes, const T* x, size_t n, const TensorQuant& q, float* amax) {
-  const float s = tensor_fp8_scale(x, n, q, amax);
-  const bool finite = std::isfinite(*amax), e4m3 = q.format == ElemFormat::E4M3;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++)  // NaN codes (0x7fc0) when x was not finite: the step is skipped
-    codes[i] =
-        finite ? bf16{uint16_t(f32_bits(fp8_round_trip(ld(x[i]) * s, e4m3)) >> 16)} : bf16{0x7fc0};
-  return s;
-}
-}  // namespace
-
-float quantize_tensor_fp8(bf16* codes, const float* x, size_t n, const TensorQuant& q,
-                          float* amax) {
-  return quantize_codes(codes, x, n, q, amax);
-}
-
-// bf16 widens to fp32 exactly, so reading it directly gives the codes and amax of its fp32
-// copy without writing that copy.
-float quantize_tensor_fp8(bf16* codes, const bf16* x, size_t n, const TensorQuant& q, float* amax) {
-  return quantize_codes(codes, x, n, q, amax);
 }
 
 }  // namespace tg::cpu

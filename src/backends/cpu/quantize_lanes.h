@@ -3,6 +3,7 @@
 // bit (tests/backends/test_quantize_lanes.cpp). Chosen at run time: each entry point says whether
 // the CPU has the instructions (cpu_features.h), and the callers keep their scalar loops.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "src/numerics/group_scale.h"
@@ -34,6 +35,17 @@ int sr_round_groups_lanes(float* x, int groups, int gc, const GroupScale* sg, ui
 // passes through), no random bits. Returns the groups done: all of them, or 0 (no AVX-512, gc
 // not a multiple of 16).
 int rne_round_groups_e2m1_lanes(float* x, int groups, int gc, const GroupScale* sg);
+
+// quantize_tensor_lanes.cpp: codes[i] = the bf16 code of round_F(x[i] s) (storage.h's
+// nearest_round_trip: nearest even, saturating) for i in [0, n32), n32 = n rounded down to a
+// multiple of 32, and *amax_bits = the largest |x[i]| among them as fp32 bits (NaN and inf
+// above the finite values). f is E4M3 or E5M2; x bf16 codes or fp32 values. Returns n32, or
+// 0 (amax_bits 0) without AVX-512: the caller does the rest. Results for non-finite x[i] are
+// unspecified (the caller turns such a tensor into NaN).
+size_t fp8_codes_lanes(uint16_t* codes, const uint16_t* x, size_t n, float s, ElemFormat f,
+                       uint32_t* amax_bits);
+size_t fp8_codes_lanes(uint16_t* codes, const float* x, size_t n, float s, ElemFormat f,
+                       uint32_t* amax_bits);
 
 // The butterflies of hadamard_rows on `runs` consecutive runs of n values each (n a power of
 // two >= 16): each run v <- H D v (inverse: D H v) with its signs (+-1, `sign` advancing with v)
