@@ -10,6 +10,8 @@
 #include "gemm_bf16.h"
 #include "host_operand_view.h"
 #include "ops.h"
+#include "tensor_access.h"
+#include "tensor_scaled_linears.h"
 #include "src/base/host_memory.h"
 #include "src/base/test_hooks.h"
 #include "src/numerics/moment_block.h"
@@ -18,33 +20,17 @@ namespace tg {
 
 namespace {
 
+using cpu::all_wide_and_same;
 using cpu::bf16;
+using cpu::copy_wide;
+using cpu::dispatch;
+using cpu::dispatch_wide;
 using cpu::f16;
-
-[[noreturn]] void unsupported(const char* op, DType t) {
-  throw Error(strf("cpu backend: %s does not support %s tensors", op, dtype_name(t)));
-}
-
-// Calls f with a typed null pointer for the storage type of dtype t.
-template <typename F>
-void dispatch(const char* op, DType t, F&& f) {
-  switch (t) {
-    case DType::F32: f(static_cast<float*>(nullptr)); break;
-    case DType::F64: f(static_cast<double*>(nullptr)); break;
-    case DType::BF16: f(static_cast<bf16*>(nullptr)); break;
-    case DType::F16: f(static_cast<f16*>(nullptr)); break;
-    default: unsupported(op, t);
-  }
-}
-// The same, for ops that exist only in float and double.
-template <typename F>
-void dispatch_wide(const char* op, DType t, F&& f) {
-  switch (t) {
-    case DType::F32: f(static_cast<float*>(nullptr)); break;
-    case DType::F64: f(static_cast<double*>(nullptr)); break;
-    default: unsupported(op, t);
-  }
-}
+using cpu::hardware_bf16;
+using cpu::narrow_back;
+using cpu::P;
+using cpu::unsupported;
+using cpu::wide;
 
 // A moment tensor stored as its format says: the master's own type for plain formats, the
 // format's 16-bit type (fp32 masters only) otherwise.
@@ -54,12 +40,6 @@ bool moment_matches(const Tensor& t, DType update, const MomentFormat& f) {
   if (moment_is_plain(f)) return t.dtype == update;
   return t.dtype == f.dtype && update == DType::F32;
 }
-
-template <typename T>
-T* P(const Tensor& t) {
-  return static_cast<T*>(t.data);
-}
-#define TG_ELEM(tag) std::remove_pointer_t<decltype(tag)>
 
 // Calls f with m and v as typed pointers: the update's type M itself, or 16-bit codes (fp32
 // updates only).
@@ -156,13 +136,13 @@ class CpuBackend final : public Backend {
       });
       return;
     }
-    float* o = wide(out, s_out_, false);
+    float* o = wide(out, s_.out, false);
     if (hardware_bf16({inp, w})) {
-      cpu::matmul_forward_bf16(o, P<bf16>(inp), P<bf16>(w), wide(bias, s_c_, true), 1.0f, N, C, OC);
+      cpu::matmul_forward_bf16(o, P<bf16>(inp), P<bf16>(w), wide(bias, s_.c, true), 1.0f, N, C, OC);
       narrow_back(out, o);
       return;
     }
-    cpu::matmul_forward(o, wide(inp, s_a_, true), wide(w, s_b_, true), wide(bias, s_c_, true), N, C,
+    cpu::matmul_forward(o, wide(inp, s_.a, true), wide(w, s_.b, true), wide(bias, s_.c, true), N, C,
                         OC);
     narrow_back(out, o);
   }
@@ -176,15 +156,15 @@ class CpuBackend final : public Backend {
       });
       return;
     }
-    float* di = wide(dinp, s_out_, false);
-    float* dwf = wide(dw, s_dw_, true);
-    float* dbf = wide(dbias, s_db_, true);
+    float* di = wide(dinp, s_.out, false);
+    float* dwf = wide(dw, s_.dw, true);
+    float* dbf = wide(dbias, s_.db, true);
     if (hardware_bf16({dout, inp, w})) {
       cpu::matmul_backward_bf16(di, dwf, P<bf16>(dout), P<bf16>(inp), P<bf16>(w), N, C, OC);
       if (dbf) cpu::bias_backward(dbf, P<bf16>(dout), N, OC);
     } else {
-      cpu::matmul_backward(di, dwf, dbf, wide(dout, s_a_, true), wide(inp, s_b_, true),
-                           wide(w, s_c_, true), N, C, OC);
+      cpu::matmul_backward(di, dwf, dbf, wide(dout, s_.a, true), wide(inp, s_.b, true),
+                           wide(w, s_.c, true), N, C, OC);
     }
     narrow_back(dinp, di);
     narrow_back(dw, dwf);
@@ -204,14 +184,14 @@ class CpuBackend final : public Backend {
       if (t.dtype != dlogits.dtype)
         throw Error(strf("cpu backend: lm_head_backward of %s dlogits with %s operands",
                          dtype_name(dlogits.dtype), dtype_name(t.dtype)));
-    float* di = wide(dinp, s_out_, false);
-    float* dwf = wide(dw, s_dw_, true);
+    float* di = wide(dinp, s_.out, false);
+    float* dwf = wide(dw, s_.dw, true);
     if (hardware_bf16({dlogits, inp, w})) {
       cpu::matmul_backward_bf16(di, dwf, P<bf16>(dlogits), P<bf16>(inp), P<bf16>(w), N, C, Vp, 1.0f,
                                 1.0f, ld);
     } else if (dlogits.dtype == DType::BF16 || dlogits.dtype == DType::F16) {
-      const float* a = wide(inp, s_b_, true);
-      const float* b = wide(w, s_c_, true);
+      const float* a = wide(inp, s_.b, true);
+      const float* b = wide(w, s_.c, true);
       if (dlogits.dtype == DType::BF16)
         cpu::matmul_backward_narrow_dout(di, dwf, P<bf16>(dlogits), ld, a, b, N, C, Vp);
       else
@@ -244,42 +224,37 @@ class CpuBackend final : public Backend {
   bool has_block_scaled_linears() const override { return true; }
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
-    if (q.tensor.slot >= 0) return tensor_forward(out, inp, w, bias, N, C, OC, q);
-    float* a = copy_wide(inp, s_a_);
-    float* b = copy_wide(w, s_b_);
-    float* o = wide(out, s_out_, false);
-    cpu::matmul_forward_scaled(o, a, b, wide(bias, s_c_, true), N, C, OC, *q.recipe, q.seed);
+    if (q.tensor.slot >= 0) return fp8_.forward(s_, out, inp, w, bias, N, C, OC, q);
+    float* a = copy_wide(inp, s_.a);
+    float* b = copy_wide(w, s_.b);
+    float* o = wide(out, s_.out, false);
+    cpu::matmul_forward_scaled(o, a, b, wide(bias, s_.c, true), N, C, OC, *q.recipe, q.seed);
     narrow_back(out, o);
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
     if (q.tensor.slot >= 0 && cpu::narrow_gemm_hardware())
-      return tensor_backward_codes(dinp, dw, dbias, dout, inp, w, N, C, OC, q);
-    float* g = copy_wide(dout, s_g_);
+      return fp8_.backward_codes(s_, dinp, dw, dbias, dout, inp, w, N, C, OC, q);
+    float* g = copy_wide(dout, s_.g);
     if (dbias) {  // the bias gradient comes from the unquantized gradient
-      float* dbf = wide(dbias, s_db_, true);
+      float* dbf = wide(dbias, s_.db, true);
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
-    if (q.tensor.slot >= 0) return tensor_backward(dinp, dw, g, inp, w, N, C, OC, q);
-    float* di = wide(dinp, s_out_, false);
-    float* dwf = wide(dw, s_dw_, true);
+    if (q.tensor.slot >= 0) return fp8_.backward(s_, dinp, dw, g, inp, w, N, C, OC, q);
+    float* di = wide(dinp, s_.out, false);
+    float* dwf = wide(dw, s_.dw, true);
     if (inp.dtype == DType::BF16 && w.dtype == DType::BF16) {  // widened as they are transposed
       cpu::matmul_backward_scaled(di, dwf, g, P<bf16>(inp), P<bf16>(w), N, C, OC, *q.recipe, q.seed,
                                   scaled_);
     } else {
-      cpu::matmul_backward_scaled(di, dwf, g, wide(inp, s_a_, true), wide(w, s_b_, true), N, C, OC,
+      cpu::matmul_backward_scaled(di, dwf, g, wide(inp, s_.a, true), wide(w, s_.b, true), N, C, OC,
                                   *q.recipe, q.seed, scaled_);
     }
     narrow_back(dinp, di);
     narrow_back(dw, dwf);
   }
-  std::vector<float> take_amaxes(int n_slots) override {
-    std::vector<float> r(size_t(n_slots) * kTensorOperands, 0.0f);
-    std::copy_n(amax_.begin(), std::min(r.size(), amax_.size()), r.begin());
-    std::fill(amax_.begin(), amax_.end(), 0.0f);
-    return r;
-  }
+  std::vector<float> take_amaxes(int n_slots) override { return fp8_.take_amaxes(n_slots); }
 
   void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
     dispatch("attention_forward", out.dtype, [&](auto* tag) {
@@ -478,218 +453,15 @@ class CpuBackend final : public Backend {
       tg::wire_decode(in.as<uint8_t>() + r * row_bytes, part, f, out.as<float>() + r * part);
   }
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
-    if (dst.numel != src.numel) throw Error("cpu backend: convert length mismatch");
-    dispatch("convert", dst.dtype, [&](auto* dtag) {
-      dispatch("convert", src.dtype, [&](auto* stag) {
-        using D = TG_ELEM(dtag);
-        using S = TG_ELEM(stag);
-        constexpr bool narrow_to_narrow = !std::is_same_v<S, float> && !std::is_same_v<S, double> &&
-                                          !std::is_same_v<D, float> && !std::is_same_v<D, double>;
-        constexpr bool mixes_double =
-            (std::is_same_v<D, double> && !std::is_same_v<S, double> &&
-             !std::is_same_v<S, float>) ||
-            (std::is_same_v<S, double> && !std::is_same_v<D, double> && !std::is_same_v<D, float>);
-        if constexpr (narrow_to_narrow || mixes_double)
-          throw Error(strf("cpu backend: no conversion from %s to %s", dtype_name(src.dtype),
-                           dtype_name(dst.dtype)));
-        else
-          cpu::convert(P<D>(dst), P<S>(src), dst.numel, r);
-      });
-    });
+    cpu::convert_tensor(dst, src, r);
   }
 
  private:
-  static bool all_wide_and_same(std::initializer_list<Tensor> ts) {
-    DType t = DType::F32;
-    bool first = true;
-    for (const Tensor& x : ts) {
-      if (!x) continue;
-      if (x.dtype != DType::F32 && x.dtype != DType::F64) return false;
-      if (!first && x.dtype != t) return false;
-      t = x.dtype;
-      first = false;
-    }
-    return true;
-  }
-  // Scratch holds at least n elements. It never shrinks: resize() to a smaller size and back
-  // would zero the regrown part on every call (a few percent of an fp8 step).
-  template <typename V>
-  static void grow(V& buf, size_t n) {
-    if (buf.size() < n) buf.resize(n);
-  }
-  // fp32 view of a tensor: its own memory when it is fp32, else `buf` (filled with the
-  // widened values when `load`). Empty tensors give nullptr.
-  float* wide(Tensor t, std::vector<float>& buf, bool load) {
-    if (!t) return nullptr;
-    if (t.dtype == DType::F32) return P<float>(t);
-    grow(buf, t.numel);
-    if (load) convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
-    return buf.data();
-  }
-  // A private fp32 copy of t in buf (for quantizing in place).
-  float* copy_wide(Tensor t, std::vector<float>& buf) {
-    grow(buf, t.numel);
-    convert(Tensor{buf.data(), DType::F32, t.numel}, t, Rounding{});
-    return buf.data();
-  }
-  // ---- per-tensor-scaled linears (ScaledLinear::tensor: the fp8 mode) ----
-  // They keep the fp8 mode's CPU numerics, which tests/fixtures/regression_losses.json records:
-  // the dequantized operands q (1 / s) in fp32 GEMMs, or on the bf16 hardware path the codes
-  // with 1 / (s_a s_b) as the GEMM's alpha; the block-scaled path would multiply the codes and
-  // scale each product afterwards (the same values, rounded in another order). The backward
-  // quantizes the input and the weight at the forward's scales again (TensorScaling: the
-  // given delayed ones, or the same current amax), its output gradient at its own.
-  static cpu::TensorQuant tensor_quant(const ScaledLinear& q, const OperandRecipe& o, int operand) {
-    return {q.tensor.scale[operand], o.source == ScaleSource::Current, q.tensor.margin, o.elem};
-  }
-  float* amax_at(int slot, int operand) {
-    grow(amax_, size_t(slot + 1) * kTensorOperands);
-    return &amax_[size_t(slot) * kTensorOperands + operand];
-  }
-  void tensor_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
-                      const ScaledLinear& q) {
-    const GemmRecipe& g = q.recipe->gemm[kForward];
-    const cpu::TensorQuant qa = tensor_quant(q, g.a, kTensorInput);
-    const cpu::TensorQuant qb = tensor_quant(q, g.b, kTensorWeight);
-    float* amax_a = amax_at(q.tensor.slot, kTensorInput);
-    float* amax_b = amax_at(q.tensor.slot, kTensorWeight);
-    float* o = wide(out, s_out_, false);
-    const float* b = wide(bias, s_c_, true);
-    if (cpu::narrow_gemm_hardware()) {
-      // FP8 codes as bf16 (exact) through the bf16 GEMM, the tensor scales applied after; the
-      // codes of inp and w made as the GEMM packs them where it can.
-      if (packs_fp8(inp, w, qa, qb) &&
-          cpu::linear_forward_fp8(o, P<bf16>(inp), P<bf16>(w), b, N, C, OC, qa, qb, amax_a, amax_b))
-        return narrow_back(out, o);
-      const float sa = quantize_codes(q_a_, inp, s_a_, qa, amax_a);
-      const float sb = quantize_codes(q_b_, w, s_b_, qb, amax_b);
-      cpu::matmul_forward_bf16(o, q_a_.data(), q_b_.data(), b, (1.0f / sa) * (1.0f / sb), N, C, OC);
-    } else {
-      float* a = copy_wide(inp, s_a_);
-      float* wb = copy_wide(w, s_b_);
-      cpu::qdq_tensor_fp8(a, inp.numel, qa, amax_a);
-      cpu::qdq_tensor_fp8(wb, w.numel, qb, amax_b);
-      cpu::matmul_forward(o, a, wb, b, N, C, OC);
-    }
-    narrow_back(out, o);
-  }
-  // The backward's three operands at their scales: dout's own, the input's and the weight's
-  // the forward's again.
-  struct BackwardQuant {
-    cpu::TensorQuant g, a, b;
-  };
-  static BackwardQuant backward_quant(const ScaledLinear& q) {
-    const QuantRecipe& r = *q.recipe;
-    return {tensor_quant(q, r.gemm[kInputGrad].a, kTensorGrad),
-            tensor_quant(q, r.gemm[kWeightGrad].b, kTensorInput),
-            tensor_quant(q, r.gemm[kInputGrad].b, kTensorWeight)};
-  }
-  // The exact path. g: dout's fp32 copy (quantized in place).
-  void tensor_backward(Tensor dinp, Tensor dw, float* g, Tensor inp, Tensor w, int N, int C, int OC,
-                       const ScaledLinear& q) {
-    const BackwardQuant bq = backward_quant(q);
-    float unused;
-    float* di = wide(dinp, s_out_, false);
-    float* dwf = wide(dw, s_dw_, true);
-    float* a = copy_wide(inp, s_a_);
-    float* b = copy_wide(w, s_b_);
-    cpu::qdq_tensor_fp8(g, size_t(N) * OC, bq.g, amax_at(q.tensor.slot, kTensorGrad));
-    cpu::qdq_tensor_fp8(a, inp.numel, bq.a, &unused);
-    cpu::qdq_tensor_fp8(b, w.numel, bq.b, &unused);
-    cpu::matmul_backward<float>(di, dwf, nullptr, g, a, b, N, C, OC);
-    narrow_back(dinp, di);
-    narrow_back(dw, dwf);
-  }
-  // The hardware path: FP8 codes as bf16 through the bf16 GEMMs, the tensor scales applied
-  // after. dout is read where it lies (no fp32 copy): its bias sums and codes equal those of
-  // its exact widening.
-  void tensor_backward_codes(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                             Tensor w, int N, int C, int OC, const ScaledLinear& q) {
-    if (dbias) {  // the bias gradient comes from the unquantized gradient
-      float* dbf = wide(dbias, s_db_, true);
-      if (dout.dtype == DType::BF16)
-        cpu::bias_backward(dbf, P<bf16>(dout), N, OC);
-      else
-        cpu::bias_backward(dbf, wide(dout, s_g_, true), N, OC);
-      narrow_back(dbias, dbf);
-    }
-    const BackwardQuant bq = backward_quant(q);
-    float unused;
-    float* di = wide(dinp, s_out_, false);
-    float* dwf = wide(dw, s_dw_, true);
-    const float inv_g =
-        1.0f / quantize_codes(q_g_, dout, s_g_, bq.g, amax_at(q.tensor.slot, kTensorGrad));
-    float dinp_scale;  // applied as dinp is rounded to its type
-    if (packs_fp8(inp, w, bq.a, bq.b)) {
-      dinp_scale = cpu::linear_backward_fp8(di, dwf, q_g_.data(), inv_g, P<bf16>(inp), P<bf16>(w),
-                                            N, C, OC, bq.a, bq.b, q_a_, q_b_);
-    } else {
-      const float sa = quantize_codes(q_a_, inp, s_a_, bq.a, &unused);
-      const float sb = quantize_codes(q_b_, w, s_b_, bq.b, &unused);
-      dinp_scale = inv_g * (1.0f / sb);
-      cpu::matmul_backward_bf16(di, dwf, q_g_.data(), q_a_.data(), q_b_.data(), N, C, OC, 1.0f,
-                                inv_g * (1.0f / sa));
-    }
-    narrow_back_scaled(dinp, di, dinp_scale);
-    narrow_back(dw, dwf);
-  }
-  // narrow_back of f times scale: a bf16 tensor gets round(f scale), the same two roundings as
-  // scaling f in place first, in the one pass that rounds (a pass over fp32 values fewer).
-  void narrow_back_scaled(Tensor t, float* f, float scale) {
-    if (t.dtype == DType::BF16) {
-      bf16* d = P<bf16>(t);
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < t.numel; i++) d[i] = bf16{f32_to_bf16(f[i] * scale)};
-      return;
-    }
-    if (scale != 1.0f) {
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < t.numel; i++) f[i] *= scale;
-    }
-    narrow_back(t, f);
-  }
-  // Whether the GEMMs can quantize inp and w as they pack them: bf16 tensors (read as they
-  // lie) at given scales (delayed scaling; current scaling needs the amax before the codes).
-  static bool packs_fp8(Tensor inp, Tensor w, const cpu::TensorQuant& qa,
-                        const cpu::TensorQuant& qb) {
-    return inp.dtype == DType::BF16 && w.dtype == DType::BF16 && !qa.current && !qb.current;
-  }
-  // x's FP8 codes (unscaled) into buf as bf16; returns the scale.
-  static float quantize_codes(std::vector<bf16>& buf, const float* x, size_t n,
-                              const cpu::TensorQuant& q, float* amax) {
-    grow(buf, n);
-    return cpu::quantize_tensor_fp8(buf.data(), x, n, q, amax);
-  }
-  // The same straight from t: a bf16 or fp32 tensor is read as it is (the quantizer does not
-  // write it; a bf16 tensor's fp32 copy would hold the same values), anything else is widened
-  // into `wide_buf` first.
-  float quantize_codes(std::vector<bf16>& buf, Tensor t, std::vector<float>& wide_buf,
-                       const cpu::TensorQuant& q, float* amax) {
-    if (t.dtype != DType::BF16)
-      return quantize_codes(buf, wide(t, wide_buf, true), t.numel, q, amax);
-    grow(buf, t.numel);
-    return cpu::quantize_tensor_fp8(buf.data(), P<bf16>(t), t.numel, q, amax);
-  }
-  // Whether the bf16 GEMM takes these operands: the hardware path is on and all are bf16.
-  static bool hardware_bf16(std::initializer_list<Tensor> ts) {
-    if (!cpu::narrow_gemm_hardware()) return false;
-    for (const Tensor& t : ts)
-      if (t.dtype != DType::BF16) return false;
-    return true;
-  }
-  // Rounds fp32 results back into t when wide() handed out a buffer.
-  void narrow_back(Tensor t, float* f) {
-    if (t && t.dtype != DType::F32) convert(t, Tensor{f, DType::F32, t.numel}, Rounding{});
-  }
-
   cpu::ScaledScratch scaled_;
   std::map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
-  // Scratch for widened matmul operands, kept between calls.
-  std::vector<float> s_out_, s_a_, s_b_, s_c_, s_dw_, s_db_, s_g_;
-  // FP8 codes of the hardware path's operands.
-  std::vector<bf16> q_a_, q_b_, q_g_;
-  std::vector<float> amax_;  // per-tensor-scaled linears' amaxes, kTensorOperands per slot
+  cpu::MatmulScratch s_;             // widened matmul operands, kept between calls
+  cpu::TensorScaledLinears fp8_;     // the per-tensor-scaled linears (the fp8 mode)
 };
 
 }  // namespace
