@@ -25,9 +25,12 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// auto's linears start in bf16 and are measured at step 1, as in training.
+// auto's linears start in bf16 and are measured at step 1, as in training. The attention path
+// is settled at this case's shape before the model sizes its activations, as a run's is.
 BenchStep::BenchStep(Backend& be, const BenchCase& bc, const Config& cfg)
     : cfg_(cfg), gcfg_(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT)), bc_(bc) {
+  require_runnable(be.settle_attention(
+      AttentionShape{bc.B, bc.T, bc.NH, bc.C / bc.NH, mode_dtype(cfg.precision.mode)}));
   model_ = std::make_unique<GPT>(gcfg_, be, mode_dtype(cfg.precision.mode), DataParallel{},
                                  precision_spec(cfg).moments);
   precision_ = std::make_unique<PrecisionRuntime>(cfg_, be, *model_);

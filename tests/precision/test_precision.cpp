@@ -388,9 +388,9 @@ TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original st
   CHECK(st.scale == 8);
 }
 
-// cuda.attention=flash: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
+// cuda.attention=cudnn: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
 // statistics instead of att): the plan still matches, and the step matches the att path.
-TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
+TEST_CASE("precision: the lse twin's plan and step match the att path") {
   GPTConfig c = gpt_config(2, 4, 64, 300, 48);
   const int B = 3, T = 37;  // T: not a multiple of any tile
   std::vector<int32_t> in(B * T), tg(B * T);
@@ -404,7 +404,7 @@ TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
     std::vector<double> grads[2];
     for (int flash = 0; flash < 2; flash++) {
       BackendOptions o;
-      if (flash) o.attention = AttentionRequest::Flash;
+      if (flash) o.attention = AttentionRequest::Cudnn;
       auto be = make_cpu_backend(o);
       CHECK(be->attention_saves_lse(16, dt) == bool(flash));
       size_t peak = 0;
