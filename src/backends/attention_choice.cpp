@@ -79,8 +79,7 @@ AttentionRequest attention_request(AttentionPath p) {
 AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& cudnn, DType t,
                                  int head_size, const CudnnGraphCheck& graphs) {
   using R = AttentionRequest;
-  if (requested == R::Cublas)
-    return path_of(AttentionPath::Cublas, false, "cuda.attention=cublas");
+  if (requested == R::Cublas) return path_of(AttentionPath::Cublas, false, "cuda.attention=cublas");
   if (requested == R::Fused)
     return path_of(AttentionPath::Fused, false, "cuda.attention=fused: single-pass forward");
   // flash (an old config's) is read as cudnn; the key is named as the config spells it.

@@ -28,9 +28,10 @@ void print_attention_plan(const Config& cfg, const GPTConfig& mc, const std::vec
   for (Mode m : modes) {
     std::string why;
     if (!cudnn_attention_supported(mode_dtype(m), hs, &why))
-      printf("%s: cuda.attention=%s cannot run (%s): planned as cublas; a run stops with that "
-             "error.\n",
-             mode_name(m), enum_name(a), why.c_str());
+      printf(
+          "%s: cuda.attention=%s cannot run (%s): planned as cublas; a run stops with that "
+          "error.\n",
+          mode_name(m), enum_name(a), why.c_str());
   }
   printf(
       "cuDNN's workspace is in the attention column: its backward's fp32 dQ accumulator "

@@ -73,8 +73,8 @@ struct CudaScratchPlan {
 
 // The attention path planned for cuda.attention = `attention` (its name, or `auto`), compute
 // type t and head size hs: the path that runs where it can (cudnn, and flash read as cudnn,
-// where cuDNN takes t and hs, attention_choice.h's rules), and auto as cublas, the larger of its two outcomes
-// (the run itself knows which it took: Trainer::check_memory plans that one).
+// where cuDNN takes t and hs, attention_choice.h's rules), and auto as cublas, the larger of its
+// two outcomes (the run itself knows which it took: Trainer::check_memory plans that one).
 AttentionPath planned_attention(AttentionRequest attention, DType t, int hs);
 
 // The plan of one training step of model c in compute type t at B x T; `attention` is

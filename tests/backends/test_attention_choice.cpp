@@ -79,14 +79,16 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   SUBCASE("head sizes: multiples of 8 up to 128") {
     for (int hs : {8, 16, 24, 64, 72, 128}) {
       INFO(hs);
-      CHECK(choose_attention(req("auto"), ok, DType::BF16, hs, graphs_build).path == AttentionPath::Cudnn);
+      CHECK(choose_attention(req("auto"), ok, DType::BF16, hs, graphs_build).path ==
+            AttentionPath::Cudnn);
     }
     for (int hs : {4, 12, 100, 136, 256}) {
       INFO(hs);
       const AttentionChoice a = choose_attention(req("auto"), ok, DType::BF16, hs, graphs_build);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK(has(a.reason, std::to_string(hs)));
-      CHECK(has(choose_attention(req("cudnn"), ok, DType::BF16, hs, graphs_build).error, "head sizes"));
+      CHECK(has(choose_attention(req("cudnn"), ok, DType::BF16, hs, graphs_build).error,
+                "head sizes"));
     }
   }
 }

@@ -411,10 +411,9 @@ TEST_CASE("checked: operand statistics on the device (amax, column amax, quantiz
 
 TEST_CASE("checked: every kernel of kernels/*.cuh ran under the checks (runs last)") {
   std::set<std::string> declared, ran;
-  for (const auto& [k, file] :
-       declared_kernels({"adamw", "attention", "classifier", "encoder", "gelu",
-                         "global_norm", "layernorm", "loss_scale", "matmul", "operand_stats",
-                         "quantize_blocks", "residual", "wire"}))
+  for (const auto& [k, file] : declared_kernels(
+           {"adamw", "attention", "classifier", "encoder", "gelu", "global_norm", "layernorm",
+            "loss_scale", "matmul", "operand_stats", "quantize_blocks", "residual", "wire"}))
     declared.insert(k);
   CHECK(declared.size() >= 50);
   for (const void* k : emu::check::launched_kernels()) {

@@ -210,7 +210,8 @@ TEST_CASE("cuda: a cuDNN call that fails mid-run stops the run with the reason, 
   } catch (const tg::Error& e) {
     what = e.what();
   }
-  CHECK(has(what, "cuda.attention=cudnn: cuDNN attention failed mid-run at B 2 x T 24, 4 heads "
-                  "of 16, bf16"));
+  CHECK(has(what,
+            "cuda.attention=cudnn: cuDNN attention failed mid-run at B 2 x T 24, 4 heads "
+            "of 16, bf16"));
   CHECK(has(what, "the run stops rather than change path"));
 }

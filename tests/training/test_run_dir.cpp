@@ -415,8 +415,9 @@ TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory p
   // An old config's flash (the hand-written kernels have gone): read as cudnn, whose CPU twin
   // keeps lse, with a one-line notice; the config keeps the value as written.
   REQUIRE(run_binary(tiny_args(d / "run") + " --train.steps=2 --cuda.attention=flash", &out) == 0);
-  CHECK(has(out, "notice: cuda.attention=flash: the hand-written flash kernels have gone; read "
-                 "as cudnn"));
+  CHECK(has(out,
+            "notice: cuda.attention=flash: the hand-written flash kernels have gone; read "
+            "as cudnn"));
   CHECK(has(out, "attention: lse (the CPU's lse twin of cuda.attention=flash (read as cudnn)"));
   const json cfg = json::parse(tgt::slurp(d / "run/config.json"));
   CHECK(cfg["cuda"]["attention"] == "flash");
@@ -437,8 +438,8 @@ TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory p
   CHECK(run_binary("train --cuda.attention=magic", &out) == 2);
   CHECK(has(out, "auto|cublas|fused|cudnn|flash"));
   // cudnn's CPU twin keeps lse; the memory plan counts cuDNN's workspace for the GPU.
-  REQUIRE(run_binary(tiny_args(d / "run_cudnn") + " --train.steps=1 --cuda.attention=cudnn", &out) ==
-          0);
+  REQUIRE(run_binary(tiny_args(d / "run_cudnn") + " --train.steps=1 --cuda.attention=cudnn",
+                     &out) == 0);
   CHECK(has(out, "attention: lse (the CPU's lse twin of cuda.attention=cudnn:"));
   CHECK_FALSE(has(out, "notice:"));
   REQUIRE(run_binary("memory --cuda.attention=cudnn --modes=bf16,fp32", &out) == 0);

@@ -155,8 +155,7 @@ CudnnProbe load_cudnn(const std::string& lib) {
 // ---- graphs ----
 
 void fe_check(fe::error_object e, const char* what) {
-  if (!e.is_good())
-    throw Error(strf("cuDNN attention: %s: %s", what, e.get_message().c_str()));
+  if (!e.is_good()) throw Error(strf("cuDNN attention: %s: %s", what, e.get_message().c_str()));
 }
 
 void cudnn_check(cudnnStatus_t s, const char* what) {

@@ -346,8 +346,8 @@ class CudaBackend final : public Backend {
   // Where cudnn would run, its forward and backward graphs are built now at s (and kept for
   // the run), so that a graph cuDNN refuses is found before the model sizes its activations.
   AttentionChoice settle_attention(const AttentionShape& s) override {
-    const AttentionChoice c = choose_attention(ctx_.opt.attention, cudnn_found(), s.t,
-                                               s.head_size, [&] { return cudnn_graphs(s); });
+    const AttentionChoice c = choose_attention(ctx_.opt.attention, cudnn_found(), s.t, s.head_size,
+                                               [&] { return cudnn_graphs(s); });
     settled_[std::make_pair(s.head_size, s.t)] = c;
     return c;
   }
@@ -380,16 +380,18 @@ class CudaBackend final : public Backend {
     auto it = settled_.find(key);
     if (it == settled_.end()) it = settled_.emplace(key, attention_choice(C / NH, t)).first;
     if (it->second.path != AttentionPath::Cudnn)
-      throw Error(strf("%s: the CUDA backend keeps lse only through cuDNN, which "
-                       "cuda.attention=%s did not choose (%s)",
-                       op, enum_name(ctx_.opt.attention), it->second.reason.c_str()));
+      throw Error(
+          strf("%s: the CUDA backend keeps lse only through cuDNN, which "
+               "cuda.attention=%s did not choose (%s)",
+               op, enum_name(ctx_.opt.attention), it->second.reason.c_str()));
     try {
       f();
     } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
       const AttentionShape s{B, T, NH, C / NH, t};
-      throw Error(strf("cuda.attention=%s: cuDNN attention failed mid-run at %s: %s; the run "
-                       "stops rather than change path (cuda.attention=cublas avoids cuDNN)",
-                       enum_name(ctx_.opt.attention), attention_shape_name(s).c_str(), e.what()));
+      throw Error(
+          strf("cuda.attention=%s: cuDNN attention failed mid-run at %s: %s; the run "
+               "stops rather than change path (cuda.attention=cublas avoids cuDNN)",
+               enum_name(ctx_.opt.attention), attention_shape_name(s).c_str(), e.what()));
     }
   }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
