@@ -23,9 +23,9 @@
 // sizes 32/64/96/128): one warp per query row reads q, k, v straight from qkv (no permutes,
 // no T x T scores): pass 1 runs the online softmax (running max m and sum l, the output
 // accumulator rescaled as m grows), out = acc / l; pass 2 recomputes each score to store the
-// probabilities exp(s - m) / l into att for the backward pass. A first step towards a tiled
-// flash-style kernel: it is not tiled through shared memory yet. The cuBLAS path stays the
-// default and the reference.
+// probabilities exp(s - m) / l into att for the backward pass. It is not tiled through shared
+// memory; attention without the T x T probabilities is cuDNN's (cuda.attention=cudnn). The
+// cuBLAS path stays the default and the reference.
 #pragma once
 #include "common.cuh"
 

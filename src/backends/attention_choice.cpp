@@ -8,10 +8,24 @@ const char* attention_path_name(AttentionPath p) {
   switch (p) {
     case AttentionPath::Cublas: return "cublas";
     case AttentionPath::Fused: return "fused";
-    case AttentionPath::Flash: return "flash";
     case AttentionPath::Cudnn: return "cudnn";
+    case AttentionPath::CpuLse: return "lse";
   }
   return "?";
+}
+
+std::string attention_shape_name(const AttentionShape& s) {
+  return strf("B %d x T %d, %d heads of %d, %s", s.B, s.T, s.NH, s.head_size, dtype_name(s.t));
+}
+
+AttentionRequest effective_attention(AttentionRequest r) {
+  return r == AttentionRequest::Flash ? AttentionRequest::Cudnn : r;
+}
+
+std::string attention_request_notice(AttentionRequest r) {
+  if (r != AttentionRequest::Flash) return "";
+  return "notice: cuda.attention=flash: the hand-written flash kernels have gone; read as "
+         "cudnn, the path with the same lse layout (on the CPU its lse twin)";
 }
 
 bool cudnn_attention_supported(DType t, int head_size, std::string* why) {
@@ -31,7 +45,7 @@ bool cudnn_attention_supported(DType t, int head_size, std::string* why) {
 
 namespace {
 
-// Why cuDNN cannot run here ("" when it can).
+// Why cuDNN cannot run here ("" when it can), short of the graphs.
 std::string cudnn_unusable(const CudnnProbe& cudnn, DType t, int head_size) {
   if (!cudnn.built_in) return cudnn.detail;
   if (!cudnn.loaded)
@@ -42,17 +56,10 @@ std::string cudnn_unusable(const CudnnProbe& cudnn, DType t, int head_size) {
   return cudnn_attention_supported(t, head_size, &why) ? "" : why;
 }
 
-AttentionChoice lse_path(AttentionPath p, std::string reason) {
+AttentionChoice path_of(AttentionPath p, bool lse, std::string reason) {
   AttentionChoice c;
   c.path = p;
-  c.lse = true;
-  c.reason = std::move(reason);
-  return c;
-}
-
-AttentionChoice att_path(AttentionPath p, std::string reason) {
-  AttentionChoice c;
-  c.path = p;
+  c.lse = lse;
   c.reason = std::move(reason);
   return c;
 }
@@ -63,37 +70,41 @@ AttentionRequest attention_request(AttentionPath p) {
   switch (p) {
     case AttentionPath::Cublas: return AttentionRequest::Cublas;
     case AttentionPath::Fused: return AttentionRequest::Fused;
-    case AttentionPath::Flash: return AttentionRequest::Flash;
-    case AttentionPath::Cudnn: return AttentionRequest::Cudnn;
+    case AttentionPath::Cudnn:
+    case AttentionPath::CpuLse: return AttentionRequest::Cudnn;
   }
   return AttentionRequest::Cublas;
 }
 
 AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& cudnn, DType t,
-                                 int head_size, bool flash_ok) {
+                                 int head_size, const CudnnGraphCheck& graphs) {
   using R = AttentionRequest;
-  if (requested == R::Cublas) return att_path(AttentionPath::Cublas, "cuda.attention=cublas");
+  if (requested == R::Cublas) return path_of(AttentionPath::Cublas, false, "cuda.attention=cublas");
   if (requested == R::Fused)
-    return att_path(AttentionPath::Fused, "cuda.attention=fused: single-pass forward");
-  if (requested == R::Flash) {
-    // As before cudnn existed: a head size the kernels lack runs the materialised path.
-    if (flash_ok)
-      return lse_path(AttentionPath::Flash,
-                      "cuda.attention=flash: per-row logsumexp kept, no T x T probabilities");
-    return att_path(AttentionPath::Cublas,
-                    strf("cuda.attention=flash, but the flash kernels take head sizes 32, 64, "
-                         "96 and 128, not %d",
-                         head_size));
-  }
-  const std::string why = cudnn_unusable(cudnn, t, head_size);
-  if (requested == R::Cudnn) {
-    AttentionChoice c = lse_path(AttentionPath::Cudnn, "cuda.attention=cudnn: " + cudnn.detail);
-    if (!why.empty()) c.error = "cuda.attention=cudnn cannot run: " + why;
+    return path_of(AttentionPath::Fused, false, "cuda.attention=fused: single-pass forward");
+  // flash (an old config's) is read as cudnn; the key is named as the config spells it.
+  const std::string key = std::string("cuda.attention=") + enum_name(requested);
+  const std::string as = requested == R::Flash ? " (read as cudnn)" : "";
+  std::string why = cudnn_unusable(cudnn, t, head_size);
+  const bool usage = !why.empty();  // the config's; a graph cuDNN refuses is the machine's
+  if (why.empty() && graphs) why = graphs();
+  if (requested != R::Auto) {
+    AttentionChoice c = path_of(AttentionPath::Cudnn, true, key + as + ": " + cudnn.detail);
+    if (!why.empty()) {
+      c.error = key + as + " cannot run: " + why;
+      c.usage_error = usage;
+      if (!usage) c.error += " (cuda.attention=auto or cublas take the cuBLAS path instead)";
+    }
     return c;
   }
-  // auto
-  if (why.empty()) return lse_path(AttentionPath::Cudnn, "cuda.attention=auto: " + cudnn.detail);
-  return att_path(AttentionPath::Cublas, "cuda.attention=auto: no cuDNN: " + why);
+  if (why.empty()) return path_of(AttentionPath::Cudnn, true, key + ": " + cudnn.detail);
+  return path_of(AttentionPath::Cublas, false, key + (usage ? ": no cuDNN: " : ": ") + why);
+}
+
+void require_runnable(const AttentionChoice& c) {
+  if (c.error.empty()) return;
+  if (c.usage_error) throw UsageError(c.error);
+  throw Error(c.error);
 }
 
 }  // namespace tg

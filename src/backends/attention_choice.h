@@ -2,12 +2,17 @@
 // of what the build and the machine offer (no CUDA, so the CPU tests check every rule).
 //
 // The paths: cublas (batched GEMMs + softmax kernels, the T x T probabilities kept), fused (a
-// single-pass forward over the same probabilities), flash (the hand-written kernels keeping the
-// per-row logsumexp instead), cudnn (cuDNN's fused flash attention, the same lse contract as
-// flash, so the model keeps lse and the CPU twin is the flash twin). `auto` takes cudnn where
-// the build has it, libcudnn loads and cuDNN supports the compute type and head size, else
-// cublas (the default before auto existed), and says why.
+// single-pass forward over the same probabilities), cudnn (cuDNN's fused flash attention: the
+// model keeps the per-row logsumexp, lse, instead of the probabilities) and, on the CPU only,
+// the lse twin of cudnn. `auto` takes cudnn where the build has it, libcudnn loads, cuDNN
+// supports the compute type and head size and builds its forward and backward graphs at the
+// run's shape; else cublas (the default before auto existed), and says why.
+//
+// The choice is settled at start-up (Backend::settle_attention), before the model sizes its
+// activations for one layout or the other: a path that changed mid-run would find them sized
+// for the other, and a resumed run would not repeat its steps.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "src/base/common.h"
@@ -23,28 +28,56 @@ struct CudnnProbe {
   std::string detail;
 };
 
-enum class AttentionPath { Cublas, Fused, Flash, Cudnn };
+// CpuLse: the CPU backend's lse twin of cudnn (attention_forward_lse / attention_backward_lse).
+enum class AttentionPath { Cublas, Fused, Cudnn, CpuLse };
+
+// The shape a run's attention is settled for: batch, sequence, heads, head size, compute type.
+struct AttentionShape {
+  int B = 0, T = 0, NH = 0, head_size = 0;
+  DType t = DType::F32;
+};
+
+// "B 8 x T 1024, 12 heads of 64, bf16": a shape as the messages name it.
+std::string attention_shape_name(const AttentionShape& s);
 
 struct AttentionChoice {
   AttentionPath path = AttentionPath::Cublas;
   bool lse = false;    // the model keeps lse(B,NH,T) instead of att(B,NH,T,T)
   std::string reason;  // why this path (the start-up line's parenthesis)
-  std::string error;   // non-empty: the configured path cannot run (a usage error)
+  std::string error;   // non-empty: the configured path cannot run
+  // The error is the configuration's (no cuDNN, a type or head size it lacks: exit 2), not the
+  // machine's (cuDNN refused a graph at the run's shape: exit 1).
+  bool usage_error = true;
 };
 
 const char* attention_path_name(AttentionPath p);
-// The cuda.attention value that asks for path p by name.
+// The cuda.attention value that asks for path p by name (the CPU's twin: cudnn).
 AttentionRequest attention_request(AttentionPath p);
+
+// cuda.attention=flash named the hand-written flash kernels, which have gone (their CUDA-core
+// FMAs were 3.4x slower than the default on an H200; cuDNN is the tensor-core path with the
+// same lse layout). An old config's or checkpoint's flash is read as cudnn: the request that
+// runs, and the one-line notice that says so ("" for every other value).
+AttentionRequest effective_attention(AttentionRequest r);
+std::string attention_request_notice(AttentionRequest r);
 
 // Whether cuDNN's SDPA takes this compute type and head size; *why says why not. bf16 and fp16
 // only (cuDNN has no fp32 SDPA); head sizes multiples of 8 up to 128 (what cuDNN 9 serves on
 // every architecture from sm_80).
 bool cudnn_attention_supported(DType t, int head_size, std::string* why);
 
+// cuDNN's forward and backward graphs built at the run's exact shape (the CUDA backend builds
+// them on its device; the tests pass stand-ins): "" when both build, else which graph cuDNN
+// refused and why. Called only when everything else allows cuDNN.
+using CudnnGraphCheck = std::function<std::string()>;
+
 // The path for cuda.attention = `requested`, a model computing in `t` with heads of
-// `head_size`, on a CUDA backend whose flash kernels take that head size when `flash_ok` and
-// whose cuDNN is `cudnn`.
+// `head_size`, on a CUDA backend whose cuDNN is `cudnn`. `graphs` empty: the shape is not known
+// yet (a plan, a header line), so the graphs are not asked.
 AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& cudnn, DType t,
-                                 int head_size, bool flash_ok);
+                                 int head_size, const CudnnGraphCheck& graphs = {});
+
+// Throws for c.error: UsageError (exit 2) or Error (exit 1) after c.usage_error.
+void require_runnable(const AttentionChoice& c);
 
 }  // namespace tg

@@ -35,7 +35,7 @@ namespace tg {
 // How a backend computes, from the config (cuda.*, precision.loss_scale.on_device): passed
 // when the backend is made, recorded in config.json and every checkpoint's state.json.
 struct BackendOptions {
-  AttentionRequest attention = AttentionRequest::Cublas;  // fused: single-pass; flash, cudnn: lse
+  AttentionRequest attention = AttentionRequest::Cublas;  // fused: single-pass; cudnn: lse
   std::string cudnn_lib;           // cuda.cudnn_lib: the libcudnn file ("" searches)
   bool gemm_fallback = false;      // every GEMM through cuBLAS + our epilogue (cuda.gemm)
   bool gelu_epilogue = false;      // the MLP's GELU fused into cuBLASLt's epilogue
@@ -270,25 +270,34 @@ class Backend {
   // dqkv = gradient of the attention input
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
                                   int C, int NH) = 0;
-  // Flash-style attention (BackendOptions::attention = flash or cudnn, or auto where cuDNN
-  // runs): the path for heads of this size in compute type t (attention_choice.h), whose lse
-  // says whether the model should keep lse(B,NH,T) instead of att(B,NH,T,T) and call the two
-  // ops below. lse is in the statistics type (fp32; fp64 in fp64 models).
+  // Attention keeping lse (BackendOptions::attention = cudnn, or auto where cuDNN runs; the
+  // CPU's twin of cudnn): the path for heads of this size in compute type t
+  // (attention_choice.h), whose lse says whether the model should keep lse(B,NH,T) instead of
+  // att(B,NH,T,T) and call the two ops below. lse is in the statistics type (fp32; fp64 in
+  // fp64 models). After settle_attention, the settled path.
   virtual AttentionChoice attention_choice(int /*head_size*/, DType /*t*/) const { return {}; }
-  // attention_choice's lse; a usage error (naming cuda.attention) where the configured path
-  // cannot run, so that a run asking for cudnn without it stops before training.
+  // Settles the path for a run of shape s before the model sizes its activations: the CUDA
+  // backend builds cuDNN's forward and backward graphs at exactly this shape where cudnn would
+  // run, so that auto takes cublas at start-up (and says why) where cuDNN refuses one, and a
+  // refused explicit cudnn stops before training (require_runnable); attention_choice then
+  // answers the settled path for s's head size and type.
+  virtual AttentionChoice settle_attention(const AttentionShape& s) {
+    return attention_choice(s.head_size, s.t);
+  }
+  // attention_choice's lse; an error naming cuda.attention where the configured path cannot
+  // run (require_runnable), so that a run asking for cudnn without it stops before training.
   bool attention_saves_lse(int head_size, DType t) const {
     const AttentionChoice c = attention_choice(head_size, t);
-    if (!c.error.empty()) throw UsageError(c.error);
+    require_runnable(c);
     return c.lse;
   }
   // out as attention_forward; lse = the logsumexp of each row's scaled causal scores.
   virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int) {
-    throw Error(name() + " has no flash attention");
+    throw Error(name() + " has no attention keeping lse");
   }
   // dqkv from dout, qkv, the forward's out and lse (recomputes the probabilities).
   virtual void attention_backward_lse(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, int, int) {
-    throw Error(name() + " has no flash attention");
+    throw Error(name() + " has no attention keeping lse");
   }
   // out = gelu(inp), tanh approximation
   virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;

@@ -97,6 +97,9 @@ class ProfilingBackend final : public Backend {
   AttentionChoice attention_choice(int head_size, DType t) const override {
     return in_.attention_choice(head_size, t);
   }
+  AttentionChoice settle_attention(const AttentionShape& s) override {
+    return in_.settle_attention(s);
+  }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override;
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,

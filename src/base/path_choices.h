@@ -8,11 +8,13 @@
 namespace tg {
 
 // cuda.attention: the path asked for (attention_choice.h says which runs and why); auto
-// decides per compute type and head size.
-enum class AttentionRequest { Auto, Cublas, Fused, Flash, Cudnn };
+// decides per compute type, head size and what cuDNN builds at the run's shape. Flash named
+// the hand-written flash kernels, which have gone: it stays a name so that old configs and
+// checkpoints parse, and is read as cudnn (attention_choice.h's effective_attention).
+enum class AttentionRequest { Auto, Cublas, Fused, Cudnn, Flash };
 template <>
 struct EnumNames<AttentionRequest> {
-  static constexpr std::array names{"auto", "cublas", "fused", "flash", "cudnn"};
+  static constexpr std::array names{"auto", "cublas", "fused", "cudnn", "flash"};
 };
 
 // cpu.narrow_gemm: how the narrow modes' CPU matmuls multiply (cpu/gemm_bf16.h's NarrowGemm,

@@ -43,6 +43,12 @@ bool nccl_missing() {
   return e && strcmp(e, "1") == 0;
 }
 
+std::string cudnn_refuses() {
+  const char* e = getenv("TG_TEST_CUDNN_REFUSE");
+  if (!e || (strcmp(e, "forward") != 0 && strcmp(e, "backward") != 0)) return "";
+  return e;
+}
+
 size_t bpe_long_piece() {
   const char* e = getenv("TG_TEST_BPE_LONG_PIECE");
   return e ? size_t(strtoull(e, nullptr, 10)) : 0;

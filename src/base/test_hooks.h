@@ -11,8 +11,12 @@
 //                             (src/data/bpe_long_piece.h) instead of past 64 KiB
 //   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error
 //                             a machine without libnccl.so.2 gives)
+//   TG_TEST_CUDNN_REFUSE=G    the CUDA backend finds a loaded cuDNN that refuses its G graph
+//                             (forward or backward) at start-up (src/backends/cuda/backend.cu's
+//                             settle_attention: a graph the GPU's cuDNN has no engine for)
 #pragma once
 #include <cstddef>
+#include <string>
 
 namespace tg::test_hooks {
 
@@ -21,6 +25,7 @@ int fail_rank();  // -1: none
 bool rejects_checkpoint(int rank, long long step);
 size_t reduce_chunk();  // 0: the default
 bool nccl_missing();
+std::string cudnn_refuses();  // "forward", "backward" or "" (unset or another value)
 // TG_TEST_HOST_MEMORY: false when unset; else *available and *total from it.
 bool host_memory(unsigned long long* available, unsigned long long* total);
 size_t host_alloc_limit();  // 0: none

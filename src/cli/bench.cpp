@@ -174,10 +174,14 @@ void print_gpu_header(Backend& be, const BenchArgs& a) {
       be.set_quant_options(o);
       printf("fp8: %s scaling, path: %s\n", enum_name(a.fp8cfg.recipe), be.fp8_path_name().c_str());
     }
-  // The attention path of each model and mode (cuda.attention; auto decides per compute type).
+  // The attention path of each model and mode (cuda.attention; auto decides per compute type
+  // and what cuDNN builds at the case's shape).
+  const std::string notice = attention_request_notice(a.cfg.cuda.attention);
+  if (!notice.empty()) printf("%s\n", notice.c_str());
   for (const BenchCase& bc : bench_cases(a))
     for (Mode m : a.modes) {
-      const AttentionChoice c = be.attention_choice(bc.C / bc.NH, mode_dtype(m));
+      const AttentionChoice c =
+          be.settle_attention(AttentionShape{bc.B, bc.T, bc.NH, bc.C / bc.NH, mode_dtype(m)});
       printf("attention (%s, %s): %s (%s)\n", bc.name, mode_name(m), attention_path_name(c.path),
              c.error.empty() ? c.reason.c_str() : c.error.c_str());
     }

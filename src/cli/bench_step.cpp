@@ -25,10 +25,13 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// auto's linears start in bf16 and are measured at step 1, as in training.
+// auto's linears start in bf16 and are measured at step 1, as in training. The attention path
+// is settled at this case's shape before the model sizes its activations, as a run's is.
 BenchStep::BenchStep(Backend& be, const BenchCase& bc, const Config& cfg)
     : cfg_(cfg), gcfg_(gpt_config(bc.L, bc.NH, bc.C, bc.V, bc.maxT)), bc_(bc) {
   const PrecisionSpec spec = precision_spec(cfg);
+  require_runnable(
+      be.settle_attention(AttentionShape{bc.B, bc.T, bc.NH, bc.C / bc.NH, spec.compute}));
   model_ = std::make_unique<GPT>(gcfg_, be, spec.compute, DataParallel{}, spec.moments);
   precision_ = std::make_unique<PrecisionRuntime>(cfg_, be, *model_);
   model_->init_random(1);

@@ -181,14 +181,16 @@ int cmd_memory(int argc, char** argv) {
       cfg.model.init_from.empty() ? model_config(cfg) : read_model(cfg.model.init_from).cfg;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int zero_ranks = int(to_int("zero_ranks", extra(ex, "zero_ranks")));
-  // cuda.attention=flash or cudnn: the CPU runs its flash twin (lse instead of the T x T
-  // probabilities); auto is the reference there. The GPU's own choice: print_cuda_scratch.
-  const bool lse = cfg.cuda.attention == AttentionRequest::Flash ||
-                   cfg.cuda.attention == AttentionRequest::Cudnn;
+  // cuda.attention=cudnn (or flash, read as cudnn): the CPU runs its lse twin (lse instead of
+  // the T x T probabilities); auto is the reference there. The GPU's own choice:
+  // print_cuda_scratch.
+  const std::string notice = attention_request_notice(cfg.cuda.attention);
+  if (!notice.empty()) printf("%s\n", notice.c_str());
+  const bool lse = effective_attention(cfg.cuda.attention) == AttentionRequest::Cudnn;
   printf("memory plan: %zu parameters (L=%d NH=%d C=%d V=%d), batch %d x %d, per process%s%s\n\n",
          num_parameters(mc), mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, B, T,
          zero_ranks > 1 ? strf(", ZeRO-1 over %d ranks", zero_ranks).c_str() : "",
-         lse ? ", flash attention" : "");
+         lse ? ", attention keeping lse (cuDNN's layout)" : "");
   const PrecisionSpec spec = precision_spec(cfg);
   const auto& st = spec.state;
   printf("| mode | weights | master | gradients | optimizer | activations | reduction | total |\n");

@@ -25,21 +25,19 @@ void print_attention_plan(const Config& cfg, const GPTConfig& mc, const std::vec
         "its plan: lse (B, NH, T) and cuDNN's workspace instead.\n");
     return;
   }
-  if (a != R::Cudnn && a != R::Flash) return;
+  if (effective_attention(a) != R::Cudnn) return;
   for (Mode m : modes) {
-    const AttentionPath p = planned_attention(a, mode_dtype(m), hs);
-    std::string why = "the flash kernels take head sizes 32, 64, 96 and 128";
-    if (a == R::Cudnn && p != AttentionPath::Cudnn)
-      cudnn_attention_supported(mode_dtype(m), hs, &why);
-    if (p == AttentionPath::Cublas)
-      printf("%s: cuda.attention=%s cannot run (%s): planned as cublas%s.\n", mode_name(m),
-             enum_name(a), why.c_str(), a == R::Cudnn ? "; a run stops with that error" : "");
+    std::string why;
+    if (!cudnn_attention_supported(mode_dtype(m), hs, &why))
+      printf(
+          "%s: cuda.attention=%s cannot run (%s): planned as cublas; a run stops with that "
+          "error.\n",
+          mode_name(m), enum_name(a), why.c_str());
   }
-  if (a == R::Cudnn)
-    printf(
-        "cuDNN's workspace is in the attention column: its backward's fp32 dQ accumulator "
-        "(B, NH, T, hs) and row sums (B, NH, T); the model keeps lse (B, NH, T) as flash "
-        "does.\n");
+  printf(
+      "cuDNN's workspace is in the attention column: its backward's fp32 dQ accumulator "
+      "(B, NH, T, hs) and row sums (B, NH, T); the model keeps lse (B, NH, T) instead of the "
+      "T x T probabilities.\n");
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ std::pair<size_t, size_t> GPT::layout_acts(int B, int T, Acts* out) {
   take(a.qkv, L * BT * 3 * C);
   take(a.atty, L * BT * C);
   if (lse_)
-    stat(a.att, L * att);  // lse(B,NH,T) per layer (flash attention)
+    stat(a.att, L * att);  // lse(B,NH,T) per layer (attention keeping lse)
   else
     take(a.att, L * att);
   take(a.attproj, L * BT * C);

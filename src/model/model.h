@@ -102,7 +102,7 @@ constexpr size_t kGradSyncChunk = size_t(1) << 20;
 // With zero_world > 1: ZeRO-1 over that many ranks (master weights and Adam moments of one
 // shard; weights and gradients padded to whole shards).
 // attention_lse: the backend keeps lse(B,NH,T) in the statistics instead of att(B,NH,T,T)
-// (Backend::attention_saves_lse, flash attention).
+// (Backend::attention_saves_lse: cuDNN attention and its CPU twin).
 // ranks > 1: data parallelism over that many ranks (plain, or ZeRO-1 when zero_world > 1):
 // adds the gradient reduction's staging buffers, which live only during the reduction.
 // moments: how Adam's m and v are stored (their element sizes; fp32 by default).
@@ -361,7 +361,8 @@ class GPT {
   DataParallel dp_;
   MomentFormats moments_;
   MasterFormat master_format_ = MasterFormat::FP32;
-  // Flash attention: acts_.att holds lse(B,NH,T) per layer in the statistics buffer.
+  // Attention keeping lse (cuDNN, its CPU twin): acts_.att holds lse(B,NH,T) per layer in the
+  // statistics buffer.
   bool lse_ = false;
   size_t att_elems(int B, int T) const {
     return size_t(B) * cfg_.n_head * T * (lse_ ? 1 : size_t(T));

@@ -44,7 +44,7 @@ bool param_decays(int i) {
 
 std::pair<size_t, size_t> activation_elems(const GPTConfig& c, int B, int T, bool lse) {
   size_t BT = size_t(B) * T, C = c.n_embd, L = c.n_layer, NH = c.n_head;
-  // att(B,NH,T,T) in the compute type, or with flash attention lse(B,NH,T) in the statistics.
+  // att(B,NH,T,T) in the compute type, or with lse attention lse(B,NH,T) in the statistics.
   size_t att = lse ? 0 : size_t(B) * NH * T * T, lse_n = lse ? size_t(B) * NH * T : 0;
   // Must mirror GPT::layout_acts (checked by a test).
   size_t compute = BT * C                                              // encoded

@@ -7,8 +7,6 @@ namespace tg {
 
 namespace {
 
-// src/backends/cuda/launch.h's flash_attention_supported: head sizes 32, 64, 96, 128.
-bool flash_head(int hs) { return hs % 32 == 0 && hs >= 32 && hs <= 128; }
 // kernels/layernorm.cuh's rows_per_chunk and kernels/matmul.cuh's bias_rows_per_chunk.
 int chunk_rows(int N) { return N <= 64 * 4096 ? 64 : (N + 4095) / 4096; }
 int chunks(int N) { return (N + chunk_rows(N) - 1) / chunk_rows(N); }
@@ -18,17 +16,13 @@ size_t round64(size_t b) { return (b + 63) / 64 * 64; }
 
 void grow(size_t& slot, size_t bytes) { slot = std::max(slot, bytes); }
 
-// The materialised path's slots (forward and backward), flash's row sums, or cuDNN's
-// workspace (its backward's fp32 dQ accumulator and row sums).
+// The materialised path's slots (forward and backward), or cuDNN's workspace (its backward's
+// fp32 dQ accumulator and row sums).
 void plan_attention(CudaScratchPlan& p, const GPTConfig& c, DType t, int B, int T,
                     AttentionRequest attention) {
   const int NH = c.n_head, hs = c.n_embd / c.n_head;
   const size_t es = dtype_size(t), btc = size_t(B) * T * c.n_embd, bh = size_t(B) * NH;
   const AttentionPath path = planned_attention(attention, t, hs);
-  if (path == AttentionPath::Flash) {
-    grow(p.slot[kCudaS], bh * T * 4);
-    return;
-  }
   if (path == AttentionPath::Cudnn) {
     p.cudnn = bh * T * (size_t(hs) + 1) * 4;
     return;
@@ -51,8 +45,8 @@ const char* cuda_slot_name(int slot) {
 AttentionPath planned_attention(AttentionRequest attention, DType t, int hs) {
   using R = AttentionRequest;
   std::string why;
-  if (attention == R::Flash && flash_head(hs)) return AttentionPath::Flash;
-  if (attention == R::Cudnn && cudnn_attention_supported(t, hs, &why)) return AttentionPath::Cudnn;
+  if (effective_attention(attention) == R::Cudnn && cudnn_attention_supported(t, hs, &why))
+    return AttentionPath::Cudnn;
   if (attention == R::Fused) return AttentionPath::Fused;
   return AttentionPath::Cublas;
 }

@@ -9,8 +9,7 @@
 //   src/backends/cuda/attention.cu   the materialised path (cuda.attention=cublas, and fused's
 //                                    backward): q, k, v, y (B, NH, T, hs), the scores / dP
 //                                    (B, NH, T, T) and dS (B, NH, T, T), all in the compute
-//                                    type, dq, dk, dv; flash (lse) keeps only the
-//                                    backward's fp32 row sums D (B, NH, T) in the scores' slot
+//                                    type, dq, dk, dv
 //   src/backends/cuda/attention_cudnn.cu  cuDNN's workspace (kScratchCudnn), the largest its
 //                                    graphs ask for: planned as the frontend's backward asks
 //                                    (an fp32 dQ accumulator (B, NH, T, hs) and fp32 row sums
@@ -73,13 +72,13 @@ struct CudaScratchPlan {
 };
 
 // The attention path planned for cuda.attention = `attention` (its name, or `auto`), compute
-// type t and head size hs: the path that runs where it can (flash and cudnn where they take
-// t and hs, attention_choice.h's rules), and auto as cublas, the larger of its two outcomes
-// (the run itself knows which it took: Trainer::check_memory plans that one).
+// type t and head size hs: the path that runs where it can (cudnn, and flash read as cudnn,
+// where cuDNN takes t and hs, attention_choice.h's rules), and auto as cublas, the larger of its
+// two outcomes (the run itself knows which it took: Trainer::check_memory plans that one).
 AttentionPath planned_attention(AttentionRequest attention, DType t, int hs);
 
 // The plan of one training step of model c in compute type t at B x T; `attention` is
-// cuda.attention (auto | cublas | fused | flash | cudnn), `gemm_fallback` cuda.gemm=fallback.
+// cuda.attention (auto | cublas | fused | cudnn | flash), `gemm_fallback` cuda.gemm=fallback.
 CudaScratchPlan plan_cuda_scratch(const GPTConfig& c, DType t, int B, int T,
                                   AttentionRequest attention, bool gemm_fallback);
 

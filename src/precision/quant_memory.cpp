@@ -109,7 +109,7 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
   const int ranks = std::max(1, world);
   const AttentionPath path = planned_attention(cfg.cuda.attention, mode_dtype(mode),
                                                mc.n_embd / mc.n_head);
-  const bool lse = path == AttentionPath::Flash || path == AttentionPath::Cudnn;
+  const bool lse = path == AttentionPath::Cudnn;
   const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, cfg.train.zero_stage == 1 ? ranks : 1,
                                       ranks, lse);
   const size_t scratch = plan_cuda_scratch(mc, mode_dtype(mode), B, T, cfg.cuda.attention,

@@ -127,6 +127,7 @@ bool apply_update(GPT& model, LossScaler& scaler, const Config& cfg, double lr, 
 
 Trainer::Trainer(const Config& cfg_in) : cfg_(cfg_in), t_start_(now_seconds()) {
   setup_comm_and_backend();
+  settle_attention();
   check_memory();  // before anything is allocated
   lock_out_dir();  // before anything is written to the run directory
   setup_data();
@@ -171,6 +172,17 @@ void Trainer::setup_comm_and_backend() {
   config_validate_run(cfg_, world_);
   spec_ = precision_spec(cfg_);
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
+}
+
+// The attention path, settled at the run's shape before the memory plan and the model size the
+// activations for it: where cudnn would run, the backend builds cuDNN's forward and backward
+// graphs now, so that auto takes cublas at start-up where cuDNN refuses one (the start-up line
+// says why) and an explicit cudnn that cannot build stops here, naming the key. A resumed run
+// settles the path its own config names (cuda.* keys are never read back from a checkpoint).
+void Trainer::settle_attention() {
+  const AttentionShape s{cfg_.data.batch_size, cfg_.data.seq_len, mc_.n_head,
+                         mc_.n_embd / mc_.n_head, precision_spec(cfg_).compute};
+  require_runnable(be_->settle_attention(s));
 }
 
 void Trainer::check_memory() const {
@@ -339,7 +351,9 @@ void Trainer::print_start() const {
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
   // Which attention path runs and why (cuda.attention); a CPU run on the reference says nothing,
-  // as before the choice existed.
+  // as before the choice existed. An old config's flash is read as cudnn: a notice says so.
+  const std::string notice = attention_request_notice(cfg_.cuda.attention);
+  if (!notice.empty()) printf("%s\n", notice.c_str());
   const AttentionChoice att = be_->attention_choice(mc_.n_embd / mc_.n_head, m.dtype());
   if (att.lse || !att.reason.empty())
     printf("attention: %s (%s)\n", attention_path_name(att.path), att.reason.c_str());

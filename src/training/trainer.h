@@ -89,6 +89,7 @@ class Trainer {
  private:
   // Set-up, in this order: communicator, backend and model shape; data; model and precision.
   void setup_comm_and_backend();
+  void settle_attention();    // the attention path, before anything is sized for it
   void check_memory() const;  // the memory plan against the machine (memory_check.h)
   void lock_out_dir();  // rank 0 takes train.out_dir's lock; every rank learns the outcome
   void setup_data();

@@ -1,7 +1,8 @@
 // cuda.attention's choice of path (src/backends/attention_choice.h), checked on the CPU for
 // every combination of what a build and a machine offer (cuDNN built in or not, libcudnn found
-// or not, compute type, head size); the CPU backend's twin of each value; and the CUDA scratch
-// plan of the cuDNN path (src/precision/cuda_scratch.h).
+// or not, compute type, head size, a graph cuDNN refuses at the run's shape); an old config's
+// flash read as cudnn; the CPU backend's twin of each value; and the CUDA scratch plan of the
+// cuDNN path (src/precision/cuda_scratch.h).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -37,12 +38,15 @@ AttentionRequest req(const char* name) {
 
 }  // namespace
 
+// cuDNN's graphs at the run's shape: both build.
+static std::string graphs_build() { return ""; }
+
 TEST_CASE("attention choice: cudnn and auto follow the build, the library, the type, the head") {
   const CudnnProbe ok = probe(true, true), none = probe(false, false), lost = probe(true, false);
   SUBCASE("cuDNN available, bf16 or fp16, head size 64: both run cuDNN and keep lse") {
     for (DType t : {DType::BF16, DType::F16})
       for (const char* key : {"cudnn", "auto"}) {
-        const AttentionChoice c = choose_attention(req(key), ok, t, 64, true);
+        const AttentionChoice c = choose_attention(req(key), ok, t, 64, graphs_build);
         CHECK(c.path == AttentionPath::Cudnn);
         CHECK(c.lse);
         CHECK(c.error.empty());
@@ -52,10 +56,10 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   }
   SUBCASE("not built in, or not found: cudnn is an error naming the key, auto runs cublas") {
     for (const CudnnProbe& p : {none, lost}) {
-      const AttentionChoice c = choose_attention(req("cudnn"), p, DType::BF16, 64, true);
+      const AttentionChoice c = choose_attention(req("cudnn"), p, DType::BF16, 64, graphs_build);
       CHECK(has(c.error, "cuda.attention=cudnn cannot run"));
       CHECK(has(c.error, p.detail));
-      const AttentionChoice a = choose_attention(req("auto"), p, DType::BF16, 64, true);
+      const AttentionChoice a = choose_attention(req("auto"), p, DType::BF16, 64, graphs_build);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK_FALSE(a.lse);
       CHECK(a.error.empty());
@@ -64,10 +68,10 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   }
   SUBCASE("fp32 (and fp64): cuDNN has no fp32 SDPA") {
     for (DType t : {DType::F32, DType::F64}) {
-      const AttentionChoice c = choose_attention(req("cudnn"), ok, t, 64, true);
+      const AttentionChoice c = choose_attention(req("cudnn"), ok, t, 64, graphs_build);
       CHECK(has(c.error, "bf16 or fp16"));
       CHECK(has(c.error, dtype_name(t)));
-      const AttentionChoice a = choose_attention(req("auto"), ok, t, 64, true);
+      const AttentionChoice a = choose_attention(req("auto"), ok, t, 64, graphs_build);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK(has(a.reason, "bf16 or fp16"));
     }
@@ -75,40 +79,112 @@ TEST_CASE("attention choice: cudnn and auto follow the build, the library, the t
   SUBCASE("head sizes: multiples of 8 up to 128") {
     for (int hs : {8, 16, 24, 64, 72, 128}) {
       INFO(hs);
-      CHECK(choose_attention(req("auto"), ok, DType::BF16, hs, false).path == AttentionPath::Cudnn);
+      CHECK(choose_attention(req("auto"), ok, DType::BF16, hs, graphs_build).path ==
+            AttentionPath::Cudnn);
     }
     for (int hs : {4, 12, 100, 136, 256}) {
       INFO(hs);
-      const AttentionChoice a = choose_attention(req("auto"), ok, DType::BF16, hs, false);
+      const AttentionChoice a = choose_attention(req("auto"), ok, DType::BF16, hs, graphs_build);
       CHECK(a.path == AttentionPath::Cublas);
       CHECK(has(a.reason, std::to_string(hs)));
-      CHECK(has(choose_attention(req("cudnn"), ok, DType::BF16, hs, false).error, "head sizes"));
+      CHECK(has(choose_attention(req("cudnn"), ok, DType::BF16, hs, graphs_build).error,
+                "head sizes"));
     }
   }
 }
 
-TEST_CASE("attention choice: cublas, fused and flash are as before, whatever cuDNN is") {
+TEST_CASE("attention choice: a graph cuDNN refuses at the run's shape: auto takes cublas") {
+  const CudnnProbe ok = probe(true, true);
+  for (const char* graph : {"forward", "backward"}) {
+    INFO(graph);
+    const std::string why = std::string("cuDNN at B 8 x T 1024, 12 heads of 64, bf16: ") + graph +
+                            " graph: not supported on this GPU: no engine";
+    int asked = 0;
+    const CudnnGraphCheck refuse = [&] {
+      asked++;
+      return why;
+    };
+    // auto: the materialised path, decided now, the reason on the start-up line; not an error.
+    const AttentionChoice a = choose_attention(req("auto"), ok, DType::BF16, 64, refuse);
+    CHECK(asked == 1);
+    CHECK(a.path == AttentionPath::Cublas);
+    CHECK_FALSE(a.lse);
+    CHECK(a.error.empty());
+    CHECK(has(a.reason, "cuda.attention=auto"));
+    CHECK(has(a.reason, why));
+    CHECK_NOTHROW(require_runnable(a));
+    // cudnn by name: an error naming the key and the cause, the machine's (exit 1), not usage.
+    const AttentionChoice c = choose_attention(req("cudnn"), ok, DType::BF16, 64, refuse);
+    CHECK(asked == 2);
+    CHECK(has(c.error, "cuda.attention=cudnn cannot run"));
+    CHECK(has(c.error, why));
+    CHECK(has(c.error, "cuda.attention=auto or cublas"));
+    CHECK_FALSE(c.usage_error);
+    bool usage = false, error = false;
+    try {
+      require_runnable(c);
+    } catch (const UsageError&) {
+      usage = true;
+    } catch (const Error& e) {
+      error = has(e.what(), why);
+    }
+    CHECK_FALSE(usage);
+    CHECK(error);
+  }
+  // The graphs are asked only where everything else allows cuDNN (building them is slow).
+  int asked = 0;
+  const CudnnGraphCheck count = [&] {
+    asked++;
+    return std::string();
+  };
+  choose_attention(req("auto"), ok, DType::F32, 64, count);
+  choose_attention(req("auto"), probe(true, false), DType::BF16, 64, count);
+  choose_attention(req("cublas"), ok, DType::BF16, 64, count);
+  choose_attention(req("fused"), ok, DType::BF16, 64, count);
+  CHECK(asked == 0);
+  // A usage error stays one (exit 2): no cuDNN, or a type it lacks.
+  const AttentionChoice f = choose_attention(req("cudnn"), ok, DType::F32, 64, count);
+  CHECK(f.usage_error);
+  CHECK_THROWS_AS(require_runnable(f), UsageError);
+}
+
+TEST_CASE("attention choice: cublas and fused are as before, whatever cuDNN is") {
   const CudnnProbe ok = probe(true, true);
   for (DType t : {DType::F32, DType::BF16}) {
-    CHECK(choose_attention(req("cublas"), ok, t, 64, true).path == AttentionPath::Cublas);
-    CHECK_FALSE(choose_attention(req("cublas"), ok, t, 64, true).lse);
-    CHECK(choose_attention(req("fused"), ok, t, 64, true).path == AttentionPath::Fused);
-    CHECK_FALSE(choose_attention(req("fused"), ok, t, 64, true).lse);
-    const AttentionChoice f = choose_attention(req("flash"), ok, t, 64, true);
-    CHECK(f.path == AttentionPath::Flash);
-    CHECK(f.lse);
-    // A head size the flash kernels lack: the materialised path, said, not an error.
-    const AttentionChoice g = choose_attention(req("flash"), ok, t, 16, false);
-    CHECK(g.path == AttentionPath::Cublas);
-    CHECK_FALSE(g.lse);
-    CHECK(g.error.empty());
-    CHECK(has(g.reason, "16"));
+    CHECK(choose_attention(req("cublas"), ok, t, 64, graphs_build).path == AttentionPath::Cublas);
+    CHECK_FALSE(choose_attention(req("cublas"), ok, t, 64, graphs_build).lse);
+    CHECK(choose_attention(req("fused"), ok, t, 64, graphs_build).path == AttentionPath::Fused);
+    CHECK_FALSE(choose_attention(req("fused"), ok, t, 64, graphs_build).lse);
   }
   CHECK(std::string(attention_path_name(AttentionPath::Cudnn)) == "cudnn");
 }
 
+TEST_CASE("attention choice: an old config's flash is read as cudnn, with a notice") {
+  const CudnnProbe ok = probe(true, true), none = probe(false, false);
+  CHECK(effective_attention(req("flash")) == AttentionRequest::Cudnn);
+  for (const char* key : {"auto", "cublas", "fused", "cudnn"}) {
+    CHECK(effective_attention(req(key)) == req(key));
+    CHECK(attention_request_notice(req(key)).empty());
+  }
+  const std::string notice = attention_request_notice(req("flash"));
+  CHECK(has(notice, "cuda.attention=flash"));
+  CHECK(has(notice, "read as cudnn"));
+  CHECK(notice.find('\n') == std::string::npos);  // one line
+  // On a GPU: cuDNN's path, keeping lse as the flash kernels did; where cuDNN cannot run, the
+  // error cudnn gives, naming flash as the config spells it.
+  const AttentionChoice c = choose_attention(req("flash"), ok, DType::BF16, 64, graphs_build);
+  CHECK(c.path == AttentionPath::Cudnn);
+  CHECK(c.lse);
+  CHECK(has(c.reason, "cuda.attention=flash (read as cudnn)"));
+  const AttentionChoice n = choose_attention(req("flash"), none, DType::BF16, 64, graphs_build);
+  CHECK(has(n.error, "cuda.attention=flash (read as cudnn) cannot run"));
+  // Planned as cudnn too.
+  CHECK(planned_attention(req("flash"), DType::BF16, 64) == AttentionPath::Cudnn);
+  CHECK(planned_attention(req("flash"), DType::F32, 64) == AttentionPath::Cublas);
+}
+
 TEST_CASE(
-    "attention choice: the CPU runs flash's twin for flash and cudnn, its reference for auto") {
+    "attention choice: the CPU runs the lse twin for cudnn (and flash), its reference for auto") {
   for (const char* key : {"flash", "cudnn"}) {
     BackendOptions o;
     o.attention = req(key);
@@ -116,7 +192,7 @@ TEST_CASE(
     // Any type: the twin has no cuDNN limits (fp32 included), so a CPU run never refuses.
     for (DType t : {DType::F32, DType::BF16, DType::F64}) {
       const AttentionChoice c = be->attention_choice(64, t);
-      CHECK(c.path == AttentionPath::Flash);
+      CHECK(c.path == AttentionPath::CpuLse);
       CHECK(be->attention_saves_lse(64, t));
       CHECK(has(c.reason, std::string("cuda.attention=") + key));
     }
@@ -152,6 +228,5 @@ TEST_CASE("cuda scratch: cudnn plans lse and cuDNN's workspace, auto plans cubla
   CHECK(planned_attention(req("cudnn"), DType::F16, hs) == AttentionPath::Cudnn);
   CHECK(planned_attention(req("cudnn"), DType::F32, hs) == AttentionPath::Cublas);
   CHECK(planned_attention(req("auto"), DType::BF16, hs) == AttentionPath::Cublas);
-  CHECK(planned_attention(req("flash"), DType::BF16, 16) == AttentionPath::Cublas);
-  CHECK(planned_attention(req("flash"), DType::BF16, hs) == AttentionPath::Flash);
+  CHECK(plan_cuda_scratch(c, DType::BF16, B, T, req("flash"), false).total() == cudnn.total());
 }

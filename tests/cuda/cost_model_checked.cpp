@@ -65,7 +65,6 @@ const NotModelled kNotModelled[] = {
      "modelled with their linears, cost_model_quant_checked.cpp"},
     {"operand_stats", "the quantization telemetry, outside the step"},
     {"wire", "gradients on the wire (precision.state.grad_comm, several ranks)"},
-    {"flash_attention", "cuda.attention=flash"},
     {"loss_scale", "fp16's loss scaler deciding on the device"},
     {"adamw_blocked", "fp8 Adam moments (precision.state.adam_m / adam_v)"},
     {"tg::gpu::attention_forward_fused_kernel", "cuda.attention=fused"},

@@ -7,7 +7,7 @@
 // (tests/cuda/test_kernels.cu on a GPU does that). The GEMMs are fp32 loops, cuBLAS's and
 // cuBLASLt's (tests/cuda/cuda_emulation.cpp, cublaslt_emulation.cpp: the real wrapper
 // src/backends/cuda/cublaslt.cu runs), so both GEMM paths are tested. The same binary holds
-// tensor_scaled_emulated.cpp, flash_emulated.cpp and the GPU tests tests/cuda/test_*.cu, compiled
+// tensor_scaled_emulated.cpp and the GPU tests tests/cuda/test_*.cu, compiled
 // against the same stand-ins.
 //
 // Tolerances: fp32 ||out-ref||/||ref|| <= 1e-5, 16-bit <= 1e-2; bit-exact where the op is

@@ -248,15 +248,9 @@ void attention_case(int B, int T, int NH, int hs) {
     gpu::attention_forward(c, dtype_of<E>(), out.p, att.p, qkv->p, B, T, C, NH);
     gpu::attention_backward(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, att.p, B, T, C, NH);
   }
-  gpu::Ctx c = checked_ctx();
-  c.opt.attention = tg::AttentionRequest::Flash;
-  Dev<E> out(nout), dqkv(nqkv);
-  Dev<float> lse(size_t(B) * NH * T);
-  gpu::attention_forward_lse(c, dtype_of<E>(), out.p, lse.p, qkv->p, B, T, C, NH);
-  gpu::attention_backward_lse(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, out.p, lse.p, B, T, C, NH);
 }
 
-TEST_CASE("checked: attention: permutes, softmax, fused forward, flash kernels, every head size") {
+TEST_CASE("checked: attention: permutes, softmax, fused forward, every head size") {
   take_reports();
   FOR_TYPES({
     for (int hs : {32, 64, 96, 128}) attention_case<E>(1, 37, 2, hs);  // T: a partial tile
@@ -417,10 +411,9 @@ TEST_CASE("checked: operand statistics on the device (amax, column amax, quantiz
 
 TEST_CASE("checked: every kernel of kernels/*.cuh ran under the checks (runs last)") {
   std::set<std::string> declared, ran;
-  for (const auto& [k, file] :
-       declared_kernels({"adamw", "attention", "classifier", "encoder", "flash_attention", "gelu",
-                         "global_norm", "layernorm", "loss_scale", "matmul", "operand_stats",
-                         "quantize_blocks", "residual", "wire"}))
+  for (const auto& [k, file] : declared_kernels(
+           {"adamw", "attention", "classifier", "encoder", "gelu", "global_norm", "layernorm",
+            "loss_scale", "matmul", "operand_stats", "quantize_blocks", "residual", "wire"}))
     declared.insert(k);
   CHECK(declared.size() >= 50);
   for (const void* k : emu::check::launched_kernels()) {

@@ -1,10 +1,13 @@
 // cuDNN's fused attention (src/backends/cuda/attention_cudnn.cu, cuda.attention=cudnn) against
-// the CPU's flash twin: out and lse from the forward, dq, dk, dv from the backward, each within
+// the CPU's lse twin: out and lse from the forward, dq, dk, dv from the backward, each within
 // the 16-bit tolerance; the backward deterministic (the same bits twice); dqkv written whole
 // (poisoned first). Skipped, with the reason, where the build has no cuDNN or libcudnn is not
-// found (the emulated tests, CI, a GPU machine without the wheel).
+// found (the emulated tests, CI, a GPU machine without the wheel). The start-up check
+// (Backend::settle_attention) runs everywhere, the emulation included, against a stand-in cuDNN
+// that refuses one graph (TG_TEST_CUDNN_REFUSE).
 #include <array>
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda_test_util.h"
 #include "src/backends/cuda/launch.h"
@@ -113,4 +116,102 @@ TEST_CASE("cuda: cuDNN attention refuses fp32 by name; auto then runs cublas") {
   CHECK(a.path == tg::AttentionPath::Cublas);
   CHECK_FALSE(a.lse);
   MESSAGE(a.reason);
+}
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// TG_TEST_CUDNN_REFUSE=graph for one scope: the CUDA backend finds a loaded cuDNN that refuses
+// that graph at start-up, as a GPU whose cuDNN has no engine for the shape would.
+struct RefusingCudnn {
+  explicit RefusingCudnn(const char* graph) { setenv("TG_TEST_CUDNN_REFUSE", graph, 1); }
+  ~RefusingCudnn() { unsetenv("TG_TEST_CUDNN_REFUSE"); }
+  RefusingCudnn(const RefusingCudnn&) = delete;
+  RefusingCudnn& operator=(const RefusingCudnn&) = delete;
+};
+
+// What require_runnable throws for c: "usage: ..." for a UsageError, "error: ..." for an Error.
+std::string thrown(const tg::AttentionChoice& c) {
+  try {
+    tg::require_runnable(c);
+  } catch (const tg::UsageError& e) {
+    return std::string("usage: ") + e.what();
+  } catch (const tg::Error& e) {
+    return std::string("error: ") + e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("cuda: a graph cuDNN refuses at start-up: auto takes cublas and says why; cudnn stops") {
+  TG_REQUIRE_GPU();
+  const tg::GPTConfig cfg = tg::gpt_config(2, 4, 256, 1000, 64);  // head size 64
+  const tg::AttentionShape s{4, 64, 4, 64, DType::BF16};
+  for (const char* graph : {"forward", "backward"}) {
+    INFO(graph);
+    RefusingCudnn refuse(graph);
+    tg::BackendOptions o;
+    o.attention = tg::AttentionRequest::Auto;
+    auto be = tg::make_cuda_backend(0, o);
+    // Short of the graphs (nothing settled), cuDNN would be taken: the check is what decides.
+    CHECK(be->attention_choice(64, DType::BF16).path == tg::AttentionPath::Cudnn);
+    const tg::AttentionChoice a = be->settle_attention(s);
+    CHECK(a.path == tg::AttentionPath::Cublas);
+    CHECK_FALSE(a.lse);
+    CHECK(a.error.empty());
+    CHECK(has(a.reason, "cuda.attention=auto: cuDNN at B 4 x T 64, 4 heads of 64, bf16: " +
+                            std::string(graph) + " graph: refused"));
+    // Settled: the model sizes its activations for the materialised path.
+    CHECK(be->attention_choice(64, DType::BF16).path == tg::AttentionPath::Cublas);
+    {
+      tg::GPT m(cfg, *be, DType::BF16);
+      CHECK_FALSE(m.attention_lse());
+    }
+    // The lse ops are cuDNN's alone: asked on a backend settled on cublas, an error.
+    Twin tw(o);
+    tw.gpu->settle_attention(s);
+    Pair qkv = tw.rand(DType::BF16, size_t(3) * 4 * 64 * 256, 73);
+    Pair out = tw.poisoned(DType::BF16, size_t(4) * 64 * 256);
+    Pair lse = tw.poisoned(DType::F32, size_t(4) * 4 * 64);
+    CHECK_THROWS_WITH_AS(tw.gpu->attention_forward_lse(out.gpu, lse.gpu, qkv.gpu, 4, 64, 256, 4),
+                         doctest::Contains("keeps lse only through cuDNN"), tg::Error);
+    // cudnn by name: an error (exit 1) naming the key and the refused graph, before any model.
+    o.attention = tg::AttentionRequest::Cudnn;
+    auto bc = tg::make_cuda_backend(0, o);
+    const std::string e = thrown(bc->settle_attention(s));
+    CHECK(has(e, "error: cuda.attention=cudnn cannot run: cuDNN at B 4 x T 64"));
+    CHECK(has(e, std::string(graph) + " graph: refused"));
+    CHECK_THROWS_AS(tg::GPT(cfg, *bc, DType::BF16), tg::Error);
+  }
+}
+
+TEST_CASE("cuda: a cuDNN call that fails mid-run stops the run with the reason, no path switch") {
+  TG_REQUIRE_GPU();
+  if (tg::gpu::cudnn_probe("").built_in) {
+    MESSAGE("not checked here: this build has cuDNN (the GPU case above runs it)");
+    return;
+  }
+  // Without cuDNN, cudnn's lse op reaches a cuDNN call that fails, as a graph failing after
+  // the start-up check would (a shape start-up did not build).
+  tg::BackendOptions o;
+  o.attention = tg::AttentionRequest::Cudnn;
+  Twin tw(o);
+  const int B = 2, T = 24, C = 64, NH = 4;
+  Pair qkv = tw.rand(DType::BF16, size_t(3) * B * T * C, 74);
+  Pair out = tw.poisoned(DType::BF16, size_t(B) * T * C);
+  Pair lse = tw.poisoned(DType::F32, size_t(B) * NH * T);
+  std::string what;
+  try {
+    tw.gpu->attention_forward_lse(out.gpu, lse.gpu, qkv.gpu, B, T, C, NH);
+  } catch (const tg::Error& e) {
+    what = e.what();
+  }
+  CHECK(has(what,
+            "cuda.attention=cudnn: cuDNN attention failed mid-run at B 2 x T 24, 4 heads "
+            "of 16, bf16"));
+  CHECK(has(what, "the run stops rather than change path"));
 }

@@ -388,9 +388,9 @@ TEST_CASE("precision: loss_scale_update / loss_scale_step follow the original st
   CHECK(st.scale == 8);
 }
 
-// cuda.attention=flash: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
+// cuda.attention=cudnn: the CPU backend runs its lse twin (the model keeps lse(B,NH,T) in the
 // statistics instead of att): the plan still matches, and the step matches the att path.
-TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
+TEST_CASE("precision: the lse twin's plan and step match the att path") {
   GPTConfig c = gpt_config(2, 4, 64, 300, 48);
   const int B = 3, T = 37;  // T: not a multiple of any tile
   std::vector<int32_t> in(B * T), tg(B * T);
@@ -402,22 +402,22 @@ TEST_CASE("precision: flash attention (lse) plan and step match the att path") {
     INFO(dtype_name(dt));
     double loss[2];
     std::vector<double> grads[2];
-    for (int flash = 0; flash < 2; flash++) {
+    for (int lse = 0; lse < 2; lse++) {
       BackendOptions o;
-      if (flash) o.attention = AttentionRequest::Flash;
+      if (lse) o.attention = AttentionRequest::Cudnn;
       auto be = make_cpu_backend(o);
-      CHECK(be->attention_saves_lse(16, dt) == bool(flash));
+      CHECK(be->attention_saves_lse(16, dt) == bool(lse));
       size_t peak = 0;
       {
         GPT m(c, *be, dt);
-        CHECK(m.attention_lse() == bool(flash));
+        CHECK(m.attention_lse() == bool(lse));
         m.init_random(1);
-        loss[flash] = m.forward(in.data(), tg.data(), B, T, 1.0f);
+        loss[lse] = m.forward(in.data(), tg.data(), B, T, 1.0f);
         m.backward();
         peak = be->peak_bytes();  // grads_f64 borrows backend memory of its own
-        grads[flash] = m.grads_f64();
+        grads[lse] = m.grads_f64();
       }
-      MemoryPlan p = plan_memory(c, dt, B, T, 1, flash);
+      MemoryPlan p = plan_memory(c, dt, B, T, 1, lse);
       CHECK(peak >= p.total());
       CHECK(peak <= p.total() + 9 * 64);
     }

@@ -412,22 +412,36 @@ TEST_CASE("messages: config files and subcommand options are checked like config
 TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory plan") {
   tgt::TempDir d;
   std::string out;
+  // An old config's flash (the hand-written kernels have gone): read as cudnn, whose CPU twin
+  // keeps lse, with a one-line notice; the config keeps the value as written.
   REQUIRE(run_binary(tiny_args(d / "run") + " --train.steps=2 --cuda.attention=flash", &out) == 0);
-  CHECK(has(out, "attention: flash"));  // the CPU runs its flash (lse) twin
+  CHECK(has(out,
+            "notice: cuda.attention=flash: the hand-written flash kernels have gone; read "
+            "as cudnn"));
+  CHECK(has(out, "attention: lse (the CPU's lse twin of cuda.attention=flash (read as cudnn)"));
   const json cfg = json::parse(tgt::slurp(d / "run/config.json"));
   CHECK(cfg["cuda"]["attention"] == "flash");
   CHECK(cfg["cuda"]["gemm"] == "lt");
   CHECK(cfg["precision"]["loss_scale"]["on_device"] == false);
   const json st = json::parse(tgt::slurp(d / "run/ckpt_00000002/state.json"));
   CHECK(st["config"]["cuda"]["attention"] == "flash");
+  // Resumed from that checkpoint: the same notice and path, not an error.
+  REQUIRE(run_binary(tiny_args(d / "run") + " --train.steps=3 --cuda.attention=flash " +
+                         "--checkpoint.resume=true",
+                     &out) == 0);
+  CHECK(has(out, "notice: cuda.attention=flash"));
+  CHECK(has(out, "attention: lse"));
   REQUIRE(run_binary("memory --cuda.attention=flash", &out) == 0);
-  CHECK(has(out, "flash attention"));
+  CHECK(has(out, "notice: cuda.attention=flash"));
+  CHECK(has(out, "attention keeping lse"));
+  CHECK(has(out, "cuDNN's workspace is in the attention column"));
   CHECK(run_binary("train --cuda.attention=magic", &out) == 2);
-  CHECK(has(out, "auto|cublas|fused|flash|cudnn"));
-  // cudnn's CPU twin is flash's; the memory plan counts cuDNN's workspace for the GPU.
-  REQUIRE(run_binary(tiny_args(d / "run_cudnn") + " --train.steps=1 --cuda.attention=cudnn", &out) ==
-          0);
-  CHECK(has(out, "attention: flash (the CPU's flash twin of cuda.attention=cudnn"));
+  CHECK(has(out, "auto|cublas|fused|cudnn|flash"));
+  // cudnn's CPU twin keeps lse; the memory plan counts cuDNN's workspace for the GPU.
+  REQUIRE(run_binary(tiny_args(d / "run_cudnn") + " --train.steps=1 --cuda.attention=cudnn",
+                     &out) == 0);
+  CHECK(has(out, "attention: lse (the CPU's lse twin of cuda.attention=cudnn:"));
+  CHECK_FALSE(has(out, "notice:"));
   REQUIRE(run_binary("memory --cuda.attention=cudnn --modes=bf16,fp32", &out) == 0);
   CHECK(has(out, "cuDNN's workspace is in the attention column"));
   CHECK(has(out, "fp32: cuda.attention=cudnn cannot run"));

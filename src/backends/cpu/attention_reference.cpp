@@ -14,7 +14,7 @@
 // and the outputs are rounded to T once. The materialised pair (attention_forward_reference,
 // attention_backward_reference: the CUDA backend's cuBLAS path) rounds each score q_t . k_u
 // * scale and each dP = dout_t . v_u to T too, where the GPU's GEMMs store them (their fp32
-// sums rounded once); the lse pair (the flash / cuDNN twin) keeps them in the accumulation
+// sums rounded once); the lse pair (the cuDNN twin) keeps them in the accumulation
 // type, as those kernels do. Both passes parallelise over (b,h): each thread
 // widens one head's q, k, v once and accumulates its dq/dk/dv in the accumulation type.
 #include <algorithm>

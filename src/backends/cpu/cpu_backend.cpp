@@ -58,13 +58,14 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override {
     for (auto& kv : sizes_) std::free(kv.first);
   }
-  // cuda.attention=cudnn's twin is flash's (the same lse contract); auto keeps the reference
-  // (the CPU has no cuDNN, and a CPU run's numbers must not move with a GPU key).
+  // cuda.attention=cudnn's twin keeps lse as cuDNN does (and so does an old config's flash,
+  // read as cudnn); auto keeps the reference (the CPU has no cuDNN, and a CPU run's numbers
+  // must not move with a GPU key).
   explicit CpuBackend(const BackendOptions& o)
-      : flash_(o.attention == AttentionRequest::Flash || o.attention == AttentionRequest::Cudnn),
+      : lse_(effective_attention(o.attention) == AttentionRequest::Cudnn),
         attention_(o.attention) {}
   std::string name() const override { return "cpu"; }
-  const bool flash_;
+  const bool lse_;
   const AttentionRequest attention_;  // cuda.attention, named on the start-up line
 
   Tensor alloc(DType dtype, size_t numel) override {
@@ -269,15 +270,16 @@ class CpuBackend final : public Backend {
       cpu::attention_backward(P<E>(dqkv), P<E>(dout), P<E>(qkv), P<E>(att), B, T, C, NH);
     });
   }
-  // The CPU keeps the att path (the reference) unless cuda.attention=flash or cudnn: then it
-  // runs the lse twin, so that a GPU run with flash or cuDNN attention has a CPU run to
+  // The CPU keeps the att path (the reference) unless cuda.attention=cudnn (or flash, read as
+  // cudnn): then it runs the lse twin, so that a GPU run with cuDNN attention has a CPU run to
   // compare with.
   AttentionChoice attention_choice(int, DType) const override {
     AttentionChoice c;
-    if (!flash_) return c;
-    c.path = AttentionPath::Flash;
+    if (!lse_) return c;
+    c.path = AttentionPath::CpuLse;
     c.lse = true;
-    c.reason = std::string("the CPU's flash twin of cuda.attention=") + enum_name(attention_) +
+    c.reason = std::string("the CPU's lse twin of cuda.attention=") + enum_name(attention_) +
+               (attention_ == AttentionRequest::Flash ? " (read as cudnn)" : "") +
                ": per-row logsumexp kept, no T x T probabilities";
     return c;
   }

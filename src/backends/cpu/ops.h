@@ -78,9 +78,9 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
                         int NH);
 
-// The flash-style twin (Backend::attention_forward_lse): lse(B,NH,T) = m + log(sum) of each
-// row's scaled scores, in the accumulation type, instead of att; the backward recomputes
-// p = exp(s - lse) and takes D_t = dout_t . out_t from the stored out.
+// The lse twin of cuDNN's attention (Backend::attention_forward_lse): lse(B,NH,T) = m +
+// log(sum) of each row's scaled scores, in the accumulation type, instead of att; the backward
+// recomputes p = exp(s - lse) and takes D_t = dout_t . out_t from the stored out.
 template <typename T>
 void attention_forward_lse(T* out, acc_t<T>* lse, const T* qkv, int B, int T_, int C, int NH);
 template <typename T>

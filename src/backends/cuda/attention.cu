@@ -14,7 +14,6 @@
 
 #include "cublaslt.h"
 #include "kernels/attention.cuh"
-#include "kernels/flash_attention.cuh"
 #include "launch.h"
 #include "src/backends/attention_blocks.h"
 
@@ -184,70 +183,7 @@ bool fused_forward(Ctx& c, E* out, E* att, const E* qkv, int B, int T, int NH, i
   return true;
 }
 
-// fn(KJ tag) for head size hs = 32 KJ, KJ = 1..4.
-template <typename F>
-void head_dispatch(const char* op, int hs, F&& fn) {
-  switch (hs) {
-    case 32: return fn(std::integral_constant<int, 1>{});
-    case 64: return fn(std::integral_constant<int, 2>{});
-    case 96: return fn(std::integral_constant<int, 3>{});
-    case 128: return fn(std::integral_constant<int, 4>{});
-    default: throw Error(strf("%s: head size %d (the kernel takes 32, 64, 96, 128)", op, hs));
-  }
-}
-
-// Launches a flash kernel with `smem` bytes of dynamic shared memory (raising the kernel's
-// limit above the default 48 KiB when it needs more).
-template <typename K, typename... A>
-void launch_flash(Ctx& c, K kernel, dim3 grid, size_t smem, A... args) {
-  if (smem > 48 * 1024)
-    TG_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  launch(kernel, grid, flash::kThreads, smem, c.stream, args...);
-  TG_LAUNCH_CHECK();
-}
-
 }  // namespace
-
-bool flash_attention_supported(int hs) { return hs % 32 == 0 && hs >= 32 && hs <= 128; }
-
-void attention_forward_lse(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
-                           int C, int NH) {
-  const int hs = C / NH;
-  const float scale = 1.f / std::sqrt(float(hs));
-  const dim3 grid(unsigned((T + flash::kTile - 1) / flash::kTile), unsigned(NH), unsigned(B));
-  dispatch("attention_forward_lse", t, [&](auto tag) {
-    using E = decltype(tag);
-    head_dispatch("attention_forward_lse", hs, [&](auto kj) {
-      constexpr int KJ = decltype(kj)::value;
-      launch_flash(c, flash::forward_kernel<E, KJ>, grid, flash::forward_smem(hs),
-                   static_cast<E*>(out), lse, static_cast<const E*>(qkv), T, NH, scale);
-    });
-  });
-}
-
-void attention_backward_lse(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
-                            const void* out, const float* lse, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const float scale = 1.f / std::sqrt(float(hs));
-  const dim3 grid(unsigned((T + flash::kTile - 1) / flash::kTile), unsigned(NH), unsigned(B));
-  float* D = static_cast<float*>(c.scratch(kScratchS, size_t(B) * NH * T * 4));
-  dispatch("attention_backward_lse", t, [&](auto tag) {
-    using E = decltype(tag);
-    launch(flash::delta_kernel<E>, row_blocks(size_t(B) * NH * T), kThreads, 0, c.stream, D,
-           static_cast<const E*>(out), static_cast<const E*>(dout), B, T, NH, hs);
-    TG_LAUNCH_CHECK();
-    head_dispatch("attention_backward_lse", hs, [&](auto kj) {
-      constexpr int KJ = decltype(kj)::value;
-      launch_flash(c, flash::backward_dkv_kernel<E, KJ>, grid, flash::dkv_smem(hs),
-                   static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv),
-                   lse, static_cast<const float*>(D), T, NH, scale);
-      launch_flash(c, flash::backward_dq_kernel<E, KJ>, grid, flash::dq_smem(hs),
-                   static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv),
-                   lse, static_cast<const float*>(D), T, NH, scale);
-    });
-  });
-}
 
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH) {

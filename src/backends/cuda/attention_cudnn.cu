@@ -2,8 +2,8 @@
 // forward and backward, with the contract of attention_forward_lse / attention_backward_lse
 // (launch.h): q, k, v are read in place from qkv (B, T, 3, NH, hs) through strides, out is
 // (B, T, NH, hs), lse (B, NH, T) fp32 is cuDNN's softmax statistics (the natural-log logsumexp
-// of each row's scaled causal scores: the flash kernels' lse, so the model and the CPU twin are
-// flash's), and the backward writes dq, dk, dv in place into dqkv's rows.
+// of each row's scaled causal scores, as the CPU's lse twin keeps it), and the backward writes
+// dq, dk, dv in place into dqkv's rows.
 //
 // cuDNN is optional twice over. At build time the Makefile defines TG_CUDNN only where the
 // cudnn-frontend headers (1.32.0, fetched with their sha256 by scripts/gpu/gpu_deps.sh) are
@@ -16,7 +16,9 @@
 // under a virtual environment, conda, ~/.local or /usr/local).
 //
 // Graphs are built once per (B, T, NH, hs, type, stats) forward and (B, T, NH, hs, type)
-// backward (building is slow, executing is not) and kept with the backend's handle. The
+// backward (building is slow, executing is not) and kept with the backend's handle; the run's
+// own shape is built at start-up (cudnn_build_graphs), before the model sizes its activations
+// for lse, so that a graph cuDNN refuses is found while another path can still be taken. The
 // workspace is the largest any graph asks for, in the backend's kScratchCudnn slot (counted in
 // its bytes in use). The backward runs cuDNN's deterministic algorithm: a resumed run
 // repeats its steps bit for bit only if every backward does.
@@ -63,6 +65,9 @@ void attention_backward_cudnn(Ctx&, DType, void*, const void*, const void*, cons
   throw Error("cuda.attention=cudnn: this build has no cuDNN");
 }
 std::string cudnn_validate_graphs(int, int, int, int, DType, int) {
+  return "this build has no cuDNN";
+}
+std::string cudnn_build_graphs(Ctx&, DType, int, int, int, int) {
   return "this build has no cuDNN";
 }
 
@@ -150,9 +155,7 @@ CudnnProbe load_cudnn(const std::string& lib) {
 // ---- graphs ----
 
 void fe_check(fe::error_object e, const char* what) {
-  if (!e.is_good())
-    throw Error(strf("cuDNN attention: %s: %s (cuda.attention=flash or cublas avoid cuDNN)", what,
-                     e.get_message().c_str()));
+  if (!e.is_good()) throw Error(strf("cuDNN attention: %s: %s", what, e.get_message().c_str()));
 }
 
 void cudnn_check(cudnnStatus_t s, const char* what) {
@@ -239,7 +242,7 @@ GraphPtr make_forward_graph(const Dims& d, DType t, bool stats, int sm) {
                   .set_name("causal_attention")
                   .set_generate_stats(stats)
                   .set_causal_mask(true)
-                  .set_attn_scale(1.f / std::sqrt(float(d.hs)));  // the flash kernels' scale
+                  .set_attn_scale(1.f / std::sqrt(float(d.hs)));  // the CPU twin's scale
   auto [o, lse] = g->sdpa(q, k, v, opts);
   o->set_output(true).set_uid(kO).set_dim(d.dims()).set_stride(d.out_strides());
   if (stats)
@@ -330,6 +333,21 @@ std::string cudnn_validate_graphs(int B, int T, int C, int NH, DType t, int sm) 
     GraphPtr g = i == 2 ? make_backward_graph(d, t, sm) : make_forward_graph(d, t, i == 1, sm);
     const fe::error_object e = g->validate();
     if (!e.is_good()) return strf("%s graph: %s", i == 2 ? "backward" : "forward", e.err_msg.c_str());
+  }
+  return "";
+}
+
+std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH) {
+  const Dims d = dims_of(B, T, C, NH);
+  const char* which = "handle";
+  try {
+    CudnnAttention& s = state(c);
+    which = "forward graph";
+    forward_graph(s, d, t, true);
+    which = "backward graph";
+    backward_graph(s, d, t);
+  } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
+    return strf("%s: %s", which, e.what());
   }
   return "";
 }

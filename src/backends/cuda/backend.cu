@@ -25,12 +25,14 @@
 #include <tuple>
 #include <vector>
 
+#include "arg_checks.h"
 #include "cuda_backend.h"
 #include "device_memory.h"
 #include "launch.h"
 #include "operand_stats.h"
 #include "scaled.h"
 #include "src/backends/cpu/cpu_backend.h"
+#include "src/base/test_hooks.h"
 #include "src/numerics/moment_block.h"
 
 namespace tg {
@@ -47,58 +49,10 @@ int cuda_device_count() {
 namespace {
 
 using gpu::Ctx;
-
-void need_same(const char* op, std::initializer_list<Tensor> ts) {
-  DType t = DType::F32;
-  bool first = true;
-  for (const Tensor& x : ts) {
-    if (!x) continue;
-    if (!first && x.dtype != t)
-      throw Error(strf("cuda backend: %s needs tensors of one type (%s and %s)", op, dtype_name(t),
-                       dtype_name(x.dtype)));
-    t = x.dtype;
-    first = false;
-  }
-}
-void need_f32(const char* op, Tensor t) {
-  if (t && t.dtype != DType::F32)
-    throw Error(strf("cuda backend: %s needs fp32 %s", op, dtype_name(t.dtype)));
-}
-// A moment tensor in its format's storage: fp32, or the format's 16-bit type.
-void need_moment(const char* op, Tensor t, const MomentFormat& f) {
-  const DType want = moment_is_plain(f) ? DType::F32 : f.dtype;
-  if (t.dtype != want)
-    throw Error(strf("cuda backend: %s is %s, its format stores %s", op, dtype_name(t.dtype),
-                     dtype_name(want)));
-}
-
-// AdamW's tensors agree with each other and with a.master (AdamWArgs): fp32 master weights
-// of the weights' length, or bf16 weights that are their own master (bf16-kahan: with a bf16
-// compensation of their length).
-void need_adamw(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
-                const AdamWArgs& a) {
-  need_same("adamw", {params, grads});
-  // FP8 moments (src/numerics/moment_block.h): the blocks' meta beside the codes.
-  for (auto [t, meta, f] :
-       {std::tuple{m, a.m_meta, a.m_format}, std::tuple{v, a.v_meta, a.v_format}})
-    if (moment_is_blocked(f) &&
-        (f.block < kMomentBlockMin || f.block > kMomentBlockMax || t.numel != params.numel ||
-         meta.dtype != DType::F32 ||
-         meta.numel != moment_blocks(t.numel, f.block) * size_t(moment_meta_words(f))))
-      throw Error("cuda backend: adamw: an fp8 moment's codes or block meta do not match");
-  if (a.master == MasterFormat::FP32) {
-    need_f32("adamw master", master);
-    if (master.numel != params.numel) throw Error("cuda backend: adamw master length differs");
-  } else if (params.dtype != DType::BF16 ||
-             (a.master == MasterFormat::BF16Kahan &&
-              (master.dtype != DType::BF16 || master.numel != params.numel))) {
-    throw Error(strf("cuda backend: adamw with %s master weights needs bf16 weights%s",
-                     master_format_name(a.master),
-                     a.master == MasterFormat::BF16Kahan ? " and a bf16 compensation" : ""));
-  }
-  need_moment("adamw m", m, a.m_format);
-  need_moment("adamw v", v, a.v_format);
-}
+using gpu::need_adamw;
+using gpu::need_f32;
+using gpu::need_moment;
+using gpu::need_same;
 
 class CudaBackend final : public Backend {
  public:
@@ -334,42 +288,63 @@ class CudaBackend final : public Backend {
     gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
                             NH);
   }
-  // cuda.attention (attention_choice.h); cuDNN is looked for only when cudnn or auto asks.
+  // cuda.attention (attention_choice.h): the path settled for this head size and type, else
+  // the choice short of cuDNN's graphs (a model built without settle_attention: bench's and
+  // the tests' models).
   AttentionChoice attention_choice(int head_size, DType t) const override {
-    const AttentionRequest a = ctx_.opt.attention;
-    CudnnProbe cudnn;
-    if (a == AttentionRequest::Cudnn || a == AttentionRequest::Auto)
-      cudnn = gpu::cudnn_probe(ctx_.opt.cudnn_lib);
-    return choose_attention(a, cudnn, t, head_size, gpu::flash_attention_supported(head_size));
+    auto it = settled_.find(std::make_pair(head_size, t));
+    if (it != settled_.end()) return it->second;
+    return choose_attention(ctx_.opt.attention, cudnn_found(), t, head_size);
   }
-  // attention_choice's path is cudnn: asked once per head size and type (the choice is the
-  // run's; each attention call asking again would probe and format its reasons 24 times a step).
-  bool chooses_cudnn(int hs, DType t) {
-    const auto key = std::make_pair(hs, t);
-    auto it = cudnn_choice_.find(key);
-    if (it == cudnn_choice_.end())
-      it = cudnn_choice_.emplace(key, attention_choice(hs, t).path == AttentionPath::Cudnn).first;
-    return it->second;
+  // Where cudnn would run, its forward and backward graphs are built now at s (and kept for
+  // the run), so that a graph cuDNN refuses is found before the model sizes its activations.
+  AttentionChoice settle_attention(const AttentionShape& s) override {
+    const AttentionChoice c = choose_attention(ctx_.opt.attention, cudnn_found(), s.t, s.head_size,
+                                               [&] { return cudnn_graphs(s); });
+    settled_[std::make_pair(s.head_size, s.t)] = c;
+    return c;
   }
-  // The lse ops run cuDNN (f) where the choice is cudnn, else the hand-written flash kernels
-  // (false). Under auto only, a cuDNN graph that cannot be built here (an engine this GPU
-  // lacks) hands over to the flash kernels, which keep the same lse, for the rest of the run,
-  // said on stderr; cudnn asked for by name stops with the error instead.
+  // cuDNN is looked for only when cudnn or auto asks (flash is read as cudnn).
+  // TG_TEST_CUDNN_REFUSE stands in a loaded cuDNN that refuses one graph.
+  CudnnProbe cudnn_found() const {
+    const AttentionRequest a = effective_attention(ctx_.opt.attention);
+    if (a != AttentionRequest::Cudnn && a != AttentionRequest::Auto) return {};
+    if (test_hooks::cudnn_refuses().empty()) return gpu::cudnn_probe(ctx_.opt.cudnn_lib);
+    CudnnProbe p;
+    p.built_in = p.loaded = true;
+    p.detail = "a stand-in cuDNN (TG_TEST_CUDNN_REFUSE)";
+    return p;
+  }
+  // "" when cuDNN builds both graphs at s, else which it refused and why.
+  std::string cudnn_graphs(const AttentionShape& s) {
+    const std::string hook = test_hooks::cudnn_refuses();
+    const std::string why =
+        hook.empty() ? gpu::cudnn_build_graphs(ctx_, s.t, s.B, s.T, s.NH * s.head_size, s.NH)
+                     : hook + " graph: refused (TG_TEST_CUDNN_REFUSE)";
+    return why.empty() ? why : "cuDNN at " + attention_shape_name(s) + ": " + why;
+  }
+  // The lse ops run cuDNN, the one CUDA path that keeps lse. The path was settled at start-up;
+  // a graph that fails after that (a shape start-up did not build: sampling's) stops the run
+  // with the reason instead of switching paths: the activations are sized for lse, and a
+  // resumed run must repeat its steps bit for bit.
   template <typename F>
-  bool ran_cudnn(DType t, int hs, F&& f) {
-    if (cudnn_failed_ || !chooses_cudnn(hs, t)) return false;
+  void run_cudnn(const char* op, DType t, int B, int T, int C, int NH, F&& f) {
+    const auto key = std::make_pair(C / NH, t);
+    auto it = settled_.find(key);
+    if (it == settled_.end()) it = settled_.emplace(key, attention_choice(C / NH, t)).first;
+    if (it->second.path != AttentionPath::Cudnn)
+      throw Error(
+          strf("%s: the CUDA backend keeps lse only through cuDNN, which "
+               "cuda.attention=%s did not choose (%s)",
+               op, enum_name(ctx_.opt.attention), it->second.reason.c_str()));
     try {
       f();
-      return true;
     } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
-      if (ctx_.opt.attention != AttentionRequest::Auto || !gpu::flash_attention_supported(hs))
-        throw;
-      std::fprintf(stderr,
-                   "warning: cuda.attention=auto: cuDNN failed (%s); the flash kernels "
-                   "run instead\n",
-                   e.what());
-      cudnn_failed_ = true;
-      return false;
+      const AttentionShape s{B, T, NH, C / NH, t};
+      throw Error(
+          strf("cuda.attention=%s: cuDNN attention failed mid-run at %s: %s; the run "
+               "stops rather than change path (cuda.attention=cublas avoids cuDNN)",
+               enum_name(ctx_.opt.attention), attention_shape_name(s).c_str(), e.what()));
     }
   }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
@@ -377,11 +352,9 @@ class CudaBackend final : public Backend {
     need_same("attention_forward_lse", {out, qkv});
     need_f32("attention_forward_lse", lse);
     const DType t = out.dtype;
-    if (ran_cudnn(t, C / NH, [&] {
-          gpu::attention_forward_cudnn(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
-        }))
-      return;
-    gpu::attention_forward_lse(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+    run_cudnn("attention_forward_lse", t, B, T, C, NH, [&] {
+      gpu::attention_forward_cudnn(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+    });
   }
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
                               int T, int C, int NH) override {
@@ -389,12 +362,10 @@ class CudaBackend final : public Backend {
     need_f32("attention_backward_lse", lse);
     const DType t = dout.dtype;
     const float* l = lse.as<const float>();
-    if (ran_cudnn(t, C / NH, [&] {
-          gpu::attention_backward_cudnn(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T,
-                                        C, NH);
-        }))
-      return;
-    gpu::attention_backward_lse(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T, C, NH);
+    run_cudnn("attention_backward_lse", t, B, T, C, NH, [&] {
+      gpu::attention_backward_cudnn(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T, C,
+                                    NH);
+    });
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n) override {
     need_same("gelu_forward", {out, inp});
@@ -563,8 +534,8 @@ class CudaBackend final : public Backend {
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
-  bool cudnn_failed_ = false;  // auto's hand-over to the flash kernels (ran_cudnn)
-  std::map<std::pair<int, DType>, bool> cudnn_choice_;  // chooses_cudnn's answers
+  // The attention path per (head size, type): settle_attention's, or run_cudnn's first ask.
+  std::map<std::pair<int, DType>, AttentionChoice> settled_;
   unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
   size_t amax_words_ = 0;
 };

@@ -227,21 +227,14 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
 // ---- attention.cu ----
 // c.opt.attention == fused (cuda.attention=fused) switches the forward to the fused
 // single-pass kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
-// Flash attention (kernels/flash_attention.cuh): cuda.attention=flash (the backend reads it
-// once); head sizes 32, 64, 96, 128. lse (B, NH, T) fp32 replaces att.
-bool flash_attention_supported(int hs);
-void attention_forward_lse(Ctx& c, DType t, void* out, float* lse, const void* qkv, int B, int T,
-                           int C, int NH);
-void attention_backward_lse(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
-                            const void* out, const float* lse, int B, int T, int C, int NH);
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* att, int B, int T, int C, int NH);
 
 // ---- attention_cudnn.cu ----
-// cuDNN's fused flash attention (SDPA, through the header-only cudnn-frontend), the same
-// contract as attention_forward_lse / attention_backward_lse: q, k, v read in place from
+// cuDNN's fused flash attention (SDPA, through the header-only cudnn-frontend), the CUDA
+// backend's attention_forward_lse / attention_backward_lse: q, k, v read in place from
 // qkv (B, T, 3, NH, hs), out (B, T, NH, hs), lse (B, NH, T) fp32 natural-log logsumexp of the
 // scaled causal scores, dqkv written in place (every element: no accumulation). bf16 and fp16
 // only. Built with TG_CUDNN (the Makefile defines it when cudnn_frontend.h is found); libcudnn
@@ -254,6 +247,10 @@ void attention_forward_cudnn(Ctx& c, DType t, void* out, float* lse, const void*
                              int T, int C, int NH);
 void attention_backward_cudnn(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                               const void* out, const float* lse, int B, int T, int C, int NH);
+// Builds (and keeps for the run) the forward graph with lse and the backward graph of one
+// shape on c's device, as the two calls above will: "" when both build, else which graph
+// failed and cuDNN's message. The backend's start-up check (settle_attention).
+std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH);
 // The three graphs of one shape (forward with and without lse, backward) checked by the
 // frontend's validate() as for compute capability `sm` (e.g. 90), which needs no GPU: "" when
 // valid, else the frontend's message.
