@@ -1,5 +1,6 @@
 // gemm_bf16_problem.h: random bf16 GEMM problems and the scope guard of cpu.narrow_gemm's path,
-// for the tests of the bf16 kernels (test_gemm_bf16.cpp, test_gemm_amx.cpp).
+// the hardware paths this CPU has, for the tests of the bf16 kernels (test_gemm_bf16.cpp,
+// test_gemm_amx.cpp, test_matmul_fp8.cpp).
 #pragma once
 #include <doctest/doctest.h>
 
@@ -7,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/gemm_bf16.h"
 #include "src/numerics/formats.h"
 
@@ -17,6 +19,20 @@ struct NarrowPath {
   explicit NarrowPath(tg::cpu::NarrowGemm g) { tg::cpu::set_narrow_gemm(g); }
   ~NarrowPath() { tg::cpu::set_narrow_gemm(tg::cpu::NarrowGemm::Exact); }
 };
+
+// The hardware paths this CPU has: AVX512-BF16, and AMX where the process may use the tiles
+// (the path is left exact).
+inline std::vector<tg::cpu::NarrowGemm> hardware_paths() {
+  using tg::cpu::NarrowGemm;
+  std::vector<NarrowGemm> v;
+  for (NarrowGemm g : {NarrowGemm::Avx512Bf16, NarrowGemm::AmxBf16}) {
+    tg::cpu::set_narrow_gemm(g);
+    if (tg::cpu::narrow_gemm() == g) v.push_back(g);
+  }
+  tg::cpu::set_narrow_gemm(NarrowGemm::Exact);
+  if (v.size() < 2) MESSAGE("some paths skipped: this CPU has " << tg::cpu::cpu_isa_summary());
+  return v;
+}
 
 // vdpbf16ps's fp32 arithmetic: subnormals in and out count as zero.
 inline float ftz(float x) { return std::fabs(x) < 0x1p-126f ? 0.0f * x : x; }

@@ -23,21 +23,9 @@
 
 using tg::cpu::NarrowGemm;
 using tgt::NarrowPath, tgt::Problem, tgt::ftz, tgt::kShapes, tgt::random_problem, tgt::run_kernel,
-    tgt::for_each_problem;
+    tgt::for_each_problem, tgt::hardware_paths;
 
 namespace {
-
-// The hardware paths this CPU has: AVX512-BF16, and AMX where the process may use the tiles.
-std::vector<NarrowGemm> hardware_paths() {
-  std::vector<NarrowGemm> v;
-  for (NarrowGemm g : {NarrowGemm::Avx512Bf16, NarrowGemm::AmxBf16}) {
-    tg::cpu::set_narrow_gemm(g);
-    if (tg::cpu::narrow_gemm() == g) v.push_back(g);
-  }
-  tg::cpu::set_narrow_gemm(NarrowGemm::Exact);
-  if (v.size() < 2) MESSAGE("some paths skipped: this CPU has " << tg::cpu::cpu_isa_summary());
-  return v;
-}
 
 bool have_bf16_kernel() {
   tg::cpu::set_narrow_gemm(NarrowGemm::Avx512Bf16);

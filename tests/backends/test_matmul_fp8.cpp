@@ -20,19 +20,9 @@ using tg::ElemFormat;
 using tg::cpu::bf16;
 using tg::cpu::NarrowGemm;
 using tg::cpu::PackQuant;
+using tgt::hardware_paths;
 
 namespace {
-
-std::vector<NarrowGemm> hardware_paths() {
-  std::vector<NarrowGemm> v;
-  for (NarrowGemm g : {NarrowGemm::Avx512Bf16, NarrowGemm::AmxBf16}) {
-    tg::cpu::set_narrow_gemm(g);
-    if (tg::cpu::narrow_gemm() == g) v.push_back(g);
-  }
-  tg::cpu::set_narrow_gemm(NarrowGemm::Exact);
-  if (v.size() < 2) MESSAGE("some paths skipped: this CPU has " << tg::cpu::cpu_isa_summary());
-  return v;
-}
 
 // bf16 values over a wide range of binades (some below E4M3's subnormals at the scales used,
 // some past its largest value).

@@ -17,19 +17,9 @@
 // order, so the results are the same bits.
 #include "quantize_lanes.h"
 
+#include "avx512_intrinsics.h"
 #include "cpu_features.h"
 #include "src/numerics/formats.h"
-
-#if defined(__x86_64__)
-// GCC 12 warns on its own _mm512_undefined_* (self-initialised) in the intrinsics that use it
-// (the casts and conversions between register widths).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define TG_QUANT_AVX512 1
-#endif
 
 namespace tg::cpu {
 

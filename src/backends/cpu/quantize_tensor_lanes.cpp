@@ -1,6 +1,6 @@
 // quantize_tensor_lanes: the per-tensor FP8 codes of quantize_tensor.cpp in AVX-512 lanes, 32
 // values a step, equal to storage.h's nearest_round_trip bit for bit
-// (tests/backends/test_quantize_lanes.cpp: every bf16 input at many scales, random and
+// (tests/backends/test_quantize_tensor.cpp: every bf16 input at many scales, random and
 // adversarial fp32 inputs).
 //
 // The scalar round trip rounds the fp32 bits with an add-and-mask in the normal range and by
@@ -17,17 +17,9 @@
 // The codes are the results' top halves (exact in bf16), two registers' worth picked by one
 // permute; bf16 inputs widen by interleaving with zeros, which the permute's order undoes.
 #include "quantize_lanes.h"
-#include "src/numerics/elem_format.h"
 
-#if defined(__x86_64__)
-// GCC 12 warns on its own _mm512_undefined_* (self-initialised) in the intrinsics that use it.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define TG_QUANT_AVX512 1
-#endif
+#include "avx512_intrinsics.h"
+#include "src/numerics/elem_format.h"
 
 namespace tg::cpu {
 
