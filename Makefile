@@ -323,6 +323,7 @@ FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/
                 src/config/config_validate.cpp \
                 src/config/config_text.cpp src/config/presets.cpp \
                 src/config/key_aliases.cpp src/data/bpe_long_piece.cpp src/backends/backend.cpp \
+                src/backends/attention_choice.cpp \
                 src/io/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
                 src/comm/rendezvous_secret.cpp \
                 src/model/model.cpp src/model/model_plan.cpp src/model/model_params.cpp \
