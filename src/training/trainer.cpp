@@ -181,7 +181,7 @@ void Trainer::setup_comm_and_backend() {
 // settles the path its own config names (cuda.* keys are never read back from a checkpoint).
 void Trainer::settle_attention() {
   const AttentionShape s{cfg_.data.batch_size, cfg_.data.seq_len, mc_.n_head,
-                         mc_.n_embd / mc_.n_head, precision_spec(cfg_).compute};
+                         mc_.n_embd / mc_.n_head, spec_.compute};
   require_runnable(be_->settle_attention(s));
 }
 
