@@ -327,7 +327,7 @@ FUZZ_LIB_SRC := src/base/common.cpp src/base/fileio.cpp src/base/sha256.cpp src/
                 src/io/checkpoint_cleanup.cpp src/comm/comm.cpp src/comm/rendezvous.cpp \
                 src/comm/rendezvous_secret.cpp \
                 src/model/model.cpp src/model/model_plan.cpp src/model/model_params.cpp \
-                src/model/model_grads.cpp src/model/quant_state.cpp src/model/quantized_linear.cpp \
+                src/model/model_grads.cpp src/model/linear_quantizers.cpp src/model/quantized_linear.cpp \
                 src/io/checkpoint.cpp src/io/model_file.cpp src/io/optim_file.cpp \
                 src/io/run_state.cpp src/io/hf.cpp \
                 tests/fuzz/fuzz_entries.cpp

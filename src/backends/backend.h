@@ -109,7 +109,7 @@ enum TensorOperand { kTensorInput, kTensorWeight, kTensorGrad, kTensorOperands }
 
 // Per-tensor scaling of one linear (the per-tensor recipes, fp8_tensor_recipe: one fp32 scale
 // per operand, from a delayed amax history or the operand's current amax). Delayed scales come
-// from the caller (QuantState keeps the histories on the host, where checkpoints and the
+// from the caller (LinearQuantizers keeps the histories on the host, where checkpoints and the
 // ranks' reduction read them); the backend leaves each quantized operand's amax in the
 // linear's slot for take_amaxes, so that a device never waits for the host inside a pass.
 struct TensorScaling {

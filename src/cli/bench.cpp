@@ -18,12 +18,12 @@
 #include "src/base/common.h"
 #include "src/base/rng.h"
 #include "src/config/config.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/precision/precision.h"
+#include "src/precision/precision_runtime.h"
 #include "src/training/backend_factory.h"
 #include "src/training/gpu_peak.h"
-#include "src/precision/precision_runtime.h"
 #include "src/training/trainer.h"
 
 namespace tg {

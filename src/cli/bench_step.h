@@ -9,8 +9,8 @@
 
 #include "src/backends/backend.h"
 #include "src/config/config.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/numerics/loss_scaler.h"
 #include "src/precision/precision_runtime.h"
 
@@ -29,7 +29,7 @@ struct BenchArgs {
   std::vector<Mode> modes;
   Fp8Config fp8cfg;
   QuantOptions fp8opt;
-  bool profile = false;           // the per-op profile instead of the step table
+  bool profile = false;              // the per-op profile instead of the step table
   std::string out = "runs/profile";  // where the profile's markdown and CSV go
 };
 

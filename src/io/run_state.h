@@ -37,11 +37,11 @@ struct RunState {
   RunCounters counters;
   Mode mode = Mode::FP32;         // precision.mode it was trained in
   LossScaler loss_scale;          // kind and state (scale, good_steps, hysteresis_left)
-  nlohmann::json fp8;             // QuantState::to_json(), or null
+  nlohmann::json fp8;             // LinearQuantizers::to_json(), or null
   nlohmann::json auto_precision;  // AutoPrecision::to_json() (precision.mode=auto), or null
   nlohmann::json smoothing;       // ChannelSmoothing::to_json() (smoothing on), or null
   double initial_val_loss = NAN;
-  nlohmann::json config;  // the effective config of the run that wrote it
+  nlohmann::json config;      // the effective config of the run that wrote it
   TokenizerRecord tokenizer;  // the data's; unknown in checkpoints from before the record
   GPTConfig model;
   size_t num_params = 0;

@@ -99,7 +99,6 @@ void GPT::init_random(uint64_t seed) {
   set_params(host);
 }
 
-
 void GPT::ensure_acts(int B, int T) {
   auto need = layout_acts(B, T, nullptr);
   AllocPurpose purpose("the activations");
@@ -129,7 +128,7 @@ void GPT::ensure_acts(int B, int T) {
 
 void GPT::take_amaxes(bool backward, bool training) {
   if (!fp8_ || fp8_->block_scaled()) return;
-  const int n = cfg_.n_layer * QuantState::kLinears;
+  const int n = cfg_.n_layer * LinearQuantizers::kLinears;
   const std::vector<float> amax = be_.take_amaxes(n);
   if (!training) return;
   fp8_->record_pass(amax, backward);
@@ -201,34 +200,34 @@ void GPT::block_forward(int l, int B, int T, bool training) {
   if (l == 0)
     be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
                           P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
-  linear_forward(l, QuantState::QKV, qkv, ln1,
+  linear_forward(l, LinearQuantizers::QKV, qkv, ln1,
                  P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                  P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
   if (lse_)
     be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH);
   else
     be_.attention_forward(atty, attl, qkv, B, T, C, NH);
-  linear_forward(l, QuantState::ATTPROJ, attproj, atty,
+  linear_forward(l, LinearQuantizers::ATTPROJ, attproj, atty,
                  P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
                  BT, C, C, training);
   be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
                                  a.ln2_rstd.slice(l * BT, BT), residual, attproj,
                                  P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
   if (fp8_ && fp8_->layer_in_fp8(l)) {
-    linear_forward(l, QuantState::FC, fch, ln2,
+    linear_forward(l, LinearQuantizers::FC, fch, ln2,
                    P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
     be_.gelu_forward(fchg, fch, 4 * btc);
   } else {
     if (training) {
-      probe_take(l, QuantState::FC, kLinearInput, ln2, BT, C);
-      probe_take(l, QuantState::FC, kLinearWeight,
+      probe_take(l, LinearQuantizers::FC, kLinearInput, ln2, BT, C);
+      probe_take(l, LinearQuantizers::FC, kLinearWeight,
                  P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), 4 * C, C);
     }
     be_.matmul_gelu_forward(fch, fchg, ln2, P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                             P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C);
   }
-  linear_forward(l, QuantState::FCPROJ, fcproj, fchg,
+  linear_forward(l, LinearQuantizers::FCPROJ, fcproj, fchg,
                  P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                  P[FCPROJB].slice(l * C, C), BT, 4 * C, C, training);
   if (l + 1 < L)
@@ -252,8 +251,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   return take_losses().front();
 }
 
-void GPT::forward_queued(const int32_t* inputs, const int32_t* targets, int B, int T,
-                         float dloss) {
+void GPT::forward_queued(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
   if (!targets) throw Error("GPT::forward_queued needs targets");
   forward_logits(inputs, targets, B, T, dloss);
   if (acts_.losses.dtype != DType::F32 && acts_.losses.dtype != DType::F64)
@@ -289,8 +287,7 @@ std::vector<double> GPT::take_losses() {
 }
 
 // The forward pass; with targets, the losses (and with dloss != 0 dlogits) in acts_.
-void GPT::forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T,
-                         float dloss) {
+void GPT::forward_logits(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
   if (T > cfg_.max_seq_len)
     throw Error(strf("sequence of %d tokens exceeds max_seq_len %d", T, cfg_.max_seq_len));
   for (int i = 0; i < B * T; i++)
@@ -352,19 +349,20 @@ void GPT::backward() {
     Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
     be_.set_scope(l, StepPhase::Backward);
     // residual3 = residual2 + fcproj: dres is the gradient of both.
-    linear_backward(l, QuantState::FCPROJ, a.dfch_gelu,
+    linear_backward(l, LinearQuantizers::FCPROJ, a.dfch_gelu,
                     G[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                     G[FCPROJB].slice(l * C, C), dres, fchg,
                     P[FCPROJW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, 4 * C, C);
     be_.gelu_backward(a.dfch, fch, a.dfch_gelu, 4 * btc);
-    linear_backward(l, QuantState::FC, dln, G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
+    linear_backward(l, LinearQuantizers::FC, dln,
+                    G[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                     G[FCB].slice(l * 4 * C, 4 * C), a.dfch, ln2,
                     P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C), BT, C, 4 * C);
     be_.layernorm_backward(dres, G[LN2W].slice(l * C, C), G[LN2B].slice(l * C, C), dln, res2,
                            P[LN2W].slice(l * C, C), a.ln2_mean.slice(l * BT, BT),
                            a.ln2_rstd.slice(l * BT, BT), BT, C);
     // residual2 = residual + attproj: dres is now the gradient of both.
-    linear_backward(l, QuantState::ATTPROJ, a.datty,
+    linear_backward(l, LinearQuantizers::ATTPROJ, a.datty,
                     G[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C),
                     G[ATTPROJB].slice(l * C, C), dres, atty,
                     P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), BT, C, C);
@@ -372,7 +370,7 @@ void GPT::backward() {
       be_.attention_backward_lse(a.dqkv, a.datty, qkv, atty, attl, B, T, C, NH);
     else
       be_.attention_backward(a.dqkv, a.datty, qkv, attl, B, T, C, NH);
-    linear_backward(l, QuantState::QKV, dln,
+    linear_backward(l, LinearQuantizers::QKV, dln,
                     G[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                     G[QKVB].slice(l * 3 * C, 3 * C), a.dqkv, ln1,
                     P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C), BT, C, 3 * C);
@@ -441,7 +439,6 @@ std::vector<TelemetryTensor> GPT::telemetry_tensors() const {
   }
   return t;
 }
-
 
 GPTConfig model_config(const Config& cfg) {
   return gpt_config(cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "quant_state.h"
+#include "linear_quantizers.h"
 #include "src/backends/backend.h"
 #include "src/backends/cpu/host_operand_view.h"
 #include "src/numerics/operand_view.h"
@@ -208,7 +208,7 @@ class GPT {
   DType dtype() const { return dtype_; }
   // Quantized block linears (per-tensor FP8 or block-scaled; bf16 model): the state lives
   // with the caller (PrecisionRuntime); nullptr turns quantization off.
-  void set_quant_state(QuantState* s) { fp8_ = s; }
+  void set_quantizers(LinearQuantizers* s) { fp8_ = s; }
   // While set, training passes hand every block linear's operands to p (nullptr: none).
   void set_probe(LinearProbe* p) { probe_ = p; }
   // Host copies of all master weights (llm.c order). set_params also refreshes the compute
@@ -327,7 +327,7 @@ class GPT {
   void linear_backward(int l, int lin, Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
                        Tensor w, int N, int C, int OC);
   // The amaxes the per-tensor-scaled linears of a pass left with the backend, into the
-  // QuantState's histories (Backend::take_amaxes: one read per pass; only training passes
+  // LinearQuantizers' histories (Backend::take_amaxes: one read per pass; only training passes
   // record, so evaluation does not move the scales).
   void take_amaxes(bool backward, bool training);
   void probe_take(int l, int lin, int operand, Tensor t, int rows, int cols);
@@ -379,7 +379,7 @@ class GPT {
   int B_ = 0, T_ = 0;
   bool have_dlogits_ = false;
   std::vector<std::pair<DType, int>> queued_losses_;  // forward_queued's reads: type, rows
-  QuantState* fp8_ = nullptr;
+  LinearQuantizers* fp8_ = nullptr;
   LinearProbe* probe_ = nullptr;
 };
 

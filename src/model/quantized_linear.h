@@ -3,18 +3,18 @@
 // A block linear runs one of two GEMM paths:
 //   plain      Backend::matmul_* (no quantization state, or a layer kept in bf16)
 //   quantized  Backend::matmul_*_scaled with the linear's recipe and, for the per-tensor
-//              recipes (precision.mode=fp8), the scales QuantState derives from its amax
+//              recipes (precision.mode=fp8), the scales LinearQuantizers derives from its amax
 //              histories; the amaxes come back once per pass (GPT::take_amaxes)
 // so the choice lives here and the model only says which linear it calls.
 #pragma once
-#include "quant_state.h"
+#include "linear_quantizers.h"
 #include "src/backends/backend.h"
 
 namespace tg {
 
-// Linear `linear` (QuantState::Linear) of block `layer`; state null: not quantized.
+// Linear `linear` (LinearQuantizers::Linear) of block `layer`; state null: not quantized.
 struct QuantizedLinear {
-  QuantState* state = nullptr;
+  LinearQuantizers* state = nullptr;
   int layer = 0, linear = 0;
 };
 

@@ -30,9 +30,9 @@
 // now needs hysteresis_db more), and with precision.auto.budget > 0 narrows the best-measured wide
 // GEMMs until that share of the block linears' FLOPs runs with both operands in 8 bits or fewer.
 // The chosen formats are data: each linear gets a recipe composed from its slots' candidates
-// (compose_linear_recipe) in QuantState's per-linear table, which the quantizing code reads: the
-// backends' block-scaled GEMM paths (Backend::matmul_*_scaled), each linear with its own recipe.
-// Priors (precision.auto.priors): the first and last layers start in the widest candidate,
+// (compose_linear_recipe) in LinearQuantizers' per-linear table, which the quantizing code reads:
+// the backends' block-scaled GEMM paths (Backend::matmul_*_scaled), each linear with its own
+// recipe. Priors (precision.auto.priors): the first and last layers start in the widest candidate,
 // the others in the widest 8-bit one. The formats and amax windows are saved in checkpoints.
 #pragma once
 #include <cstdint>
@@ -61,7 +61,7 @@ struct AutoOptions {
   bool split_outliers = true;  // outlier channels run unquantized in the forward GEMM
 };
 
-constexpr int kAutoLinears = 4;  // qkv, attproj, fc, fcproj (QuantState::Linear)
+constexpr int kAutoLinears = 4;  // qkv, attproj, fc, fcproj (LinearQuantizers::Linear)
 constexpr int kSlotsPerLinear = kGemmRoles * 2;
 inline int auto_slot(int layer, int linear, int role, int b) {
   return ((layer * kAutoLinears + linear) * kGemmRoles + role) * 2 + b;

@@ -9,7 +9,7 @@
 
 #include "src/backends/backend.h"
 #include "src/config/config.h"
-#include "src/model/quant_state.h"
+#include "src/model/linear_quantizers.h"
 
 namespace tg {
 
@@ -19,10 +19,10 @@ namespace tg {
 struct PrecisionSpec {
   Mode mode = Mode::FP32;  // its row in src/numerics/precision_mode.h
   DType compute = DType::F32;
-  bool quantized_linears = false;  // the four block linears in FP8 (Fp8Config below)
-  Config::Precision::LossScale loss_scale;  // precision.loss_scale.*, its kind resolved (not auto)
-  QuantRecipe recipe;                       // of the quantized linears
-  MomentFormats moments;                    // Adam's m and v (precision.state.*)
+  bool quantized_linears = false;            // the four block linears in FP8 (Fp8Config below)
+  Config::Precision::LossScale loss_scale;   // precision.loss_scale.*, its kind resolved (not auto)
+  QuantRecipe recipe;                        // of the quantized linears
+  MomentFormats moments;                     // Adam's m and v (precision.state.*)
   MasterFormat master = MasterFormat::FP32;  // precision.state.master
   // How the optimizer state is stored and moved between ranks (precision.state.*, its preset
   // applied by the config).

@@ -16,7 +16,7 @@ PrecisionRuntime::PrecisionRuntime(const Config& cfg, Backend& be, GPT& model)
     : cfg_(cfg), be_(be), model_(model), mc_(model.config()) {
   const PrecisionSpec spec = precision_spec(cfg_);
   if (!spec.quantized_linears) return;
-  state_ = std::make_unique<QuantState>(spec.recipe, mc_.n_layer);
+  state_ = std::make_unique<LinearQuantizers>(spec.recipe, mc_.n_layer);
   if (!be_.has_block_scaled_linears())
     throw UsageError(
         strf("precision.mode=%s: the %s backend has no quantized linears yet "
@@ -26,7 +26,7 @@ PrecisionRuntime::PrecisionRuntime(const Config& cfg, Backend& be, GPT& model)
   o.fast_accum = cfg_.precision.fp8.fast_accum;
   o.recipe = &state_->recipe();
   be_.set_quant_options(o);
-  model_.set_quant_state(state_.get());
+  model_.set_quantizers(state_.get());
   make_smoothing_and_auto();
   apply_linear_recipes();
   // auto measures its operands itself (kind "auto"); the fixed block-scaled recipes here.
@@ -54,7 +54,8 @@ void PrecisionRuntime::make_smoothing_and_auto() {
 }
 
 void PrecisionRuntime::apply_linear_recipes() {
-  if (!auto_ && !smooth_) return;  // every linear runs the mode's recipe, as QuantState starts
+  if (!auto_ && !smooth_)
+    return;  // every linear runs the mode's recipe, as LinearQuantizers starts
   for (int l = 0; l < mc_.n_layer; l++)
     for (int lin = 0; lin < kAutoLinears; lin++) {
       QuantRecipe r = auto_ ? auto_->linear_recipe(l, lin) : state_->recipe();
@@ -161,7 +162,7 @@ void PrecisionRuntime::save(RunState& s) const {
   if (smooth_) s.smoothing = smooth_->to_json();
 }
 
-bool PrecisionRuntime::takes_quant_state(const RunState& s) const {
+bool PrecisionRuntime::takes_quantizers(const RunState& s) const {
   return state_ && s.mode == Mode::FP8 && !s.fp8.is_null();
 }
 bool PrecisionRuntime::takes_auto(const RunState& s) const {
@@ -173,8 +174,8 @@ bool PrecisionRuntime::takes_smoothing(const RunState& s) const {
 
 void PrecisionRuntime::verify(const RunState& s, const std::string& path) const {
   // Each is read into a copy: one that fails leaves the run's state as it was.
-  if (takes_quant_state(s)) {
-    QuantState check = *state_;
+  if (takes_quantizers(s)) {
+    LinearQuantizers check = *state_;
     check.from_json(s.fp8, path);
   }
   if (takes_auto(s)) {
@@ -188,7 +189,7 @@ void PrecisionRuntime::verify(const RunState& s, const std::string& path) const 
 }
 
 void PrecisionRuntime::load(const RunState& s, const std::string& path) {
-  if (takes_quant_state(s)) state_->from_json(s.fp8, path);
+  if (takes_quantizers(s)) state_->from_json(s.fp8, path);
   if (takes_auto(s)) {
     auto_->from_json(s.auto_precision, path);
     apply_linear_recipes();

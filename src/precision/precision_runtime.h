@@ -2,11 +2,12 @@
 // training step where it acts.
 //
 // What it owns (none of it in an unquantized mode: fp32, bf16, fp16):
-//   QuantState        the block linears' scales, per-linear recipes, random seed
-//   (src/model/quant_state.h) AutoPrecision     precision.mode=auto: each linear's format
-//   (src/precision/auto_precision.h) ChannelSmoothing  precision.recipe.smooth,
-//   auto.outliers=smooth (src/precision/smoothing.h) QuantTelemetry    the block-scaled modes'
-//   per-operand statistics (src/precision/quant_telemetry.h)
+//   LinearQuantizers  the block linears' scales, per-linear recipes, random seed
+//                     (src/model/linear_quantizers.h)
+//   AutoPrecision     precision.mode=auto: each linear's format (src/precision/auto_precision.h)
+//   ChannelSmoothing  precision.recipe.smooth, auto.outliers=smooth (src/precision/smoothing.h)
+//   QuantTelemetry    the block-scaled modes' per-operand statistics
+//                     (src/precision/quant_telemetry.h)
 // and what ties them together: each linear's recipe (auto's format with the smoothing
 // factors of now), the probes that measure a step's operands, the backend's QuantOptions.
 //
@@ -25,12 +26,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "src/io/run_state.h"
 #include "src/backends/backend.h"
 #include "src/base/fileio.h"
 #include "src/config/config.h"
+#include "src/io/run_state.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/precision/auto_precision.h"
 #include "src/precision/quant_telemetry.h"
 #include "src/precision/smoothing.h"
@@ -80,7 +81,7 @@ class PrecisionRuntime {
   void auto_decide(Comm& comm, LineWriter& metrics);
   void smooth_update(Comm& comm, LineWriter& metrics);
   // Which of the checkpoint's precision fields apply to this run.
-  bool takes_quant_state(const RunState& s) const;
+  bool takes_quantizers(const RunState& s) const;
   bool takes_auto(const RunState& s) const;
   bool takes_smoothing(const RunState& s) const;
 
@@ -88,7 +89,7 @@ class PrecisionRuntime {
   Backend& be_;
   GPT& model_;
   GPTConfig mc_;
-  std::unique_ptr<QuantState> state_;
+  std::unique_ptr<LinearQuantizers> state_;
   std::unique_ptr<AutoPrecision> auto_;       // precision.mode=auto
   std::unique_ptr<ChannelSmoothing> smooth_;  // precision.recipe.smooth, auto.outliers=smooth
   std::unique_ptr<QuantTelemetry> telemetry_;

@@ -7,7 +7,7 @@
 #include "cuda_scratch.h"
 #include "precision.h"
 #include "scaled_scratch.h"
-#include "src/model/quant_state.h"
+#include "src/model/linear_quantizers.h"
 
 namespace tg {
 
@@ -58,7 +58,7 @@ double quantized_bits(const OperandRecipe& o, size_t rows, size_t cols) {
 }
 
 QuantMemoryPlan plan_quantized_linears(const GPTConfig& c, const QuantRecipe& r, int B, int T) {
-  const QuantState layers(r, c.n_layer);  // which layers the recipe quantizes
+  const LinearQuantizers layers(r, c.n_layer);  // which layers the recipe quantizes
   const size_t N = size_t(B) * T, C = size_t(c.n_embd);
   const struct {
     size_t in, out;
@@ -107,11 +107,11 @@ size_t planned_gpu_bytes(const Config& cfg, const GPTConfig& mc, int world) {
   const Mode mode = cfg.precision.mode;
   const int B = cfg.data.batch_size, T = cfg.data.seq_len;
   const int ranks = std::max(1, world);
-  const AttentionPath path = planned_attention(cfg.cuda.attention, mode_dtype(mode),
-                                               mc.n_embd / mc.n_head);
+  const AttentionPath path =
+      planned_attention(cfg.cuda.attention, mode_dtype(mode), mc.n_embd / mc.n_head);
   const bool lse = path == AttentionPath::Cudnn;
-  const MemoryPlan p = plan_memory_of(cfg, mode, mc, B, T, cfg.train.zero_stage == 1 ? ranks : 1,
-                                      ranks, lse);
+  const MemoryPlan p =
+      plan_memory_of(cfg, mode, mc, B, T, cfg.train.zero_stage == 1 ? ranks : 1, ranks, lse);
   const size_t scratch = plan_cuda_scratch(mc, mode_dtype(mode), B, T, cfg.cuda.attention,
                                            cfg.cuda.gemm == CudaGemm::Fallback)
                              .total();

@@ -8,12 +8,13 @@
 #include "auto_precision.h"
 #include "src/base/rng.h"
 #include "src/comm/comm.h"
-#include "src/model/quant_state.h"
+#include "src/model/linear_quantizers.h"
 
 namespace tg {
 using json = nlohmann::json;
 
-QuantTelemetry::QuantTelemetry(const QuantState& fp8, int n_layer) : fp8_(fp8), n_layer_(n_layer) {
+QuantTelemetry::QuantTelemetry(const LinearQuantizers& fp8, int n_layer)
+    : fp8_(fp8), n_layer_(n_layer) {
   const size_t slots = size_t(n_layer) * kAutoLinears * kSlotsPerLinear;
   err_.resize(slots);
   measured_.resize(slots);

@@ -31,11 +31,11 @@
 namespace tg {
 
 class Comm;
-class QuantState;
+class LinearQuantizers;
 
 class QuantTelemetry : public LinearProbe {
  public:
-  QuantTelemetry(const QuantState& fp8, int n_layer);
+  QuantTelemetry(const LinearQuantizers& fp8, int n_layer);
   // Starts a measurement (seed: of its stochastic rounding and rotations).
   void begin(int64_t step, uint64_t seed);
   using LinearProbe::take;
@@ -48,7 +48,7 @@ class QuantTelemetry : public LinearProbe {
   nlohmann::json summary() const;
 
  private:
-  const QuantState& fp8_;
+  const LinearQuantizers& fp8_;
   int n_layer_;
   int64_t step_ = 0;
   uint64_t seed_ = 0;

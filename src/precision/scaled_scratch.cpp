@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "src/model/quant_state.h"
+#include "src/model/linear_quantizers.h"
 #include "src/numerics/one_pass.h"
 
 namespace tg {
@@ -254,7 +254,7 @@ void operand_stats_scratch(ScaledScratch& s, const QuantRecipe& r, int N, int C,
 
 ScaledScratchPlan plan_scaled_scratch(const GPTConfig& c, const QuantRecipe& r, int B, int T,
                                       int sms) {
-  const QuantState layers(r, c.n_layer);  // which layers the recipe quantizes
+  const LinearQuantizers layers(r, c.n_layer);  // which layers the recipe quantizes
   const int N = B * T, C = c.n_embd;
   const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv attproj fc fcproj
   ScaledScratchPlan p;

@@ -33,7 +33,7 @@ constexpr double kBound = 1.25;  // as for the bf16 step's ops
 const DType kBf16 = DType::BF16;
 
 // The quantized modes modelled: the recipe each runs with its defaults; `delayed`: per-tensor
-// scales given by the host (the linear's TensorScaling slot, as QuantState gives them).
+// scales given by the host (the linear's TensorScaling slot, as LinearQuantizers gives them).
 struct QuantMode {
   const char* name;
   QuantRecipe (*recipe)();
@@ -352,7 +352,8 @@ std::string quant_section(const cost::Device& dev) {
   md << "\n## One quantized step: the quantized linears' memory-bound work\n\n"
      << "tests/cuda/cost_model_quant_checked.cpp: one linear (B 8 x T 64 tokens, C " << kC << " -> "
      << kOC << ") of each mode, forward and backward, on an emulated sm_90 (H100 / "
-     << "H200: fp8, fp8-delayed and fp8-block on the native block-scaled GEMMs, the MX and NV modes on the "
+     << "H200: fp8, fp8-delayed and fp8-block on the native block-scaled GEMMs, the MX and NV "
+        "modes on the "
      << "portable path), each part's traffic per minimum byte applied to the four linears of "
      << "every quantized layer at GPT-2 124M. Quantizers: the amax pass to the GEMM operand (or "
      << "the one-pass kernel and its finish kernel), "

@@ -63,7 +63,7 @@ std::vector<TestOperand> operands() {
   out.push_back({"random 37x100 (partial blocks and tiles)", 37, 100, randn(37, 100, 0.3f)});
   {
     TestOperand o{"outliers, zero blocks, subnormal-only blocks, huge values", 40, 192,
-              randn(40, 192, 1e-2f)};
+                  randn(40, 192, 1e-2f)};
     for (int r = 0; r < 40; r += 7) o.x[size_t(r) * 192 + (r * 13) % 192] = 3.0e4f;
     for (int c = 0; c < 64; c++) o.x[size_t(3) * 192 + c] = 0.f;
     for (int r = 16; r < 32; r++)
@@ -261,8 +261,10 @@ TEST_CASE("emulated: auto fed by device operand views decides as fed by host vie
     dev.begin(step, 77 + step);
     for (int l = 0; l < m.n_layer; l++)
       for (int lin = 0; lin < kAutoLinears; lin++) {
-        const int in = lin == QuantState::FCPROJ ? 4 * C : C;
-        const int out = lin == QuantState::QKV ? 3 * C : lin == QuantState::FC ? 4 * C : C;
+        const int in = lin == LinearQuantizers::FCPROJ ? 4 * C : C;
+        const int out = lin == LinearQuantizers::QKV  ? 3 * C
+                        : lin == LinearQuantizers::FC ? 4 * C
+                                                      : C;
         const int shape[kLinearOperands][2] = {{N, in}, {out, in}, {N, out}};
         for (int operand = 0; operand < kLinearOperands; operand++) {
           const int rows = shape[operand][0], cols = shape[operand][1];
@@ -277,7 +279,7 @@ TEST_CASE("emulated: auto fed by device operand views decides as fed by host vie
             const float g = nd(rng);
             v = scale * g * (std::fabs(g) > 1.5f ? tail * tail : 1.f);
           }
-          if (l == 1 && lin == QuantState::FC && operand == kLinearInput)
+          if (l == 1 && lin == LinearQuantizers::FC && operand == kLinearInput)
             for (int r = 0; r < rows; r++) x[size_t(r) * cols + 3] = 400.f * (r % 2 ? 1 : -1);
           Held<bf16> held(x);
           auto dv = gpu::make_operand_view(emu_ctx(), held.tensor(), rows, cols);
@@ -291,7 +293,8 @@ TEST_CASE("emulated: auto fed by device operand views decides as fed by host vie
     CHECK(dev.formats() == host.formats());
     REQUIRE(dc.size() == hc.size());
     for (size_t i = 0; i < dc.size(); i++) CHECK(dev.describe(dc[i]) == host.describe(hc[i]));
-    CHECK(dev.split_channels(1, QuantState::FC) == host.split_channels(1, QuantState::FC));
+    CHECK(dev.split_channels(1, LinearQuantizers::FC) ==
+          host.split_channels(1, LinearQuantizers::FC));
     const nlohmann::json hr = host.record(), dr = dev.record();
     CHECK(dr["tensors"] == hr["tensors"]);
     CHECK(dr["outliers"] == hr["outliers"]);
@@ -309,7 +312,7 @@ TEST_CASE("emulated: auto fed by device operand views decides as fed by host vie
     }
     if (step == 1) {
       // The measurement is not trivial: formats differ between slots, a channel is split.
-      CHECK(host.split_channels(1, QuantState::FC) == std::vector<int>{3});
+      CHECK(host.split_channels(1, LinearQuantizers::FC) == std::vector<int>{3});
       std::vector<int> seen(cand.size(), 0);
       for (int f : host.formats()) seen[size_t(f)] = 1;
       int kinds = 0;

@@ -16,8 +16,8 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/cuda_backend.h"
 #include "src/backends/cuda/scaled.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/quant_telemetry.h"
 #include "src/precision/scaled_scratch.h"
@@ -137,10 +137,10 @@ TEST_CASE("emulated: a training step's block-scaled scratch with telemetry is th
       INFO(mode << " on sm_" << major << "0");
       Major dev(major);
       auto be = block_scaled_backend(r);
-      QuantState fp8(r, cfg.n_layer);
+      LinearQuantizers fp8(r, cfg.n_layer);
       QuantTelemetry telemetry(fp8, cfg.n_layer);
       GPT m(cfg, *be, DType::BF16);
-      m.set_quant_state(&fp8);
+      m.set_quantizers(&fp8);
       m.init_random(3);
       telemetry.begin(1, 99);
       m.set_probe(&telemetry);

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/auto_precision.h"
 
@@ -26,7 +26,7 @@ using namespace tgc;
 namespace {
 
 // Every linear's recipe from auto's choices (src/training/trainer.cpp's apply_linear_recipes).
-void apply_recipes(const tg::AutoPrecision& a, tg::QuantState& s, int n_layer) {
+void apply_recipes(const tg::AutoPrecision& a, tg::LinearQuantizers& s, int n_layer) {
   for (int l = 0; l < n_layer; l++)
     for (int lin = 0; lin < tg::kAutoLinears; lin++)
       s.set_linear_recipe(l, lin, a.linear_recipe(l, lin));
@@ -114,7 +114,7 @@ TEST_CASE("cuda: an auto run decides on the GPU as on the CPU, statistics reduce
   }
   tg::QuantRecipe base = tg::candidate_recipe("bf16", tg::RecipeOptions{}, "test");
   base.name = "auto";
-  tg::QuantState sc(base, L), sg(base, L);
+  tg::LinearQuantizers sc(base, L), sg(base, L);
   tg::QuantOptions fo;
   gpu->set_quant_options(fo);
   cpu->set_quant_options(fo);
@@ -123,15 +123,15 @@ TEST_CASE("cuda: an auto run decides on the GPU as on the CPU, statistics reduce
   twin.dev = &ag;
   twin.host = &ah;
   tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-  mc.set_quant_state(&sc);
-  mg.set_quant_state(&sg);
+  mc.set_quantizers(&sc);
+  mg.set_quantizers(&sg);
   mc.init_random(5);
   mg.init_random(5);
   apply_recipes(ac, sc, L);
   apply_recipes(ag, sg, L);
   tg::GPT* ms[2] = {&mc, &mg};
   tg::AutoPrecision* as[2] = {&ac, &ag};
-  tg::QuantState* ss[2] = {&sc, &sg};
+  tg::LinearQuantizers* ss[2] = {&sc, &sg};
   int measured = 0, changes = 0, mismatched = 0;
   for (int step = 1; step <= 5; step++) {
     const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);

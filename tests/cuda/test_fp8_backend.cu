@@ -21,8 +21,8 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/cublaslt.h"
 #include "src/backends/cuda/scaled.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/precision/scaled_scratch.h"
 
 #ifdef TG_CUDA_EMULATION
@@ -125,8 +125,8 @@ TEST_CASE("cuda: where cuBLASLt refuses every FP8 GEMM, per-tensor fp8 runs the 
   const std::string why = tg::gpu::lt_last_refusal();
   INFO(why);
   CHECK(why.find("the heuristic offered no algorithm that sums in fp32 for CUDA_R_8F_E") == 0);
-  for (const char* fact : {" -> ", ", m ", ", alignment A ", ", scales (modes 0 0) at alignment ",
-                           ", workspace "})
+  for (const char* fact :
+       {" -> ", ", m ", ", alignment A ", ", scales (modes 0 0) at alignment ", ", workspace "})
     CHECK_MESSAGE(why.find(fact) != std::string::npos, fact);
   emu_test::lt_refuse_fp8 = false;
   tg::gpu::native_forget_checks();
@@ -172,10 +172,10 @@ void fp8_training_parity(const std::string& recipe, const std::vector<int>& keep
   REQUIRE(tg::parse_enum(recipe, &fc.recipe));
   fc.history_len = 4;
   fc.keep_bf16 = keep;
-  tg::QuantState sc(fc, cfg.n_layer), sg(fc, cfg.n_layer);
+  tg::LinearQuantizers sc(fc, cfg.n_layer), sg(fc, cfg.n_layer);
   tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-  mc.set_quant_state(&sc);
-  mg.set_quant_state(&sg);
+  mc.set_quantizers(&sc);
+  mg.set_quantizers(&sg);
   mc.init_random(5);
   mg.init_random(5);
   for (int step = 1; step <= 10; step++) {
@@ -247,9 +247,9 @@ TEST_CASE("cuda: an fp8 model's peak memory is at most a bf16 model's (GPT-2 voc
   size_t peak[2];
   for (int k = 0; k < 2; k++) {
     auto gpu = tg::make_cuda_backend();
-    tg::QuantState st(tg::Fp8Config{}, cfg.n_layer);
+    tg::LinearQuantizers st(tg::Fp8Config{}, cfg.n_layer);
     tg::GPT m(cfg, *gpu, DType::BF16);
-    if (k == 1) m.set_quant_state(&st);
+    if (k == 1) m.set_quantizers(&st);
     m.init_random(1);
     for (int s = 0; s < 2; s++) {
       m.zero_grad();

@@ -21,8 +21,8 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/comm/comm.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/numerics/recipe.h"
 #include "src/precision/smoothing.h"
 #include "tests/test_util.h"
@@ -189,10 +189,10 @@ TEST_CASE("cuda: four block-scaled training steps follow the CPU, every preset")
     auto cpu = tg::make_cpu_backend();
     auto gpu = tg::make_cuda_backend();
     gpu->set_quant_options(block_scaled_options());
-    tg::QuantState sc(r, cfg.n_layer), sg(r, cfg.n_layer);
+    tg::LinearQuantizers sc(r, cfg.n_layer), sg(r, cfg.n_layer);
     tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-    mc.set_quant_state(&sc);
-    mg.set_quant_state(&sg);
+    mc.set_quantizers(&sc);
+    mg.set_quantizers(&sg);
     mc.init_random(5);
     mg.init_random(5);
     for (int step = 1; step <= 4; step++) {
@@ -310,10 +310,10 @@ TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the C
     auto cpu = tg::make_cpu_backend();
     auto gpu = tg::make_cuda_backend();
     gpu->set_quant_options(block_scaled_options());
-    tg::QuantState sc(r, L), sg(r, L);
+    tg::LinearQuantizers sc(r, L), sg(r, L);
     tg::GPT mc(cfg, *cpu, DType::BF16), mg(cfg, *gpu, DType::BF16);
-    mc.set_quant_state(&sc);
-    mg.set_quant_state(&sg);
+    mc.set_quantizers(&sc);
+    mg.set_quantizers(&sg);
     mc.init_random(5);
     mg.init_random(5);
     const tg::SmoothOptions so{0.5, 2};
@@ -322,7 +322,7 @@ TEST_CASE("cuda: block-scaled training steps with channel smoothing follow the C
     twin.dev = &smg;
     twin.host = &smh;
     tg::GPT* ms[2] = {&mc, &mg};
-    tg::QuantState* ss[2] = {&sc, &sg};
+    tg::LinearQuantizers* ss[2] = {&sc, &sg};
     tg::ChannelSmoothing* sm[2] = {&smc, &smg};
     for (int step = 1; step <= 4; step++) {
       const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);

@@ -11,8 +11,8 @@
 #include "cuda_test_util.h"
 #include "src/backends/cuda/launch.h"
 #include "src/io/checkpoint.h"
+#include "src/model/linear_quantizers.h"
 #include "src/model/model.h"
-#include "src/model/quant_state.h"
 #include "src/numerics/state_format.h"
 #include "tests/test_util.h"
 
@@ -126,11 +126,11 @@ TEST_CASE("cuda: a 16-bit step's lm_head backward runs in the compute type, as o
     const DType t = m == "fp16" ? DType::F16 : DType::BF16;
     auto cpu = tg::make_cpu_backend();
     auto gpu = tg::make_cuda_backend();
-    tg::QuantState sc(tg::Fp8Config{}, cfg.n_layer), sg(tg::Fp8Config{}, cfg.n_layer);
+    tg::LinearQuantizers sc(tg::Fp8Config{}, cfg.n_layer), sg(tg::Fp8Config{}, cfg.n_layer);
     tg::GPT mc(cfg, *cpu, t), mg(cfg, *gpu, t);
     if (m == "fp8") {
-      mc.set_quant_state(&sc);
-      mg.set_quant_state(&sg);
+      mc.set_quantizers(&sc);
+      mg.set_quantizers(&sg);
     }
     mc.init_random(21);
     mg.init_random(21);

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "src/base/common.h"
-#include "src/model/quant_state.h"
+#include "src/model/linear_quantizers.h"
 #include "src/numerics/formats.h"
 #include "src/numerics/recipe.h"
 #include "tests/test_util.h"
@@ -42,37 +42,40 @@ TEST_CASE("recipe: fp8 and fp8-current are two instances of one description") {
 
 TEST_CASE("recipe: the FP8 state reads formats and sources from the recipe") {
   QuantRecipe r = fp8_tensor_recipe(ScaleSource::Delayed, 4, 0, {});
-  QuantState s(r, 2);
-  s.record(0, QuantState::QKV, QuantState::INP, 2.0f);
-  s.record(0, QuantState::QKV, QuantState::GRAD, 2.0f);
-  CHECK(s.scale(0, QuantState::QKV, QuantState::INP) == fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
-  CHECK(s.scale(0, QuantState::QKV, QuantState::GRAD) == fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
+  LinearQuantizers s(r, 2);
+  s.record(0, LinearQuantizers::QKV, LinearQuantizers::INP, 2.0f);
+  s.record(0, LinearQuantizers::QKV, LinearQuantizers::GRAD, 2.0f);
+  CHECK(s.scale(0, LinearQuantizers::QKV, LinearQuantizers::INP) ==
+        fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
+  CHECK(s.scale(0, LinearQuantizers::QKV, LinearQuantizers::GRAD) ==
+        fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
   // What a linear hands the backend: its slot, the margin, the delayed scales; the backward
   // keeps the forward's input and weight scales while the histories move in between.
-  const ScaledLinear f = s.scaled(0, QuantState::QKV, false);
+  const ScaledLinear f = s.scaled(0, LinearQuantizers::QKV, false);
   CHECK(f.recipe->gemm[kForward].a.elem == ElemFormat::E4M3);
   CHECK(f.recipe->gemm[kInputGrad].a.elem == ElemFormat::E5M2);
-  CHECK(f.tensor.slot == QuantState::QKV);
+  CHECK(f.tensor.slot == LinearQuantizers::QKV);
   CHECK(f.tensor.scale[kTensorInput] == fp8_scale_from_amax(2.0f, E4M3_MAX, 0));
   CHECK(f.tensor.scale[kTensorGrad] == fp8_scale_from_amax(2.0f, E5M2_MAX, 0));
-  s.record(0, QuantState::QKV, QuantState::INP, 100.0f);
-  const ScaledLinear b = s.scaled(0, QuantState::QKV, true);
+  s.record(0, LinearQuantizers::QKV, LinearQuantizers::INP, 100.0f);
+  const ScaledLinear b = s.scaled(0, LinearQuantizers::QKV, true);
   CHECK(b.tensor.scale[kTensorInput] == f.tensor.scale[kTensorInput]);
-  CHECK(s.scaled(1, QuantState::FC, false).tensor.slot == 4 + QuantState::FC);
-  CHECK(s.scale(0, QuantState::QKV, QuantState::INP) == fp8_scale_from_amax(100.0f, E4M3_MAX, 0));
-  QuantState cur(fp8_tensor_recipe(ScaleSource::Current, 4, 0, {}), 2);
-  CHECK(cur.scale(1, QuantState::FC, QuantState::WEIGHT) == 1.0f);
-  CHECK(cur.scaled(1, QuantState::FC, false).recipe->gemm[kForward].b.source ==
+  CHECK(s.scaled(1, LinearQuantizers::FC, false).tensor.slot == 4 + LinearQuantizers::FC);
+  CHECK(s.scale(0, LinearQuantizers::QKV, LinearQuantizers::INP) ==
+        fp8_scale_from_amax(100.0f, E4M3_MAX, 0));
+  LinearQuantizers cur(fp8_tensor_recipe(ScaleSource::Current, 4, 0, {}), 2);
+  CHECK(cur.scale(1, LinearQuantizers::FC, LinearQuantizers::WEIGHT) == 1.0f);
+  CHECK(cur.scaled(1, LinearQuantizers::FC, false).recipe->gemm[kForward].b.source ==
         ScaleSource::Current);
   // Block-scaled recipes have no slot: their scales come from the operands alone.
-  QuantState blk(block_scaled_recipe("mxfp8", RecipeOptions{}), 2);
-  CHECK(blk.scaled(0, QuantState::QKV, false).tensor.slot == -1);
+  LinearQuantizers blk(block_scaled_recipe("mxfp8", RecipeOptions{}), 2);
+  CHECK(blk.scaled(0, LinearQuantizers::QKV, false).tensor.slot == -1);
 }
 
 TEST_CASE("recipe: recipes the FP8 linears do not implement are refused by name") {
   auto refused = [](QuantRecipe r) {
     r.name = "test-recipe";
-    return tgt::error_of([&] { QuantState s(r, 1); });
+    return tgt::error_of([&] { LinearQuantizers s(r, 1); });
   };
   QuantRecipe r = fp8_tensor_recipe(ScaleSource::Delayed, 4, 0, {});
   QuantRecipe fp4 = r;

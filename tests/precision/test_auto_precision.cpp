@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "src/backends/cpu/ops.h"
-#include "src/model/quant_state.h"
+#include "src/model/linear_quantizers.h"
 #include "src/precision/auto_precision.h"
 #include "tests/test_util.h"
 
@@ -222,14 +222,14 @@ TEST_CASE("auto: priors, composed recipes, and the recipe table") {
   CHECK(r.gemm[tg::kForward].a.elem == tg::ElemFormat::E2M1);
   // The table carries it to the linear, alone.
   tg::QuantRecipe start = tg::candidate_recipe("bf16", tg::RecipeOptions{}, "test");
-  tg::QuantState st(start, 3);
+  tg::LinearQuantizers st(start, 3);
   REQUIRE(st.block_scaled());
-  st.set_linear_recipe(1, tg::QuantState::FC, r);
-  CHECK(st.scaled(1, tg::QuantState::FC, false).recipe->gemm[tg::kForward].a.elem ==
+  st.set_linear_recipe(1, tg::LinearQuantizers::FC, r);
+  CHECK(st.scaled(1, tg::LinearQuantizers::FC, false).recipe->gemm[tg::kForward].a.elem ==
         tg::ElemFormat::E2M1);
-  CHECK(st.scaled(1, tg::QuantState::QKV, false).recipe->gemm[tg::kForward].a.elem ==
+  CHECK(st.scaled(1, tg::LinearQuantizers::QKV, false).recipe->gemm[tg::kForward].a.elem ==
         tg::ElemFormat::BF16);
-  CHECK(st.scaled(0, tg::QuantState::FC, false).recipe->gemm[tg::kForward].a.elem ==
+  CHECK(st.scaled(0, tg::LinearQuantizers::FC, false).recipe->gemm[tg::kForward].a.elem ==
         tg::ElemFormat::BF16);
 
   // The state round-trips through JSON; a damaged one is an error naming the field.
@@ -455,25 +455,25 @@ TEST_CASE("auto: outlier channels are flagged above k x the median and leave bel
       for (int c = 0; c < C; c++) x[size_t(n) * C + c] = (n + c) % 2 ? 1.0f : -0.5f;
     x[size_t(3) * C + 9] = outlier;  // channel 9, one token
     a.begin(1, 7);
-    a.take(0, tg::QuantState::FC, tg::kLinearInput, x.data(), N, C);
+    a.take(0, tg::LinearQuantizers::FC, tg::kLinearInput, x.data(), N, C);
     return a.decide();
   };
   std::vector<tg::AutoChange> ch = measure(20);
-  CHECK(a.split_channels(0, tg::QuantState::FC) == std::vector<int>{9});
-  CHECK(a.split_channels(0, tg::QuantState::QKV).empty());
+  CHECK(a.split_channels(0, tg::LinearQuantizers::FC) == std::vector<int>{9});
+  CHECK(a.split_channels(0, tg::LinearQuantizers::QKV).empty());
   bool logged = false;
   for (const auto& c : ch)
     logged |= a.describe(c) ==
               "layer 0 fc forward input: outlier channels [9] (largest 20.0x the median) split "
               "out unquantized";
   CHECK(logged);
-  CHECK(a.linear_recipe(0, tg::QuantState::FC).split_channels == std::vector<int>{9});
+  CHECK(a.linear_recipe(0, tg::LinearQuantizers::FC).split_channels == std::vector<int>{9});
   CHECK(a.record()["outliers"]["count"][2] == 1);
   measure(6);  // below k, above k/2: stays split
-  CHECK(a.split_channels(0, tg::QuantState::FC) == std::vector<int>{9});
+  CHECK(a.split_channels(0, tg::LinearQuantizers::FC) == std::vector<int>{9});
   CHECK(a.record()["outliers"]["count"][2] == 0);
   measure(3);  // below k/2: back with the others
-  CHECK(a.split_channels(0, tg::QuantState::FC).empty());
+  CHECK(a.split_channels(0, tg::LinearQuantizers::FC).empty());
   measure(7);  // not above k: not split again
-  CHECK(a.split_channels(0, tg::QuantState::FC).empty());
+  CHECK(a.split_channels(0, tg::LinearQuantizers::FC).empty());
 }

@@ -125,10 +125,10 @@ TEST_CASE("fp8: amaxes read once per pass train as the CPU does (both recipes, k
     fc.keep_bf16 = {1};
     auto eager = make_cpu_backend();
     CountingBackend counted;
-    QuantState se(fc, cfg.n_layer), sl(fc, cfg.n_layer);
+    LinearQuantizers se(fc, cfg.n_layer), sl(fc, cfg.n_layer);
     GPT me(cfg, *eager, DType::BF16), ml(cfg, counted, DType::BF16);
-    me.set_quant_state(&se);
-    ml.set_quant_state(&sl);
+    me.set_quantizers(&se);
+    ml.set_quantizers(&sl);
     me.init_random(9);
     ml.init_random(9);
     for (int step = 1; step <= 5; step++) {
@@ -162,8 +162,9 @@ TEST_CASE("fp8: amaxes read once per pass train as the CPU does (both recipes, k
         CHECK(j["amax_history"][l * 12 + x].size() == (l == 1 ? 0u : 3u));
     // Checkpoints carry the histories and the scales they give (layer, linear, operand).
     REQUIRE(j.at("scales").size() == size_t(cfg.n_layer) * 12);
-    const float s = sl.scale(2, QuantState::FC, QuantState::GRAD);
-    CHECK(j["scales"][(2 * 4 + QuantState::FC) * 3 + QuantState::GRAD].get<float>() == s);
+    const float s = sl.scale(2, LinearQuantizers::FC, LinearQuantizers::GRAD);
+    CHECK(j["scales"][(2 * 4 + LinearQuantizers::FC) * 3 + LinearQuantizers::GRAD].get<float>() ==
+          s);
     if (recipe == ScaleSource::Delayed) CHECK(s != 1.0f);
   }
 }
@@ -178,7 +179,7 @@ TEST_CASE("fp8: a checkpoint written before per-tensor FP8 ran as a recipe loads
   const nlohmann::json& old = fx.at("fp8");
   Fp8Config fc;
   fc.history_len = old.at("history_len").get<int>();
-  QuantState s(fc, 2);
+  LinearQuantizers s(fc, 2);
   s.from_json(old, "fp8_state_e75acd3.json");
   const nlohmann::json now = s.to_json();
   CHECK(now.at("amax_history") == old.at("amax_history"));
@@ -188,10 +189,10 @@ TEST_CASE("fp8: a checkpoint written before per-tensor FP8 ran as a recipe loads
     CHECK(now["scales"][i].get<float>() == old["scales"][i].get<float>());
   }
   // What a linear hands the backend comes from the same histories.
-  const ScaledLinear q = s.scaled(1, QuantState::FC, false);
-  CHECK(q.tensor.scale[kTensorInput] == old["scales"][(4 + QuantState::FC) * 3].get<float>());
+  const ScaledLinear q = s.scaled(1, LinearQuantizers::FC, false);
+  CHECK(q.tensor.scale[kTensorInput] == old["scales"][(4 + LinearQuantizers::FC) * 3].get<float>());
   CHECK(old.at("recipe") == "delayed");
   // A model with other layers refuses it by name.
-  QuantState three(fc, 3);
+  LinearQuantizers three(fc, 3);
   CHECK_THROWS_AS(three.from_json(old, "x"), Error);
 }

@@ -545,29 +545,32 @@ TEST_CASE("fp8: an overflowed gradient poisons the FP8 backward so the step is s
 }
 
 TEST_CASE("fp8: delayed and current recipes, history window, kept layers") {
-  QuantState d(Fp8Config{ScaleSource::Delayed, 3, 1, {0, -1}}, 4);
+  LinearQuantizers d(Fp8Config{ScaleSource::Delayed, 3, 1, {0, -1}}, 4);
   CHECK_FALSE(d.layer_in_fp8(0));
   CHECK(d.layer_in_fp8(1));
   CHECK(d.layer_in_fp8(2));
   CHECK_FALSE(d.layer_in_fp8(3));
-  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 1.0f);  // empty history
-  d.record(1, QuantState::FC, QuantState::INP, 2.0f);
-  d.record(1, QuantState::FC, QuantState::INP, 7.0f);
-  d.record(1, QuantState::FC, QuantState::INP, 1.0f);
-  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 448.0f / 7.0f / 2.0f);
-  d.record(1, QuantState::FC, QuantState::INP, 3.0f);
-  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 448.0f / 7.0f / 2.0f);  // [7, 1, 3]
-  d.record(1, QuantState::FC, QuantState::INP, 0.5f);  // 7 leaves the window of 3
-  CHECK(d.scale(1, QuantState::FC, QuantState::INP) == 448.0f / 3.0f / 2.0f);
-  d.record(1, QuantState::FC, QuantState::GRAD, 1.0f);
-  CHECK(d.scale(1, QuantState::FC, QuantState::GRAD) == 57344.0f / 2.0f);
+  CHECK(d.scale(1, LinearQuantizers::FC, LinearQuantizers::INP) == 1.0f);  // empty history
+  d.record(1, LinearQuantizers::FC, LinearQuantizers::INP, 2.0f);
+  d.record(1, LinearQuantizers::FC, LinearQuantizers::INP, 7.0f);
+  d.record(1, LinearQuantizers::FC, LinearQuantizers::INP, 1.0f);
+  CHECK(d.scale(1, LinearQuantizers::FC, LinearQuantizers::INP) == 448.0f / 7.0f / 2.0f);
+  d.record(1, LinearQuantizers::FC, LinearQuantizers::INP, 3.0f);
+  // The history is [7, 1, 3]:
+  CHECK(d.scale(1, LinearQuantizers::FC, LinearQuantizers::INP) == 448.0f / 7.0f / 2.0f);
+  d.record(1, LinearQuantizers::FC, LinearQuantizers::INP, 0.5f);  // 7 leaves the window of 3
+  CHECK(d.scale(1, LinearQuantizers::FC, LinearQuantizers::INP) == 448.0f / 3.0f / 2.0f);
+  d.record(1, LinearQuantizers::FC, LinearQuantizers::GRAD, 1.0f);
+  CHECK(d.scale(1, LinearQuantizers::FC, LinearQuantizers::GRAD) == 57344.0f / 2.0f);
   // Histories round-trip through JSON (checkpoints).
-  QuantState e(Fp8Config{ScaleSource::Delayed, 3, 1, {0, -1}}, 4);
+  LinearQuantizers e(Fp8Config{ScaleSource::Delayed, 3, 1, {0, -1}}, 4);
   e.from_json(d.to_json(), "test");
-  CHECK(e.scale(1, QuantState::FC, QuantState::INP) == d.scale(1, QuantState::FC, QuantState::INP));
-  QuantState c(Fp8Config{ScaleSource::Current, 3, 0, {}}, 2);
-  CHECK(c.scale(0, QuantState::QKV, QuantState::WEIGHT) == 1.0f);  // current: from the operand
-  CHECK_THROWS_AS(QuantState(Fp8Config{ScaleSource::Delayed, 3, 0, {4}}, 4), UsageError);
+  CHECK(e.scale(1, LinearQuantizers::FC, LinearQuantizers::INP) ==
+        d.scale(1, LinearQuantizers::FC, LinearQuantizers::INP));
+  LinearQuantizers c(Fp8Config{ScaleSource::Current, 3, 0, {}}, 2);
+  // current: the scale comes from the operand
+  CHECK(c.scale(0, LinearQuantizers::QKV, LinearQuantizers::WEIGHT) == 1.0f);
+  CHECK_THROWS_AS(LinearQuantizers(Fp8Config{ScaleSource::Delayed, 3, 0, {4}}, 4), UsageError);
 }
 
 TEST_CASE("fp8: the fast round trip equals encode + decode from formats.h") {

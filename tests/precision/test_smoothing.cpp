@@ -224,22 +224,22 @@ TEST_CASE("smoothing: auto measures the forward operands as the smoothed GEMM ta
   for (int n = 0; n < N; n++) x[size_t(n) * C + 9] *= 40;
   auto measure = [&](int64_t step) {
     a.begin(step, 7);
-    a.take(0, tg::QuantState::FC, tg::kLinearInput, x.data(), N, C);
-    a.take(0, tg::QuantState::FC, tg::kLinearWeight, w.data(), OC, C);
+    a.take(0, tg::LinearQuantizers::FC, tg::kLinearInput, x.data(), N, C);
+    a.take(0, tg::LinearQuantizers::FC, tg::kLinearWeight, w.data(), OC, C);
     return a.record()["slots"]["sqnr_db"]["nvfp4"];
   };
   const json before = measure(1);
   sm.begin(1);
-  sm.take(0, tg::QuantState::FC, tg::kLinearInput, x.data(), N, C);
-  sm.take(0, tg::QuantState::FC, tg::kLinearWeight, w.data(), OC, C);
+  sm.take(0, tg::LinearQuantizers::FC, tg::kLinearInput, x.data(), N, C);
+  sm.take(0, tg::LinearQuantizers::FC, tg::kLinearWeight, w.data(), OC, C);
   sm.update(*tg::make_single_comm());
   a.set_smoothing(&sm);
   const json after = measure(2);
-  const int slot = tg::auto_slot(0, tg::QuantState::FC, tg::kForward, 0);
+  const int slot = tg::auto_slot(0, tg::LinearQuantizers::FC, tg::kForward, 0);
   // What the forward GEMM quantizes: x diag(1/s) and w diag(s); the seeds are the slot's.
   std::vector<float> xs = x, ws = w;
-  tg::cpu::smooth_columns(xs.data(), N, C, sm.factors(0, tg::QuantState::FC), true);
-  tg::cpu::smooth_columns(ws.data(), OC, C, sm.factors(0, tg::QuantState::FC), false);
+  tg::cpu::smooth_columns(xs.data(), N, C, sm.factors(0, tg::LinearQuantizers::FC), true);
+  tg::cpu::smooth_columns(ws.data(), OC, C, sm.factors(0, tg::LinearQuantizers::FC), false);
   const tg::AutoCandidate nv = tg::auto_candidates(o, tg::RecipeOptions{})[0];
   const uint64_t seed_a =
       tg::detail::splitmix64_mix(7 + uint64_t(slot * 64 + 1) * 0x9E3779B97F4A7C15ull);
@@ -253,7 +253,7 @@ TEST_CASE("smoothing: auto measures the forward operands as the smoothed GEMM ta
             tg::cpu::quant_error(ws.data(), OC, C, nv.recipe.gemm[tg::kForward].b, seed_b))));
   CHECK(after[slot] != before[slot]);
   // The backward slots measure the operands as they are: unchanged.
-  const int wgrad_input = tg::auto_slot(0, tg::QuantState::FC, tg::kWeightGrad, 1);
+  const int wgrad_input = tg::auto_slot(0, tg::LinearQuantizers::FC, tg::kWeightGrad, 1);
   CHECK(after[wgrad_input] == before[wgrad_input]);
 }
 
@@ -396,8 +396,8 @@ TEST_CASE("cli: an injected outlier in every layer at every P-th channel is what
   const auto& ch = recs[0]["outliers"]["channels"];
   for (int layer = 0; layer < 2; layer++) {
     INFO(layer);
-    CHECK(ch[layer * tg::kAutoLinears + tg::QuantState::FC] == nlohmann::json({1, 5, 9, 13}));
-    CHECK(ch[layer * tg::kAutoLinears + tg::QuantState::QKV].empty());
+    CHECK(ch[layer * tg::kAutoLinears + tg::LinearQuantizers::FC] == nlohmann::json({1, 5, 9, 13}));
+    CHECK(ch[layer * tg::kAutoLinears + tg::LinearQuantizers::QKV].empty());
   }
 }
 

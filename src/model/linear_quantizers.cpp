@@ -1,4 +1,4 @@
-#include "quant_state.h"
+#include "linear_quantizers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -67,13 +67,13 @@ void check_supported(const QuantRecipe& r) {
 }
 }  // namespace
 
-const OperandRecipe& QuantState::operand_recipe(int operand) const {
+const OperandRecipe& LinearQuantizers::operand_recipe(int operand) const {
   if (operand == INP) return cfg_.gemm[kForward].a;
   if (operand == WEIGHT) return cfg_.gemm[kForward].b;
   return cfg_.gemm[kInputGrad].a;
 }
 
-QuantState::QuantState(const QuantRecipe& cfg, int n_layer)
+LinearQuantizers::LinearQuantizers(const QuantRecipe& cfg, int n_layer)
     : cfg_(cfg),
       n_layer_(n_layer),
       fp8_layer_(n_layer, true),
@@ -96,13 +96,13 @@ QuantState::QuantState(const QuantRecipe& cfg, int n_layer)
   }
 }
 
-void QuantState::set_linear_recipe(int layer, int linear, const QuantRecipe& r) {
+void LinearQuantizers::set_linear_recipe(int layer, int linear, const QuantRecipe& r) {
   if (!block_scaled_) throw Error("per-linear recipes need block-scaled linears");
   check_block_scaled(r);
   table_[size_t(layer) * kLinears + linear] = r;
 }
 
-ScaledLinear QuantState::scaled(int layer, int linear, bool backward) {
+ScaledLinear LinearQuantizers::scaled(int layer, int linear, bool backward) {
   ScaledLinear s{&table_[size_t(layer) * kLinears + linear],
                  detail::splitmix64_mix(rng_seed_ + uint64_t(layer * kLinears + linear + 1) *
                                                         0x9E3779B97F4A7C15ull),
@@ -119,7 +119,7 @@ ScaledLinear QuantState::scaled(int layer, int linear, bool backward) {
   return s;
 }
 
-float QuantState::scale(int layer, int linear, int operand) const {
+float LinearQuantizers::scale(int layer, int linear, int operand) const {
   const OperandRecipe& o = operand_recipe(operand);
   if (o.source == ScaleSource::Current) return 1.0f;
   const auto& h = history_[index(layer, linear, operand)];
@@ -127,13 +127,13 @@ float QuantState::scale(int layer, int linear, int operand) const {
   return fp8_scale_from_amax(amax, elem_format_max(o.elem), cfg_.margin);
 }
 
-void QuantState::record(int layer, int linear, int operand, float amax) {
+void LinearQuantizers::record(int layer, int linear, int operand, float amax) {
   auto& h = history_[index(layer, linear, operand)];
   h.push_back(amax);
   while (int(h.size()) > cfg_.history_len) h.pop_front();
 }
 
-void QuantState::record_pass(const std::vector<float>& amax, bool backward) {
+void LinearQuantizers::record_pass(const std::vector<float>& amax, bool backward) {
   if (amax.size() < history_.size()) throw Error("fp8: fewer amaxes than the model's linears");
   for (int l = 0; l < n_layer_; l++) {
     if (!fp8_layer_[l]) continue;
@@ -143,7 +143,7 @@ void QuantState::record_pass(const std::vector<float>& amax, bool backward) {
   }
 }
 
-void QuantState::reduce_latest(Comm& comm) {
+void LinearQuantizers::reduce_latest(Comm& comm) {
   if (comm.world() == 1) return;
   std::vector<float> latest(history_.size(), 0.0f);
   for (size_t i = 0; i < history_.size(); i++)
@@ -153,7 +153,7 @@ void QuantState::reduce_latest(Comm& comm) {
     if (!history_[i].empty()) history_[i].back() = latest[i];
 }
 
-nlohmann::json QuantState::to_json() const {
+nlohmann::json LinearQuantizers::to_json() const {
   nlohmann::json hist = nlohmann::json::array();
   for (const auto& h : history_) hist.push_back(std::vector<float>(h.begin(), h.end()));
   // The scales the next step starts from (delayed recipe; 1 = current or no history yet), in
@@ -171,7 +171,7 @@ nlohmann::json QuantState::to_json() const {
           {"scales", scales}};
 }
 
-void QuantState::from_json(const nlohmann::json& j, const std::string& path) {
+void LinearQuantizers::from_json(const nlohmann::json& j, const std::string& path) {
   auto bad = [&](const std::string& what) {
     throw Error(
         strf("checkpoint state %s: field 'fp8.amax_history' %s", path.c_str(), what.c_str()));

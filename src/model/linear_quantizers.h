@@ -1,5 +1,7 @@
-// quant_state.h: quantization state of the block linears (every quantized precision.mode: fp8,
-// the block-scaled MXFP4 / NVFP4 / ... recipes, auto).
+// linear_quantizers.h: the quantizers of the block linears in every quantized precision.mode
+// (fp8, the block-scaled MXFP4 / NVFP4 / ... recipes, auto): each linear's recipe, per-tensor
+// scales and their amax histories, the micro-batch's random seed. (Named for what it holds:
+// "state" is the run's, what a checkpoint saves; see docs/architecture.md, "Words".)
 //
 // The four linears of each block (qkv, attention projection, fc, fc projection) run as
 // quantized matmuls (Backend::matmul_*_scaled). Per-tensor FP8 (precision.mode = fp8): input
@@ -9,7 +11,7 @@
 //   delayed  amax comes from a history of the last history_len amaxes of that tensor (the
 //            current one is recorded after use); an empty history means scale 1
 //   current  amax of the tensor being quantized
-// Block-scaled recipes take current scales per block; QuantState then holds each linear's
+// Block-scaled recipes take current scales per block; LinearQuantizers then holds each linear's
 // recipe (auto's choice, smoothing factors) and the micro-batch's random seed.
 // Layers listed in keep_bf16 (negative indices count from the last) stay in bf16. Only
 // training passes record amaxes, so evaluation does not move the scales. (Checkpoints keep the
@@ -25,7 +27,7 @@
 
 namespace tg {
 
-// The precision.fp8.* keys; fp8_recipe() turns them into the recipe QuantState reads.
+// The precision.fp8.* keys; fp8_recipe() turns them into the recipe LinearQuantizers reads.
 struct Fp8Config {
   ScaleSource recipe = ScaleSource::Delayed;
   int history_len = 16;
@@ -34,7 +36,7 @@ struct Fp8Config {
 };
 QuantRecipe fp8_recipe(const Fp8Config& c);
 
-class QuantState {
+class LinearQuantizers {
  public:
   enum Linear { QKV, ATTPROJ, FC, FCPROJ, kLinears };
   // In the order of TensorScaling's scales and Backend::take_amaxes.
@@ -44,8 +46,9 @@ class QuantState {
   // recipes take fp32 scales, nearest rounding, no transform, E4M3/E5M2 elements; block-scaled
   // ones current scales and quantized (not bf16) elements, Hadamard on both operands of a
   // GEMM or neither.
-  QuantState(const QuantRecipe& recipe, int n_layer);
-  QuantState(const Fp8Config& cfg, int n_layer) : QuantState(fp8_recipe(cfg), n_layer) {}
+  LinearQuantizers(const QuantRecipe& recipe, int n_layer);
+  LinearQuantizers(const Fp8Config& cfg, int n_layer)
+      : LinearQuantizers(fp8_recipe(cfg), n_layer) {}
   bool layer_in_fp8(int layer) const { return fp8_layer_[layer]; }
   // Whether the linears are block-scaled rather than per-tensor scaled (with amax histories).
   bool block_scaled() const { return block_scaled_; }
