@@ -18,14 +18,8 @@
 // 12288 in bf16) stage the row in shared memory and read each score, dP and att value from
 // global memory once; the others read the row twice (backward) or three times (forward). Both
 // compute the same values in the same order: att and dS are bit-identical between them.
-//
-// fused forward (attention_forward_fused_kernel, opt-in with cuda.attention=fused, head
-// sizes 32/64/96/128): one warp per query row reads q, k, v straight from qkv (no permutes,
-// no T x T scores): pass 1 runs the online softmax (running max m and sum l, the output
-// accumulator rescaled as m grows), out = acc / l; pass 2 recomputes each score to store the
-// probabilities exp(s - m) / l into att for the backward pass. It is not tiled through shared
-// memory; attention without the T x T probabilities is cuDNN's (cuda.attention=cudnn). The
-// cuBLAS path stays the default and the reference.
+// Attention without the T x T probabilities is cuDNN's (cuda.attention=cudnn,
+// src/backends/cuda/attention_cudnn.cu); this path stays the reference.
 #pragma once
 #include "common.cuh"
 
@@ -247,54 +241,6 @@ __global__ void attention_softmax_backward_smem_kernel(T* dS, const T* dP, const
       out.v[j] = st<T>(u0 + j <= t ? ld(sa[u0 + j]) * (ld(sp[u0 + j]) - dot) * scale : 0.f);
     store_run<V>(ds + u0, out);
   }
-}
-
-// One warp per row (b, h, t); lane holds q[lane + 32 j], j < KJ (hs = 32 KJ).
-template <typename T, int KJ>
-__global__ void attention_forward_fused_kernel(T* out, T* att, const T* qkv, int B, int T_, int NH,
-                                               float scale) {
-  constexpr int hs = 32 * KJ;
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= B * NH * T_) return;
-  const int t = row % T_, h = (row / T_) % NH, b = row / (T_ * NH);
-  const int C = NH * hs;
-  const T* base = qkv + size_t(b) * T_ * 3 * C + size_t(h) * hs;  // q of (b, 0, h)
-  float q[KJ], acc[KJ];
-#pragma unroll
-  for (int j = 0; j < KJ; j++) {
-    q[j] = ld(base[size_t(t) * 3 * C + lane + 32 * j]);
-    acc[j] = 0.f;
-  }
-  float m = -INFINITY, l = 0.f;
-  for (int u = 0; u <= t; u++) {
-    const T* ku = base + size_t(u) * 3 * C + C;
-    float part = 0.f;
-#pragma unroll
-    for (int j = 0; j < KJ; j++) part += q[j] * ld(ku[lane + 32 * j]);
-    const float s = warp_sum(part) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
-    const T* vu = ku + C;
-#pragma unroll
-    for (int j = 0; j < KJ; j++) acc[j] = acc[j] * corr + p * ld(vu[lane + 32 * j]);
-    m = m_new;
-  }
-  const float inv = 1.f / l;
-  T* o = out + (size_t(b) * T_ + t) * C + size_t(h) * hs;
-#pragma unroll
-  for (int j = 0; j < KJ; j++) o[lane + 32 * j] = st<T>(acc[j] * inv);
-  T* a = att + size_t(row) * T_;
-  for (int u = 0; u <= t; u++) {
-    const T* ku = base + size_t(u) * 3 * C + C;
-    float part = 0.f;
-#pragma unroll
-    for (int j = 0; j < KJ; j++) part += q[j] * ld(ku[lane + 32 * j]);
-    const float s = warp_sum(part) * scale;
-    if (lane == (u & 31)) a[u] = st<T>(expf(s - m) * inv);
-  }
-  for (int u = t + 1 + lane; u < T_; u += 32) a[u] = st<T>(0.f);
 }
 
 }  // namespace tg::gpu

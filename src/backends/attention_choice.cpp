@@ -7,7 +7,6 @@ namespace tg {
 const char* attention_path_name(AttentionPath p) {
   switch (p) {
     case AttentionPath::Cublas: return "cublas";
-    case AttentionPath::Fused: return "fused";
     case AttentionPath::Cudnn: return "cudnn";
     case AttentionPath::CpuLse: return "lse";
   }
@@ -19,13 +18,19 @@ std::string attention_shape_name(const AttentionShape& s) {
 }
 
 AttentionRequest effective_attention(AttentionRequest r) {
-  return r == AttentionRequest::Flash ? AttentionRequest::Cudnn : r;
+  if (r == AttentionRequest::Flash) return AttentionRequest::Cudnn;
+  if (r == AttentionRequest::Fused) return AttentionRequest::Cublas;
+  return r;
 }
 
 std::string attention_request_notice(AttentionRequest r) {
-  if (r != AttentionRequest::Flash) return "";
-  return "notice: cuda.attention=flash: the hand-written flash kernels have gone; read as "
-         "cudnn, the path with the same lse layout (on the CPU its lse twin)";
+  if (r == AttentionRequest::Flash)
+    return "notice: cuda.attention=flash: the hand-written flash kernels have gone; read as "
+           "cudnn, the path with the same lse layout (on the CPU its lse twin)";
+  if (r == AttentionRequest::Fused)
+    return "notice: cuda.attention=fused: the single-pass forward has gone; read as cublas, "
+           "the path with the same T x T probabilities and backward";
+  return "";
 }
 
 bool cudnn_attention_supported(DType t, int head_size, std::string* why) {
@@ -69,7 +74,6 @@ AttentionChoice path_of(AttentionPath p, bool lse, std::string reason) {
 AttentionRequest attention_request(AttentionPath p) {
   switch (p) {
     case AttentionPath::Cublas: return AttentionRequest::Cublas;
-    case AttentionPath::Fused: return AttentionRequest::Fused;
     case AttentionPath::Cudnn:
     case AttentionPath::CpuLse: return AttentionRequest::Cudnn;
   }
@@ -81,7 +85,7 @@ AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& c
   using R = AttentionRequest;
   if (requested == R::Cublas) return path_of(AttentionPath::Cublas, false, "cuda.attention=cublas");
   if (requested == R::Fused)
-    return path_of(AttentionPath::Fused, false, "cuda.attention=fused: single-pass forward");
+    return path_of(AttentionPath::Cublas, false, "cuda.attention=fused (read as cublas)");
   // flash (an old config's) is read as cudnn; the key is named as the config spells it.
   const std::string key = std::string("cuda.attention=") + enum_name(requested);
   const std::string as = requested == R::Flash ? " (read as cudnn)" : "";

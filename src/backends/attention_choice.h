@@ -1,12 +1,11 @@
 // attention_choice.h: which attention path a run takes for cuda.attention, as a pure function
 // of what the build and the machine offer (no CUDA, so the CPU tests check every rule).
 //
-// The paths: cublas (batched GEMMs + softmax kernels, the T x T probabilities kept), fused (a
-// single-pass forward over the same probabilities), cudnn (cuDNN's fused flash attention: the
-// model keeps the per-row logsumexp, lse, instead of the probabilities) and, on the CPU only,
-// the lse twin of cudnn. `auto` takes cudnn where the build has it, libcudnn loads, cuDNN
-// supports the compute type and head size and builds its forward and backward graphs at the
-// run's shape; else cublas (the default before auto existed), and says why.
+// The paths: cublas (batched GEMMs + softmax kernels, the T x T probabilities kept), cudnn
+// (cuDNN's fused flash attention: the model keeps the per-row logsumexp, lse, instead of the
+// probabilities) and, on the CPU only, the lse twin of cudnn. `auto` takes cudnn where the build
+// has it, libcudnn loads, cuDNN supports the compute type and head size and builds its forward and
+// backward graphs at the run's shape; else cublas (the default before auto existed), and says why.
 //
 // The choice is settled at start-up (Backend::settle_attention), before the model sizes its
 // activations for one layout or the other: a path that changed mid-run would find them sized
@@ -29,7 +28,7 @@ struct CudnnProbe {
 };
 
 // CpuLse: the CPU backend's lse twin of cudnn (attention_forward_lse / attention_backward_lse).
-enum class AttentionPath { Cublas, Fused, Cudnn, CpuLse };
+enum class AttentionPath { Cublas, Cudnn, CpuLse };
 
 // The shape a run's attention is settled for: batch, sequence, heads, head size, compute type.
 struct AttentionShape {
@@ -54,10 +53,12 @@ const char* attention_path_name(AttentionPath p);
 // The cuda.attention value that asks for path p by name (the CPU's twin: cudnn).
 AttentionRequest attention_request(AttentionPath p);
 
-// cuda.attention=flash named the hand-written flash kernels, which have gone (their CUDA-core
-// FMAs were 3.4x slower than the default on an H200; cuDNN is the tensor-core path with the
-// same lse layout). An old config's or checkpoint's flash is read as cudnn: the request that
-// runs, and the one-line notice that says so ("" for every other value).
+// cuda.attention=flash and fused named hand-written kernels that have gone, their CUDA-core
+// FMAs 3.4x and 4x slower per GPT-2 124M step than the default on an H200 (cuDNN is the
+// tensor-core path). An old config's or checkpoint's flash is read as cudnn (the same lse
+// layout), fused as cublas (the same T x T probabilities kept, the same backward, and the
+// same CPU twin: the reference its tests held it to): the request that runs, and the one-line
+// notice that says so ("" for every other value).
 AttentionRequest effective_attention(AttentionRequest r);
 std::string attention_request_notice(AttentionRequest r);
 

@@ -8,9 +8,10 @@
 namespace tg {
 
 // cuda.attention: the path asked for (attention_choice.h says which runs and why); auto
-// decides per compute type, head size and what cuDNN builds at the run's shape. Flash named
-// the hand-written flash kernels, which have gone: it stays a name so that old configs and
-// checkpoints parse, and is read as cudnn (attention_choice.h's effective_attention).
+// decides per compute type, head size and what cuDNN builds at the run's shape. Fused and flash
+// named hand-written kernels that have gone (the single-pass forward, the flash kernels): they
+// stay names so that old configs and checkpoints parse, and are read as cublas and cudnn
+// (attention_choice.h's effective_attention).
 enum class AttentionRequest { Auto, Cublas, Fused, Cudnn, Flash };
 template <>
 struct EnumNames<AttentionRequest> {

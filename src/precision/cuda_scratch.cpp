@@ -47,7 +47,6 @@ AttentionPath planned_attention(AttentionRequest attention, DType t, int hs) {
   std::string why;
   if (effective_attention(attention) == R::Cudnn && cudnn_attention_supported(t, hs, &why))
     return AttentionPath::Cudnn;
-  if (attention == R::Fused) return AttentionPath::Fused;
   return AttentionPath::Cublas;
 }
 

@@ -6,8 +6,8 @@
 //
 // The backend grows a slot to the largest request it sees and keeps it (CudaBackend::scratch),
 // so a slot's size is the maximum over the step's calls; the sizes below follow the launchers:
-//   src/backends/cuda/attention.cu   the materialised path (cuda.attention=cublas, and fused's
-//                                    backward): q, k, v, y (B, NH, T, hs), the scores / dP
+//   src/backends/cuda/attention.cu   the materialised path (cuda.attention=cublas, and fused
+//                                    read as cublas): q, k, v, y (B, NH, T, hs), the scores / dP
 //                                    (B, NH, T, T) and dS (B, NH, T, T), all in the compute
 //                                    type, dq, dk, dv
 //   src/backends/cuda/attention_cudnn.cu  cuDNN's workspace (kScratchCudnn), the largest its
@@ -73,8 +73,9 @@ struct CudaScratchPlan {
 
 // The attention path planned for cuda.attention = `attention` (its name, or `auto`), compute
 // type t and head size hs: the path that runs where it can (cudnn, and flash read as cudnn,
-// where cuDNN takes t and hs, attention_choice.h's rules), and auto as cublas, the larger of its
-// two outcomes (the run itself knows which it took: Trainer::check_memory plans that one).
+// where cuDNN takes t and hs, attention_choice.h's rules; fused is read as cublas), and auto
+// as cublas, the larger of its two outcomes (the run itself knows which it took:
+// Trainer::check_memory plans that one).
 AttentionPath planned_attention(AttentionRequest attention, DType t, int hs);
 
 // The plan of one training step of model c in compute type t at B x T; `attention` is

@@ -351,7 +351,8 @@ void Trainer::print_start() const {
     printf("loss floor of this dataset: %.4f (untrained: ln(V) = %.4f)\n", loss_floor_, ln_vocab_);
   if (device_decision_) printf("loss scale: decided on the device\n");
   // Which attention path runs and why (cuda.attention); a CPU run on the reference says nothing,
-  // as before the choice existed. An old config's flash is read as cudnn: a notice says so.
+  // as before the choice existed. An old config's flash (fused) is read as cudnn (cublas): a
+  // notice says so.
   const std::string notice = attention_request_notice(cfg_.cuda.attention);
   if (!notice.empty()) printf("%s\n", notice.c_str());
   const AttentionChoice att = be_->attention_choice(mc_.n_embd / mc_.n_head, m.dtype());

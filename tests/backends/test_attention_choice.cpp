@@ -1,8 +1,8 @@
 // cuda.attention's choice of path (src/backends/attention_choice.h), checked on the CPU for
 // every combination of what a build and a machine offer (cuDNN built in or not, libcudnn found
 // or not, compute type, head size, a graph cuDNN refuses at the run's shape); an old config's
-// flash read as cudnn; the CPU backend's twin of each value; and the CUDA scratch plan of the
-// cuDNN path (src/precision/cuda_scratch.h).
+// flash read as cudnn and fused as cublas; the CPU backend's twin of each value; and the CUDA
+// scratch plan of the cuDNN path (src/precision/cuda_scratch.h).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -148,21 +148,40 @@ TEST_CASE("attention choice: a graph cuDNN refuses at the run's shape: auto take
   CHECK_THROWS_AS(require_runnable(f), UsageError);
 }
 
-TEST_CASE("attention choice: cublas and fused are as before, whatever cuDNN is") {
+TEST_CASE("attention choice: cublas is as before whatever cuDNN is; an old config's fused too") {
   const CudnnProbe ok = probe(true, true);
-  for (DType t : {DType::F32, DType::BF16}) {
-    CHECK(choose_attention(req("cublas"), ok, t, 64, graphs_build).path == AttentionPath::Cublas);
-    CHECK_FALSE(choose_attention(req("cublas"), ok, t, 64, graphs_build).lse);
-    CHECK(choose_attention(req("fused"), ok, t, 64, graphs_build).path == AttentionPath::Fused);
-    CHECK_FALSE(choose_attention(req("fused"), ok, t, 64, graphs_build).lse);
-  }
+  for (DType t : {DType::F32, DType::BF16})
+    for (const char* key : {"cublas", "fused"}) {
+      const AttentionChoice c = choose_attention(req(key), ok, t, 64, graphs_build);
+      CHECK(c.path == AttentionPath::Cublas);
+      CHECK_FALSE(c.lse);
+      CHECK(c.error.empty());
+    }
+  CHECK(has(choose_attention(req("fused"), ok, DType::BF16, 64, graphs_build).reason,
+            "cuda.attention=fused (read as cublas)"));
   CHECK(std::string(attention_path_name(AttentionPath::Cudnn)) == "cudnn");
+}
+
+TEST_CASE("attention choice: an old config's fused is read as cublas, with a notice") {
+  // The single-pass forward kept att (B, NH, T, T) and ran cublas's backward, held to the
+  // CPU's reference: cublas is the path with its layout and its twin.
+  CHECK(effective_attention(req("fused")) == AttentionRequest::Cublas);
+  const std::string notice = attention_request_notice(req("fused"));
+  CHECK(has(notice, "notice: cuda.attention=fused"));
+  CHECK(has(notice, "read as cublas"));
+  CHECK(notice.find('\n') == std::string::npos);  // one line
+  CHECK(planned_attention(req("fused"), DType::BF16, 64) == AttentionPath::Cublas);
+  CHECK(
+      plan_cuda_scratch(gpt_config(2, 4, 256, 1000, 256), DType::BF16, 4, 256, req("fused"), false)
+          .total() ==
+      plan_cuda_scratch(gpt_config(2, 4, 256, 1000, 256), DType::BF16, 4, 256, req("cublas"), false)
+          .total());
 }
 
 TEST_CASE("attention choice: an old config's flash is read as cudnn, with a notice") {
   const CudnnProbe ok = probe(true, true), none = probe(false, false);
   CHECK(effective_attention(req("flash")) == AttentionRequest::Cudnn);
-  for (const char* key : {"auto", "cublas", "fused", "cudnn"}) {
+  for (const char* key : {"auto", "cublas", "cudnn"}) {
     CHECK(effective_attention(req(key)) == req(key));
     CHECK(attention_request_notice(req(key)).empty());
   }

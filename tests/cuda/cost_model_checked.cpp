@@ -35,8 +35,8 @@ const DType kBf16 = DType::BF16;
 
 // The ops that move more than kBound times their minimum today, with the ratio measured
 // (the test fails if one moves more, or once it is within the bound: then its line goes) and
-// why. Issue 44 item 4 (fused kernels) and item 3 (attention without the T x T matrices)
-// shrink this list.
+// why. Issue 44's fused kernels and attention without the T x T matrices (cuDNN's) shrink
+// this list.
 struct Exception {
   const char* op;
   double ratio;
@@ -67,7 +67,6 @@ const NotModelled kNotModelled[] = {
     {"wire", "gradients on the wire (precision.state.grad_comm, several ranks)"},
     {"loss_scale", "fp16's loss scaler deciding on the device"},
     {"adamw_blocked", "fp8 Adam moments (precision.state.adam_m / adam_v)"},
-    {"tg::gpu::attention_forward_fused_kernel", "cuda.attention=fused"},
     {"tg::gpu::gelu_forward_kernel", "GELU on pointers or sizes that fit no 16-byte pack"},
     {"tg::gpu::gelu_backward_kernel", "GELU on pointers or sizes that fit no 16-byte pack"},
     {"tg::gpu::residual_forward_kernel", "fp32 gradient accumulation (precision.state.grads=fp32)"},

@@ -178,15 +178,6 @@ void attention_at_smem(size_t smem, E* att, E* dqkv, const E* qkv, const E* dout
   gpu::attention_backward(c, dtype_of<E>(), dqkv, dout, qkv, att, B, T, Cn, NH);
   wait_device();
 }
-// attention.cu's fused forward (cuda.attention=fused), head sizes 32 KJ.
-template <typename E, int KJ>
-void attention_forward_fused(E* out, E* att, const E* qkv, int B, int T, int Cn, int NH) {
-  gpu::Ctx c = emu_ctx();
-  c.opt.attention = tg::AttentionRequest::Fused;
-  gpu::attention_forward(c, dtype_of<E>(), out, att, qkv, B, T, Cn, NH);
-  wait_device();
-}
-
 }  // namespace
 
 TEST_CASE("emulation: shuffles, block reductions, early exits") {
@@ -971,36 +962,6 @@ TEST_CASE("attention permutes: bit-exact round trips, an element or a 16-byte ru
     permute_round_trips<E, 1>(rng, 16);
     permute_round_trips<E, gpu::Pack16<E>::N>(rng, 16);
   })
-}
-
-TEST_CASE("fused attention forward (hs 32, 64, 96, 128) vs the CPU") {
-  std::mt19937 rng(8);
-  // B, T, C, NH: head sizes 32, 64, 96, 128
-  const int shapes[][4] = {
-      {1, 5, 64, 2}, {2, 37, 64, 2}, {1, 45, 128, 2}, {1, 33, 96, 1}, {1, 20, 256, 2}};
-  for (const auto& sh : shapes) {
-    const int B = sh[0], T = sh[1], Cn = sh[2], NH = sh[3];
-    CAPTURE(T);
-    CAPTURE(Cn);
-    FOR_TYPES({
-      CAPTURE(tname<E>());
-      const size_t btc = size_t(B) * T * Cn, natt = size_t(B) * NH * T * T;
-      Buf<E> qkv(3 * btc), out(btc + 1), att(natt + 1), rout(btc), ratt(natt);
-      fill(qkv.p, qkv.n, rng);
-      switch (Cn / NH) {
-        case 32: attention_forward_fused<E, 1>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
-        case 64: attention_forward_fused<E, 2>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
-        case 96: attention_forward_fused<E, 3>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
-        default: attention_forward_fused<E, 4>(out.p, att.p, qkv.p, B, T, Cn, NH); break;
-      }
-      cpu::attention_forward(C(rout.p), C(ratt.p), C(qkv.p), B, T, Cn, NH);
-      CHECK(rel_err(out.p, rout.p, btc) <= tol<E>());
-      CHECK(rel_err(att.p, ratt.p, natt) <= tol<E>());
-      CHECK(all_poison(out.p + btc, 1));
-      CHECK(all_poison(att.p + natt, 1));
-      check_emu();
-    })
-  }
 }
 
 // The gradient in E over the logits' own rows (backend.h's dlogits_view): fp32 in place, or

@@ -252,27 +252,6 @@ TEST_CASE("cuda: attention forward and backward") {
   }
 }
 
-TEST_CASE("cuda: fused single-pass attention forward (cuda.attention=fused)") {
-  TG_REQUIRE_GPU();
-  for (auto sh :
-       {std::array<int, 4>{2, 40, 96, 3}, {1, 64, 128, 2}, {2, 33, 384, 4}, {1, 70, 512, 4}}) {
-    const int B = sh[0], T = sh[1], C = sh[2], NH = sh[3];  // head sizes 32, 64, 96, 128
-    for (DType t : kAllTypes) {
-      INFO(name(t) << " B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
-      tg::BackendOptions o;
-      o.attention = tg::AttentionRequest::Fused;
-      Twin tw(o);
-      const size_t btc = size_t(B) * T * C, att_n = size_t(B) * NH * T * T;
-      Pair qkv = tw.rand(t, 3 * btc, 52);
-      Pair out = tw.poisoned(t, btc), att = tw.poisoned(t, att_n);
-      tw.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, B, T, C, NH);
-      tw.gpu->attention_forward(out.gpu, att.gpu, qkv.gpu, B, T, C, NH);
-      CHECK(tw.err(out) < tol(t));
-      CHECK(tw.err(att) < tol(t));
-    }
-  }
-}
-
 TEST_CASE("cuda: gelu and residual, packed and unpacked") {
   TG_REQUIRE_GPU();
   for (DType t : kAllTypes) {

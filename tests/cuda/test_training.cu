@@ -20,7 +20,7 @@ using namespace tgc;
 
 namespace {
 
-// Head size 32, so that the fused attention kernel applies too.
+// Head size 32.
 tg::GPTConfig small_gpt() { return tg::gpt_config(2, 2, 64, 100, 32); }
 
 struct Batch {
@@ -71,14 +71,13 @@ TEST_CASE("cuda: full-model gradients match the CPU") {
   const tg::GPTConfig cfg = small_gpt();
   const int B = 2, T = 16;
   Batch bt = batch(B, T, cfg.vocab_size, 7);
-  // The default paths, then fused attention, the forced GEMM fallback and the GELU epilogue
-  // (cuDNN's path against the CPU's lse twin: test_attention_cudnn.cu).
-  for (const char* path : {"default", "fused", "gemm fallback", "gelu epilogue"})
+  // The default paths, then the forced GEMM fallback and the GELU epilogue (cuDNN's path
+  // against the CPU's lse twin: test_attention_cudnn.cu).
+  for (const char* path : {"default", "gemm fallback", "gelu epilogue"})
     for (DType t : kAllTypes) {
       INFO(name(t) << " " << path);
       const std::string p = path;
       tg::BackendOptions o;
-      if (p == "fused") o.attention = tg::AttentionRequest::Fused;
       o.gemm_fallback = p == "gemm fallback";
       o.gelu_epilogue = p == "gelu epilogue";
       auto cpu = tg::make_cpu_backend(o);

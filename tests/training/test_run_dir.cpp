@@ -435,6 +435,20 @@ TEST_CASE("switches: cuda.* keys reach the backend, config.json and the memory p
   CHECK(has(out, "notice: cuda.attention=flash"));
   CHECK(has(out, "attention keeping lse"));
   CHECK(has(out, "cuDNN's workspace is in the attention column"));
+  // An old config's fused (the single-pass forward has gone): read as cublas, on the CPU its
+  // reference, with a one-line notice; its checkpoint, which names fused, resumes.
+  REQUIRE(run_binary(tiny_args(d / "run_fused") + " --train.steps=2 --cuda.attention=fused",
+                     &out) == 0);
+  CHECK(has(out, "notice: cuda.attention=fused: the single-pass forward has gone; read as cublas"));
+  CHECK_FALSE(has(out, "attention: lse"));
+  CHECK(json::parse(tgt::slurp(
+            d / "run_fused/ckpt_00000002/state.json"))["config"]["cuda"]["attention"] == "fused");
+  REQUIRE(run_binary(tiny_args(d / "run_fused") + " --train.steps=3 --cuda.attention=fused " +
+                         "--checkpoint.resume=true",
+                     &out) == 0);
+  CHECK(has(out, "notice: cuda.attention=fused"));
+  REQUIRE(run_binary("memory --cuda.attention=fused", &out) == 0);
+  CHECK(has(out, "notice: cuda.attention=fused"));
   CHECK(run_binary("train --cuda.attention=magic", &out) == 2);
   CHECK(has(out, "auto|cublas|fused|cudnn|flash"));
   // cudnn's CPU twin keeps lse; the memory plan counts cuDNN's workspace for the GPU.

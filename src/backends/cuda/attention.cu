@@ -153,36 +153,6 @@ void causal_cols(Ctx& c, DType t, void* D, const void* P, const void* Z, int T, 
   });
 }
 
-// The fused forward (attention_forward_fused_kernel): one warp per query row, 8 rows per
-// block, head sizes 32, 64, 96 and 128. Returns false (nothing enqueued) for other head sizes:
-// the cuBLAS path runs then.
-template <typename E>
-bool fused_forward(Ctx& c, E* out, E* att, const E* qkv, int B, int T, int NH, int hs,
-                   float scale) {
-  const unsigned blocks = row_blocks(size_t(B) * NH * T);
-  switch (hs) {
-    case 32:
-      launch(attention_forward_fused_kernel<E, 1>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
-             T, NH, scale);
-      break;
-    case 64:
-      launch(attention_forward_fused_kernel<E, 2>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
-             T, NH, scale);
-      break;
-    case 96:
-      launch(attention_forward_fused_kernel<E, 3>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
-             T, NH, scale);
-      break;
-    case 128:
-      launch(attention_forward_fused_kernel<E, 4>, blocks, kThreads, 0, c.stream, out, att, qkv, B,
-             T, NH, scale);
-      break;
-    default: return false;
-  }
-  TG_LAUNCH_CHECK();
-  return true;
-}
-
 }  // namespace
 
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
@@ -191,15 +161,6 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
   const size_t tt = size_t(T) * T;
   const float scale = 1.f / std::sqrt(float(hs));
-  if (c.opt.attention == AttentionRequest::Fused) {
-    bool done = false;
-    dispatch("attention_forward", t, [&](auto tag) {
-      using E = decltype(tag);
-      done = fused_forward<E>(c, static_cast<E*>(out), static_cast<E*>(att),
-                              static_cast<const E*>(qkv), B, T, NH, hs, scale);
-    });
-    if (done) return;
-  }
   void* q = c.scratch(kScratchQ, btc * es);
   void* k = c.scratch(kScratchK, btc * es);
   void* v = c.scratch(kScratchV, btc * es);

@@ -225,8 +225,9 @@ bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const v
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
 
 // ---- attention.cu ----
-// c.opt.attention == fused (cuda.attention=fused) switches the forward to the fused
-// single-pass kernel (head sizes 32, 64, 96, 128); the default is the cuBLAS reference path.
+// The cuBLAS path (cuda.attention=cublas, and auto where cuDNN does not run): the T x T scores
+// and probabilities materialised in the compute type, as the CPU's reference keeps them
+// (kernels/attention.cuh).
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
