@@ -12,8 +12,10 @@
 //   TG_TEST_NO_NCCL=1         NCCL cannot be loaded (src/backends/cuda/nccl_comm.cu: the error
 //                             a machine without libnccl.so.2 gives)
 //   TG_TEST_CUDNN_REFUSE=G    the CUDA backend finds a loaded cuDNN that refuses its G graph
-//                             (forward or backward) at start-up (src/backends/cuda/backend.cu's
-//                             settle_attention: a graph the GPU's cuDNN has no engine for)
+//                             (forward or backward) at start-up (settle_attention: a graph the
+//                             GPU's cuDNN has no engine for; src/backends/cuda/attention_paths.cu);
+//                             G sampling: one that builds start-up's graphs and refuses the
+//                             forward graph of every shape after (sampling's B 1 x T t)
 #pragma once
 #include <cstddef>
 #include <string>
@@ -25,7 +27,7 @@ int fail_rank();  // -1: none
 bool rejects_checkpoint(int rank, long long step);
 size_t reduce_chunk();  // 0: the default
 bool nccl_missing();
-std::string cudnn_refuses();  // "forward", "backward" or "" (unset or another value)
+std::string cudnn_refuses();  // "forward", "backward", "sampling" or "" (unset, another value)
 // TG_TEST_HOST_MEMORY: false when unset; else *available and *total from it.
 bool host_memory(unsigned long long* available, unsigned long long* total);
 size_t host_alloc_limit();  // 0: none

@@ -4,13 +4,15 @@
 // (poisoned first). Skipped, with the reason, where the build has no cuDNN or libcudnn is not
 // found (the emulated tests, CI, a GPU machine without the wheel). The start-up check
 // (Backend::settle_attention) runs everywhere, the emulation included, against a stand-in cuDNN
-// that refuses one graph (TG_TEST_CUDNN_REFUSE).
+// that refuses one graph (TG_TEST_CUDNN_REFUSE), and so do the forward of a shape refused after
+// start-up (sampling's, on the cuBLAS path).
 #include <array>
 #include <cmath>
 #include <cstdlib>
 
 #include "cuda_test_util.h"
 #include "src/backends/cuda/launch.h"
+#include "src/model/sample.h"
 
 using namespace tgc;
 
@@ -214,4 +216,49 @@ TEST_CASE("cuda: a cuDNN call that fails mid-run stops the run with the reason, 
             "cuda.attention=cudnn: cuDNN attention failed mid-run at B 2 x T 24, 4 heads "
             "of 16, bf16"));
   CHECK(has(what, "the run stops rather than change path"));
+}
+
+TEST_CASE("cuda: a shape cuDNN refuses after start-up (sampling's) runs its forward on cuBLAS") {
+  TG_REQUIRE_GPU();
+  RefusingCudnn refuse("sampling");  // start-up's graphs build; every later shape's is refused
+  tg::BackendOptions o;
+  o.attention = tg::AttentionRequest::Auto;
+  Twin tw(o);
+  const int C = 256, NH = 4;
+  const tg::AttentionChoice a = tw.gpu->settle_attention({4, 64, NH, 64, DType::BF16});
+  REQUIRE(a.path == tg::AttentionPath::Cudnn);
+  CHECK(a.error.empty());
+  for (int T : {1, 5, 24}) {  // sampling's B 1 x T t
+    INFO("T " << T);
+    const size_t btc = size_t(T) * C;
+    Pair qkv = tw.rand(DType::BF16, 3 * btc, 80 + uint64_t(T));
+    Pair out = tw.poisoned(DType::BF16, btc), ref = tw.poisoned(DType::BF16, btc);
+    Pair lse = tw.poisoned(DType::F32, size_t(NH) * T);
+    Pair att = tw.poisoned(DType::BF16, size_t(NH) * T * T);
+    tw.gpu->attention_forward_lse(out.gpu, lse.gpu, qkv.gpu, 1, T, C, NH);
+    tw.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, 1, T, C, NH);
+    CHECK(tw.err(out) < tol(DType::BF16));
+    // The cuBLAS path's own forward, bit for bit.
+    tw.gpu->attention_forward(ref.gpu, att.gpu, qkv.gpu, 1, T, C, NH);
+    CHECK(tw.get(*tw.gpu, out.gpu) == tw.get(*tw.gpu, ref.gpu));
+    // No lse was kept: a backward at that shape is refused rather than run on garbage.
+    Pair dout = tw.rand(DType::BF16, btc, 90), dqkv = tw.poisoned(DType::BF16, 3 * btc);
+    CHECK_THROWS_WITH_AS(
+        tw.gpu->attention_backward_lse(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, 1, T, C, NH),
+        doctest::Contains("kept no lse"), tg::Error);
+  }
+  // Sampling itself: a model keeping lse generates, greedily, the tokens a cublas model does.
+  const tg::GPTConfig cfg = tg::gpt_config(2, NH, C, 1000, 64);
+  tg::BackendOptions ob;
+  ob.attention = tg::AttentionRequest::Cublas;
+  auto bb = tg::make_cuda_backend(0, ob);
+  tg::GPT mc(cfg, *tw.gpu, DType::BF16), mb(cfg, *bb, DType::BF16);
+  CHECK(mc.attention_lse());
+  CHECK_FALSE(mb.attention_lse());
+  mc.init_random(3);
+  mb.init_random(3);
+  tg::Rng rc(1), rb(1);
+  const std::vector<int32_t> gc = tg::generate(mc, {7, 8, 9}, 5, 0.0, 0, rc);
+  CHECK(gc.size() == size_t(8));
+  CHECK(gc == tg::generate(mb, {7, 8, 9}, 5, 0.0, 0, rb));
 }

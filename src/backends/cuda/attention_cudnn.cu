@@ -18,7 +18,9 @@
 // Graphs are built once per (B, T, NH, hs, type, stats) forward and (B, T, NH, hs, type)
 // backward (building is slow, executing is not) and kept with the backend's handle; the run's
 // own shape is built at start-up (cudnn_build_graphs), before the model sizes its activations
-// for lse, so that a graph cuDNN refuses is found while another path can still be taken. The
+// for lse, so that a graph cuDNN refuses is found while another path can still be taken; a
+// forward-only shape after it (sampling's) is built first too, and the backend runs its
+// forward on the cuBLAS path where cuDNN refuses it (backend.cu's attention_forward_lse). The
 // workspace is the largest any graph asks for, in the backend's kScratchCudnn slot (counted in
 // its bytes in use). The backward runs cuDNN's deterministic algorithm: a resumed run
 // repeats its steps bit for bit only if every backward does.
@@ -67,7 +69,7 @@ void attention_backward_cudnn(Ctx&, DType, void*, const void*, const void*, cons
 std::string cudnn_validate_graphs(int, int, int, int, DType, int) {
   return "this build has no cuDNN";
 }
-std::string cudnn_build_graphs(Ctx&, DType, int, int, int, int) {
+std::string cudnn_build_graphs(Ctx&, DType, int, int, int, int, bool) {
   return "this build has no cuDNN";
 }
 
@@ -337,7 +339,7 @@ std::string cudnn_validate_graphs(int B, int T, int C, int NH, DType t, int sm) 
   return "";
 }
 
-std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH) {
+std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH, bool backward) {
   const Dims d = dims_of(B, T, C, NH);
   const char* which = "handle";
   try {
@@ -345,7 +347,7 @@ std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH) {
     which = "forward graph";
     forward_graph(s, d, t, true);
     which = "backward graph";
-    backward_graph(s, d, t);
+    if (backward) backward_graph(s, d, t);
   } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
     return strf("%s: %s", which, e.what());
   }

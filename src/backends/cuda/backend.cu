@@ -22,17 +22,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <tuple>
 #include <vector>
 
 #include "arg_checks.h"
+#include "attention_paths.h"
 #include "cuda_backend.h"
 #include "device_memory.h"
 #include "launch.h"
 #include "operand_stats.h"
 #include "scaled.h"
 #include "src/backends/cpu/cpu_backend.h"
-#include "src/base/test_hooks.h"
 #include "src/numerics/moment_block.h"
 
 namespace tg {
@@ -288,82 +287,69 @@ class CudaBackend final : public Backend {
     gpu::attention_backward(ctx_, dout.dtype, dqkv.data, dout.data, qkv.data, att.data, B, T, C,
                             NH);
   }
-  // cuda.attention (attention_choice.h): the path settled for this head size and type, else
-  // the choice short of cuDNN's graphs (a model built without settle_attention: bench's and
-  // the tests' models).
+  // cuda.attention (attention_choice.h, attention_paths.h).
   AttentionChoice attention_choice(int head_size, DType t) const override {
-    auto it = settled_.find(std::make_pair(head_size, t));
-    if (it != settled_.end()) return it->second;
-    return choose_attention(ctx_.opt.attention, cudnn_found(), t, head_size);
+    return paths_.choice(head_size, t);
   }
-  // Where cudnn would run, its forward and backward graphs are built now at s (and kept for
-  // the run), so that a graph cuDNN refuses is found before the model sizes its activations.
-  AttentionChoice settle_attention(const AttentionShape& s) override {
-    const AttentionChoice c = choose_attention(ctx_.opt.attention, cudnn_found(), s.t, s.head_size,
-                                               [&] { return cudnn_graphs(s); });
-    settled_[std::make_pair(s.head_size, s.t)] = c;
-    return c;
-  }
-  // cuDNN is looked for only when cudnn or auto asks (flash is read as cudnn).
-  // TG_TEST_CUDNN_REFUSE stands in a loaded cuDNN that refuses one graph.
-  CudnnProbe cudnn_found() const {
-    const AttentionRequest a = effective_attention(ctx_.opt.attention);
-    if (a != AttentionRequest::Cudnn && a != AttentionRequest::Auto) return {};
-    if (test_hooks::cudnn_refuses().empty()) return gpu::cudnn_probe(ctx_.opt.cudnn_lib);
-    CudnnProbe p;
-    p.built_in = p.loaded = true;
-    p.detail = "a stand-in cuDNN (TG_TEST_CUDNN_REFUSE)";
-    return p;
-  }
-  // "" when cuDNN builds both graphs at s, else which it refused and why.
-  std::string cudnn_graphs(const AttentionShape& s) {
-    const std::string hook = test_hooks::cudnn_refuses();
-    const std::string why =
-        hook.empty() ? gpu::cudnn_build_graphs(ctx_, s.t, s.B, s.T, s.NH * s.head_size, s.NH)
-                     : hook + " graph: refused (TG_TEST_CUDNN_REFUSE)";
-    return why.empty() ? why : "cuDNN at " + attention_shape_name(s) + ": " + why;
-  }
-  // The lse ops run cuDNN, the one CUDA path that keeps lse. The path was settled at start-up;
-  // a graph that fails after that (a shape start-up did not build: sampling's) stops the run
-  // with the reason instead of switching paths: the activations are sized for lse, and a
-  // resumed run must repeat its steps bit for bit.
-  template <typename F>
-  void run_cudnn(const char* op, DType t, int B, int T, int C, int NH, F&& f) {
-    const auto key = std::make_pair(C / NH, t);
-    auto it = settled_.find(key);
-    if (it == settled_.end()) it = settled_.emplace(key, attention_choice(C / NH, t)).first;
-    if (it->second.path != AttentionPath::Cudnn)
+  AttentionChoice settle_attention(const AttentionShape& s) override { return paths_.settle(s); }
+  // The lse ops run cuDNN, the one CUDA path that keeps lse: the settled choice, cudnn.
+  const AttentionChoice& need_cudnn(const char* op, const AttentionShape& s) {
+    const AttentionChoice& c = paths_.settled(s);
+    if (c.path != AttentionPath::Cudnn)
       throw Error(
           strf("%s: the CUDA backend keeps lse only through cuDNN, which "
                "cuda.attention=%s did not choose (%s)",
-               op, enum_name(ctx_.opt.attention), it->second.reason.c_str()));
+               op, enum_name(ctx_.opt.attention), c.reason.c_str()));
+    return c;
+  }
+  // The path was settled at start-up; a cuDNN call that fails after that stops the run with
+  // the reason instead of switching paths: the activations are sized for lse, and a resumed
+  // run must repeat its steps bit for bit.
+  template <typename F>
+  void run_cudnn(const AttentionShape& s, F&& f) {
     try {
       f();
     } catch (const std::exception& e) {  // the frontend's own errors are runtime_errors
-      const AttentionShape s{B, T, NH, C / NH, t};
       throw Error(
           strf("cuda.attention=%s: cuDNN attention failed mid-run at %s: %s; the run "
                "stops rather than change path (cuda.attention=cublas avoids cuDNN)",
                enum_name(ctx_.opt.attention), attention_shape_name(s).c_str(), e.what()));
     }
   }
+  // Where cuDNN runs, a shape start-up did not build whose forward graph cuDNN refuses
+  // (sampling's B 1 x T t can be one) runs its forward on the cuBLAS path, the probabilities
+  // in the backward's dS slot: the same attention, for a forward whose lse nothing reads (lse
+  // is not written, and attention_backward_lse refuses the shape). A cudnn that cannot run at
+  // all (no cuDNN: a model built without settle_attention) stops at cuDNN's call instead.
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override {
     need_same("attention_forward_lse", {out, qkv});
     need_f32("attention_forward_lse", lse);
-    const DType t = out.dtype;
-    run_cudnn("attention_forward_lse", t, B, T, C, NH, [&] {
-      gpu::attention_forward_cudnn(ctx_, t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
+    const AttentionShape s{B, T, NH, C / NH, out.dtype};
+    const bool runs = need_cudnn("attention_forward_lse", s).error.empty();
+    if (runs && !paths_.forward_builds(s)) {
+      void* att = ctx_.scratch(gpu::kScratchDS, size_t(B) * NH * T * T * dtype_size(s.t));
+      gpu::attention_forward(ctx_, s.t, out.data, att, qkv.data, B, T, C, NH);
+      return;
+    }
+    run_cudnn(s, [&] {
+      gpu::attention_forward_cudnn(ctx_, s.t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
     });
   }
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
                               int T, int C, int NH) override {
     need_same("attention_backward_lse", {dqkv, dout, qkv, out});
     need_f32("attention_backward_lse", lse);
-    const DType t = dout.dtype;
+    const AttentionShape s{B, T, NH, C / NH, dout.dtype};
+    need_cudnn("attention_backward_lse", s);
+    if (paths_.refused(s))
+      throw Error(
+          strf("attention_backward_lse: cuDNN refused its forward graph at %s, so the "
+               "forward ran on the cuBLAS path and kept no lse to differentiate",
+               attention_shape_name(s).c_str()));
     const float* l = lse.as<const float>();
-    run_cudnn("attention_backward_lse", t, B, T, C, NH, [&] {
-      gpu::attention_backward_cudnn(ctx_, t, dqkv.data, dout.data, qkv.data, out.data, l, B, T, C,
+    run_cudnn(s, [&] {
+      gpu::attention_backward_cudnn(ctx_, s.t, dqkv.data, dout.data, qkv.data, out.data, l, B, T, C,
                                     NH);
     });
   }
@@ -534,8 +520,7 @@ class CudaBackend final : public Backend {
   std::map<void*, std::vector<int32_t>> token_shadow_;  // last upload into each I32 tensor
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
-  // The attention path per (head size, type): settle_attention's, or run_cudnn's first ask.
-  std::map<std::pair<int, DType>, AttentionChoice> settled_;
+  gpu::AttentionPaths paths_{ctx_};  // the attention path per (head size, type)
   unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
   size_t amax_words_ = 0;
 };

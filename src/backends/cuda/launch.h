@@ -225,9 +225,9 @@ bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const v
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC);
 
 // ---- attention.cu ----
-// The cuBLAS path (cuda.attention=cublas, and auto where cuDNN does not run): the T x T scores
-// and probabilities materialised in the compute type, as the CPU's reference keeps them
-// (kernels/attention.cuh).
+// The cuBLAS path (cuda.attention=cublas, auto where cuDNN does not run, and the forward of a
+// shape cuDNN refuses after start-up): the T x T scores and probabilities materialised in the
+// compute type, as the CPU's reference keeps them (kernels/attention.cuh).
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
                        int NH);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
@@ -248,10 +248,11 @@ void attention_forward_cudnn(Ctx& c, DType t, void* out, float* lse, const void*
                              int T, int C, int NH);
 void attention_backward_cudnn(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                               const void* out, const float* lse, int B, int T, int C, int NH);
-// Builds (and keeps for the run) the forward graph with lse and the backward graph of one
-// shape on c's device, as the two calls above will: "" when both build, else which graph
-// failed and cuDNN's message. The backend's start-up check (settle_attention).
-std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH);
+// Builds (and keeps for the run) the forward graph with lse and, with `backward`, the backward
+// graph of one shape on c's device, as the two calls above will: "" when they build, else
+// which graph failed and cuDNN's message. The backend's start-up check (settle_attention,
+// both graphs) and a forward-only shape's after it (sampling's B 1 x T t: the forward's).
+std::string cudnn_build_graphs(Ctx& c, DType t, int B, int T, int C, int NH, bool backward);
 // The three graphs of one shape (forward with and without lse, backward) checked by the
 // frontend's validate() as for compute capability `sm` (e.g. 90), which needs no GPU: "" when
 // valid, else the frontend's message.
