@@ -2,6 +2,8 @@
 // place so that the CUDA backend and the CPU tests read the same ones.
 #include "attention_choice.h"
 
+#include <utility>
+
 namespace tg {
 
 const char* attention_path_name(AttentionPath p) {
@@ -109,6 +111,36 @@ void require_runnable(const AttentionChoice& c) {
   if (c.error.empty()) return;
   if (c.usage_error) throw UsageError(c.error);
   throw Error(c.error);
+}
+
+AttentionChoice agree_attention(const std::vector<AttentionChoice>& ranks, int rank) {
+  // Checked in rank order, so that every rank finds the same answer. An error every rank has
+  // alike (the configuration's) needs no rank's name.
+  for (size_t r = 0; r < ranks.size(); r++)
+    if (!ranks[r].error.empty()) {
+      AttentionChoice c = ranks[r];
+      for (const AttentionChoice& o : ranks)
+        if (o.error != c.error) {
+          c.error = strf("rank %zu: %s", r, c.error.c_str());
+          break;
+        }
+      return c;
+    }
+  size_t other = 0;  // the first rank whose path is not rank 0's
+  while (other < ranks.size() && ranks[other].path == ranks[0].path) other++;
+  if (other == ranks.size()) return ranks.at(size_t(rank));
+  // Only auto differs between ranks (an explicit path is the same on all, or an error):
+  // cudnn where a rank's cuDNN built the graphs, cublas where it did not.
+  const std::pair<AttentionPath, AttentionPath> two{ranks[0].path, ranks[other].path};
+  if (two != std::make_pair(AttentionPath::Cudnn, AttentionPath::Cublas) &&
+      two != std::make_pair(AttentionPath::Cublas, AttentionPath::Cudnn))
+    throw Error(strf("the ranks settled different attention paths: %s on rank 0, %s on rank %zu",
+                     attention_path_name(two.first), attention_path_name(two.second), other));
+  size_t refused = 0;
+  while (ranks[refused].path != AttentionPath::Cublas) refused++;
+  return path_of(AttentionPath::Cublas, false,
+                 strf("rank %zu's %s; every rank takes cublas, the path they all can run", refused,
+                      ranks[refused].reason.c_str()));
 }
 
 }  // namespace tg

@@ -13,6 +13,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "src/base/common.h"
 #include "src/base/path_choices.h"
@@ -80,5 +81,14 @@ AttentionChoice choose_attention(AttentionRequest requested, const CudnnProbe& c
 
 // Throws for c.error: UsageError (exit 2) or Error (exit 1) after c.usage_error.
 void require_runnable(const AttentionChoice& c);
+
+// The ranks of a data-parallel run settle on their own GPUs, and under auto one rank's cuDNN
+// can build the graphs where another's refuses: the ranks would then run different numerics
+// and size different activations. The path they all take, from every rank's settled choice in
+// rank order (Trainer::settle_attention gathers them): a rank's error (the configured path
+// cannot run there) is every rank's, naming the rank; where the paths agree, ranks[rank];
+// else cublas, which every CUDA rank runs and the refusing ranks took, its reason naming the
+// first of them and why.
+AttentionChoice agree_attention(const std::vector<AttentionChoice>& ranks, int rank);
 
 }  // namespace tg

@@ -284,6 +284,14 @@ class Backend {
   virtual AttentionChoice settle_attention(const AttentionShape& s) {
     return attention_choice(s.head_size, s.t);
   }
+  // The ranks' agreed path for s (agree_attention, Trainer::settle_attention's vote) where it
+  // is not the one this backend settled: cublas on a CUDA rank whose cuDNN built the graphs
+  // another rank's refused. attention_choice then answers `agreed`.
+  virtual void settle_agreed_attention(const AttentionShape& s, const AttentionChoice& agreed) {
+    if (agreed.path != attention_choice(s.head_size, s.t).path)
+      throw Error(name() + " backend cannot take the ranks' attention path " +
+                  attention_path_name(agreed.path));
+  }
   // attention_choice's lse; an error naming cuda.attention where the configured path cannot
   // run (require_runnable), so that a run asking for cudnn without it stops before training.
   bool attention_saves_lse(int head_size, DType t) const {

@@ -100,6 +100,9 @@ class ProfilingBackend final : public Backend {
   AttentionChoice settle_attention(const AttentionShape& s) override {
     return in_.settle_attention(s);
   }
+  void settle_agreed_attention(const AttentionShape& s, const AttentionChoice& agreed) override {
+    in_.settle_agreed_attention(s, agreed);
+  }
   void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
                              int NH) override;
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,

@@ -174,17 +174,6 @@ void Trainer::setup_comm_and_backend() {
   mc_ = c.model.init_from.empty() ? model_config(cfg_) : init_.cfg;
 }
 
-// The attention path, settled at the run's shape before the memory plan and the model size the
-// activations for it: where cudnn would run, the backend builds cuDNN's forward and backward
-// graphs now, so that auto takes cublas at start-up where cuDNN refuses one (the start-up line
-// says why) and an explicit cudnn that cannot build stops here, naming the key. A resumed run
-// settles the path its own config names (cuda.* keys are never read back from a checkpoint).
-void Trainer::settle_attention() {
-  const AttentionShape s{cfg_.data.batch_size, cfg_.data.seq_len, mc_.n_head,
-                         mc_.n_embd / mc_.n_head, spec_.compute};
-  require_runnable(be_->settle_attention(s));
-}
-
 void Trainer::check_memory() const {
   if (!cfg_.train.memory_check) return;
   const int hs = mc_.n_embd / mc_.n_head;

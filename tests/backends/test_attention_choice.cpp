@@ -1,11 +1,13 @@
 // cuda.attention's choice of path (src/backends/attention_choice.h), checked on the CPU for
 // every combination of what a build and a machine offer (cuDNN built in or not, libcudnn found
 // or not, compute type, head size, a graph cuDNN refuses at the run's shape); an old config's
-// flash read as cudnn and fused as cublas; the CPU backend's twin of each value; and the CUDA
-// scratch plan of the cuDNN path (src/precision/cuda_scratch.h).
+// flash read as cudnn and fused as cublas; the CPU backend's twin of each value; the ranks'
+// vote (agree_attention); and the CUDA scratch plan of the cuDNN path
+// (src/precision/cuda_scratch.h).
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "src/backends/attention_choice.h"
 #include "src/backends/cpu/cpu_backend.h"
@@ -248,4 +250,54 @@ TEST_CASE("cuda scratch: cudnn plans lse and cuDNN's workspace, auto plans cubla
   CHECK(planned_attention(req("cudnn"), DType::F32, hs) == AttentionPath::Cublas);
   CHECK(planned_attention(req("auto"), DType::BF16, hs) == AttentionPath::Cublas);
   CHECK(plan_cuda_scratch(c, DType::BF16, B, T, req("flash"), false).total() == cudnn.total());
+}
+
+namespace {
+
+AttentionChoice settled(AttentionPath p, const std::string& reason) {
+  AttentionChoice c;
+  c.path = p;
+  c.lse = p != AttentionPath::Cublas;
+  c.reason = reason;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("attention choice: the ranks agree on one path, cublas where a rank's cuDNN refused") {
+  const AttentionChoice cudnn = settled(AttentionPath::Cudnn, "cuda.attention=auto: libcudnn 9");
+  const AttentionChoice refused = settled(
+      AttentionPath::Cublas, "cuda.attention=auto: cuDNN at B 4 x T 64: forward graph: refused");
+  // Agreeing ranks keep their own choice.
+  for (int r = 0; r < 2; r++) {
+    CHECK(agree_attention({cudnn, cudnn}, r).reason == cudnn.reason);
+    CHECK(agree_attention({refused, refused}, r).path == AttentionPath::Cublas);
+  }
+  // One rank refused: every rank takes cublas (no lse), the reason naming that rank and why,
+  // the same on every rank whichever refused.
+  for (int refusing = 0; refusing < 3; refusing++) {
+    std::vector<AttentionChoice> ranks(3, cudnn);
+    ranks[size_t(refusing)] = refused;
+    for (int r = 0; r < 3; r++) {
+      CAPTURE(refusing);
+      CAPTURE(r);
+      const AttentionChoice a = agree_attention(ranks, r);
+      CHECK(a.path == AttentionPath::Cublas);
+      CHECK_FALSE(a.lse);
+      CHECK(a.error.empty());
+      CHECK(has(a.reason, "rank " + std::to_string(refusing) + "'s " + refused.reason));
+      CHECK(has(a.reason, "every rank takes cublas"));
+    }
+  }
+  // A rank whose path cannot run stops every rank, naming it; the configuration's error (the
+  // same on every rank) as it is.
+  AttentionChoice failed = cudnn;
+  failed.error = "cuda.attention=cudnn cannot run: cuDNN at B 4 x T 64: backward graph: refused";
+  failed.usage_error = false;
+  const AttentionChoice e = agree_attention({cudnn, failed}, 0);
+  CHECK(e.error == "rank 1: " + failed.error);
+  CHECK_THROWS_AS(require_runnable(e), Error);
+  CHECK(agree_attention({failed, failed}, 1).error == failed.error);
+  // Paths only auto can mix: any other mix is a bug, refused rather than run.
+  CHECK_THROWS_AS(agree_attention({settled(AttentionPath::CpuLse, ""), refused}, 0), Error);
 }

@@ -5,7 +5,7 @@
 // found (the emulated tests, CI, a GPU machine without the wheel). The start-up check
 // (Backend::settle_attention) runs everywhere, the emulation included, against a stand-in cuDNN
 // that refuses one graph (TG_TEST_CUDNN_REFUSE), and so do the forward of a shape refused after
-// start-up (sampling's, on the cuBLAS path).
+// start-up (sampling's, on the cuBLAS path) and the ranks' agreed path replacing a settled one.
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -261,4 +261,28 @@ TEST_CASE("cuda: a shape cuDNN refuses after start-up (sampling's) runs its forw
   const std::vector<int32_t> gc = tg::generate(mc, {7, 8, 9}, 5, 0.0, 0, rc);
   CHECK(gc.size() == size_t(8));
   CHECK(gc == tg::generate(mb, {7, 8, 9}, 5, 0.0, 0, rb));
+}
+
+TEST_CASE("cuda: the ranks' agreed path replaces the one this rank settled") {
+  TG_REQUIRE_GPU();
+  RefusingCudnn refuse("sampling");  // start-up's graphs build: this rank settles cudnn
+  tg::BackendOptions o;
+  o.attention = tg::AttentionRequest::Auto;
+  auto be = tg::make_cuda_backend(0, o);
+  const tg::AttentionShape s{4, 64, 4, 64, DType::BF16};
+  const tg::AttentionChoice mine = be->settle_attention(s);
+  REQUIRE(mine.path == tg::AttentionPath::Cudnn);
+  // Another rank's cuDNN refused its forward graph: the vote takes cublas on every rank.
+  tg::AttentionChoice other;
+  other.reason = "cuda.attention=auto: cuDNN at B 4 x T 64: forward graph: refused";
+  const tg::AttentionChoice agreed = tg::agree_attention({mine, other}, 0);
+  be->settle_agreed_attention(s, agreed);
+  const tg::AttentionChoice c = be->attention_choice(64, DType::BF16);
+  CHECK(c.path == tg::AttentionPath::Cublas);
+  CHECK(has(c.reason, "rank 1's " + other.reason));
+  tg::GPT m(tg::gpt_config(2, 4, 256, 1000, 64), *be, DType::BF16);
+  CHECK_FALSE(m.attention_lse());
+  // The CPU backend's path follows its config alone, the same on every rank: another is a bug.
+  auto cpu = tg::make_cpu_backend(o);
+  CHECK_THROWS_AS(cpu->settle_agreed_attention(s, mine), tg::Error);
 }

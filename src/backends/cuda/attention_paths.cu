@@ -23,6 +23,13 @@ AttentionChoice AttentionPaths::settle(const AttentionShape& s) {
   return c;
 }
 
+void AttentionPaths::agree(const AttentionShape& s, const AttentionChoice& agreed) {
+  if (agreed.path != AttentionPath::Cublas && agreed.path != AttentionPath::Cudnn)
+    throw Error(strf("the CUDA backend cannot take the ranks' attention path %s",
+                     attention_path_name(agreed.path)));
+  settled_[std::make_pair(s.head_size, s.t)] = agreed;
+}
+
 const AttentionChoice& AttentionPaths::settled(const AttentionShape& s) {
   const auto k = std::make_pair(s.head_size, s.t);
   auto it = settled_.find(k);

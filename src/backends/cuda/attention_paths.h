@@ -1,7 +1,7 @@
 // attention_paths.h: the CUDA backend's attention path per (head size, type), settled at
 // start-up (Backend::settle_attention: cuDNN's forward and backward graphs built at the run's
-// shape where cudnn would run), and which shapes cuDNN has built or refused its graphs for
-// since.
+// shape where cudnn would run), agreed between ranks (Backend::settle_agreed_attention), and
+// which shapes cuDNN has built or refused its graphs for since.
 #pragma once
 #include <map>
 #include <set>
@@ -21,6 +21,8 @@ class AttentionPaths {
   // Where cudnn would run, its forward and backward graphs are built now at s (and kept for
   // the run), so that a graph cuDNN refuses is found before the model sizes its activations.
   AttentionChoice settle(const AttentionShape& s);
+  // The ranks' agreed path replaces the settled one (settle_agreed_attention).
+  void agree(const AttentionShape& s, const AttentionChoice& agreed);
   // The path for s's head size and type, settled on the first ask where nothing settled it.
   const AttentionChoice& settled(const AttentionShape& s);
   // Whether cuDNN's forward graph (with lse) runs at s: built at start-up, or now for a shape

@@ -292,6 +292,9 @@ class CudaBackend final : public Backend {
     return paths_.choice(head_size, t);
   }
   AttentionChoice settle_attention(const AttentionShape& s) override { return paths_.settle(s); }
+  void settle_agreed_attention(const AttentionShape& s, const AttentionChoice& agreed) override {
+    paths_.agree(s, agreed);
+  }
   // The lse ops run cuDNN, the one CUDA path that keeps lse: the settled choice, cudnn.
   const AttentionChoice& need_cudnn(const char* op, const AttentionShape& s) {
     const AttentionChoice& c = paths_.settled(s);
