@@ -24,18 +24,37 @@ inline int bias_rows_per_chunk(int N) { return N <= 64 * 4096 ? 64 : (N + 4095) 
 // in row order: the same sums whatever V is. With V > 1 the block's sums leave through shared
 // memory in 16-byte runs of consecutive columns (a lane's own V sums, written directly, would
 // put 32 or 16 bytes between the lanes of each store: 2 to 8 times the sectors).
+// amax (device, when given; must start at 0): the max of |dout|'s fp32 bits, one atomicMax a
+// block, for a per-tensor-scaled linear's gradient quantizers, which then read dout once
+// (src/backends/cuda/matmul_scaled.cu): the amax pass they would make is this kernel's read.
 constexpr int kBiasThreads = 256;
 template <typename T, int V>
-__global__ void bias_backward_partial_kernel(float* partial, const T* dout, int N, int OC,
-                                             int rows) {
+__global__ void bias_backward_partial_kernel(float* partial, const T* dout, int N, int OC, int rows,
+                                             unsigned* amax) {
   const int j0 = blockIdx.x * kBiasThreads * V, j = j0 + int(threadIdx.x) * V;
   const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   float s[V] = {};
+  unsigned m = 0;  // |x|'s bits order as |x| does; inf and NaN above every finite value
   if (j < OC)
     for (int r = r0; r < r1; r++) {
       const Run<T, V> d = load_run<V>(dout + size_t(r) * OC + j);
-      for (int k = 0; k < V; k++) s[k] += ld(d.v[k]);
+      for (int k = 0; k < V; k++) {
+        const float x = ld(d.v[k]);
+        s[k] += x;
+        const unsigned a = f32_bits(x) & 0x7fffffffu;
+        m = a > m ? a : m;
+      }
     }
+  if (amax) {  // (block-uniform)
+    __shared__ unsigned wmax[kBiasThreads / 32];
+    m = __reduce_max_sync(0xffffffffu, m);
+    if (threadIdx.x % 32 == 0) wmax[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kBiasThreads / 32; w++) m = wmax[w] > m ? wmax[w] : m;
+      atomicMax(amax, m);
+    }
+  }
   float* out = partial + size_t(blockIdx.y) * OC + j0;
   if constexpr (V == 1) {
     if (j < OC) out[threadIdx.x] = s[0];

@@ -60,6 +60,10 @@ struct QuantParams {
   // scale given by the host (> 0), else (fmax / amax) / 2^margin of the operand.
   float tensor_enc = 0;
   int margin = 0;
+  // A one-group (per-tensor) operand's amax bits taken by the kernel that produced it or by an
+  // earlier quantizer of the same values (device; null: none): the scale is drawn from it on
+  // the device, so the one-pass kernels need no amax pass of their own (quantize_tile.cuh).
+  const unsigned* tensor_amax = nullptr;
 };
 
 // One group's multipliers, before rounding (enc) and after (dec): src/numerics/group_scale.h's, the

@@ -13,9 +13,13 @@
 // that B up to 128 fits; up to 64 values a thread; a kernel is compiled for the most its format
 // needs, kSpan: 4 only for 8-bit round-to-nearest codes, one_pass.h says why), each through shared memory as load_tile reads
 // one (coalesced whether the operand is the tensor or its transpose) and rotated as read
-// (rotate_in_warp, the FP4 recipes' Hadamard). What still needs the whole tensor's amax before the
-// first value is rounded keeps the two passes: per-tensor current scaling and NVFP4's tensor scale
-// (a producer-fused amax would remove those too).
+// (rotate_in_warp, the FP4 recipes' Hadamard). Per-tensor current scaling needs the whole
+// tensor's amax before the first value is rounded: where that amax was taken before
+// (QuantParams::tensor_amax, a device word: the amax a kernel that read or wrote the same
+// values took, e.g. bias_backward's of a linear's gradient or an earlier quantizer's, see
+// src/backends/cuda/matmul_scaled.cu), the scale is drawn from it on the device in the same
+// fp32 operations as group_scale_kernel, and one pass does; where none was, the two passes
+// stay. NVFP4's tensor scale keeps the two passes.
 //
 // The all-NaN rule of an operand that holds an inf or NaN is the one thing a block cannot see
 // alone: each block atomicMax-es its largest |x| bits into tensor_bits (which the per-tensor
@@ -38,7 +42,7 @@ constexpr int kTileGroups = kOnePassGroups;
 // each way (one_pass_max_span), or false where it needs two passes.
 inline bool plan_one_pass(const QuantParams& p, int rows, int cols, int max_span, TilePlan* t) {
   return one_pass_plan(rows, cols, p.gr, p.gc, p.ngr, p.ngc, p.scale == ScaleFormat::E4M3,
-                       p.tensor_enc > 0, max_span, t);
+                       p.tensor_enc > 0 || p.tensor_amax, max_span, t);
 }
 // The span a kernel for format F, rounded stochastically or not, is compiled for.
 template <ElemFormat F, bool SR>
@@ -103,7 +107,8 @@ __device__ __forceinline__ void super_tile_amax(OnePassShared& s, const TileValu
                                                 const QuantParams& p, const TilePlan& tp, int rows,
                                                 int cols, int R0, int C0, unsigned* tensor_bits) {
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const bool groups = p.tensor_enc <= 0;  // a given scale needs no group amax
+  // a given scale, or one drawn from a given amax, needs no group amax
+  const bool groups = p.tensor_enc <= 0 && !p.tensor_amax;
   unsigned tmax = 0;
 #pragma unroll
   for (int a = 0; a < N; a++)
@@ -155,7 +160,9 @@ __device__ __forceinline__ void write_group_scale(void* out, cublasLtMatmulMatri
 }
 
 // s.enc, s.dec <- each group's scale pair from its amax (scale_pair: group_scale_kernel's rule;
-// no NVFP4 tensor scale here), and, when scale_out is given, its dec into the native layout,
+// no NVFP4 tensor scale here; the one group's amax is *p.tensor_amax where that is given, a
+// non-finite one left to the finish kernel as in the two passes), and, when scale_out is given,
+// its dec into the native layout,
 // written by the block that holds the group's first element (a delayed tensor scale: block
 // (0, 0)). Starts and ends with a barrier.
 __device__ __forceinline__ void super_tile_scales(OnePassShared& s, const QuantParams& p,
@@ -165,7 +172,8 @@ __device__ __forceinline__ void super_tile_scales(OnePassShared& s, const QuantP
   for (int t = threadIdx.x; t < tp.gpr * tp.gpc; t += blockDim.x) {
     const int gi = R0 / p.gr + t / tp.gpc, j = C0 / p.gc + t % tp.gpc;
     if (gi >= p.ngr || j >= p.ngc) continue;
-    const Scale2 g = scale_pair(p, bits_f32(s.gmax[t]), 1.0f);
+    const unsigned amax = p.tensor_amax ? *p.tensor_amax : s.gmax[t];
+    const Scale2 g = scale_pair(p, bits_f32(amax), 1.0f);
     s.enc[t] = g.enc, s.dec[t] = g.dec;
     if (scale_out && gi * p.gr >= R0 && j * p.gc >= C0)
       write_group_scale(scale_out, m, p, rows, gi, j, g.dec);

@@ -6,8 +6,9 @@
 // One pass needs every scale group inside the super-tile of one block of threads (nr x nc
 // sub-tiles of 32 x 32, 1 or 4 each way: groups of 16, 32, 128 or one spanning up to 128), and
 // no tensor-wide quantity before rounding: a given (delayed) tensor scale needs no amax at
-// all; per-tensor current scaling and NVFP4's UE4M3 scales (whose tensor scale comes from
-// the operand's amax) keep two passes.
+// all, nor does per-tensor current scaling where the operand's amax was taken before (a device
+// word the scale is drawn from); without one it, and NVFP4's UE4M3 scales (whose tensor
+// scale comes from the operand's amax), keep two passes.
 //
 // Only the 8-bit round-to-nearest operands take 4 x 4 super-tiles (fp8-block's 1 x 128 and
 // 128 x 128 groups, fp8-rowwise's rows of up to 128): the others' groups (mxfp8's, mxfp4's 1 x
@@ -40,8 +41,8 @@ inline int one_pass_span(int g, int n, bool any, int max_span) {
 }
 
 // Groups gr x gc (clipped, ngr x ngc of them) over (rows, cols); e4m3_scales: NVFP4's scale
-// format; given: a delayed tensor scale; max_span: one_pass_max_span's. False where the operand
-// needs two passes.
+// format; given: a delayed tensor scale, or a given amax to draw it from; max_span:
+// one_pass_max_span's. False where the operand needs two passes.
 inline bool one_pass_plan(int rows, int cols, int gr, int gc, int ngr, int ngc, bool e4m3_scales,
                           bool given, int max_span, OnePassPlan* t) {
   if (e4m3_scales) return false;

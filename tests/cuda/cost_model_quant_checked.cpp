@@ -33,7 +33,7 @@ constexpr double kBound = 1.25;  // as for the bf16 step's ops
 const DType kBf16 = DType::BF16;
 
 // The quantized modes modelled: the recipe each runs with its defaults; `delayed`: per-tensor
-// scales given by the host (the linear's TensorScaling slot, as LinearQuantizers gives them).
+// scales given by the host (the linear's TensorScaling, as LinearQuantizers gives them).
 struct QuantMode {
   const char* name;
   QuantRecipe (*recipe)();
@@ -60,10 +60,13 @@ struct Exception {
 // the bound; these keep the two passes.
 const Exception kExceptions[] = {
     {"codes", 1.72,
-     "fp8 (per-tensor current scaling)'s E4M3 / E5M2 codes (1.71x): the one scale needs the "
-     "whole operand's amax before the first value is rounded, so the source is read twice, by "
-     "the amax pass and by the pass that writes the codes (1.67x at the least); an amax fused "
-     "into the kernel that produces the operand would make it one pass"},
+     "fp8 (per-tensor current scaling)'s E4M3 / E5M2 codes of the forward's input and weight "
+     "(1.71x): the one scale needs the whole operand's amax before the first value is rounded, "
+     "so the source is read twice, by the amax pass and by the pass that writes the codes "
+     "(1.67x at the least). The backward's quantizers read once at amaxes taken before (the "
+     "input's and weight's by the forward, the gradient's by bias_backward as it sums dout); "
+     "an amax fused into the kernels that produce the forward's operands (layernorm, GELU, the "
+     "attention's output; AdamW's weights) would make these one pass too"},
     {"bf16 operand", 2.18,
      "nvfp4's dequantized bf16 operand (1.98x to 2.17x): the tensor scale (the largest block "
      "scale mapped to E4M3's max) needs the whole operand's amax first, so the source is read "
@@ -218,17 +221,22 @@ LinearRun run_linear(const QuantMode& m) {
        w = random_dev<bf16>(size_t(kOC) * kC, rng());
   auto bias = random_dev<bf16>(kOC, rng()), dout = random_dev<bf16>(size_t(kN) * kOC, rng());
   Dev<bf16> out(size_t(kN) * kOC), dinp(size_t(kN) * kC), dw(size_t(kOC) * kC), dbias(kOC);
-  // A delayed mode's linear: slot 0, scales as a history would give them for these values,
-  // its amaxes left in `amax` (the host's history reads them).
+  // A per-tensor mode's linear as the CUDA backend runs it (LinearQuantizers gives it a slot):
+  // slot 0, its amaxes left in `amax` (the host's history reads them), a delayed mode's scales
+  // as a history would give them for these values; at current scales the forward keeps its
+  // input's and weight's amaxes in `kept` for the backward, given the same tensors.
   ScaledLinear q{&r, 7, {}};
-  if (m.delayed) q.tensor.slot = 0, q.tensor.scale[0] = q.tensor.scale[1] = q.tensor.scale[2] = 64;
-  Dev<unsigned> amax(kTensorOperands);
-  unsigned* slot = m.delayed ? amax.p : nullptr;
+  const bool per_tensor = is_per_tensor(r);
+  if (per_tensor) q.tensor.slot = 0;
+  if (m.delayed) q.tensor.scale[0] = q.tensor.scale[1] = q.tensor.scale[2] = 64;
+  Dev<unsigned> amax(kTensorOperands), kept(2);
+  unsigned* slot = per_tensor ? amax.p : nullptr;
+  unsigned* keep = gpu::forward_amax_kept(q) ? kept.p : nullptr;
   auto step = [&] {
     gpu::Ctx& c = checked_ctx();
-    gpu::scaled_linear_forward(c, kBf16, out.p, inp->p, w->p, bias->p, kN, kC, kOC, q, slot);
+    gpu::scaled_linear_forward(c, kBf16, out.p, inp->p, w->p, bias->p, kN, kC, kOC, q, slot, keep);
     gpu::scaled_linear_backward(c, kBf16, dinp.p, dw.p, dbias.p, dout->p, inp->p, w->p, kN, kC, kOC,
-                                q, slot);
+                                q, slot, keep);
   };
   // As an H100 / H200 (compute capability 9.0) runs it: the native path where it has one.
   const int saved_major = checked_ctx().prop.major;

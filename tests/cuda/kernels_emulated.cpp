@@ -642,14 +642,19 @@ TEST_CASE("bias backward's partial sums: a 16-byte run of columns a thread, the 
       Buf<E> dout(size_t(N) * OC);
       Buf<float> p1(size_t(chunks) * OC), pv(size_t(chunks) * OC);
       fill(dout.p, dout.n, rng);
+      Buf<unsigned> a1(1, 0), av(1, 0);  // dout's amax bits, taken as the sums read it
       emu::launch(dim3(unsigned((OC + kT - 1) / kT), chunks), kT,
                   &gpu::bias_backward_partial_kernel<E, 1>, p1.p, static_cast<const E*>(dout.p), N,
-                  OC, rows);
+                  OC, rows, a1.p);
       emu::launch(dim3(unsigned((OC / V + kT - 1) / kT), chunks), kT,
                   &gpu::bias_backward_partial_kernel<E, V>, pv.p, static_cast<const E*>(dout.p), N,
-                  OC, rows);
+                  OC, rows, av.p);
       wait_device();
       CHECK(bit_diffs(p1.p, pv.p, p1.n) == 0);
+      unsigned amax = 0;
+      for (size_t i = 0; i < dout.n; i++) amax = std::max(amax, bits(f(dout[i])) & 0x7fffffffu);
+      CHECK(a1[0] == amax);
+      CHECK(av[0] == amax);
       check_emu();
     })
   }

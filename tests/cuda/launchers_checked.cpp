@@ -261,7 +261,8 @@ TEST_CASE("checked: attention: permutes, softmax, every head size") {
 // ---- per-tensor FP8 linears (the fp8 mode: delayed or current scales, amaxes out) ----
 
 // One per-tensor linear's forward and backward on a GPU of compute capability `major` (8: the
-// portable path; 9: cuBLASLt's SCALAR_32F FP8 GEMMs), its amaxes into a slot.
+// portable path; 9: cuBLASLt's SCALAR_32F FP8 GEMMs), its amaxes into a slot (current scales:
+// the backward reads the input and weight at the amaxes the forward kept).
 void tensor_linear_case(int major, bool current, int N, int C, int OC) {
   gpu::Ctx c = checked_ctx();
   c.prop.major = major;
@@ -273,10 +274,11 @@ void tensor_linear_case(int major, bool current, int N, int C, int OC) {
   auto dout = rnd<bf16>(size_t(N) * OC);
   Dev<bf16> out(size_t(N) * OC), dinp(size_t(N) * C);
   auto dw = zeros<bf16>(size_t(OC) * C), dbias = zeros<bf16>(OC);
-  auto slot = zeros<unsigned>(kTensorOperands);
-  gpu::scaled_linear_forward(c, DType::BF16, out.p, inp->p, w->p, bias->p, N, C, OC, q, slot->p);
+  auto slot = zeros<unsigned>(kTensorOperands), kept = zeros<unsigned>(2);
+  gpu::scaled_linear_forward(c, DType::BF16, out.p, inp->p, w->p, bias->p, N, C, OC, q, slot->p,
+                             kept->p);
   gpu::scaled_linear_backward(c, DType::BF16, dinp.p, dw->p, dbias->p, dout->p, inp->p, w->p, N, C,
-                              OC, q, slot->p);
+                              OC, q, slot->p, kept->p);
 }
 
 TEST_CASE("checked: per-tensor FP8 linears forward and backward, portable and native") {

@@ -3,15 +3,19 @@
 // quantizer (src/backends/cuda/quantize_blocks.cu with an OperandSource's tensor_scale, margin
 // and amax_out) on the CPU, CUDA threads emulated, against the CPU backend's per-tensor
 // quantize-dequantize (src/backends/cpu/quantize_tensor.cpp's qdq_tensor_fp8, what the fp8
-// regression fixture runs) bit for bit in every value and in the amax: given delayed scales (saturating
-// ones too), current scales with margins 0 to 2, bf16 and fp32 sources read where they lie
-// (plain and transposed), adversarial tensors (outliers, zeros, tiny and huge values) and an
+// regression fixture runs) bit for bit in every value and in the amax: given delayed scales
+// (saturating ones too), current scales with margins 0 to 2, bf16 and fp32 sources read where they
+// lie (plain and transposed), adversarial tensors (outliers, zeros, tiny and huge values) and an
 // inf or a NaN that poisons the operand (amax +inf).
 #include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernels/quantize_tile.cuh"
+#include "src/backends/cuda/quant_params.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/numerics/recipe.h"
 
@@ -42,8 +46,7 @@ std::vector<TestOperand> fp8_operands() {
 
 // One operand through both quantizers at scale `given` (0: current, with the margin).
 template <typename E>
-void check_tensor(ElemFormat fmt, const TestOperand& op, bool transposed, float given,
-                  int margin) {
+void check_tensor(ElemFormat fmt, const TestOperand& op, bool transposed, float given, int margin) {
   const int rows = op.rows, cols = op.cols;
   const size_t n = size_t(rows) * cols;
   std::vector<E> src(n);
@@ -79,6 +82,74 @@ void check_tensor(ElemFormat fmt, const TestOperand& op, bool transposed, float 
   CHECK(bits(amax_gpu) == bits(amax_ref));
 }
 
+// The max of |x|'s bits over the values as stored (what an earlier quantizer's amax_out holds:
+// a NaN's bits above inf's).
+template <typename E>
+unsigned amax_bits(const std::vector<E>& src) {
+  unsigned m = 0;
+  for (const E& v : src) m = std::max(m, bits(f(v)) & 0x7fffffffu);
+  return m;
+}
+
+// One current-scaled operand read once at the amax given in a device word (amax_in): the one
+// pass runs (plan_one_pass), and its values, codes, native scale and factor are the two
+// passes' without the word, bit for bit (the CPU's: check_tensor).
+template <typename E>
+void check_given_amax(ElemFormat fmt, const TestOperand& op, bool transposed, int margin) {
+  const int rows = op.rows, cols = op.cols;
+  const size_t n = size_t(rows) * cols;
+  std::vector<E> src(n);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      src[transposed ? size_t(c) * rows + r : size_t(r) * cols + c] =
+          e<E>(op.x[size_t(r) * cols + c]);
+  const QuantRecipe r = fp8_tensor_recipe(ScaleSource::Current, 4, margin, {});
+  const OperandRecipe& o = fmt == ElemFormat::E4M3 ? r.gemm[kForward].a : r.gemm[kInputGrad].a;
+  // [0] the operand's amax, [2] twice it (the word is read: other codes), [1] none (two passes)
+  Buf<unsigned> given(3);
+  given[0] = amax_bits(src);
+  given[2] = bits(2.0f * bits_f32(given[0]));
+  struct Out {
+    std::vector<float> values, post;
+    std::vector<uint8_t> codes, scale;
+  } got[3];
+  cublasLtMatmulMatrixScale_t mode{};
+  REQUIRE(gpu::native_operand_mode(o, &mode).empty());
+  for (int k = 0; k < 3; k++) {
+    gpu::OperandSource x{dtype_of<E>(), src.data(), transposed};
+    x.margin = margin;
+    if (k != 1) {
+      x.amax_in = given.p + k;
+      gpu::quant::QuantParams p = gpu::params_of(o, rows, cols);
+      p.tensor_amax = x.amax_in;
+      gpu::quant::TilePlan plan;
+      REQUIRE(gpu::quant::plan_one_pass(p, rows, cols, one_pass_max_span(8, false), &plan));
+    }
+    gpu::force_two_pass_quantizer(k == 1);
+    Buf<float> out(n), post(2);
+    Buf<uint8_t> codes(n), scale(gpu::native_scale_bytes(o, mode, rows, cols));
+    gpu::quantize_dequantize(emu_ctx(), o, 1, x, rows, cols, DType::F32, out.p, post.p);
+    gpu::quantize_codes(emu_ctx(), o, mode, 1, x, rows, cols, codes.p, scale.p, post.p + 1);
+    check_emu();
+    gpu::force_two_pass_quantizer(false);
+    got[k] = {{out.p, out.p + n},
+              {post.p, post.p + 2},
+              {codes.p, codes.p + n},
+              {scale.p, scale.p + scale.n}};
+  }
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const float a = got[0].values[i], b = got[1].values[i];
+    bad += std::isnan(b) ? !std::isnan(a) : bits(a) != bits(b);
+  }
+  CHECK(bad == 0);
+  CHECK(got[0].codes == got[1].codes);
+  CHECK(got[0].scale == got[1].scale);  // the one fp32 scale (NaN for a non-finite operand)
+  for (int k = 0; k < 2; k++) CHECK(bits(got[0].post[k]) == bits(got[1].post[k]));
+  const float amax = bits_f32(given[0]);
+  if (amax > 0 && amax < 1e30f) CHECK(got[2].codes != got[1].codes);  // (finite, not all zero)
+}
+
 }  // namespace
 
 TEST_CASE("emulated: per-tensor FP8 operands equal the CPU's qdq bit for bit, amax too") {
@@ -98,4 +169,79 @@ TEST_CASE("emulated: per-tensor FP8 operands equal the CPU's qdq bit for bit, am
           check_tensor<bf16>(fmt, op, transposed, 0.f, margin);
         }
       }
+}
+
+TEST_CASE("emulated: a current per-tensor scale from a given amax word: one pass, the same bits") {
+  for (ElemFormat fmt : {ElemFormat::E4M3, ElemFormat::E5M2})
+    for (const TestOperand& op : fp8_operands())
+      for (bool transposed : {false, true})
+        for (int margin : {0, 2}) {
+          INFO(elem_format_name(fmt)
+               << ", " << op.what << ", transposed=" << transposed << ", margin " << margin);
+          check_given_amax<bf16>(fmt, op, transposed, margin);
+          check_given_amax<float>(fmt, op, transposed, margin);
+        }
+}
+
+TEST_CASE(
+    "emulated: a current-scaled linear's backward at the amaxes kept == the two passes, bit for "
+    "bit") {
+  // The backward reads its input and weight at the amaxes the forward kept, the wgrad's
+  // gradient at the one bias_backward took and the dgrad's at the one the wgrad's quantizer
+  // left (one pass each): every output the same bits as with every quantizer's two passes; a
+  // non-finite gradient poisons both alike.
+  const int N = 64, C = 96, OC = 160;
+  const QuantRecipe r = fp8_tensor_recipe(ScaleSource::Current, 4, 1, {});
+  const ScaledLinear q{&r, 3, {0, {1, 1, 1}, 1}};
+  REQUIRE(gpu::forward_amax_kept(q));
+  std::mt19937 rng(17);
+  std::vector<bf16> inp(size_t(N) * C), w(size_t(OC) * C), dout(size_t(N) * OC);
+  fill(inp.data(), inp.size(), rng, 1.f);
+  fill(w.data(), w.size(), rng, 0.05f);
+  fill(dout.data(), dout.size(), rng, 1e-3f);
+  for (float bad : {0.f, INFINITY}) {
+    INFO("gradient " << (bad == 0 ? "finite" : "with an inf"));
+    if (bad != 0) dout[123] = e<bf16>(bad);
+    std::vector<std::vector<uint32_t>> got[2];
+    for (int k = 0; k < 2; k++) {
+      Buf<unsigned> slot(kTensorOperands, 0), kept(2, 0);
+      Buf<bf16> out(size_t(N) * OC), dinp(size_t(N) * C), dw(size_t(OC) * C, 0), db(OC, 0);
+      unsigned* keep = k == 0 ? kept.p : nullptr;
+      gpu::force_two_pass_quantizer(k == 1);
+      gpu::scaled_linear_forward(emu_ctx(), DType::BF16, out.p, inp.data(), w.data(), nullptr, N, C,
+                                 OC, q, slot.p, keep);
+      gpu::scaled_linear_backward(emu_ctx(), DType::BF16, dinp.p, dw.p, db.p, dout.data(),
+                                  inp.data(), w.data(), N, C, OC, q, slot.p, keep);
+      check_emu();
+      gpu::force_two_pass_quantizer(false);
+      for (const Buf<bf16>* b : {&out, &dinp, &dw, &db}) {
+        got[k].emplace_back();
+        for (size_t i = 0; i < b->n; i++) got[k].back().push_back(bits((*b)[i]));
+      }
+      got[k].emplace_back(slot.p, slot.p + kTensorOperands);
+    }
+    CHECK(got[0] == got[1]);
+    if (bad != 0) CHECK(got[0][4][kTensorGrad] >= 0x7f800000u);
+  }
+}
+
+TEST_CASE("emulated: bias_backward takes dout's amax bits as it sums, non-finite values too") {
+  // OC 160: 16-byte runs of bf16; OC 150: one column a thread.
+  std::mt19937 rng(23);
+  for (int OC : {160, 150})
+    for (float bad : {0.f, INFINITY, NAN}) {
+      INFO("OC " << OC << ", " << bad);
+      const int N = 200;
+      std::vector<bf16> d(size_t(N) * OC);
+      fill(d.data(), d.size(), rng, 0.3f);
+      d[size_t(N / 2) * OC + 7] = e<bf16>(5.5f);  // the amax, in a middle chunk
+      if (bad != 0) d[size_t(N - 1) * OC + OC - 1] = e<bf16>(bad);
+      Buf<bf16> db(OC, 0), db_plain(OC, 0);
+      Buf<unsigned> amax(1, 0);
+      gpu::bias_backward(emu_ctx(), DType::BF16, db.p, d.data(), N, OC, amax.p);
+      gpu::bias_backward(emu_ctx(), DType::BF16, db_plain.p, d.data(), N, OC);
+      check_emu();
+      CHECK(amax[0] == amax_bits(d));
+      CHECK(std::memcmp(db.p, db_plain.p, size_t(OC) * sizeof(bf16)) == 0);  // the same sums
+    }
 }

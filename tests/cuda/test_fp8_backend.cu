@@ -133,24 +133,60 @@ TEST_CASE("cuda: where cuBLASLt refuses every FP8 GEMM, per-tensor fp8 runs the 
 }
 #endif
 
+TEST_CASE("cuda: a current-scaled fp8 backward not given its forward's input takes its amax anew") {
+  // The forward keeps its input's and weight's amaxes for its backward (CudaBackend's
+  // forward_read_), which must read them only for the tensors that forward read: here the
+  // backward's input is another tensor, 4x larger (at the forward's amax it would saturate).
+  TG_REQUIRE_GPU();
+  const int N = 64, C = 64, OC = 128;
+  const DType t = DType::BF16;
+  Twin tw;
+  const tg::QuantRecipe r = tg::fp8_tensor_recipe(tg::ScaleSource::Current, 4, 0, {});
+  const tg::ScaledLinear q{&r, 9, {1, {1.f, 1.f, 1.f}, 0}};
+  Pair inp = tw.rand(t, size_t(N) * C, 20), other = tw.rand(t, size_t(N) * C, 21, 4.f);
+  Pair w = tw.rand(t, size_t(OC) * C, 22, 0.05f), bias = tw.rand(t, OC, 23, 0.1f);
+  Pair out = tw.alloc(t, size_t(N) * OC);
+  Pair dout = tw.rand(t, size_t(N) * OC, 24, 1e-3f);
+  Pair dinp = tw.alloc(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, 25, 0.01f);
+  for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()}) {
+    const bool cpu = be == tw.cpu.get();
+    be->matmul_forward_scaled(cpu ? out.cpu : out.gpu, cpu ? inp.cpu : inp.gpu, cpu ? w.cpu : w.gpu,
+                              cpu ? bias.cpu : bias.gpu, N, C, OC, q);
+    be->matmul_backward_scaled(cpu ? dinp.cpu : dinp.gpu, cpu ? dw.cpu : dw.gpu, Tensor{},
+                               cpu ? dout.cpu : dout.gpu, cpu ? other.cpu : other.gpu,
+                               cpu ? w.cpu : w.gpu, N, C, OC, q);
+  }
+  CHECK(tw.err(dw) < kExact);
+  CHECK(tw.err(dinp) < kExact);
+  CHECK(tw.cpu->take_amaxes(2) == tw.gpu->take_amaxes(2));
+}
+
 TEST_CASE("cuda: a non-finite gradient poisons a per-tensor fp8 linear's outputs, amax +inf") {
   TG_REQUIRE_GPU();
   const int N = 32, C = 64, OC = 64;
   const DType t = DType::BF16;
-  Twin tw;
-  const tg::QuantRecipe r = tg::fp8_tensor_recipe(tg::ScaleSource::Delayed, 4, 0, {});
-  const tg::ScaledLinear q{&r, 1, {0, {64.f, 64.f, 1000.f}, 0}};
-  Pair inp = tw.rand(t, size_t(N) * C, 1), w = tw.rand(t, size_t(OC) * C, 2, 0.05f);
-  std::vector<float> g(size_t(N) * OC, 1e-3f);
-  g[77] = INFINITY;
-  Pair dout = tw.make(t, g);
-  Pair dinp = tw.alloc(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, 3, 0.01f);
-  tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, Tensor{}, dout.cpu, inp.cpu, w.cpu, N, C, OC, q);
-  tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, Tensor{}, dout.gpu, inp.gpu, w.gpu, N, C, OC, q);
-  for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()})
-    CHECK(std::isinf(be->take_amaxes(1)[tg::kTensorGrad]));
-  for (double x : tw.get(*tw.gpu, dinp.gpu)) REQUIRE(std::isnan(x));
-  for (double x : tw.get(*tw.cpu, dinp.cpu)) REQUIRE(std::isnan(x));
+  // Current scales too: the dgrad reads the gradient once at the amax the wgrad's quantizer
+  // left (+inf here), and must poison dinp as the two passes do.
+  for (tg::ScaleSource src : {tg::ScaleSource::Delayed, tg::ScaleSource::Current})
+    for (float bad : {INFINITY, NAN}) {
+      INFO("current " << (src == tg::ScaleSource::Current) << ", " << bad);
+      Twin tw;
+      const tg::QuantRecipe r = tg::fp8_tensor_recipe(src, 4, 0, {});
+      const tg::ScaledLinear q{&r, 1, {0, {64.f, 64.f, 1000.f}, 0}};
+      Pair inp = tw.rand(t, size_t(N) * C, 1), w = tw.rand(t, size_t(OC) * C, 2, 0.05f);
+      std::vector<float> g(size_t(N) * OC, 1e-3f);
+      g[77] = bad;
+      Pair dout = tw.make(t, g);
+      Pair dinp = tw.alloc(t, size_t(N) * C), dw = tw.rand(t, size_t(OC) * C, 3, 0.01f);
+      tw.cpu->matmul_backward_scaled(dinp.cpu, dw.cpu, Tensor{}, dout.cpu, inp.cpu, w.cpu, N, C, OC,
+                                     q);
+      tw.gpu->matmul_backward_scaled(dinp.gpu, dw.gpu, Tensor{}, dout.gpu, inp.gpu, w.gpu, N, C, OC,
+                                     q);
+      for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()})
+        CHECK(std::isinf(be->take_amaxes(1)[tg::kTensorGrad]));
+      for (double x : tw.get(*tw.gpu, dinp.gpu)) REQUIRE(std::isnan(x));
+      for (double x : tw.get(*tw.cpu, dinp.cpu)) REQUIRE(std::isnan(x));
+    }
 }
 
 namespace {

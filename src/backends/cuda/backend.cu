@@ -102,6 +102,8 @@ class CudaBackend final : public Backend {
   }
   void free(Tensor t) override {
     token_shadow_.erase(t.data);
+    for (auto f = forward_read_.begin(); f != forward_read_.end();)  // (not its tensor now)
+      f = f->second.inp == t.data || f->second.w == t.data ? forward_read_.erase(f) : std::next(f);
     mem_.free(t.data);
   }
   // Through pinned staging (callers' buffers are pageable): the caller may reuse its buffer
@@ -244,19 +246,35 @@ class CudaBackend final : public Backend {
     return mem_.scratch_bytes(s);
   }
   // Per-tensor-scaled linears leave their operands' amax bits in their slot of amax_ (device),
-  // read back by take_amaxes once per pass: no wait per GEMM.
+  // read back by take_amaxes once per pass: no wait per GEMM. A forward at current scales also
+  // keeps its input's and weight's in kept_ for its backward, which reads them (one pass per
+  // operand, not two) when it is given the tensors that forward read (forward_read_).
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
+    unsigned* kept = nullptr;
+    forward_read_.erase(q.tensor.slot);
+    if (gpu::forward_amax_kept(q)) {
+      kept = slot_words(kept_, kept_words_, q.tensor.slot, 2);
+      forward_read_[q.tensor.slot] = {inp.data, w.data, N, C, OC};
+    }
     gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC, q,
-                               amax_slot(q.tensor.slot));
+                               amax_slot(q.tensor.slot), kept);
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
     need_same("matmul_backward_scaled", {dinp, dw, dbias, dout, inp, w});
     if (!dinp) throw Error("cuda backend: matmul_backward_scaled needs dinp");
+    // The forward's kept amaxes serve this one backward, and only for the tensors it read.
+    const unsigned* kept = nullptr;
+    const auto f = forward_read_.find(q.tensor.slot);
+    if (f != forward_read_.end()) {
+      if (f->second == ForwardRead{inp.data, w.data, N, C, OC})
+        kept = kept_ + size_t(q.tensor.slot) * 2;
+      forward_read_.erase(f);
+    }
     gpu::scaled_linear_backward(ctx_, dout.dtype, dinp.data, dw.data, dbias.data, dout.data,
-                                inp.data, w.data, N, C, OC, q, amax_slot(q.tensor.slot));
+                                inp.data, w.data, N, C, OC, q, amax_slot(q.tensor.slot), kept);
   }
   std::vector<float> take_amaxes(int n_slots) override {
     std::vector<float> r(size_t(n_slots) * kTensorOperands, 0.0f);
@@ -491,29 +509,31 @@ class CudaBackend final : public Backend {
     gpu::download(ctx_, out, result_, 2 * sizeof(float));
   }
 
-  // The amax words of per-tensor-scaled linear `slot` (null for none), grown to hold it: the
-  // slots' words move to the larger buffer in stream order, zero where new.
-  unsigned* amax_slot(int slot) {
+  // The amax words of per-tensor-scaled linear `slot` (null for none).
+  unsigned* amax_slot(int slot) { return slot_words(amax_, amax_words_, slot, kTensorOperands); }
+  // Slot `slot`'s `per` words of buf (holding `words`), grown to hold it: the slots' words move
+  // to the larger buffer in stream order, zero where new.
+  unsigned* slot_words(unsigned*& buf, size_t& words, int slot, size_t per) {
     if (slot < 0) return nullptr;
-    const size_t need = size_t(slot + 1) * kTensorOperands;
-    if (need > amax_words_) {
-      const size_t words = std::max(need, size_t(64) * kTensorOperands);
-      unsigned* fresh = static_cast<unsigned*>(mem_.alloc(words * sizeof(unsigned)));
-      TG_CUDA_CHECK(cudaMemsetAsync(fresh, 0, words * sizeof(unsigned), ctx_.stream));
-      if (amax_) {
-        TG_CUDA_CHECK(cudaMemcpyAsync(fresh, amax_, amax_words_ * sizeof(unsigned),
+    const size_t need = size_t(slot + 1) * per;
+    if (need > words) {
+      const size_t grown = std::max(need, size_t(64) * per);
+      unsigned* fresh = static_cast<unsigned*>(mem_.alloc(grown * sizeof(unsigned)));
+      TG_CUDA_CHECK(cudaMemsetAsync(fresh, 0, grown * sizeof(unsigned), ctx_.stream));
+      if (buf) {
+        TG_CUDA_CHECK(cudaMemcpyAsync(fresh, buf, words * sizeof(unsigned),
                                       cudaMemcpyDeviceToDevice, ctx_.stream));
-        mem_.free(amax_);  // waits for the copy
+        mem_.free(buf);  // waits for the copy
       }
-      amax_ = fresh;
-      amax_words_ = words;
+      buf = fresh;
+      words = grown;
     }
-    return amax_ + size_t(slot) * kTensorOperands;
+    return buf + size_t(slot) * per;
   }
 
   int device_ = 0;
   Ctx ctx_;
-  gpu::DeviceMemory mem_;  // every allocation and the scratch slots
+  gpu::DeviceMemory mem_;           // every allocation and the scratch slots
   std::vector<cudaEvent_t> marks_;  // the profile's time marks; marks_used_ of them recorded
   size_t marks_used_ = 0;
   float* result_ = nullptr;
@@ -526,6 +546,17 @@ class CudaBackend final : public Backend {
   gpu::AttentionPaths paths_{ctx_};  // the attention path per (head size, type)
   unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
   size_t amax_words_ = 0;
+  unsigned* kept_ = nullptr;  // a forward's input and weight amax bits for its backward, 2 a slot
+  size_t kept_words_ = 0;
+  struct ForwardRead {  // what a slot's last forward that kept its amaxes read
+    const void* inp;
+    const void* w;
+    int N, C, OC;
+    bool operator==(const ForwardRead& o) const {
+      return inp == o.inp && w == o.w && N == o.N && C == o.C && OC == o.OC;
+    }
+  };
+  std::map<int, ForwardRead> forward_read_;
 };
 
 }  // namespace

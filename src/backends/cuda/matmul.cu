@@ -14,6 +14,7 @@
 #include "cublaslt.h"
 #include "kernels/matmul.cuh"
 #include "launch.h"
+#include "scaled.h"
 
 namespace tg::gpu {
 
@@ -85,6 +86,10 @@ bool gemm_bias_gelu(Ctx& c, int M, int N, int K, DType t, const void* A, const v
 }
 
 void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC) {
+  bias_backward(c, t, dbias, dout, N, OC, nullptr);
+}
+
+void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC, unsigned* amax) {
   const int rows = bias_rows_per_chunk(N), chunks = (N + rows - 1) / rows;
   float* partial = static_cast<float*>(c.scratch(kScratchPartialA, size_t(chunks) * OC * 4));
   dispatch("bias_backward", t, [&](auto tag) {
@@ -93,7 +98,7 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
       constexpr int V = decltype(run)::value;
       const dim3 grid(unsigned((OC / V + kBiasThreads - 1) / kBiasThreads), unsigned(chunks));
       launch(bias_backward_partial_kernel<E, V>, grid, kBiasThreads, 0, c.stream, partial,
-             static_cast<const E*>(dout), N, OC, rows);
+             static_cast<const E*>(dout), N, OC, rows, amax);
     };
     with_run_width<E>(can_pack16<E>(size_t(OC), {dout}), partials);  // rows start aligned
     TG_LAUNCH_CHECK();

@@ -237,11 +237,37 @@ OperandSource tensor_scaled(OperandSource x, const ScaledLinear& q, const Operan
   x.amax_out = amax_out;
   return x;
 }
+
+// A quantized operand read as its tensor lies (no rotation, no staged copy), so that the amax
+// its quantizer leaves in amax_out is that tensor's.
+bool read_as_it_lies(const OperandRecipe& o) {
+  return is_low_bit(o.elem) && o.transform == Transform::None;
+}
+
+// Whether a gradient quantizer (da) reads dout once at a current per-tensor scale from the amax
+// bits in gamax: the dgrad's, which the wgrad's quantizer of the same dout (wa) left there, or
+// the wgrad's itself (wa = da), which bias_backward took as it read dout. Either draws its
+// scale from them on the device (the two passes' scale, bit for bit) instead of taking the
+// amax again.
+bool gradient_amax_kept(const ScaledLinear& q, const OperandRecipe& wa, const OperandRecipe& da,
+                        const unsigned* gamax) {
+  return gamax && q.tensor.slot >= 0 && read_as_it_lies(wa) && read_as_it_lies(da) &&
+         da.source == ScaleSource::Current;
+}
 }  // namespace
+
+bool forward_amax_kept(const ScaledLinear& q) {
+  const QuantRecipe& r = *q.recipe;
+  const GemmRecipe &f = r.gemm[kForward], &wg = r.gemm[kWeightGrad], &dg = r.gemm[kInputGrad];
+  return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() &&
+         read_as_it_lies(f.a) && read_as_it_lies(f.b) && read_as_it_lies(wg.b) &&
+         read_as_it_lies(dg.b) && wg.b.source == ScaleSource::Current &&
+         dg.b.source == ScaleSource::Current;
+}
 
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
-                           unsigned* amax_slot) {
+                           unsigned* amax_slot, unsigned* kept) {
   const QuantRecipe& r = *q.recipe;
   const GemmRecipe& g = r.gemm[kForward];
   OperandSource a = tensor_scaled({t, inp, false}, q, g.a, kTensorInput,
@@ -258,24 +284,38 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
     a = fp32_operand(sa), b = fp32_operand(sb);
   }
   scaled_gemm(c, t, out, a, b, N, OC, C, g, q.seed, kForward, false, extra, bias);
+  static_assert(kTensorWeight == kTensorInput + 1, "the input's and weight's words adjoin");
+  if (kept && amax_slot && forward_amax_kept(q))  // for the backward (scaled.h)
+    TG_CUDA_CHECK(cudaMemcpyAsync(kept + kTensorInput, amax_slot + kTensorInput,
+                                  2 * sizeof(unsigned), cudaMemcpyDeviceToDevice, c.stream));
 }
 
 void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
                             const void* inp, const void* w, int N, int C, int OC,
-                            const ScaledLinear& q, unsigned* amax_slot) {
+                            const ScaledLinear& q, unsigned* amax_slot, const unsigned* kept) {
   const QuantRecipe& r = *q.recipe;
   const GemmRecipe &wg = r.gemm[kWeightGrad], &dg = r.gemm[kInputGrad];
-  if (dbias) bias_backward(c, t, dbias, dout, N, OC);  // from the unquantized gradient
-  // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens. A per-tensor scale is the
-  // same in both orientations, so the input is quantized to the forward's values again.
   unsigned* gamax = amax_slot ? amax_slot + kTensorGrad : nullptr;
-  scaled_gemm(c, t, dw, tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, gamax),
-              tensor_scaled({t, inp, true}, q, wg.b, kTensorInput, nullptr), OC, C, N, wg, q.seed,
-              kWeightGrad, true, nullptr, nullptr);
+  // dbias from the unquantized gradient; the kernel that reads it for that takes its amax too,
+  // where its quantizers take a current per-tensor scale, so that they read it once each.
+  const bool bias_amax = dbias && gradient_amax_kept(q, wg.a, wg.a, gamax);
+  if (bias_amax) TG_CUDA_CHECK(cudaMemsetAsync(gamax, 0, sizeof(unsigned), c.stream));
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC, bias_amax ? gamax : nullptr);
+  // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens. A per-tensor scale is the
+  // same in both orientations, so the input is quantized to the forward's values again (at a
+  // current scale from the amax its forward kept, where kept).
+  if (!forward_amax_kept(q)) kept = nullptr;
+  OperandSource d = tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, gamax);
+  if (bias_amax) d.amax_in = gamax;
+  OperandSource x = tensor_scaled({t, inp, true}, q, wg.b, kTensorInput, nullptr);
+  if (kept) x.amax_in = kept + kTensorInput;
+  scaled_gemm(c, t, dw, d, x, OC, C, N, wg, q.seed, kWeightGrad, true, nullptr, nullptr);
   // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
-  scaled_gemm(c, t, dinp, tensor_scaled({t, dout, false}, q, dg.a, kTensorGrad, nullptr),
-              tensor_scaled({t, w, true}, q, dg.b, kTensorWeight, nullptr), N, C, OC, dg, q.seed,
-              kInputGrad, false, nullptr, nullptr);
+  OperandSource g = tensor_scaled({t, dout, false}, q, dg.a, kTensorGrad, nullptr);
+  if (gradient_amax_kept(q, wg.a, dg.a, gamax)) g.amax_in = gamax;
+  OperandSource wt = tensor_scaled({t, w, true}, q, dg.b, kTensorWeight, nullptr);
+  if (kept) wt.amax_in = kept + kTensorWeight;
+  scaled_gemm(c, t, dinp, g, wt, N, C, OC, dg, q.seed, kInputGrad, false, nullptr, nullptr);
 }
 
 }  // namespace tg::gpu

@@ -88,10 +88,12 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const OperandSou
     apply<F, false>(c, out_type, out, x, rows, cols, p, scales, tbits, mixed);
 }
 
-// The operand's quantizer parameters with its per-tensor scale rule (a delayed scale, a margin).
+// The operand's quantizer parameters with its per-tensor scale rule (a delayed scale, a margin,
+// an amax taken before: one group's alone, read as it lies, for the amax is of those values).
 QuantParams with_tensor_rule(QuantParams p, const OperandSource& x) {
   p.tensor_enc = x.tensor_scale;
   p.margin = x.margin;
+  if (x.amax_in && p.ngr == 1 && p.ngc == 1 && x.rotate == 0) p.tensor_amax = x.amax_in;
   return p;
 }
 

@@ -37,7 +37,11 @@ namespace tg::gpu {
 // Per-tensor recipes (TensorScaling, src/backends/backend.h) read the operand at their own
 // scale: `tensor_scale` > 0 a delayed scale the host gave, else (fmax / amax) / 2^margin of
 // the operand; `amax_out` (device, when given) receives the operand's amax bits (|x| as fp32
-// bits, 0x7f800000 and above for a non-finite value) for the host's amax history.
+// bits, 0x7f800000 and above for a non-finite value) for the host's amax history. `amax_in`
+// (device, when given): those bits of this operand's values, taken before (by a kernel that
+// read them, or an earlier quantizer's amax_out of the same tensor): a current per-tensor scale
+// is drawn from it on the device and the operand read once (kernels/quantize_tile.cuh), not
+// twice.
 struct OperandSource {
   DType type = DType::F32;
   const void* data = nullptr;
@@ -47,6 +51,7 @@ struct OperandSource {
   float tensor_scale = 0;
   int margin = 0;
   unsigned* amax_out = nullptr;
+  const unsigned* amax_in = nullptr;
 };
 // An fp32 (rows, cols) row-major operand, e.g. one staged by stage_operand.
 inline OperandSource fp32_operand(const float* x) { return {DType::F32, x, false}; }
@@ -82,13 +87,25 @@ void force_two_pass_quantizer(bool two_pass);
 // with the operands, roles and random streams of src/backends/cpu/matmul_scaled.cpp.
 // A per-tensor-scaled linear (q.tensor.slot >= 0) reads its operands at q.tensor's scales
 // and leaves their amax bits in amax_slot[kTensorOperands] (device; forward: input, weight;
-// backward: gradient).
+// backward: gradient). At current scales an operand whose amax was taken before is read once,
+// not twice (kernels/quantize_tile.cuh): the gradient at the amax bias_backward took as it
+// summed dout (given dbias), else the dgrad's at the one the wgrad's quantizer left in the
+// slot; and where forward_amax_kept(q), the forward also leaves its
+// input's and weight's amax bits in kept[kTensorInput], kept[kTensorWeight] (device, when
+// given), from which the backward given the same words reads the input and the weight again.
+// The caller passes the backward those words only when its inp and w are the tensors that
+// forward read, unchanged (the model's order: a micro-batch's forward, then its backward).
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
-                           unsigned* amax_slot);
+                           unsigned* amax_slot, unsigned* kept = nullptr);
 void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
                             const void* inp, const void* w, int N, int C, int OC,
-                            const ScaledLinear& q, unsigned* amax_slot);
+                            const ScaledLinear& q, unsigned* amax_slot,
+                            const unsigned* kept = nullptr);
+// Whether q's forward keeps its input's and weight's amaxes for its backward: a per-tensor
+// slot, the backward's input and weight at current scales, each read as its tensor lies (no
+// smoothing, split channels or rotation).
+bool forward_amax_kept(const ScaledLinear& q);
 // The same for a recipe of current scales alone (no slot), e.g. the block-scaled ones.
 inline void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                                   const void* bias, int N, int C, int OC, const QuantRecipe& r,
@@ -101,6 +118,11 @@ inline void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* 
   scaled_linear_backward(c, t, dinp, dw, dbias, dout, inp, w, N, C, OC, ScaledLinear{&r, seed, {}},
                          nullptr);
 }
+
+// bias_backward (launch.h) that also takes dout's amax as it reads it: the max of |dout|'s fp32
+// bits into *amax (device; must start at 0), what a per-tensor quantizer of dout reads as its
+// amax_in (defined in matmul.cu).
+void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC, unsigned* amax);
 
 // ---- the native path (matmul_native.cu; quantize_codes in quantize_blocks.cu) ----
 // Where the GPU and the installed cuBLASLt have a block-scaled GEMM that multiplies a role's
