@@ -112,6 +112,10 @@ TG_HD inline float wire_add(const uint8_t* row, size_t n, size_t i, WireFormat f
   }
   float descale;
   memcpy(&descale, row + 4 * (i / kWireBlock), 4);
+  // A NaN in (a non-finite block, or a sum already NaN) is one NaN out, spelt out: which of an
+  // FMA's NaN operands comes through (sign, payload) is the instruction's operand order, the
+  // compiler's choice on the host and another rule on a GPU.
+  if (descale != descale || acc != acc) return bits_f32(0x7fc00000u);
   return fmaf(wire_fp8_value(row[4 * wire_blocks(n) + i], f), descale, acc);
 }
 
