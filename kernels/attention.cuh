@@ -21,6 +21,7 @@
 // Attention without the T x T probabilities is cuDNN's (cuda.attention=cudnn,
 // src/backends/cuda/attention_cudnn.cu); this path stays the reference.
 #pragma once
+#include "amax.cuh"
 #include "common.cuh"
 
 namespace tg::gpu {
@@ -55,14 +56,21 @@ __global__ void attention_permute_kernel(T* q, T* k, T* v, const T* qkv, int B, 
   }
 }
 
-// out (B,T,NH,hs) = y (B,NH,T,hs).
+// out (B,T,NH,hs) = y (B,NH,T,hs); amax (device, when given): the max of |out|'s bits, for the
+// attention projection's quantizer (kernels/amax.cuh).
 template <typename T, int V>
-__global__ void attention_unpermute_kernel(T* out, const T* y, int B, int T_, int NH, int hs) {
+__global__ void attention_unpermute_kernel(T* out, const T* y, int B, int T_, int NH, int hs,
+                                           unsigned* amax) {
   const size_t n = size_t(B) * NH * T_ * hs / V;
+  __shared__ unsigned wmax[32];
+  unsigned m = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    store_run<V>(out + head_to_row_index(i * V, T_, NH, hs, 1), load_run<V>(y + i * V));
+    const Run<T, V> r = load_run<V>(y + i * V);
+    store_run<V>(out + head_to_row_index(i * V, T_, NH, hs, 1), r);
+    for (int k = 0; k < V; k++) m = max_bits(m, abs_bits(r.v[k]));
   }
+  if (amax) block_amax(m, amax, wmax);  // (block-uniform)
 }
 
 // y (B,NH,T,hs) = out (B,T,NH,hs): the inverse of the unpermute (for dout).

@@ -15,7 +15,11 @@
 // kernels instead, which read dout and inp again; they sum in the same order, to the same bits.
 // Where a row is a whole number of 16-byte packs and the tensors are aligned, every row access
 // is a 16-byte vector per lane (Run, V below); the lane's sums then take its elements in runs.
+// Given an amax word, the forward kernels also take out's amax as they write it (one atomic a
+// row's warp; kernels/amax.cuh): the amax of a per-tensor-scaled linear's input (ln1 feeds the
+// qkv linear, ln2 the MLP's fc).
 #pragma once
+#include "amax.cuh"
 #include "common.cuh"
 
 namespace tg::gpu {
@@ -38,10 +42,11 @@ __device__ __forceinline__ int run_start() { return int(threadIdx.x % 32); }
 
 // Mean, rstd and out of one row x whose lane sums s the caller took (each lane reads back only
 // the elements it summed itself, so a row staged by its own lanes needs no synchronisation);
-// returns {mean, rstd} for the caller to store.
+// returns {mean, rstd} for the caller to store, and, when amax is given, takes the row's amax
+// (every lane of the warp calls it).
 template <int V, typename T>
 __device__ __forceinline__ float2 layernorm_row(T* o, const T* x, const T* w, const T* b, float s,
-                                                int C) {
+                                                int C, unsigned* amax) {
   const float m = warp_sum(s) / C;
   float v = 0;
   for (int c = run_start() * V; c < C; c += 32 * V) {
@@ -53,12 +58,17 @@ __device__ __forceinline__ float2 layernorm_row(T* o, const T* x, const T* w, co
   }
   const float var = warp_sum(v) / C;
   const float r = 1.f / sqrtf(var + 1e-5f);
+  unsigned mx = 0;
   for (int c = run_start() * V; c < C; c += 32 * V) {
     const Run<T, V> xr = load_run<V>(x + c), wr = load_run<V>(w + c), br = load_run<V>(b + c);
     Run<T, V> out;
-    for (int j = 0; j < V; j++) out.v[j] = st<T>((ld(xr.v[j]) - m) * r * ld(wr.v[j]) + ld(br.v[j]));
+    for (int j = 0; j < V; j++) {
+      out.v[j] = st<T>((ld(xr.v[j]) - m) * r * ld(wr.v[j]) + ld(br.v[j]));
+      mx = max_bits(mx, abs_bits(out.v[j]));
+    }
     store_run<V>(o + c, out);
   }
+  if (amax) warp_amax(mx, amax);
   return make_float2(m, r);
 }
 
@@ -86,14 +96,15 @@ __device__ __forceinline__ float lane_sum(const T* x, const T* bb, T* res, T* co
 // so no synchronisation is needed between the add and the statistics.
 template <typename T, int V>
 __device__ __forceinline__ void layernorm_rows(T* res, T* out, float* mean, float* rstd, const T* a,
-                                               const T* bb, const T* w, const T* b, int N, int C) {
+                                               const T* bb, const T* w, const T* b, int N, int C,
+                                               unsigned* amax) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;
   const size_t off = size_t(row) * C;
   const T* x = bb ? res + off : a + off;
   const float s =
       lane_sum<V, T>(a + off, bb ? bb + off : nullptr, bb ? res + off : nullptr, nullptr, C);
-  const float2 ms = layernorm_row<V>(out + off, x, w, b, s, C);
+  const float2 ms = layernorm_row<V>(out + off, x, w, b, s, C, amax);
   if (threadIdx.x % 32 == 0) {
     mean[row] = ms.x;
     rstd[row] = ms.y;
@@ -101,14 +112,14 @@ __device__ __forceinline__ void layernorm_rows(T* res, T* out, float* mean, floa
 }
 template <typename T, int V>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w,
-                                         const T* b, int N, int C) {
-  layernorm_rows<T, V>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C);
+                                         const T* b, int N, int C, unsigned* amax) {
+  layernorm_rows<T, V>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, amax);
 }
 template <typename T, int V>
 __global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, float* rstd,
                                                   const T* a, const T* bb, const T* w, const T* b,
-                                                  int N, int C) {
-  layernorm_rows<T, V>(res, out, mean, rstd, a, bb, w, b, N, C);
+                                                  int N, int C, unsigned* amax) {
+  layernorm_rows<T, V>(res, out, mean, rstd, a, bb, w, b, N, C, amax);
 }
 
 // The same kernel with the block's rows and the weight and bias staged in shared memory
@@ -123,7 +134,7 @@ constexpr size_t kStatBytes = 2 * kMaxStagedWarps * sizeof(float);
 template <typename T, int V>
 __device__ __forceinline__ void layernorm_rows_staged(T* res, T* out, float* mean, float* rstd,
                                                       const T* a, const T* bb, const T* w,
-                                                      const T* b, int N, int C) {
+                                                      const T* b, int N, int C, unsigned* amax) {
   float* stat = dynamic_smem<float>();
   T* sw = reinterpret_cast<T*>(dynamic_smem<unsigned char>() + kStatBytes);
   T* sb = sw + C;
@@ -139,7 +150,7 @@ __device__ __forceinline__ void layernorm_rows_staged(T* res, T* out, float* mea
     const size_t off = size_t(row0 + warp) * C;
     const float s =
         lane_sum<V, T>(a + off, bb ? bb + off : nullptr, bb ? res + off : nullptr, x, C);
-    const float2 ms = layernorm_row<V>(out + off, x, sw, sb, s, C);
+    const float2 ms = layernorm_row<V>(out + off, x, sw, sb, s, C, amax);
     if (threadIdx.x % 32 == 0) {
       stat[warp] = ms.x;
       stat[kMaxStagedWarps + warp] = ms.y;
@@ -153,14 +164,15 @@ __device__ __forceinline__ void layernorm_rows_staged(T* res, T* out, float* mea
 }
 template <typename T, int V>
 __global__ void layernorm_forward_smem_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                              const T* w, const T* b, int N, int C) {
-  layernorm_rows_staged<T, V>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C);
+                                              const T* w, const T* b, int N, int C,
+                                              unsigned* amax) {
+  layernorm_rows_staged<T, V>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, amax);
 }
 template <typename T, int V>
 __global__ void residual_layernorm_forward_smem_kernel(T* res, T* out, float* mean, float* rstd,
                                                        const T* a, const T* bb, const T* w,
-                                                       const T* b, int N, int C) {
-  layernorm_rows_staged<T, V>(res, out, mean, rstd, a, bb, w, b, N, C);
+                                                       const T* b, int N, int C, unsigned* amax) {
+  layernorm_rows_staged<T, V>(res, out, mean, rstd, a, bb, w, b, N, C, amax);
 }
 
 // dinp += ... of one row whose dout and inp lie at d and x (global memory, or the row staged in

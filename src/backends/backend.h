@@ -132,6 +132,28 @@ struct ScaledLinear {
   TensorScaling tensor{};
 };
 
+// Whether linear q's forward reads its input at a current per-tensor scale, the tensor as it
+// lies (no smoothing, split channels or rotation): where it does, the op that writes that
+// input can take its amax for it (InputAmax below), and the quantizer reads the input once.
+inline bool takes_input_amax(const ScaledLinear& q) {
+  const QuantRecipe& r = *q.recipe;
+  const OperandRecipe& a = r.gemm[kForward].a;
+  return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() && is_low_bit(a) &&
+         a.transform == Transform::None && a.source == ScaleSource::Current;
+}
+
+// Per-tensor current scaling needs a tensor's whole amax before its first value is rounded, so
+// a linear's quantizer would read its input twice (an amax pass, then the codes). The op that
+// writes the input (a layernorm's output feeds the qkv and fc linears, the attention's output
+// the attention projection, GELU's the MLP projection) can take that amax as it writes it: for
+// linear `slot` (TensorScaling::slot; -1: none, the op as before), whose next forward given
+// the tensor it wrote then reads it once. The model asks where takes_input_amax(q); a backend
+// may ignore it (the CPU's quantizer takes its own amax): the results are the same either way,
+// bit for bit.
+struct InputAmax {
+  int slot = -1;
+};
+
 // Options of a backend's quantized linears (precision.fp8.*, the recipe; the precision
 // runtime passes them on).
 struct QuantOptions {
@@ -213,9 +235,10 @@ class Backend {
   // dwte[tokens] += dout, dwpe[t] += dout
   virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                                 int C) = 0;
-  // out = (inp - mean) * rstd * w + b per row of C; mean and rstd saved for backward
+  // out = (inp - mean) * rstd * w + b per row of C; mean and rstd saved for backward. amax:
+  // out's, for the linear it feeds (InputAmax), as in every op below that takes one.
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
-                                 Tensor b, int N, int C) = 0;
+                                 Tensor b, int N, int C, InputAmax amax = {}) = 0;
   // dinp += ..., dw += ..., db += ...
   virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
                                   Tensor w, Tensor mean, Tensor rstd, int N, int C) = 0;
@@ -265,8 +288,8 @@ class Backend {
     return "emulated: quantize-dequantize in fp32, fp32 GEMMs";
   }
   // Causal self-attention. qkv(B,T,3C) -> out(B,T,C); att(B,NH,T,T) keeps the softmax.
-  virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
-                                 int NH) = 0;
+  virtual void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH,
+                                 InputAmax amax = {}) = 0;
   // dqkv = gradient of the attention input
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T,
                                   int C, int NH) = 0;
@@ -300,7 +323,8 @@ class Backend {
     return c.lse;
   }
   // out as attention_forward; lse = the logsumexp of each row's scaled causal scores.
-  virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int) {
+  virtual void attention_forward_lse(Tensor, Tensor, Tensor, int, int, int, int,
+                                     InputAmax = {}) {
     throw Error(name() + " has no attention keeping lse");
   }
   // dqkv from dout, qkv, the forward's out and lse (recomputes the probabilities).
@@ -308,7 +332,7 @@ class Backend {
     throw Error(name() + " has no attention keeping lse");
   }
   // out = gelu(inp), tanh approximation
-  virtual void gelu_forward(Tensor out, Tensor inp, size_t n) = 0;
+  virtual void gelu_forward(Tensor out, Tensor inp, size_t n, InputAmax amax = {}) = 0;
   // dinp = gelu'(inp) * dout
   virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) = 0;
   // out = a + b
@@ -316,9 +340,10 @@ class Backend {
   // res = a + b, then layernorm_forward(out, mean, rstd, res, w, bias): the residual add
   // fused into the layernorm that reads it (one pass on devices; the two ops on the CPU).
   virtual void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd,
-                                          Tensor a, Tensor b, Tensor w, Tensor bias, int N, int C) {
+                                          Tensor a, Tensor b, Tensor w, Tensor bias, int N, int C,
+                                          InputAmax amax = {}) {
     residual_forward(res, a, b, size_t(N) * C);
-    layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+    layernorm_forward(out, mean, rstd, res, w, bias, N, C, amax);
   }
   // Per row of logits(N,Vp) (fp32; fp64 in fp64 models): loss = -log softmax(logits[:V])
   // [target], from the logits in their own precision. When dloss != 0, dlogits receives

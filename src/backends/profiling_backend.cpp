@@ -147,10 +147,10 @@ void ProfilingBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, T
 }
 
 void ProfilingBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
-                                         Tensor b, int N, int C) {
+                                         Tensor b, int N, int C, InputAmax amax) {
   const long r = begin("layernorm_forward", OpKind::Memory, strf("N=%d C=%d", N, C), 8.0 * N * C,
                        sz(inp) + sz(w) + sz(b) + sz(out) + sz(mean) + sz(rstd));
-  in_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  in_.layernorm_forward(out, mean, rstd, inp, w, b, N, C, amax);
   end(r);
 }
 
@@ -220,10 +220,10 @@ void ProfilingBackend::matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbi
 }
 
 void ProfilingBackend::attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C,
-                                         int NH) {
+                                         int NH, InputAmax amax) {
   const long r = begin("attention_forward", OpKind::Attention, attention_shape(B, T, C, NH),
                        attention_flops(B, T, C), sz(qkv) + sz(out) + sz(att));
-  in_.attention_forward(out, att, qkv, B, T, C, NH);
+  in_.attention_forward(out, att, qkv, B, T, C, NH, amax);
   end(r);
 }
 
@@ -236,10 +236,10 @@ void ProfilingBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, 
 }
 
 void ProfilingBackend::attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T,
-                                             int C, int NH) {
+                                             int C, int NH, InputAmax amax) {
   const long r = begin("attention_forward_lse", OpKind::Attention, attention_shape(B, T, C, NH),
                        attention_flops(B, T, C), sz(qkv) + sz(out) + sz(lse));
-  in_.attention_forward_lse(out, lse, qkv, B, T, C, NH);
+  in_.attention_forward_lse(out, lse, qkv, B, T, C, NH, amax);
   end(r);
 }
 
@@ -252,9 +252,9 @@ void ProfilingBackend::attention_backward_lse(Tensor dqkv, Tensor dout, Tensor q
   end(r);
 }
 
-void ProfilingBackend::gelu_forward(Tensor out, Tensor inp, size_t n) {
+void ProfilingBackend::gelu_forward(Tensor out, Tensor inp, size_t n, InputAmax amax) {
   const long r = begin("gelu_forward", OpKind::Memory, elems(n), 8.0 * n, sz(inp) + sz(out));
-  in_.gelu_forward(out, inp, n);
+  in_.gelu_forward(out, inp, n, amax);
   end(r);
 }
 
@@ -274,11 +274,11 @@ void ProfilingBackend::residual_forward(Tensor out, Tensor a, Tensor b, size_t n
 
 void ProfilingBackend::residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd,
                                                   Tensor a, Tensor b, Tensor w, Tensor bias, int N,
-                                                  int C) {
+                                                  int C, InputAmax amax) {
   const double bytes = sz(a) + sz(b) + sz(w) + sz(bias) + sz(res) + sz(out) + sz(mean) + sz(rstd);
   const long r = begin("residual_layernorm_forward", OpKind::Memory, strf("N=%d C=%d", N, C),
                        9.0 * N * C, bytes);
-  in_.residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C);
+  in_.residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C, amax);
   end(r);
 }
 

@@ -73,7 +73,7 @@ class ProfilingBackend final : public Backend {
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int B, int T,
                         int C) override;
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
-                         int N, int C) override;
+                         int N, int C, InputAmax amax = {}) override;
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override;
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC) override;
@@ -91,7 +91,8 @@ class ProfilingBackend final : public Backend {
   void set_quant_options(const QuantOptions& o) override { in_.set_quant_options(o); }
   std::string fp8_path_name() const override { return in_.fp8_path_name(); }
   std::vector<float> take_amaxes(int n_slots) override { return in_.take_amaxes(n_slots); }
-  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override;
+  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH,
+                         InputAmax amax = {}) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
                           int NH) override;
   AttentionChoice attention_choice(int head_size, DType t) const override {
@@ -103,15 +104,16 @@ class ProfilingBackend final : public Backend {
   void settle_agreed_attention(const AttentionShape& s, const AttentionChoice& agreed) override {
     in_.settle_agreed_attention(s, agreed);
   }
-  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
-                             int NH) override;
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C, int NH,
+                             InputAmax amax = {}) override;
   void attention_backward_lse(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int B,
                               int T, int C, int NH) override;
-  void gelu_forward(Tensor out, Tensor inp, size_t n) override;
+  void gelu_forward(Tensor out, Tensor inp, size_t n, InputAmax amax = {}) override;
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override;
   void residual_forward(Tensor out, Tensor a, Tensor b, size_t n) override;
   void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a,
-                                  Tensor b, Tensor w, Tensor bias, int N, int C) override;
+                                  Tensor b, Tensor w, Tensor bias, int N, int C,
+                                  InputAmax amax = {}) override;
   void classifier(Tensor logits, Tensor losses, Tensor targets, Tensor dlogits, float dloss, int N,
                   int V, int Vp) override;
   double sum_squares(Tensor t) override;

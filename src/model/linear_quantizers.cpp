@@ -119,6 +119,13 @@ ScaledLinear LinearQuantizers::scaled(int layer, int linear, bool backward) {
   return s;
 }
 
+InputAmax LinearQuantizers::input_amax(int layer, int linear) const {
+  if (block_scaled_ || !fp8_layer_[layer]) return {};
+  ScaledLinear s{&table_[size_t(layer) * kLinears + linear], 0, {}};
+  s.tensor.slot = layer * kLinears + linear;
+  return takes_input_amax(s) ? InputAmax{s.tensor.slot} : InputAmax{};
+}
+
 float LinearQuantizers::scale(int layer, int linear, int operand) const {
   const OperandRecipe& o = operand_recipe(operand);
   if (o.source == ScaleSource::Current) return 1.0f;

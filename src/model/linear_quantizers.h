@@ -57,6 +57,10 @@ class LinearQuantizers {
   // add its slot and scales (a forward's delayed input and weight scales are kept for its
   // backward, which must quantize them alike, while the histories move in between).
   ScaledLinear scaled(int layer, int linear, bool backward);
+  // What the op that writes this linear's input asks of the backend (Backend's InputAmax): the
+  // linear's slot where it reads that input at a current per-tensor scale as it lies
+  // (takes_input_amax), so that the op takes the input's amax as it writes it; else none.
+  InputAmax input_amax(int layer, int linear) const;
   // Block-scaled linears only: from now on this linear runs recipe r (precision.mode=auto's
   // per-layer choice). UsageError when r is not one the block-scaled linears implement.
   void set_linear_recipe(int layer, int linear, const QuantRecipe& r);

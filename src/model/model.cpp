@@ -196,28 +196,33 @@ void GPT::block_forward(int l, int B, int T, bool training) {
   Tensor fchg = a.fch_gelu.slice(l * 4 * btc, 4 * btc);
   Tensor fcproj = a.fcproj.slice(l * btc, btc), res3 = a.residual3.slice(l * btc, btc);
   be_.set_scope(l, StepPhase::Forward);
+  // The ops that write a quantized linear's input take its amax for it where its recipe asks
+  // (input_amax: current per-tensor scales), so that its quantizer reads the input once.
+  using LQ = LinearQuantizers;
+  auto amax_for = [&](int layer, int lin) { return input_amax({fp8_, layer, lin}); };
   // Later layers' ln1 (and lnf) run fused with the residual add that ends the layer before.
   if (l == 0)
     be_.layernorm_forward(ln1, a.ln1_mean.slice(0, BT), a.ln1_rstd.slice(0, BT), residual,
-                          P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C);
+                          P[LN1W].slice(0, C), P[LN1B].slice(0, C), BT, C, amax_for(l, LQ::QKV));
   linear_forward(l, LinearQuantizers::QKV, qkv, ln1,
                  P[QKVW].slice(size_t(l) * 3 * C * C, size_t(3) * C * C),
                  P[QKVB].slice(l * 3 * C, 3 * C), BT, C, 3 * C, training);
   if (lse_)
-    be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH);
+    be_.attention_forward_lse(atty, attl, qkv, B, T, C, NH, amax_for(l, LQ::ATTPROJ));
   else
-    be_.attention_forward(atty, attl, qkv, B, T, C, NH);
+    be_.attention_forward(atty, attl, qkv, B, T, C, NH, amax_for(l, LQ::ATTPROJ));
   linear_forward(l, LinearQuantizers::ATTPROJ, attproj, atty,
                  P[ATTPROJW].slice(size_t(l) * C * C, size_t(C) * C), P[ATTPROJB].slice(l * C, C),
                  BT, C, C, training);
   be_.residual_layernorm_forward(res2, ln2, a.ln2_mean.slice(l * BT, BT),
                                  a.ln2_rstd.slice(l * BT, BT), residual, attproj,
-                                 P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C);
+                                 P[LN2W].slice(l * C, C), P[LN2B].slice(l * C, C), BT, C,
+                                 amax_for(l, LQ::FC));
   if (fp8_ && fp8_->layer_in_fp8(l)) {
     linear_forward(l, LinearQuantizers::FC, fch, ln2,
                    P[FCW].slice(size_t(l) * 4 * C * C, size_t(4) * C * C),
                    P[FCB].slice(l * 4 * C, 4 * C), BT, C, 4 * C, training);
-    be_.gelu_forward(fchg, fch, 4 * btc);
+    be_.gelu_forward(fchg, fch, 4 * btc, amax_for(l, LQ::FCPROJ));
   } else {
     if (training) {
       probe_take(l, LinearQuantizers::FC, kLinearInput, ln2, BT, C);
@@ -234,7 +239,7 @@ void GPT::block_forward(int l, int B, int T, bool training) {
     be_.residual_layernorm_forward(
         res3, a.ln1.slice((l + 1) * btc, btc), a.ln1_mean.slice((l + 1) * BT, BT),
         a.ln1_rstd.slice((l + 1) * BT, BT), res2, fcproj, P[LN1W].slice((l + 1) * C, C),
-        P[LN1B].slice((l + 1) * C, C), BT, C);
+        P[LN1B].slice((l + 1) * C, C), BT, C, amax_for(l + 1, LQ::QKV));
   else
     be_.residual_layernorm_forward(res3, a.lnf, a.lnf_mean, a.lnf_rstd, res2, fcproj, P[LNFW],
                                    P[LNFB], BT, C);

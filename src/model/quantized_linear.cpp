@@ -15,6 +15,10 @@ void quantized_linear_forward(Backend& be, const QuantizedLinear& q, Tensor out,
     be.matmul_forward_scaled(out, inp, w, b, N, C, OC, q.state->scaled(q.layer, q.linear, false));
 }
 
+InputAmax input_amax(const QuantizedLinear& q) {
+  return q.state ? q.state->input_amax(q.layer, q.linear) : InputAmax{};
+}
+
 void quantized_linear_backward(Backend& be, const QuantizedLinear& q, Tensor dinp, Tensor dw,
                                Tensor db, Tensor dout, Tensor inp, Tensor w, int N, int C, int OC) {
   if (!quantized(q))

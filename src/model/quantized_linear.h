@@ -21,6 +21,9 @@ struct QuantizedLinear {
 // out(N,OC) = inp(N,C) W(OC,C)^T + b on the linear's path.
 void quantized_linear_forward(Backend& be, const QuantizedLinear& q, Tensor out, Tensor inp,
                               Tensor w, Tensor b, int N, int C, int OC);
+// What the op that writes linear q's input asks of the backend (LinearQuantizers::input_amax;
+// none where q is not quantized).
+InputAmax input_amax(const QuantizedLinear& q);
 // dinp, dw, db from dout, likewise.
 void quantized_linear_backward(Backend& be, const QuantizedLinear& q, Tensor dinp, Tensor dw,
                                Tensor db, Tensor dout, Tensor inp, Tensor w, int N, int C, int OC);

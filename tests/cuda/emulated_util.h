@@ -97,6 +97,15 @@ E e(float v) {
   return gpu::st<E>(v);
 }
 template <typename E>
+uint32_t bits(E x);
+// The max of |x|'s fp32 bits over n stored values (what an amax word holds: kernels/amax.cuh).
+template <typename E>
+uint32_t amax_bits(const E* p, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; i++) m = std::max(m, bits(f(p[i])) & 0x7fffffffu);
+  return m;
+}
+template <typename E>
 uint32_t bits(E x) {
   uint32_t u = 0;
   std::memcpy(&u, &x, sizeof(E));

@@ -83,8 +83,8 @@ void residual_forward(const gpu::Ctx&, E* o, const E* a, const E* b, size_t n) {
   wait_device();
 }
 template <typename E>
-void gelu_forward(const gpu::Ctx&, E* o, const E* x, size_t n) {
-  gpu::gelu_forward(emu_ctx(), dtype_of<E>(), o, x, n);
+void gelu_forward(const gpu::Ctx&, E* o, const E* x, size_t n, unsigned* amax = nullptr) {
+  gpu::gelu_forward(emu_ctx(), dtype_of<E>(), o, x, n, amax);
   wait_device();
 }
 template <typename E>
@@ -486,6 +486,12 @@ TEST_CASE("gelu forward and backward vs the CPU, pack and scalar paths, tails") 
         cpu::gelu_forward(C(ref.p), C(x.p + off), n);
         CHECK(rel_err(out.p + off, ref.p, n) <= tol<E>());
         CHECK(all_poison(out.p + off + n, 1));
+        // taking the output's amax (a linear's input, Backend's InputAmax): the same values
+        Buf<E> out2(n + 2);
+        Buf<unsigned> amax(1, 0);
+        gelu_forward<E>(c, out2.p + off, x.p + off, n, amax.p);
+        CHECK(bit_diffs(out.p + off, out2.p + off, n) == 0);
+        CHECK(amax[0] == amax_bits(out.p + off, n));
         gelu_backward<E>(c, dx.p + off, x.p + off, d.p + off, n);
         cpu::gelu_backward(C(rdx.p), C(x.p + off), C(d.p + off), n);
         CHECK(rel_err(dx.p + off, rdx.p, n) <= tol<E>());
@@ -572,26 +578,30 @@ void layernorm_kernels(int N, int Cn, const Buf<E>& x, const Buf<E>& a, const Bu
   Buf<E> out2(n), res(n), res2(n), dinp2(n);
   Buf<float> mean(N), rstd(N), mean2(N), rstd2(N), pdw(Cn), pdb(Cn);
   const unsigned blocks = unsigned((N + 3) / 4);
+  // the staged kernels take out's amax (Backend's InputAmax), the plain ones none: the same out
+  Buf<unsigned> amax(2, 0);
   emu::launch(dim3(blocks), dim3(128), smem, nullptr, &gpu::layernorm_forward_smem_kernel<E, V>,
               out->p, mean.p, rstd.p, static_cast<const E*>(x.p), static_cast<const E*>(w.p),
-              static_cast<const E*>(b.p), N, Cn);
+              static_cast<const E*>(b.p), N, Cn, amax.p);
   emu::launch(dim3(blocks), 128, &gpu::layernorm_forward_kernel<E, V>, out2.p, mean2.p, rstd2.p,
               static_cast<const E*>(x.p), static_cast<const E*>(w.p), static_cast<const E*>(b.p), N,
-              Cn);
+              Cn, static_cast<unsigned*>(nullptr));
   wait_device();
   CHECK(bit_diffs(out->p, out2.p, n) == 0);
+  CHECK(amax[0] == amax_bits(out->p, n));
   CHECK(bit_diffs(mean.p, mean2.p, N) == 0);
   CHECK(bit_diffs(rstd.p, rstd2.p, N) == 0);
   emu::launch(dim3(blocks), dim3(128), smem, nullptr,
               &gpu::residual_layernorm_forward_smem_kernel<E, V>, res.p, out->p, mean.p, rstd.p,
               static_cast<const E*>(x.p), static_cast<const E*>(a.p), static_cast<const E*>(w.p),
-              static_cast<const E*>(b.p), N, Cn);
+              static_cast<const E*>(b.p), N, Cn, static_cast<unsigned*>(nullptr));
   emu::launch(dim3(blocks), 128, &gpu::residual_layernorm_forward_kernel<E, V>, res2.p, out2.p,
               mean2.p, rstd2.p, static_cast<const E*>(x.p), static_cast<const E*>(a.p),
-              static_cast<const E*>(w.p), static_cast<const E*>(b.p), N, Cn);
+              static_cast<const E*>(w.p), static_cast<const E*>(b.p), N, Cn, amax.p + 1);
   wait_device();
   CHECK(bit_diffs(res.p, res2.p, n) == 0);
   CHECK(bit_diffs(out->p, out2.p, n) == 0);
+  CHECK(amax[1] == amax_bits(out2.p, n));
   CHECK(bit_diffs(mean.p, mean2.p, N) == 0);
   // the backward: the fused kernel (4 warps, one chunk) and the dinp kernel, from zero
   for (size_t i = 0; i < n; i++) dinp->p[i] = dinp2.p[i] = E{};
@@ -949,10 +959,12 @@ void permute_round_trips(std::mt19937& rng, int hs) {
   CHECK(bit_diffs(back.p, qkv.p, 3 * btc) == 0);
   emu::launch(dim3(grid), kThreads, &gpu::attention_permute_one_kernel<E, V>, y.p,
               static_cast<const E*>(qkv.p), B, T, NH, hs);  // first btc elements as (B,T,C)
+  Buf<unsigned> amax(1, 0);  // out's, for the attention projection (Backend's InputAmax)
   emu::launch(dim3(grid), kThreads, &gpu::attention_unpermute_kernel<E, V>, o.p,
-              static_cast<const E*>(y.p), B, T, NH, hs);
+              static_cast<const E*>(y.p), B, T, NH, hs, amax.p);
   wait_device();
   CHECK(bit_diffs(o.p, qkv.p, btc) == 0);
+  CHECK(amax[0] == amax_bits(o.p, btc));
   CHECK(all_poison(q.p + btc, 1));
   CHECK(all_poison(o.p + btc, 1));
   CHECK(all_poison(back.p + 3 * btc, 1));

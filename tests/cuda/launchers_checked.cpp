@@ -64,7 +64,9 @@ template <typename E>
 void elementwise_case(gpu::Ctx& c, size_t n, size_t skew) {
   auto a = rnd<E>(n + skew), b = rnd<E>(n + skew);
   Dev<E> out(n + skew), dinp(n + skew);
+  auto amax = zeros<unsigned>(1);  // GELU taking its output's amax (Backend's InputAmax)
   gpu::residual_forward(c, dtype_of<E>(), out.p + skew, a->p + skew, b->p + skew, n);
+  gpu::gelu_forward(c, dtype_of<E>(), out.p + skew, a->p + skew, n, amax->p);
   gpu::gelu_forward(c, dtype_of<E>(), out.p + skew, a->p + skew, n);
   gpu::gelu_backward(c, dtype_of<E>(), dinp.p + skew, a->p + skew, out.p + skew, n);
 }
@@ -168,7 +170,12 @@ void layernorm_case(gpu::Ctx& c, int N, int C) {
   Dev<E> out(n), res(n);
   Dev<float> mean(N), rstd(N);
   auto dinp = zeros<E>(n), dw = zeros<E>(C), db = zeros<E>(C);
+  auto amax = zeros<unsigned>(2);  // out's amax (Backend's InputAmax), and without
   gpu::layernorm_forward(c, dtype_of<E>(), out.p, mean.p, rstd.p, inp->p, w->p, b->p, N, C);
+  gpu::layernorm_forward(c, dtype_of<E>(), out.p, mean.p, rstd.p, inp->p, w->p, b->p, N, C,
+                         amax->p);
+  gpu::residual_layernorm_forward(c, dtype_of<E>(), res.p, out.p, mean.p, rstd.p, a->p, inp->p,
+                                  w->p, b->p, N, C, amax->p + 1);
   gpu::residual_layernorm_forward(c, dtype_of<E>(), res.p, out.p, mean.p, rstd.p, a->p, inp->p,
                                   w->p, b->p, N, C);
   gpu::layernorm_backward(c, dtype_of<E>(), dinp->p, dw->p, db->p, dout->p, res.p, w->p, mean.p,
@@ -237,7 +244,8 @@ void attention_case(int B, int T, int NH, int hs) {
   {
     gpu::Ctx c = checked_ctx();
     Dev<E> out(nout), att(size_t(B) * NH * T * T), dqkv(nqkv);
-    gpu::attention_forward(c, dtype_of<E>(), out.p, att.p, qkv->p, B, T, C, NH);
+    auto amax = zeros<unsigned>(1);  // out's amax (Backend's InputAmax)
+    gpu::attention_forward(c, dtype_of<E>(), out.p, att.p, qkv->p, B, T, C, NH, amax->p);
     gpu::attention_backward(c, dtype_of<E>(), dqkv.p, dout->p, qkv->p, att.p, B, T, C, NH);
   }
   {  // the softmax kernels for rows too long to stage: a device with no shared memory to spare
@@ -262,7 +270,8 @@ TEST_CASE("checked: attention: permutes, softmax, every head size") {
 
 // One per-tensor linear's forward and backward on a GPU of compute capability `major` (8: the
 // portable path; 9: cuBLASLt's SCALAR_32F FP8 GEMMs), its amaxes into a slot (current scales:
-// the backward reads the input and weight at the amaxes the forward kept).
+// the backward reads the input and weight at the amaxes the forward kept; the forward its input
+// at the amax GELU took as it wrote it).
 void tensor_linear_case(int major, bool current, int N, int C, int OC) {
   gpu::Ctx c = checked_ctx();
   c.prop.major = major;
@@ -275,9 +284,12 @@ void tensor_linear_case(int major, bool current, int N, int C, int OC) {
   Dev<bf16> out(size_t(N) * OC), dinp(size_t(N) * C);
   auto dw = zeros<bf16>(size_t(OC) * C), dbias = zeros<bf16>(OC);
   auto slot = zeros<unsigned>(kTensorOperands), kept = zeros<unsigned>(2);
-  gpu::scaled_linear_forward(c, DType::BF16, out.p, inp->p, w->p, bias->p, N, C, OC, q, slot->p,
-                             kept->p);
-  gpu::scaled_linear_backward(c, DType::BF16, dinp.p, dw->p, dbias->p, dout->p, inp->p, w->p, N, C,
+  auto produced = zeros<unsigned>(1);
+  Dev<bf16> x(size_t(N) * C);
+  gpu::gelu_forward(c, DType::BF16, x.p, inp->p, size_t(N) * C, produced->p);
+  gpu::scaled_linear_forward(c, DType::BF16, out.p, x.p, w->p, bias->p, N, C, OC, q, slot->p,
+                             kept->p, produced->p);
+  gpu::scaled_linear_backward(c, DType::BF16, dinp.p, dw->p, dbias->p, dout->p, x.p, w->p, N, C,
                               OC, q, slot->p, kept->p);
 }
 

@@ -6,7 +6,8 @@
 // regression fixture runs) bit for bit in every value and in the amax: given delayed scales
 // (saturating ones too), current scales with margins 0 to 2, bf16 and fp32 sources read where they
 // lie (plain and transposed), adversarial tensors (outliers, zeros, tiny and huge values) and an
-// inf or a NaN that poisons the operand (amax +inf).
+// inf or a NaN that poisons the operand (amax +inf). The words amaxes are handed in (an earlier
+// kernel's, a producer's: Backend's InputAmax) give one pass the two passes' bits.
 #include "emulated_util.h"
 // (first: it includes the emulation, which redefines the CUDA keywords the kernels use)
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/quantize_tile.cuh"
+#include "src/backends/cuda/launch.h"
 #include "src/backends/cuda/quant_params.h"
 #include "src/backends/cuda/scaled.h"
 #include "src/numerics/recipe.h"
@@ -243,5 +245,92 @@ TEST_CASE("emulated: bias_backward takes dout's amax bits as it sums, non-finite
       check_emu();
       CHECK(amax[0] == amax_bits(d));
       CHECK(std::memcmp(db.p, db_plain.p, size_t(OC) * sizeof(bf16)) == 0);  // the same sums
+    }
+}
+
+namespace {
+
+// The ops that write a per-tensor-scaled linear's input (Backend's InputAmax), at B 2 x T 16,
+// C 64 (4 heads): out (N, C) from their sources, taking out's amax into *amax where given.
+struct Producers {
+  static constexpr int B = 2, T = 16, C = 64, NH = 4, N = B * T;
+  std::vector<bf16> a, b, lw, lb, qkv;
+  Producers() : a(size_t(N) * C), b(size_t(N) * C), lw(C), lb(C), qkv(size_t(N) * 3 * C) {
+    std::mt19937 rng(29);
+    fill(a.data(), a.size(), rng, 1.f);
+    fill(b.data(), b.size(), rng, 1.f);
+    fill(lw.data(), lw.size(), rng, 1.f);
+    fill(lb.data(), lb.size(), rng, 0.1f);
+    fill(qkv.data(), qkv.size(), rng, 1.f);
+  }
+  void run(const std::string& op, bf16* out, unsigned* amax) {
+    gpu::Ctx& c = emu_ctx();
+    Buf<float> mean(N), rstd(N);
+    Buf<bf16> res(size_t(N) * C), att(size_t(B) * NH * T * T);
+    if (op == "layernorm")
+      gpu::layernorm_forward(c, DType::BF16, out, mean.p, rstd.p, a.data(), lw.data(), lb.data(),
+                             N, C, amax);
+    else if (op == "residual layernorm")
+      gpu::residual_layernorm_forward(c, DType::BF16, res.p, out, mean.p, rstd.p, a.data(),
+                                      b.data(), lw.data(), lb.data(), N, C, amax);
+    else if (op == "gelu")
+      gpu::gelu_forward(c, DType::BF16, out, a.data(), size_t(N) * C, amax);
+    else
+      gpu::attention_forward(c, DType::BF16, out, att.p, qkv.data(), B, T, C, NH, amax);
+    check_emu();
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "emulated: a current-scaled linear's forward at the amax its input's producer took == the "
+    "two passes, bit for bit") {
+  // Each producer's output is the same with the word as without, the word the max of its |x|
+  // bits; the forward reading its input once at that word writes the two passes' output and
+  // amax words, on the portable path and on sm_90's native one, finite and non-finite inputs.
+  const int N = Producers::N, C = Producers::C, OC = 96;
+  const QuantRecipe r = fp8_tensor_recipe(ScaleSource::Current, 4, 1, {});
+  const ScaledLinear q{&r, 5, {0, {1, 1, 1}, 1}};
+  REQUIRE(takes_input_amax(q));
+  std::mt19937 rng(31);
+  std::vector<bf16> w(size_t(OC) * C);
+  fill(w.data(), w.size(), rng, 0.05f);
+  const int saved_major = emu_ctx().prop.major;
+  for (const char* op : {"layernorm", "residual layernorm", "gelu", "attention"})
+    for (float bad : {0.f, INFINITY, NAN}) {
+      INFO(op << ", source " << (bad == 0 ? "finite" : bad != bad ? "with a NaN" : "with an inf"));
+      Producers pr;
+      if (bad != 0) pr.a[77] = pr.qkv[77] = e<bf16>(bad);
+      Buf<bf16> x(size_t(N) * C), plain(size_t(N) * C);
+      Buf<unsigned> word(1, 0);
+      pr.run(op, x.p, word.p);
+      pr.run(op, plain.p, nullptr);
+      CHECK(std::memcmp(x.p, plain.p, size_t(N) * C * sizeof(bf16)) == 0);
+      const std::vector<bf16> xs(x.p, x.p + size_t(N) * C);
+      CHECK(word[0] == amax_bits(xs));
+      CHECK((bad == 0) == (word[0] < 0x7f800000u));
+      for (int major : {saved_major, 9}) {
+        INFO("compute capability major " << major);
+        emu_ctx().prop.major = major;
+        gpu::native_forget_checks();
+        std::vector<std::vector<uint32_t>> got[2];
+        for (int k = 0; k < 2; k++) {
+          Buf<unsigned> slot(kTensorOperands, 0);
+          Buf<bf16> out(size_t(N) * OC);
+          gpu::force_two_pass_quantizer(k == 1);
+          gpu::scaled_linear_forward(emu_ctx(), DType::BF16, out.p, x.p, w.data(), nullptr, N, C,
+                                     OC, q, slot.p, nullptr, k == 0 ? word.p : nullptr);
+          check_emu();
+          gpu::force_two_pass_quantizer(false);
+          got[k].emplace_back();
+          for (size_t i = 0; i < out.n; i++) got[k].back().push_back(bits(out[i]));
+          got[k].emplace_back(slot.p, slot.p + kTensorOperands);
+        }
+        CHECK(got[0] == got[1]);
+        CHECK(got[0][1][kTensorInput] == word[0]);
+      }
+      emu_ctx().prop.major = saved_major;
+      gpu::native_forget_checks();
     }
 }

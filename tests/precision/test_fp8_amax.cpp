@@ -37,9 +37,9 @@ class CountingBackend final : public Backend {
   void encoder_backward(Tensor dwe, Tensor dwp, Tensor d, Tensor t, int B, int T, int C) override {
     cpu->encoder_backward(dwe, dwp, d, t, B, T, C);
   }
-  void layernorm_forward(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b, int N,
-                         int C) override {
-    cpu->layernorm_forward(o, m, r, i, w, b, N, C);
+  void layernorm_forward(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b, int N, int C,
+                         InputAmax x) override {
+    cpu->layernorm_forward(o, m, r, i, w, b, N, C, x);
   }
   void layernorm_backward(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, Tensor m,
                           Tensor r, int N, int C) override {
@@ -71,14 +71,17 @@ class CountingBackend final : public Backend {
     takes++;
     return cpu->take_amaxes(n);
   }
-  void attention_forward(Tensor o, Tensor a, Tensor q, int B, int T, int C, int NH) override {
-    cpu->attention_forward(o, a, q, B, T, C, NH);
+  void attention_forward(Tensor o, Tensor a, Tensor q, int B, int T, int C, int NH,
+                         InputAmax x) override {
+    cpu->attention_forward(o, a, q, B, T, C, NH, x);
   }
   void attention_backward(Tensor dq, Tensor d, Tensor q, Tensor a, int B, int T, int C,
                           int NH) override {
     cpu->attention_backward(dq, d, q, a, B, T, C, NH);
   }
-  void gelu_forward(Tensor o, Tensor i, size_t n) override { cpu->gelu_forward(o, i, n); }
+  void gelu_forward(Tensor o, Tensor i, size_t n, InputAmax x) override {
+    cpu->gelu_forward(o, i, n, x);
+  }
   void gelu_backward(Tensor di, Tensor i, Tensor d, size_t n) override {
     cpu->gelu_backward(di, i, d, n);
   }

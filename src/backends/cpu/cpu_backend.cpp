@@ -107,8 +107,9 @@ class CpuBackend final : public Backend {
       cpu::encoder_backward(P<E>(dwte), P<E>(dwpe), P<E>(dout), P<int32_t>(tokens), B, T, C);
     });
   }
+  // (InputAmax: the CPU's quantizer takes its own amax, Backend's InputAmax.)
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
-                         int N, int C) override {
+                         int N, int C, InputAmax) override {
     dispatch("layernorm_forward", out.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       using A = cpu::acc_t<E>;
@@ -257,7 +258,8 @@ class CpuBackend final : public Backend {
   }
   std::vector<float> take_amaxes(int n_slots) override { return fp8_.take_amaxes(n_slots); }
 
-  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
+  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH,
+                         InputAmax) override {
     dispatch("attention_forward", out.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       cpu::attention_forward(P<E>(out), P<E>(att), P<E>(qkv), B, T, C, NH);
@@ -283,8 +285,8 @@ class CpuBackend final : public Backend {
                ": per-row logsumexp kept, no T x T probabilities";
     return c;
   }
-  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
-                             int NH) override {
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C, int NH,
+                             InputAmax) override {
     dispatch("attention_forward_lse", out.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       using A = cpu::acc_t<E>;
@@ -300,7 +302,7 @@ class CpuBackend final : public Backend {
                                   NH);
     });
   }
-  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
+  void gelu_forward(Tensor out, Tensor inp, size_t n, InputAmax) override {
     dispatch("gelu_forward", out.dtype, [&](auto* tag) {
       using E = TG_ELEM(tag);
       cpu::gelu_forward(P<E>(out), P<E>(inp), n);

@@ -156,7 +156,7 @@ void causal_cols(Ctx& c, DType t, void* D, const void* P, const void* Z, int T, 
 }  // namespace
 
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
-                       int NH) {
+                       int NH, unsigned* amax) {
   const int hs = C / NH, BH = B * NH;
   const size_t btc = size_t(B) * T * C, es = dtype_size(t);
   const size_t tt = size_t(T) * T;
@@ -178,7 +178,7 @@ void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, i
     causal_rows(c, t, y, att, v, T, hs, BH);
     permute_runs<E>(c, hs, btc, {out, y}, [&](auto run, unsigned grid) {
       launch(attention_unpermute_kernel<E, decltype(run)::value>, grid, kThreads, 0, c.stream,
-             static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs);
+             static_cast<E*>(out), static_cast<const E*>(y), B, T, NH, hs, amax);
     });
   });
 }

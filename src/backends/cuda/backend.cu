@@ -24,6 +24,7 @@
 #include <map>
 #include <vector>
 
+#include "amax_records.h"
 #include "arg_checks.h"
 #include "attention_paths.h"
 #include "cuda_backend.h"
@@ -102,8 +103,7 @@ class CudaBackend final : public Backend {
   }
   void free(Tensor t) override {
     token_shadow_.erase(t.data);
-    for (auto f = forward_read_.begin(); f != forward_read_.end();)  // (not its tensor now)
-      f = f->second.inp == t.data || f->second.w == t.data ? forward_read_.erase(f) : std::next(f);
+    gpu::forget(records_, t);  // (not its tensor now)
     mem_.free(t.data);
   }
   // Through pinned staging (callers' buffers are pageable): the caller may reuse its buffer
@@ -111,6 +111,7 @@ class CudaBackend final : public Backend {
   // (I32) are also remembered on the host, so that encoder_backward can group positions by
   // token without reading them back.
   void upload(Tensor dst, const void* host) override {
+    gpu::forget(records_, dst);
     gpu::upload(ctx_, dst.data, host, dst.bytes());
     if (dst.dtype == DType::I32) {
       const int32_t* h = static_cast<const int32_t*>(host);
@@ -121,6 +122,7 @@ class CudaBackend final : public Backend {
     gpu::download(ctx_, host, src.data, src.bytes());
   }
   void zero(Tensor t) override {
+    gpu::forget(records_, t);
     TG_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), ctx_.stream));
   }
   size_t bytes_in_use() const override { return mem_.in_use(); }
@@ -174,20 +176,23 @@ class CudaBackend final : public Backend {
                           host, B, T, C);
   }
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b,
-                         int N, int C) override {
+                         int N, int C, InputAmax amax) override {
     need_same("layernorm_forward", {out, inp, w, b});
     need_f32("layernorm_forward", mean);
     need_f32("layernorm_forward", rstd);
     gpu::layernorm_forward(ctx_, out.dtype, out.data, mean.as<float>(), rstd.as<float>(), inp.data,
-                           w.data, b.data, N, C);
+                           w.data, b.data, N, C, input_amax_word(amax, out));
   }
   void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a,
-                                  Tensor b, Tensor w, Tensor bias, int N, int C) override {
+                                  Tensor b, Tensor w, Tensor bias, int N, int C,
+                                  InputAmax amax) override {
     need_same("residual_layernorm_forward", {res, out, a, b, w, bias});
     need_f32("residual_layernorm_forward", mean);
     need_f32("residual_layernorm_forward", rstd);
+    gpu::forget(records_, res);
     gpu::residual_layernorm_forward(ctx_, out.dtype, res.data, out.data, mean.as<float>(),
-                                    rstd.as<float>(), a.data, b.data, w.data, bias.data, N, C);
+                                    rstd.as<float>(), a.data, b.data, w.data, bias.data, N, C,
+                                    input_amax_word(amax, out));
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override {
@@ -248,31 +253,32 @@ class CudaBackend final : public Backend {
   // Per-tensor-scaled linears leave their operands' amax bits in their slot of amax_ (device),
   // read back by take_amaxes once per pass: no wait per GEMM. A forward at current scales also
   // keeps its input's and weight's in kept_ for its backward, which reads them (one pass per
-  // operand, not two) when it is given the tensors that forward read (forward_read_).
+  // operand, not two) when it is given the tensors that forward read (amax_records.h); it
+  // reads its input once itself where the op that wrote inp took its amax (InputAmax).
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
+    const unsigned* input_amax = gpu::take_written(records_, q.tensor.slot, inp)
+                                     ? input_amax_ + q.tensor.slot
+                                     : nullptr;
     unsigned* kept = nullptr;
-    forward_read_.erase(q.tensor.slot);
+    records_.forward_read.erase(q.tensor.slot);
     if (gpu::forward_amax_kept(q)) {
       kept = slot_words(kept_, kept_words_, q.tensor.slot, 2);
-      forward_read_[q.tensor.slot] = {inp.data, w.data, N, C, OC};
+      records_.forward_read[q.tensor.slot] = {inp.data, w.data, N, C, OC};
     }
     gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC, q,
-                               amax_slot(q.tensor.slot), kept);
+                               amax_slot(q.tensor.slot), kept, input_amax);
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
     need_same("matmul_backward_scaled", {dinp, dw, dbias, dout, inp, w});
     if (!dinp) throw Error("cuda backend: matmul_backward_scaled needs dinp");
     // The forward's kept amaxes serve this one backward, and only for the tensors it read.
-    const unsigned* kept = nullptr;
-    const auto f = forward_read_.find(q.tensor.slot);
-    if (f != forward_read_.end()) {
-      if (f->second == ForwardRead{inp.data, w.data, N, C, OC})
-        kept = kept_ + size_t(q.tensor.slot) * 2;
-      forward_read_.erase(f);
-    }
+    const unsigned* kept =
+        gpu::take_forward_read(records_, q.tensor.slot, {inp.data, w.data, N, C, OC})
+            ? kept_ + size_t(q.tensor.slot) * 2
+            : nullptr;
     gpu::scaled_linear_backward(ctx_, dout.dtype, dinp.data, dw.data, dbias.data, dout.data,
                                 inp.data, w.data, N, C, OC, q, amax_slot(q.tensor.slot), kept);
   }
@@ -295,9 +301,11 @@ class CudaBackend final : public Backend {
   std::string fp8_path_name() const override {
     return gpu::scaled_path_name(ctx_, have_recipe_ ? &recipe_ : nullptr);
   }
-  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH) override {
+  void attention_forward(Tensor out, Tensor att, Tensor qkv, int B, int T, int C, int NH,
+                         InputAmax amax) override {
     need_same("attention_forward", {out, att, qkv});
-    gpu::attention_forward(ctx_, out.dtype, out.data, att.data, qkv.data, B, T, C, NH);
+    gpu::attention_forward(ctx_, out.dtype, out.data, att.data, qkv.data, B, T, C, NH,
+                           input_amax_word(amax, out));
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
                           int NH) override {
@@ -342,17 +350,20 @@ class CudaBackend final : public Backend {
   // in the backward's dS slot: the same attention, for a forward whose lse nothing reads (lse
   // is not written, and attention_backward_lse refuses the shape). A cudnn that cannot run at
   // all (no cuDNN: a model built without settle_attention) stops at cuDNN's call instead.
-  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C,
-                             int NH) override {
+  // cuDNN writes out itself and takes no amax (the linear it feeds then takes its own).
+  void attention_forward_lse(Tensor out, Tensor lse, Tensor qkv, int B, int T, int C, int NH,
+                             InputAmax amax) override {
     need_same("attention_forward_lse", {out, qkv});
     need_f32("attention_forward_lse", lse);
     const AttentionShape s{B, T, NH, C / NH, out.dtype};
     const bool runs = need_cudnn("attention_forward_lse", s).error.empty();
     if (runs && !paths_.forward_builds(s)) {
       void* att = ctx_.scratch(gpu::kScratchDS, size_t(B) * NH * T * T * dtype_size(s.t));
-      gpu::attention_forward(ctx_, s.t, out.data, att, qkv.data, B, T, C, NH);
+      gpu::attention_forward(ctx_, s.t, out.data, att, qkv.data, B, T, C, NH,
+                             input_amax_word(amax, out));
       return;
     }
+    gpu::forget(records_, out);
     run_cudnn(s, [&] {
       gpu::attention_forward_cudnn(ctx_, s.t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
     });
@@ -374,9 +385,9 @@ class CudaBackend final : public Backend {
                                     NH);
     });
   }
-  void gelu_forward(Tensor out, Tensor inp, size_t n) override {
+  void gelu_forward(Tensor out, Tensor inp, size_t n, InputAmax amax) override {
     need_same("gelu_forward", {out, inp});
-    gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n);
+    gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n, input_amax_word(amax, out));
   }
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
     need_same("gelu_backward", {dinp, inp, dout});
@@ -509,6 +520,17 @@ class CudaBackend final : public Backend {
     gpu::download(ctx_, out, result_, 2 * sizeof(float));
   }
 
+  // The word in which an op writing `out` takes out's amax for linear a.slot's input (zeroed
+  // first, in stream order; null where none is asked), recorded as written for that linear.
+  unsigned* input_amax_word(InputAmax a, Tensor out) {
+    gpu::forget(records_, out);  // written again
+    if (a.slot < 0) return nullptr;
+    unsigned* word = slot_words(input_amax_, input_amax_words_, a.slot, 1);
+    TG_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(unsigned), ctx_.stream));
+    gpu::record_written(records_, a.slot, out);
+    return word;
+  }
+
   // The amax words of per-tensor-scaled linear `slot` (null for none).
   unsigned* amax_slot(int slot) { return slot_words(amax_, amax_words_, slot, kTensorOperands); }
   // Slot `slot`'s `per` words of buf (holding `words`), grown to hold it: the slots' words move
@@ -548,15 +570,9 @@ class CudaBackend final : public Backend {
   size_t amax_words_ = 0;
   unsigned* kept_ = nullptr;  // a forward's input and weight amax bits for its backward, 2 a slot
   size_t kept_words_ = 0;
-  struct ForwardRead {  // what a slot's last forward that kept its amaxes read
-    const void* inp;
-    const void* w;
-    int N, C, OC;
-    bool operator==(const ForwardRead& o) const {
-      return inp == o.inp && w == o.w && N == o.N && C == o.C && OC == o.OC;
-    }
-  };
-  std::map<int, ForwardRead> forward_read_;
+  unsigned* input_amax_ = nullptr;  // a linear's input amax bits, taken by the op that wrote it
+  size_t input_amax_words_ = 0;
+  gpu::AmaxRecords records_;  // which tensors the kept and input amax words are of
 };
 
 }  // namespace

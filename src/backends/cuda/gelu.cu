@@ -8,16 +8,17 @@ namespace {
 constexpr int kThreads = 256;
 }
 
-void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n) {
+void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n, unsigned* amax) {
   dispatch("gelu_forward", t, [&](auto tag) {
     using E = decltype(tag);
     E* o = static_cast<E*>(out);
     const E* x = static_cast<const E*>(inp);
     if (can_pack16<E>(n, {o, x})) {
       const size_t n16 = n / Pack16<E>::N;
-      launch(gelu_forward_pack_kernel<E>, c.grid(n16, kThreads), kThreads, 0, c.stream, o, x, n16);
+      launch(gelu_forward_pack_kernel<E>, c.grid(n16, kThreads), kThreads, 0, c.stream, o, x, n16,
+             amax);
     } else {
-      launch(gelu_forward_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream, o, x, n);
+      launch(gelu_forward_kernel<E>, c.grid(n, kThreads), kThreads, 0, c.stream, o, x, n, amax);
     }
     TG_LAUNCH_CHECK();
   });

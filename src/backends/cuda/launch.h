@@ -166,7 +166,11 @@ void encoder_backward(Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
                       const int32_t* tokens, const int32_t* host_tokens, int B, int T, int C);
 // ---- residual.cu, gelu.cu ----
 void residual_forward(Ctx& c, DType t, void* out, const void* a, const void* b, size_t n);
-void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n);
+// The producers of a per-tensor-scaled linear's input (GELU's, the layernorms', the cuBLAS
+// attention's output) take `amax` (device, when given; must start at 0): the max of their
+// output's |x| bits as stored (kernels/amax.cuh), the amax that linear's quantizer then reads
+// instead of taking it again (Backend's InputAmax). Without it they do as before.
+void gelu_forward(Ctx& c, DType t, void* out, const void* inp, size_t n, unsigned* amax = nullptr);
 void gelu_backward(Ctx& c, DType t, void* dinp, const void* inp, const void* dout, size_t n);
 // ---- loss_scale.cu, adamw.cu ----
 // Queues loss_scale_step_kernel: d's state updated from check = {sum of squares, non-finite}.
@@ -197,11 +201,12 @@ void classifier(Ctx& c, const float* logits, float* losses, const int32_t* targe
                 void* dlogits, size_t ld, float dloss, int N, int V, int Vp);
 
 // ---- layernorm.cu ----
+// amax: out's, as gelu_forward's above.
 void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
-                       const void* w, const void* b, int N, int C);
+                       const void* w, const void* b, int N, int C, unsigned* amax = nullptr);
 void residual_layernorm_forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd,
                                 const void* a, const void* bb, const void* w, const void* b, int N,
-                                int C);
+                                int C, unsigned* amax = nullptr);
 void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const void* dout,
                         const void* inp, const void* w, const float* mean, const float* rstd, int N,
                         int C);
@@ -227,9 +232,10 @@ void bias_backward(Ctx& c, DType t, void* dbias, const void* dout, int N, int OC
 // ---- attention.cu ----
 // The cuBLAS path (cuda.attention=cublas, auto where cuDNN does not run, and the forward of a
 // shape cuDNN refuses after start-up): the T x T scores and probabilities materialised in the
-// compute type, as the CPU's reference keeps them (kernels/attention.cuh).
+// compute type, as the CPU's reference keeps them (kernels/attention.cuh). amax: out's, as
+// gelu_forward's above.
 void attention_forward(Ctx& c, DType t, void* out, void* att, const void* qkv, int B, int T, int C,
-                       int NH);
+                       int NH, unsigned* amax = nullptr);
 void attention_backward(Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* att, int B, int T, int C, int NH);
 

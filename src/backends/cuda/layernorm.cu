@@ -37,9 +37,10 @@ int backward_warps(int C, size_t es) {
   return int(std::min<size_t>(kWarps, (budget - fixed) / (16 + 2 * size_t(C) * es)));
 }
 
-// The forward of N rows, with the residual add before it where bb is given (res = a + bb).
+// The forward of N rows, with the residual add before it where bb is given (res = a + bb), and
+// out's amax into *amax where given.
 void forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd, const void* a,
-             const void* bb, const void* w, const void* b, int N, int C) {
+             const void* bb, const void* w, const void* b, int N, int C, unsigned* amax) {
   dispatch(bb ? "residual_layernorm_forward" : "layernorm_forward", t, [&](auto tag) {
     using E = decltype(tag);
     const int warps = staged_warps(C, sizeof(E));
@@ -55,10 +56,10 @@ void forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd, co
       if (bb)
         launch(warps > 0 ? residual_layernorm_forward_smem_kernel<E, V>
                          : residual_layernorm_forward_kernel<E, V>,
-               blocks, threads, smem, c.stream, r, o, mean, rstd, pa, pb, pw, pbias, N, C);
+               blocks, threads, smem, c.stream, r, o, mean, rstd, pa, pb, pw, pbias, N, C, amax);
       else
         launch(warps > 0 ? layernorm_forward_smem_kernel<E, V> : layernorm_forward_kernel<E, V>,
-               blocks, threads, smem, c.stream, o, mean, rstd, pa, pw, pbias, N, C);
+               blocks, threads, smem, c.stream, o, mean, rstd, pa, pw, pbias, N, C, amax);
       TG_LAUNCH_CHECK();
     });
   });
@@ -66,14 +67,14 @@ void forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd, co
 }  // namespace
 
 void layernorm_forward(Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
-                       const void* w, const void* b, int N, int C) {
-  forward(c, t, nullptr, out, mean, rstd, inp, nullptr, w, b, N, C);
+                       const void* w, const void* b, int N, int C, unsigned* amax) {
+  forward(c, t, nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, amax);
 }
 
 void residual_layernorm_forward(Ctx& c, DType t, void* res, void* out, float* mean, float* rstd,
                                 const void* a, const void* bb, const void* w, const void* b, int N,
-                                int C) {
-  forward(c, t, res, out, mean, rstd, a, bb, w, b, N, C);
+                                int C, unsigned* amax) {
+  forward(c, t, res, out, mean, rstd, a, bb, w, b, N, C, amax);
 }
 
 void layernorm_backward(Ctx& c, DType t, void* dinp, void* dw, void* db, const void* dout,

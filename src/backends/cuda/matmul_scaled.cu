@@ -267,11 +267,12 @@ bool forward_amax_kept(const ScaledLinear& q) {
 
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
-                           unsigned* amax_slot, unsigned* kept) {
+                           unsigned* amax_slot, unsigned* kept, const unsigned* input_amax) {
   const QuantRecipe& r = *q.recipe;
   const GemmRecipe& g = r.gemm[kForward];
   OperandSource a = tensor_scaled({t, inp, false}, q, g.a, kTensorInput,
                                   amax_slot ? amax_slot + kTensorInput : nullptr);
+  if (input_amax && takes_input_amax(q)) a.amax_in = input_amax;  // one pass, not two
   OperandSource b = tensor_scaled({t, w, false}, q, g.b, kTensorWeight,
                                   amax_slot ? amax_slot + kTensorWeight : nullptr);
   const float* extra = nullptr;

@@ -95,9 +95,13 @@ void force_two_pass_quantizer(bool two_pass);
 // given), from which the backward given the same words reads the input and the weight again.
 // The caller passes the backward those words only when its inp and w are the tensors that
 // forward read, unchanged (the model's order: a micro-batch's forward, then its backward).
+// input_amax (device, when given): inp's amax bits, taken by the op that wrote inp (Backend's
+// InputAmax); where takes_input_amax(q), the forward reads its input once at that amax, not
+// twice. The caller passes it only for the tensor that op wrote, unchanged since.
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
-                           unsigned* amax_slot, unsigned* kept = nullptr);
+                           unsigned* amax_slot, unsigned* kept = nullptr,
+                           const unsigned* input_amax = nullptr);
 void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
                             const void* inp, const void* w, int N, int C, int OC,
                             const ScaledLinear& q, unsigned* amax_slot,
