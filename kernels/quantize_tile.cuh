@@ -16,7 +16,8 @@
 // (rotate_in_warp, the FP4 recipes' Hadamard). Per-tensor current scaling needs the whole
 // tensor's amax before the first value is rounded: where that amax was taken before
 // (QuantParams::tensor_amax, a device word: the amax a kernel that read or wrote the same
-// values took, e.g. bias_backward's of a linear's gradient or an earlier quantizer's, see
+// values took, e.g. bias_backward's of a linear's gradient, the layernorm's, GELU's or the
+// attention's of the forward's input (kernels/amax.cuh) or an earlier quantizer's, see
 // src/backends/cuda/matmul_scaled.cu), the scale is drawn from it on the device in the same
 // fp32 operations as group_scale_kernel, and one pass does; where none was, the two passes
 // stay. NVFP4's tensor scale keeps the two passes.

@@ -161,6 +161,45 @@ TEST_CASE("cuda: a current-scaled fp8 backward not given its forward's input tak
   CHECK(tw.cpu->take_amaxes(2) == tw.gpu->take_amaxes(2));
 }
 
+TEST_CASE("cuda: a current-scaled fp8 forward reads its producer's amax only for what it wrote") {
+  // The op that writes a linear's input takes its amax for it (Backend's InputAmax), which the
+  // linear's forward must read only for that memory, unchanged since (amax_records.h): the
+  // layernorm writes x for slot 1, then the forward reads x (one pass: the word), or x is
+  // written anew first (GELU of values 4x larger, an upload of them), or the forward is given
+  // another tensor. At the layernorm's amax those larger values would saturate; every case
+  // matches the CPU, the amaxes bit for bit.
+  TG_REQUIRE_GPU();
+  const int N = 64, C = 64, OC = 128;
+  const DType t = DType::BF16;
+  Twin tw;
+  const tg::QuantRecipe r = tg::fp8_tensor_recipe(tg::ScaleSource::Current, 4, 0, {});
+  const tg::ScaledLinear q{&r, 11, {1, {1.f, 1.f, 1.f}, 0}};
+  REQUIRE(tg::takes_input_amax(q));
+  const std::vector<float> big_values = randn(size_t(N) * C, 31, 4.f);
+  Pair src = tw.rand(t, size_t(N) * C, 30), big = tw.make(t, big_values);
+  Pair lw = tw.rand(t, C, 32, 0.2f, 1.f), lb = tw.rand(t, C, 33, 0.1f);
+  Pair mean = tw.alloc(DType::F32, N), rstd = tw.alloc(DType::F32, N);
+  Pair x = tw.alloc(t, size_t(N) * C), out = tw.alloc(t, size_t(N) * OC);
+  Pair w = tw.rand(t, size_t(OC) * C, 34, 0.05f), bias = tw.rand(t, OC, 35, 0.1f);
+  const auto big_bytes = encode(big_values, t);
+  for (const char* then : {"the forward", "GELU rewrites x", "x uploaded", "another tensor"}) {
+    INFO("the layernorm writes x, then " << then);
+    const std::string k = then;
+    for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()}) {
+      const bool cpu = be == tw.cpu.get();
+      auto at = [&](const Pair& p) { return cpu ? p.cpu : p.gpu; };
+      be->layernorm_forward(at(x), at(mean), at(rstd), at(src), at(lw), at(lb), N, C,
+                            tg::InputAmax{1});
+      if (k == "GELU rewrites x") be->gelu_forward(at(x), at(big), size_t(N) * C);
+      if (k == "x uploaded") be->upload(at(x), big_bytes.data());
+      be->matmul_forward_scaled(at(out), k == "another tensor" ? at(big) : at(x), at(w), at(bias),
+                                N, C, OC, q);
+    }
+    CHECK(tw.err(out) < kExact);
+    CHECK(tw.cpu->take_amaxes(2) == tw.gpu->take_amaxes(2));
+  }
+}
+
 TEST_CASE("cuda: a non-finite gradient poisons a per-tensor fp8 linear's outputs, amax +inf") {
   TG_REQUIRE_GPU();
   const int N = 32, C = 64, OC = 64;

@@ -227,7 +227,7 @@ class CudaBackend final : public Backend {
                                     pre.data, out.data))
       return;
     matmul_forward(pre, inp, w, bias, N, C, OC);
-    gelu_forward(out, pre, size_t(N) * OC);
+    gelu_forward(out, pre, size_t(N) * OC, InputAmax{});
   }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        int N, int C, int OC) override {
