@@ -2,6 +2,8 @@
 // place so that the CUDA backend and the CPU tests read the same ones.
 #include "attention_choice.h"
 
+#include <utility>  // std::move
+
 namespace tg {
 
 const char* attention_path_name(AttentionPath p) {
