@@ -2,7 +2,7 @@
 // place so that the CUDA backend and the CPU tests read the same ones.
 #include "attention_choice.h"
 
-#include <utility>
+#include <utility>  // std::move
 
 namespace tg {
 
@@ -130,12 +130,15 @@ AttentionChoice agree_attention(const std::vector<AttentionChoice>& ranks, int r
   while (other < ranks.size() && ranks[other].path == ranks[0].path) other++;
   if (other == ranks.size()) return ranks.at(size_t(rank));
   // Only auto differs between ranks (an explicit path is the same on all, or an error):
-  // cudnn where a rank's cuDNN built the graphs, cublas where it did not.
-  const std::pair<AttentionPath, AttentionPath> two{ranks[0].path, ranks[other].path};
-  if (two != std::make_pair(AttentionPath::Cudnn, AttentionPath::Cublas) &&
-      two != std::make_pair(AttentionPath::Cublas, AttentionPath::Cudnn))
-    throw Error(strf("the ranks settled different attention paths: %s on rank 0, %s on rank %zu",
-                     attention_path_name(two.first), attention_path_name(two.second), other));
+  // cudnn where a rank's cuDNN built the graphs, cublas where it did not. Any rank on a third
+  // path (the CPU's lse twin beside GPU ranks) is a mix no vote can mend.
+  for (size_t r = 0; r < ranks.size(); r++)
+    if (ranks[r].path != AttentionPath::Cudnn && ranks[r].path != AttentionPath::Cublas) {
+      const size_t at = r == 0 ? other : r;
+      throw Error(strf("the ranks settled different attention paths: %s on rank 0, %s on rank %zu",
+                       attention_path_name(ranks[0].path), attention_path_name(ranks[at].path),
+                       at));
+    }
   size_t refused = 0;
   while (ranks[refused].path != AttentionPath::Cublas) refused++;
   return path_of(AttentionPath::Cublas, false,

@@ -300,4 +300,12 @@ TEST_CASE("attention choice: the ranks agree on one path, cublas where a rank's 
   CHECK(agree_attention({failed, failed}, 1).error == failed.error);
   // Paths only auto can mix: any other mix is a bug, refused rather than run.
   CHECK_THROWS_AS(agree_attention({settled(AttentionPath::CpuLse, ""), refused}, 0), Error);
+  // ... wherever the third path stands, also behind two ranks that could agree.
+  for (int odd = 0; odd < 3; odd++) {
+    std::vector<AttentionChoice> ranks = {cudnn, refused, cudnn};
+    ranks[size_t(odd)] = settled(AttentionPath::CpuLse, "");
+    CAPTURE(odd);
+    const std::string named = "lse on rank " + std::to_string(odd);
+    CHECK_THROWS_WITH_AS(agree_attention(ranks, 0), doctest::Contains(named.c_str()), Error);
+  }
 }
