@@ -223,6 +223,8 @@ class CudaBackend final : public Backend {
                            int OC) override {
     const bool same = pre.dtype == out.dtype && inp.dtype == out.dtype && w.dtype == out.dtype &&
                       bias && bias.dtype == out.dtype;
+    gpu::forget(records_, pre);  // written here, taking no amax (a later linear reads out twice)
+    gpu::forget(records_, out);
     if (same && gpu::gemm_bias_gelu(ctx_, N, OC, C, out.dtype, inp.data, w.data, bias.data,
                                     pre.data, out.data))
       return;
