@@ -9,12 +9,15 @@
 // uint16_t the bf16 or fp16 codes, read widened to fp32 and stored back rounded (stochastic
 // formats with sr_hash(m_seed or v_seed, offset + i)), through the encoder the CPU uses. One
 // thread per element (adamw_kernel) or per 4 elements in one access per array
-// (adamw_packed_kernel, where the arrays allow), grid-stride; params may alias master (fp32). The master weights are an
-// fp32 copy or the bf16 weights themselves (MasterPtrs below), read and stored as the CPU's
-// adamw_bf16_master does.
-// convert_kernel (dst = src in another type, same rounding choices) sits here too: it is the
-// same master -> compute-copy rounding, used at init and on resume.
+// (adamw_packed_kernel, where the arrays allow), grid-stride; params may alias master (fp32). The
+// master weights are an fp32 copy or the bf16 weights themselves (MasterPtrs below), read and
+// stored as the CPU's adamw_bf16_master does. Given a SegmentAmax (kernels/amax.cuh), the kernels
+// also take the amax of each linear's weight as they write it (Backend's WeightAmax), reduced over
+// the warp: their loops step in warp-uniform strides for it (adamw_loop), the same elements a
+// thread as before. convert_kernel (dst = src in another type, same rounding choices) sits here
+// too: it is the same master -> compute-copy rounding, used at init and on resume.
 #pragma once
+#include "amax.cuh"
 #include "common.cuh"
 #include "src/numerics/adamw_math.h"
 #include "src/numerics/moment_format.h"
@@ -94,13 +97,14 @@ __device__ __forceinline__ void adamw_core(P& param, float* master, uint16_t* co
   param = st_round<P>(x, a.stochastic, a.seed, a.offset + i);
 }
 
-// Element i, gradients multiplied by grad_scale.
+// Element i, gradients multiplied by grad_scale; returns the written weight's |x| bits.
 template <typename P, typename SM, typename SV>
-__device__ __forceinline__ void adamw_element(P* params, MasterPtrs w, const P* grads, SM* m,
-                                              SV* v, size_t i, const AdamWParams& a,
-                                              float grad_scale) {
+__device__ __forceinline__ unsigned adamw_element(P* params, MasterPtrs w, const P* grads, SM* m,
+                                                  SV* v, size_t i, const AdamWParams& a,
+                                                  float grad_scale) {
   adamw_core(params[i], w.master ? w.master + i : nullptr, w.comp ? w.comp + i : nullptr,
              grads[i], m[i], v[i], i, a, grad_scale);
+  return abs_bits(params[i]);
 }
 
 // The packed form: kAdamWPack consecutive elements a thread, each array read and written in
@@ -138,10 +142,20 @@ __device__ __forceinline__ void store_group(T* p, const AdamWGroup<T>& g) {
   }
 }
 
-// Group j (elements j kAdamWPack ..) of the update, gradients multiplied by grad_scale.
+// The largest |x| bits of a group's values.
+template <typename T>
+__device__ __forceinline__ unsigned group_abs_bits(const AdamWGroup<T>& g) {
+  unsigned b = 0;
+  for (int e = 0; e < kAdamWPack; e++) b = max_bits(b, abs_bits(g.v[e]));
+  return b;
+}
+
+// Group j (elements j kAdamWPack ..) of the update, gradients multiplied by grad_scale; returns
+// the written weights' largest |x| bits.
 template <typename P, typename SM, typename SV>
-__device__ __forceinline__ void adamw_group(P* params, MasterPtrs w, const P* grads, SM* m, SV* v,
-                                            size_t j, const AdamWParams& a, float grad_scale) {
+__device__ __forceinline__ unsigned adamw_group(P* params, MasterPtrs w, const P* grads, SM* m,
+                                                SV* v, size_t j, const AdamWParams& a,
+                                                float grad_scale) {
   const size_t i0 = j * kAdamWPack;
   const AdamWGroup<P> g = load_group(grads + i0);
   AdamWGroup<P> p{};  // written whole below; read only where the weights are the master
@@ -160,22 +174,48 @@ __device__ __forceinline__ void adamw_group(P* params, MasterPtrs w, const P* gr
   if (w.master) store_group(w.master + i0, x);
   if (w.comp) store_group(w.comp + i0, c);
   store_group(params + i0, p);
+  return group_abs_bits(p);
+}
+
+// The call's n elements in units of Pack (1, or kAdamWPack: n a whole number of groups),
+// grid-stride, unit j on lane j % 32 of a warp as before, in steps every lane of a warp takes
+// (blockDim.x a multiple of 32), so that the warp reduces the weights' amax as it goes:
+// update(j) updates unit j and returns its weights' largest |x| bits (Backend's WeightAmax).
+template <int Pack, typename F>
+__device__ __forceinline__ void adamw_loop(size_t n, const SegmentAmax& amax, F&& update) {
+  const size_t units = n / Pack, lane = threadIdx.x % 32, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t j0 = blockIdx.x * size_t(blockDim.x) + threadIdx.x - lane; j0 < units; j0 += stride) {
+    const size_t j = j0 + lane;
+    const unsigned m = j < units ? update(j) : 0u;
+    if (amax.n) segment_amax(j < units ? segment_word(amax, j * Pack) : nullptr, m);
+  }
+}
+
+// The weights' amax alone, for a step the device loss scaler skipped: the words were zeroed
+// for this call, and the weights stand as they were.
+template <int Pack, typename P>
+__device__ __forceinline__ void weights_amax_loop(const P* params, size_t n,
+                                                  const SegmentAmax& amax) {
+  if (!amax.n) return;
+  adamw_loop<Pack>(n, amax, [&](size_t j) {
+    unsigned b = 0;
+    for (int e = 0; e < Pack; e++) b = max_bits(b, abs_bits(params[j * Pack + e]));
+    return b;
+  });
 }
 
 template <typename P, typename SM, typename SV>
-__global__ void adamw_packed_kernel(P* params, MasterPtrs w, const P* grads, SM* m, SV* v,
-                                    size_t n, AdamWParams a) {
-  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < n / kAdamWPack;
-       j += size_t(gridDim.x) * blockDim.x)
-    adamw_group(params, w, grads, m, v, j, a, a.grad_scale);
+__global__ void adamw_packed_kernel(P* params, MasterPtrs w, const P* grads, SM* m, SV* v, size_t n,
+                                    AdamWParams a, SegmentAmax amax) {
+  adamw_loop<kAdamWPack>(
+      n, amax, [&](size_t j) { return adamw_group(params, w, grads, m, v, j, a, a.grad_scale); });
 }
 
 template <typename P, typename SM, typename SV>
 __global__ void adamw_kernel(P* params, MasterPtrs w, const P* grads, SM* m, SV* v, size_t n,
-                             AdamWParams a) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    adamw_element(params, w, grads, m, v, i, a, a.grad_scale);
+                             AdamWParams a, SegmentAmax amax) {
+  adamw_loop<1>(
+      n, amax, [&](size_t i) { return adamw_element(params, w, grads, m, v, i, a, a.grad_scale); });
 }
 
 template <typename D, typename S>

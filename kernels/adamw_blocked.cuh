@@ -8,7 +8,8 @@
 // The CPU's adamw_block_loop (src/backends/cpu/adamw.cpp) runs the same encoder on one
 // thread per block: the bits agree (tests/cuda/kernels_emulated.cpp).
 // Weight decay per element from the call's DecayRanges (the call spans a whole shard); the
-// device loss scaler's factor and skip are read from d when given (as adamw_device_kernel).
+// device loss scaler's factor and skip are read from d when given (as adamw_device_kernel); the
+// weights' amaxes taken as adamw.cuh's kernels take them (SegmentAmax).
 #pragma once
 #include "loss_scale.cuh"
 #include "src/numerics/moment_block.h"
@@ -72,12 +73,27 @@ __device__ __forceinline__ MomentBlockScale block_scale_of(const MomentRef& r, s
   return moment_meta_load(r.meta + b * size_t(moment_meta_words(r.f)), r.f);
 }
 
+// The weights' amax of the scale block at i0 (len elements; the lane's largest |x| bits wmax):
+// one warp reduction where the block lies in one word's segment, else (a segment ends inside
+// it, or it lies outside the ranges) each element to its own word, if any. Every lane of the warp
+// calls it.
+template <typename P>
+__device__ __forceinline__ void block_weights_amax(const SegmentAmax& amax, const P* params,
+                                                   size_t i0, int len, unsigned wmax, int lane) {
+  unsigned* first = segment_word(amax, i0);
+  if (first && first == segment_word(amax, i0 + size_t(len) - 1)) return segment_amax(first, wmax);
+  for (int j = 0; lane + 32 * j < len; j++) {
+    const size_t i = i0 + size_t(lane + 32 * j);
+    if (unsigned* word = segment_word(amax, i)) atomicMax(word, abs_bits(params[i]));
+  }
+}
+
 // blockDim.x a multiple of 32; warps stride over the scale blocks.
 template <typename P>
 __global__ void adamw_blocked_kernel(P* params, MasterPtrs w, const P* grads, MomentRef m,
                                      MomentRef v, size_t n, AdamWParams a, DecayRanges decay,
-                                     const LossScaleDevice* d) {
-  if (d && d->step.skip) return;
+                                     SegmentAmax amax, const LossScaleDevice* d) {
+  if (d && d->step.skip) return weights_amax_loop<1>(params, n, amax);
   const float gs = d ? d->step.grad_scale : a.grad_scale;
   const int block = moment_is_blocked(m.f) ? m.f.block : v.f.block, lane = threadIdx.x % 32;
   const AdamWConsts<float> k{a.beta1, a.beta2, a.c1, a.c2, a.lr, a.eps, a.weight_decay};
@@ -90,6 +106,7 @@ __global__ void adamw_blocked_kernel(P* params, MasterPtrs w, const P* grads, Mo
     const int len = int(n - i0 < size_t(block) ? n - i0 : size_t(block));
     const MomentBlockScale sm = block_scale_of(m, b), sv = block_scale_of(v, b);
     float mm[kBlockedPerLane], vv[kBlockedPerLane];
+    unsigned wmax = 0;  // the lane's written weights' largest |x| bits
     for (int j = 0; lane + 32 * j < len; j++) {
       const size_t i = i0 + size_t(lane + 32 * j);
       mm[j] = moment_at(m, i, sm);
@@ -97,7 +114,9 @@ __global__ void adamw_blocked_kernel(P* params, MasterPtrs w, const P* grads, Mo
       float x = load_master(params, w, i);
       adamw_math(ld(grads[i]) * gs, mm[j], vv[j], x, decays_at(decay, i) ? k : k0);
       store_master(params, w, i, x, a);
+      wmax = max_bits(wmax, abs_bits(params[i]));
     }
+    if (amax.n) block_weights_amax(amax, params, i0, len, wmax, lane);
     moment_store_warp(m, b, i0, len, mm, a.offset, lane);
     moment_store_warp(v, b, i0, len, vv, a.offset, lane);
   }

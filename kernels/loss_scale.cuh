@@ -29,26 +29,26 @@ static __global__ void loss_scale_step_kernel(LossScaleDevice* d, const float* c
 }
 
 // adamw_kernel with a.grad_scale taken from d->step.grad_scale; nothing changes when the step
-// is skipped. (lr and the bias corrections still come from the host.)
+// is skipped (but the weights' amax, given a SegmentAmax, is taken of them as they stand).
+// (lr and the bias corrections still come from the host.)
 template <typename P, typename SM, typename SV>
 __global__ void adamw_device_kernel(P* params, MasterPtrs master, const P* grads, SM* m, SV* v,
-                                    size_t n, AdamWParams a, const LossScaleDevice* d) {
-  if (d->step.skip) return;
+                                    size_t n, AdamWParams a, SegmentAmax amax,
+                                    const LossScaleDevice* d) {
+  if (d->step.skip) return weights_amax_loop<1>(params, n, amax);
   const float gs = d->step.grad_scale;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    adamw_element(params, master, grads, m, v, i, a, gs);
+  adamw_loop<1>(n, amax,
+                [&](size_t i) { return adamw_element(params, master, grads, m, v, i, a, gs); });
 }
 // The same four elements a thread (adamw.cuh's adamw_packed_kernel).
 template <typename P, typename SM, typename SV>
 __global__ void adamw_device_packed_kernel(P* params, MasterPtrs master, const P* grads, SM* m,
-                                           SV* v, size_t n, AdamWParams a,
+                                           SV* v, size_t n, AdamWParams a, SegmentAmax amax,
                                            const LossScaleDevice* d) {
-  if (d->step.skip) return;
+  if (d->step.skip) return weights_amax_loop<kAdamWPack>(params, n, amax);
   const float gs = d->step.grad_scale;
-  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < n / kAdamWPack;
-       j += size_t(gridDim.x) * blockDim.x)
-    adamw_group(params, master, grads, m, v, j, a, gs);
+  adamw_loop<kAdamWPack>(
+      n, amax, [&](size_t j) { return adamw_group(params, master, grads, m, v, j, a, gs); });
 }
 
 }  // namespace tg::gpu

@@ -83,6 +83,19 @@ struct Rounding {
   uint64_t offset = 0;
 };
 
+// The linears' weights an adamw call writes, for a backend that takes each one's amax as it
+// writes it (as InputAmax below, for the weights: the forward's quantizer then reads a weight
+// at a current per-tensor scale once, not twice): range r is segs[r] weights of seg_len[r]
+// elements from element lo[r] of the call on, weight s being linear slot0[r] + s *
+// slot_step[r]'s (TensorScaling::slot). The amax stands for those elements until they are
+// written again. A backend may ignore it; n = 0: none.
+struct WeightAmax {
+  static constexpr int kMax = 4;
+  int n = 0;
+  uint64_t lo[kMax] = {}, seg_len[kMax] = {};
+  int segs[kMax] = {}, slot0[kMax] = {}, slot_step[kMax] = {};
+};
+
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
   float grad_scale;   // multiplies every gradient first (clipping, 1/loss-scale)
@@ -102,6 +115,7 @@ struct AdamWArgs {
   // block of the call (the call starts on a block boundary); empty for other formats.
   Tensor m_meta{}, v_meta{};
   DecayRanges decay{};  // which elements take weight_decay (all when decay.n = 0)
+  WeightAmax weight_amax{};  // the linears' weights among the call's elements
 };
 
 // The operands of a per-tensor-scaled linear, in the order of its scales and amaxes.
@@ -132,14 +146,20 @@ struct ScaledLinear {
   TensorScaling tensor{};
 };
 
-// Whether linear q's forward reads its input at a current per-tensor scale, the tensor as it
-// lies (no smoothing, split channels or rotation): where it does, the op that writes that
-// input can take its amax for it (InputAmax below), and the quantizer reads the input once.
-inline bool takes_input_amax(const ScaledLinear& q) {
+// Whether linear q's forward reads operand o (its input or its weight) at a current per-tensor
+// scale, the tensor as it lies (no smoothing, split channels or rotation): where it does, the op
+// that writes that operand can take its amax for it (InputAmax below; AdamW for the weight,
+// WeightAmax above), and the quantizer reads the operand once.
+inline bool forward_reads_at_current_amax(const ScaledLinear& q, const OperandRecipe& o) {
   const QuantRecipe& r = *q.recipe;
-  const OperandRecipe& a = r.gemm[kForward].a;
-  return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() && is_low_bit(a) &&
-         a.transform == Transform::None && a.source == ScaleSource::Current;
+  return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() && is_low_bit(o) &&
+         o.transform == Transform::None && o.source == ScaleSource::Current;
+}
+inline bool takes_input_amax(const ScaledLinear& q) {
+  return forward_reads_at_current_amax(q, q.recipe->gemm[kForward].a);
+}
+inline bool takes_weight_amax(const ScaledLinear& q) {
+  return forward_reads_at_current_amax(q, q.recipe->gemm[kForward].b);
 }
 
 // Per-tensor current scaling needs a tensor's whole amax before its first value is rounded, so

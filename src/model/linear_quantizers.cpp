@@ -119,11 +119,23 @@ ScaledLinear LinearQuantizers::scaled(int layer, int linear, bool backward) {
   return s;
 }
 
-InputAmax LinearQuantizers::input_amax(int layer, int linear) const {
-  if (block_scaled_ || !fp8_layer_[layer]) return {};
+// The linear as the rules of its forward's operands see it (its recipe and slot); no slot where
+// it is not per-tensor scaled.
+ScaledLinear LinearQuantizers::forward_rule(int layer, int linear) const {
   ScaledLinear s{&table_[size_t(layer) * kLinears + linear], 0, {}};
-  s.tensor.slot = layer * kLinears + linear;
+  if (!block_scaled_ && fp8_layer_[layer]) s.tensor.slot = layer * kLinears + linear;
+  return s;
+}
+
+InputAmax LinearQuantizers::input_amax(int layer, int linear) const {
+  const ScaledLinear s = forward_rule(layer, linear);
   return takes_input_amax(s) ? InputAmax{s.tensor.slot} : InputAmax{};
+}
+
+bool LinearQuantizers::weight_amax_wanted(int linear) const {
+  for (int l = 0; l < int(fp8_layer_.size()); l++)
+    if (takes_weight_amax(forward_rule(l, linear))) return true;
+  return false;
 }
 
 float LinearQuantizers::scale(int layer, int linear, int operand) const {

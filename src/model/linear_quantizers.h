@@ -61,6 +61,10 @@ class LinearQuantizers {
   // linear's slot where it reads that input at a current per-tensor scale as it lies
   // (takes_input_amax), so that the op takes the input's amax as it writes it; else none.
   InputAmax input_amax(int layer, int linear) const;
+  // Whether some layer's `linear` reads its weight at a current per-tensor scale as it lies
+  // (takes_weight_amax), so that AdamW takes each one's weight amax as it writes the weights
+  // (Backend's WeightAmax).
+  bool weight_amax_wanted(int linear) const;
   // Block-scaled linears only: from now on this linear runs recipe r (precision.mode=auto's
   // per-layer choice). UsageError when r is not one the block-scaled linears implement.
   void set_linear_recipe(int layer, int linear, const QuantRecipe& r);
@@ -93,6 +97,7 @@ class LinearQuantizers {
   }
   // The recipe of one operand of the linears (INP, WEIGHT: forward; GRAD: input gradient).
   const OperandRecipe& operand_recipe(int operand) const;
+  ScaledLinear forward_rule(int layer, int linear) const;
   QuantRecipe cfg_;
   bool block_scaled_ = false;
   uint64_t rng_seed_ = 0;

@@ -353,6 +353,9 @@ class GPT {
   void set_bf16_master(const std::vector<float>& p);
   // adamw_step with FP8 moments: one call over the shard (src/numerics/moment_block.h).
   void adamw_step_blocked(const AdamWArgs& args, bool decided);
+  // The linears' weights that lie whole among the parameters [lo, lo + n) of an adamw call,
+  // where AdamW takes their amaxes for the forward (Backend's WeightAmax).
+  WeightAmax weight_amax_in(size_t lo, size_t n) const;
 
   GPTConfig cfg_;
   Backend& be_;

@@ -191,6 +191,28 @@ void GPT::device_decided_step(const LossScaleState& st, const LossScaleParams& p
   adamw_step(args, true);
 }
 
+// None where the parameters are sharded (a rank's shard may hold part of a weight, whose amax
+// would then need the ranks' max) or no linear reads its weight at a current per-tensor scale.
+WeightAmax GPT::weight_amax_in(size_t lo, size_t n) const {
+  WeightAmax w;
+  if (!fp8_ || sharded_) return w;
+  using LQ = LinearQuantizers;
+  static constexpr int kWeight[LQ::kLinears] = {QKVW, ATTPROJW, FCW, FCPROJW};
+  const auto sizes = param_sizes(cfg_);
+  for (int linear = 0; linear < LQ::kLinears; linear++) {
+    const int t = kWeight[linear];
+    size_t off = 0;
+    for (int i = 0; i < t; i++) off += sizes[i];
+    if (off < lo || off + sizes[t] > lo + n || !fp8_->weight_amax_wanted(linear)) continue;
+    w.lo[w.n] = off - lo;
+    w.seg_len[w.n] = sizes[t] / size_t(cfg_.n_layer);
+    w.segs[w.n] = cfg_.n_layer;
+    w.slot0[w.n] = linear;  // layer 0's; layer l's is l kLinears + linear
+    w.slot_step[w.n++] = LQ::kLinears;
+  }
+  return w;
+}
+
 void GPT::adamw_step(const AdamWArgs& args, bool decided) {
   be_.set_scope(-1, StepPhase::Optimizer);
   if (moment_block_of(moments_)) return adamw_step_blocked(args, decided);
@@ -209,6 +231,7 @@ void GPT::adamw_step(const AdamWArgs& args, bool decided) {
     if (!param_decays(i)) a.weight_decay = 0;
     a.rounding.offset = args.rounding.offset + lo;
     const size_t n = hi - lo, k = lo - lo_shard;
+    a.weight_amax = weight_amax_in(lo, n);
     // The fp32 master, or bf16-kahan's compensation, or nothing (bf16-sr).
     const Tensor w = master_ ? master_.slice(k, n) : comp_ ? comp_.slice(k, n) : Tensor{};
     if (decided)
@@ -243,6 +266,7 @@ void GPT::adamw_step_blocked(const AdamWArgs& args, bool decided) {
     a.decay.hi[a.decay.n++] = hi - shard_begin_;
   }
   if (a.decay.n == 0) a.weight_decay = 0;  // no decaying tensor in this shard
+  a.weight_amax = weight_amax_in(shard_begin_, shard_size_);
   const Tensor w = master_ ? master_ : comp_ ? comp_ : Tensor{};
   const Tensor p = params_.slice(shard_begin_, shard_size_),
                g = grads_.slice(shard_begin_, shard_size_);

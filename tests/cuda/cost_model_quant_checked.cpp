@@ -58,19 +58,13 @@ struct Exception {
 };
 // Where every scale group fits one block's super-tile, or the scale is given (fp8-block, mxfp8,
 // fp8-delayed), the quantizer reads its source once (kernels/quantize_tile.cuh) and is within
-// the bound; these keep the two passes.
+// the bound; so does fp8 (per-tensor current scaling), whose one scale needs the whole
+// operand's amax before the first value is rounded: it reads each operand once at an amax
+// taken before, the forward's input at the one its producer took as it wrote it (layernorm,
+// GELU, the attention's output: Backend's InputAmax), the weight at AdamW's (WeightAmax), the
+// backward's input and weight at the forward's, the gradient at bias_backward's. This one
+// keeps the two passes.
 const Exception kExceptions[] = {
-    {"codes", "forward: weight", 1.72,
-     "fp8 (per-tensor current scaling)'s E4M3 codes of the forward's weight (1.71x): the one "
-     "scale needs the whole operand's amax before the first value is rounded, so the weight is "
-     "read twice, by the amax pass and by the pass that writes the codes (1.67x at the least). "
-     "The other quantizers read once at amaxes taken before: the forward's input at the one "
-     "its producer took as it wrote it (layernorm, GELU, the attention's output: Backend's "
-     "InputAmax), the backward's input and weight at the forward's, the gradient at "
-     "bias_backward's. The weights' writer is AdamW, over the flat parameter buffer in ranges "
-     "that cut across the linears (and under ZeRO-1 over one rank's shard before the "
-     "all-gather): a per-linear amax there would need a segment lookup per element, a "
-     "reduction across the ranks and a word kept valid over every micro-batch's forward"},
     {"bf16 operand", nullptr, 2.18,
      "nvfp4's dequantized bf16 operand (1.98x to 2.17x): the tensor scale (the largest block "
      "scale mapped to E4M3's max) needs the whole operand's amax first, so the source is read "
@@ -231,20 +225,23 @@ LinearRun run_linear(const QuantMode& m) {
   // input's and weight's amaxes in `kept` for the backward, given the same tensors.
   // Where the recipe reads the input at a current per-tensor scale as it lies, the input's
   // producer takes its amax as it writes it (Backend's InputAmax: that kernel's row of the bf16
-  // step's cost model), here the word it would leave.
+  // step's cost model), here the word it would leave; the weight's likewise, taken by AdamW as
+  // it writes the weights (Backend's WeightAmax: a warp's reduction and an atomic in the
+  // optimizer's row, no bytes more).
   ScaledLinear q{&r, 7, {}};
   const bool per_tensor = is_per_tensor(r);
   if (per_tensor) q.tensor.slot = 0;
   if (m.delayed) q.tensor.scale[0] = q.tensor.scale[1] = q.tensor.scale[2] = 64;
-  Dev<unsigned> amax(kTensorOperands), kept(2), produced(1);
+  Dev<unsigned> amax(kTensorOperands), kept(2), produced(2);
   unsigned* slot = per_tensor ? amax.p : nullptr;
   unsigned* keep = gpu::forward_amax_kept(q) ? kept.p : nullptr;
-  produced.put({amax_bits(inp->get().data(), inp->n)});
+  produced.put({amax_bits(inp->get().data(), inp->n), amax_bits(w->get().data(), w->n)});
   const unsigned* input_amax = takes_input_amax(q) ? produced.p : nullptr;
+  const unsigned* weight_amax = takes_weight_amax(q) ? produced.p + 1 : nullptr;
   auto step = [&] {
     gpu::Ctx& c = checked_ctx();
     gpu::scaled_linear_forward(c, kBf16, out.p, inp->p, w->p, bias->p, kN, kC, kOC, q, slot, keep,
-                               input_amax);
+                               input_amax, weight_amax);
     gpu::scaled_linear_backward(c, kBf16, dinp.p, dw.p, dbias.p, dout->p, inp->p, w->p, kN, kC, kOC,
                                 q, slot, keep);
   };

@@ -517,6 +517,12 @@ inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
   }
   return m;
 }
+// Whether pred holds on every lane of the warp (all 32 lanes), as a butterfly of shuffles.
+inline int __all_sync(unsigned mask, int pred) {
+  int all = pred != 0;
+  for (int o = 16; o > 0; o >>= 1) all &= __shfl_xor_sync(mask, all, o);
+  return all;
+}
 inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, 4);

@@ -94,8 +94,8 @@ void gelu_backward(const gpu::Ctx&, E* di, const E* x, const E* d, size_t n) {
 }
 template <typename E>
 void adamw(const gpu::Ctx&, E* params, float* master, const E* grads, void* m, void* v, size_t n,
-           const AdamWArgs& a) {
-  gpu::adamw(emu_ctx(), dtype_of<E>(), params, master, grads, m, v, n, a);
+           const AdamWArgs& a, const gpu::SegmentAmax& amax = {}) {
+  gpu::adamw(emu_ctx(), dtype_of<E>(), params, master, grads, m, v, n, a, nullptr, amax);
   wait_device();
 }
 template <typename D, typename S>
@@ -1102,6 +1102,35 @@ AdamWArgs emu_adamw_args(bool sr, uint64_t seed, uint64_t offset, StateFormat fm
   return a;
 }
 
+// The linears' weights of an AdamW call whose amaxes it takes (Backend's WeightAmax, as the
+// CUDA backend hands it on: kernels/amax.cuh's SegmentAmax), in calls of 64 elements or more:
+// three segments from element 3 or 4 (`packs`: every segment on a group of four, which the
+// packed kernels need; else segments ending inside groups and inside a warp's span) and two
+// from n / 2, elements between and after them in none.
+struct WeightWords {
+  gpu::SegmentAmax s;
+  Buf<unsigned> words{8, 0};
+  WeightWords(size_t n, bool packs) {
+    if (n < 64) return;
+    auto fit = [&](size_t x) { return packs ? x / 4 * 4 : x; };
+    const size_t lo[2] = {packs ? 4u : 3u, fit(n / 2)}, len[2] = {fit(n / 8 + 1), fit(n / 6)};
+    const int segs[2] = {3, 2};
+    for (int r = 0; r < 2; r++) {
+      s.lo[r] = lo[r], s.seg_len[r] = len[r], s.hi[r] = lo[r] + segs[r] * len[r];
+      s.words[r] = words.p + 3 * r;
+    }
+    s.n = 2;
+  }
+  // Each word the max of its segment's |x| bits, as stored after the call; none other touched.
+  template <typename E>
+  void check(const E* params) {
+    for (int r = 0; r < s.n; r++)
+      for (uint64_t at = s.lo[r], k = 0; at < s.hi[r]; at += s.seg_len[r], k++)
+        CHECK(s.words[r][k] == amax_bits(params + at, s.seg_len[r]));
+    for (size_t k = s.n ? 5 : 0; k < words.n; k++) CHECK(words[k] == 0);
+  }
+};
+
 template <typename E>
 void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr, StateFormat fm,
                 StateFormat fv) {
@@ -1120,7 +1149,9 @@ void adamw_case(const gpu::Ctx& c, std::mt19937& rng, size_t n, bool sr, StateFo
   copy(rmaster.p, master.p, n);
   E* params = p.p;
   if constexpr (std::is_same_v<E, float>) params = master.p;  // fp32: params alias the master
-  adamw<E>(c, params, master.p, g.p, m.dev.p, v.dev.p, n, a);
+  WeightWords ww(n, sr);
+  adamw<E>(c, params, master.p, g.p, m.dev.p, v.dev.p, n, a, ww.s);
+  ww.check(params);
   m.typed_ref([&](auto* rm) {
     v.typed_ref([&](auto* rv) {
       if constexpr (std::is_same_v<E, float>)
@@ -1304,8 +1335,10 @@ void adamw_blocked_case(std::mt19937& rng, size_t n, MasterFormat mf, StateForma
   a.v_meta = v.dev_meta_tensor();
   const bool kahan = mf == MasterFormat::BF16Kahan;
   void* w = mf == MasterFormat::FP32 ? static_cast<void*>(master.p) : kahan ? comp.p : nullptr;
-  gpu::adamw(emu_ctx(), dtype_of<E>(), p.p, w, g.p, m.dev.p, v.dev.p, n, a);
+  WeightWords ww(n, false);
+  gpu::adamw(emu_ctx(), dtype_of<E>(), p.p, w, g.p, m.dev.p, v.dev.p, n, a, nullptr, ww.s);
   wait_device();
+  ww.check(p.p);
   if constexpr (std::is_same_v<E, bf16>) {
     if (mf != MasterFormat::FP32)
       cpu::adamw_bf16_master_blocked(C(rp.p), kahan ? C(rcomp.p) : nullptr, C(g.p),

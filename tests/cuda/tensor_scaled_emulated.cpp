@@ -284,18 +284,23 @@ struct Producers {
 }  // namespace
 
 TEST_CASE(
-    "emulated: a current-scaled linear's forward at the amax its input's producer took == the "
-    "two passes, bit for bit") {
+    "emulated: a current-scaled linear's forward at the amaxes its input's producer and AdamW "
+    "took == the two passes, bit for bit") {
   // Each producer's output is the same with the word as without, the word the max of its |x|
-  // bits; the forward reading its input once at that word writes the two passes' output and
-  // amax words, on the portable path and on sm_90's native one, finite and non-finite inputs.
+  // bits; the forward reading its input once at that word and its weight once at the word AdamW
+  // took (Backend's WeightAmax: that kernel's test in kernels_emulated.cpp) writes the two
+  // passes' output and amax words, on the portable path and on sm_90's native one, finite and
+  // non-finite inputs.
   const int N = Producers::N, C = Producers::C, OC = 96;
   const QuantRecipe r = fp8_tensor_recipe(ScaleSource::Current, 4, 1, {});
   const ScaledLinear q{&r, 5, {0, {1, 1, 1}, 1}};
   REQUIRE(takes_input_amax(q));
+  REQUIRE(takes_weight_amax(q));
   std::mt19937 rng(31);
   std::vector<bf16> w(size_t(OC) * C);
   fill(w.data(), w.size(), rng, 0.05f);
+  Buf<unsigned> wword(1);
+  wword[0] = amax_bits(w);
   const int saved_major = emu_ctx().prop.major;
   for (const char* op : {"layernorm", "residual layernorm", "gelu", "attention"})
     for (float bad : {0.f, INFINITY, NAN}) {
@@ -320,7 +325,8 @@ TEST_CASE(
           Buf<bf16> out(size_t(N) * OC);
           gpu::force_two_pass_quantizer(k == 1);
           gpu::scaled_linear_forward(emu_ctx(), DType::BF16, out.p, x.p, w.data(), nullptr, N, C,
-                                     OC, q, slot.p, nullptr, k == 0 ? word.p : nullptr);
+                                     OC, q, slot.p, nullptr, k == 0 ? word.p : nullptr,
+                                     k == 0 ? wword.p : nullptr);
           check_emu();
           gpu::force_two_pass_quantizer(false);
           got[k].emplace_back();
@@ -329,6 +335,7 @@ TEST_CASE(
         }
         CHECK(got[0] == got[1]);
         CHECK(got[0][1][kTensorInput] == word[0]);
+        CHECK(got[0][1][kTensorWeight] == wword[0]);
       }
       emu_ctx().prop.major = saved_major;
       gpu::native_forget_checks();

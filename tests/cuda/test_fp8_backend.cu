@@ -198,6 +198,66 @@ TEST_CASE("cuda: a current-scaled fp8 forward reads its producer's amax only for
     CHECK(tw.err(out) < kExact);
     CHECK(tw.cpu->take_amaxes(2) == tw.gpu->take_amaxes(2));
   }
+  tg::gpu::native_forget_checks();  // (the verdicts of this test's GEMMs)
+}
+
+TEST_CASE("cuda: a current-scaled fp8 forward reads AdamW's weight amax only for what it wrote") {
+  // AdamW takes each linear's weight amax as it writes the weights (Backend's WeightAmax), which
+  // every forward of that linear reads given those weights, until they are written again
+  // (amax_records.h): AdamW writes two linears' weights (slots 0 and 1), then slot 1's forward
+  // reads its weight (one pass: the word) twice, or the weight is written anew first (an upload
+  // of values 4x larger, a conversion of them, AdamW again with a large step, asked for no
+  // amax), or the forward is given slot 0's weight. At the stale amax the new values would
+  // saturate or round at another scale; every case matches the CPU, which takes its own
+  // amaxes, the amaxes bit for bit.
+  TG_REQUIRE_GPU();
+  const int N = 64, C = 64, OC = 128;
+  const size_t wn = size_t(OC) * C;
+  const DType t = DType::BF16;
+  const tg::QuantRecipe r = tg::fp8_tensor_recipe(tg::ScaleSource::Current, 4, 0, {});
+  const tg::ScaledLinear q{&r, 12, {1, {1.f, 1.f, 1.f}, 0}};
+  REQUIRE(tg::takes_weight_amax(q));
+  const std::vector<float> big_values = randn(wn, 41, 0.2f);
+  for (const char* then :
+       {"the forward", "two forwards", "the weight uploaded", "the weight converted into",
+        "AdamW asked for none", "slot 0's weight"}) {
+    const std::string k = then;
+    INFO("AdamW writes the weights, then " << k);
+    Twin tw;
+    Pair master = tw.rand(DType::F32, 2 * wn, 42, 0.05f),
+         m = tw.rand(DType::F32, 2 * wn, 43, 1e-3f);
+    std::vector<float> vv = randn(2 * wn, 44, 1e-4f);
+    for (auto& x : vv) x = std::fabs(x);
+    Pair v = tw.make(DType::F32, vv), grads = tw.rand(t, 2 * wn, 45, 0.05f);
+    Pair params = tw.alloc(t, 2 * wn), x = tw.rand(t, size_t(N) * C, 46);
+    Pair bias = tw.rand(t, OC, 47, 0.1f), out = tw.alloc(t, size_t(N) * OC);
+    Pair big = tw.make(DType::F32, big_values);
+    const auto big_bytes = encode(big_values, t);
+    tg::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 7, tg::Rounding{}};
+    a.weight_amax.n = 1;
+    a.weight_amax.seg_len[0] = wn, a.weight_amax.segs[0] = 2, a.weight_amax.slot_step[0] = 1;
+    for (tg::Backend* be : {tw.cpu.get(), tw.gpu.get()}) {
+      const bool cpu = be == tw.cpu.get();
+      auto at = [&](const Pair& p) { return cpu ? p.cpu : p.gpu; };
+      const tg::Tensor w0 = at(params).slice(0, wn), w1 = at(params).slice(wn, wn);
+      be->adamw(at(params), at(master), at(grads), at(m), at(v), a);
+      if (k == "the weight uploaded") be->upload(w1, big_bytes.data());
+      if (k == "the weight converted into") be->convert(w1, at(big), tg::Rounding{});
+      if (k == "AdamW asked for none") {
+        tg::AdamWArgs none = a;  // a step large enough to move the amax
+        none.weight_amax = {};
+        none.lr = 0.5f;
+        be->adamw(at(params), at(master), at(grads), at(m), at(v), none);
+      }
+      const int forwards = k == "two forwards" ? 2 : 1;
+      for (int f = 0; f < forwards; f++)
+        be->matmul_forward_scaled(at(out), at(x), k == "slot 0's weight" ? w0 : w1, at(bias), N, C,
+                                  OC, q);
+    }
+    CHECK(tw.err(out) < kExact);
+    CHECK(tw.cpu->take_amaxes(2) == tw.gpu->take_amaxes(2));
+  }
+  tg::gpu::native_forget_checks();  // (the verdicts of this test's GEMMs)
 }
 
 TEST_CASE("cuda: a non-finite gradient poisons a per-tensor fp8 linear's outputs, amax +inf") {
@@ -309,6 +369,42 @@ TEST_CASE("cuda: ten fp8 training steps follow the CPU emulation") {
   }
   INFO("keep_bf16 = [-1]");
   fp8_training_parity("delayed", {-1});
+}
+
+TEST_CASE("cuda: fp8 at current scales trains the two passes' bits at the amaxes taken before") {
+  // The model asks the ops that write the linears' inputs, and AdamW, for the amaxes the
+  // forward's quantizers then read once (Backend's InputAmax, WeightAmax); a word taken of the
+  // wrong tensor or layer would round at another scale. Three steps of a GPU model read them,
+  // three of another draw every amax in two passes: the losses and the weights bit for bit.
+  TG_REQUIRE_GPU();
+  const tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 100, 32);
+  const int B = 4, T = 32;
+  std::vector<double> losses[2];
+  std::vector<float> weights[2];
+  for (int k = 0; k < 2; k++) {
+    tg::gpu::force_two_pass_quantizer(k == 1);
+    auto gpu = tg::make_cuda_backend();
+    tg::Fp8Config fc;
+    fc.recipe = tg::ScaleSource::Current;
+    tg::LinearQuantizers q(fc, cfg.n_layer);
+    tg::GPT m(cfg, *gpu, DType::BF16);
+    m.set_quantizers(&q);
+    m.init_random(5);
+    for (int step = 1; step <= 3; step++) {
+      const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);
+      const auto tgt = random_tokens(size_t(B) * T, cfg.vocab_size, 700 + step);
+      m.zero_grad();
+      losses[k].push_back(m.forward(in.data(), tgt.data(), B, T, 1.f));
+      m.backward();
+      REQUIRE(m.check_grads(1.0).finite);
+      m.adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, step, tg::Rounding{}});
+    }
+    weights[k] = m.params_f32();
+  }
+  tg::gpu::force_two_pass_quantizer(false);
+  tg::gpu::native_forget_checks();  // (the verdicts of this test's GEMMs)
+  CHECK(losses[0] == losses[1]);
+  CHECK(weights[0] == weights[1]);
 }
 
 TEST_CASE("cuda: an fp8 model's peak memory is at most a bf16 model's (GPT-2 vocabulary)") {

@@ -399,7 +399,9 @@ TEST_CASE("cuda: sum of squares, the fused unscale/finite/norm check, stats") {
 
 // The loss-scale decision on the device (kernels/loss_scale.cuh) against LossScaler on the host
 // over a sequence of finite and non-finite steps; AdamW reading its factor and skip flag from
-// that state gives adamw_kernel's bits with the same factor, and changes nothing when skipped.
+// that state gives adamw_kernel's bits with the same factor, and changes nothing when skipped;
+// both take the weights' amax (two segments of one range: kernels/amax.cuh's SegmentAmax) of
+// what they wrote, the skipped step of the weights as they stand.
 TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip flag") {
   TG_REQUIRE_GPU();
   tg::LossScaler host =
@@ -416,6 +418,13 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
   float *dg, *dw1, *dw2, *dm1, *dm2, *dv1, *dv2;
   for (float** p : {&dg, &dw1, &dw2, &dm1, &dm2, &dv1, &dv2})
     REQUIRE(cudaMalloc(p, n * sizeof(float)) == cudaSuccess);
+  unsigned* words = nullptr;  // two for each kernel
+  REQUIRE(cudaMalloc(&words, 4 * sizeof(unsigned)) == cudaSuccess);
+  tg::gpu::SegmentAmax amax1, amax2;
+  amax1.n = amax2.n = 1;
+  amax1.lo[0] = amax2.lo[0] = 100, amax1.hi[0] = amax2.hi[0] = 900;
+  amax1.seg_len[0] = amax2.seg_len[0] = 400;
+  amax1.words[0] = words, amax2.words[0] = words + 2;
   cudaMemcpy(dg, g.data(), n * 4, cudaMemcpyHostToDevice);
   for (float* p : {dw1, dw2}) cudaMemcpy(p, w.data(), n * 4, cudaMemcpyHostToDevice);
   for (float* p : {dm1, dm2, dv1, dv2}) cudaMemcpy(p, m0.data(), n * 4, cudaMemcpyHostToDevice);
@@ -433,12 +442,13 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
                            false, 0,    0,     {},    {},   0,   0};
     const double norm = std::sqrt(double(c[0]));
     a.grad_scale = float((norm > 2.0 ? 2.0 / norm : 1.0) / scale);
+    REQUIRE(cudaMemset(words, 0, 4 * sizeof(unsigned)) == cudaSuccess);
     if (!skip)
       tg::gpu::launch(tg::gpu::adamw_kernel<float, float, float>, 4, 256, 0, nullptr, dw1,
-                      tg::gpu::MasterPtrs{dw1, nullptr}, dg, dm1, dv1, n, a);
+                      tg::gpu::MasterPtrs{dw1, nullptr}, dg, dm1, dv1, n, a, amax1);
     a.grad_scale = 0.f;  // must not be used
     tg::gpu::launch(tg::gpu::adamw_device_kernel<float, float, float>, 4, 256, 0, nullptr, dw2,
-                    tg::gpu::MasterPtrs{dw2, nullptr}, dg, dm2, dv2, n, a, d);
+                    tg::gpu::MasterPtrs{dw2, nullptr}, dg, dm2, dv2, n, a, amax2, d);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     tg::LossScaleDevice got;
     cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost);
@@ -452,8 +462,17 @@ TEST_CASE("cuda: device loss scaler and AdamW with the device's factor and skip 
     cudaMemcpy(w1.data(), dw1, n * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(w2.data(), dw2, n * 4, cudaMemcpyDeviceToHost);
     CHECK(w1 == w2);
+    unsigned got_words[4];
+    cudaMemcpy(got_words, words, sizeof(got_words), cudaMemcpyDeviceToHost);
+    for (int s = 0; s < 2; s++) {
+      unsigned want = 0;
+      for (size_t i = 100 + 400 * size_t(s); i < 500 + 400 * size_t(s); i++)
+        want = std::max(want, tg::f32_bits(w2[i]) & 0x7fffffffu);
+      CHECK(got_words[2 + s] == want);
+      if (!skip) CHECK(got_words[s] == want);
+    }
   }
   for (void* p : {(void*)d, (void*)check, (void*)dg, (void*)dw1, (void*)dw2, (void*)dm1, (void*)dm2,
-                  (void*)dv1, (void*)dv2})
+                  (void*)dv1, (void*)dv2, (void*)words})
     cudaFree(p);
 }

@@ -1,7 +1,8 @@
 // adamw.cu: launchers of kernels/adamw.cuh (AdamW, with its factor and skip from the device
 // loss scaler of kernels/loss_scale.cuh when given; one kernel per parameter type and moment
 // storage, fp32 or 16-bit codes; kernels/adamw_blocked.cuh when a moment is in FP8 blocks) and
-// of the type conversion beside it.
+// of the type conversion beside it. Given a SegmentAmax, each kernel takes the linears' weight
+// amaxes as it writes the weights (kernels/amax.cuh).
 #include <cmath>
 #include <type_traits>
 
@@ -30,6 +31,14 @@ void moment_storage(const MomentFormat& fmt, F&& f) {
 // whether a tensor's arrays and length allow it; null arrays pass).
 static_assert(Pack16<float>::N == kAdamWPack, "a group of AdamW is one fp32 pack");
 
+// Whether every segment of amax starts on a group of the packed kernels, which take a group's
+// amax into its first element's word.
+bool groups_in_segments(const SegmentAmax& s) {
+  for (int r = 0; r < s.n; r++)
+    if (s.lo[r] % kAdamWPack != 0 || s.seg_len[r] % kAdamWPack != 0) return false;
+  return true;
+}
+
 AdamWParams adamw_params(const AdamWArgs& a) {
   AdamWParams p;
   p.lr = a.lr;
@@ -55,7 +64,8 @@ AdamWParams adamw_params(const AdamWArgs& a) {
 namespace {
 // Either moment in FP8 blocks: a warp per block (kernels/adamw_blocked.cuh).
 void adamw_blocked(Ctx& c, DType pt, void* params, MasterPtrs w, const void* grads, void* m,
-                   void* v, size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
+                   void* v, size_t n, const AdamWArgs& a, const LossScaleDevice* d,
+                   const SegmentAmax& amax) {
   const AdamWParams p = adamw_params(a);
   const MomentRef rm{m, static_cast<float*>(a.m_meta.data), a.m_format, a.m_seed},
                   rv{v, static_cast<float*>(a.v_meta.data), a.v_format, a.v_seed};
@@ -64,19 +74,20 @@ void adamw_blocked(Ctx& c, DType pt, void* params, MasterPtrs w, const void* gra
   dispatch("adamw", pt, [&](auto tag) {
     using E = decltype(tag);
     launch(adamw_blocked_kernel<E>, c.grid(lanes, kThreads), kThreads, 0, c.stream,
-           static_cast<E*>(params), w, static_cast<const E*>(grads), rm, rv, n, p, a.decay, d);
+           static_cast<E*>(params), w, static_cast<const E*>(grads), rm, rv, n, p, a.decay, amax,
+           d);
     TG_LAUNCH_CHECK();
   });
 }
 }  // namespace
 
 void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void* m, void* v,
-           size_t n, const AdamWArgs& a, const LossScaleDevice* d) {
+           size_t n, const AdamWArgs& a, const LossScaleDevice* d, const SegmentAmax& amax) {
   const MasterPtrs w{a.master == MasterFormat::FP32 ? static_cast<float*>(master) : nullptr,
                      a.master == MasterFormat::BF16Kahan ? static_cast<uint16_t*>(master)
                                                          : nullptr};
   if (moment_is_blocked(a.m_format) || moment_is_blocked(a.v_format))
-    return adamw_blocked(c, pt, params, w, grads, m, v, n, a, d);
+    return adamw_blocked(c, pt, params, w, grads, m, v, n, a, d, amax);
   if (a.decay.n != 0) throw Error("cuda backend: adamw: weight-decay ranges need fp8 moments");
   const AdamWParams p = adamw_params(a);
   dispatch("adamw", pt, [&](auto tag) {
@@ -89,20 +100,21 @@ void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void
         SV* pv = static_cast<SV*>(v);
         E* pp = static_cast<E*>(params);
         const E* pg = static_cast<const E*>(grads);
-        if (can_pack16<float>(n, {params, grads, m, v, w.master, w.comp})) {
+        if (can_pack16<float>(n, {params, grads, m, v, w.master, w.comp}) &&
+            groups_in_segments(amax)) {
           const size_t groups = n / kAdamWPack;
           if (d)
             launch(adamw_device_packed_kernel<E, SM, SV>, c.grid(groups, kThreads), kThreads, 0,
-                   c.stream, pp, w, pg, pm, pv, n, p, d);
+                   c.stream, pp, w, pg, pm, pv, n, p, amax, d);
           else
-            launch(adamw_packed_kernel<E, SM, SV>, c.grid(groups, kThreads), kThreads, 0,
-                   c.stream, pp, w, pg, pm, pv, n, p);
+            launch(adamw_packed_kernel<E, SM, SV>, c.grid(groups, kThreads), kThreads, 0, c.stream,
+                   pp, w, pg, pm, pv, n, p, amax);
         } else if (d) {
-          launch(adamw_device_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream, pp,
-                 w, pg, pm, pv, n, p, d);
+          launch(adamw_device_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream, pp, w,
+                 pg, pm, pv, n, p, amax, d);
         } else {
-          launch(adamw_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream, pp, w, pg,
-                 pm, pv, n, p);
+          launch(adamw_kernel<E, SM, SV>, c.grid(n, kThreads), kThreads, 0, c.stream, pp, w, pg, pm,
+                 pv, n, p, amax);
         }
         TG_LAUNCH_CHECK();
       });

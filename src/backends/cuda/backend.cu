@@ -24,7 +24,7 @@
 #include <map>
 #include <vector>
 
-#include "amax_records.h"
+#include "amax_words.h"
 #include "arg_checks.h"
 #include "attention_paths.h"
 #include "cuda_backend.h"
@@ -103,7 +103,7 @@ class CudaBackend final : public Backend {
   }
   void free(Tensor t) override {
     token_shadow_.erase(t.data);
-    gpu::forget(records_, t);  // (not its tensor now)
+    amax_.forget(t);  // (not its tensor now)
     mem_.free(t.data);
   }
   // Through pinned staging (callers' buffers are pageable): the caller may reuse its buffer
@@ -111,7 +111,7 @@ class CudaBackend final : public Backend {
   // (I32) are also remembered on the host, so that encoder_backward can group positions by
   // token without reading them back.
   void upload(Tensor dst, const void* host) override {
-    gpu::forget(records_, dst);
+    amax_.forget(dst);
     gpu::upload(ctx_, dst.data, host, dst.bytes());
     if (dst.dtype == DType::I32) {
       const int32_t* h = static_cast<const int32_t*>(host);
@@ -122,7 +122,7 @@ class CudaBackend final : public Backend {
     gpu::download(ctx_, host, src.data, src.bytes());
   }
   void zero(Tensor t) override {
-    gpu::forget(records_, t);
+    amax_.forget(t);
     TG_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), ctx_.stream));
   }
   size_t bytes_in_use() const override { return mem_.in_use(); }
@@ -181,7 +181,7 @@ class CudaBackend final : public Backend {
     need_f32("layernorm_forward", mean);
     need_f32("layernorm_forward", rstd);
     gpu::layernorm_forward(ctx_, out.dtype, out.data, mean.as<float>(), rstd.as<float>(), inp.data,
-                           w.data, b.data, N, C, input_amax_word(amax, out));
+                           w.data, b.data, N, C, amax_.input_word(amax, out));
   }
   void residual_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a,
                                   Tensor b, Tensor w, Tensor bias, int N, int C,
@@ -189,10 +189,10 @@ class CudaBackend final : public Backend {
     need_same("residual_layernorm_forward", {res, out, a, b, w, bias});
     need_f32("residual_layernorm_forward", mean);
     need_f32("residual_layernorm_forward", rstd);
-    gpu::forget(records_, res);
+    amax_.forget(res);
     gpu::residual_layernorm_forward(ctx_, out.dtype, res.data, out.data, mean.as<float>(),
                                     rstd.as<float>(), a.data, b.data, w.data, bias.data, N, C,
-                                    input_amax_word(amax, out));
+                                    amax_.input_word(amax, out));
   }
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd, int N, int C) override {
@@ -223,8 +223,8 @@ class CudaBackend final : public Backend {
                            int OC) override {
     const bool same = pre.dtype == out.dtype && inp.dtype == out.dtype && w.dtype == out.dtype &&
                       bias && bias.dtype == out.dtype;
-    gpu::forget(records_, pre);  // written here, taking no amax (a later linear reads out twice)
-    gpu::forget(records_, out);
+    amax_.forget(pre);  // written here, taking no amax (a later linear reads out twice)
+    amax_.forget(out);
     if (same && gpu::gemm_bias_gelu(ctx_, N, OC, C, out.dtype, inp.data, w.data, bias.data,
                                     pre.data, out.data))
       return;
@@ -252,48 +252,27 @@ class CudaBackend final : public Backend {
   size_t scratch_bytes(int s) const {
     return mem_.scratch_bytes(s);
   }
-  // Per-tensor-scaled linears leave their operands' amax bits in their slot of amax_ (device),
-  // read back by take_amaxes once per pass: no wait per GEMM. A forward at current scales also
-  // keeps its input's and weight's in kept_ for its backward, which reads them (one pass per
-  // operand, not two) when it is given the tensors that forward read (amax_records.h); it
-  // reads its input once itself where the op that wrote inp took its amax (InputAmax).
+  // Per-tensor-scaled linears leave their operands' amax bits in their slot's words (device),
+  // read back by take_amaxes once per pass: no wait per GEMM. A forward reads its input once
+  // where the op that wrote inp took its amax (InputAmax), its weight once where AdamW took it
+  // (WeightAmax), and at current scales keeps both amaxes for its backward, which reads them
+  // when given the tensors that forward read (amax_words.h).
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});
-    const unsigned* input_amax = gpu::take_written(records_, q.tensor.slot, inp)
-                                     ? input_amax_ + q.tensor.slot
-                                     : nullptr;
-    unsigned* kept = nullptr;
-    records_.forward_read.erase(q.tensor.slot);
-    if (gpu::forward_amax_kept(q)) {
-      kept = slot_words(kept_, kept_words_, q.tensor.slot, 2);
-      records_.forward_read[q.tensor.slot] = {inp.data, w.data, N, C, OC};
-    }
+    const auto f = amax_.forward(q, inp, w, N, C, OC);
     gpu::scaled_linear_forward(ctx_, out.dtype, out.data, inp.data, w.data, bias.data, N, C, OC, q,
-                               amax_slot(q.tensor.slot), kept, input_amax);
+                               f.slot, f.kept, f.input, f.weight);
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
     need_same("matmul_backward_scaled", {dinp, dw, dbias, dout, inp, w});
     if (!dinp) throw Error("cuda backend: matmul_backward_scaled needs dinp");
-    // The forward's kept amaxes serve this one backward, and only for the tensors it read.
-    const unsigned* kept =
-        gpu::take_forward_read(records_, q.tensor.slot, {inp.data, w.data, N, C, OC})
-            ? kept_ + size_t(q.tensor.slot) * 2
-            : nullptr;
+    const auto b = amax_.backward(q, inp, w, N, C, OC);
     gpu::scaled_linear_backward(ctx_, dout.dtype, dinp.data, dw.data, dbias.data, dout.data,
-                                inp.data, w.data, N, C, OC, q, amax_slot(q.tensor.slot), kept);
+                                inp.data, w.data, N, C, OC, q, b.slot, b.kept);
   }
-  std::vector<float> take_amaxes(int n_slots) override {
-    std::vector<float> r(size_t(n_slots) * kTensorOperands, 0.0f);
-    const size_t n = std::min(r.size(), amax_words_);
-    if (n == 0) return r;
-    std::vector<unsigned> bits(n);
-    gpu::download(ctx_, bits.data(), amax_, n * sizeof(unsigned));  // the one wait
-    TG_CUDA_CHECK(cudaMemsetAsync(amax_, 0, amax_words_ * sizeof(unsigned), ctx_.stream));
-    for (size_t i = 0; i < n; i++) r[i] = bits[i] < 0x7f800000u ? bits_f32(bits[i]) : INFINITY;
-    return r;
-  }
+  std::vector<float> take_amaxes(int n_slots) override { return amax_.take(n_slots); }
 
   void set_quant_options(const QuantOptions& o) override {
     // A copy: the line names the path of the recipe the options were set with.
@@ -307,7 +286,7 @@ class CudaBackend final : public Backend {
                          InputAmax amax) override {
     need_same("attention_forward", {out, att, qkv});
     gpu::attention_forward(ctx_, out.dtype, out.data, att.data, qkv.data, B, T, C, NH,
-                           input_amax_word(amax, out));
+                           amax_.input_word(amax, out));
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor att, int B, int T, int C,
                           int NH) override {
@@ -362,10 +341,10 @@ class CudaBackend final : public Backend {
     if (runs && !paths_.forward_builds(s)) {
       void* att = ctx_.scratch(gpu::kScratchDS, size_t(B) * NH * T * T * dtype_size(s.t));
       gpu::attention_forward(ctx_, s.t, out.data, att, qkv.data, B, T, C, NH,
-                             input_amax_word(amax, out));
+                             amax_.input_word(amax, out));
       return;
     }
-    gpu::forget(records_, out);
+    amax_.forget(out);
     run_cudnn(s, [&] {
       gpu::attention_forward_cudnn(ctx_, s.t, out.data, lse.as<float>(), qkv.data, B, T, C, NH);
     });
@@ -389,7 +368,7 @@ class CudaBackend final : public Backend {
   }
   void gelu_forward(Tensor out, Tensor inp, size_t n, InputAmax amax) override {
     need_same("gelu_forward", {out, inp});
-    gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n, input_amax_word(amax, out));
+    gpu::gelu_forward(ctx_, out.dtype, out.data, inp.data, n, amax_.input_word(amax, out));
   }
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, size_t n) override {
     need_same("gelu_backward", {dinp, inp, dout});
@@ -443,7 +422,7 @@ class CudaBackend final : public Backend {
     if (!ls_dev_) throw Error("cuda backend: adamw_decided before device_decide_step");
     need_adamw(params, master, grads, m, v, a);
     gpu::adamw(ctx_, params.dtype, params.data, master.data, grads.data, m.data, v.data,
-               params.numel, a, ls_dev_);
+               params.numel, a, ls_dev_, amax_.weight_segments(params, a.weight_amax));
   }
   DeviceStepReport device_step_report() override {
     if (!ls_dev_) throw Error("cuda backend: device_step_report before device_decide_step");
@@ -455,7 +434,7 @@ class CudaBackend final : public Backend {
              const AdamWArgs& a) override {
     need_adamw(params, master, grads, m, v, a);
     gpu::adamw(ctx_, params.dtype, params.data, master.data, grads.data, m.data, v.data,
-               params.numel, a);
+               params.numel, a, nullptr, amax_.weight_segments(params, a.weight_amax));
   }
   TensorStats stats(Tensor t) override {
     // Telemetry, off the hot path: count on the host with the CPU reference.
@@ -484,6 +463,7 @@ class CudaBackend final : public Backend {
   }
   void convert(Tensor dst, Tensor src, const Rounding& r) override {
     if (dst.numel != src.numel) throw Error("cuda backend: convert length mismatch");
+    amax_.forget(dst);
     gpu::convert(ctx_, dst.dtype, dst.data, src.dtype, src.data, dst.numel, r);
   }
   // The probes' statistics reduced on the device (operand_stats.h): a measured step reads
@@ -522,39 +502,6 @@ class CudaBackend final : public Backend {
     gpu::download(ctx_, out, result_, 2 * sizeof(float));
   }
 
-  // The word in which an op writing `out` takes out's amax for linear a.slot's input (zeroed
-  // first, in stream order; null where none is asked), recorded as written for that linear.
-  unsigned* input_amax_word(InputAmax a, Tensor out) {
-    gpu::forget(records_, out);  // written again
-    if (a.slot < 0) return nullptr;
-    unsigned* word = slot_words(input_amax_, input_amax_words_, a.slot, 1);
-    TG_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(unsigned), ctx_.stream));
-    gpu::record_written(records_, a.slot, out);
-    return word;
-  }
-
-  // The amax words of per-tensor-scaled linear `slot` (null for none).
-  unsigned* amax_slot(int slot) { return slot_words(amax_, amax_words_, slot, kTensorOperands); }
-  // Slot `slot`'s `per` words of buf (holding `words`), grown to hold it: the slots' words move
-  // to the larger buffer in stream order, zero where new.
-  unsigned* slot_words(unsigned*& buf, size_t& words, int slot, size_t per) {
-    if (slot < 0) return nullptr;
-    const size_t need = size_t(slot + 1) * per;
-    if (need > words) {
-      const size_t grown = std::max(need, size_t(64) * per);
-      unsigned* fresh = static_cast<unsigned*>(mem_.alloc(grown * sizeof(unsigned)));
-      TG_CUDA_CHECK(cudaMemsetAsync(fresh, 0, grown * sizeof(unsigned), ctx_.stream));
-      if (buf) {
-        TG_CUDA_CHECK(cudaMemcpyAsync(fresh, buf, words * sizeof(unsigned),
-                                      cudaMemcpyDeviceToDevice, ctx_.stream));
-        mem_.free(buf);  // waits for the copy
-      }
-      buf = fresh;
-      words = grown;
-    }
-    return buf + size_t(slot) * per;
-  }
-
   int device_ = 0;
   Ctx ctx_;
   gpu::DeviceMemory mem_;           // every allocation and the scratch slots
@@ -568,13 +515,7 @@ class CudaBackend final : public Backend {
   QuantRecipe recipe_;  // the run's recipe (set_quant_options), for fp8_path_name
   bool have_recipe_ = false;
   gpu::AttentionPaths paths_{ctx_};  // the attention path per (head size, type)
-  unsigned* amax_ = nullptr;  // per-tensor-scaled linears' amax bits, kTensorOperands per slot
-  size_t amax_words_ = 0;
-  unsigned* kept_ = nullptr;  // a forward's input and weight amax bits for its backward, 2 a slot
-  size_t kept_words_ = 0;
-  unsigned* input_amax_ = nullptr;  // a linear's input amax bits, taken by the op that wrote it
-  size_t input_amax_words_ = 0;
-  gpu::AmaxRecords records_;  // which tensors the kept and input amax words are of
+  gpu::AmaxWords amax_{ctx_, mem_};  // the linears' amax words and what they are of
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cublaslt.h"
+#include "kernels/amax.cuh"
 #include "kernels/common.cuh"
 #include "src/backends/backend.h"
 #include "staging.h"
@@ -179,9 +180,11 @@ void loss_scale_decide(Ctx& c, LossScaleDevice* d, const float* check, const Los
 // With d: the gradient factor and skip flag come from d (a.grad_scale unused). m and v hold
 // a.m_format's and a.v_format's storage (fp32, or bf16 / fp16 codes). master is per a.master
 // (src/backends/backend.h's AdamWArgs): the fp32 master weights, unused (bf16-sr), or the bf16
-// compensation (bf16-kahan).
+// compensation (bf16-kahan). amax (its words zeroed before): where the kernel takes the
+// linears' weight amaxes as it writes the weights (Backend's WeightAmax; kernels/amax.cuh).
 void adamw(Ctx& c, DType pt, void* params, void* master, const void* grads, void* m, void* v,
-           size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr);
+           size_t n, const AdamWArgs& a, const LossScaleDevice* d = nullptr,
+           const SegmentAmax& amax = {});
 void convert(Ctx& c, DType dt, void* dst, DType stype, const void* src, size_t n,
              const Rounding& r);
 // ---- wire.cu: gradients on the wire (src/numerics/wire_format.h), rows of `part` elements ----

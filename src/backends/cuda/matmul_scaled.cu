@@ -267,7 +267,8 @@ bool forward_amax_kept(const ScaledLinear& q) {
 
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
-                           unsigned* amax_slot, unsigned* kept, const unsigned* input_amax) {
+                           unsigned* amax_slot, unsigned* kept, const unsigned* input_amax,
+                           const unsigned* weight_amax) {
   const QuantRecipe& r = *q.recipe;
   const GemmRecipe& g = r.gemm[kForward];
   OperandSource a = tensor_scaled({t, inp, false}, q, g.a, kTensorInput,
@@ -275,6 +276,7 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
   if (input_amax && takes_input_amax(q)) a.amax_in = input_amax;  // one pass, not two
   OperandSource b = tensor_scaled({t, w, false}, q, g.b, kTensorWeight,
                                   amax_slot ? amax_slot + kTensorWeight : nullptr);
+  if (weight_amax && takes_weight_amax(q)) b.amax_in = weight_amax;
   const float* extra = nullptr;
   check_channel_args(r, C);
   if (!r.smooth.empty() || !r.split_channels.empty()) {

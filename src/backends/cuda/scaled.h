@@ -97,11 +97,14 @@ void force_two_pass_quantizer(bool two_pass);
 // forward read, unchanged (the model's order: a micro-batch's forward, then its backward).
 // input_amax (device, when given): inp's amax bits, taken by the op that wrote inp (Backend's
 // InputAmax); where takes_input_amax(q), the forward reads its input once at that amax, not
-// twice. The caller passes it only for the tensor that op wrote, unchanged since.
+// twice. The caller passes it only for the tensor that op wrote, unchanged since. weight_amax
+// the same of w, taken by AdamW as it wrote w (Backend's WeightAmax), read where
+// takes_weight_amax(q).
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
                            unsigned* amax_slot, unsigned* kept = nullptr,
-                           const unsigned* input_amax = nullptr);
+                           const unsigned* input_amax = nullptr,
+                           const unsigned* weight_amax = nullptr);
 void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, const void* dout,
                             const void* inp, const void* w, int N, int C, int OC,
                             const ScaledLinear& q, unsigned* amax_slot,
