@@ -60,10 +60,15 @@ struct QuantParams {
   // scale given by the host (> 0), else (fmax / amax) / 2^margin of the operand.
   float tensor_enc = 0;
   int margin = 0;
-  // A one-group (per-tensor) operand's amax bits taken by the kernel that produced it or by an
-  // earlier quantizer of the same values (device; null: none): the scale is drawn from it on
-  // the device, so the one-pass kernels need no amax pass of their own (quantize_tile.cuh).
+  // The operand's amax bits taken by the kernel that produced it or by an earlier quantizer of
+  // the same values (device; null: none): a one-group (per-tensor) operand's scale, or NVFP4's
+  // tensor scale S, is drawn from it on the device, so the one-pass kernels need no amax pass
+  // of their own (quantize_tile.cuh).
   const unsigned* tensor_amax = nullptr;
+  // Whether no group needs an amax of its own: a given scale, or one group of given amax.
+  __host__ __device__ bool groups_given() const {
+    return tensor_enc > 0 || (tensor_amax && scale != ScaleFormat::E4M3);
+  }
 };
 
 // One group's multipliers, before rounding (enc) and after (dec): src/numerics/group_scale.h's, the
@@ -270,10 +275,7 @@ static __global__ void group_scale_kernel(const unsigned* row_amax, int rows, Qu
   const bool finite = tb < 0x7f800000u;
   // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
   const float tscale =
-      p.scale == ScaleFormat::E4M3 && finite
-          ? fp8_scale_from_amax(bits_f32(tb),
-                                elem_format_max(ElemFormat::UE4M3) * elem_format_max(p.elem), 0)
-          : 1.0f;
+      p.scale == ScaleFormat::E4M3 && finite ? nvfp4_tensor_scale(p.elem, bits_f32(tb)) : 1.0f;
   const size_t total = size_t(p.ngr) * p.ngc;
   const size_t t0 = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (t0 == 0)

@@ -20,7 +20,9 @@
 // attention's of the forward's input (kernels/amax.cuh) or an earlier quantizer's, see
 // src/backends/cuda/matmul_scaled.cu), the scale is drawn from it on the device in the same
 // fp32 operations as group_scale_kernel, and one pass does; where none was, the two passes
-// stay. NVFP4's tensor scale keeps the two passes.
+// stay. So with NVFP4, whose groups' UE4M3 scales are drawn against a tensor scale S from the
+// operand's amax (group_scale.h): given that amax, each block draws S from it and its groups'
+// scales from their own amaxes, and the finish kernel writes the GEMM's factor 1 / S.
 //
 // The all-NaN rule of an operand that holds an inf or NaN is the one thing a block cannot see
 // alone: each block atomicMax-es its largest |x| bits into tensor_bits (which the per-tensor
@@ -43,7 +45,7 @@ constexpr int kTileGroups = kOnePassGroups;
 // each way (one_pass_max_span), or false where it needs two passes.
 inline bool plan_one_pass(const QuantParams& p, int rows, int cols, int max_span, TilePlan* t) {
   return one_pass_plan(rows, cols, p.gr, p.gc, p.ngr, p.ngc, p.scale == ScaleFormat::E4M3,
-                       p.tensor_enc > 0 || p.tensor_amax, max_span, t);
+                       p.tensor_enc > 0, p.tensor_amax != nullptr, max_span, t);
 }
 // The span a kernel for format F, rounded stochastically or not, is compiled for.
 template <ElemFormat F, bool SR>
@@ -108,8 +110,7 @@ __device__ __forceinline__ void super_tile_amax(OnePassShared& s, const TileValu
                                                 const QuantParams& p, const TilePlan& tp, int rows,
                                                 int cols, int R0, int C0, unsigned* tensor_bits) {
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  // a given scale, or one drawn from a given amax, needs no group amax
-  const bool groups = p.tensor_enc <= 0 && !p.tensor_amax;
+  const bool groups = !p.groups_given();
   unsigned tmax = 0;
 #pragma unroll
   for (int a = 0; a < N; a++)
@@ -160,21 +161,31 @@ __device__ __forceinline__ void write_group_scale(void* out, cublasLtMatmulMatri
     native_scale_store(out, m, native_index(m, r, gi, j, rows, p.ngc), dec);
 }
 
+// NVFP4's tensor scale S from the given amax (group_scale_kernel's, for the same bits); 1 for
+// the other formats and a non-finite amax (the finish kernel writes NaN then).
+__device__ __forceinline__ float given_tensor_scale(const QuantParams& p) {
+  if (p.scale != ScaleFormat::E4M3 || !p.tensor_amax) return 1.0f;
+  const unsigned tb = *p.tensor_amax;
+  return tb < 0x7f800000u ? nvfp4_tensor_scale(p.elem, bits_f32(tb)) : 1.0f;
+}
+
 // s.enc, s.dec <- each group's scale pair from its amax (scale_pair: group_scale_kernel's rule;
-// no NVFP4 tensor scale here; the one group's amax is *p.tensor_amax where that is given, a
-// non-finite one left to the finish kernel as in the two passes), and, when scale_out is given,
-// its dec into the native layout,
+// the one group's amax is *p.tensor_amax where that is given, NVFP4's tensor scale drawn from
+// it; a non-finite one left to the finish kernel as in the two passes), and, when scale_out is
+// given, its dec into the native layout,
 // written by the block that holds the group's first element (a delayed tensor scale: block
 // (0, 0)). Starts and ends with a barrier.
 __device__ __forceinline__ void super_tile_scales(OnePassShared& s, const QuantParams& p,
                                                   const TilePlan& tp, int rows, int R0, int C0,
                                                   void* scale_out, cublasLtMatmulMatrixScale_t m) {
   __syncthreads();
+  const float tscale = given_tensor_scale(p);
   for (int t = threadIdx.x; t < tp.gpr * tp.gpc; t += blockDim.x) {
     const int gi = R0 / p.gr + t / tp.gpc, j = C0 / p.gc + t % tp.gpc;
     if (gi >= p.ngr || j >= p.ngc) continue;
-    const unsigned amax = p.tensor_amax ? *p.tensor_amax : s.gmax[t];
-    const Scale2 g = scale_pair(p, bits_f32(amax), 1.0f);
+    const bool one_given = p.tensor_amax && p.scale != ScaleFormat::E4M3;
+    const unsigned amax = one_given ? *p.tensor_amax : s.gmax[t];
+    const Scale2 g = scale_pair(p, bits_f32(amax), tscale);
     s.enc[t] = g.enc, s.dec[t] = g.dec;
     if (scale_out && gi * p.gr >= R0 && j * p.gc >= C0)
       write_group_scale(scale_out, m, p, rows, gi, j, g.dec);
@@ -268,7 +279,8 @@ __device__ __forceinline__ bool operand_finite(const unsigned* tensor_bits) {
 }
 
 // After one_pass_codes_kernel (a small grid-stride grid: each block reads tensor_bits once):
-// *post = 1 (nonfinite_post for a non-finite operand), the layout's padding neutral, and for a
+// *post = 1, NVFP4's 1 / S (nonfinite_post for a non-finite operand), the layout's padding
+// neutral, and for a
 // non-finite operand what the two-pass kernels write (native_scale_kernel's NaN fp32 / neutral
 // byte scales, codes_kernel's zero codes).
 static __global__ void finish_codes_kernel(const unsigned* tensor_bits, float* post,
@@ -278,7 +290,7 @@ static __global__ void finish_codes_kernel(const unsigned* tensor_bits, float* p
   const bool finite = operand_finite(tensor_bits);
   const size_t t0 = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   const size_t step = size_t(gridDim.x) * blockDim.x;
-  if (t0 == 0) *post = finite ? 1.0f : nonfinite_post;
+  if (t0 == 0) *post = finite ? 1.0f / given_tensor_scale(p) : nonfinite_post;
   const size_t n = native_scale_count(m, rows, p.ngr, p.ngc);
   for (size_t t = t0; t < n; t += step) {
     int gi = 0, j = 0;
@@ -291,13 +303,15 @@ static __global__ void finish_codes_kernel(const unsigned* tensor_bits, float* p
   for (size_t t = t0; t < code_bytes; t += step) codes[t] = 0;
 }
 
-// After one_pass_operand_kernel: *post = 1 (the portable path's factor either way), and NaN
-// everywhere for a non-finite operand (apply_kernel's values then).
+// After one_pass_operand_kernel: *post = 1, NVFP4's 1 / S (1 either way for a non-finite
+// operand: the portable path's factor), and NaN everywhere for a non-finite operand
+// (apply_kernel's values then).
 template <typename O>
-__global__ void finish_operand_kernel(const unsigned* tensor_bits, float* post, O* out, size_t n) {
+__global__ void finish_operand_kernel(const unsigned* tensor_bits, float* post, O* out, size_t n,
+                                      QuantParams p) {
   const bool finite = operand_finite(tensor_bits);
   const size_t t0 = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (t0 == 0) *post = 1.0f;
+  if (t0 == 0) *post = finite ? 1.0f / given_tensor_scale(p) : 1.0f;
   if (finite) return;
   for (size_t t = t0; t < n; t += size_t(gridDim.x) * blockDim.x)
     out[t] = st<O>(bits_f32(0x7fc00000u));

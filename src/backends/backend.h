@@ -126,8 +126,13 @@ enum TensorOperand { kTensorInput, kTensorWeight, kTensorGrad, kTensorOperands }
 // from the caller (LinearQuantizers keeps the histories on the host, where checkpoints and the
 // ranks' reduction read them); the backend leaves each quantized operand's amax in the
 // linear's slot for take_amaxes, so that a device never waits for the host inside a pass.
+// A block-scaled recipe with a tensor scale over its groups (NVFP4) has a slot only: its
+// tensor scale is its operands' current one, never delayed, and no history reads its amaxes.
 struct TensorScaling {
-  int slot = -1;  // the linear's slot (0 .. n_slots - 1); -1: not per-tensor scaled
+  // The linear's slot (0 .. n_slots - 1): a per-tensor recipe's, or a block-scaled one's with a
+  // tensor scale over its groups (has_tensor_scale_over_groups: NVFP4, which the CUDA backend
+  // draws from amax words kept per slot); -1: none.
+  int slot = -1;
   // Delayed sources: q = sat(x * scale[operand]); the backward takes the scales its forward
   // took for the input and the weight. Current sources ignore them and use
   // (fmax / amax) / 2^margin of the operand itself (the same in the forward and backward).
@@ -146,20 +151,28 @@ struct ScaledLinear {
   TensorScaling tensor{};
 };
 
-// Whether linear q's forward reads operand o (its input or its weight) at a current per-tensor
-// scale, the tensor as it lies (no smoothing, split channels or rotation): where it does, the op
-// that writes that operand can take its amax for it (InputAmax below; AdamW for the weight,
-// WeightAmax above), and the quantizer reads the operand once.
-inline bool forward_reads_at_current_amax(const ScaledLinear& q, const OperandRecipe& o) {
+// Whether linear q is per-tensor scaled (its slot's scales, amax histories): not a block-scaled
+// recipe that takes a slot for its tensor scale alone.
+inline bool per_tensor_scaled(const ScaledLinear& q) {
+  return q.tensor.slot >= 0 && is_per_tensor(*q.recipe);
+}
+
+// Whether linear q reads operand o of its GEMMs at a current scale drawn from the tensor's
+// amax (a per-tensor scale, NVFP4's tensor scale), the tensor as it lies (no smoothing, split
+// channels or rotation): where it does, an amax taken before of the same values serves it (for
+// the forward's input and weight, the op that writes them takes it: InputAmax below; AdamW for
+// the weight, WeightAmax above), and the quantizer reads the operand once.
+inline bool reads_at_current_amax(const ScaledLinear& q, const OperandRecipe& o) {
   const QuantRecipe& r = *q.recipe;
-  return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() && is_low_bit(o) &&
-         o.transform == Transform::None && o.source == ScaleSource::Current;
+  return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() &&
+         scales_from_tensor_amax(o) && o.transform == Transform::None &&
+         o.source == ScaleSource::Current;
 }
 inline bool takes_input_amax(const ScaledLinear& q) {
-  return forward_reads_at_current_amax(q, q.recipe->gemm[kForward].a);
+  return reads_at_current_amax(q, q.recipe->gemm[kForward].a);
 }
 inline bool takes_weight_amax(const ScaledLinear& q) {
-  return forward_reads_at_current_amax(q, q.recipe->gemm[kForward].b);
+  return reads_at_current_amax(q, q.recipe->gemm[kForward].b);
 }
 
 // Per-tensor current scaling needs a tensor's whole amax before its first value is rounded, so

@@ -107,7 +107,10 @@ ScaledLinear LinearQuantizers::scaled(int layer, int linear, bool backward) {
                  detail::splitmix64_mix(rng_seed_ + uint64_t(layer * kLinears + linear + 1) *
                                                         0x9E3779B97F4A7C15ull),
                  {}};
-  if (block_scaled_) return s;
+  if (block_scaled_) {  // a slot for the amax words of a tensor scale over its groups alone
+    if (has_tensor_scale_over_groups(*s.recipe)) s.tensor.slot = layer * kLinears + linear;
+    return s;
+  }
   s.tensor.slot = layer * kLinears + linear;
   s.tensor.margin = cfg_.margin;
   for (int op : {INP, WEIGHT}) {
@@ -119,11 +122,12 @@ ScaledLinear LinearQuantizers::scaled(int layer, int linear, bool backward) {
   return s;
 }
 
-// The linear as the rules of its forward's operands see it (its recipe and slot); no slot where
-// it is not per-tensor scaled.
+// The linear as the rules of its forward's operands see it (its recipe and slot, as scaled()
+// gives them); no slot in a layer that stays wide.
 ScaledLinear LinearQuantizers::forward_rule(int layer, int linear) const {
   ScaledLinear s{&table_[size_t(layer) * kLinears + linear], 0, {}};
-  if (!block_scaled_ && fp8_layer_[layer]) s.tensor.slot = layer * kLinears + linear;
+  const bool slot = !block_scaled_ || has_tensor_scale_over_groups(*s.recipe);
+  if (slot && fp8_layer_[layer]) s.tensor.slot = layer * kLinears + linear;
   return s;
 }
 

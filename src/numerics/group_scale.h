@@ -37,6 +37,13 @@ TG_HD inline int e8m0_group_code(ElemFormat elem, ScaleRule rule, float amax) {
   return code < 0 ? 0 : code;
 }
 
+// NVFP4's second level, S: the fp32 tensor scale that maps the largest group scale an operand
+// of amax `tensor_amax` can draw to UE4M3's max (fp8_scale_from_amax with max_elem x 448).
+TG_HD inline float nvfp4_tensor_scale(ElemFormat elem, float tensor_amax) {
+  return fp8_scale_from_amax(tensor_amax, elem_format_max(ElemFormat::UE4M3) * elem_format_max(elem),
+                             0);
+}
+
 // The group's multipliers (header comment). tensor_scale: NVFP4's S (E4M3 scales), else 1.
 TG_HD inline GroupScale group_scale(ElemFormat elem, ScaleFormat scale, ScaleRule rule, float amax,
                                     float tensor_scale) {

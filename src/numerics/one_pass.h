@@ -7,8 +7,9 @@
 // sub-tiles of 32 x 32, 1 or 4 each way: groups of 16, 32, 128 or one spanning up to 128), and
 // no tensor-wide quantity before rounding: a given (delayed) tensor scale needs no amax at
 // all, nor does per-tensor current scaling where the operand's amax was taken before (a device
-// word the scale is drawn from); without one it, and NVFP4's UE4M3 scales (whose tensor
-// scale comes from the operand's amax), keep two passes.
+// word the scale is drawn from), nor NVFP4's UE4M3 group scales where it was (their tensor
+// scale S comes from that amax, each group's scale from its own); without one, per-tensor
+// current scaling and NVFP4 keep two passes.
 //
 // Only the 8-bit round-to-nearest operands take 4 x 4 super-tiles (fp8-block's 1 x 128 and
 // 128 x 128 groups, fp8-rowwise's rows of up to 128): the others' groups (mxfp8's, mxfp4's 1 x
@@ -41,13 +42,16 @@ inline int one_pass_span(int g, int n, bool any, int max_span) {
 }
 
 // Groups gr x gc (clipped, ngr x ngc of them) over (rows, cols); e4m3_scales: NVFP4's scale
-// format; given: a delayed tensor scale, or a given amax to draw it from; max_span:
-// one_pass_max_span's. False where the operand needs two passes.
+// format; scale_given: a delayed tensor scale; amax_given: the operand's amax taken before
+// (per-tensor current scaling draws its one scale from it, NVFP4 its tensor scale);
+// max_span: one_pass_max_span's. False where the operand needs two passes.
 inline bool one_pass_plan(int rows, int cols, int gr, int gc, int ngr, int ngc, bool e4m3_scales,
-                          bool given, int max_span, OnePassPlan* t) {
-  if (e4m3_scales) return false;
-  t->nr = one_pass_span(gr, rows, given, max_span);
-  t->nc = one_pass_span(gc, cols, given, max_span);
+                          bool scale_given, bool amax_given, int max_span, OnePassPlan* t) {
+  if (e4m3_scales && !amax_given) return false;
+  // no group's amax to take: a given scale, or one group whose amax is given
+  const bool any = scale_given || (amax_given && !e4m3_scales);
+  t->nr = one_pass_span(gr, rows, any, max_span);
+  t->nc = one_pass_span(gc, cols, any, max_span);
   if (!t->nr || !t->nc) return false;
   const int gpr = (32 * t->nr + gr - 1) / gr, gpc = (32 * t->nc + gc - 1) / gc;
   t->gpr = gpr < ngr ? gpr : ngr, t->gpc = gpc < ngc ? gpc : ngc;

@@ -150,6 +150,17 @@ QuantRecipe candidate_recipe(Mode mode, const RecipeOptions& o, const char* key)
 
 bool is_low_bit(const OperandRecipe& o) { return is_low_bit(o.elem); }
 
+bool scales_from_tensor_amax(const OperandRecipe& o) {
+  return is_low_bit(o.elem) && (o.granularity == Granularity::Tensor || o.scale == ScaleFormat::E4M3);
+}
+
+bool has_tensor_scale_over_groups(const QuantRecipe& r) {
+  for (const GemmRecipe& g : r.gemm)
+    for (const OperandRecipe* o : {&g.a, &g.b})
+      if (is_low_bit(o->elem) && o->scale == ScaleFormat::E4M3) return true;
+  return false;
+}
+
 bool dequantizes_to_bf16(const OperandRecipe& o) {
   if (!is_operand_format(o.elem)) return false;
   const int elem_bits = elem_format_info(o.elem).mantissa_bits + 1;  // significant bits

@@ -141,6 +141,12 @@ QuantRecipe candidate_recipe(Mode mode, const RecipeOptions& o, const char* key)
 QuantRecipe candidate_recipe(const std::string& name, const RecipeOptions& o, const char* key);
 // Whether an operand (a recipe's forward operands) is stored in 8 bits or fewer.
 bool is_low_bit(const OperandRecipe& o);
+// Whether the operand's quantization draws a scale from its whole tensor's amax: a per-tensor
+// fp32 scale, or NVFP4's fp32 tensor scale S over its UE4M3 group scales (group_scale.h).
+bool scales_from_tensor_amax(const OperandRecipe& o);
+// Whether some low-bit operand of r has a tensor scale over its group scales (NVFP4's UE4M3
+// groups under an fp32 S): a block-scaled linear of r takes a slot for its amax words.
+bool has_tensor_scale_over_groups(const QuantRecipe& r);
 // Whether every dequantized value x' = q d of the operand is a bf16 value (8 significant bits,
 // exponent >= -126), so that a GEMM may take it in bf16 and lose nothing: an operand format's
 // element (E4M3 4 significant bits, E5M2 3, E2M1 2; its row's mantissa bits + 1) times an E8M0

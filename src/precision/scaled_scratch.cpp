@@ -44,7 +44,7 @@ void group_scales(ScaledScratch& s, const OperandRecipe& o, size_t rows, size_t 
   OnePassPlan plan;
   const int max_span = one_pass_max_span(elem_bits(o.elem), o.rounding == RoundMode::Stochastic);
   if (one_pass_plan(int(rows), int(cols), int(g.gr), int(g.gc), int(g.ngr), int(g.ngc),
-                    o.scale == ScaleFormat::E4M3, false, max_span, &plan))
+                    o.scale == ScaleFormat::E4M3, false, false, max_span, &plan))
     return;
   s.grow(kSlotAmax, rows * g.ngc * 4);
   s.grow(kSlotScales, g.ngr * g.ngc * kScale2);

@@ -58,18 +58,20 @@ struct Exception {
 };
 // Where every scale group fits one block's super-tile, or the scale is given (fp8-block, mxfp8,
 // fp8-delayed), the quantizer reads its source once (kernels/quantize_tile.cuh) and is within
-// the bound; so does fp8 (per-tensor current scaling), whose one scale needs the whole
-// operand's amax before the first value is rounded: it reads each operand once at an amax
-// taken before, the forward's input at the one its producer took as it wrote it (layernorm,
-// GELU, the attention's output: Backend's InputAmax), the weight at AdamW's (WeightAmax), the
-// backward's input and weight at the forward's, the gradient at bias_backward's. This one
-// keeps the two passes.
+// the bound; so do fp8 (per-tensor current scaling), whose one scale needs the whole operand's
+// amax before the first value is rounded, and nvfp4, whose tensor scale does: they read each
+// operand once at an amax taken before, the forward's input at the one its producer took as
+// it wrote it (layernorm, GELU, the attention's output: Backend's InputAmax), the weight at
+// AdamW's (WeightAmax), the backward's input and weight at the forward's, the gradient at
+// bias_backward's. These keep the two passes.
+const char* const kRotatedWhy =
+    "nvfp4's wgrad operands (1.97x, 1.98x), read through the 16-point Hadamard rotation: their "
+    "tensor scale needs the rotated operand's amax, which no op takes before (the producers "
+    "and bias_backward take the tensor's as it lies), so the source is read twice (1.5x at the "
+    "least), then the amax atomics and a scale per 16 elements to write and read";
 const Exception kExceptions[] = {
-    {"bf16 operand", nullptr, 2.18,
-     "nvfp4's dequantized bf16 operand (1.98x to 2.17x): the tensor scale (the largest block "
-     "scale mapped to E4M3's max) needs the whole operand's amax first, so the source is read "
-     "twice (1.5x at the least), then the amax atomics and the scales, a scale per 16 elements "
-     "to write and read; a producer-fused amax would remove the first read"},
+    {"bf16 operand", "wgrad: dout^T", 2.05, kRotatedWhy},
+    {"bf16 operand", "wgrad: input^T", 2.05, kRotatedWhy},
 };
 // The three GEMMs of a linear, in the launchers' order, and their operands (rows, cols along
 // the reduction) of a linear (N, C) -> (N, OC).
@@ -219,21 +221,22 @@ LinearRun run_linear(const QuantMode& m) {
        w = random_dev<bf16>(size_t(kOC) * kC, rng());
   auto bias = random_dev<bf16>(kOC, rng()), dout = random_dev<bf16>(size_t(kN) * kOC, rng());
   Dev<bf16> out(size_t(kN) * kOC), dinp(size_t(kN) * kC), dw(size_t(kOC) * kC), dbias(kOC);
-  // A per-tensor mode's linear as the CUDA backend runs it (LinearQuantizers gives it a slot):
-  // slot 0, its amaxes left in `amax` (the host's history reads them), a delayed mode's scales
-  // as a history would give them for these values; at current scales the forward keeps its
-  // input's and weight's amaxes in `kept` for the backward, given the same tensors.
-  // Where the recipe reads the input at a current per-tensor scale as it lies, the input's
+  // A per-tensor mode's linear (or nvfp4's, for its tensor scale) as the CUDA backend runs it
+  // (LinearQuantizers gives it a slot): slot 0, its amaxes left in `amax` (the host's history
+  // reads fp8's), a delayed mode's scales as a history would give them for these values; at
+  // current scales the forward keeps its input's and weight's amaxes in `kept` for the
+  // backward, given the same tensors.
+  // Where the recipe reads the input at a current tensor scale as it lies, the input's
   // producer takes its amax as it writes it (Backend's InputAmax: that kernel's row of the bf16
   // step's cost model), here the word it would leave; the weight's likewise, taken by AdamW as
   // it writes the weights (Backend's WeightAmax: a warp's reduction and an atomic in the
   // optimizer's row, no bytes more).
   ScaledLinear q{&r, 7, {}};
-  const bool per_tensor = is_per_tensor(r);
-  if (per_tensor) q.tensor.slot = 0;
+  const bool slotted = is_per_tensor(r) || has_tensor_scale_over_groups(r);  // nvfp4's too
+  if (slotted) q.tensor.slot = 0;
   if (m.delayed) q.tensor.scale[0] = q.tensor.scale[1] = q.tensor.scale[2] = 64;
   Dev<unsigned> amax(kTensorOperands), kept(2), produced(2);
-  unsigned* slot = per_tensor ? amax.p : nullptr;
+  unsigned* slot = slotted ? amax.p : nullptr;
   unsigned* keep = gpu::forward_amax_kept(q) ? kept.p : nullptr;
   produced.put({amax_bits(inp->get().data(), inp->n), amax_bits(w->get().data(), w->n)});
   const unsigned* input_amax = takes_input_amax(q) ? produced.p : nullptr;

@@ -379,11 +379,14 @@ size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, values, codes, scales") {
   // The operands one pass covers: fp8-block's 1 x 128 activations and 128 x 128 weights, mxfp8's
   // 1 x 32, mxfp4's wgrad operand (stochastic rounding, read through a 32-point rotation), E4M3
-  // 16 x 16 tiles with E8M0 scales, and a delayed per-tensor E4M3 scale (given, no amax).
+  // 16 x 16 tiles with E8M0 scales, a delayed per-tensor E4M3 scale (given, no amax), and
+  // NVFP4's 1 x 16 activations, 16 x 16 weights and stochastically rounded gradients at their
+  // amax taken before (amax_given: a device word, from which each block draws the tensor scale).
   struct Case {
     OperandRecipe o;
     int rotate;
     float tensor_scale;
+    bool amax_given = false;
   };
   std::vector<Case> cases;
   const QuantRecipe block = block_scaled_recipe("fp8-block", RecipeOptions{});
@@ -401,6 +404,10 @@ TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, value
   delayed.elem = ElemFormat::E4M3, delayed.granularity = Granularity::Tensor;
   delayed.source = ScaleSource::Delayed;
   cases.push_back({delayed, 0, 24.0f});
+  const QuantRecipe nv = block_scaled_recipe("nvfp4", RecipeOptions{});
+  cases.push_back({nv.gemm[kForward].a, 0, 0, true});
+  cases.push_back({nv.gemm[kForward].b, 0, 0, true});
+  cases.push_back({nv.gemm[kInputGrad].a, 0, 0, true});
   // Edge super-tiles both ways (150 x 260: rows and columns past whole 32 and 128 spans), the
   // presets' partial blocks (37 x 100), and an inf and a NaN (all NaN, codes 0, NaN scales).
   std::vector<Operand> ops = operands();
@@ -414,18 +421,26 @@ TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, value
   }
   uint64_t seed = 7000;
   for (const Case& k : cases) {
-    INFO(describe_operand(k.o) << " rotate " << k.rotate << " tensor scale " << k.tensor_scale);
+    INFO(describe_operand(k.o) << " rotate " << k.rotate << " tensor scale " << k.tensor_scale
+                               << " amax given " << k.amax_given);
     for (const Operand& op : ops)
       for (bool transposed : {false, true}) {
-        INFO(op.what << (transposed ? ", transposed bf16" : ", fp32"));
+        INFO(op.what << std::string(transposed ? ", transposed bf16" : ", fp32"));
         const int rows = op.rows, cols = op.cols;
         std::vector<bf16> src_t = source_of<bf16>(op.x, rows, cols, true);
         gpu::OperandSource x = transposed ? gpu::OperandSource{DType::BF16, src_t.data(), true}
                                           : gpu::fp32_operand(op.x.data());
         x.rotate = k.rotate, x.rotate_seed = 0x4ada32;
         x.tensor_scale = k.tensor_scale;
+        // the amax of the values as read: the bf16 source's, or the fp32 one's
+        unsigned given[2] = {0, 0};
+        for (size_t i = 0; i < op.x.size(); i++)
+          given[0] = std::max(given[0], bits(transposed ? f(src_t[i]) : op.x[i]) & 0x7fffffffu);
+        given[1] = bits(2.0f * bits_f32(given[0]));  // a wrong word: other scales
+        if (k.amax_given) x.amax_in = given;
         gpu::quant::QuantParams p = gpu::params_of(k.o, rows, cols);
         p.tensor_enc = k.tensor_scale;
+        p.tensor_amax = x.amax_in;
         gpu::quant::TilePlan plan;
         const int max_span =
             one_pass_max_span(elem_bits(k.o.elem), k.o.rounding == RoundMode::Stochastic);
@@ -436,6 +451,12 @@ TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, value
         CHECK(differing(one.post, two.post) == 0);
         CHECK(one.codes == two.codes);
         CHECK(one.scales == two.scales);
+        const float amax = bits_f32(given[0]);
+        if (k.amax_given && amax > 1e-20f && amax < 1e20f) {  // the word is read (S unclamped)
+          x.amax_in = given + 1;
+          CHECK(differing(quantize_both(k.o, x, rows, cols, seed, false).post, one.post) > 0);
+          x.amax_in = given;
+        }
         if (k.tensor_scale > 0) continue;  // the CPU's delayed path: tensor_scaled_emulated.cpp
         std::vector<float> ref(size_t(rows) * cols);
         for (int r = 0; r < rows; r++)

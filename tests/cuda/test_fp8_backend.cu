@@ -371,40 +371,47 @@ TEST_CASE("cuda: ten fp8 training steps follow the CPU emulation") {
   fp8_training_parity("delayed", {-1});
 }
 
-TEST_CASE("cuda: fp8 at current scales trains the two passes' bits at the amaxes taken before") {
+TEST_CASE("cuda: fp8 at current scales and nvfp4 train the two passes' bits at amaxes taken before") {
   // The model asks the ops that write the linears' inputs, and AdamW, for the amaxes the
-  // forward's quantizers then read once (Backend's InputAmax, WeightAmax); a word taken of the
-  // wrong tensor or layer would round at another scale. Three steps of a GPU model read them,
-  // three of another draw every amax in two passes: the losses and the weights bit for bit.
+  // forward's quantizers then read once (Backend's InputAmax, WeightAmax), per-tensor FP8 for
+  // its one scale, NVFP4 for its tensor scale; a word taken of the wrong tensor or layer would
+  // round at another scale. Three steps of a GPU model read them, three of another draw every
+  // amax in two passes: the losses and the weights bit for bit.
   TG_REQUIRE_GPU();
   const tg::GPTConfig cfg = tg::gpt_config(2, 4, 64, 100, 32);
   const int B = 4, T = 32;
-  std::vector<double> losses[2];
-  std::vector<float> weights[2];
-  for (int k = 0; k < 2; k++) {
-    tg::gpu::force_two_pass_quantizer(k == 1);
-    auto gpu = tg::make_cuda_backend();
-    tg::Fp8Config fc;
-    fc.recipe = tg::ScaleSource::Current;
-    tg::LinearQuantizers q(fc, cfg.n_layer);
-    tg::GPT m(cfg, *gpu, DType::BF16);
-    m.set_quantizers(&q);
-    m.init_random(5);
-    for (int step = 1; step <= 3; step++) {
-      const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);
-      const auto tgt = random_tokens(size_t(B) * T, cfg.vocab_size, 700 + step);
-      m.zero_grad();
-      losses[k].push_back(m.forward(in.data(), tgt.data(), B, T, 1.f));
-      m.backward();
-      REQUIRE(m.check_grads(1.0).finite);
-      m.adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, step, tg::Rounding{}});
+  tg::Fp8Config fc;
+  fc.recipe = tg::ScaleSource::Current;
+  tg::RecipeOptions nv;
+  nv.bf16_last = 0;  // both layers in nvfp4
+  for (const tg::QuantRecipe& r : {tg::fp8_recipe(fc), tg::block_scaled_recipe("nvfp4", nv)}) {
+    INFO(r.name);
+    std::vector<double> losses[2];
+    std::vector<float> weights[2];
+    for (int k = 0; k < 2; k++) {
+      tg::gpu::force_two_pass_quantizer(k == 1);
+      auto gpu = tg::make_cuda_backend();
+      tg::LinearQuantizers q(r, cfg.n_layer);
+      tg::GPT m(cfg, *gpu, DType::BF16);
+      m.set_quantizers(&q);
+      m.init_random(5);
+      for (int step = 1; step <= 3; step++) {
+        const auto in = random_tokens(size_t(B) * T, cfg.vocab_size, 300 + step);
+        const auto tgt = random_tokens(size_t(B) * T, cfg.vocab_size, 700 + step);
+        q.set_rng_seed(uint64_t(step));
+        m.zero_grad();
+        losses[k].push_back(m.forward(in.data(), tgt.data(), B, T, 1.f));
+        m.backward();
+        REQUIRE(m.check_grads(1.0).finite);
+        m.adamw_step({3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.f, step, tg::Rounding{}});
+      }
+      weights[k] = m.params_f32();
     }
-    weights[k] = m.params_f32();
+    tg::gpu::force_two_pass_quantizer(false);
+    tg::gpu::native_forget_checks();  // (the verdicts of this test's GEMMs)
+    CHECK(losses[0] == losses[1]);
+    CHECK(weights[0] == weights[1]);
   }
-  tg::gpu::force_two_pass_quantizer(false);
-  tg::gpu::native_forget_checks();  // (the verdicts of this test's GEMMs)
-  CHECK(losses[0] == losses[1]);
-  CHECK(weights[0] == weights[1]);
 }
 
 TEST_CASE("cuda: an fp8 model's peak memory is at most a bf16 model's (GPT-2 vocabulary)") {

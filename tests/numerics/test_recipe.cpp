@@ -67,9 +67,20 @@ TEST_CASE("recipe: the FP8 state reads formats and sources from the recipe") {
   CHECK(cur.scale(1, LinearQuantizers::FC, LinearQuantizers::WEIGHT) == 1.0f);
   CHECK(cur.scaled(1, LinearQuantizers::FC, false).recipe->gemm[kForward].b.source ==
         ScaleSource::Current);
-  // Block-scaled recipes have no slot: their scales come from the operands alone.
+  // Block-scaled recipes have no slot: their scales come from the operands alone; but NVFP4's,
+  // whose tensor scale over its groups takes amax words (quantized layers only), not per-tensor
+  // scaled for all that (the CPU's per-tensor path is not theirs).
   LinearQuantizers blk(block_scaled_recipe("mxfp8", RecipeOptions{}), 2);
   CHECK(blk.scaled(0, LinearQuantizers::QKV, false).tensor.slot == -1);
+  LinearQuantizers nv(block_scaled_recipe("nvfp4", RecipeOptions{}), 2);  // the last layer wide
+  const ScaledLinear n0 = nv.scaled(0, LinearQuantizers::FC, false);
+  CHECK(n0.tensor.slot == LinearQuantizers::FC);
+  CHECK(!per_tensor_scaled(n0));
+  CHECK(per_tensor_scaled(f));
+  CHECK(nv.input_amax(0, LinearQuantizers::FC).slot == LinearQuantizers::FC);
+  CHECK(nv.input_amax(1, LinearQuantizers::FC).slot == -1);
+  CHECK(nv.weight_amax_wanted(LinearQuantizers::QKV));
+  CHECK(!blk.weight_amax_wanted(LinearQuantizers::QKV));
 }
 
 TEST_CASE("recipe: recipes the FP8 linears do not implement are refused by name") {

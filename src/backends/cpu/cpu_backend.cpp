@@ -226,7 +226,7 @@ class CpuBackend final : public Backend {
   bool has_block_scaled_linears() const override { return true; }
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
-    if (q.tensor.slot >= 0) return fp8_.forward(s_, out, inp, w, bias, N, C, OC, q);
+    if (per_tensor_scaled(q)) return fp8_.forward(s_, out, inp, w, bias, N, C, OC, q);
     float* a = copy_wide(inp, s_.a);
     float* b = copy_wide(w, s_.b);
     float* o = wide(out, s_.out, false);
@@ -235,7 +235,7 @@ class CpuBackend final : public Backend {
   }
   void matmul_backward_scaled(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor w, int N, int C, int OC, const ScaledLinear& q) override {
-    if (q.tensor.slot >= 0 && cpu::narrow_gemm_hardware())
+    if (per_tensor_scaled(q) && cpu::narrow_gemm_hardware())
       return fp8_.backward_codes(s_, dinp, dw, dbias, dout, inp, w, N, C, OC, q);
     float* g = copy_wide(dout, s_.g);
     if (dbias) {  // the bias gradient comes from the unquantized gradient
@@ -243,7 +243,7 @@ class CpuBackend final : public Backend {
       cpu::bias_backward(dbf, g, N, OC);
       narrow_back(dbias, dbf);
     }
-    if (q.tensor.slot >= 0) return fp8_.backward(s_, dinp, dw, g, inp, w, N, C, OC, q);
+    if (per_tensor_scaled(q)) return fp8_.backward(s_, dinp, dw, g, inp, w, N, C, OC, q);
     float* di = wide(dinp, s_.out, false);
     float* dwf = wide(dw, s_.dw, true);
     if (inp.dtype == DType::BF16 && w.dtype == DType::BF16) {  // widened as they are transposed

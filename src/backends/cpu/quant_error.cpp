@@ -47,7 +47,7 @@ void group_stats(const float* x, int rows, int cols, const OperandRecipe& o, Qua
   const float fmax = elem_format_max(o.elem);
   const float tensor_scale =
       o.scale == ScaleFormat::E4M3
-          ? fp8_scale_from_amax(tensor_amax, elem_format_max(ElemFormat::UE4M3) * fmax, 0)
+          ? nvfp4_tensor_scale(o.elem, tensor_amax)
           : 1.0f;
   // Beyond the largest by more than an fp32 scale's own rounding (as quantize.cpp counts).
   const float clip = fmax * (1.0f + 1.0f / 1024);

@@ -236,10 +236,7 @@ float scales_from_row_amax(const OperandRecipe& o, const GroupGrid& g,
     }
   // NVFP4's second level: the tensor scale that maps the largest block scale to E4M3's max.
   const float tensor_scale =
-      o.scale == ScaleFormat::E4M3
-          ? fp8_scale_from_amax(tensor_amax,
-                                elem_format_max(ElemFormat::UE4M3) * elem_format_max(o.elem), 0)
-          : 1.0f;
+      o.scale == ScaleFormat::E4M3 ? nvfp4_tensor_scale(o.elem, tensor_amax) : 1.0f;
   scale->resize(amax.size());
   if (lanes && o.scale == ScaleFormat::E4M3)
     nvfp4_group_scales(scale->data(), amax.data(), amax.size(), elem_format_max(o.elem),

@@ -252,11 +252,11 @@ class CudaBackend final : public Backend {
   size_t scratch_bytes(int s) const {
     return mem_.scratch_bytes(s);
   }
-  // Per-tensor-scaled linears leave their operands' amax bits in their slot's words (device),
-  // read back by take_amaxes once per pass: no wait per GEMM. A forward reads its input once
-  // where the op that wrote inp took its amax (InputAmax), its weight once where AdamW took it
-  // (WeightAmax), and at current scales keeps both amaxes for its backward, which reads them
-  // when given the tensors that forward read (amax_words.h).
+  // Linears with a slot (per-tensor scaled, NVFP4) leave their operands' amax bits in their
+  // slot's words (device), read back by take_amaxes once per pass (fp8's histories): no wait per
+  // GEMM. A forward reads its input once where the op that wrote inp took its amax (InputAmax),
+  // its weight once where AdamW took it (WeightAmax), and at current scales keeps both amaxes
+  // for its backward, which reads them when given the tensors that forward read (amax_words.h).
   void matmul_forward_scaled(Tensor out, Tensor inp, Tensor w, Tensor bias, int N, int C, int OC,
                              const ScaledLinear& q) override {
     need_same("matmul_forward_scaled", {out, inp, w, bias});

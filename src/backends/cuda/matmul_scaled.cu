@@ -226,33 +226,31 @@ const float* split_product(Ctx& c, float* a, float* b, int N, int C, int OC,
 }  // namespace
 
 namespace {
-// Operand x of a per-tensor-scaled linear (q.tensor.slot >= 0): read at the scale the host
-// gave when its recipe takes delayed scales, else at its own amax's with the margin, and its
-// amax into amax_out (when given). Block-scaled operands are read as they are.
+// A quantized operand read as its tensor lies (no rotation, no staged copy), so that the amax
+// its quantizer takes is that tensor's.
+bool read_as_it_lies(const OperandRecipe& o) {
+  return is_low_bit(o.elem) && o.transform == Transform::None;
+}
+
+// Operand x of a linear with a slot (q.tensor.slot >= 0: a per-tensor recipe, or NVFP4's tensor
+// scale): read at the scale the host gave when its recipe takes delayed scales, else at its own
+// amax's with the margin, and, read as it lies, its amax into amax_out (when given). Others are
+// read as they are.
 OperandSource tensor_scaled(OperandSource x, const ScaledLinear& q, const OperandRecipe& o,
                             int operand, unsigned* amax_out) {
   if (q.tensor.slot < 0) return x;
   if (o.source == ScaleSource::Delayed) x.tensor_scale = q.tensor.scale[operand];
   x.margin = q.tensor.margin;
-  x.amax_out = amax_out;
+  if (read_as_it_lies(o)) x.amax_out = amax_out;
   return x;
 }
 
-// A quantized operand read as its tensor lies (no rotation, no staged copy), so that the amax
-// its quantizer leaves in amax_out is that tensor's.
-bool read_as_it_lies(const OperandRecipe& o) {
-  return is_low_bit(o.elem) && o.transform == Transform::None;
-}
-
-// Whether a gradient quantizer (da) reads dout once at a current per-tensor scale from the amax
-// bits in gamax: the dgrad's, which the wgrad's quantizer of the same dout (wa) left there, or
-// the wgrad's itself (wa = da), which bias_backward took as it read dout. Either draws its
-// scale from them on the device (the two passes' scale, bit for bit) instead of taking the
-// amax again.
-bool gradient_amax_kept(const ScaledLinear& q, const OperandRecipe& wa, const OperandRecipe& da,
-                        const unsigned* gamax) {
-  return gamax && q.tensor.slot >= 0 && read_as_it_lies(wa) && read_as_it_lies(da) &&
-         da.source == ScaleSource::Current;
+// Whether linear q's quantizer of o draws a current scale from the amax of the tensor as it
+// lies (a per-tensor scale, NVFP4's tensor scale), so that an amax taken before of the same
+// values serves it: it then reads the operand once, the two passes' scales bit for bit.
+bool at_current_amax(const ScaledLinear& q, const OperandRecipe& o) {
+  return q.tensor.slot >= 0 && read_as_it_lies(o) && scales_from_tensor_amax(o) &&
+         o.source == ScaleSource::Current;
 }
 }  // namespace
 
@@ -260,9 +258,8 @@ bool forward_amax_kept(const ScaledLinear& q) {
   const QuantRecipe& r = *q.recipe;
   const GemmRecipe &f = r.gemm[kForward], &wg = r.gemm[kWeightGrad], &dg = r.gemm[kInputGrad];
   return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() &&
-         read_as_it_lies(f.a) && read_as_it_lies(f.b) && read_as_it_lies(wg.b) &&
-         read_as_it_lies(dg.b) && wg.b.source == ScaleSource::Current &&
-         dg.b.source == ScaleSource::Current;
+         read_as_it_lies(f.a) && read_as_it_lies(f.b) &&
+         (at_current_amax(q, wg.b) || at_current_amax(q, dg.b));
 }
 
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
@@ -300,24 +297,27 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
   const GemmRecipe &wg = r.gemm[kWeightGrad], &dg = r.gemm[kInputGrad];
   unsigned* gamax = amax_slot ? amax_slot + kTensorGrad : nullptr;
   // dbias from the unquantized gradient; the kernel that reads it for that takes its amax too,
-  // where its quantizers take a current per-tensor scale, so that they read it once each.
-  const bool bias_amax = dbias && gradient_amax_kept(q, wg.a, wg.a, gamax);
+  // where a quantizer of it draws a current scale from that amax, so that each reads it once.
+  const bool bias_amax =
+      dbias && gamax && (at_current_amax(q, wg.a) || at_current_amax(q, dg.a));
   if (bias_amax) TG_CUDA_CHECK(cudaMemsetAsync(gamax, 0, sizeof(unsigned), c.stream));
   if (dbias) bias_backward(c, t, dbias, dout, N, OC, bias_amax ? gamax : nullptr);
   // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens. A per-tensor scale is the
   // same in both orientations, so the input is quantized to the forward's values again (at a
-  // current scale from the amax its forward kept, where kept).
+  // current scale from the amax its forward kept, where kept). A quantizer of dout read as it
+  // lies leaves its amax in gamax (the same bias_backward took) for the dgrad's.
   if (!forward_amax_kept(q)) kept = nullptr;
   OperandSource d = tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, gamax);
-  if (bias_amax) d.amax_in = gamax;
+  if (bias_amax && at_current_amax(q, wg.a)) d.amax_in = gamax;
   OperandSource x = tensor_scaled({t, inp, true}, q, wg.b, kTensorInput, nullptr);
-  if (kept) x.amax_in = kept + kTensorInput;
+  if (kept && at_current_amax(q, wg.b)) x.amax_in = kept + kTensorInput;
   scaled_gemm(c, t, dw, d, x, OC, C, N, wg, q.seed, kWeightGrad, true, nullptr, nullptr);
   // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
   OperandSource g = tensor_scaled({t, dout, false}, q, dg.a, kTensorGrad, nullptr);
-  if (gradient_amax_kept(q, wg.a, dg.a, gamax)) g.amax_in = gamax;
+  const bool dout_amax = bias_amax || (gamax && d.amax_out);
+  if (dout_amax && at_current_amax(q, dg.a)) g.amax_in = gamax;
   OperandSource wt = tensor_scaled({t, w, true}, q, dg.b, kTensorWeight, nullptr);
-  if (kept) wt.amax_in = kept + kTensorWeight;
+  if (kept && at_current_amax(q, dg.b)) wt.amax_in = kept + kTensorWeight;
   scaled_gemm(c, t, dinp, g, wt, N, C, OC, dg, q.seed, kInputGrad, false, nullptr, nullptr);
 }
 

@@ -89,11 +89,13 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const OperandSou
 }
 
 // The operand's quantizer parameters with its per-tensor scale rule (a delayed scale, a margin,
-// an amax taken before: one group's alone, read as it lies, for the amax is of those values).
+// an amax taken before: for one group's scale or NVFP4's tensor scale, read as it lies, for the
+// amax is of those values, not of their rotation).
 QuantParams with_tensor_rule(QuantParams p, const OperandSource& x) {
   p.tensor_enc = x.tensor_scale;
   p.margin = x.margin;
-  if (x.amax_in && p.ngr == 1 && p.ngc == 1 && x.rotate == 0) p.tensor_amax = x.amax_in;
+  const bool tensor_wide = (p.ngr == 1 && p.ngc == 1) || p.scale == ScaleFormat::E4M3;
+  if (x.amax_in && tensor_wide && x.rotate == 0) p.tensor_amax = x.amax_in;
   return p;
 }
 
@@ -193,7 +195,7 @@ void one_pass_operand(Ctx& c, const OperandSource& x, int rows, int cols, const 
   copy_amax_out(c, x, tbits);
   const size_t n = size_t(rows) * cols;
   launch(quant::finish_operand_kernel<O>, finish_grid(c, n), kThreads, 0, c.stream,
-         static_cast<const unsigned*>(tbits), post, out, n);
+         static_cast<const unsigned*>(tbits), post, out, n, p);
   TG_LAUNCH_CHECK();
 }
 

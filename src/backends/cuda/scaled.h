@@ -85,12 +85,14 @@ void force_two_pass_quantizer(bool two_pass);
 //   backward dW(OC,C) += Q(H dout^T) Q(H inp^T)^T, dinp(N,C) = Q(dout) Q(W^T)^T,
 //            dbias += column sums of the unquantized dout (when given)
 // with the operands, roles and random streams of src/backends/cpu/matmul_scaled.cpp.
-// A per-tensor-scaled linear (q.tensor.slot >= 0) reads its operands at q.tensor's scales
-// and leaves their amax bits in amax_slot[kTensorOperands] (device; forward: input, weight;
-// backward: gradient). At current scales an operand whose amax was taken before is read once,
-// not twice (kernels/quantize_tile.cuh): the gradient at the amax bias_backward took as it
-// summed dout (given dbias), else the dgrad's at the one the wgrad's quantizer left in the
-// slot; and where forward_amax_kept(q), the forward also leaves its
+// A linear with a slot (q.tensor.slot >= 0: per-tensor scaled, or NVFP4's tensor scale) reads
+// its operands at q.tensor's scales and leaves the amax bits of those read as they lie in
+// amax_slot[kTensorOperands] (device; forward: input, weight; backward: gradient). At current
+// scales an operand whose amax was taken before is read once, not twice
+// (kernels/quantize_tile.cuh): the gradient at the amax bias_backward took as it summed dout
+// (given dbias), else the dgrad's at the one the wgrad's quantizer left in the slot (a rotated
+// operand, NVFP4's wgrad, reads its own twice); and where forward_amax_kept(q), the forward
+// also leaves its
 // input's and weight's amax bits in kept[kTensorInput], kept[kTensorWeight] (device, when
 // given), from which the backward given the same words reads the input and the weight again.
 // The caller passes the backward those words only when its inp and w are the tensors that
@@ -109,9 +111,9 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
                             const void* inp, const void* w, int N, int C, int OC,
                             const ScaledLinear& q, unsigned* amax_slot,
                             const unsigned* kept = nullptr);
-// Whether q's forward keeps its input's and weight's amaxes for its backward: a per-tensor
-// slot, the backward's input and weight at current scales, each read as its tensor lies (no
-// smoothing, split channels or rotation).
+// Whether q's forward keeps its input's and weight's amaxes for its backward: a slot, the
+// forward's operands read as their tensors lie (no smoothing, split channels or rotation), and
+// the backward's input or weight at a current scale drawn from that amax, read so too.
 bool forward_amax_kept(const ScaledLinear& q);
 // The same for a recipe of current scales alone (no slot), e.g. the block-scaled ones.
 inline void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
