@@ -43,11 +43,34 @@
 
 #include <cstdint>
 
+#include "amax.cuh"
 #include "common.cuh"
 #include "src/numerics/group_scale.h"
 #include "src/numerics/recipe.h"
 
 namespace tg::gpu::quant {
+
+// The random Hadamard rotation of the operand's rows as part of reading it (the wgrad
+// operands of the FP4 presets): each full run of n columns x <- H D x as hadamard_rows_kernel
+// computes it, for n a power of two up to 32, so that a run lies within one tile row and its
+// butterflies are warp shuffles (lane = column % 32). n = 0: none. Larger n are staged and
+// rotated by hadamard_rows_kernel instead (src/backends/cuda/matmul_scaled.cu).
+struct Rotation {
+  int n = 0;
+  uint64_t seed = 0;
+  float norm = 1.0f;  // 1 / sqrt(n), computed on the host as quantize.cpp computes it
+};
+
+// What a quantizer reading an operand as it lies also takes on the way: the amax of the
+// operand's transpose as another GEMM's quantizer reads it, rotated along this operand's rows
+// by h (NVFP4's wgrad reads inp^T and dout^T through its 16-point rotation, and its tensor
+// scale needs the amax of that: the forward's input quantizer and the dgrad's dout quantizer,
+// which read the same values, take it), as |x|'s bits into *bits (device, zeroed before;
+// null: none).
+struct TransposedAmax {
+  Rotation h;
+  unsigned* bits = nullptr;
+};
 
 // What the kernels need of an OperandRecipe, group shape resolved against the operand.
 struct QuantParams {
@@ -65,6 +88,7 @@ struct QuantParams {
   // tensor scale S, is drawn from it on the device, so the one-pass kernels need no amax pass
   // of their own (quantize_tile.cuh).
   const unsigned* tensor_amax = nullptr;
+  TransposedAmax transposed_amax;  // none unless asked
   // Whether no group needs an amax of its own: a given scale, or one group of given amax.
   __host__ __device__ bool groups_given() const {
     return tensor_enc > 0 || (tensor_amax && scale != ScaleFormat::E4M3);
@@ -110,17 +134,6 @@ __device__ __forceinline__ float tile_value(const float (&tile)[32][33], bool tr
   return transposed ? tile[lane][i] : tile[i][lane];
 }
 
-// The random Hadamard rotation of the operand's rows as part of reading it (the wgrad
-// operands of the FP4 presets): each full run of n columns x <- H D x as hadamard_rows_kernel
-// computes it, for n a power of two up to 32, so that a run lies within one tile row and its
-// butterflies are warp shuffles (lane = column % 32). n = 0: none. Larger n are staged and
-// rotated by hadamard_rows_kernel instead (src/backends/cuda/matmul_scaled.cu).
-struct Rotation {
-  int n = 0;
-  uint64_t seed = 0;
-  float norm = 1.0f;  // 1 / sqrt(n), computed on the host as quantize.cpp computes it
-};
-
 __host__ __device__ inline bool rotates_in_warp(int n) {
   return n >= 2 && n <= 32 && (n & (n - 1)) == 0;
 }
@@ -140,6 +153,25 @@ __device__ __forceinline__ float rotate_in_warp(float v, int c, int cols, const 
     if (full) v = r;
   }
   return full ? v * h.norm : v;
+}
+
+// A thread's largest |x| bits of the tile's transpose read through h (TransposedAmax): the
+// transposed operand's element (c0 + j, r0 + lane) is this one's (r0 + lane, c0 + j), its
+// columns (`rows` of them) along the lanes, read as load_tile and rotate_in_warp read that
+// operand (zeros beyond its columns, the same runs and signs), so the bits are its quantizer's.
+__device__ __forceinline__ unsigned transposed_tile_amax(const float (&tile)[32][33],
+                                                         bool transposed, int rows, int cols,
+                                                         int r0, int c0, const Rotation& h) {
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int c = r0 + tx;  // the transposed operand's column
+  unsigned m = 0;
+  for (int j = ty; j < 32 && c0 + j < cols; j += 8) {  // the warp's condition
+    const float v =
+        rotate_in_warp(c < rows ? tile_value(tile, transposed, tx, j) : 0.0f, c, rows, h);
+    const unsigned a = c < rows ? f32_bits(v) & 0x7fffffffu : 0u;
+    m = a > m ? a : m;
+  }
+  return m;
 }
 
 // dst(rows, cols) = the operand in fp32 (the staged copy that the Hadamard rotation, channel
@@ -216,13 +248,15 @@ __device__ __forceinline__ void group_amax_into(unsigned (&gmax)[32][33], int i,
 // amax is the tensor's (the per-tensor recipes). |x|'s bits order as |x| does, inf above every
 // finite value and NaNs above inf, so the tensor's bits also say whether any value is
 // non-finite. Reads the source once, in tiles; the tile's maxima meet in shared memory first,
-// one global atomic per (row, group) and one per block for the tensor.
+// one global atomic per (row, group) and one per block for the tensor; and ta's amax, where
+// asked (one atomic more a block).
 template <typename T>
 __global__ void operand_amax_kernel(const T* src, int rows, int cols, bool transposed, Rotation h,
-                                    int gc, unsigned* row_amax, unsigned* tensor_bits) {
+                                    int gc, unsigned* row_amax, unsigned* tensor_bits,
+                                    TransposedAmax ta) {
   __shared__ float tile[32][33];
   __shared__ unsigned gmax[32][33];  // [group - j0][row - r0]
-  __shared__ unsigned wmax[8];       // each warp's
+  __shared__ unsigned wmax[32];      // each warp's
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   for (int t = threadIdx.x; t < 32 * 33; t += blockDim.x) (&gmax[0][0])[t] = 0;
@@ -236,13 +270,10 @@ __global__ void operand_amax_kernel(const T* src, int rows, int cols, bool trans
     tmax = a > tmax ? a : tmax;
     if (row_amax) group_amax_into(gmax, i, a, c0, cols, gc);
   }
-  tmax = __reduce_max_sync(0xffffffffu, tmax);
-  if (tx == 0) wmax[ty] = tmax;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned m = 0;
-    for (int w = 0; w < 8; w++) m = wmax[w] > m ? wmax[w] : m;
-    atomicMax(tensor_bits, m);
+  block_amax(tmax, tensor_bits, wmax);
+  if (ta.bits) {  // (block-uniform; the barrier first: wmax is read above)
+    __syncthreads();
+    block_amax(transposed_tile_amax(tile, transposed, rows, cols, r0, c0, ta.h), ta.bits, wmax);
   }
   if (!row_amax) return;
   int j0 = 0;

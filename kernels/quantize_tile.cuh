@@ -56,7 +56,7 @@ struct OnePassShared {  // (plain arrays: a __shared__ object has no initializer
   float tile[32][33];
   unsigned gmax[kTileGroups];
   float enc[kTileGroups], dec[kTileGroups];
-  unsigned wmax[8];
+  unsigned wmax[32];
 };
 
 // A thread's values of its block's super-tile: sub-tile (a, b) of at most N x N, rows ty + 8k,
@@ -77,12 +77,14 @@ __device__ __forceinline__ int group_key(const QuantParams& p, const TilePlan& t
 }
 
 // v <- the super-tile's values (0 outside the operand), each sub-tile read through shared
-// memory as load_tile reads it and rotated as read (rotate_in_warp: every lane of a row's warp).
+// memory as load_tile reads it and rotated as read (rotate_in_warp: every lane of a row's warp);
+// *tmax <- the thread's largest |x| bits of the transpose ta asks for (TransposedAmax).
 template <int N, typename T>
 __device__ __forceinline__ void read_super_tile(OnePassShared& s, TileValues<N>& v, const T* src,
                                                 int rows, int cols, bool transposed,
-                                                const Rotation& h, const TilePlan& tp, int R0,
-                                                int C0) {
+                                                const Rotation& h, const TransposedAmax& ta,
+                                                const TilePlan& tp, int R0, int C0,
+                                                unsigned* tmax) {
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
 #pragma unroll
   for (int a = 0; a < N; a++)
@@ -98,6 +100,9 @@ __device__ __forceinline__ void read_super_tile(OnePassShared& s, TileValues<N>&
         if (r0 + ty + 8 * k < rows)  // the warp's condition
           v[a][b][k] = rotate_in_warp(
               c < cols ? tile_value(s.tile, transposed, ty + 8 * k, tx) : 0.0f, c, cols, h);
+      if (ta.bits)  // (block-uniform)
+        *tmax = max_bits(*tmax,
+                         transposed_tile_amax(s.tile, transposed, rows, cols, r0, c0, ta.h));
       __syncthreads();  // the next sub-tile refills the tile
     }
 }
@@ -136,14 +141,7 @@ __device__ __forceinline__ void super_tile_amax(OnePassShared& s, const TileValu
         }
         if (lead) atomicMax(&s.gmax[group_key(p, tp, r, c, R0, C0)], m);
       }
-  tmax = __reduce_max_sync(0xffffffffu, tmax);
-  if (tx == 0) s.wmax[ty] = tmax;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned m = 0;
-    for (int w = 0; w < 8; w++) m = s.wmax[w] > m ? s.wmax[w] : m;
-    atomicMax(tensor_bits, m);
-  }
+  block_amax(tmax, tensor_bits, s.wmax);
 }
 
 // Group (gi, j)'s decode factor into the native scale tensor, every entry that holds it
@@ -202,8 +200,14 @@ __device__ __forceinline__ void one_pass_front(OnePassShared& s, TileValues<N>& 
                                                unsigned* tensor_bits, void* scale_out,
                                                cublasLtMatmulMatrixScale_t m) {
   for (int t = threadIdx.x; t < kTileGroups; t += blockDim.x) s.gmax[t] = 0;
-  read_super_tile(s, v, src, rows, cols, transposed, h, tp, R0, C0);  // (barriers: the zeros)
+  unsigned transposed_max = 0;
+  read_super_tile(s, v, src, rows, cols, transposed, h, p.transposed_amax, tp, R0, C0,
+                  &transposed_max);  // (barriers: the zeros)
   super_tile_amax(s, v, p, tp, rows, cols, R0, C0, tensor_bits);
+  if (p.transposed_amax.bits) {  // (block-uniform; the barrier first: s.wmax is read above)
+    __syncthreads();
+    block_amax(transposed_max, p.transposed_amax.bits, s.wmax);
+  }
   super_tile_scales(s, p, tp, rows, R0, C0, scale_out, m);
 }
 

@@ -63,16 +63,11 @@ struct Exception {
 // operand once at an amax taken before, the forward's input at the one its producer took as
 // it wrote it (layernorm, GELU, the attention's output: Backend's InputAmax), the weight at
 // AdamW's (WeightAmax), the backward's input and weight at the forward's, the gradient at
-// bias_backward's. These keep the two passes.
-const char* const kRotatedWhy =
-    "nvfp4's wgrad operands (1.97x, 1.98x), read through the 16-point Hadamard rotation: their "
-    "tensor scale needs the rotated operand's amax, which no op takes before (the producers "
-    "and bias_backward take the tensor's as it lies), so the source is read twice (1.5x at the "
-    "least), then the amax atomics and a scale per 16 elements to write and read";
-const Exception kExceptions[] = {
-    {"bf16 operand", "wgrad: dout^T", 2.05, kRotatedWhy},
-    {"bf16 operand", "wgrad: input^T", 2.05, kRotatedWhy},
-};
+// bias_backward's; nvfp4's wgrad reads dout^T and inp^T through its 16-point rotation, at the
+// rotated amaxes the dgrad's quantizer of dout and the forward's of inp take on the way
+// (TransposedAmax). None keeps the two passes now (an exception names one that would: its kind,
+// its part or every part of that kind, the ratio measured and why).
+const std::vector<Exception> kExceptions = {};
 // The three GEMMs of a linear, in the launchers' order, and their operands (rows, cols along
 // the reduction) of a linear (N, C) -> (N, OC).
 struct Gemm {
@@ -84,11 +79,11 @@ struct Gemm {
 };
 std::vector<Gemm> gemms_of(int N, int C, int OC) {
   return {{"forward", N, OC, C, false, true, "input", "weight"},
-          {"wgrad", OC, C, N, true, false, "dout^T", "input^T"},
-          {"dgrad", N, C, OC, false, false, "dout", "weight^T"}};
+          {"dgrad", N, C, OC, false, false, "dout", "weight^T"},
+          {"wgrad", OC, C, N, true, false, "dout^T", "input^T"}};
 }
 const OperandRecipe& operand_of(const QuantRecipe& r, int gemm, int operand) {
-  const int role = gemm == 0 ? kForward : gemm == 1 ? kWeightGrad : kInputGrad;
+  const int role = gemm == 0 ? kForward : gemm == 1 ? kInputGrad : kWeightGrad;
   return operand ? r.gemm[role].b : r.gemm[role].a;
 }
 
@@ -235,7 +230,7 @@ LinearRun run_linear(const QuantMode& m) {
   const bool slotted = is_per_tensor(r) || has_tensor_scale_over_groups(r);  // nvfp4's too
   if (slotted) q.tensor.slot = 0;
   if (m.delayed) q.tensor.scale[0] = q.tensor.scale[1] = q.tensor.scale[2] = 64;
-  Dev<unsigned> amax(kTensorOperands), kept(2), produced(2);
+  Dev<unsigned> amax(kTensorOperands), kept(gpu::kKeptWords), produced(2);
   unsigned* slot = slotted ? amax.p : nullptr;
   unsigned* keep = gpu::forward_amax_kept(q) ? kept.p : nullptr;
   produced.put({amax_bits(inp->get().data(), inp->n), amax_bits(w->get().data(), w->n)});

@@ -470,3 +470,70 @@ TEST_CASE("emulated: the one-pass quantizer == the two passes and the CPU, value
       }
   }
 }
+
+TEST_CASE("emulated: the rotated transpose's amax a quantizer takes on the way is its reader's") {
+  // NVFP4's wgrad reads inp^T and dout^T through its 16-point rotation, and draws its tensor
+  // scale from the amax of that; the forward's quantizer of inp and the dgrad's of dout, which
+  // read the same tensors as they lie, take it on the way (TransposedAmax), one pass or two.
+  // The word is the CPU's rotated transpose's amax (the quantizer's values unchanged by the
+  // asking), and the wgrad's quantizer reading once at it is its two passes, bit for bit.
+  const QuantRecipe nv = block_scaled_recipe("nvfp4", RecipeOptions{});
+  const OperandRecipe& reader = nv.gemm[kInputGrad].a;  // dout as it lies, rounded stochastically
+  const OperandRecipe& rotated = nv.gemm[kWeightGrad].a;  // H dout^T
+  REQUIRE(rotated.transform_size == 16);
+  constexpr uint64_t kSeed = 0x5eed16;
+  uint64_t seed = 9000;
+  for (const Operand& op : operands())
+    for (bool transposed : {false, true}) {
+      INFO(op.what << std::string(transposed ? ", transposed bf16" : ", fp32"));
+      const int rows = op.rows, cols = op.cols;
+      std::vector<bf16> src_t = source_of<bf16>(op.x, rows, cols, true);
+      // the values as read, (rows, cols), and their rotated transpose (cols, rows): the CPU's
+      std::vector<float> v(size_t(rows) * cols), t(v.size());
+      for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+          const size_t at = size_t(r) * cols + c;
+          v[at] = transposed ? f(src_t[size_t(c) * rows + r]) : op.x[at];
+          t[size_t(c) * rows + r] = v[at];
+        }
+      cpu::hadamard_rows(t.data(), cols, rows, 16, kSeed, false);
+      unsigned want = 0, amax = 0;
+      for (size_t i = 0; i < v.size(); i++) {
+        want = std::max(want, bits(t[i]) & 0x7fffffffu);
+        amax = std::max(amax, bits(v[i]) & 0x7fffffffu);
+      }
+      gpu::OperandSource x = transposed ? gpu::OperandSource{DType::BF16, src_t.data(), true}
+                                        : gpu::fp32_operand(op.x.data());
+      const Quantized plain = quantize_both(reader, x, rows, cols, ++seed, false);
+      unsigned word[2] = {0xdeadbeefu, 0};  // the quantizer zeroes it first
+      x.transposed_amax_out = word;
+      x.transposed_rotate = 16, x.transposed_rotate_seed = kSeed;
+      x.amax_in = &amax;  // (one pass where not forced into two)
+      for (bool two_pass : {false, true}) {
+        INFO("the reader's " << (two_pass ? "two passes" : "one pass"));
+        const Quantized q = quantize_both(reader, x, rows, cols, seed, two_pass);
+        CHECK(differing(q.values, plain.values) == 0);
+        CHECK(q.codes == plain.codes);
+        if (want < 0x7f800000u)
+          CHECK(word[0] == want);
+        else  // (a NaN's bits are the hardware's)
+          CHECK(word[0] >= 0x7f800000u);
+      }
+      // The wgrad's operand: the transpose (cols, rows), read rotated, once at the word.
+      gpu::OperandSource y = transposed ? gpu::OperandSource{DType::BF16, src_t.data(), false}
+                                        : gpu::OperandSource{DType::F32, op.x.data(), true};
+      y.rotate = 16, y.rotate_seed = kSeed;
+      gpu::OperandSource y_at = y;
+      y_at.amax_in = word;
+      gpu::quant::QuantParams p = gpu::params_of(rotated, cols, rows);
+      p.tensor_amax = word;
+      gpu::quant::TilePlan plan;
+      REQUIRE(gpu::quant::plan_one_pass(p, cols, rows, one_pass_max_span(4, true), &plan));
+      const Quantized one = quantize_both(rotated, y_at, cols, rows, ++seed, false);
+      const Quantized two = quantize_both(rotated, y, cols, rows, seed, true);
+      CHECK(differing(one.values, two.values) == 0);
+      CHECK(differing(one.post, two.post) == 0);
+      CHECK(one.codes == two.codes);
+      CHECK(one.scales == two.scales);
+    }
+}

@@ -206,7 +206,7 @@ TEST_CASE(
     if (bad != 0) dout[123] = e<bf16>(bad);
     std::vector<std::vector<uint32_t>> got[2];
     for (int k = 0; k < 2; k++) {
-      Buf<unsigned> slot(kTensorOperands, 0), kept(2, 0);
+      Buf<unsigned> slot(kTensorOperands, 0), kept(gpu::kKeptWords, 0);
       Buf<bf16> out(size_t(N) * OC), dinp(size_t(N) * C), dw(size_t(OC) * C, 0), db(OC, 0);
       unsigned* keep = k == 0 ? kept.p : nullptr;
       gpu::force_two_pass_quantizer(k == 1);

@@ -72,7 +72,7 @@ AmaxWords::Forward AmaxWords::forward(const ScaledLinear& q, Tensor inp, Tensor 
   if (word >= 0) f.weight = weight_ + word;
   records_.forward_read.erase(slot);
   if (forward_amax_kept(q)) {
-    f.kept = grow(kept_, kept_words_, size_t(slot), 2);
+    f.kept = grow(kept_, kept_words_, size_t(slot), kKeptWords);
     records_.forward_read[slot] = {inp.data, w.data, N, C, OC};
   }
   return f;
@@ -85,7 +85,7 @@ AmaxWords::Backward AmaxWords::backward(const ScaledLinear& q, Tensor inp, Tenso
   // The forward's kept amaxes serve this one backward, and only for the tensors it read.
   const bool kept = take_forward_read(records_, slot, {inp.data, w.data, N, C, OC});
   return {grow(slot_, slot_words_, size_t(slot), kTensorOperands),
-          kept ? kept_ + size_t(slot) * 2 : nullptr};
+          kept ? kept_ + size_t(slot) * kKeptWords : nullptr};
 }
 
 std::vector<float> AmaxWords::take(int n_slots) {

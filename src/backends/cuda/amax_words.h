@@ -3,8 +3,9 @@
 // what each word was taken of (amax_records.h), so that no word is read for other values:
 //   slot    each linear's kTensorOperands words, which its quantizers fill and take_amaxes
 //           reads back once per pass (no wait per GEMM);
-//   kept    a current-scaled forward's input and weight words, for its backward given the
-//           tensors that forward read (one pass per operand, not two);
+//   kept    a current-scaled forward's input and weight words (and the rotated input's,
+//           scaled.h's KeptWord), for its backward given the tensors that forward read (one
+//           pass per operand, not two);
 //   input   a linear's input amax, taken by the op that wrote the input (Backend's InputAmax);
 //   weight  the linears' weight amaxes, taken by AdamW as it writes them (Backend's
 //           WeightAmax), read by every forward given those weights until they are written.
@@ -62,7 +63,7 @@ class AmaxWords {
   DeviceMemory& mem_;
   unsigned* slot_ = nullptr;  // kTensorOperands a slot
   size_t slot_words_ = 0;
-  unsigned* kept_ = nullptr;  // 2 a slot
+  unsigned* kept_ = nullptr;  // kKeptWords a slot (scaled.h)
   size_t kept_words_ = 0;
   unsigned* input_ = nullptr;  // 1 a slot
   size_t input_words_ = 0;

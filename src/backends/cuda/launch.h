@@ -83,7 +83,7 @@ enum ScratchSlot {
   kScratchQB,
   kScratchQAmax,    // per (row, column group) amax
   kScratchQScales,  // per group scale pairs
-  kScratchQWords,   // tensor amax bits and the GEMM's tensor factors
+  kScratchQWords,   // tensor amax bits, the GEMM's tensor factors, a backward's dout^T amax
   kScratchQAcc,     // fp32 GEMM products
   kScratchQSplitA,  // precision.mode=auto's split channels: their columns and product
   kScratchQSplitB,

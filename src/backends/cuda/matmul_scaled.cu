@@ -135,6 +135,9 @@ void scaled_gemm(Ctx& c, DType t, void* out, OperandSource A, OperandSource B, i
       A.rotate = g.a.transform_size, A.rotate_seed = hs;
       B.rotate = g.b.transform_size, B.rotate_seed = hs;
     } else {
+      if (A.transposed_amax_out || B.transposed_amax_out)
+        throw Error(
+            "cuda backend: the amax of a transpose is taken by an operand read as it lies");
       float* a = staged_copy(c, kScratchQStageA, A, M, K);
       float* b = staged_copy(c, kScratchQStageB, B, Nout, K);
       hadamard_rows(c, a, M, K, g.a.transform_size, hs);
@@ -252,6 +255,24 @@ bool at_current_amax(const ScaledLinear& q, const OperandRecipe& o) {
   return q.tensor.slot >= 0 && read_as_it_lies(o) && scales_from_tensor_amax(o) &&
          o.source == ScaleSource::Current;
 }
+
+// The same for an operand read through a rotation in the quantizer's read (NVFP4's wgrad
+// operands): the amax of its values as rotated serves it, which the quantizer of the other
+// GEMM that reads the same tensor as it lies takes on the way (TransposedAmax).
+bool rotated_at_current_amax(const ScaledLinear& q, const OperandRecipe& o) {
+  return q.tensor.slot >= 0 && is_low_bit(o.elem) && o.transform == Transform::Hadamard &&
+         quant::rotates_in_warp(o.transform_size) && scales_from_tensor_amax(o) &&
+         o.source == ScaleSource::Current;
+}
+
+// x (read as it lies) also takes the amax of its transpose as role's operand o reads it
+// (rotated, rotated_at_current_amax), into word.
+void take_transposed_amax(OperandSource& x, const ScaledLinear& q, const OperandRecipe& o,
+                          int role, unsigned* word) {
+  x.transposed_amax_out = word;
+  x.transposed_rotate = o.transform_size;
+  x.transposed_rotate_seed = stream_of(q.seed, role, 2);  // scaled_gemm's rotation
+}
 }  // namespace
 
 bool forward_amax_kept(const ScaledLinear& q) {
@@ -259,7 +280,8 @@ bool forward_amax_kept(const ScaledLinear& q) {
   const GemmRecipe &f = r.gemm[kForward], &wg = r.gemm[kWeightGrad], &dg = r.gemm[kInputGrad];
   return q.tensor.slot >= 0 && r.smooth.empty() && r.split_channels.empty() &&
          read_as_it_lies(f.a) && read_as_it_lies(f.b) &&
-         (at_current_amax(q, wg.b) || at_current_amax(q, dg.b));
+         (at_current_amax(q, wg.b) || at_current_amax(q, dg.b) ||
+          rotated_at_current_amax(q, wg.b));
 }
 
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
@@ -274,6 +296,9 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
   OperandSource b = tensor_scaled({t, w, false}, q, g.b, kTensorWeight,
                                   amax_slot ? amax_slot + kTensorWeight : nullptr);
   if (weight_amax && takes_weight_amax(q)) b.amax_in = weight_amax;
+  const bool keep = kept && amax_slot && forward_amax_kept(q);  // (no smoothing, no split)
+  if (keep && rotated_at_current_amax(q, r.gemm[kWeightGrad].b))  // the wgrad's H inp^T
+    take_transposed_amax(a, q, r.gemm[kWeightGrad].b, kWeightGrad, kept + kKeptRotatedInput);
   const float* extra = nullptr;
   check_channel_args(r, C);
   if (!r.smooth.empty() || !r.split_channels.empty()) {
@@ -284,9 +309,9 @@ void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const vo
     a = fp32_operand(sa), b = fp32_operand(sb);
   }
   scaled_gemm(c, t, out, a, b, N, OC, C, g, q.seed, kForward, false, extra, bias);
-  static_assert(kTensorWeight == kTensorInput + 1, "the input's and weight's words adjoin");
-  if (kept && amax_slot && forward_amax_kept(q))  // for the backward (scaled.h)
-    TG_CUDA_CHECK(cudaMemcpyAsync(kept + kTensorInput, amax_slot + kTensorInput,
+  static_assert(kKeptWeight == kKeptInput + 1, "the input's and weight's words adjoin");
+  if (keep)  // for the backward (scaled.h)
+    TG_CUDA_CHECK(cudaMemcpyAsync(kept + kKeptInput, amax_slot + kTensorInput,
                                   2 * sizeof(unsigned), cudaMemcpyDeviceToDevice, c.stream));
 }
 
@@ -302,23 +327,31 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
       dbias && gamax && (at_current_amax(q, wg.a) || at_current_amax(q, dg.a));
   if (bias_amax) TG_CUDA_CHECK(cudaMemsetAsync(gamax, 0, sizeof(unsigned), c.stream));
   if (dbias) bias_backward(c, t, dbias, dout, N, OC, bias_amax ? gamax : nullptr);
+  if (!forward_amax_kept(q)) kept = nullptr;
+  // dgrad first: dout (N,OC) and W^T (C,OC), blocks along the output channels. Its quantizer
+  // of dout, read as it lies, leaves dout's amax in gamax (the same bias_backward took) for the
+  // wgrad's, and where the wgrad reads dout^T through a rotation, takes that one's amax too.
+  OperandSource g = tensor_scaled({t, dout, false}, q, dg.a, kTensorGrad, gamax);
+  if (bias_amax && at_current_amax(q, dg.a)) g.amax_in = gamax;
+  unsigned* rotated_dout = nullptr;  // (kScratchQWords' word 8: launch.h)
+  if (g.amax_out && rotated_at_current_amax(q, wg.a)) {
+    rotated_dout = static_cast<unsigned*>(c.scratch(kScratchQWords, 64)) + 8;
+    take_transposed_amax(g, q, wg.a, kWeightGrad, rotated_dout);
+  }
+  OperandSource wt = tensor_scaled({t, w, true}, q, dg.b, kTensorWeight, nullptr);
+  if (kept && at_current_amax(q, dg.b)) wt.amax_in = kept + kKeptWeight;
+  scaled_gemm(c, t, dinp, g, wt, N, C, OC, dg, q.seed, kInputGrad, false, nullptr, nullptr);
   // wgrad: dout^T (OC,N) and inp^T (C,N), blocks along the tokens. A per-tensor scale is the
   // same in both orientations, so the input is quantized to the forward's values again (at a
-  // current scale from the amax its forward kept, where kept). A quantizer of dout read as it
-  // lies leaves its amax in gamax (the same bias_backward took) for the dgrad's.
-  if (!forward_amax_kept(q)) kept = nullptr;
+  // current scale from the amax its forward kept, where kept; rotated, at the rotated amax the
+  // forward's quantizer of inp took).
   OperandSource d = tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, gamax);
-  if (bias_amax && at_current_amax(q, wg.a)) d.amax_in = gamax;
+  if ((bias_amax || g.amax_out) && at_current_amax(q, wg.a)) d.amax_in = gamax;
+  if (rotated_dout) d.amax_in = rotated_dout;
   OperandSource x = tensor_scaled({t, inp, true}, q, wg.b, kTensorInput, nullptr);
-  if (kept && at_current_amax(q, wg.b)) x.amax_in = kept + kTensorInput;
+  if (kept && at_current_amax(q, wg.b)) x.amax_in = kept + kKeptInput;
+  if (kept && rotated_at_current_amax(q, wg.b)) x.amax_in = kept + kKeptRotatedInput;
   scaled_gemm(c, t, dw, d, x, OC, C, N, wg, q.seed, kWeightGrad, true, nullptr, nullptr);
-  // dgrad: dout (N,OC) and W^T (C,OC), blocks along the output channels.
-  OperandSource g = tensor_scaled({t, dout, false}, q, dg.a, kTensorGrad, nullptr);
-  const bool dout_amax = bias_amax || (gamax && d.amax_out);
-  if (dout_amax && at_current_amax(q, dg.a)) g.amax_in = gamax;
-  OperandSource wt = tensor_scaled({t, w, true}, q, dg.b, kTensorWeight, nullptr);
-  if (kept && at_current_amax(q, dg.b)) wt.amax_in = kept + kTensorWeight;
-  scaled_gemm(c, t, dinp, g, wt, N, C, OC, dg, q.seed, kInputGrad, false, nullptr, nullptr);
 }
 
 }  // namespace tg::gpu

@@ -89,14 +89,32 @@ void apply_rounding(Ctx& c, bool sr, DType out_type, void* out, const OperandSou
 }
 
 // The operand's quantizer parameters with its per-tensor scale rule (a delayed scale, a margin,
-// an amax taken before: for one group's scale or NVFP4's tensor scale, read as it lies, for the
-// amax is of those values, not of their rotation).
+// an amax taken before, of the values as read: for one group's scale or NVFP4's tensor scale)
+// and the transpose's amax it takes on the way (TransposedAmax), where asked.
 QuantParams with_tensor_rule(QuantParams p, const OperandSource& x) {
   p.tensor_enc = x.tensor_scale;
   p.margin = x.margin;
   const bool tensor_wide = (p.ngr == 1 && p.ngc == 1) || p.scale == ScaleFormat::E4M3;
-  if (x.amax_in && tensor_wide && x.rotate == 0) p.tensor_amax = x.amax_in;
+  if (x.amax_in && tensor_wide) p.tensor_amax = x.amax_in;
+  if (x.transposed_amax_out) {
+    if (!quant::rotates_in_warp(x.transposed_rotate) || x.rotate != 0)
+      throw Error(
+          strf("cuda backend: the amax of an operand's transpose is taken through a rotation "
+               "of 2 to 32 points of an operand read as it lies (asked: %d points, the operand "
+               "rotated by %d)",
+               x.transposed_rotate, x.rotate));
+    p.transposed_amax = {
+        {x.transposed_rotate, x.transposed_rotate_seed, hadamard_norm(x.transposed_rotate)},
+        x.transposed_amax_out};
+  }
   return p;
+}
+
+// The word of the transpose's amax zeroed in stream order, before the quantizer's kernels
+// take their maxima into it.
+void zero_transposed_amax(Ctx& c, const OperandSource& x) {
+  if (x.transposed_amax_out)
+    TG_CUDA_CHECK(cudaMemsetAsync(x.transposed_amax_out, 0, sizeof(unsigned), c.stream));
 }
 
 // The groups' scales of x (operand_amax_kernel, group_scale_kernel; in scratch), *tbits the
@@ -114,17 +132,17 @@ const Scale2* group_scales(Ctx& c, const QuantParams& p, const OperandSource& x,
   unsigned* tbits = static_cast<unsigned*>(c.scratch(kScratchQWords, 64));
   if (row_amax) TG_CUDA_CHECK(cudaMemsetAsync(row_amax, 0, amax_bytes, c.stream));
   TG_CUDA_CHECK(cudaMemsetAsync(tbits, 0, sizeof(unsigned), c.stream));
+  const QuantParams ps = with_tensor_rule(p, x);  // the per-tensor recipes' own scale rule
   dispatch("quantize (amax)", x.type, [&](auto tag) {
     using T = decltype(tag);
     launch(quant::operand_amax_kernel<T>, tile_grid(rows, cols), kThreads, 0, c.stream,
            static_cast<const T*>(x.data), rows, cols, x.transposed, rotation_of(x), p.gc, row_amax,
-           tbits);
+           tbits, ps.transposed_amax);
     TG_LAUNCH_CHECK();
   });
   if (x.amax_out)  // the per-tensor recipes' amax, for the host's history
     TG_CUDA_CHECK(
         cudaMemcpyAsync(x.amax_out, tbits, sizeof(unsigned), cudaMemcpyDeviceToDevice, c.stream));
-  const QuantParams ps = with_tensor_rule(p, x);  // the per-tensor recipes' own scale rule
   const size_t groups = size_t(p.ngr) * p.ngc;
   launch(quant::group_scale_kernel, c.grid(groups, kThreads), kThreads, 0, c.stream,
          static_cast<const unsigned*>(row_amax), rows, ps, static_cast<const unsigned*>(tbits),
@@ -256,6 +274,7 @@ void quantize_codes(Ctx& c, const OperandRecipe& o, cublasLtMatmulMatrixScale_t 
   if (elem_bits(o.elem) == 4 && cols % 2)
     throw Error("cuda backend: packed 4-bit codes need an even row length");
   const QuantParams p = params_of(o, rows, cols);
+  zero_transposed_amax(c, x);
   const bool sr = o.rounding == RoundMode::Stochastic;
   const uint64_t mixed = quant_sr_seed(seed);
   quant::TilePlan tp;
@@ -308,6 +327,9 @@ void quantize_dequantize(Ctx& c, const OperandRecipe& o, uint64_t seed, const Op
   static const float one = 1.0f;
   if (out_type != DType::F32 && out_type != DType::BF16)
     throw Error("cuda backend: quantized operands are fp32 or bf16");
+  if (x.transposed_amax_out && !is_low_bit(o.elem))
+    throw Error("cuda backend: the amax of a transpose is taken by a low-bit operand's quantizer");
+  zero_transposed_amax(c, x);
   if (rows <= 0 || cols <= 0 || !is_low_bit(o.elem)) {
     // Left as it is (a bf16 operand of precision.mode=auto, whose GEMM operands are fp32 as
     // dequantizes_to_bf16 says): its fp32 copy.

@@ -38,10 +38,14 @@ namespace tg::gpu {
 // scale: `tensor_scale` > 0 a delayed scale the host gave, else (fmax / amax) / 2^margin of
 // the operand; `amax_out` (device, when given) receives the operand's amax bits (|x| as fp32
 // bits, 0x7f800000 and above for a non-finite value) for the host's amax history. `amax_in`
-// (device, when given): those bits of this operand's values, taken before (by a kernel that
-// read them, or an earlier quantizer's amax_out of the same tensor): a current per-tensor scale
-// is drawn from it on the device and the operand read once (kernels/quantize_tile.cuh), not
-// twice.
+// (device, when given): those bits of this operand's values as read (rotated, where they are),
+// taken before (by a kernel that read them, or an earlier quantizer's amax_out of the same
+// tensor, or its transposed_amax_out): a current per-tensor scale, or NVFP4's tensor scale, is
+// drawn from it on the device and the operand read once (kernels/quantize_tile.cuh), not twice.
+// `transposed_amax_out` (device, when given): the quantizer also takes the amax bits of this
+// operand's transpose as read through a rotation of `transposed_rotate` points (seed
+// transposed_rotate_seed) along this operand's rows, another GEMM's operand (TransposedAmax in
+// kernels/quantize_blocks.cuh); only for an operand read as it lies, a low-bit one.
 struct OperandSource {
   DType type = DType::F32;
   const void* data = nullptr;
@@ -52,6 +56,9 @@ struct OperandSource {
   int margin = 0;
   unsigned* amax_out = nullptr;
   const unsigned* amax_in = nullptr;
+  unsigned* transposed_amax_out = nullptr;
+  int transposed_rotate = 0;
+  uint64_t transposed_rotate_seed = 0;
 };
 // An fp32 (rows, cols) row-major operand, e.g. one staged by stage_operand.
 inline OperandSource fp32_operand(const float* x) { return {DType::F32, x, false}; }
@@ -90,11 +97,13 @@ void force_two_pass_quantizer(bool two_pass);
 // amax_slot[kTensorOperands] (device; forward: input, weight; backward: gradient). At current
 // scales an operand whose amax was taken before is read once, not twice
 // (kernels/quantize_tile.cuh): the gradient at the amax bias_backward took as it summed dout
-// (given dbias), else the dgrad's at the one the wgrad's quantizer left in the slot (a rotated
-// operand, NVFP4's wgrad, reads its own twice); and where forward_amax_kept(q), the forward
-// also leaves its
-// input's and weight's amax bits in kept[kTensorInput], kept[kTensorWeight] (device, when
-// given), from which the backward given the same words reads the input and the weight again.
+// (given dbias), else the wgrad's at the one the dgrad's quantizer (run first) left in the
+// slot; and where forward_amax_kept(q), the forward also leaves its input's and weight's amax
+// bits in kept[kKeptInput], kept[kKeptWeight] (device, when given), from which the backward
+// given the same words reads the input and the weight again. A wgrad operand read through a
+// rotation (NVFP4's H dout^T, H inp^T) reads at the rotated operand's amax, which the dgrad's
+// quantizer of dout and the forward's of inp take on the way (TransposedAmax; the input's in
+// kept[kKeptRotatedInput]).
 // The caller passes the backward those words only when its inp and w are the tensors that
 // forward read, unchanged (the model's order: a micro-batch's forward, then its backward).
 // input_amax (device, when given): inp's amax bits, taken by the op that wrote inp (Backend's
@@ -102,6 +111,9 @@ void force_two_pass_quantizer(bool two_pass);
 // twice. The caller passes it only for the tensor that op wrote, unchanged since. weight_amax
 // the same of w, taken by AdamW as it wrote w (Backend's WeightAmax), read where
 // takes_weight_amax(q).
+// The words of `kept`, a linear's (AmaxWords keeps kKeptWords a slot).
+enum KeptWord { kKeptInput = kTensorInput, kKeptWeight = kTensorWeight, kKeptRotatedInput,
+                kKeptWords };
 void scaled_linear_forward(Ctx& c, DType t, void* out, const void* inp, const void* w,
                            const void* bias, int N, int C, int OC, const ScaledLinear& q,
                            unsigned* amax_slot, unsigned* kept = nullptr,
