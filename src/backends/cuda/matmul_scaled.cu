@@ -345,7 +345,9 @@ void scaled_linear_backward(Ctx& c, DType t, void* dinp, void* dw, void* dbias, 
   // same in both orientations, so the input is quantized to the forward's values again (at a
   // current scale from the amax its forward kept, where kept; rotated, at the rotated amax the
   // forward's quantizer of inp took).
-  OperandSource d = tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, gamax);
+  // (dout's amax is in gamax already where the dgrad's quantizer left it: no second copy)
+  OperandSource d =
+      tensor_scaled({t, dout, true}, q, wg.a, kTensorGrad, g.amax_out ? nullptr : gamax);
   if ((bias_amax || g.amax_out) && at_current_amax(q, wg.a)) d.amax_in = gamax;
   if (rotated_dout) d.amax_in = rotated_dout;
   OperandSource x = tensor_scaled({t, inp, true}, q, wg.b, kTensorInput, nullptr);
